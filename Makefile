@@ -1,0 +1,130 @@
+# trainperf — build. Sources are found by directory, so adding a .c file under
+# src/<module>/ needs no edit here.
+#
+#   make                      library, CLI, examples, unit tests, fakes, benches
+#   make SANITIZE=1           the same under ASan+UBSan, in build-asan/
+#   make BUILD=dir            build somewhere else (parallel work trees)
+#   make test                 the test suite (pytest drives C unit and integration tests)
+#   make check                install test dependencies, then the suite, then again under ASan+UBSan
+#   make demo                 the bundled C trainer under `trainperf run`, ending with its report
+#   make bench                benchmarks (figures and ratios against baselines in the same run)
+#   make install PREFIX=/usr/local
+
+CC ?= cc
+PREFIX ?= /usr/local
+PYTHON ?= python3
+
+ifeq ($(SANITIZE),1)
+BUILD ?= build-asan
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+OPT := -O1
+else
+BUILD ?= build
+SANFLAGS :=
+OPT := -O2
+endif
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -Wno-unused-parameter -Wformat=2 -Wvla
+CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) $(SANFLAGS) -fPIC \
+        -Iinclude -Isrc $(CFLAGS)
+LIB_CFLAGS := $(CFLAGS_ALL) -fvisibility=hidden -DTPF_BUILDING_LIBRARY
+LDLIBS_ALL := -lz -lpthread -lm -ldl
+LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
+
+LIB_MODULES := probe collect watch record analyze util
+LIB_SRC := $(sort $(foreach m,$(LIB_MODULES),$(wildcard src/$(m)/*.c)))
+LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC))
+CLI_SRC := $(sort $(wildcard src/cli/*.c))
+CLI_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(CLI_SRC))
+
+EXAMPLE_SRC := $(wildcard examples/*.c)
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNITS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+FAKE_SRC := $(wildcard tests/fakes/*.c)
+FAKES := $(patsubst tests/fakes/fake_%.c,$(BUILD)/fakes/lib%.so.1,$(FAKE_SRC))
+BENCH_SRC := $(wildcard bench/*.c)
+BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+FUZZ_SRC := $(wildcard tests/fuzz/*.c)
+
+STATIC := $(BUILD)/libtrainperf.a
+SHARED := $(BUILD)/libtrainperf.so
+CLI := $(BUILD)/trainperf
+
+.PHONY: all lib test check demo bench install clean python fuzz
+all: lib $(CLI) $(EXAMPLES) $(UNITS) $(FAKES) $(BENCHES)
+lib: $(STATIC) $(SHARED)
+
+$(BUILD)/obj/cli/%.o: src/cli/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(LIB_CFLAGS) -MMD -MP -c $< -o $@
+
+$(STATIC): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(SHARED): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libtrainperf.so.0 -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+$(CLI): $(CLI_OBJ) $(STATIC)
+	$(CC) -o $@ $(CLI_OBJ) $(STATIC) $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+$(BUILD)/examples/%: examples/%.c $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(STATIC) $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+# Unit tests see internal headers and link the static library.
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/tt.h $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(STATIC) $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+# Fakes stand in for NVIDIA libraries on machines without a GPU.
+$(BUILD)/fakes/lib%.so.1: tests/fakes/fake_%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -shared -Wl,-soname,lib$*.so.1 -o $@ $< $(LDFLAGS_ALL) -lpthread
+
+$(BUILD)/bench/%: bench/%.c $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -O2 -o $@ $< $(STATIC) $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+# The Python extension, built in place for the test suite.
+python: $(STATIC)
+	cd python && $(PYTHON) setup.py -q build_ext --inplace
+
+test: all python
+	TRAINPERF_BUILD=$(BUILD) $(PYTHON) -m pytest tests -q -rs
+
+check:
+	./scripts/install-deps.sh
+	$(MAKE) test
+	$(MAKE) SANITIZE=1 all
+	TRAINPERF_BUILD=build-asan TRAINPERF_SANITIZE=1 $(PYTHON) -m pytest tests -q -rs -m "not torch"
+
+demo: all
+	./scripts/demo.sh $(BUILD)
+
+bench: all python
+	./bench/run.sh $(BUILD)
+
+install: lib $(CLI)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/trainperf
+	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/libtrainperf.a
+	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libtrainperf.so.0
+	ln -sf libtrainperf.so.0 $(DESTDIR)$(PREFIX)/lib/libtrainperf.so
+	install -m 644 include/trainperf.h $(DESTDIR)$(PREFIX)/include/trainperf.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' trainperf.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/trainperf.pc
+	if [ -d python/trainperf ]; then install -d $(DESTDIR)$(PREFIX)/share/trainperf && \
+	    cp -r python/trainperf $(DESTDIR)$(PREFIX)/share/trainperf/; fi
+
+clean:
+	rm -rf build build-asan build-* python/build python/trainperf/*.so
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

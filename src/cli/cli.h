@@ -1,0 +1,50 @@
+/* Shared pieces of the CLI: subcommand entry points and terminal helpers.
+ * The CLI owns the terminal; the library never prints. */
+#ifndef TPF_CLI_H
+#define TPF_CLI_H
+
+#include <stdio.h>
+
+/* Exit codes (docs/cli.md). A child's status passes through `run` unchanged. */
+enum {
+    CLI_OK = 0,
+    CLI_FAIL = 1,   /* the command ran but found a problem (e.g. analysis error) */
+    CLI_USAGE = 2,  /* unusable arguments, unwritable output, unreadable input */
+};
+
+/* Each subcommand: argv[0] is the subcommand name. Returns the exit code.
+ * Declared weak so a subcommand's file can be absent while it is built. */
+#define CLI_COMMANDS(X)                                                            \
+    X(run, "run a command and watch it: live status, run directory, report")       \
+    X(report, "diagnosis and report from a run directory")                         \
+    X(compare, "two runs side by side")                                            \
+    X(analyze, "analyse torch.profiler (Kineto/Chrome) traces")                     \
+    X(merge, "merge per-rank traces into one timeline")                            \
+    X(top, "live view of a run directory being written")                           \
+    X(doctor, "what this machine offers trainperf, and how to fix what is missing")
+
+#define CLI_DECL_(name, help) int cmd_##name(int argc, char **argv) __attribute__((weak));
+CLI_COMMANDS(CLI_DECL_)
+#undef CLI_DECL_
+
+/* "trainperf: error: <message>" on stderr, one line. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* 1 when colour may be used on f: a TTY, NO_COLOR unset, TERM not "dumb". */
+int cli_color(FILE *f);
+
+/* Colour escapes, or "" when colour is off for stdout. */
+const char *cli_c(const char *code);
+#define CLI_BOLD "\033[1m"
+#define CLI_RED "\033[31m"
+#define CLI_GREEN "\033[32m"
+#define CLI_YELLOW "\033[33m"
+#define CLI_DIM "\033[2m"
+#define CLI_RESET "\033[0m"
+
+/* Parse a non-negative decimal number (seconds etc.); 0 on success. */
+int cli_parse_double(const char *s, double *out);
+int cli_parse_long(const char *s, long *out);
+
+#endif

@@ -1,0 +1,93 @@
+/* One sample of everything the collector watches, and the shape of a source.
+ *
+ * Sources (procfs, nvml, ...) fill their part of a coll_frame at each sample;
+ * the aggregator adds the live step figures; alerts, the status line and the
+ * sinks read it. Every value carries a valid flag: unknown is never 0. */
+#ifndef TPF_COLLECT_FRAME_H
+#define TPF_COLLECT_FRAME_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* A sampled value: ok == 0 means unknown (unsupported, unreadable, no source). */
+typedef struct fval {
+    double v;
+    uint8_t ok;
+} fval;
+
+static inline fval fv(double v) { return (fval){v, 1}; }
+static inline void fv_set(fval *f, double v) { f->v = v; f->ok = 1; }
+
+#define FRAME_MAX_GPUS 16
+#define FRAME_MAX_CPUS 1024
+
+typedef struct gpu_frame {
+    int index;             /* NVML index */
+    char name[96];
+    char uuid[96];
+    fval util_pct, mem_util_pct;
+    fval mem_used_bytes, mem_total_bytes;
+    fval temp_c, power_w;
+    fval energy_j;         /* used during this interval */
+    fval energy_total_j;   /* since the run started */
+    fval sm_mhz, mem_mhz;
+    fval pcie_rx_bps, pcie_tx_bps, nvlink_rx_bps, nvlink_tx_bps;
+    fval proc_mem_bytes, proc_sm_pct; /* summed over the watched tree */
+    fval throttle_mask;    /* clock-event reasons bit mask (as a double) */
+    char throttle[160];    /* decoded words joined by '+', "" when none */
+    uint8_t lost;          /* the GPU fell off the bus (NVML error 15) */
+} gpu_frame;
+
+typedef struct coll_frame {
+    double t;              /* seconds since run start */
+    uint64_t mono_ns;      /* CLOCK_MONOTONIC of the sample */
+    double dt;             /* seconds since the previous sample (0 for the first) */
+
+    /* system (procfs) */
+    int ncpu;
+    fval cpu_pct, cpu_iowait_pct;
+    fval cpu_core_pct[FRAME_MAX_CPUS];
+    fval mem_total_bytes, mem_used_bytes, mem_available_bytes, swap_used_bytes;
+    fval psi_cpu_some_pct, psi_mem_some_pct, psi_mem_full_pct, psi_io_some_pct, psi_io_full_pct;
+    fval disk_read_bps, disk_write_bps, net_rx_bps, net_tx_bps;
+
+    /* the watched process tree (procfs) */
+    fval tree_procs, tree_threads, tree_cpu_pct, tree_rss_bytes, tree_read_bps, tree_write_bps;
+    fval main_cpu_pct;
+    const pid_t *tree_pids; /* valid during this sample only */
+    int ntree;
+
+    /* steps (from the segments), filled by the aggregator */
+    fval steps;            /* completed so far, all ranks */
+    fval step_rate, sample_rate, token_rate; /* over the interval */
+    fval data_wait_pct;    /* data share of step interval time over the interval */
+    fval step_time_ms;     /* mean step interval over this sample interval */
+    fval step_time_median_ms; /* running median over the run */
+    fval since_last_step_s; /* time since the last step ended (any rank) */
+
+    /* GPUs the run uses (nvml) */
+    int ngpu;
+    gpu_frame gpu[FRAME_MAX_GPUS];
+} coll_frame;
+
+/* What a source may know of the run. */
+typedef struct src_ctx {
+    pid_t root_pid;        /* the watched command (or this process, embedded) */
+    const char *run_dir;
+    double interval_s;
+    uint32_t flags;        /* TPF_START_* */
+} src_ctx;
+
+/* A source: a small module with the same shape as the others (nvtop's
+ * per-vendor tables). init returns 0, or an error with last_error() saying why
+ * once; the run goes on without it. sample fills its part of the frame and
+ * returns 0, or an error (the source is then stopped and its error recorded). */
+typedef struct src_ops {
+    const char *name;
+    int (*init)(void **state, const src_ctx *ctx);
+    int (*sample)(void *state, const src_ctx *ctx, coll_frame *f);
+    const char *(*last_error)(void *state); /* static or owned by state; may be NULL */
+    void (*close)(void *state);
+} src_ops;
+
+#endif

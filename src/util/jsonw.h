@@ -1,0 +1,47 @@
+/* A small streaming JSON writer into a buf. Commas and nesting are tracked so
+ * callers only say what comes next. Non-finite numbers are written as null. */
+#ifndef TPF_UTIL_JSONW_H
+#define TPF_UTIL_JSONW_H
+
+#include <stdint.h>
+
+#include "util/buf.h"
+
+#define JW_MAX_DEPTH 32
+
+typedef struct jw {
+    buf *out;
+    int depth;
+    int pretty;                      /* indent with two spaces */
+    unsigned char first[JW_MAX_DEPTH]; /* no element written yet at this depth */
+    unsigned char after_key;
+    int err;
+} jw;
+
+void jw_init(jw *w, buf *out, int pretty);
+void jw_obj_begin(jw *w);
+void jw_obj_end(jw *w);
+void jw_arr_begin(jw *w);
+void jw_arr_end(jw *w);
+void jw_key(jw *w, const char *k);
+void jw_str(jw *w, const char *s);           /* NULL writes null */
+void jw_strn(jw *w, const char *s, size_t n);
+void jw_num(jw *w, double v);                /* %.10g; NaN/inf -> null */
+void jw_int(jw *w, int64_t v);
+void jw_uint(jw *w, uint64_t v);
+void jw_bool(jw *w, int v);
+void jw_null(jw *w);
+/* Shorthands for "key": value inside an object. */
+void jw_kstr(jw *w, const char *k, const char *s);
+void jw_knum(jw *w, const char *k, double v);
+void jw_kint(jw *w, const char *k, int64_t v);
+void jw_kuint(jw *w, const char *k, uint64_t v);
+void jw_kbool(jw *w, const char *k, int v);
+/* 0, or the first error (nesting misuse: TPF_EINVAL; buffer: buf's error). */
+int jw_error(const jw *w);
+
+/* Append s as a JSON string literal (with quotes), escaping control
+ * characters, quotes, backslashes and invalid UTF-8 (as U+FFFD). */
+int json_escape(buf *b, const char *s, size_t n);
+
+#endif

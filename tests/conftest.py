@@ -1,0 +1,53 @@
+"""Shared fixtures for the trainperf test suite.
+
+The suite runs against an in-tree build: TRAINPERF_BUILD (default "build")
+names the build folder made by `make` (build-asan under SANITIZE=1).
+"""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BUILD = ROOT / os.environ.get("TRAINPERF_BUILD", "build")
+SHARED = ROOT.parent / "shared"
+TRACES = SHARED / "data" / "traces" / "hta"
+SANITIZE = os.environ.get("TRAINPERF_SANITIZE") == "1"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "torch: needs PyTorch (skipped in the sanitizer pass)")
+    config.addinivalue_line("markers", "slow: takes more than a few seconds")
+
+
+@pytest.fixture(scope="session")
+def build():
+    if not (BUILD / "trainperf").exists():
+        pytest.fail(f"{BUILD}/trainperf is missing: run `make` first")
+    return BUILD
+
+
+@pytest.fixture(scope="session")
+def cli(build):
+    return str(build / "trainperf")
+
+
+@pytest.fixture
+def run_cli(cli):
+    """Run the CLI; return CompletedProcess (text). Never hangs past timeout."""
+    def _run(*args, timeout=120, env=None, **kw):
+        e = dict(os.environ)
+        e.pop("TRAINPERF_RUN_DIR", None)
+        if env:
+            e.update(env)
+        return subprocess.run([cli, *map(str, args)], capture_output=True, text=True,
+                              timeout=timeout, env=e, **kw)
+    return _run
+
+
+@pytest.fixture(scope="session")
+def traces_dir():
+    if not TRACES.is_dir():
+        pytest.skip(f"shared traces not found at {TRACES}")
+    return TRACES
