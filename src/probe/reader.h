@@ -1,0 +1,72 @@
+/* The collector's side of the shared segments, and the probe's attach calls.
+ *
+ * A probe (any process using libtrainperf) writes events into its own segment
+ * file RUN_DIR/live/seg-<pid>.tpf; the collector maps each segment read-only
+ * (or read-write for the consumer indices) and drains it. Events published
+ * before the producer died (even by SIGKILL) are still drained. */
+#ifndef TPF_PROBE_READER_H
+#define TPF_PROBE_READER_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "trainperf.h"
+
+enum seg_ev_kind {
+    SEG_EV_STEP_BEGIN = 1,
+    SEG_EV_STEP_END = 2,  /* samples, tokens */
+    SEG_EV_PUSH = 3,      /* name */
+    SEG_EV_POP = 4,
+    SEG_EV_COUNTER = 5,   /* name, value */
+    SEG_EV_MARK = 6,      /* name */
+};
+
+/* An event as the reader hands it out (converted from the 32-byte record). */
+typedef struct seg_event {
+    uint64_t ts_ns;       /* CLOCK_MONOTONIC nanoseconds */
+    uint32_t kind;        /* SEG_EV_* */
+    tpf_name name;
+    pid_t tid;            /* Linux TID of the producing thread */
+    uint64_t samples, tokens;
+    double value;
+} seg_event;
+
+/* Identity of the process that wrote a segment. -1 means "not set". */
+typedef struct seg_proc_info {
+    pid_t pid;
+    pid_t ppid;
+    int rank, local_rank, world_size;
+    char hostname[64];
+    uint64_t created_mono_ns;
+} seg_proc_info;
+
+typedef struct seg_reader seg_reader;
+
+/* Map the segment file at path. *out is freed with seg_reader_close.
+ * TPF_EFORMAT: not a segment (bad magic); TPF_EVERSION: another layout version;
+ * TPF_ENOENT / TPF_EACCES / TPF_EIO from the file system. A segment whose
+ * producer is still initialising may give TPF_EAGAIN-like TPF_ESTATE: retry. */
+int seg_reader_open(seg_reader **out, const char *path);
+void seg_reader_close(seg_reader *r);
+const seg_proc_info *seg_reader_info(const seg_reader *r);
+
+typedef void (*seg_event_cb)(void *ctx, const seg_event *ev);
+/* Hand every event published since the last drain to cb, thread by thread, in
+ * publication order within each thread. Returns the number of events (>= 0)
+ * or an error. Not thread-safe for one reader; different readers are fine. */
+long seg_reader_drain(seg_reader *r, seg_event_cb cb, void *ctx);
+/* The string of a name id ("data" for TPF_PHASE_DATA), or NULL when unknown.
+ * Valid until seg_reader_close. */
+const char *seg_reader_name(seg_reader *r, tpf_name id);
+/* Events the producer dropped (full rings, no ring left). */
+uint64_t seg_reader_dropped(const seg_reader *r);
+
+/* ---- probe side (used by embedded mode and tests) ---- */
+
+/* Attach this process's probe to run_dir (creates run_dir/live/seg-<pid>.tpf).
+ * TPF_EBUSY when already attached. Not for the hot path. */
+int probe_attach(const char *run_dir);
+/* Stop writing events (already published events stay in the segment). */
+void probe_detach(void);
+
+#endif
