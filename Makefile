@@ -105,7 +105,9 @@ check:
 	$(MAKE) SANITIZE=1 all
 	TRAINPERF_BUILD=build-asan TRAINPERF_SANITIZE=1 $(PYTHON) -m pytest tests -q -rs -m "not torch"
 
-demo: all
+demo:
+	@./scripts/install-deps.sh --build
+	$(MAKE) --no-print-directory all
 	./scripts/demo.sh $(BUILD)
 
 bench: all python
