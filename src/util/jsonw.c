@@ -94,6 +94,15 @@ void jw_num(jw *w, double v)
         buf_printf(w->out, "%.10g", v);
 }
 
+void jw_numf(jw *w, double v, int decimals)
+{
+    jw_pre(w);
+    if (!isfinite(v))
+        buf_puts(w->out, "null");
+    else
+        buf_printf(w->out, "%.*f", decimals, v);
+}
+
 void jw_int(jw *w, int64_t v)
 {
     jw_pre(w);

@@ -27,6 +27,9 @@ void jw_key(jw *w, const char *k);
 void jw_str(jw *w, const char *s);           /* NULL writes null */
 void jw_strn(jw *w, const char *s, size_t n);
 void jw_num(jw *w, double v);                /* %.10g; NaN/inf -> null */
+/* Fixed point with `decimals` digits after the point (times that need more
+ * than %.10g keeps, e.g. Unix seconds with microseconds); NaN/inf -> null. */
+void jw_numf(jw *w, double v, int decimals);
 void jw_int(jw *w, int64_t v);
 void jw_uint(jw *w, uint64_t v);
 void jw_bool(jw *w, int v);
