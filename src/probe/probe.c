@@ -1,0 +1,569 @@
+/* The probe: the hot path (tpf_step_*, tpf_range_*, tpf_counter, tpf_mark),
+ * the name registry and attaching to a run directory.
+ *
+ * One global state word decides everything on the hot path:
+ *   0              off: every call returns after one predictable branch
+ *   PROBE_PENDING  a run dir is known but no segment exists yet (from the
+ *                  environment, or a forked child of an attached process):
+ *                  the first event creates it
+ *   >= PROBE_GEN0  attached; the value is a generation number, and a thread
+ *                  whose cached ring carries another generation takes the
+ *                  slow path (claims a ring in the current segment).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "probe/clock.h"
+#include "probe/probe.h"
+#include "probe/reader.h"
+#include "probe/segment.h"
+#include "trainperf.h"
+#include "util/err.h"
+
+#define PROBE_PENDING 1u
+#define PROBE_GEN0 2u
+#define PROBE_MAX_RETIRED 64
+
+/* Per-thread producer state. Initial-exec TLS: one %fs-relative access. */
+typedef struct probe_tls {
+    uint32_t gen;          /* generation ring belongs to; != state: slow path */
+    uint32_t mask;
+    seg_ring_hdr *ring;
+    seg_rec *recs;
+    uint64_t head;         /* producer's copy of ring->head */
+    uint64_t tail_cache;   /* last tail seen; refreshed only when full */
+    uint64_t drops;        /* producer's copy of ring->drops */
+    uint32_t noring_gen;   /* this generation had no ring left for us */
+    seg_header *noring_hdr;
+} probe_tls;
+
+static __thread probe_tls t_probe __attribute__((tls_model("initial-exec")));
+
+static _Atomic uint32_t g_state;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Everything below is guarded by g_lock. */
+typedef struct probe_seg {
+    void *base;
+    size_t size;
+    seg_header *h;
+} probe_seg;
+
+static probe_seg g_seg;
+static uint32_t g_gen = PROBE_GEN0 - 1;
+static int g_clock_tsc;           /* read on the hot path; set before publish */
+static char g_run_dir[PATH_MAX];
+static char g_run_dir_pub[PATH_MAX]; /* what tpf_run_dir() hands out */
+/* Mappings of earlier attaches. Not unmapped at detach: a thread may still
+ * be inside a write to them. */
+static probe_seg g_retired[PROBE_MAX_RETIRED];
+static int g_nretired;
+static uint64_t g_dropped_before; /* drops of earlier segments */
+
+/* Name registry (process-local master copy; the segment gets a copy). */
+static char g_names[SEG_MAX_NAMES][SEG_NAME_MAX];
+static uint32_t g_name_count = TPF_NAME_FIRST_USER;
+#define NAME_HASH_SLOTS (2 * SEG_MAX_NAMES)
+static uint16_t g_name_hash[NAME_HASH_SLOTS]; /* 0 empty, else id */
+
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_key;
+static int g_key_ok;
+
+static const char *const g_predef[] = {NULL, "data", "forward", "backward", "optimizer",
+                                       "comm", "eval", "checkpoint"};
+
+/* ---- names ---- */
+
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+static uint32_t name_lookup_locked(const char *s)
+{
+    for (uint32_t i = name_hash(s) % NAME_HASH_SLOTS, n = 0; n < NAME_HASH_SLOTS;
+         i = (i + 1) % NAME_HASH_SLOTS, n++) {
+        uint32_t id = g_name_hash[i];
+        if (id == 0) return 0;
+        if (strcmp(g_names[id], s) == 0) return id;
+    }
+    return 0;
+}
+
+static void name_index_locked(uint32_t id)
+{
+    uint32_t i = name_hash(g_names[id]) % NAME_HASH_SLOTS;
+    while (g_name_hash[i] != 0) i = (i + 1) % NAME_HASH_SLOTS;
+    g_name_hash[i] = (uint16_t)id;
+}
+
+static void seg_put_name_locked(seg_header *h, uint32_t id)
+{
+    seg_name_slot *slots = (seg_name_slot *)((char *)h + h->names_off);
+    size_t len = strlen(g_names[id]);
+    memcpy(slots[id].s, g_names[id], len + 1);
+    atomic_store_explicit(&slots[id].len, (uint32_t)len, memory_order_release);
+    if (atomic_load_explicit(&h->name_count, memory_order_relaxed) <= id)
+        atomic_store_explicit(&h->name_count, id + 1, memory_order_release);
+}
+
+static void names_init_locked(void)
+{
+    if (g_names[1][0]) return;
+    for (uint32_t id = 1; id <= TPF_PHASE_CHECKPOINT; id++) {
+        size_t n = strlen(g_predef[id]);
+        memcpy(g_names[id], g_predef[id], n + 1);
+        name_index_locked(id);
+    }
+}
+
+tpf_name tpf_name_register(const char *name)
+{
+    if (!name || !name[0]) return TPF_NAME_NONE;
+    char key[SEG_NAME_MAX];
+    size_t n = strnlen(name, SEG_NAME_MAX - 1);
+    memcpy(key, name, n);
+    key[n] = 0;
+    pthread_mutex_lock(&g_lock);
+    names_init_locked();
+    uint32_t id = name_lookup_locked(key);
+    if (id == 0 && g_name_count < SEG_MAX_NAMES) {
+        id = g_name_count++;
+        memcpy(g_names[id], key, n + 1);
+        name_index_locked(id);
+        if (g_seg.h) seg_put_name_locked(g_seg.h, id);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return id;
+}
+
+const char *probe_name_str(tpf_name id)
+{
+    /* Names are never removed or changed, so the pointer stays valid. */
+    pthread_mutex_lock(&g_lock);
+    names_init_locked();
+    const char *s = (id < SEG_MAX_NAMES && g_names[id][0]) ? g_names[id] : NULL;
+    pthread_mutex_unlock(&g_lock);
+    return s;
+}
+
+/* ---- attach / detach ---- */
+
+static int env_int(const char *a, const char *b)
+{
+    const char *s = getenv(a);
+    if (!s || !*s) s = getenv(b);
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < 0 || v > INT32_MAX) return -1;
+    return (int)v;
+}
+
+uint32_t probe_ring_events(void)
+{
+    const char *s = getenv("TRAINPERF_RING_EVENTS");
+    if (!s || !*s) return SEG_RING_DEFAULT;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v == 0) return SEG_RING_DEFAULT;
+    if (v < SEG_RING_MIN) v = SEG_RING_MIN;
+    if (v > SEG_RING_MAX) v = SEG_RING_MAX;
+    uint32_t p = SEG_RING_MIN;
+    while (p < v) p <<= 1; /* round up to a power of two */
+    return p;
+}
+
+static pid_t probe_gettid(void)
+{
+    return (pid_t)syscall(SYS_gettid);
+}
+
+/* Create dir if missing; 0 or a TPF_E* code. */
+static int ensure_dir(const char *dir)
+{
+    if (mkdir(dir, 0777) == 0 || errno == EEXIST) {
+        struct stat st;
+        if (stat(dir, &st) != 0) return err_from_errno(errno);
+        return S_ISDIR(st.st_mode) ? 0 : TPF_EEXIST;
+    }
+    return err_from_errno(errno);
+}
+
+static int seg_create_locked(const char *run_dir, probe_seg *out)
+{
+    char path[PATH_MAX];
+    int rc = ensure_dir(run_dir);
+    if (rc) return rc;
+    if ((size_t)snprintf(path, sizeof(path), "%s/live", run_dir) >= sizeof(path))
+        return TPF_ETOOBIG;
+    if ((rc = ensure_dir(path)) != 0) return rc;
+    pid_t pid = getpid();
+    if ((size_t)snprintf(path, sizeof(path), "%s/live/seg-%d.tpf", run_dir, (int)pid) >=
+        sizeof(path))
+        return TPF_ETOOBIG;
+
+    const clk_calib *ck = clk_setup();
+    uint32_t ring_events = probe_ring_events();
+    uint64_t names_off = SEG_HEADER_SIZE;
+    uint64_t rings_off = seg_round_page(names_off + (uint64_t)SEG_MAX_NAMES * sizeof(seg_name_slot));
+    uint64_t stride = seg_ring_stride(ring_events);
+    uint64_t size = rings_off + (uint64_t)SEG_MAX_RINGS * stride;
+
+    /* A file left by an earlier attach of this pid is replaced, never
+     * truncated: our own retired mapping of it may still be written. */
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST) {
+        unlink(path);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    }
+    if (fd < 0) return err_from_errno(errno);
+    if (ftruncate(fd, (off_t)size) != 0) {
+        rc = err_from_errno(errno);
+        close(fd);
+        unlink(path);
+        return rc;
+    }
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        unlink(path);
+        return TPF_ENOMEM;
+    }
+    seg_header *h = base;
+    memcpy(h->magic, SEG_MAGIC, 8);
+    h->layout_version = SEG_LAYOUT_VERSION;
+    h->header_size = SEG_HEADER_SIZE;
+    h->file_size = size;
+    h->ring_events = ring_events;
+    h->max_rings = SEG_MAX_RINGS;
+    h->max_names = SEG_MAX_NAMES;
+    h->name_slot_size = sizeof(seg_name_slot);
+    h->rec_size = sizeof(seg_rec);
+    h->names_off = names_off;
+    h->rings_off = rings_off;
+    h->ring_stride = stride;
+    h->clock_kind = ck->kind;
+    h->ns_per_tick = ck->ns_per_tick;
+    h->tsc0 = ck->tsc0;
+    h->mono0 = ck->mono0;
+    h->pid = pid;
+    h->ppid = getppid();
+    h->rank = env_int("RANK", "SLURM_PROCID");
+    h->local_rank = env_int("LOCAL_RANK", "SLURM_LOCALID");
+    h->world_size = env_int("WORLD_SIZE", "SLURM_NTASKS");
+    if (gethostname(h->hostname, sizeof(h->hostname)) != 0) h->hostname[0] = 0;
+    h->hostname[sizeof(h->hostname) - 1] = 0;
+    h->created_mono_ns = clk_mono_ns();
+    names_init_locked();
+    for (uint32_t id = 1; id < g_name_count; id++)
+        if (g_names[id][0]) seg_put_name_locked(h, id);
+    atomic_store_explicit(&h->state, SEG_STATE_READY, memory_order_release);
+    out->base = base;
+    out->size = size;
+    out->h = h;
+    return 0;
+}
+
+static uint64_t seg_drops(const seg_header *h)
+{
+    uint64_t d = atomic_load_explicit(&h->drops_noring, memory_order_relaxed);
+    uint32_t n = atomic_load_explicit(&h->rings_used, memory_order_acquire);
+    if (n > h->max_rings) n = h->max_rings;
+    for (uint32_t i = 0; i < n; i++)
+        d += atomic_load_explicit(&seg_ring_at((void *)h, h, i)->drops, memory_order_relaxed);
+    return d;
+}
+
+/* Attach with g_lock held; the state word changes last. */
+static int attach_locked(const char *run_dir)
+{
+    probe_seg s;
+    int rc = seg_create_locked(run_dir, &s);
+    if (rc) return rc;
+    if (run_dir != g_run_dir) {
+        size_t n = strnlen(run_dir, sizeof(g_run_dir) - 1);
+        memcpy(g_run_dir, run_dir, n);
+        g_run_dir[n] = 0;
+    }
+    memcpy(g_run_dir_pub, g_run_dir, sizeof(g_run_dir));
+    g_seg = s;
+    g_clock_tsc = s.h->clock_kind == SEG_CLOCK_TSC;
+    if (++g_gen < PROBE_GEN0) g_gen = PROBE_GEN0; /* skip 0 and PENDING on wrap */
+    atomic_store_explicit(&g_state, g_gen, memory_order_release);
+    return 0;
+}
+
+int probe_attach(const char *run_dir)
+{
+    if (!run_dir || !*run_dir || strlen(run_dir) >= sizeof(g_run_dir) - 32) return TPF_EINVAL;
+    pthread_mutex_lock(&g_lock);
+    int rc = TPF_EBUSY;
+    if (atomic_load_explicit(&g_state, memory_order_relaxed) == 0) rc = attach_locked(run_dir);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+static void retire_locked(void)
+{
+    if (!g_seg.h) return;
+    g_dropped_before += seg_drops(g_seg.h);
+    if (g_nretired == PROBE_MAX_RETIRED) {
+        /* Sixty-four attaches later no thread is still inside a write to
+         * the oldest mapping. */
+        munmap(g_retired[0].base, g_retired[0].size);
+        memmove(g_retired, g_retired + 1, sizeof(g_retired[0]) * (PROBE_MAX_RETIRED - 1));
+        g_nretired--;
+    }
+    g_retired[g_nretired++] = g_seg;
+    memset(&g_seg, 0, sizeof(g_seg));
+}
+
+void probe_detach(void)
+{
+    pthread_mutex_lock(&g_lock);
+    atomic_store_explicit(&g_state, 0, memory_order_release);
+    retire_locked();
+    g_run_dir_pub[0] = 0;
+    pthread_mutex_unlock(&g_lock);
+}
+
+const char *probe_segment_path(char *buf, size_t cap)
+{
+    pthread_mutex_lock(&g_lock);
+    const char *r = NULL;
+    if (g_seg.h && (size_t)snprintf(buf, cap, "%s/live/seg-%d.tpf", g_run_dir, (int)g_seg.h->pid) < cap)
+        r = buf;
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+/* ---- thread rings ---- */
+
+static void thread_exit(void *arg)
+{
+    (void)arg;
+    /* Hand the ring back for another thread once it is drained. */
+    pthread_mutex_lock(&g_lock);
+    probe_tls *t = &t_probe;
+    if (t->ring && t->gen == atomic_load_explicit(&g_state, memory_order_relaxed))
+        atomic_store_explicit(&t->ring->state, SEG_RING_FREE, memory_order_release);
+    t->ring = NULL;
+    t->gen = 0;
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void key_once(void)
+{
+    g_key_ok = pthread_key_create(&g_key, thread_exit) == 0;
+}
+
+/* Claim a ring in segment h for the calling thread; NULL when none is left. */
+static seg_ring_hdr *claim_ring_locked(seg_header *h)
+{
+    uint32_t n = atomic_load_explicit(&h->rings_used, memory_order_relaxed);
+    /* Reuse a ring whose thread exited and whose events were all read. */
+    for (uint32_t i = 0; i < n; i++) {
+        seg_ring_hdr *r = seg_ring_at(h, h, i);
+        uint32_t st = SEG_RING_FREE;
+        if (atomic_load_explicit(&r->state, memory_order_acquire) != SEG_RING_FREE) continue;
+        if (atomic_load_explicit(&r->tail, memory_order_acquire) !=
+            atomic_load_explicit(&r->head, memory_order_relaxed))
+            continue;
+        if (atomic_compare_exchange_strong(&r->state, &st, SEG_RING_OWNED)) return r;
+    }
+    if (n >= h->max_rings) return NULL;
+    atomic_store_explicit(&h->rings_used, n + 1, memory_order_release);
+    seg_ring_hdr *r = seg_ring_at(h, h, n);
+    atomic_store_explicit(&r->state, SEG_RING_OWNED, memory_order_relaxed);
+    return r;
+}
+
+/* First event of a thread in this generation (or the process's first
+ * event with a pending run dir). Returns 1 when t_probe is usable. */
+static __attribute__((noinline)) int slow_path(uint32_t st)
+{
+    probe_tls *t = &t_probe;
+    if (st != PROBE_PENDING && t->noring_gen == st) {
+        /* Counted without the lock: this thread found no ring before. */
+        atomic_fetch_add_explicit(&t->noring_hdr->drops_noring, 1, memory_order_relaxed);
+        return 0;
+    }
+    int ok = 0;
+    pthread_mutex_lock(&g_lock);
+    st = atomic_load_explicit(&g_state, memory_order_relaxed);
+    if (st == PROBE_PENDING) {
+        /* An unusable run dir leaves the probe off, silently. */
+        if (attach_locked(g_run_dir) != 0) {
+            atomic_store_explicit(&g_state, 0, memory_order_release);
+            g_run_dir_pub[0] = 0;
+        }
+        st = atomic_load_explicit(&g_state, memory_order_relaxed);
+    }
+    if (st >= PROBE_GEN0 && g_seg.h) {
+        seg_ring_hdr *r = claim_ring_locked(g_seg.h);
+        if (!r) {
+            t->noring_gen = st;
+            t->noring_hdr = g_seg.h;
+            atomic_fetch_add_explicit(&g_seg.h->drops_noring, 1, memory_order_relaxed);
+        } else {
+            atomic_store_explicit(&r->tid, probe_gettid(), memory_order_relaxed);
+            t->ring = r;
+            t->recs = seg_ring_recs(r);
+            t->mask = g_seg.h->ring_events - 1;
+            t->head = atomic_load_explicit(&r->head, memory_order_relaxed);
+            t->tail_cache = atomic_load_explicit(&r->tail, memory_order_acquire);
+            t->drops = atomic_load_explicit(&r->drops, memory_order_relaxed);
+            t->gen = st;
+            pthread_once(&g_key_once, key_once);
+            if (g_key_ok) pthread_setspecific(g_key, t);
+            ok = 1;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return ok;
+}
+
+static inline void emit(uint32_t st, uint32_t kind, uint32_t name, uint64_t a, uint64_t b)
+{
+    probe_tls *t = &t_probe;
+    if (__builtin_expect(t->gen != st, 0) && !slow_path(st)) return;
+    uint64_t h = t->head;
+    if (__builtin_expect(h - t->tail_cache > t->mask, 0)) {
+        t->tail_cache = atomic_load_explicit(&t->ring->tail, memory_order_acquire);
+        if (h - t->tail_cache > t->mask) {
+            atomic_store_explicit(&t->ring->drops, ++t->drops, memory_order_relaxed);
+            return;
+        }
+    }
+    seg_rec *r = &t->recs[h & t->mask];
+    r->ts = g_clock_tsc ? clk_tsc() : clk_mono_ns();
+    r->kind = kind;
+    r->name = name;
+    r->a = a;
+    r->b = b;
+    t->head = h + 1;
+    atomic_store_explicit(&t->ring->head, h + 1, memory_order_release);
+}
+
+/* The off check: the one branch a disabled probe costs. */
+#define PROBE_STATE_OR_RETURN(st)                                          \
+    uint32_t st = atomic_load_explicit(&g_state, memory_order_relaxed);    \
+    if (__builtin_expect(st == 0, 1)) return
+
+void tpf_step_begin(void)
+{
+    PROBE_STATE_OR_RETURN(st);
+    emit(st, SEG_EV_STEP_BEGIN, 0, 0, 0);
+}
+
+void tpf_step_end(uint64_t samples, uint64_t tokens)
+{
+    PROBE_STATE_OR_RETURN(st);
+    emit(st, SEG_EV_STEP_END, 0, samples, tokens);
+}
+
+void tpf_range_push(tpf_name name)
+{
+    PROBE_STATE_OR_RETURN(st);
+    emit(st, SEG_EV_PUSH, name, 0, 0);
+}
+
+void tpf_range_pop(void)
+{
+    PROBE_STATE_OR_RETURN(st);
+    emit(st, SEG_EV_POP, 0, 0, 0);
+}
+
+void tpf_counter(tpf_name name, double value)
+{
+    PROBE_STATE_OR_RETURN(st);
+    uint64_t bits;
+    memcpy(&bits, &value, sizeof(bits));
+    emit(st, SEG_EV_COUNTER, name, bits, 0);
+}
+
+void tpf_mark(tpf_name name)
+{
+    PROBE_STATE_OR_RETURN(st);
+    emit(st, SEG_EV_MARK, name, 0, 0);
+}
+
+int tpf_attached(void)
+{
+    return atomic_load_explicit(&g_state, memory_order_acquire) >= PROBE_GEN0;
+}
+
+uint64_t tpf_dropped(void)
+{
+    pthread_mutex_lock(&g_lock);
+    uint64_t d = g_dropped_before + (g_seg.h ? seg_drops(g_seg.h) : 0);
+    pthread_mutex_unlock(&g_lock);
+    return d;
+}
+
+const char *tpf_run_dir(void)
+{
+    /* g_run_dir_pub only changes at attach/detach, which the caller
+     * sequences (embedded mode: tpf_start/tpf_stop). */
+    return tpf_attached() && g_run_dir_pub[0] ? g_run_dir_pub : NULL;
+}
+
+/* ---- fork ---- */
+
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&g_lock);
+}
+
+static void atfork_parent(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void atfork_child(void)
+{
+    /* Only this thread exists in the child. Forget the parent's rings and
+     * mappings; with a run dir known, the child makes its own segment on its
+     * first event (names carried over: ids stay valid). */
+    memset(&t_probe, 0, sizeof(t_probe));
+    uint32_t st = atomic_load_explicit(&g_state, memory_order_relaxed);
+    if (g_seg.h) {
+        munmap(g_seg.base, g_seg.size);
+        memset(&g_seg, 0, sizeof(g_seg));
+    }
+    for (int i = 0; i < g_nretired; i++) munmap(g_retired[i].base, g_retired[i].size);
+    g_nretired = 0;
+    g_dropped_before = 0;
+    g_run_dir_pub[0] = 0;
+    atomic_store_explicit(&g_state, st != 0 && g_run_dir[0] ? PROBE_PENDING : 0,
+                          memory_order_relaxed);
+    pthread_mutex_init(&g_lock, NULL);
+}
+
+/* Only reads the environment: no file is made in a process that never
+ * emits an event, and the hot path keeps a single off check (no "env not
+ * looked at yet" state). */
+__attribute__((constructor)) static void probe_init(void)
+{
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    const char *dir = getenv("TRAINPERF_RUN_DIR");
+    if (!dir || !*dir || strlen(dir) >= sizeof(g_run_dir) - 32) return;
+    memcpy(g_run_dir, dir, strlen(dir) + 1);
+    atomic_store_explicit(&g_state, PROBE_PENDING, memory_order_release);
+}
