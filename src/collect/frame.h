@@ -36,6 +36,7 @@ typedef struct gpu_frame {
     fval throttle_mask;    /* clock-event reasons bit mask (as a double) */
     char throttle[160];    /* decoded words joined by '+', "" when none */
     uint8_t lost;          /* the GPU fell off the bus (NVML error 15) */
+    uint8_t in_use;        /* a process of the watched tree holds a context here */
 } gpu_frame;
 
 typedef struct coll_frame {
