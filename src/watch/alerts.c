@@ -713,7 +713,14 @@ static fval rule_value(const alert_set *s, const alert_rule *r, const coll_frame
     *gi = -1;
     if (m->kind == MK_HOST) return m->host(f, s);
     fval best = nofv();
+    /* When the collector knows which GPUs hold a context of the watched tree,
+     * idle neighbours are not "under-used"; otherwise every listed GPU counts.
+     * A lost GPU has lost its contexts too, so gpu.lost looks at all. */
+    int any_in_use = 0;
+    for (int g = 0; g < f->ngpu && g < FRAME_MAX_GPUS; g++) any_in_use |= f->gpu[g].in_use;
+    int all = m->gpu == g_lost;
     for (int g = 0; g < f->ngpu && g < FRAME_MAX_GPUS; g++) {
+        if (any_in_use && !all && !f->gpu[g].in_use) continue;
         fval v = m->gpu(&f->gpu[g], s, g);
         if (!v.ok) continue;
         int better;

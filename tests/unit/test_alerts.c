@@ -189,6 +189,26 @@ TT_TEST(gpu_rule_holds_for_worst_gpu)
     alerts_free(s);
 }
 
+TT_TEST(gpu_rule_ignores_gpus_the_run_does_not_use)
+{
+    alert_set *s = one_rule("gpu.util < 50");
+    TT_ASSERT(s);
+    alert_event ev[8];
+    coll_frame *f = at(0);
+    f->ngpu = 2;
+    f->gpu[0].index = 0;
+    f->gpu[0].in_use = 1;
+    fv_set(&f->gpu[0].util_pct, 99);
+    f->gpu[1].index = 1; /* idle, but nobody of the tree runs there */
+    fv_set(&f->gpu[1].util_pct, 0);
+    TT_EQ_INT(alerts_eval(s, f, ev, 8), 0);
+    f->gpu[1].in_use = 1;
+    f->t = 1;
+    TT_EQ_INT(alerts_eval(s, f, ev, 8), 1);
+    TT_ASSERT(strstr(ev[0].message, "GPU 1") != NULL);
+    alerts_free(s);
+}
+
 TT_TEST(gpu_lost_fires_immediately)
 {
     alert_set *s = NULL;
