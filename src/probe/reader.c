@@ -29,6 +29,9 @@ struct seg_reader {
     double ns_per_tick;    /* refined at each drain (TSC clock) */
     int refine;            /* this machine can read the same TSC */
     seg_proc_info info;
+    /* Last time handed out per ring: a refined TSC rate must not make a
+     * thread's time run backwards across drains. */
+    uint64_t last_ts[SEG_MAX_RINGS];
     char (*names)[SEG_NAME_MAX]; /* copies handed out by seg_reader_name */
 };
 
@@ -85,7 +88,7 @@ int seg_reader_open(seg_reader **out, const char *path)
     *out = NULL;
     /* Read-write: the consumer index (tail) lives in the segment. */
     int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) return err_from_errno(errno);
+    if (fd < 0) return errno == EISDIR ? TPF_EFORMAT : err_from_errno(errno);
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int rc = err_from_errno(errno);
@@ -195,6 +198,8 @@ long seg_reader_drain(seg_reader *r, seg_event_cb cb, void *ctx)
                 continue;
             }
             ev.ts_ns = to_mono(r, rec->ts);
+            if (ev.ts_ns < r->last_ts[i]) ev.ts_ns = r->last_ts[i];
+            r->last_ts[i] = ev.ts_ns;
             ev.name = rec->name;
             ev.tid = tid;
             ev.samples = ev.tokens = 0;
