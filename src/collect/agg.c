@@ -1,0 +1,297 @@
+/* Per-thread step state machines and run aggregates (see agg.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "collect/agg.h"
+#include "trainperf.h"
+
+const char *const agg_phase_names[AGG_NPHASES] = {
+    "data", "forward", "backward", "optimizer", "comm", "eval", "checkpoint",
+};
+
+typedef struct agg_frame_ent {
+    tpf_name name;
+    uint8_t counted;      /* outermost of its phase: its time goes to the step */
+    uint64_t begin_ns;    /* for the trace */
+    uint64_t cut_ns;      /* time before this was already given to a step */
+} agg_frame_ent;
+
+typedef struct agg_thread {
+    pid_t tid;
+    uint8_t in_step;
+    uint64_t step;
+    uint64_t begin_ns, prev_end_ns; /* prev_end_ns 0: no step ended yet */
+    uint64_t pre_data_ns;           /* data time before the first step began */
+    int depth, overflow;
+    agg_frame_ent stack[AGG_MAX_DEPTH];
+    uint32_t phase_open[AGG_NPHASES];
+    uint64_t acc[AGG_NPHASES];      /* phase time since the previous step ended */
+} agg_thread;
+
+struct agg_proc {
+    pid_t pid;
+    int rank, local_rank;
+    agg_thread **threads;
+    int nthreads, cap, last;
+};
+
+int agg_create(agg **out, const agg_sink *sink)
+{
+    agg *a = calloc(1, sizeof(*a));
+    if (!a) return TPF_ENOMEM;
+    if (sink) a->sink = *sink;
+    sketch_init(&a->step_ns);
+    sketch_init(&a->data_ns);
+    *out = a;
+    return 0;
+}
+
+void agg_free(agg *a)
+{
+    if (!a) return;
+    for (int i = 0; i < a->ngroups; i++) free(a->groups[i]);
+    free(a);
+}
+
+int agg_proc_create(agg_proc **out, pid_t pid, int rank, int local_rank)
+{
+    agg_proc *p = calloc(1, sizeof(*p));
+    if (!p) return TPF_ENOMEM;
+    p->pid = pid;
+    p->rank = rank;
+    p->local_rank = local_rank;
+    *out = p;
+    return 0;
+}
+
+void agg_proc_free(agg_proc *p)
+{
+    if (!p) return;
+    for (int i = 0; i < p->nthreads; i++) free(p->threads[i]);
+    free(p->threads);
+    free(p);
+}
+
+/* Drains hand out events thread by thread, so the last hit almost always
+ * matches; a linear search is fine for the rest. */
+static agg_thread *thread_of(agg *a, agg_proc *p, pid_t tid)
+{
+    if (p->last < p->nthreads && p->threads[p->last]->tid == tid) return p->threads[p->last];
+    for (int i = 0; i < p->nthreads; i++)
+        if (p->threads[i]->tid == tid) {
+            p->last = i;
+            return p->threads[i];
+        }
+    if (p->nthreads >= AGG_MAX_THREADS) {
+        a->untracked_threads++;
+        return NULL;
+    }
+    if (p->nthreads == p->cap) {
+        int nc = p->cap ? p->cap * 2 : 8;
+        if (nc > AGG_MAX_THREADS) nc = AGG_MAX_THREADS;
+        agg_thread **nt = realloc(p->threads, (size_t)nc * sizeof(*nt));
+        if (!nt) {
+            a->untracked_threads++;
+            return NULL;
+        }
+        p->threads = nt;
+        p->cap = nc;
+    }
+    agg_thread *t = calloc(1, sizeof(*t));
+    if (!t) {
+        a->untracked_threads++;
+        return NULL;
+    }
+    t->tid = tid;
+    p->last = p->nthreads;
+    p->threads[p->nthreads++] = t;
+    return t;
+}
+
+static agg_group *group_of(agg *a, const agg_proc *p)
+{
+    for (int i = 0; i < a->ngroups; i++) {
+        agg_group *g = a->groups[i];
+        if (p->rank >= 0 ? g->rank == p->rank : (g->rank < 0 && g->pid == p->pid)) return g;
+    }
+    if (a->ngroups >= AGG_MAX_GROUPS) {
+        a->untracked_groups++;
+        return NULL;
+    }
+    agg_group *g = calloc(1, sizeof(*g));
+    if (!g) {
+        a->untracked_groups++;
+        return NULL;
+    }
+    g->rank = p->rank;
+    g->pid = p->pid;
+    sketch_init(&g->step_ns);
+    a->groups[a->ngroups++] = g;
+    return g;
+}
+
+static int phase_index(tpf_name n)
+{
+    return (n >= TPF_PHASE_DATA && n <= TPF_PHASE_CHECKPOINT) ? (int)n - 1 : -1;
+}
+
+static uint64_t span(uint64_t from, uint64_t to) { return to > from ? to - from : 0; }
+
+static void on_push(agg_thread *t, const seg_event *ev)
+{
+    if (t->depth >= AGG_MAX_DEPTH) {
+        t->overflow++; /* keep pops matched */
+        return;
+    }
+    agg_frame_ent *e = &t->stack[t->depth++];
+    e->name = ev->name;
+    e->begin_ns = e->cut_ns = ev->ts_ns;
+    e->counted = 0;
+    int ph = phase_index(ev->name);
+    if (ph >= 0) {
+        /* Nested ranges of the same phase are not counted twice. */
+        e->counted = t->phase_open[ph] == 0;
+        t->phase_open[ph]++;
+    }
+}
+
+static void on_pop(agg *a, agg_proc *p, agg_thread *t, const seg_event *ev)
+{
+    if (t->overflow > 0) {
+        t->overflow--;
+        return;
+    }
+    if (t->depth == 0) {
+        a->unmatched_pops++;
+        return;
+    }
+    agg_frame_ent *e = &t->stack[--t->depth];
+    int ph = phase_index(e->name);
+    if (ph >= 0) {
+        if (e->counted) t->acc[ph] += span(e->cut_ns, ev->ts_ns);
+        t->phase_open[ph]--;
+    }
+    if (a->sink.range) {
+        agg_range r = {p->pid, t->tid, e->name, e->begin_ns, ev->ts_ns, t->depth};
+        if (r.end_ns < r.begin_ns) r.end_ns = r.begin_ns;
+        a->sink.range(a->sink.ctx, &r);
+    }
+}
+
+static void on_step_end(agg *a, agg_proc *p, agg_thread *t, const seg_event *ev)
+{
+    uint64_t end = ev->ts_ns;
+    if (!t->in_step) {
+        /* An end without a begin: the step ran since the previous end. */
+        t->begin_ns = t->prev_end_ns ? t->prev_end_ns : end;
+        if (!t->prev_end_ns) t->pre_data_ns = t->acc[0];
+    }
+    /* Ranges still open give the time so far to this step. */
+    for (int i = 0; i < t->depth; i++) {
+        agg_frame_ent *e = &t->stack[i];
+        int ph = phase_index(e->name);
+        if (ph >= 0 && e->counted) {
+            t->acc[ph] += span(e->cut_ns, end);
+            e->cut_ns = end;
+        }
+    }
+    agg_step s;
+    memset(&s, 0, sizeof(s));
+    s.rank = p->rank;
+    s.local_rank = p->local_rank;
+    s.pid = p->pid;
+    s.tid = t->tid;
+    s.step = t->step;
+    s.begin_ns = t->begin_ns;
+    s.end_ns = end;
+    s.duration_ns = span(t->begin_ns, end);
+    s.interval_ns = t->prev_end_ns ? span(t->prev_end_ns, end) : s.duration_ns + t->pre_data_ns;
+    uint64_t phases = 0;
+    for (int i = 0; i < AGG_NPHASES; i++) {
+        s.phase_ns[i] = t->acc[i];
+        phases += t->acc[i];
+    }
+    s.other_ns = s.interval_ns > phases ? s.interval_ns - phases : 0;
+    s.samples = ev->samples;
+    s.tokens = ev->tokens;
+
+    memset(t->acc, 0, sizeof(t->acc));
+    t->prev_end_ns = end;
+    t->in_step = 0;
+    t->step++;
+
+    a->count++;
+    a->interval_ns += s.interval_ns;
+    a->interval_sq_ms += ((double)s.interval_ns / 1e6) * ((double)s.interval_ns / 1e6);
+    a->duration_ns += s.duration_ns;
+    a->other_ns += s.other_ns;
+    a->samples += s.samples;
+    a->tokens += s.tokens;
+    for (int i = 0; i < AGG_NPHASES; i++) a->phase_ns[i] += s.phase_ns[i];
+    if (!a->first_end_ns || end < a->first_end_ns) a->first_end_ns = end;
+    if (end > a->last_end_ns) a->last_end_ns = end;
+    sketch_add(&a->step_ns, (double)s.interval_ns);
+    sketch_add(&a->data_ns, (double)s.phase_ns[0]);
+    agg_group *g = group_of(a, p);
+    if (g) {
+        g->count++;
+        g->interval_ns += s.interval_ns;
+        g->samples += s.samples;
+        g->tokens += s.tokens;
+        sketch_add(&g->step_ns, (double)s.interval_ns);
+    }
+    a->live_count++;
+    a->live_interval_ns += s.interval_ns;
+    a->live_data_ns += s.phase_ns[0];
+    a->live_samples += s.samples;
+    a->live_tokens += s.tokens;
+    if (a->sink.step) a->sink.step(a->sink.ctx, &s);
+}
+
+void agg_event(agg *a, agg_proc *p, const seg_event *ev)
+{
+    if (ev->kind == SEG_EV_COUNTER) {
+        if (a->sink.counter) a->sink.counter(a->sink.ctx, p->pid, ev->tid, ev->name, ev->ts_ns, ev->value);
+        return;
+    }
+    if (ev->kind == SEG_EV_MARK) {
+        if (a->sink.mark) a->sink.mark(a->sink.ctx, p->pid, ev->tid, ev->name, ev->ts_ns);
+        return;
+    }
+    agg_thread *t = thread_of(a, p, ev->tid);
+    if (!t) return;
+    switch (ev->kind) {
+    case SEG_EV_STEP_BEGIN:
+        /* A second begin restarts the step; phase time so far is kept. */
+        if (!t->prev_end_ns && !t->in_step) t->pre_data_ns = t->acc[0];
+        t->in_step = 1;
+        t->begin_ns = ev->ts_ns;
+        break;
+    case SEG_EV_STEP_END: on_step_end(a, p, t, ev); break;
+    case SEG_EV_PUSH: on_push(t, ev); break;
+    case SEG_EV_POP: on_pop(a, p, t, ev); break;
+    default: break;
+    }
+}
+
+void agg_live(agg *a, coll_frame *f, double dt, uint64_t now_ns)
+{
+    fv_set(&f->steps, (double)a->count);
+    /* Rates are per rank (a DDP step is one step of every rank). */
+    double ng = a->ngroups > 0 ? a->ngroups : 1;
+    if (dt > 0) {
+        fv_set(&f->step_rate, (double)a->live_count / dt / ng);
+        fv_set(&f->sample_rate, (double)a->live_samples / dt);
+        fv_set(&f->token_rate, (double)a->live_tokens / dt);
+    }
+    if (a->live_interval_ns > 0)
+        fv_set(&f->data_wait_pct, 100.0 * (double)a->live_data_ns / (double)a->live_interval_ns);
+    if (a->live_count > 0)
+        fv_set(&f->step_time_ms, (double)a->live_interval_ns / (double)a->live_count / 1e6);
+    if (a->count > 0) {
+        fv_set(&f->step_time_median_ms, sketch_quantile(&a->step_ns, 0.5) / 1e6);
+        fv_set(&f->since_last_step_s, (double)span(a->last_end_ns, now_ns) / 1e9);
+    }
+    a->live_count = a->live_interval_ns = a->live_data_ns = 0;
+    a->live_samples = a->live_tokens = 0;
+}

@@ -1,0 +1,824 @@
+/* The collector thread (see collector.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "collect/agg.h"
+#include "collect/collector.h"
+#include "collect/nvml.h"
+#include "collect/procfs.h"
+#include "probe/reader.h"
+#include "record/metrics.h"
+#include "record/trace.h"
+#include "record/writers.h"
+#include "trainperf.h"
+#include "util/err.h"
+
+/* The sources, in sampling order: procfs first, so tree_pids is set when
+ * nvml looks for the tree's GPU processes. */
+static const src_ops *const coll_sources[] = {&procfs_source, &nvml_source};
+#define COLL_NSOURCES (int)(sizeof(coll_sources) / sizeof(coll_sources[0]))
+
+#define COLL_MAX_SEGS 65536      /* segment files remembered over a run */
+#define COLL_SCAN_NS 100000000ull /* look for new segments, dead producers */
+#define COLL_PEND_MAX 4096       /* steps sorted by end time per drain */
+#define COLL_OUT_FLUSH (256u << 10)
+#define COLL_OUT_MAX (16u << 20)
+#define COLL_MAX_ACTIVE 32
+#define COLL_OPEN_RETRIES 100    /* a segment still initialising */
+
+enum { SEG_OPEN = 0, SEG_CLOSED = 1, SEG_BAD = 2, SEG_WAIT = 3 };
+
+typedef struct coll_seg {
+    char file[64];
+    ino_t ino;
+    int state;
+    int retries;
+    seg_reader *r;
+    agg_proc *p;
+    pid_t pid;
+} coll_seg;
+
+/* A streamed file: lines gather in b and go out at each flush. */
+typedef struct coll_out {
+    const char *name;
+    int fd;
+    buf b;
+    int err;
+} coll_out;
+
+typedef struct coll_src {
+    const src_ops *ops;
+    void *state;
+    int on;
+} coll_src;
+
+struct coll {
+    coll_opts o;
+    char run_dir[PATH_MAX];
+    src_ctx ctx;
+    coll_src src[REC_MAX_SOURCES];
+    rec_source status[REC_MAX_SOURCES];
+    int nsrc;
+
+    agg *agg;
+    rec_res res;
+    rec_trace trace;
+    coll_out metrics, procs, steps, alerts;
+    int ncpu_cols, ngpu_cols, header_done;
+
+    coll_seg *segs;
+    int nsegs, capsegs;
+    coll_seg *cur;               /* the segment being drained */
+    agg_step *pend;
+    int npend;
+    uint64_t dropped_closed;     /* probe drops of closed segments */
+
+    coll_frame frame;            /* the collector thread's working frame */
+    uint64_t last_sample_ns, next_sample_ns, last_scan_ns;
+    int nsamples;
+
+    alert_event aev[16];
+    const char *active[COLL_MAX_ACTIVE];
+    int nactive;
+    rec_alert_note notes[REC_MAX_ALERTS];
+    int nnotes, nalert_rules;
+    const char **alert_rules;
+
+    /* shared with other threads */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, running, finished;
+    coll_frame last;
+    int have_last;
+    char active_text[COLL_ALERTS_TEXT];
+    pthread_t th;
+
+    int first_err;
+    char err_text[200];
+
+    /* run.json */
+    char **own_argv;
+    char host[256], kernel[256], cwd[PATH_MAX];
+    int cpus;
+    double mem_total;
+    int ngpu0;
+    gpu_frame gpu0[FRAME_MAX_GPUS];
+    rec_exit exit;
+    double end_unix_s, duration_s;
+    int ended;
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static double unix_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void note_err(coll *c, const char *what, int err)
+{
+    if (c->first_err) return;
+    c->first_err = err ? err : TPF_EIO;
+    snprintf(c->err_text, sizeof(c->err_text), "%s: %s", what, tpf_strerror(c->first_err));
+}
+
+/* ---- streamed files ---- */
+
+static int out_open(coll *c, coll_out *o, const char *name)
+{
+    char path[PATH_MAX + 32];
+    o->name = name;
+    o->err = 0;
+    buf_init(&o->b, COLL_OUT_MAX);
+    snprintf(path, sizeof(path), "%s/%s", c->run_dir, name);
+    o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (o->fd < 0) return err_from_errno(errno);
+    return 0;
+}
+
+static void out_flush(coll *c, coll_out *o)
+{
+    if (o->b.err && !o->err) {
+        o->err = o->b.err;
+        note_err(c, o->name, o->err);
+    }
+    if (o->fd >= 0 && o->b.len) {
+        const char *p = o->b.data;
+        size_t n = o->b.len;
+        while (n > 0) {
+            ssize_t w = write(o->fd, p, n);
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) {
+                /* Disk full and the like: these lines are lost, the run goes on. */
+                if (!o->err) o->err = err_from_errno(errno);
+                note_err(c, o->name, o->err);
+                break;
+            }
+            p += w;
+            n -= (size_t)w;
+        }
+    }
+    buf_reset(&o->b);
+}
+
+static void out_close(coll *c, coll_out *o)
+{
+    out_flush(c, o);
+    if (o->fd >= 0) close(o->fd);
+    o->fd = -1;
+    buf_free(&o->b);
+}
+
+/* ---- segments ---- */
+
+static int cmp_step(const void *a, const void *b)
+{
+    const agg_step *x = a, *y = b;
+    if (x->end_ns != y->end_ns) return x->end_ns < y->end_ns ? -1 : 1;
+    if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+    return (x->tid > y->tid) - (x->tid < y->tid);
+}
+
+/* Steps of one drain round go out in order of end time across threads. */
+static void pend_flush(coll *c)
+{
+    if (c->npend == 0) return;
+    qsort(c->pend, (size_t)c->npend, sizeof(agg_step), cmp_step);
+    for (int i = 0; i < c->npend; i++) rec_steps_row(&c->steps.b, &c->pend[i], c->o.start_mono_ns);
+    c->npend = 0;
+    if (c->steps.b.len >= COLL_OUT_FLUSH) out_flush(c, &c->steps);
+}
+
+static void sink_step(void *ctx, const agg_step *s)
+{
+    coll *c = ctx;
+    if (c->npend == COLL_PEND_MAX) pend_flush(c);
+    c->pend[c->npend++] = *s;
+    rec_trace_step(&c->trace, s);
+}
+
+static const char *cur_name(coll *c, tpf_name n)
+{
+    return c->cur && c->cur->r ? seg_reader_name(c->cur->r, n) : NULL;
+}
+
+static void sink_range(void *ctx, const agg_range *r)
+{
+    coll *c = ctx;
+    rec_trace_range(&c->trace, r, cur_name(c, r->name));
+}
+
+static void sink_counter(void *ctx, pid_t pid, pid_t tid, tpf_name name, uint64_t ts, double v)
+{
+    coll *c = ctx;
+    rec_trace_counter(&c->trace, pid, cur_name(c, name), ts, v);
+}
+
+static void sink_mark(void *ctx, pid_t pid, pid_t tid, tpf_name name, uint64_t ts)
+{
+    coll *c = ctx;
+    rec_trace_mark(&c->trace, pid, tid, cur_name(c, name), ts);
+}
+
+static void on_event(void *ctx, const seg_event *ev)
+{
+    coll *c = ctx;
+    agg_event(c->agg, c->cur->p, ev);
+}
+
+static void seg_drain(coll *c, coll_seg *s)
+{
+    if (s->state != SEG_OPEN) return;
+    c->cur = s;
+    seg_reader_drain(s->r, on_event, c);
+    c->cur = NULL;
+}
+
+static void seg_close(coll *c, coll_seg *s)
+{
+    if (s->state != SEG_OPEN) return;
+    seg_drain(c, s);
+    c->dropped_closed += seg_reader_dropped(s->r);
+    seg_reader_close(s->r);
+    agg_proc_free(s->p);
+    s->r = NULL;
+    s->p = NULL;
+    s->state = SEG_CLOSED;
+}
+
+static coll_seg *seg_slot(coll *c, const char *file, ino_t ino)
+{
+    for (int i = 0; i < c->nsegs; i++) {
+        coll_seg *s = &c->segs[i];
+        if (strcmp(s->file, file) != 0) continue;
+        if (s->ino == ino) return s;
+        /* Same name, new file: the pid was reused by a new producer. */
+        if (s->state == SEG_OPEN) seg_close(c, s);
+        memset(s, 0, sizeof(*s));
+        s->state = SEG_WAIT;
+        snprintf(s->file, sizeof(s->file), "%s", file);
+        s->ino = ino;
+        return s;
+    }
+    if (c->nsegs == c->capsegs) {
+        if (c->capsegs >= COLL_MAX_SEGS) return NULL;
+        int nc = c->capsegs ? c->capsegs * 2 : 16;
+        coll_seg *ns = realloc(c->segs, (size_t)nc * sizeof(*ns));
+        if (!ns) return NULL;
+        c->segs = ns;
+        c->capsegs = nc;
+    }
+    coll_seg *s = &c->segs[c->nsegs++];
+    memset(s, 0, sizeof(*s));
+    s->state = SEG_WAIT;
+    snprintf(s->file, sizeof(s->file), "%s", file);
+    s->ino = ino;
+    return s;
+}
+
+static void seg_try_open(coll *c, coll_seg *s)
+{
+    char path[PATH_MAX + 80];
+    snprintf(path, sizeof(path), "%s/live/%s", c->run_dir, s->file);
+    seg_reader *r = NULL;
+    int rc = seg_reader_open(&r, path);
+    if (rc == TPF_ESTATE) {
+        /* The producer is still setting the segment up: next scan. */
+        if (++s->retries > COLL_OPEN_RETRIES) s->state = SEG_BAD;
+        return;
+    }
+    if (rc < 0) {
+        s->state = SEG_BAD;
+        return;
+    }
+    const seg_proc_info *pi = seg_reader_info(r);
+    if (agg_proc_create(&s->p, pi->pid, pi->rank, pi->local_rank) < 0) {
+        seg_reader_close(r);
+        return; /* out of memory: try again at the next scan */
+    }
+    s->r = r;
+    s->pid = pi->pid;
+    s->state = SEG_OPEN;
+    rec_trace_process(&c->trace, pi->pid, pi->rank);
+}
+
+static void seg_scan(coll *c)
+{
+    char live[PATH_MAX + 8];
+    snprintf(live, sizeof(live), "%s/live", c->run_dir);
+    DIR *d = opendir(live);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t n = strlen(de->d_name);
+        if (n < 9 || n >= 64 || strncmp(de->d_name, "seg-", 4) != 0 ||
+            strcmp(de->d_name + n - 4, ".tpf") != 0)
+            continue;
+        coll_seg *s = seg_slot(c, de->d_name, de->d_ino);
+        if (s && s->state == SEG_WAIT) seg_try_open(c, s);
+    }
+    closedir(d);
+}
+
+/* dead: the producers that have exited get a last drain and are closed, so
+ * a month of DataLoader workers does not pile up mappings. */
+static void drain_all(coll *c, int check_dead)
+{
+    for (int i = 0; i < c->nsegs; i++) {
+        coll_seg *s = &c->segs[i];
+        if (s->state != SEG_OPEN) continue;
+        int dead = check_dead && s->pid > 0 && kill(s->pid, 0) != 0 && errno == ESRCH;
+        if (dead)
+            seg_close(c, s);
+        else
+            seg_drain(c, s);
+    }
+    pend_flush(c);
+}
+
+static uint64_t dropped_now(const coll *c)
+{
+    uint64_t d = c->dropped_closed;
+    for (int i = 0; i < c->nsegs; i++)
+        if (c->segs[i].state == SEG_OPEN) d += seg_reader_dropped(c->segs[i].r);
+    return d;
+}
+
+/* ---- sampling ---- */
+
+static void active_update(coll *c, const alert_event *e)
+{
+    int i;
+    for (i = 0; i < c->nactive; i++)
+        if (strcmp(c->active[i], e->rule) == 0) break;
+    if (e->fired && i == c->nactive && c->nactive < COLL_MAX_ACTIVE) c->active[c->nactive++] = e->rule;
+    if (!e->fired && i < c->nactive) c->active[i] = c->active[--c->nactive];
+}
+
+static void check_alerts(coll *c, const coll_frame *f)
+{
+    if (!c->o.alerts) return;
+    int n = alerts_eval(c->o.alerts, f, c->aev, (int)(sizeof(c->aev) / sizeof(c->aev[0])));
+    for (int i = 0; i < n; i++) {
+        const alert_event *e = &c->aev[i];
+        rec_alert_line(&c->alerts.b, e);
+        rec_trace_alert(&c->trace, e);
+        active_update(c, e);
+        if (e->fired && c->nnotes < REC_MAX_ALERTS) {
+            rec_alert_note *nt = &c->notes[c->nnotes++];
+            snprintf(nt->rule, sizeof(nt->rule), "%s", e->rule ? e->rule : "");
+            nt->t = e->t;
+            snprintf(nt->message, sizeof(nt->message), "%s", e->message);
+        }
+    }
+    if (n > 0) out_flush(c, &c->alerts);
+}
+
+static void write_procs(coll *c, const coll_frame *f)
+{
+    for (int i = 0; i < c->nsrc; i++) {
+        if (!c->src[i].on || c->src[i].ops != &procfs_source) continue;
+        const procfs_proc *pp = NULL;
+        int n = procfs_procs(c->src[i].state, &pp);
+        fval unknown = {0, 0};
+        for (int k = 0; k < n; k++) rec_procs_row(&c->procs.b, f->t, &pp[k], unknown);
+    }
+}
+
+static void take_sample(coll *c, uint64_t now)
+{
+    coll_frame *f = &c->frame;
+    memset(f, 0, sizeof(*f));
+    f->mono_ns = now;
+    f->t = ((double)now - (double)c->o.start_mono_ns) / 1e9;
+    f->dt = c->nsamples ? (double)(now - c->last_sample_ns) / 1e9 : 0;
+    for (int i = 0; i < c->nsrc; i++) {
+        coll_src *s = &c->src[i];
+        if (!s->on) continue;
+        int rc = s->ops->sample(s->state, &c->ctx, f);
+        if (rc < 0) {
+            const char *why = s->ops->last_error ? s->ops->last_error(s->state) : NULL;
+            snprintf(c->status[i].status, sizeof(c->status[i].status), "stopped: %s",
+                     why && *why ? why : tpf_strerror(rc));
+            s->ops->close(s->state);
+            s->state = NULL;
+            s->on = 0;
+        }
+    }
+    agg_live(c->agg, f, f->dt, now);
+    if (!c->header_done) {
+        /* The first sample fixes the per-core and per-GPU columns. */
+        c->ncpu_cols = f->ncpu < FRAME_MAX_CPUS ? f->ncpu : FRAME_MAX_CPUS;
+        c->ngpu_cols = f->ngpu < FRAME_MAX_GPUS ? f->ngpu : FRAME_MAX_GPUS;
+        c->ngpu0 = c->ngpu_cols;
+        memcpy(c->gpu0, f->gpu, sizeof(gpu_frame) * (size_t)c->ngpu0);
+        rec_metrics_header(&c->metrics.b, c->ncpu_cols, c->ngpu_cols);
+        c->header_done = 1;
+    }
+    rec_metrics_row(&c->metrics.b, f, c->ncpu_cols, c->ngpu_cols);
+    write_procs(c, f);
+    rec_trace_frame(&c->trace, f);
+    rec_res_add(&c->res, f);
+    check_alerts(c, f);
+    c->last_sample_ns = now;
+    c->nsamples++;
+
+    pthread_mutex_lock(&c->mu);
+    memcpy(&c->last, f, sizeof(*f));
+    c->last.tree_pids = NULL; /* valid during the sample only */
+    c->have_last = 1;
+    size_t off = 0;
+    c->active_text[0] = 0;
+    for (int i = 0; i < c->nactive && off + 1 < sizeof(c->active_text); i++) {
+        int w = snprintf(c->active_text + off, sizeof(c->active_text) - off, "%s%s",
+                         i ? ", " : "", c->active[i]);
+        if (w < 0) break;
+        off += (size_t)w;
+    }
+    pthread_mutex_unlock(&c->mu);
+
+    out_flush(c, &c->metrics);
+    out_flush(c, &c->procs);
+    out_flush(c, &c->steps);
+    if (rec_trace_flush(&c->trace) && !c->first_err) note_err(c, "trace.json", c->trace.err);
+}
+
+/* ---- run.json ---- */
+
+static void read_cmdline(coll *c)
+{
+    /* Embedded mode has no argv from the caller: take this process's own. */
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char tmp[8192];
+    ssize_t n = read(fd, tmp, sizeof(tmp) - 1);
+    close(fd);
+    if (n <= 0) return;
+    tmp[n] = 0;
+    int argc = 0;
+    for (ssize_t i = 0; i < n; i++)
+        if (tmp[i] == 0) argc++;
+    if (tmp[n - 1] != 0) argc++;
+    char **v = calloc((size_t)argc + 1, sizeof(char *));
+    if (!v) return;
+    int k = 0;
+    for (ssize_t i = 0; i < n && k < argc; k++) {
+        v[k] = strdup(tmp + i);
+        if (!v[k]) break;
+        i += (ssize_t)strlen(tmp + i) + 1;
+    }
+    c->own_argv = v;
+}
+
+static void write_run_json(coll *c)
+{
+    rec_runinfo ri;
+    memset(&ri, 0, sizeof(ri));
+    ri.mode = c->o.mode ? c->o.mode : "run";
+    ri.argv = c->o.argv ? c->o.argv : c->own_argv;
+    ri.cwd = c->cwd;
+    ri.host = c->host;
+    ri.kernel = c->kernel;
+    ri.cpus = c->cpus;
+    ri.mem_total_bytes = c->mem_total;
+    ri.start_unix_s = c->o.start_unix_s;
+    ri.start_mono_ns = c->o.start_mono_ns;
+    ri.ended = c->ended;
+    ri.end_unix_s = c->end_unix_s;
+    ri.duration_s = c->duration_s;
+    ri.interval_s = c->o.interval_s;
+    ri.root_pid = c->o.root_pid;
+    ri.exit = c->exit;
+    ri.ngpu = c->ngpu0;
+    ri.gpus = c->gpu0;
+    ri.nsources = c->nsrc;
+    ri.sources = c->status;
+    ri.auto_hook = c->o.auto_hook;
+    ri.nalerts = c->nalert_rules;
+    ri.alert_rules = c->alert_rules;
+    buf b;
+    buf_init(&b, 1u << 20);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/run.json", c->run_dir);
+    int rc = rec_run_json(&b, &ri);
+    if (rc == 0) rc = rec_write_atomic(path, &b);
+    if (rc) note_err(c, "run.json", rc);
+    buf_free(&b);
+}
+
+/* ---- life cycle ---- */
+
+static void init_sources(coll *c)
+{
+    for (int i = 0; i < COLL_NSOURCES && i < REC_MAX_SOURCES; i++) {
+        const src_ops *ops = coll_sources[i];
+        coll_src *s = &c->src[c->nsrc];
+        rec_source *st = &c->status[c->nsrc];
+        c->nsrc++;
+        s->ops = ops;
+        st->name = ops->name;
+        int off = (ops == &procfs_source && (c->o.flags & TPF_START_NO_PROCFS)) ||
+                  (ops == &nvml_source && (c->o.flags & TPF_START_NO_GPU));
+        if (off) {
+            snprintf(st->status, sizeof(st->status), "disabled");
+            continue;
+        }
+        void *state = NULL;
+        int rc = ops->init(&state, &c->ctx);
+        if (rc < 0) {
+            const char *why = state && ops->last_error ? ops->last_error(state) : NULL;
+            snprintf(st->status, sizeof(st->status), "%s", why && *why ? why : tpf_strerror(rc));
+            if (state) ops->close(state);
+            continue;
+        }
+        s->state = state;
+        s->on = 1;
+        snprintf(st->status, sizeof(st->status), "ok");
+    }
+}
+
+int coll_create(coll **out, const coll_opts *o)
+{
+    if (!out || !o || !o->run_dir || !*o->run_dir || strlen(o->run_dir) >= PATH_MAX - 64)
+        return TPF_EINVAL;
+    coll *c = calloc(1, sizeof(*c));
+    if (!c) return TPF_ENOMEM;
+    c->o = *o;
+    if (c->o.interval_s <= 0) c->o.interval_s = 1.0;
+    if (c->o.drain_s <= 0) c->o.drain_s = 0.025;
+    if (!c->o.start_mono_ns) c->o.start_mono_ns = mono_ns();
+    if (c->o.start_unix_s <= 0) c->o.start_unix_s = unix_now();
+    snprintf(c->run_dir, sizeof(c->run_dir), "%s", o->run_dir);
+    c->o.run_dir = c->run_dir;
+    c->ctx.root_pid = o->root_pid;
+    c->ctx.run_dir = c->run_dir;
+    c->ctx.interval_s = c->o.interval_s;
+    c->ctx.flags = o->flags;
+    c->metrics.fd = c->procs.fd = c->steps.fd = c->alerts.fd = -1;
+    c->trace.fd = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    rec_res_init(&c->res);
+
+    agg_sink sink = {c, sink_step, sink_range, sink_counter, sink_mark};
+    int rc = agg_create(&c->agg, &sink);
+    c->pend = calloc(COLL_PEND_MAX, sizeof(agg_step));
+    if (rc == 0 && !c->pend) rc = TPF_ENOMEM;
+    if (rc == 0) rc = out_open(c, &c->metrics, "metrics.csv");
+    if (rc == 0) rc = out_open(c, &c->procs, "procs.csv");
+    if (rc == 0) rc = out_open(c, &c->steps, "steps.csv");
+    if (rc == 0) rc = out_open(c, &c->alerts, "alerts.jsonl");
+    if (rc == 0) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof(path), "%s/trace.json", c->run_dir);
+        rc = rec_trace_open(&c->trace, path, c->o.start_mono_ns, 0);
+    }
+    if (rc) {
+        coll_free(c);
+        return rc;
+    }
+    rec_procs_header(&c->procs.b);
+    rec_steps_header(&c->steps.b);
+    rec_trace_process(&c->trace, 0, -1);
+
+    struct utsname u;
+    if (uname(&u) == 0) {
+        snprintf(c->host, sizeof(c->host), "%s", u.nodename);
+        snprintf(c->kernel, sizeof(c->kernel), "%s", u.release);
+    }
+    if (!getcwd(c->cwd, sizeof(c->cwd))) c->cwd[0] = 0;
+    long np = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES),
+         psz = sysconf(_SC_PAGESIZE);
+    c->cpus = np > 0 ? (int)np : 0;
+    c->mem_total = pages > 0 && psz > 0 ? (double)pages * (double)psz : NAN;
+    if (!c->o.argv) read_cmdline(c);
+    if (c->o.alerts) {
+        int n = 0;
+        while (alerts_rule_text(c->o.alerts, n)) n++;
+        c->alert_rules = calloc((size_t)n + 1, sizeof(char *));
+        if (c->alert_rules) {
+            for (int i = 0; i < n; i++) c->alert_rules[i] = alerts_rule_text(c->o.alerts, i);
+            c->nalert_rules = n;
+        }
+    }
+    init_sources(c);
+    *out = c;
+    return 0;
+}
+
+static void *coll_main(void *arg)
+{
+    coll *c = arg;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        pthread_mutex_unlock(&c->mu);
+        uint64_t now = mono_ns();
+        int scan = now - c->last_scan_ns >= COLL_SCAN_NS;
+        if (scan) {
+            seg_scan(c);
+            c->last_scan_ns = now;
+        }
+        drain_all(c, scan);
+        if (now >= c->next_sample_ns) {
+            take_sample(c, now);
+            uint64_t iv = (uint64_t)(c->o.interval_s * 1e9);
+            c->next_sample_ns += iv;
+            /* Late (suspended, overloaded): skip ahead, never burst. */
+            if (c->next_sample_ns <= now) c->next_sample_ns = now + iv;
+        }
+        uint64_t wake = now + (uint64_t)(c->o.drain_s * 1e9);
+        if (wake > c->next_sample_ns) wake = c->next_sample_ns;
+        struct timespec ts = {(time_t)(wake / 1000000000ull), (long)(wake % 1000000000ull)};
+        pthread_mutex_lock(&c->mu);
+        while (!c->stop && pthread_cond_timedwait(&c->cv, &c->mu, &ts) == EINTR) {
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+int coll_start(coll *c)
+{
+    if (!c || c->running || c->finished) return TPF_ESTATE;
+    uint64_t now = mono_ns();
+    seg_scan(c);
+    c->last_scan_ns = now;
+    drain_all(c, 0);
+    take_sample(c, now);
+    c->next_sample_ns = now + (uint64_t)(c->o.interval_s * 1e9);
+    write_run_json(c);
+    sigset_t all, old;
+    /* The thread takes no signals: the CLI handles them on its main thread. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&c->th, NULL, coll_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) return err_from_errno(rc);
+    c->running = 1;
+    return 0;
+}
+
+int coll_finish(coll *c, const rec_exit *ex)
+{
+    if (!c || c->finished) return TPF_ESTATE;
+    if (c->running) {
+        pthread_mutex_lock(&c->mu);
+        c->stop = 1;
+        pthread_cond_signal(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->th, NULL);
+        c->running = 0;
+    }
+    c->finished = 1;
+    /* Everything published before the producers ended is drained now. */
+    seg_scan(c);
+    drain_all(c, 0);
+    uint64_t dropped = dropped_now(c);
+    for (int i = 0; i < c->nsegs; i++) seg_close(c, &c->segs[i]);
+    pend_flush(c);
+    uint64_t now = mono_ns();
+    take_sample(c, now);
+    c->end_unix_s = unix_now();
+    c->duration_s = ((double)now - (double)c->o.start_mono_ns) / 1e9;
+    c->ended = 1;
+    if (ex) c->exit = *ex;
+
+    out_close(c, &c->metrics);
+    out_close(c, &c->procs);
+    out_close(c, &c->steps);
+    out_close(c, &c->alerts);
+    if (rec_trace_close(&c->trace)) note_err(c, "trace.json", c->trace.err);
+
+    rec_summary s;
+    memset(&s, 0, sizeof(s));
+    s.duration_s = c->duration_s;
+    s.exit = c->exit;
+    s.start_mono_ns = c->o.start_mono_ns;
+    s.agg = c->agg;
+    s.events_dropped = dropped;
+    s.res = &c->res;
+    s.nalerts = c->nnotes;
+    s.alerts = c->notes;
+    s.trace_written = c->trace.written;
+    s.trace_dropped = c->trace.dropped;
+    s.nsources = c->nsrc;
+    s.sources = c->status;
+    buf b;
+    buf_init(&b, 4u << 20);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/summary.json", c->run_dir);
+    int rc = rec_summary_json(&b, &s);
+    if (rc == 0) rc = rec_write_atomic(path, &b);
+    if (rc) note_err(c, "summary.json", rc);
+    buf_free(&b);
+    write_run_json(c);
+    c->dropped_closed = dropped; /* for coll_get_summary */
+    return c->first_err;
+}
+
+int coll_status(coll *c, coll_frame *f, char alerts[COLL_ALERTS_TEXT])
+{
+    pthread_mutex_lock(&c->mu);
+    int ok = c->have_last;
+    if (ok) {
+        memcpy(f, &c->last, sizeof(*f));
+        if (alerts) memcpy(alerts, c->active_text, COLL_ALERTS_TEXT);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return ok ? 0 : TPF_ESTATE;
+}
+
+static double stat_mean(const rec_stat *s) { return s->n ? s->sum / (double)s->n : NAN; }
+
+void coll_get_summary(const coll *c, coll_summary *out)
+{
+    memset(out, 0, sizeof(*out));
+    const agg *a = c->agg;
+    out->duration_s = c->duration_s;
+    out->steps = a->count;
+    double sps = 0, smp = 0, tok = 0;
+    int ng = 0;
+    for (int i = 0; i < a->ngroups; i++) {
+        const agg_group *g = a->groups[i];
+        if (!g->count || !g->interval_ns) continue;
+        double secs = (double)g->interval_ns / 1e9;
+        sps += (double)g->count / secs;
+        smp += (double)g->samples / secs;
+        tok += (double)g->tokens / secs;
+        ng++;
+    }
+    out->steps_per_s = ng ? sps / ng : NAN;
+    out->samples_per_s = ng && a->samples ? smp : NAN;
+    out->tokens_per_s = ng && a->tokens ? tok : NAN;
+    out->step_p50_ms = sketch_quantile(&a->step_ns, 0.5) / 1e6;
+    out->step_p95_ms = sketch_quantile(&a->step_ns, 0.95) / 1e6;
+    out->data_share = a->interval_ns ? (double)a->phase_ns[0] / (double)a->interval_ns : NAN;
+    out->data_p95_ms = sketch_quantile(&a->data_ns, 0.95) / 1e6;
+    const metric_def *m = metric_find("tree_cpu_pct");
+    out->tree_cpu_mean_pct = m ? stat_mean(&c->res.m[m - metric_table]) : NAN;
+    m = metric_find("tree_rss_bytes");
+    const rec_stat *rs = m ? &c->res.m[m - metric_table] : NULL;
+    out->tree_rss_max_bytes = rs && rs->n ? rs->max : NAN;
+    out->ngpu = c->res.ngpu;
+    for (int g = 0; g < c->res.ngpu; g++) {
+        const rec_gpu_res *gr = &c->res.gpu[g];
+        out->gpu_util_mean_pct[g] = stat_mean(&gr->util);
+        out->gpu_mem_max_bytes[g] = gr->mem_used.n ? gr->mem_used.max : NAN;
+        out->gpu_mem_total_bytes[g] = gr->mem_total;
+    }
+    out->events_dropped = c->dropped_closed;
+    out->trace_dropped = c->trace.dropped;
+    out->nalerts = c->nnotes;
+    snprintf(out->io_error, sizeof(out->io_error), "%s", c->err_text);
+    out->nsources = c->nsrc;
+    memcpy(out->sources, c->status, sizeof(out->sources));
+}
+
+void coll_free(coll *c)
+{
+    if (!c) return;
+    if (c->running) coll_finish(c, NULL);
+    for (int i = 0; i < c->nsegs; i++) seg_close(c, &c->segs[i]);
+    free(c->segs);
+    for (int i = 0; i < c->nsrc; i++)
+        if (c->src[i].on) c->src[i].ops->close(c->src[i].state);
+    if (c->metrics.fd >= 0 || c->metrics.b.data) out_close(c, &c->metrics);
+    if (c->procs.fd >= 0 || c->procs.b.data) out_close(c, &c->procs);
+    if (c->steps.fd >= 0 || c->steps.b.data) out_close(c, &c->steps);
+    if (c->alerts.fd >= 0 || c->alerts.b.data) out_close(c, &c->alerts);
+    if (c->trace.fd >= 0) rec_trace_close(&c->trace);
+    agg_free(c->agg);
+    free(c->pend);
+    if (c->own_argv) {
+        for (int i = 0; c->own_argv[i]; i++) free(c->own_argv[i]);
+        free(c->own_argv);
+    }
+    free(c->alert_rules);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}

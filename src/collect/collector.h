@@ -1,0 +1,77 @@
+/* The collector: a thread that drains the probes' segments (every ~25 ms, so
+ * rings never fill), samples the sources every interval, aggregates, checks
+ * alerts and streams the run directory's files (docs/run-format.md).
+ *
+ *   coll_create -> coll_start (first sample, run.json, thread) ->
+ *   coll_status (any thread, while running) -> coll_finish (stop, final
+ *   drain and sample, summary.json, run.json again) -> coll_free.
+ *
+ * Errors writing files (disk full) are recorded and the run goes on: they
+ * never stop the watched program. */
+#ifndef TPF_COLLECT_COLLECTOR_H
+#define TPF_COLLECT_COLLECTOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "collect/frame.h"
+#include "record/writers.h"
+#include "watch/alerts.h"
+
+typedef struct coll_opts {
+    const char *run_dir;     /* exists and is writable (rec_rundir_prepare) */
+    const char *mode;        /* "run" | "embedded" */
+    char *const *argv;       /* the watched command, NULL-terminated; may be NULL */
+    pid_t root_pid;          /* the watched process tree's root */
+    double interval_s;       /* sampling interval; <= 0: 1.0 */
+    double drain_s;          /* segment drain period; <= 0: 0.025 */
+    uint32_t flags;          /* TPF_START_* */
+    int auto_hook;           /* run.json options.auto; -1: not applicable */
+    alert_set *alerts;       /* may be NULL; borrowed, used only by the collector thread */
+    uint64_t start_mono_ns;  /* t = 0 (CLOCK_MONOTONIC); 0: now */
+    double start_unix_s;     /* wall clock at t = 0; 0: now */
+} coll_opts;
+
+typedef struct coll coll;
+
+/* Open the run's files and init the sources. *out freed with coll_free.
+ * Errors: TPF_EINVAL, TPF_ENOMEM, file-system errors creating the files. */
+int coll_create(coll **out, const coll_opts *o);
+/* Take the first sample, write run.json and start the thread. */
+int coll_start(coll *c);
+/* Stop the thread, drain every segment a last time, take a last sample and
+ * write summary.json and run.json (with ex and the duration). Returns 0 or
+ * the first file error of the run (every file is still written as far as
+ * it could be). Call once. */
+int coll_finish(coll *c, const rec_exit *ex);
+void coll_free(coll *c);
+
+#define COLL_ALERTS_TEXT 160
+
+/* The latest sample (copied) and the active alerts' rule names joined by
+ * ", " ("" when none). Thread-safe. Returns 0, or TPF_ESTATE before the
+ * first sample. */
+int coll_status(coll *c, coll_frame *f, char alerts[COLL_ALERTS_TEXT]);
+
+/* End-of-run figures for the CLI (valid after coll_finish). NaN: unknown. */
+typedef struct coll_summary {
+    double duration_s;
+    uint64_t steps;
+    double steps_per_s, samples_per_s, tokens_per_s;
+    double step_p50_ms, step_p95_ms;
+    double data_share, data_p95_ms;
+    double tree_cpu_mean_pct, tree_rss_max_bytes;
+    int ngpu;
+    double gpu_util_mean_pct[FRAME_MAX_GPUS], gpu_mem_max_bytes[FRAME_MAX_GPUS];
+    double gpu_mem_total_bytes[FRAME_MAX_GPUS];
+    uint64_t events_dropped, trace_dropped;
+    int nalerts;
+    char io_error[200];      /* "" or the first file error of the run */
+    int nsources;
+    rec_source sources[REC_MAX_SOURCES];
+} coll_summary;
+
+void coll_get_summary(const coll *c, coll_summary *out);
+
+#endif

@@ -1,0 +1,117 @@
+/* Embedded mode: the collector as a thread of the training process
+ * (tpf_start / tpf_stop in include/trainperf.h). */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "analyze/report.h"
+#include "collect/collector.h"
+#include "probe/reader.h"
+#include "record/rundir.h"
+#include "trainperf.h"
+#include "watch/alerts.h"
+
+/* The report is optional at link time: a build without src/analyze still
+ * writes the run directory. */
+int report_finish_run(const char *run_dir, int color, buf *terminal, char *err, size_t errlen)
+    __attribute__((weak));
+
+static pthread_mutex_t emb_lock = PTHREAD_MUTEX_INITIALIZER;
+static coll *emb_coll;
+static alert_set *emb_alerts;
+static char emb_dir[PATH_MAX];
+
+static void program_label(char *out, size_t n)
+{
+    out[0] = 0;
+    FILE *f = fopen("/proc/self/comm", "re");
+    if (!f) return;
+    if (fgets(out, (int)n, f)) out[strcspn(out, "\n")] = 0;
+    fclose(f);
+}
+
+int tpf_start(const tpf_options *opt)
+{
+    tpf_options o = TPF_OPTIONS_INIT;
+    if (opt) {
+        /* Older, smaller structs are fine: take the fields they have. */
+        if (opt->version < 1 || opt->size < offsetof(tpf_options, flags) + sizeof(uint32_t))
+            return TPF_EINVAL;
+        size_t n = opt->size < sizeof(o) ? opt->size : sizeof(o);
+        memcpy(&o, opt, n);
+    }
+    if (o.run_dir && (!*o.run_dir || strlen(o.run_dir) >= PATH_MAX - 64)) return TPF_EINVAL;
+    pthread_mutex_lock(&emb_lock);
+    int rc = 0;
+    const char *env = getenv("TRAINPERF_RUN_DIR");
+    /* Under `trainperf run` that collector already watches this process. */
+    if (emb_coll || tpf_attached() || (env && *env)) {
+        rc = TPF_EBUSY;
+        goto out;
+    }
+    if (o.run_dir) {
+        snprintf(emb_dir, sizeof(emb_dir), "%s", o.run_dir);
+        rc = rec_rundir_prepare(emb_dir);
+    } else {
+        char label[32];
+        program_label(label, sizeof(label));
+        rc = rec_rundir_create("trainperf-runs", label, emb_dir, sizeof(emb_dir));
+    }
+    if (rc) goto out;
+    rc = probe_attach(emb_dir);
+    if (rc) goto out;
+    if (alerts_create(&emb_alerts, 1) < 0) emb_alerts = NULL; /* the run goes on without */
+    coll_opts co;
+    memset(&co, 0, sizeof(co));
+    co.run_dir = emb_dir;
+    co.mode = "embedded";
+    co.root_pid = getpid();
+    co.interval_s = o.interval_s > 0 ? o.interval_s : 1.0;
+    co.flags = o.flags;
+    co.auto_hook = -1;
+    co.alerts = emb_alerts;
+    rc = coll_create(&emb_coll, &co);
+    if (rc == 0) {
+        rc = coll_start(emb_coll);
+        if (rc) {
+            coll_free(emb_coll);
+            emb_coll = NULL;
+        }
+    }
+    if (rc) {
+        probe_detach();
+        alerts_free(emb_alerts);
+        emb_alerts = NULL;
+    }
+out:
+    pthread_mutex_unlock(&emb_lock);
+    return rc;
+}
+
+int tpf_stop(void)
+{
+    pthread_mutex_lock(&emb_lock);
+    if (!emb_coll) {
+        pthread_mutex_unlock(&emb_lock);
+        return TPF_ESTATE;
+    }
+    /* Detach first: what the threads published so far is drained below. */
+    probe_detach();
+    int rc = coll_finish(emb_coll, NULL);
+    coll_free(emb_coll);
+    emb_coll = NULL;
+    alerts_free(emb_alerts);
+    emb_alerts = NULL;
+    if (report_finish_run) {
+        /* The report is extra: the run directory is complete without it. */
+        char err[256];
+        (void)report_finish_run(emb_dir, 0, NULL, err, sizeof(err));
+    }
+    pthread_mutex_unlock(&emb_lock);
+    return rc;
+}

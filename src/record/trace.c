@@ -1,0 +1,241 @@
+/* trace.json writer (see trace.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "record/metrics.h"
+#include "record/trace.h"
+#include "trainperf.h"
+#include "util/err.h"
+#include "util/jsonw.h"
+
+/* Pending events beyond this are written out at once (bounded memory). */
+#define TRACE_PENDING_FLUSH (1u << 20)
+#define TRACE_PENDING_MAX (64u << 20)
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return err_from_errno(errno);
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int rec_trace_open(rec_trace *t, const char *path, uint64_t start_mono_ns, uint64_t max_events)
+{
+    memset(t, 0, sizeof(*t));
+    t->fd = -1;
+    t->start_mono_ns = start_mono_ns;
+    t->max_events = max_events ? max_events : REC_TRACE_MAX_EVENTS;
+    buf_init(&t->pending, TRACE_PENDING_MAX);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return t->err = err_from_errno(errno);
+    t->fd = fd;
+    buf_puts(&t->pending, "[");
+    return rec_trace_flush(t);
+}
+
+static double us(const rec_trace *t, uint64_t ns)
+{
+    return ((double)ns - (double)t->start_mono_ns) / 1e3;
+}
+
+/* Start one event: the separator, then the caller appends the object. */
+static buf *ev_begin(rec_trace *t)
+{
+    if (t->pending.len >= TRACE_PENDING_FLUSH) rec_trace_flush(t);
+    buf_puts(&t->pending, t->nevents ? ",\n" : "\n");
+    t->nevents = 1;
+    return &t->pending;
+}
+
+static void put_name(buf *b, const char *name)
+{
+    buf_puts(b, "\"name\":");
+    json_escape(b, name, strlen(name));
+}
+
+void rec_trace_process(rec_trace *t, pid_t pid, int rank)
+{
+    if (t->fd < 0) return;
+    char name[64];
+    if (pid == 0)
+        snprintf(name, sizeof(name), "trainperf");
+    else if (rank >= 0)
+        snprintf(name, sizeof(name), "rank %d (pid %d)", rank, (int)pid);
+    else
+        snprintf(name, sizeof(name), "pid %d", (int)pid);
+    buf *b = ev_begin(t);
+    buf_printf(b, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{",
+               (int)pid);
+    put_name(b, name);
+    buf_puts(b, "}}");
+    /* Ranks sort by rank in the viewer; trainperf's counters go first. */
+    b = ev_begin(t);
+    buf_printf(b, "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
+                  "\"args\":{\"sort_index\":%d}}",
+               (int)pid, pid == 0 ? -1 : rank >= 0 ? rank : 1000000);
+    t->other_written += 2;
+}
+
+void rec_trace_step(rec_trace *t, const agg_step *s)
+{
+    if (t->fd < 0) return;
+    if (t->written >= t->max_events) {
+        t->dropped++;
+        return;
+    }
+    t->written++;
+    buf *b = ev_begin(t);
+    buf_printf(b, "{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"step %llu\",\"pid\":%d,\"tid\":%d,"
+                  "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"samples\":%llu,\"tokens\":%llu}}",
+               (unsigned long long)s->step, (int)s->pid, (int)s->tid, us(t, s->begin_ns),
+               (double)s->duration_ns / 1e3, (unsigned long long)s->samples,
+               (unsigned long long)s->tokens);
+}
+
+void rec_trace_range(rec_trace *t, const agg_range *r, const char *name)
+{
+    if (t->fd < 0) return;
+    /* Steps matter more than ranges: the last tenth is kept for them. */
+    if (t->written >= t->max_events - t->max_events / 10) {
+        t->dropped++;
+        return;
+    }
+    t->written++;
+    char fallback[32];
+    if (!name) {
+        snprintf(fallback, sizeof(fallback), "range %u", (unsigned)r->name);
+        name = fallback;
+    }
+    int phase = r->name >= TPF_PHASE_DATA && r->name <= TPF_PHASE_CHECKPOINT;
+    buf *b = ev_begin(t);
+    buf_printf(b, "{\"ph\":\"X\",\"cat\":\"%s\",", phase ? "phase" : "range");
+    put_name(b, name);
+    buf_printf(b, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", (int)r->pid, (int)r->tid,
+               us(t, r->begin_ns), (double)(r->end_ns - r->begin_ns) / 1e3);
+}
+
+/* Counter events share the step budget's size, separately counted. */
+static int other_ok(rec_trace *t)
+{
+    if (t->fd < 0) return 0;
+    if (t->other_written >= t->max_events) {
+        t->other_dropped++;
+        return 0;
+    }
+    t->other_written++;
+    return 1;
+}
+
+static void put_args_group(rec_trace *t, const char *counter, const char *name,
+                           const metric_def *tab, size_t n, const void *base, double ts)
+{
+    int any = 0;
+    for (size_t i = 0; i < n; i++)
+        if (tab[i].counter && strcmp(tab[i].counter, counter) == 0 && tab[i].kind != METRIC_TEXT &&
+            metric_val(&tab[i], base)->ok)
+            any = 1;
+    if (!any || !other_ok(t)) return;
+    buf *b = ev_begin(t);
+    buf_puts(b, "{\"ph\":\"C\",");
+    put_name(b, name);
+    buf_printf(b, ",\"pid\":0,\"tid\":0,\"ts\":%.3f,\"args\":{", ts);
+    int first = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (!tab[i].counter || strcmp(tab[i].counter, counter) != 0 || tab[i].kind == METRIC_TEXT)
+            continue;
+        const fval *v = metric_val(&tab[i], base);
+        if (!v->ok || !isfinite(v->v)) continue;
+        buf_printf(b, "%s\"%s\":%.*f", first ? "" : ",", tab[i].name, tab[i].decimals, v->v);
+        first = 0;
+    }
+    buf_puts(b, "}}");
+}
+
+void rec_trace_frame(rec_trace *t, const coll_frame *f)
+{
+    if (t->fd < 0) return;
+    double ts = f->t * 1e6;
+    /* Each distinct counter group of the table, in table order. */
+    for (size_t i = 0; i < metric_table_len; i++) {
+        const char *c = metric_table[i].counter;
+        if (!c) continue;
+        size_t j;
+        for (j = 0; j < i; j++)
+            if (metric_table[j].counter && strcmp(metric_table[j].counter, c) == 0) break;
+        if (j < i) continue;
+        put_args_group(t, c, c, metric_table, metric_table_len, f, ts);
+    }
+    for (int g = 0; g < f->ngpu && g < FRAME_MAX_GPUS; g++) {
+        if (f->gpu[g].lost) continue;
+        char name[16];
+        snprintf(name, sizeof(name), "gpu%d", g);
+        put_args_group(t, "gpu", name, metric_gpu_table, metric_gpu_table_len, &f->gpu[g], ts);
+    }
+}
+
+void rec_trace_counter(rec_trace *t, pid_t pid, const char *name, uint64_t ts_ns, double v)
+{
+    if (!isfinite(v) || !other_ok(t)) return;
+    buf *b = ev_begin(t);
+    buf_puts(b, "{\"ph\":\"C\",");
+    put_name(b, name ? name : "counter");
+    buf_printf(b, ",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"args\":{\"value\":%.10g}}", (int)pid,
+               us(t, ts_ns), v);
+}
+
+void rec_trace_mark(rec_trace *t, pid_t pid, pid_t tid, const char *name, uint64_t ts_ns)
+{
+    if (!other_ok(t)) return;
+    buf *b = ev_begin(t);
+    buf_puts(b, "{\"ph\":\"i\",\"s\":\"p\",\"cat\":\"mark\",");
+    put_name(b, name ? name : "mark");
+    buf_printf(b, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f}", (int)pid, (int)tid, us(t, ts_ns));
+}
+
+void rec_trace_alert(rec_trace *t, const alert_event *e)
+{
+    if (!other_ok(t)) return;
+    buf *b = ev_begin(t);
+    buf_puts(b, "{\"ph\":\"i\",\"s\":\"g\",\"cat\":\"alert\",");
+    put_name(b, e->rule ? e->rule : "alert");
+    buf_printf(b, ",\"pid\":0,\"tid\":0,\"ts\":%.3f,\"args\":{\"state\":\"%s\",\"message\":",
+               e->t * 1e6, e->fired ? "fired" : "cleared");
+    json_escape(b, e->message, strnlen(e->message, sizeof(e->message)));
+    buf_puts(b, "}}");
+}
+
+int rec_trace_flush(rec_trace *t)
+{
+    if (t->fd < 0) return t->err;
+    if (t->pending.err && !t->err) t->err = t->pending.err;
+    if (t->pending.len > 0) {
+        int rc = write_all(t->fd, t->pending.data, t->pending.len);
+        /* A failed write (disk full) loses these events, never the run. */
+        if (rc && !t->err) t->err = rc;
+    }
+    buf_reset(&t->pending);
+    return t->err;
+}
+
+int rec_trace_close(rec_trace *t)
+{
+    if (t->fd >= 0) {
+        buf_puts(&t->pending, "\n]\n");
+        rec_trace_flush(t);
+        if (close(t->fd) != 0 && !t->err) t->err = err_from_errno(errno);
+        t->fd = -1;
+    }
+    buf_free(&t->pending);
+    return t->err;
+}

@@ -1,0 +1,572 @@
+/* Text writers of the run directory (see writers.h, docs/run-format.md). */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "record/metrics.h"
+#include "record/writers.h"
+#include "trainperf.h"
+#include "util/err.h"
+#include "util/jsonw.h"
+
+/* ---- CSV ---- */
+
+int rec_csv_num(buf *b, fval v, int decimals)
+{
+    if (!v.ok || !isfinite(v.v)) return b->err;
+    double x = v.v;
+    /* Integers print exactly; "-0" would read as a sign where there is none. */
+    if (x == 0) x = 0;
+    return buf_printf(b, "%.*f", decimals, x);
+}
+
+int rec_csv_str(buf *b, const char *s)
+{
+    if (!s) return b->err;
+    if (!strpbrk(s, ",\"\r\n")) return buf_puts(b, s);
+    buf_putc(b, '"');
+    for (const char *p = s; *p; p++) {
+        if (*p == '"') buf_putc(b, '"');
+        buf_putc(b, *p);
+    }
+    return buf_putc(b, '"');
+}
+
+int rec_metrics_header(buf *b, int ncpu, int ngpu)
+{
+    buf_puts(b, "t");
+    for (size_t i = 0; i < metric_table_len; i++) buf_printf(b, ",%s", metric_table[i].name);
+    for (int c = 0; c < ncpu; c++) buf_printf(b, ",cpu%d_pct", c);
+    for (int g = 0; g < ngpu; g++)
+        for (size_t i = 0; i < metric_gpu_table_len; i++)
+            buf_printf(b, ",gpu%d_%s", g, metric_gpu_table[i].name);
+    return buf_putc(b, '\n');
+}
+
+int rec_metrics_row(buf *b, const coll_frame *f, int ncpu, int ngpu)
+{
+    buf_printf(b, "%.6f", f->t);
+    for (size_t i = 0; i < metric_table_len; i++) {
+        buf_putc(b, ',');
+        rec_csv_num(b, *metric_val(&metric_table[i], f), metric_table[i].decimals);
+    }
+    for (int c = 0; c < ncpu; c++) {
+        buf_putc(b, ',');
+        /* A core the frame does not have (hot-unplugged) stays unknown. */
+        if (c < f->ncpu && c < FRAME_MAX_CPUS) rec_csv_num(b, f->cpu_core_pct[c], metric_core.decimals);
+    }
+    for (int g = 0; g < ngpu; g++) {
+        const gpu_frame *gf = g < f->ngpu ? &f->gpu[g] : NULL;
+        for (size_t i = 0; i < metric_gpu_table_len; i++) {
+            const metric_def *m = &metric_gpu_table[i];
+            buf_putc(b, ',');
+            if (!gf || gf->lost) continue;
+            if (m->kind == METRIC_TEXT)
+                rec_csv_str(b, metric_text(m, gf));
+            else
+                rec_csv_num(b, *metric_val(m, gf), m->decimals);
+        }
+    }
+    return buf_putc(b, '\n');
+}
+
+int rec_procs_header(buf *b)
+{
+    return buf_puts(b, "t,pid,ppid,name,cpu_pct,rss_bytes,threads,read_bytes,write_bytes,"
+                       "gpu_mem_bytes\n");
+}
+
+int rec_procs_row(buf *b, double t, const procfs_proc *p, fval gpu_mem)
+{
+    char name[sizeof(p->comm) + 1];
+    memcpy(name, p->comm, sizeof(p->comm));
+    name[sizeof(p->comm)] = 0;
+    buf_printf(b, "%.6f,%d,%d,", t, (int)p->pid, (int)p->ppid);
+    rec_csv_str(b, name);
+    buf_putc(b, ',');
+    rec_csv_num(b, p->cpu_pct, 2);
+    buf_putc(b, ',');
+    rec_csv_num(b, p->rss_bytes, 0);
+    buf_printf(b, ",%d,", p->threads);
+    rec_csv_num(b, p->read_bytes, 0);
+    buf_putc(b, ',');
+    rec_csv_num(b, p->write_bytes, 0);
+    buf_putc(b, ',');
+    rec_csv_num(b, gpu_mem, 0);
+    return buf_putc(b, '\n');
+}
+
+int rec_steps_header(buf *b)
+{
+    buf_puts(b, "rank,local_rank,pid,tid,step,start_s,duration_ns,interval_ns");
+    for (int i = 0; i < AGG_NPHASES; i++) buf_printf(b, ",%s_ns", agg_phase_names[i]);
+    return buf_puts(b, ",other_ns,samples,tokens\n");
+}
+
+int rec_steps_row(buf *b, const agg_step *s, uint64_t start_mono_ns)
+{
+    if (s->rank >= 0) buf_printf(b, "%d", s->rank);
+    buf_putc(b, ',');
+    if (s->local_rank >= 0) buf_printf(b, "%d", s->local_rank);
+    double start_s = ((double)s->begin_ns - (double)start_mono_ns) / 1e9;
+    buf_printf(b, ",%d,%d,%llu,%.6f,%llu,%llu", (int)s->pid, (int)s->tid,
+               (unsigned long long)s->step, start_s, (unsigned long long)s->duration_ns,
+               (unsigned long long)s->interval_ns);
+    for (int i = 0; i < AGG_NPHASES; i++) buf_printf(b, ",%llu", (unsigned long long)s->phase_ns[i]);
+    return buf_printf(b, ",%llu,%llu,%llu\n", (unsigned long long)s->other_ns,
+                      (unsigned long long)s->samples, (unsigned long long)s->tokens);
+}
+
+/* ---- alerts.jsonl ---- */
+
+static const char *severity_name(int s)
+{
+    return s == ALERT_CRITICAL ? "critical" : s == ALERT_WARNING ? "warning" : "info";
+}
+
+int rec_alert_line(buf *b, const alert_event *e)
+{
+    jw w;
+    jw_init(&w, b, 0);
+    jw_obj_begin(&w);
+    jw_key(&w, "t");
+    jw_numf(&w, e->t, 6);
+    jw_kstr(&w, "rule", e->rule);
+    jw_kstr(&w, "expr", e->expr);
+    jw_kstr(&w, "state", e->fired ? "fired" : "cleared");
+    jw_kstr(&w, "severity", severity_name(e->severity));
+    jw_knum(&w, "value", e->value);
+    jw_kstr(&w, "message", e->message);
+    jw_obj_end(&w);
+    buf_putc(b, '\n');
+    return jw_error(&w) ? jw_error(&w) : b->err;
+}
+
+/* ---- run.json ---- */
+
+static void put_exit(jw *w, const rec_exit *e)
+{
+    jw_key(w, "exit");
+    if (!e->known) {
+        jw_null(w);
+        return;
+    }
+    jw_obj_begin(w);
+    jw_kint(w, "code", e->code);
+    jw_key(w, "signal");
+    if (e->signal > 0)
+        jw_int(w, e->signal);
+    else
+        jw_null(w);
+    jw_obj_end(w);
+}
+
+static void put_sources(jw *w, int n, const rec_source *src)
+{
+    jw_key(w, "sources");
+    jw_obj_begin(w);
+    for (int i = 0; i < n; i++) jw_kstr(w, src[i].name, src[i].status);
+    jw_obj_end(w);
+}
+
+static void put_fval(jw *w, const char *k, fval v)
+{
+    jw_key(w, k);
+    if (v.ok)
+        jw_num(w, v.v);
+    else
+        jw_null(w);
+}
+
+int rec_run_json(buf *b, const rec_runinfo *ri)
+{
+    jw w;
+    jw_init(&w, b, 1);
+    jw_obj_begin(&w);
+    jw_kint(&w, "format_version", 1);
+    jw_kstr(&w, "trainperf_version", TPF_VERSION_STRING);
+    jw_kstr(&w, "mode", ri->mode);
+    jw_key(&w, "command");
+    jw_arr_begin(&w);
+    for (int i = 0; ri->argv && ri->argv[i]; i++) jw_str(&w, ri->argv[i]);
+    jw_arr_end(&w);
+    jw_kstr(&w, "cwd", ri->cwd);
+    jw_kstr(&w, "host", ri->host);
+    jw_kstr(&w, "kernel", ri->kernel);
+    jw_key(&w, "cpus");
+    if (ri->cpus > 0)
+        jw_int(&w, ri->cpus);
+    else
+        jw_null(&w);
+    jw_knum(&w, "mem_total_bytes", ri->mem_total_bytes);
+    jw_key(&w, "start_unix_s");
+    jw_numf(&w, ri->start_unix_s, 6);
+    jw_kuint(&w, "start_mono_ns", ri->start_mono_ns);
+    jw_key(&w, "end_unix_s");
+    if (ri->ended)
+        jw_numf(&w, ri->end_unix_s, 6);
+    else
+        jw_null(&w);
+    jw_key(&w, "duration_s");
+    if (ri->ended)
+        jw_numf(&w, ri->duration_s, 6);
+    else
+        jw_null(&w);
+    jw_knum(&w, "interval_s", ri->interval_s);
+    jw_kint(&w, "root_pid", ri->root_pid);
+    put_exit(&w, &ri->exit);
+    jw_key(&w, "gpus");
+    jw_arr_begin(&w);
+    for (int i = 0; i < ri->ngpu; i++) {
+        const gpu_frame *g = &ri->gpus[i];
+        jw_obj_begin(&w);
+        jw_kint(&w, "index", g->index);
+        jw_kstr(&w, "uuid", g->uuid);
+        jw_kstr(&w, "name", g->name);
+        put_fval(&w, "mem_total_bytes", g->mem_total_bytes);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    put_sources(&w, ri->nsources, ri->sources);
+    jw_key(&w, "options");
+    jw_obj_begin(&w);
+    jw_knum(&w, "interval_s", ri->interval_s);
+    jw_key(&w, "auto");
+    if (ri->auto_hook >= 0)
+        jw_bool(&w, ri->auto_hook);
+    else
+        jw_null(&w);
+    jw_key(&w, "alerts");
+    jw_arr_begin(&w);
+    for (int i = 0; i < ri->nalerts; i++) jw_str(&w, ri->alert_rules[i]);
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    jw_obj_end(&w);
+    buf_putc(b, '\n');
+    return jw_error(&w) ? jw_error(&w) : b->err;
+}
+
+/* ---- resource aggregates ---- */
+
+static void stat_init(rec_stat *s)
+{
+    s->n = 0;
+    s->sum = 0;
+    s->min = INFINITY;
+    s->max = -INFINITY;
+}
+
+static void stat_add(rec_stat *s, fval v)
+{
+    if (!v.ok || !isfinite(v.v)) return;
+    s->n++;
+    s->sum += v.v;
+    if (v.v < s->min) s->min = v.v;
+    if (v.v > s->max) s->max = v.v;
+}
+
+void rec_res_init(rec_res *r)
+{
+    memset(r, 0, sizeof(*r));
+    for (size_t i = 0; i < sizeof(r->m) / sizeof(r->m[0]); i++) stat_init(&r->m[i]);
+    for (int g = 0; g < FRAME_MAX_GPUS; g++) {
+        rec_gpu_res *gr = &r->gpu[g];
+        stat_init(&gr->util);
+        stat_init(&gr->mem_used);
+        stat_init(&gr->power);
+        stat_init(&gr->temp);
+        gr->mem_total = NAN;
+    }
+}
+
+static void reasons_add(rec_gpu_res *gr, const char *words)
+{
+    char w[32];
+    const char *p = words;
+    while (*p) {
+        const char *e = strchr(p, '+');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n > 0 && n < sizeof(w)) {
+            memcpy(w, p, n);
+            w[n] = 0;
+            int i;
+            for (i = 0; i < gr->nreasons; i++)
+                if (strcmp(gr->reason[i], w) == 0) break;
+            if (i == gr->nreasons && gr->nreasons < REC_MAX_REASONS) {
+                memcpy(gr->reason[i], w, n + 1);
+                gr->nreasons++;
+            }
+            if (i < gr->nreasons) gr->reason_n[i]++;
+        }
+        if (!e) break;
+        p = e + 1;
+    }
+}
+
+void rec_res_add(rec_res *r, const coll_frame *f)
+{
+    r->samples++;
+    if (f->ncpu > r->cpus) r->cpus = f->ncpu;
+    size_t nm = metric_table_len < 64 ? metric_table_len : 64;
+    for (size_t i = 0; i < nm; i++) stat_add(&r->m[i], *metric_val(&metric_table[i], f));
+    int ng = f->ngpu < FRAME_MAX_GPUS ? f->ngpu : FRAME_MAX_GPUS;
+    if (ng > r->ngpu) r->ngpu = ng;
+    for (int g = 0; g < ng; g++) {
+        const gpu_frame *gf = &f->gpu[g];
+        rec_gpu_res *gr = &r->gpu[g];
+        gr->index = gf->index;
+        memcpy(gr->name, gf->name, sizeof(gr->name));
+        gr->name[sizeof(gr->name) - 1] = 0;
+        if (gf->lost) continue;
+        gr->samples++;
+        stat_add(&gr->util, gf->util_pct);
+        stat_add(&gr->mem_used, gf->mem_used_bytes);
+        stat_add(&gr->power, gf->power_w);
+        stat_add(&gr->temp, gf->temp_c);
+        if (gf->mem_total_bytes.ok) gr->mem_total = gf->mem_total_bytes.v;
+        if (gf->energy_j.ok) {
+            gr->energy_j += gf->energy_j.v;
+            gr->energy_ok = 1;
+        }
+        if (gf->throttle[0]) {
+            gr->throttled++;
+            reasons_add(gr, gf->throttle);
+        }
+    }
+}
+
+/* ---- summary.json ---- */
+
+enum { S_MEAN = 1, S_MIN = 2, S_MAX = 4 };
+
+static void put_stat(jw *w, const char *k, const rec_stat *s, int which)
+{
+    jw_key(w, k);
+    jw_obj_begin(w);
+    if (which & S_MEAN) jw_knum(w, "mean", s->n ? s->sum / (double)s->n : NAN);
+    if (which & S_MIN) jw_knum(w, "min", s->n ? s->min : NAN);
+    if (which & S_MAX) jw_knum(w, "max", s->n ? s->max : NAN);
+    jw_obj_end(w);
+}
+
+static const rec_stat *res_stat(const rec_res *r, const char *name)
+{
+    const metric_def *m = metric_find(name);
+    return m ? &r->m[m - metric_table] : NULL;
+}
+
+static void put_res_stat(jw *w, const char *k, const rec_res *r, const char *name, int which)
+{
+    const rec_stat *s = res_stat(r, name);
+    if (s) put_stat(w, k, s, which);
+}
+
+static void put_resources(jw *w, const rec_res *r)
+{
+    jw_key(w, "resources");
+    jw_obj_begin(w);
+    put_res_stat(w, "cpu_pct", r, "cpu_pct", S_MEAN | S_MAX);
+    put_res_stat(w, "tree_cpu_pct", r, "tree_cpu_pct", S_MEAN | S_MAX);
+    put_res_stat(w, "main_cpu_pct", r, "main_cpu_pct", S_MEAN | S_MAX);
+    const rec_stat *tp = res_stat(r, "tree_procs");
+    jw_knum(w, "tree_procs_max", tp && tp->n ? tp->max : NAN);
+    put_res_stat(w, "tree_rss_bytes", r, "tree_rss_bytes", S_MEAN | S_MAX);
+    put_res_stat(w, "mem_available_bytes", r, "mem_available_bytes", S_MIN);
+    const rec_stat *mt = res_stat(r, "mem_total_bytes");
+    jw_knum(w, "mem_total_bytes", mt && mt->n ? mt->max : NAN);
+    put_res_stat(w, "swap_used_bytes", r, "swap_used_bytes", S_MAX);
+    jw_key(w, "psi");
+    jw_obj_begin(w);
+    put_res_stat(w, "cpu_some_pct", r, "psi_cpu_some_pct", S_MEAN | S_MAX);
+    put_res_stat(w, "mem_some_pct", r, "psi_mem_some_pct", S_MEAN | S_MAX);
+    put_res_stat(w, "mem_full_pct", r, "psi_mem_full_pct", S_MEAN | S_MAX);
+    put_res_stat(w, "io_some_pct", r, "psi_io_some_pct", S_MEAN | S_MAX);
+    put_res_stat(w, "io_full_pct", r, "psi_io_full_pct", S_MEAN | S_MAX);
+    jw_obj_end(w);
+    put_res_stat(w, "cpu_iowait_pct", r, "cpu_iowait_pct", S_MEAN | S_MAX);
+    put_res_stat(w, "disk_read_bps", r, "disk_read_bps", S_MEAN | S_MAX);
+    put_res_stat(w, "disk_write_bps", r, "disk_write_bps", S_MEAN | S_MAX);
+    put_res_stat(w, "net_rx_bps", r, "net_rx_bps", S_MEAN | S_MAX);
+    put_res_stat(w, "net_tx_bps", r, "net_tx_bps", S_MEAN | S_MAX);
+    jw_key(w, "cpus");
+    if (r->cpus > 0)
+        jw_int(w, r->cpus);
+    else
+        jw_null(w);
+    jw_kuint(w, "samples", r->samples);
+    jw_obj_end(w);
+}
+
+static void put_gpus(jw *w, const rec_res *r)
+{
+    jw_key(w, "gpus");
+    jw_arr_begin(w);
+    for (int g = 0; g < r->ngpu; g++) {
+        const rec_gpu_res *gr = &r->gpu[g];
+        jw_obj_begin(w);
+        jw_kint(w, "index", gr->index);
+        jw_kstr(w, "name", gr->name);
+        put_stat(w, "util_pct", &gr->util, S_MEAN | S_MIN | S_MAX);
+        put_stat(w, "mem_used_bytes", &gr->mem_used, S_MAX);
+        jw_knum(w, "mem_total_bytes", gr->mem_total);
+        jw_knum(w, "mem_headroom_bytes",
+                gr->mem_used.n ? gr->mem_total - gr->mem_used.max : NAN);
+        jw_knum(w, "energy_j", gr->energy_ok ? gr->energy_j : NAN);
+        put_stat(w, "power_w", &gr->power, S_MEAN | S_MAX);
+        put_stat(w, "temp_c", &gr->temp, S_MAX);
+        double ns = gr->samples ? (double)gr->samples : NAN;
+        jw_knum(w, "throttled_share", (double)gr->throttled / ns);
+        jw_key(w, "throttle_reasons");
+        jw_obj_begin(w);
+        for (int i = 0; i < gr->nreasons; i++) jw_knum(w, gr->reason[i], (double)gr->reason_n[i] / ns);
+        jw_obj_end(w);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+}
+
+static double ms(double ns) { return ns / 1e6; }
+
+static void put_steps(jw *w, const rec_summary *s)
+{
+    const agg *a = s->agg;
+    double n = a->count ? (double)a->count : NAN;
+    double iv = a->interval_ns ? (double)a->interval_ns : NAN;
+    jw_key(w, "steps");
+    jw_obj_begin(w);
+    jw_kuint(w, "count", a->count);
+    jw_key(w, "ranks");
+    jw_arr_begin(w);
+    for (int i = 0; i < a->ngroups; i++)
+        if (a->groups[i]->rank >= 0) jw_int(w, a->groups[i]->rank);
+    jw_arr_end(w);
+    jw_knum(w, "first_step_s",
+            a->count ? ((double)a->first_end_ns - (double)s->start_mono_ns) / 1e9 : NAN);
+    /* Steps per second of one rank (mean over ranks); samples and tokens
+     * are summed over ranks. */
+    double sps = 0, smp = 0, tok = 0;
+    int ng = 0;
+    for (int i = 0; i < a->ngroups; i++) {
+        const agg_group *g = a->groups[i];
+        if (!g->count || !g->interval_ns) continue;
+        double secs = (double)g->interval_ns / 1e9;
+        sps += (double)g->count / secs;
+        smp += (double)g->samples / secs;
+        tok += (double)g->tokens / secs;
+        ng++;
+    }
+    jw_knum(w, "steps_per_s", ng ? sps / ng : NAN);
+    jw_knum(w, "samples_per_s", ng && a->samples ? smp : NAN);
+    jw_knum(w, "tokens_per_s", ng && a->tokens ? tok : NAN);
+    double mean = ms((double)a->interval_ns) / n;
+    double var = a->interval_sq_ms / n - mean * mean;
+    jw_key(w, "step_time_ms");
+    jw_obj_begin(w);
+    jw_knum(w, "mean", mean);
+    jw_knum(w, "p50", ms(sketch_quantile(&a->step_ns, 0.5)));
+    jw_knum(w, "p95", ms(sketch_quantile(&a->step_ns, 0.95)));
+    jw_knum(w, "p99", ms(sketch_quantile(&a->step_ns, 0.99)));
+    jw_knum(w, "min", a->count ? ms(a->step_ns.min) : NAN);
+    jw_knum(w, "max", a->count ? ms(a->step_ns.max) : NAN);
+    jw_knum(w, "cv", mean > 0 ? sqrt(var > 0 ? var : 0) / mean : NAN);
+    jw_obj_end(w);
+    jw_key(w, "data_wait_ms");
+    jw_obj_begin(w);
+    jw_knum(w, "mean", ms((double)a->phase_ns[0]) / n);
+    jw_knum(w, "p50", ms(sketch_quantile(&a->data_ns, 0.5)));
+    jw_knum(w, "p95", ms(sketch_quantile(&a->data_ns, 0.95)));
+    jw_knum(w, "p99", ms(sketch_quantile(&a->data_ns, 0.99)));
+    jw_knum(w, "max", a->count ? ms(a->data_ns.max) : NAN);
+    jw_obj_end(w);
+    jw_knum(w, "data_wait_share", (double)a->phase_ns[0] / iv);
+    jw_key(w, "phase_share");
+    jw_obj_begin(w);
+    for (int i = 0; i < AGG_NPHASES; i++) jw_knum(w, agg_phase_names[i], (double)a->phase_ns[i] / iv);
+    jw_knum(w, "other", (double)a->other_ns / iv);
+    jw_obj_end(w);
+    jw_key(w, "per_rank");
+    jw_arr_begin(w);
+    for (int i = 0; i < a->ngroups; i++) {
+        const agg_group *g = a->groups[i];
+        jw_obj_begin(w);
+        jw_key(w, "rank");
+        if (g->rank >= 0)
+            jw_int(w, g->rank);
+        else
+            jw_null(w);
+        jw_kint(w, "pid", g->pid);
+        jw_kuint(w, "count", g->count);
+        jw_knum(w, "step_time_ms_p50", ms(sketch_quantile(&g->step_ns, 0.5)));
+        jw_knum(w, "step_time_ms_p95", ms(sketch_quantile(&g->step_ns, 0.95)));
+        jw_knum(w, "steps_per_s",
+                g->interval_ns ? (double)g->count / ((double)g->interval_ns / 1e9) : NAN);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_kuint(w, "events_dropped", s->events_dropped);
+    jw_obj_end(w);
+}
+
+int rec_summary_json(buf *b, const rec_summary *s)
+{
+    jw w;
+    jw_init(&w, b, 1);
+    jw_obj_begin(&w);
+    jw_kint(&w, "format_version", 1);
+    jw_key(&w, "duration_s");
+    jw_numf(&w, s->duration_s, 6);
+    put_exit(&w, &s->exit);
+    put_steps(&w, s);
+    put_resources(&w, s->res);
+    put_gpus(&w, s->res);
+    jw_key(&w, "alerts");
+    jw_arr_begin(&w);
+    for (int i = 0; i < s->nalerts; i++) {
+        jw_obj_begin(&w);
+        jw_kstr(&w, "rule", s->alerts[i].rule);
+        jw_key(&w, "t");
+        jw_numf(&w, s->alerts[i].t, 6);
+        jw_kstr(&w, "message", s->alerts[i].message);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_key(&w, "trace");
+    jw_obj_begin(&w);
+    jw_kuint(&w, "events_written", s->trace_written);
+    jw_kuint(&w, "events_dropped", s->trace_dropped);
+    jw_obj_end(&w);
+    put_sources(&w, s->nsources, s->sources);
+    /* Filled by the diagnosis (report_finish_run). */
+    jw_key(&w, "diagnosis");
+    jw_null(&w);
+    jw_obj_end(&w);
+    buf_putc(b, '\n');
+    return jw_error(&w) ? jw_error(&w) : b->err;
+}
+
+int rec_write_atomic(const char *path, const buf *b)
+{
+    char tmp[4096];
+    int n = snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if (n < 0 || (size_t)n >= sizeof(tmp)) return TPF_ETOOBIG;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return err_from_errno(errno);
+    size_t off = 0;
+    int rc = 0;
+    while (off < b->len) {
+        ssize_t w = write(fd, b->data + off, b->len - off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            rc = err_from_errno(errno);
+            break;
+        }
+        off += (size_t)w;
+    }
+    if (close(fd) != 0 && rc == 0) rc = err_from_errno(errno);
+    if (rc == 0 && rename(tmp, path) != 0) rc = err_from_errno(errno);
+    if (rc != 0) unlink(tmp);
+    return rc;
+}
