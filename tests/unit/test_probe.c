@@ -903,10 +903,60 @@ TT_TEST(clock_tsc_matches_clock_gettime)
     TT_EQ_INT(clk_setup()->kind, SEG_CLOCK_TSC);
 }
 
+/* --dump SEG: drain a segment once and print what it held, one key=value
+ * per line (tests/test_probe.py reads this). */
+typedef struct dump_state {
+    long kinds[SEG_EV_MARK + 1];
+    long per_name_push[SEG_MAX_NAMES];
+    long depth, min_depth, bad_order;
+    uint64_t last_ts;
+    double last_counter;
+} dump_state;
+
+static void dump_cb(void *ctx, const seg_event *ev)
+{
+    dump_state *d = ctx;
+    d->kinds[ev->kind]++;
+    if (ev->kind == SEG_EV_PUSH && ev->name < SEG_MAX_NAMES) d->per_name_push[ev->name]++;
+    if (ev->kind == SEG_EV_PUSH) d->depth++;
+    if (ev->kind == SEG_EV_POP && --d->depth < d->min_depth) d->min_depth = d->depth;
+    if (ev->kind == SEG_EV_COUNTER) d->last_counter = ev->value;
+    if (ev->ts_ns < d->last_ts) d->bad_order++;
+    d->last_ts = ev->ts_ns;
+}
+
+static int dump(const char *path)
+{
+    seg_reader *r;
+    int rc = seg_reader_open(&r, path);
+    if (rc) {
+        printf("error=%s\n", tpf_errname(rc));
+        return 1;
+    }
+    static dump_state d;
+    long n = seg_reader_drain(r, dump_cb, &d);
+    const seg_proc_info *pi = seg_reader_info(r);
+    printf("events=%ld\ndropped=%llu\npid=%d\nppid=%d\nrank=%d\nlocal_rank=%d\n"
+           "world_size=%d\n", n, (unsigned long long)seg_reader_dropped(r), (int)pi->pid,
+           (int)pi->ppid, pi->rank, pi->local_rank, pi->world_size);
+    static const char *const kn[] = {"", "step_begin", "step_end", "push", "pop", "counter",
+                                     "mark"};
+    for (int k = 1; k <= SEG_EV_MARK; k++) printf("%s=%ld\n", kn[k], d.kinds[k]);
+    for (uint32_t id = 1; id < SEG_MAX_NAMES; id++) {
+        const char *s = seg_reader_name(r, id);
+        if (s) printf("name.%s=%u\npushes.%s=%ld\n", s, id, s, d.per_name_push[id]);
+    }
+    printf("final_depth=%ld\nmin_depth=%ld\nbad_order=%ld\nlast_counter=%.9g\n", d.depth,
+           d.min_depth, d.bad_order, d.last_counter);
+    seg_reader_close(r);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     ssize_t n = readlink("/proc/self/exe", g_self, sizeof(g_self) - 1);
     g_self[n > 0 ? n : 0] = 0;
     if (argc > 1 && strcmp(argv[1], "--env-child") == 0) return env_child();
+    if (argc > 2 && strcmp(argv[1], "--dump") == 0) return dump(argv[2]);
     return tt_main(argc, argv);
 }
