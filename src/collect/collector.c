@@ -302,13 +302,14 @@ static void seg_try_open(coll *c, coll_seg *s)
     snprintf(path, sizeof(path), "%s/live/%s", c->run_dir, s->file);
     seg_reader *r = NULL;
     int rc = seg_reader_open(&r, path);
-    if (rc == TPF_ESTATE) {
-        /* The producer is still setting the segment up: next scan. */
-        if (++s->retries > COLL_OPEN_RETRIES) s->state = SEG_BAD;
+    if (rc == TPF_EVERSION) {
+        s->state = SEG_BAD; /* another layout: never readable by us */
         return;
     }
     if (rc < 0) {
-        s->state = SEG_BAD;
+        /* A producer still setting its segment up shows a short file or no
+         * magic yet: try again at the next scans, then give up. */
+        if (++s->retries > COLL_OPEN_RETRIES) s->state = SEG_BAD;
         return;
     }
     const seg_proc_info *pi = seg_reader_info(r);

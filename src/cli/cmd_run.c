@@ -1,0 +1,615 @@
+/* trainperf run: start a command, watch it, write its run directory, report.
+ *
+ * Everything that can be checked is checked before the child starts (one
+ * line, exit 2, nothing run). The child gets its own process group; the
+ * signals a user sends to `trainperf run` go to that group. Whatever way the
+ * child ends, the run directory is finished and the child's status is ours
+ * (128 + N after signal N). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "analyze/report.h"
+#include "cli/cli.h"
+#include "collect/collector.h"
+#include "record/rundir.h"
+#include "trainperf.h"
+#include "util/buf.h"
+#include "watch/alerts.h"
+
+extern char **environ;
+
+/* Optional at link time, like in embedded mode. */
+int report_finish_run(const char *run_dir, int color, buf *terminal, char *err, size_t errlen)
+    __attribute__((weak));
+
+#define RUN_MAX_ALERT_ARGS 64
+
+typedef struct run_args {
+    const char *out;
+    double interval_s;
+    int quiet, no_auto, no_default_alerts, clean_live;
+    const char *alert_rules[RUN_MAX_ALERT_ARGS];
+    int nalert_rules;
+    const char *alerts_file;
+    char **cmd;
+} run_args;
+
+static volatile sig_atomic_t run_child_pgid; /* 0 once the child is reaped */
+static volatile sig_atomic_t run_signals;
+
+static void run_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: trainperf run [OPTIONS] [--] CMD [ARGS...]\n\n"
+            "Run CMD, show a live status line, write a run directory and end with a report.\n\n"
+            "  --out DIR             run directory (default ./trainperf-runs/<time>-<cmd>,\n"
+            "                        with a `latest` link beside it)\n"
+            "  --interval SECONDS    resource sampling interval (default 1)\n"
+            "  --quiet               no status line, no report text\n"
+            "  --no-auto             do not inject the Python auto-instrumentation\n"
+            "  --alert RULE          add an alert rule, e.g. 'gpu.util < 50 for 30s' (repeatable)\n"
+            "  --alerts FILE         alert rules, one per line\n"
+            "  --no-default-alerts   only the rules given\n"
+            "  --clean-live          delete the shared segments (live/) at the end\n\n"
+            "Exit status: CMD's own (128+N when it died of signal N); 2 for bad usage;\n"
+            "127 when CMD cannot be found, 126 when it cannot be executed.\n");
+}
+
+static int need_value(int argc, char **argv, int i, const char *opt)
+{
+    if (i + 1 >= argc) {
+        cli_error("%s needs a value (see `trainperf run --help`)", opt);
+        return -1;
+    }
+    return 0;
+}
+
+/* Returns -1 after printing the error, 1 for --help, 0 when fine. */
+static int parse_args(int argc, char **argv, run_args *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->interval_s = 1.0;
+    int i;
+    for (i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        const char *eq = NULL;
+        if (strcmp(s, "--") == 0) {
+            i++;
+            break;
+        }
+        if (s[0] != '-' || s[1] == 0) break; /* the command */
+        char opt[64];
+        if (strncmp(s, "--", 2) == 0 && (eq = strchr(s, '=')) != NULL) {
+            size_t n = (size_t)(eq - s);
+            if (n >= sizeof(opt)) n = sizeof(opt) - 1;
+            memcpy(opt, s, n);
+            opt[n] = 0;
+            eq++;
+        } else {
+            snprintf(opt, sizeof(opt), "%s", s);
+        }
+        int takes = strcmp(opt, "--out") == 0 || strcmp(opt, "--interval") == 0 ||
+                    strcmp(opt, "--alert") == 0 || strcmp(opt, "--alerts") == 0;
+        const char *val = NULL;
+        if (takes) {
+            if (eq) {
+                val = eq;
+            } else {
+                if (need_value(argc, argv, i, opt)) return -1;
+                val = argv[++i];
+            }
+        } else if (eq) {
+            cli_error("%s takes no value", opt);
+            return -1;
+        }
+        if (strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0) return 1;
+        if (strcmp(opt, "--out") == 0) {
+            if (!*val) {
+                cli_error("--out needs a directory");
+                return -1;
+            }
+            a->out = val;
+        } else if (strcmp(opt, "--interval") == 0) {
+            double v;
+            if (cli_parse_double(val, &v) || v < 0.01 || v > 3600) {
+                cli_error("--interval '%s': expected seconds between 0.01 and 3600", val);
+                return -1;
+            }
+            a->interval_s = v;
+        } else if (strcmp(opt, "--quiet") == 0 || strcmp(opt, "-q") == 0) {
+            a->quiet = 1;
+        } else if (strcmp(opt, "--no-auto") == 0) {
+            a->no_auto = 1;
+        } else if (strcmp(opt, "--no-default-alerts") == 0) {
+            a->no_default_alerts = 1;
+        } else if (strcmp(opt, "--clean-live") == 0) {
+            a->clean_live = 1;
+        } else if (strcmp(opt, "--alert") == 0) {
+            if (a->nalert_rules == RUN_MAX_ALERT_ARGS) {
+                cli_error("at most %d --alert options (use --alerts FILE)", RUN_MAX_ALERT_ARGS);
+                return -1;
+            }
+            a->alert_rules[a->nalert_rules++] = val;
+        } else if (strcmp(opt, "--alerts") == 0) {
+            a->alerts_file = val;
+        } else {
+            cli_error("unknown option '%s' for run (see `trainperf run --help`)", s);
+            return -1;
+        }
+    }
+    if (i >= argc) {
+        cli_error("no command to run (usage: trainperf run [OPTIONS] -- CMD [ARGS...])");
+        return -1;
+    }
+    a->cmd = argv + i;
+    return 0;
+}
+
+/* PATH lookup as execvp does it, so a missing command is caught before
+ * anything starts. Returns 0, or 127 (not found) / 126 (not executable). */
+static int resolve_cmd(const char *cmd, char *out, size_t n)
+{
+    if (strchr(cmd, '/')) {
+        snprintf(out, n, "%s", cmd);
+        struct stat st;
+        if (stat(cmd, &st) != 0) return 127;
+        if (S_ISDIR(st.st_mode) || access(cmd, X_OK) != 0) return 126;
+        return 0;
+    }
+    const char *path = getenv("PATH");
+    if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+    int found_noexec = 0;
+    while (*path) {
+        const char *e = strchr(path, ':');
+        size_t len = e ? (size_t)(e - path) : strlen(path);
+        int w = len ? snprintf(out, n, "%.*s/%s", (int)len, path, cmd) : snprintf(out, n, "%s", cmd);
+        if (w > 0 && (size_t)w < n) {
+            struct stat st;
+            if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
+                if (access(out, X_OK) == 0) return 0;
+                found_noexec = 1;
+            }
+        }
+        if (!e) break;
+        path = e + 1;
+    }
+    return found_noexec ? 126 : 127;
+}
+
+/* The auto-hook dir: TRAINPERF_PYTHON_DIR, else <exe>/../python when it holds
+ * the package, else <exe>/../share/trainperf. "" when none exists. */
+static void python_dir(char *out, size_t n)
+{
+    out[0] = 0;
+    const char *env = getenv("TRAINPERF_PYTHON_DIR");
+    if (env && *env) {
+        snprintf(out, n, "%s", env);
+        return;
+    }
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (len <= 0) return;
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return;
+    *slash = 0;
+    char probe[PATH_MAX + 64];
+    int w = snprintf(probe, sizeof(probe), "%s/../python/trainperf/__init__.py", exe);
+    if (w > 0 && (size_t)w < sizeof(probe) && access(probe, R_OK) == 0) {
+        w = snprintf(out, n, "%s/../python", exe);
+    } else {
+        w = snprintf(probe, sizeof(probe), "%s/../share/trainperf", exe);
+        if (w > 0 && (size_t)w < sizeof(probe) && access(probe, R_OK) == 0)
+            w = snprintf(out, n, "%s", probe);
+    }
+    if (w < 0 || (size_t)w >= n) out[0] = 0;
+    char real[PATH_MAX];
+    if (out[0] && realpath(out, real)) snprintf(out, n, "%s", real);
+}
+
+static int has_key(const char *entry, const char *key)
+{
+    size_t k = strlen(key);
+    return strncmp(entry, key, k) == 0 && entry[k] == '=';
+}
+
+/* The child's environment: ours, with the run's variables set. Strings are
+ * malloc'd; the process exits soon after, so they are not freed one by one. */
+static char **child_env(const char *run_dir, const char *pydir, int no_auto)
+{
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 4, sizeof(char *));
+    if (!env) return NULL;
+    size_t k = 0;
+    const char *oldpp = getenv("PYTHONPATH");
+    for (size_t i = 0; i < n; i++) {
+        if (has_key(environ[i], "TRAINPERF_RUN_DIR") || has_key(environ[i], "TRAINPERF_AUTO"))
+            continue;
+        if (!no_auto && pydir[0] && has_key(environ[i], "PYTHONPATH")) continue;
+        env[k++] = environ[i];
+    }
+    char *s;
+    if (asprintf(&s, "TRAINPERF_RUN_DIR=%s", run_dir) < 0) return NULL;
+    env[k++] = s;
+    if (!no_auto) {
+        env[k++] = "TRAINPERF_AUTO=1";
+        if (pydir[0]) {
+            int w = oldpp && *oldpp ? asprintf(&s, "PYTHONPATH=%s:%s", pydir, oldpp)
+                                    : asprintf(&s, "PYTHONPATH=%s", pydir);
+            if (w < 0) return NULL;
+            env[k++] = s;
+        }
+    }
+    env[k] = NULL;
+    return env;
+}
+
+static void on_signal(int sig)
+{
+    run_signals++;
+    pid_t pg = (pid_t)run_child_pgid;
+    /* Forward to the child's group; once it is gone the run is being
+     * finished and further signals only count (the run dir is not lost). */
+    if (pg > 0) kill(-pg, sig);
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGQUIT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static void fmt_bytes(char *out, size_t n, double b)
+{
+    if (!isfinite(b)) {
+        snprintf(out, n, "?");
+        return;
+    }
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) {
+        b /= 1024;
+        i++;
+    }
+    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+static void status_line(coll *c, int tty, int color)
+{
+    static coll_frame f;
+    char alerts[COLL_ALERTS_TEXT];
+    if (coll_status(c, &f, alerts) != 0) return;
+    char line[1024], tmp[64];
+    size_t off = 0;
+#define PUT(...)                                                                          \
+    do {                                                                                  \
+        int w_ = snprintf(line + off, sizeof(line) - off, __VA_ARGS__);                   \
+        if (w_ > 0) off = (size_t)w_ < sizeof(line) - off ? off + (size_t)w_ : sizeof(line) - 1; \
+    } while (0)
+    PUT("%s[trainperf %.0fs]%s", color ? CLI_BOLD : "", f.t, color ? CLI_RESET : "");
+    if (f.steps.ok && f.steps.v > 0) {
+        PUT(" steps %.0f", f.steps.v);
+        if (f.step_rate.ok) PUT(" | %.2f steps/s", f.step_rate.v);
+        if (f.sample_rate.ok && f.sample_rate.v > 0) PUT(" | %.1f samples/s", f.sample_rate.v);
+        if (f.data_wait_pct.ok) PUT(" | data wait %.0f%%", f.data_wait_pct.v);
+    } else {
+        PUT(" no steps yet");
+    }
+    if (f.tree_cpu_pct.ok) PUT(" | CPU %.0f%%", f.tree_cpu_pct.v);
+    if (f.tree_rss_bytes.ok) {
+        fmt_bytes(tmp, sizeof(tmp), f.tree_rss_bytes.v);
+        PUT(" | RSS %s", tmp);
+    }
+    for (int g = 0; g < f.ngpu && g < 4; g++) {
+        const gpu_frame *gf = &f.gpu[g];
+        PUT(" | GPU%d", g);
+        if (gf->lost) {
+            PUT(" lost");
+            continue;
+        }
+        if (gf->util_pct.ok) PUT(" %.0f%%", gf->util_pct.v);
+        if (gf->mem_used_bytes.ok) {
+            fmt_bytes(tmp, sizeof(tmp), gf->mem_used_bytes.v);
+            PUT(" %s", tmp);
+        }
+        if (gf->power_w.ok) PUT(" %.0fW", gf->power_w.v);
+    }
+    if (alerts[0])
+        PUT(" | %salerts: %s%s", color ? CLI_YELLOW : "", alerts, color ? CLI_RESET : "");
+#undef PUT
+    if (tty)
+        fprintf(stderr, "\r%s\033[K", line);
+    else
+        fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void print_summary(const coll_summary *s, const char *run_dir, const rec_exit *ex, int color)
+{
+    const char *b = color ? CLI_BOLD : "", *r = color ? CLI_RESET : "";
+    FILE *o = stderr;
+    char how[64];
+    if (ex->signal > 0)
+        snprintf(how, sizeof(how), "killed by signal %d (%s)", ex->signal, strsignal(ex->signal));
+    else
+        snprintf(how, sizeof(how), "exit %d", ex->code);
+    fprintf(o, "%strainperf:%s finished in %.1f s, %s\n", b, r, s->duration_s, how);
+    if (s->steps > 0) {
+        fprintf(o, "  steps       %llu (%.2f steps/s", (unsigned long long)s->steps, s->steps_per_s);
+        if (isfinite(s->samples_per_s)) fprintf(o, ", %.1f samples/s", s->samples_per_s);
+        if (isfinite(s->tokens_per_s)) fprintf(o, ", %.0f tokens/s", s->tokens_per_s);
+        fprintf(o, ")\n  step time   p50 %.2f ms, p95 %.2f ms\n", s->step_p50_ms, s->step_p95_ms);
+        fprintf(o, "  data wait   %.0f%% of step time, p95 %.2f ms\n", 100 * s->data_share,
+                s->data_p95_ms);
+    } else {
+        fprintf(o, "  steps       none recorded (resources only)\n");
+    }
+    char rss[32];
+    fmt_bytes(rss, sizeof(rss), s->tree_rss_max_bytes);
+    if (isfinite(s->tree_cpu_mean_pct))
+        fprintf(o, "  CPU         %.0f%% of one core (mean), peak RSS %s\n", s->tree_cpu_mean_pct, rss);
+    for (int g = 0; g < s->ngpu; g++) {
+        char used[32], total[32];
+        fmt_bytes(used, sizeof(used), s->gpu_mem_max_bytes[g]);
+        fmt_bytes(total, sizeof(total), s->gpu_mem_total_bytes[g]);
+        fprintf(o, "  GPU %-7d util %.0f%% (mean), memory %s of %s (peak)\n", g,
+                s->gpu_util_mean_pct[g], used, total);
+    }
+    if (s->events_dropped || s->trace_dropped)
+        fprintf(o, "  dropped     %llu events (full rings), %llu trace events (cap)\n",
+                (unsigned long long)s->events_dropped, (unsigned long long)s->trace_dropped);
+    if (s->nalerts) fprintf(o, "  alerts      %d fired (alerts.jsonl)\n", s->nalerts);
+    for (int i = 0; i < s->nsources; i++)
+        if (strcmp(s->sources[i].status, "ok") != 0 && strcmp(s->sources[i].status, "disabled") != 0)
+            fprintf(o, "  %-11s %s\n", s->sources[i].name, s->sources[i].status);
+    if (s->io_error[0]) fprintf(o, "  %swarning%s     writing the run directory: %s\n",
+                                color ? CLI_YELLOW : "", r, s->io_error);
+    fprintf(o, "  run dir     %s\n", run_dir);
+}
+
+static void clean_live(const char *run_dir)
+{
+    char live[PATH_MAX];
+    int w = snprintf(live, sizeof(live), "%s/live", run_dir);
+    if (w < 0 || (size_t)w >= sizeof(live)) return;
+    DIR *d = opendir(live);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, "seg-", 4) != 0) continue;
+        char p[PATH_MAX + 300];
+        w = snprintf(p, sizeof(p), "%s/%s", live, de->d_name);
+        if (w > 0 && (size_t)w < sizeof(p)) unlink(p);
+    }
+    closedir(d);
+    rmdir(live);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    run_args a;
+    int pr = parse_args(argc, argv, &a);
+    if (pr == 1) {
+        run_usage(stdout);
+        return CLI_OK;
+    }
+    if (pr < 0) return CLI_USAGE;
+
+    /* Alerts first: a malformed rule must not leave a run directory behind. */
+    alert_set *alerts = NULL;
+    char err[256];
+    if (alerts_create(&alerts, !a.no_default_alerts) < 0) {
+        cli_error("cannot set up alerts: out of memory");
+        return CLI_FAIL;
+    }
+    for (int i = 0; i < a.nalert_rules; i++) {
+        err[0] = 0;
+        if (alerts_add(alerts, a.alert_rules[i], err, sizeof(err)) < 0) {
+            cli_error("bad --alert '%s': %s", a.alert_rules[i], err);
+            alerts_free(alerts);
+            return CLI_USAGE;
+        }
+    }
+    if (a.alerts_file) {
+        err[0] = 0;
+        int rc = alerts_load_file(alerts, a.alerts_file, err, sizeof(err));
+        if (rc < 0) {
+            cli_error("--alerts %s: %s", a.alerts_file, err[0] ? err : tpf_strerror(rc));
+            alerts_free(alerts);
+            return CLI_USAGE;
+        }
+    }
+
+    char exe[PATH_MAX];
+    int rr = resolve_cmd(a.cmd[0], exe, sizeof(exe));
+    if (rr) {
+        cli_error(rr == 127 ? "command not found: %s" : "cannot execute %s: permission denied",
+                  a.cmd[0]);
+        alerts_free(alerts);
+        return rr;
+    }
+
+    char run_dir[PATH_MAX];
+    int rc;
+    if (a.out) {
+        snprintf(run_dir, sizeof(run_dir), "%s", a.out);
+        rc = rec_rundir_prepare(run_dir);
+    } else {
+        const char *base = strrchr(a.cmd[0], '/');
+        rc = rec_rundir_create("trainperf-runs", base ? base + 1 : a.cmd[0], run_dir,
+                               sizeof(run_dir));
+    }
+    if (rc) {
+        cli_error("cannot write the run directory %s: %s", a.out ? a.out : "under ./trainperf-runs",
+                  tpf_strerror(rc));
+        alerts_free(alerts);
+        return CLI_USAGE;
+    }
+    char absdir[PATH_MAX];
+    /* The child may chdir: give it an absolute path. */
+    if (!realpath(run_dir, absdir)) snprintf(absdir, sizeof(absdir), "%s", run_dir);
+
+    char pydir[PATH_MAX];
+    python_dir(pydir, sizeof(pydir));
+    char **env = child_env(absdir, pydir, a.no_auto);
+    if (!env) {
+        cli_error("out of memory");
+        alerts_free(alerts);
+        return CLI_FAIL;
+    }
+
+    struct timespec ts0;
+    clock_gettime(CLOCK_MONOTONIC, &ts0);
+    uint64_t start_mono = (uint64_t)ts0.tv_sec * 1000000000ull + (uint64_t)ts0.tv_nsec;
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) != 0) {
+        cli_error("pipe: %s", strerror(errno));
+        return CLI_FAIL;
+    }
+    install_signals();
+    sigset_t block, old;
+    /* No forwarding until the child has its group. */
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    sigaddset(&block, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    fflush(NULL);
+    pid_t child = fork();
+    if (child < 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        cli_error("fork: %s", strerror(errno));
+        return CLI_FAIL;
+    }
+    if (child == 0) {
+        setpgid(0, 0);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        signal(SIGQUIT, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        execve(exe, a.cmd, env);
+        int e = errno;
+        ssize_t w = write(pfd[1], &e, sizeof(e));
+        (void)w;
+        _exit(e == ENOENT ? 127 : 126);
+    }
+    setpgid(child, child);
+    run_child_pgid = child;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    close(pfd[1]);
+    int exec_errno = 0;
+    ssize_t got;
+    do {
+        got = read(pfd[0], &exec_errno, sizeof(exec_errno));
+    } while (got < 0 && errno == EINTR);
+    close(pfd[0]);
+    if (got == (ssize_t)sizeof(exec_errno)) {
+        int st;
+        waitpid(child, &st, 0);
+        run_child_pgid = 0;
+        cli_error("cannot run %s: %s", a.cmd[0], strerror(exec_errno));
+        alerts_free(alerts);
+        return exec_errno == ENOENT ? 127 : 126;
+    }
+
+    coll_opts co;
+    memset(&co, 0, sizeof(co));
+    co.run_dir = absdir;
+    co.mode = "run";
+    co.argv = a.cmd;
+    co.root_pid = child;
+    co.interval_s = a.interval_s;
+    co.auto_hook = !a.no_auto;
+    co.alerts = alerts;
+    co.start_mono_ns = start_mono;
+    coll *c = NULL;
+    rc = coll_create(&c, &co);
+    if (rc == 0) rc = coll_start(c);
+    if (rc) {
+        /* The child runs on unwatched: never stop someone's training for us. */
+        cli_warn("cannot watch the run (%s); waiting for the command", tpf_strerror(rc));
+        coll_free(c);
+        c = NULL;
+    }
+
+    int tty = isatty(2), color = cli_color(stderr);
+    double period = tty ? 1.0 : 10.0, next_status = mono_s() + period;
+    int status = 0, drawn = 0;
+    for (;;) {
+        pid_t w = waitpid(child, &status, WNOHANG);
+        if (w == child) break;
+        if (w < 0 && errno != EINTR) break;
+        struct timespec nap = {0, 50 * 1000000L};
+        nanosleep(&nap, NULL);
+        double now = mono_s();
+        if (c && !a.quiet && now >= next_status) {
+            status_line(c, tty, color);
+            drawn = tty;
+            next_status = now + period;
+        }
+    }
+    run_child_pgid = 0;
+    if (drawn) fputs("\r\033[K", stderr);
+
+    rec_exit ex = {1, 0, 0};
+    if (WIFEXITED(status)) {
+        ex.code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+        ex.signal = WTERMSIG(status);
+        ex.code = 128 + ex.signal;
+    }
+    if (c) {
+        coll_finish(c, &ex);
+        coll_summary s;
+        coll_get_summary(c, &s);
+        coll_free(c);
+        if (a.clean_live) clean_live(absdir);
+        if (a.quiet) {
+            fprintf(stderr, "trainperf: run directory %s\n", run_dir);
+        } else {
+            print_summary(&s, run_dir, &ex, color);
+        }
+        if (report_finish_run) {
+            buf term;
+            buf_init(&term, 4u << 20);
+            err[0] = 0;
+            int r2 = report_finish_run(absdir, color, a.quiet ? NULL : &term, err, sizeof(err));
+            if (r2 < 0)
+                cli_warn("report: %s", err[0] ? err : tpf_strerror(r2));
+            else if (!a.quiet && term.len)
+                fprintf(stderr, "\n%s", term.data);
+            buf_free(&term);
+        }
+    }
+    alerts_free(alerts);
+    return ex.code;
+}
