@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Run HolisticTraceAnalysis on one trace and print its numbers as JSON.
+
+Used by tests/test_analyze_hta.py (inside the HTA virtual environment) and by
+bench/bench_analyze.sh. Times are HTA's microseconds.
+
+    python hta_run.py TRACE [RANK]
+"""
+import json
+import logging
+import math
+import sys
+import warnings
+
+
+def main():
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.CRITICAL)
+    from hta.trace_analysis import TraceAnalysis
+
+    path = sys.argv[1]
+    rank = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    ta = TraceAnalysis(trace_files={rank: path})
+    out = {"rank": rank}
+
+    def num(v):
+        v = float(v)
+        return None if math.isnan(v) else v
+
+    try:
+        t = ta.get_temporal_breakdown(visualize=False)
+        row = t.iloc[0]
+        out["temporal"] = {k: num(row[k]) for k in (
+            "idle_time(us)", "compute_time(us)", "non_compute_time(us)", "kernel_time(us)",
+            "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg")}
+    except Exception as e:  # noqa: BLE001 - HTA fails on traces without GPU rows
+        out["temporal_error"] = repr(e)
+    try:
+        kt, _ = ta.get_gpu_kernel_breakdown(visualize=False)
+        out["kernel_types"] = {r["kernel_type"]: [num(r["sum"]), num(r["percentage"])]
+                               for _, r in kt.iterrows()}
+    except Exception as e:  # noqa: BLE001
+        out["kernel_types_error"] = repr(e)
+    try:
+        idle, _ = ta.get_idle_time_breakdown(ranks=[rank], visualize=False)
+        out["idle"] = [[int(r["stream"]), r["idle_category"], num(r["idle_time"])]
+                       for _, r in idle.iterrows()]
+    except Exception as e:  # noqa: BLE001
+        out["idle_error"] = repr(e)
+    try:
+        ov = ta.get_comm_comp_overlap(visualize=False)
+        out["overlap_pctg"] = num(ov.iloc[0]["comp_comm_overlap_pctg"])
+    except Exception as e:  # noqa: BLE001
+        out["overlap_error"] = repr(e)
+    try:
+        ls = ta.get_cuda_kernel_launch_stats(ranks=[rank], visualize=False)[rank]
+        out["launch"] = {
+            "count": int(len(ls)),
+            "cpu_sum": num(ls["cpu_duration"].sum()),
+            "gpu_sum": num(ls["gpu_duration"].sum()),
+            "delay_sum": num(ls["launch_delay"].sum()),
+            "delay_max": num(ls["launch_delay"].max()) if len(ls) else 0.0,
+        }
+    except Exception as e:  # noqa: BLE001
+        out["launch_error"] = repr(e)
+    json.dump(out, sys.stdout)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

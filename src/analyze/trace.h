@@ -1,0 +1,62 @@
+/* Analysis of torch.profiler (Kineto/Chrome) traces, one file per rank:
+ * GPU temporal breakdown, kernel types and overlaps, top kernels, idle time
+ * per stream, communication/computation overlap, launch statistics, top CPU
+ * operators, per-step figures and stragglers across ranks; and merging of
+ * per-rank traces into one timeline. Memory is bounded: events are streamed
+ * (trace_json.h), spilled to a temporary file in compact form and read back
+ * in time order by a k-way merge; only summaries stay in memory. */
+#ifndef TPF_ANALYZE_TRACE_H
+#define TPF_ANALYZE_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/buf.h"
+
+typedef struct trace_opts {
+    int compat_hta;     /* reproduce HolisticTraceAnalysis' numbers */
+    int top_k;          /* rows in top tables; 0 = 10 */
+    int has_rank;       /* analyse only the file(s) of this rank */
+    long rank;
+    int has_steps;      /* restrict to ProfilerStep#lo..#hi (inclusive) */
+    long step_lo, step_hi;
+} trace_opts;
+
+/* The result (opaque; built by trace_analyze, freed by trace_result_free). */
+typedef struct trace_result trace_result;
+
+/* Analyse n trace files. On success *out owns a result (free it with
+ * trace_result_free). Errors: TPF_EINVAL (arguments), TPF_ENOENT/TPF_EACCES/
+ * TPF_EIO (unreadable file), TPF_EFORMAT (invalid JSON or gzip; err names the
+ * file and byte offset), TPF_ETOOBIG (a table hit its cap), TPF_ENOMEM.
+ * err: one line. Thread-safe with distinct arguments. */
+int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace_result **out,
+                  char *err, size_t errlen);
+void trace_result_free(trace_result *r);
+
+/* Render: machine JSON (times as integer nanoseconds, *_ns), terminal text
+ * (aligned tables; ANSI colour when color), or markdown. 0 or buf's error. */
+int trace_result_json(const trace_result *r, buf *out);
+int trace_result_text(const trace_result *r, buf *out, int color);
+int trace_result_markdown(const trace_result *r, buf *out);
+
+/* For `trainperf report`: analyse paths with default options and append a
+ * markdown section ("## Profiler traces" ...) to md_out. 0 or a TPF_E* code;
+ * on failure a one-line explanation is appended instead of the tables. */
+int trace_analyze_summary(const char *const *paths, int n, buf *md_out);
+
+/* Merge n per-rank traces into one Chrome trace at out_path: every rank gets
+ * its own processes (pids remapped so ranks never collide, named "rank R"),
+ * flow ids are kept apart per rank, and all times are put on one clock
+ * (baseTimeNanoseconds when present) starting at 0. align_start: start every
+ * rank at 0 instead (for ranks whose clocks disagree). Streaming: memory does
+ * not grow with the traces. Errors as trace_analyze, plus TPF_EIO for the
+ * output. */
+int trace_merge(const char *const *paths, int n, const char *out_path, int align_start,
+                char *err, size_t errlen);
+
+/* The rank of a file: distributedInfo.rank, else a number after "rank" in the
+ * file name ("rank-3", "rank_3", "rank3"), else -1. */
+long trace_rank_from_name(const char *path);
+
+#endif

@@ -1,0 +1,1270 @@
+/* Trace analysis engine (see trace.h).
+ *
+ * Pass A streams the file and turns each complete event into a 40-byte
+ * record; records go into a fixed-size chunk that is sorted and spilled to an
+ * unlinked temporary file when full. Pass B merges the sorted runs back in
+ * time order (k-way heap), so every analysis is a sweep with O(1) state per
+ * stream/thread/type: unions of intervals, per-stream gaps, the CPU call
+ * stack per thread. Kineto files are not in time order (kernels trail their
+ * launches by up to the whole trace), which is why the spill exists. Only the
+ * name table, the step list, the correlation map and the per-stream/thread
+ * states stay in memory; all have caps. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "analyze/trace_int.h"
+#include "analyze/trace_json.h"
+#include "trainperf.h"
+
+#define CHUNK_RECS 65536                 /* records sorted in memory per run */
+#define MERGE_RECS 65536                 /* read buffers of all runs together */
+#define MAX_NAMES (4u << 20)
+#define MAX_NAME_BYTES ((size_t)512 << 20)
+#define MAX_STEPS (1u << 20)
+#define MAX_THREADS 65536
+#define MAX_STACK 1024
+#define MAX_STREAMS 4096
+#define CORR_CAP (1u << 18)              /* pending launches kept for joining */
+#define HTA_KERNEL_WAIT_NS 30000         /* HTA's consecutive_kernel_delay, 30 us */
+#define LAUNCH_CPU_CUTOFF_NS 50000       /* HTA runtime_cutoff */
+#define LAUNCH_DELAY_CUTOFF_NS 100000    /* HTA launch_delay_cutoff */
+
+enum {
+    C_OTHER = 0, C_CPU_OP, C_USER_ANN, C_RUNTIME, C_DRIVER, C_KERNEL, C_MEMCPY, C_MEMSET,
+    C_GPU_ANN, C_PYTHON, C_MTIA, C_SYNC
+};
+
+enum { F_TSFRAC = 1, F_STEP = 2 };
+
+typedef struct trec {
+    int64_t ts, dur, corr;
+    uint32_t name, thread;
+    int32_t stream;
+    uint8_t cat, flags;
+    uint16_t pad;
+} trec;
+
+/* Per distinct name. */
+typedef struct nstat {
+    uint32_t off, len, hash;
+    int8_t ktype;           /* -1 = not classified yet */
+    uint8_t launch;         /* a launch API (default / HTA sets) */
+    uint64_t kcount;
+    int64_t ksum, kmin, kmax;
+    double kmean, km2;      /* Welford, for the standard deviation */
+    uint64_t ccount;
+    int64_t ctotal, cself;
+} nstat;
+
+typedef struct strtab {
+    buf arena;
+    nstat *v;
+    uint32_t n, vcap;
+    uint32_t *slots;        /* id+1, 0 = empty */
+    uint32_t nslots;
+} strtab;
+
+typedef struct tstep {
+    long num;
+    int64_t ts, dur;
+    uint32_t name;
+} tstep;
+
+typedef struct thread_key {
+    int64_t pid, tid;
+} thread_key;
+
+typedef struct frame {
+    int64_t ts, end, dur, child;
+    uint32_t name;
+} frame;
+
+typedef struct tstack {
+    frame *f;
+    uint32_t n, cap;
+} tstack;
+
+/* Union/overlap sweep over intervals arriving sorted by start, with HTA's
+ * merge rule (a new group starts when ts > running max end). */
+typedef struct sweep {
+    int any;
+    int64_t first, last_end;
+    int has[4];
+    int64_t s[4], e[4];
+    int64_t msum[4];        /* merged length per type */
+    int all_has;
+    int64_t all_s, all_e, all_sum;
+    int64_t frontier;
+    int64_t t[16];          /* time per active-type mask */
+} sweep;
+
+typedef struct corr_ent {
+    int64_t corr;           /* -1 = empty */
+    int64_t ts, dur;
+    uint32_t name;
+    int32_t step;
+    uint8_t kept, used;
+} corr_ent;
+
+typedef struct stream_st {
+    int64_t stream;
+    int used, has_prev;
+    int64_t prev_end;
+    uint64_t kernels;
+    int64_t host, kwait, other;
+} stream_st;
+
+typedef struct run_rd {
+    long off;               /* next record's file offset (records) */
+    long left;              /* records left in the run on disk */
+    trec *b;
+    size_t n, i, cap;
+} run_rd;
+
+typedef struct rankst {
+    const char *path;
+    trace_meta meta;
+    strtab names;
+    thread_key *threads;
+    uint32_t nthreads;
+    uint32_t *tslots;
+    uint32_t ntslots;
+    tstep *steps;
+    uint32_t nsteps, stepcap;
+    trec *chunk;
+    size_t nchunk;
+    FILE *spill;
+    long *runs;             /* run lengths in records */
+    size_t nruns, runcap;
+    uint64_t nrec;
+    int any_tsfrac;
+    int rc;
+    char *err;
+    size_t errlen;
+} rankst;
+
+/* ---- small tables ------------------------------------------------------ */
+
+static uint32_t fnv1a(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+static const char *st_str(const strtab *t, uint32_t id) { return t->arena.data + t->v[id].off; }
+
+static int st_grow_slots(strtab *t)
+{
+    uint32_t ns = t->nslots ? t->nslots * 2 : 4096;
+    uint32_t *sl = calloc(ns, sizeof(*sl));
+    if (!sl) return TPF_ENOMEM;
+    for (uint32_t i = 0; i < t->n; i++) {
+        uint32_t j = t->v[i].hash & (ns - 1);
+        while (sl[j]) j = (j + 1) & (ns - 1);
+        sl[j] = i + 1;
+    }
+    free(t->slots);
+    t->slots = sl;
+    t->nslots = ns;
+    return 0;
+}
+
+static int st_intern(strtab *t, const char *s, size_t n, uint32_t *id)
+{
+    if ((t->n + 1) * 2 > t->nslots) {
+        int rc = st_grow_slots(t);
+        if (rc) return rc;
+    }
+    uint32_t h = fnv1a(s, n);
+    uint32_t j = h & (t->nslots - 1);
+    while (t->slots[j]) {
+        nstat *e = &t->v[t->slots[j] - 1];
+        if (e->hash == h && e->len == n && memcmp(t->arena.data + e->off, s, n) == 0) {
+            *id = t->slots[j] - 1;
+            return 0;
+        }
+        j = (j + 1) & (t->nslots - 1);
+    }
+    if (t->n >= MAX_NAMES || t->arena.len + n + 1 > MAX_NAME_BYTES) return TPF_ETOOBIG;
+    if (t->n == t->vcap) {
+        uint32_t nc = t->vcap ? t->vcap * 2 : 1024;
+        nstat *nv = realloc(t->v, (size_t)nc * sizeof(*nv));
+        if (!nv) return TPF_ENOMEM;
+        t->v = nv;
+        t->vcap = nc;
+    }
+    size_t off = t->arena.len;
+    if (buf_append(&t->arena, s, n) || buf_putc(&t->arena, '\0')) return t->arena.err;
+    nstat *e = &t->v[t->n];
+    memset(e, 0, sizeof(*e));
+    e->off = (uint32_t)off;
+    e->len = (uint32_t)n;
+    e->hash = h;
+    e->ktype = -1;
+    e->kmin = INT64_MAX;
+    e->kmax = INT64_MIN;
+    t->slots[j] = t->n + 1;
+    *id = t->n++;
+    return 0;
+}
+
+static void st_free(strtab *t)
+{
+    buf_free(&t->arena);
+    free(t->v);
+    free(t->slots);
+    memset(t, 0, sizeof(*t));
+}
+
+static int thread_intern(rankst *r, int64_t pid, int64_t tid, uint32_t *id)
+{
+    if ((r->nthreads + 1) * 2 > r->ntslots) {
+        uint32_t ns = r->ntslots ? r->ntslots * 2 : 64;
+        uint32_t *sl = calloc(ns, sizeof(*sl));
+        thread_key *nk = realloc(r->threads, (size_t)(ns / 2) * sizeof(*nk));
+        if (!sl || !nk) {
+            free(sl);
+            if (nk) r->threads = nk;
+            return TPF_ENOMEM;
+        }
+        r->threads = nk;
+        for (uint32_t i = 0; i < r->nthreads; i++) {
+            uint32_t h = fnv1a((const char *)&r->threads[i], sizeof(thread_key)) & (ns - 1);
+            while (sl[h]) h = (h + 1) & (ns - 1);
+            sl[h] = i + 1;
+        }
+        free(r->tslots);
+        r->tslots = sl;
+        r->ntslots = ns;
+    }
+    thread_key k = {pid, tid};
+    uint32_t h = fnv1a((const char *)&k, sizeof(k)) & (r->ntslots - 1);
+    while (r->tslots[h]) {
+        thread_key *e = &r->threads[r->tslots[h] - 1];
+        if (e->pid == pid && e->tid == tid) {
+            *id = r->tslots[h] - 1;
+            return 0;
+        }
+        h = (h + 1) & (r->ntslots - 1);
+    }
+    if (r->nthreads >= MAX_THREADS) return TPF_ETOOBIG;
+    r->threads[r->nthreads] = k;
+    r->tslots[h] = r->nthreads + 1;
+    *id = r->nthreads++;
+    return 0;
+}
+
+/* ---- classification ---------------------------------------------------- */
+
+static int has_prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+static int cat_code(const char *c)
+{
+    static const struct { const char *s; int code; } tab[] = {
+        {"cpu_op", C_CPU_OP}, {"user_annotation", C_USER_ANN}, {"cuda_runtime", C_RUNTIME},
+        {"cuda_driver", C_DRIVER}, {"kernel", C_KERNEL}, {"Kernel", C_KERNEL},
+        {"gpu_memcpy", C_MEMCPY}, {"Memcpy", C_MEMCPY}, {"gpu_memset", C_MEMSET},
+        {"Memset", C_MEMSET}, {"gpu_user_annotation", C_GPU_ANN}, {"python_function", C_PYTHON},
+        {"mtia_ccp_events", C_MTIA}, {"cuda_sync", C_SYNC},
+    };
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
+        if (strcmp(c, tab[i].s) == 0) return tab[i].code;
+    return C_OTHER;
+}
+
+/* "^nccl.*Kernel" */
+static int nccl_kernel_re(const char *n) { return has_prefix(n, "nccl") && strstr(n + 4, "Kernel"); }
+
+/* HTA 0.5.0's get_kernel_type (utils.py), regex by regex. */
+static int ktype_hta(const char *n)
+{
+    if (nccl_kernel_re(n)) return KT_COMM;
+    if (has_prefix(n, "Memcpy") || has_prefix(n, "Memset") || has_prefix(n, "dma")) return KT_MEM;
+    if (!(strstr(n, "Memcpy") || has_prefix(n, "Memset") || strstr(n, "Sync"))) return KT_COMP;
+    return KT_OTHER;
+}
+
+/* Default: current NCCL/RCCL names, memory by category as well as name. */
+static int ktype_default(const char *n, int cat)
+{
+    if (cat == C_MEMCPY || cat == C_MEMSET || has_prefix(n, "Memcpy") || has_prefix(n, "Memset") ||
+        has_prefix(n, "dma"))
+        return KT_MEM;
+    if (has_prefix(n, "nccl") || has_prefix(n, "rccl") || has_prefix(n, "hccl") ||
+        strstr(n, "ncclKernel") || strstr(n, "ncclDevKernel"))
+        return KT_COMM;
+    if (cat == C_KERNEL || cat == C_MTIA) return KT_COMP;
+    return KT_OTHER;
+}
+
+static int is_launch_name(const char *n, int hta)
+{
+    static const char *const hta_names[] = {
+        "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync",
+        "runFunction - job_prep_and_submit_for_execution",
+    };
+    for (size_t i = 0; i < sizeof(hta_names) / sizeof(hta_names[0]); i++)
+        if (strcmp(n, hta_names[i]) == 0) return 1;
+    if (hta) return 0;
+    return has_prefix(n, "cuLaunchKernel") || has_prefix(n, "cudaLaunchKernel") ||
+           has_prefix(n, "cudaLaunchCooperativeKernel") || has_prefix(n, "hipLaunchKernel") ||
+           has_prefix(n, "hipExtLaunchKernel") || has_prefix(n, "hipModuleLaunchKernel") ||
+           has_prefix(n, "hipExtModuleLaunchKernel") || strcmp(n, "hipMemcpyAsync") == 0 ||
+           strcmp(n, "hipMemsetAsync") == 0 || strcmp(n, "cudaMemcpy") == 0 ||
+           strcmp(n, "cudaMemset") == 0 || has_prefix(n, "cuMemcpy") || has_prefix(n, "cuMemset");
+}
+
+const char *trace_type_name(int mask)
+{
+    static const char *const names[] = {
+        "IDLE", "COMPUTATION", "COMMUNICATION", "COMPUTATION overlapping COMMUNICATION",
+        "MEMORY", "COMPUTATION overlapping MEMORY", "COMMUNICATION overlapping MEMORY",
+        "COMPUTATION overlapping COMMUNICATION overlapping MEMORY",
+    };
+    if (mask == KT_OTHER) return "OTHER";
+    return names[mask & 7];
+}
+
+/* "ProfilerStep#12" (HTA: ProfilerStep\s*#\s*(\d+)) */
+static int step_number(const char *n, long *num)
+{
+    const char *p = strstr(n, "ProfilerStep");
+    if (!p) return 0;
+    p += 12;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p != '#') return 0;
+    p++;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p < '0' || *p > '9') return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (errno) return 0;
+    *num = v;
+    return 1;
+}
+
+long trace_rank_from_name(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    for (const char *p = base; (p = strstr(p, "rank")) != NULL; p += 4) {
+        const char *q = p + 4;
+        if (*q == '-' || *q == '_') q++;
+        if (*q >= '0' && *q <= '9') {
+            long v = strtol(q, NULL, 10);
+            if (v >= 0 && v < (1L << 30)) return v;
+        }
+    }
+    return -1;
+}
+
+/* ---- pass A: parse and spill -------------------------------------------- */
+
+static int rec_cmp(const void *a, const void *b)
+{
+    const trec *x = a, *y = b;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    if (x->dur != y->dur) return x->dur > y->dur ? -1 : 1; /* parents first */
+    return 0;
+}
+
+static int spill_chunk(rankst *r)
+{
+    if (!r->nchunk) return 0;
+    qsort(r->chunk, r->nchunk, sizeof(trec), rec_cmp);
+    if (!r->spill) {
+        const char *dir = getenv("TMPDIR");
+        char tmpl[4096];
+        snprintf(tmpl, sizeof(tmpl), "%s/trainperf-spill-XXXXXX", dir && *dir ? dir : "/tmp");
+        int fd = mkstemp(tmpl);
+        if (fd < 0) return TPF_EIO;
+        unlink(tmpl); /* gone when closed, whatever happens */
+        r->spill = fdopen(fd, "w+b");
+        if (!r->spill) {
+            close(fd);
+            return TPF_EIO;
+        }
+    }
+    if (fwrite(r->chunk, sizeof(trec), r->nchunk, r->spill) != r->nchunk) return TPF_EIO;
+    if (r->nruns == r->runcap) {
+        size_t nc = r->runcap ? r->runcap * 2 : 64;
+        long *nr = realloc(r->runs, nc * sizeof(*nr));
+        if (!nr) return TPF_ENOMEM;
+        r->runs = nr;
+        r->runcap = nc;
+    }
+    r->runs[r->nruns++] = (long)r->nchunk;
+    r->nchunk = 0;
+    return 0;
+}
+
+static int on_event(void *ud, const trace_ev *ev)
+{
+    rankst *r = ud;
+    int rc;
+    if (!(ev->has & TEV_TS) || (ev->has & TEV_TS_FRAC)) r->any_tsfrac = 1;
+    /* HTA keeps rows that have both dur and cat, minus cat "Trace"; so do we. */
+    if (!(ev->has & TEV_DUR) || !(ev->has & TEV_CAT) || !(ev->has & TEV_TS)) return 0;
+    if (strcmp(ev->cat, "Trace") == 0) return 0;
+    trec t;
+    memset(&t, 0, sizeof(t));
+    t.ts = ev->ts_ns;
+    t.dur = ev->dur_ns;
+    t.corr = (ev->has & TEV_CORR) ? ev->corr : -1;
+    t.stream = (ev->has & TEV_STREAM) && ev->stream >= INT32_MIN && ev->stream <= INT32_MAX
+                   ? (int32_t)ev->stream : -1;
+    t.cat = (uint8_t)cat_code(ev->cat);
+    if (ev->has & TEV_TS_FRAC) t.flags |= F_TSFRAC;
+    const char *nm = (ev->has & TEV_NAME) ? ev->name : "";
+    size_t nl = (ev->has & TEV_NAME) ? ev->name_len : 0;
+    if ((rc = st_intern(&r->names, nm, nl, &t.name))) return rc;
+    if ((rc = thread_intern(r, (ev->has & TEV_PID) ? ev->pid : -1, (ev->has & TEV_TID) ? ev->tid : -1,
+                            &t.thread)))
+        return rc;
+    long num;
+    if (t.stream < 0 && step_number(nm, &num)) {
+        if (r->nsteps >= MAX_STEPS) return TPF_ETOOBIG;
+        if (r->nsteps == r->stepcap) {
+            uint32_t nc = r->stepcap ? r->stepcap * 2 : 64;
+            tstep *ns = realloc(r->steps, (size_t)nc * sizeof(*ns));
+            if (!ns) return TPF_ENOMEM;
+            r->steps = ns;
+            r->stepcap = nc;
+        }
+        r->steps[r->nsteps++] = (tstep){num, t.ts, t.dur, t.name};
+        t.flags |= F_STEP;
+    }
+    r->chunk[r->nchunk++] = t;
+    r->nrec++;
+    if (r->nchunk == CHUNK_RECS) return spill_chunk(r);
+    return 0;
+}
+
+static void rank_free(rankst *r)
+{
+    st_free(&r->names);
+    free(r->threads);
+    free(r->tslots);
+    free(r->steps);
+    free(r->chunk);
+    free(r->runs);
+    if (r->spill) fclose(r->spill);
+    memset(r, 0, sizeof(*r));
+}
+
+static int pass_a(rankst *r, const char *path, char *err, size_t errlen)
+{
+    r->path = path;
+    buf_init(&r->names.arena, MAX_NAME_BYTES);
+    r->chunk = malloc(CHUNK_RECS * sizeof(trec));
+    if (!r->chunk) return TPF_ENOMEM;
+    char e2[256];
+    int rc = trace_read(path, on_event, r, 0, &r->meta, e2, sizeof(e2));
+    if (rc == TPF_ETOOBIG && !e2[0])
+        snprintf(e2, sizeof(e2), "too many distinct names, threads or steps");
+    if (rc == TPF_EIO && !e2[0]) snprintf(e2, sizeof(e2), "cannot write the spill file: %s", strerror(errno));
+    if (rc) {
+        if (strncmp(e2, "cannot open", 11) == 0 || strncmp(e2, "cannot read", 11) == 0)
+            snprintf(err, errlen, "%s", e2);
+        else
+            snprintf(err, errlen, "%s: %s", path, e2[0] ? e2 : tpf_strerror(rc));
+        return rc;
+    }
+    /* The last chunk stays in memory when nothing was spilled. */
+    if (r->spill && (rc = spill_chunk(r))) {
+        snprintf(err, errlen, "%s: cannot write the spill file", path);
+        return rc;
+    }
+    if (!r->spill) qsort(r->chunk, r->nchunk, sizeof(trec), rec_cmp);
+    return 0;
+}
+
+/* ---- pass B: merged, time-ordered sweep ---------------------------------- */
+
+typedef struct merger {
+    rankst *r;
+    run_rd *rd;
+    size_t nrd;
+    size_t *heap;           /* run indexes, min-heap by head record */
+    size_t nheap;
+    size_t mem_i;           /* in-memory mode: next record */
+} merger;
+
+static int rd_fill(merger *m, run_rd *d)
+{
+    d->i = 0;
+    d->n = 0;
+    if (d->left <= 0) return 0;
+    size_t want = d->cap < (size_t)d->left ? d->cap : (size_t)d->left;
+    if (fseek(m->r->spill, d->off * (long)sizeof(trec), SEEK_SET)) return TPF_EIO;
+    size_t got = fread(d->b, sizeof(trec), want, m->r->spill);
+    if (got != want) return TPF_EIO;
+    d->n = got;
+    d->off += (long)got;
+    d->left -= (long)got;
+    return 0;
+}
+
+static int heap_less(merger *m, size_t a, size_t b)
+{
+    const run_rd *x = &m->rd[a], *y = &m->rd[b];
+    return rec_cmp(&x->b[x->i], &y->b[y->i]) < 0;
+}
+
+static void heap_down(merger *m, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, s = i;
+        if (l < m->nheap && heap_less(m, m->heap[l], m->heap[s])) s = l;
+        if (l + 1 < m->nheap && heap_less(m, m->heap[l + 1], m->heap[s])) s = l + 1;
+        if (s == i) return;
+        size_t t = m->heap[i];
+        m->heap[i] = m->heap[s];
+        m->heap[s] = t;
+        i = s;
+    }
+}
+
+static int merger_open(merger *m, rankst *r)
+{
+    memset(m, 0, sizeof(*m));
+    m->r = r;
+    if (!r->spill) return 0;
+    m->nrd = r->nruns;
+    m->rd = calloc(m->nrd, sizeof(*m->rd));
+    m->heap = calloc(m->nrd, sizeof(*m->heap));
+    if (!m->rd || !m->heap) return TPF_ENOMEM;
+    size_t per = MERGE_RECS / m->nrd;
+    if (per < 64) per = 64;
+    long off = 0;
+    for (size_t i = 0; i < m->nrd; i++) {
+        run_rd *d = &m->rd[i];
+        d->off = off;
+        d->left = r->runs[i];
+        off += r->runs[i];
+        d->cap = per;
+        d->b = malloc(per * sizeof(trec));
+        if (!d->b) return TPF_ENOMEM;
+        int rc = rd_fill(m, d);
+        if (rc) return rc;
+        if (d->n) m->heap[m->nheap++] = i;
+    }
+    for (size_t i = m->nheap; i-- > 0;) heap_down(m, i);
+    return 0;
+}
+
+/* Next record in time order: 1, 0 at the end, <0 on error. */
+static int merger_next(merger *m, trec *out)
+{
+    if (!m->r->spill) {
+        if (m->mem_i >= m->r->nchunk) return 0;
+        *out = m->r->chunk[m->mem_i++];
+        return 1;
+    }
+    if (!m->nheap) return 0;
+    run_rd *d = &m->rd[m->heap[0]];
+    *out = d->b[d->i++];
+    if (d->i == d->n) {
+        int rc = rd_fill(m, d);
+        if (rc) return rc;
+        if (!d->n) m->heap[0] = m->heap[--m->nheap];
+    }
+    if (m->nheap) heap_down(m, 0);
+    return 1;
+}
+
+static void merger_close(merger *m)
+{
+    for (size_t i = 0; i < m->nrd; i++) free(m->rd[i].b);
+    free(m->rd);
+    free(m->heap);
+}
+
+static int type_index(int t) { return t == KT_COMP ? 0 : t == KT_COMM ? 1 : t == KT_MEM ? 2 : 3; }
+
+static void sweep_advance(sweep *w, int64_t to)
+{
+    while (w->frontier < to) {
+        int mask = 0;
+        int64_t next = to;
+        for (int k = 0; k < 4; k++) {
+            if (!w->has[k]) continue;
+            if (w->s[k] > w->frontier) {
+                if (w->s[k] < next) next = w->s[k];
+            } else if (w->e[k] > w->frontier) {
+                mask |= 1 << k;
+                if (w->e[k] < next) next = w->e[k];
+            }
+        }
+        w->t[mask] += next - w->frontier;
+        w->frontier = next;
+    }
+}
+
+static void sweep_add(sweep *w, int type, int64_t s, int64_t e)
+{
+    int k = type_index(type);
+    if (!w->any) {
+        w->any = 1;
+        w->first = s;
+        w->frontier = s;
+    }
+    sweep_advance(w, s);
+    if (w->has[k] && s <= w->e[k]) {
+        if (e > w->e[k]) w->e[k] = e;
+    } else {
+        if (w->has[k]) w->msum[k] += w->e[k] - w->s[k];
+        w->has[k] = 1;
+        w->s[k] = s;
+        w->e[k] = e;
+    }
+    if (w->all_has && s <= w->all_e) {
+        if (e > w->all_e) w->all_e = e;
+    } else {
+        if (w->all_has) w->all_sum += w->all_e - w->all_s;
+        w->all_has = 1;
+        w->all_s = s;
+        w->all_e = e;
+    }
+    w->last_end = w->all_e;
+}
+
+static void sweep_finish(sweep *w)
+{
+    if (!w->any) return;
+    int64_t end = w->frontier;
+    for (int k = 0; k < 4; k++)
+        if (w->has[k] && w->e[k] > end) end = w->e[k];
+    sweep_advance(w, end);
+    for (int k = 0; k < 4; k++)
+        if (w->has[k]) w->msum[k] += w->e[k] - w->s[k];
+    if (w->all_has) w->all_sum += w->all_e - w->all_s;
+    w->last_end = w->all_e;
+    memset(w->has, 0, sizeof(w->has));
+    w->all_has = 0;
+}
+
+/* Label time (mask over COMP|COMM|MEM) from the per-mask times. */
+static int64_t sweep_overlap(const sweep *w, int bits)
+{
+    int64_t v = 0;
+    for (int m = 0; m < 16; m++) {
+        int mm = (m & 1 ? KT_COMP : 0) | (m & 2 ? KT_COMM : 0) | (m & 4 ? KT_MEM : 0);
+        if ((mm & bits) == bits) v += w->t[m];
+    }
+    return v;
+}
+
+typedef struct bstate {
+    rankst *r;
+    const trace_opts *o;
+    int hta;
+    int trim;
+    int64_t cutoff;
+    tstep *ssorted;         /* steps by start */
+    uint32_t sp;            /* steps starting at or before now */
+    sweep all;
+    sweep *ssw;             /* per step (by index in ssorted) */
+    uint64_t *skern;
+    tr_launch *slaunch;
+    corr_ent *cmap;
+    uint32_t ccount;
+    int64_t now;
+    stream_st *streams;
+    uint32_t nstreams_used;
+    tstack *stacks;
+    tr_launch launch;
+    uint64_t gpu_events, unmatched;
+} bstate;
+
+static int step_cmp(const void *a, const void *b)
+{
+    const tstep *x = a, *y = b;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    return x->num < y->num ? -1 : x->num > y->num;
+}
+
+/* Index (in ssorted) of the step containing t, or -1. */
+static int32_t step_of(bstate *b, int64_t t)
+{
+    while (b->sp < b->r->nsteps && b->ssorted[b->sp].ts <= t) b->sp++;
+    for (uint32_t i = b->sp, k = 0; i-- > 0 && k < 16; k++) {
+        const tstep *s = &b->ssorted[i];
+        if (s->ts <= t && t < s->ts + s->dur) return (int32_t)i;
+    }
+    return -1;
+}
+
+static uint32_t corr_hash(int64_t c) { return (uint32_t)(((uint64_t)c * 0x9E3779B97F4A7C15ull) >> 40); }
+
+static void corr_put_raw(corr_ent *map, const corr_ent *e)
+{
+    uint32_t j = corr_hash(e->corr) & (CORR_CAP - 1);
+    while (map[j].corr != -1 && map[j].corr != e->corr) j = (j + 1) & (CORR_CAP - 1);
+    map[j] = *e;
+}
+
+/* Launches whose GPU work never shows up would fill the map: when it is 3/4
+ * full, drop the oldest half (by CPU start). */
+static void corr_evict(bstate *b)
+{
+    int64_t horizon = INT64_MAX;
+    for (int64_t span = (int64_t)60 * 1000000000; span >= 1000; span /= 4) {
+        uint32_t keep = 0;
+        for (uint32_t i = 0; i < CORR_CAP; i++)
+            if (b->cmap[i].corr != -1 && b->cmap[i].ts >= b->now - span) keep++;
+        horizon = b->now - span;
+        if (keep <= CORR_CAP / 4) break;
+    }
+    corr_ent *old = malloc((size_t)b->ccount * sizeof(*old));
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < CORR_CAP; i++) {
+        if (b->cmap[i].corr == -1) continue;
+        if (old && b->cmap[i].ts >= horizon) old[n++] = b->cmap[i];
+        b->cmap[i].corr = -1;
+    }
+    for (uint32_t i = 0; i < n; i++) corr_put_raw(b->cmap, &old[i]);
+    b->ccount = n;
+    free(old);
+}
+
+static void corr_put(bstate *b, const corr_ent *e)
+{
+    if (b->ccount >= CORR_CAP / 4 * 3) corr_evict(b);
+    uint32_t j = corr_hash(e->corr) & (CORR_CAP - 1);
+    while (b->cmap[j].corr != -1 && b->cmap[j].corr != e->corr) j = (j + 1) & (CORR_CAP - 1);
+    if (b->cmap[j].corr == -1) b->ccount++;
+    b->cmap[j] = *e;
+}
+
+static corr_ent *corr_get(bstate *b, int64_t c)
+{
+    uint32_t j = corr_hash(c) & (CORR_CAP - 1);
+    while (b->cmap[j].corr != -1) {
+        if (b->cmap[j].corr == c) return &b->cmap[j];
+        j = (j + 1) & (CORR_CAP - 1);
+    }
+    return NULL;
+}
+
+static stream_st *stream_get(bstate *b, int64_t s)
+{
+    uint32_t j = corr_hash(s) & (MAX_STREAMS - 1);
+    for (uint32_t k = 0; k < MAX_STREAMS; k++, j = (j + 1) & (MAX_STREAMS - 1)) {
+        if (!b->streams[j].used) {
+            b->streams[j].used = 1;
+            b->streams[j].stream = s;
+            b->nstreams_used++;
+            return &b->streams[j];
+        }
+        if (b->streams[j].stream == s) return &b->streams[j];
+    }
+    return NULL;
+}
+
+static void stack_pop(bstate *b, tstack *st)
+{
+    frame *f = &st->f[--st->n];
+    nstat *ns = &b->r->names.v[f->name];
+    ns->ccount++;
+    ns->ctotal += f->dur;
+    ns->cself += f->dur - f->child;
+    if (st->n) st->f[st->n - 1].child += f->dur;
+}
+
+static int cpu_nest(bstate *b, const trec *t)
+{
+    tstack *st = &b->stacks[t->thread];
+    int64_t end = t->ts + t->dur;
+    while (st->n && st->f[st->n - 1].end <= t->ts) stack_pop(b, st);
+    /* Partial overlap is not nesting: close frames that end before t does. */
+    while (st->n && st->f[st->n - 1].end < end) stack_pop(b, st);
+    if (st->n == st->cap) {
+        if (st->cap >= MAX_STACK) {
+            stack_pop(b, st); /* keep the depth bounded; the deepest frame closes early */
+        } else {
+            uint32_t nc = st->cap ? st->cap * 2 : 16;
+            frame *nf = realloc(st->f, (size_t)nc * sizeof(*nf));
+            if (!nf) return TPF_ENOMEM;
+            st->f = nf;
+            st->cap = nc;
+        }
+    }
+    st->f[st->n++] = (frame){t->ts, end, t->dur, 0, t->name};
+    return 0;
+}
+
+static void launch_add(tr_launch *l, int64_t cpu_dur, int64_t gpu_dur, int64_t delay)
+{
+    l->count++;
+    l->cpu_sum += cpu_dur;
+    l->gpu_sum += gpu_dur;
+    l->delay_sum += delay;
+    if (cpu_dur > l->cpu_max) l->cpu_max = cpu_dur;
+    if (delay > l->delay_max) l->delay_max = delay;
+    if (cpu_dur > LAUNCH_CPU_CUTOFF_NS) l->cpu_outliers++;
+    if (delay > LAUNCH_DELAY_CUTOFF_NS) l->delay_outliers++;
+    if (cpu_dur <= LAUNCH_CPU_CUTOFF_NS && gpu_dur < cpu_dur) l->short_kernels++;
+}
+
+static int in_steps(const bstate *b, int32_t si)
+{
+    if (!b->o->has_steps) return 1;
+    if (si < 0) return 0;
+    long n = b->ssorted[si].num;
+    return n >= b->o->step_lo && n <= b->o->step_hi;
+}
+
+static int process(bstate *b, trec *t)
+{
+    rankst *r = b->r;
+    nstat *ns = &r->names.v[t->name];
+    const char *name = st_str(&r->names, t->name);
+    if (b->hta && r->any_tsfrac) {
+        /* HTA: ts = ceil(ts), end = floor(ts + dur) in float microseconds. */
+        double tsu = (double)t->ts / 1000.0, du = (double)t->dur / 1000.0;
+        double c = ceil(tsu), f = floor(tsu + du);
+        t->ts = (int64_t)c * 1000;
+        t->dur = (int64_t)f * 1000 - t->ts;
+    }
+    b->now = t->ts;
+    int hta_gpu = (t->stream >= 0 && t->corr >= 0) || strcmp(name, "Event Sync") == 0 ||
+                  strcmp(name, "Context Sync") == 0;
+    int gpu = b->hta ? hta_gpu
+                     : t->stream >= 0 && (t->cat == C_KERNEL || t->cat == C_MEMCPY ||
+                                          t->cat == C_MEMSET || t->cat == C_MTIA);
+    if (!gpu) {
+        int32_t si = step_of(b, t->ts);
+        int kept = b->trim ? t->ts < b->cutoff : 1;
+        if (t->corr != -1 && (!b->hta || !hta_gpu)) {
+            if (ns->launch == 0) ns->launch = is_launch_name(name, b->hta) ? 1 : 2;
+            corr_ent e = {t->corr, t->ts, t->dur, t->name, si, (uint8_t)kept, 0};
+            corr_put(b, &e);
+        }
+        if (!kept || !in_steps(b, si)) return 0;
+        if (b->hta && t->stream != -1) {
+            /* HTA puts any kept row with a stream into the GPU set (triton). */
+            if (ns->ktype < 0) ns->ktype = (int8_t)ktype_hta(name);
+            sweep_add(&b->all, ns->ktype, t->ts, t->ts + t->dur);
+        }
+        if (t->cat == C_CPU_OP || t->cat == C_USER_ANN || t->cat == C_RUNTIME || t->cat == C_DRIVER)
+            return cpu_nest(b, t);
+        return 0;
+    }
+    /* GPU side: the launch decides step and (under HTA trimming) presence. */
+    corr_ent *ce = t->corr != -1 ? corr_get(b, t->corr) : NULL;
+    int32_t si = ce ? ce->step : -1;
+    if (b->trim && !(ce && ce->kept)) return 0;
+    if (!in_steps(b, si)) return 0;
+    if (!ce) b->unmatched++;
+    if (t->stream == -1) return 0; /* device-wide sync rows: not on a stream */
+    b->gpu_events++;
+    if (ns->ktype < 0) ns->ktype = (int8_t)(b->hta ? ktype_hta(name) : ktype_default(name, t->cat));
+    int64_t end = t->ts + t->dur;
+    sweep_add(&b->all, ns->ktype, t->ts, end);
+    ns->kcount++;
+    ns->ksum += t->dur;
+    if (t->dur < ns->kmin) ns->kmin = t->dur;
+    if (t->dur > ns->kmax) ns->kmax = t->dur;
+    double d = (double)t->dur - ns->kmean;
+    ns->kmean += d / (double)ns->kcount;
+    ns->km2 += d * ((double)t->dur - ns->kmean);
+    if (si >= 0) {
+        sweep_add(&b->ssw[si], ns->ktype, t->ts, end);
+        b->skern[si]++;
+    }
+    /* Idle time per stream (HTA's kernel categories only). */
+    if (t->cat == C_KERNEL || t->cat == C_MEMCPY || t->cat == C_MEMSET || t->cat == C_MTIA) {
+        stream_st *s = stream_get(b, t->stream);
+        if (!s) return TPF_ETOOBIG;
+        s->kernels++;
+        if (s->has_prev) {
+            int64_t gap = t->ts - s->prev_end;
+            if (ce && ce->ts > s->prev_end) s->host += gap;
+            else if (gap < HTA_KERNEL_WAIT_NS) s->kwait += gap;
+            else s->other += gap;
+        }
+        s->has_prev = 1;
+        s->prev_end = end;
+    }
+    if (ce) {
+        nstat *ln = &r->names.v[ce->name];
+        if (ln->launch == 1) {
+            int64_t delay = t->ts - (ce->ts + ce->dur);
+            if (delay < 0) delay = 0;
+            launch_add(&b->launch, ce->dur, t->dur, delay);
+            if (si >= 0) launch_add(&b->slaunch[si], ce->dur, t->dur, delay);
+        }
+    }
+    return 0;
+}
+
+/* Top k of n entries by key (descending), as indexes. */
+typedef struct keyidx {
+    int64_t key;
+    uint32_t id;
+} keyidx;
+
+static int keyidx_cmp(const void *a, const void *b)
+{
+    const keyidx *x = a, *y = b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static char *dupstr(const char *s)
+{
+    size_t n = strlen(s);
+    char *p = malloc(n + 1);
+    if (p) memcpy(p, s, n + 1);
+    return p;
+}
+
+static int collect_tops(rankst *r, tr_rank *out, int k)
+{
+    strtab *t = &r->names;
+    keyidx *ki = malloc((size_t)(t->n ? t->n : 1) * sizeof(*ki));
+    if (!ki) return TPF_ENOMEM;
+    /* kernels by total time */
+    size_t n = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        if (t->v[i].kcount) ki[n++] = (keyidx){t->v[i].ksum, i};
+    qsort(ki, n, sizeof(*ki), keyidx_cmp);
+    size_t m = n < (size_t)k ? n : (size_t)k;
+    out->kernels = calloc(m ? m : 1, sizeof(tr_kernel));
+    if (!out->kernels) goto nomem;
+    for (size_t i = 0; i < m; i++) {
+        nstat *e = &t->v[ki[i].id];
+        tr_kernel *o = &out->kernels[i];
+        if (!(o->name = dupstr(st_str(t, ki[i].id)))) goto nomem;
+        o->type = e->ktype;
+        o->count = e->kcount;
+        o->sum = e->ksum;
+        o->min = e->kmin;
+        o->max = e->kmax;
+        o->std = e->kcount > 1 ? sqrt(e->km2 / (double)(e->kcount - 1)) : 0.0;
+        out->nkernels = i + 1;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        n = 0;
+        for (uint32_t i = 0; i < t->n; i++)
+            if (t->v[i].ccount) ki[n++] = (keyidx){pass ? t->v[i].ctotal : t->v[i].cself, i};
+        qsort(ki, n, sizeof(*ki), keyidx_cmp);
+        m = n < (size_t)k ? n : (size_t)k;
+        tr_op *ops = calloc(m ? m : 1, sizeof(tr_op));
+        if (!ops) goto nomem;
+        if (pass) out->ops_total = ops; else out->ops_self = ops;
+        for (size_t i = 0; i < m; i++) {
+            nstat *e = &t->v[ki[i].id];
+            if (!(ops[i].name = dupstr(st_str(t, ki[i].id)))) goto nomem;
+            ops[i].count = e->ccount;
+            ops[i].self = e->cself;
+            ops[i].total = e->ctotal;
+            if (pass) out->nops_total = i + 1; else out->nops_self = i + 1;
+        }
+    }
+    free(ki);
+    return 0;
+nomem:
+    free(ki);
+    return TPF_ENOMEM;
+}
+
+static int stream_cmp(const void *a, const void *b)
+{
+    const tr_stream *x = a, *y = b;
+    return x->stream < y->stream ? -1 : x->stream > y->stream;
+}
+
+static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *err, size_t errlen)
+{
+    bstate b;
+    memset(&b, 0, sizeof(b));
+    b.r = r;
+    b.o = o;
+    b.hta = o->compat_hta;
+    int rc = 0;
+    merger m;
+    memset(&m, 0, sizeof(m));
+    uint32_t ns = r->nsteps;
+    b.ssorted = malloc((ns ? ns : 1) * sizeof(tstep));
+    b.ssw = calloc(ns ? ns : 1, sizeof(sweep));
+    b.skern = calloc(ns ? ns : 1, sizeof(uint64_t));
+    b.slaunch = calloc(ns ? ns : 1, sizeof(tr_launch));
+    b.cmap = malloc(CORR_CAP * sizeof(corr_ent));
+    b.streams = calloc(MAX_STREAMS, sizeof(stream_st));
+    b.stacks = calloc(r->nthreads ? r->nthreads : 1, sizeof(tstack));
+    if (!b.ssorted || !b.ssw || !b.skern || !b.slaunch || !b.cmap || !b.streams || !b.stacks) {
+        rc = TPF_ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < CORR_CAP; i++) b.cmap[i].corr = -1;
+    if (ns) memcpy(b.ssorted, r->steps, ns * sizeof(tstep));
+    if (b.hta && r->any_tsfrac) {
+        for (uint32_t i = 0; i < ns; i++) {
+            double tsu = (double)b.ssorted[i].ts / 1000.0, du = (double)b.ssorted[i].dur / 1000.0;
+            int64_t c = (int64_t)ceil(tsu) * 1000;
+            b.ssorted[i].dur = (int64_t)floor(tsu + du) * 1000 - c;
+            b.ssorted[i].ts = c;
+        }
+    }
+    qsort(b.ssorted, ns, sizeof(tstep), step_cmp);
+    if (trim && ns) {
+        b.trim = 1;
+        b.cutoff = b.ssorted[ns - 1].ts;
+        for (uint32_t i = 0; i < ns; i++)
+            if (b.ssorted[i].ts > b.cutoff) b.cutoff = b.ssorted[i].ts;
+    }
+    if ((rc = merger_open(&m, r))) goto out;
+    trec t;
+    while ((rc = merger_next(&m, &t)) > 0)
+        if ((rc = process(&b, &t))) break;
+    if (rc < 0) goto out;
+    rc = 0;
+    for (uint32_t i = 0; i < r->nthreads; i++)
+        while (b.stacks[i].n) stack_pop(&b, &b.stacks[i]);
+    sweep_finish(&b.all);
+
+    out->gpu_events = b.gpu_events;
+    out->unmatched = b.unmatched;
+    out->trimmed = b.trim;
+    out->ts_rounded = b.hta && r->any_tsfrac;
+    if (b.all.any) {
+        out->kernel_time = b.all.last_end - b.all.first;
+        out->busy = b.all.all_sum;
+        out->idle = out->kernel_time - out->busy;
+        out->compute = b.all.msum[0];
+        out->non_compute = out->kernel_time - out->compute - out->idle;
+        out->comm_total = b.all.msum[1];
+        out->overlap = sweep_overlap(&b.all, KT_COMP | KT_COMM);
+        for (int mk = 1; mk < 8; mk++) {
+            /* exact label: the COMP/COMM/MEM bits are these and no others */
+            int64_t v = 0;
+            for (int q = 0; q < 16; q++) {
+                int mm = (q & 1 ? KT_COMP : 0) | (q & 2 ? KT_COMM : 0) | (q & 4 ? KT_MEM : 0);
+                if (mm == mk) v += b.all.t[q];
+            }
+            out->label_time[mk] = v;
+        }
+    }
+    out->launch = b.launch;
+    /* streams */
+    out->streams = calloc(b.nstreams_used ? b.nstreams_used : 1, sizeof(tr_stream));
+    if (!out->streams) { rc = TPF_ENOMEM; goto out; }
+    for (uint32_t i = 0; i < MAX_STREAMS; i++) {
+        stream_st *s = &b.streams[i];
+        if (!s->used) continue;
+        out->streams[out->nstreams++] = (tr_stream){s->stream, s->kernels, s->host, s->kwait, s->other};
+    }
+    qsort(out->streams, out->nstreams, sizeof(tr_stream), stream_cmp);
+    /* steps */
+    out->steps = calloc(ns ? ns : 1, sizeof(tr_step));
+    if (!out->steps) { rc = TPF_ENOMEM; goto out; }
+    for (uint32_t i = 0; i < ns; i++) {
+        const tstep *s = &b.ssorted[i];
+        if (o->has_steps && (s->num < o->step_lo || s->num > o->step_hi)) continue;
+        sweep *w = &b.ssw[i];
+        sweep_finish(w);
+        tr_step *d = &out->steps[out->nsteps++];
+        d->num = s->num;
+        d->ts = s->ts;
+        d->dur = s->dur;
+        d->kernels = b.skern[i];
+        if (w->any) {
+            d->span = w->last_end - w->first;
+            d->busy = w->all_sum;
+            d->compute = w->msum[0];
+            d->comm = w->msum[1];
+            d->overlap = sweep_overlap(w, KT_COMP | KT_COMM);
+        }
+        d->launch = b.slaunch[i];
+    }
+    rc = collect_tops(r, out, o->top_k > 0 ? o->top_k : 10);
+out:
+    if (rc == TPF_EIO) snprintf(err, errlen, "%s: cannot read back the spill file", r->path);
+    else if (rc == TPF_ETOOBIG) snprintf(err, errlen, "%s: more than %d GPU streams", r->path, MAX_STREAMS);
+    else if (rc == TPF_ENOMEM) snprintf(err, errlen, "%s: out of memory", r->path);
+    merger_close(&m);
+    if (b.stacks)
+        for (uint32_t i = 0; i < r->nthreads; i++) free(b.stacks[i].f);
+    free(b.stacks);
+    free(b.streams);
+    free(b.cmap);
+    free(b.slaunch);
+    free(b.skern);
+    free(b.ssw);
+    free(b.ssorted);
+    return rc;
+}
+
+/* ---- across ranks ------------------------------------------------------- */
+
+static int i64_cmp(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A rank is a straggler in a step when its step takes 10% longer than the
+ * median over ranks (and at least 100 us longer: noise on tiny steps). */
+static int find_stragglers(trace_result *res)
+{
+    if (res->nranks < 2) return 0;
+    size_t cap = 0;
+    int64_t *d = malloc((size_t)res->nranks * sizeof(*d));
+    if (!d) return TPF_ENOMEM;
+    const tr_rank *r0 = &res->ranks[0];
+    for (size_t si = 0; si < r0->nsteps; si++) {
+        long num = r0->steps[si].num;
+        int nd = 0;
+        for (int k = 0; k < res->nranks; k++)
+            for (size_t j = 0; j < res->ranks[k].nsteps; j++)
+                if (res->ranks[k].steps[j].num == num) { d[nd++] = res->ranks[k].steps[j].dur; break; }
+        if (nd < 2) continue;
+        qsort(d, (size_t)nd, sizeof(*d), i64_cmp);
+        int64_t med = nd % 2 ? d[nd / 2] : (d[nd / 2 - 1] + d[nd / 2]) / 2;
+        for (int k = 0; k < res->nranks; k++) {
+            for (size_t j = 0; j < res->ranks[k].nsteps; j++) {
+                const tr_step *s = &res->ranks[k].steps[j];
+                if (s->num != num) continue;
+                if (s->dur > med + med / 10 && s->dur - med >= 100000) {
+                    if (res->nstragglers == cap) {
+                        size_t nc = cap ? cap * 2 : 16;
+                        if (nc > 100000) break;
+                        tr_straggler *ns = realloc(res->stragglers, nc * sizeof(*ns));
+                        if (!ns) { free(d); return TPF_ENOMEM; }
+                        res->stragglers = ns;
+                        cap = nc;
+                    }
+                    res->stragglers[res->nstragglers++] =
+                        (tr_straggler){res->ranks[k].rank, num, s->dur, med};
+                }
+                break;
+            }
+        }
+    }
+    free(d);
+    return 0;
+}
+
+void trace_result_free(trace_result *r)
+{
+    if (!r) return;
+    for (int i = 0; i < r->nranks; i++) {
+        tr_rank *k = &r->ranks[i];
+        free(k->path);
+        for (size_t j = 0; j < k->nkernels; j++) free(k->kernels[j].name);
+        for (size_t j = 0; j < k->nops_self; j++) free(k->ops_self[j].name);
+        for (size_t j = 0; j < k->nops_total; j++) free(k->ops_total[j].name);
+        free(k->kernels);
+        free(k->ops_self);
+        free(k->ops_total);
+        free(k->streams);
+        free(k->steps);
+    }
+    free(r->ranks);
+    free(r->stragglers);
+    free(r);
+}
+
+static int rank_cmp(const void *a, const void *b)
+{
+    const tr_rank *x = a, *y = b;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace_result **out,
+                  char *err, size_t errlen)
+{
+    if (err && errlen) err[0] = '\0';
+    if (!paths || n <= 0 || !out || !opts) {
+        snprintf(err, errlen, "no trace files given");
+        return TPF_EINVAL;
+    }
+    *out = NULL;
+    trace_result *res = calloc(1, sizeof(*res));
+    rankst *rs = calloc((size_t)n, sizeof(*rs));
+    if (!res || !rs) {
+        free(res);
+        free(rs);
+        snprintf(err, errlen, "out of memory");
+        return TPF_ENOMEM;
+    }
+    res->opts = *opts;
+    res->ranks = calloc((size_t)n, sizeof(tr_rank));
+    int rc = res->ranks ? 0 : TPF_ENOMEM;
+    /* Pass A over every file first: HTA trims the last step only when the
+     * traces together name at least two distinct ProfilerSteps. */
+    for (int i = 0; i < n && !rc; i++) rc = pass_a(&rs[i], paths[i], err, errlen);
+    int trim = 0;
+    if (!rc && opts->compat_hta) {
+        long first = 0;
+        int have = 0;
+        for (int i = 0; i < n && trim == 0; i++)
+            for (uint32_t j = 0; j < rs[i].nsteps; j++) {
+                if (!have) { first = rs[i].steps[j].num; have = 1; }
+                else if (rs[i].steps[j].num != first) { trim = 1; break; }
+            }
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        tr_rank *k = &res->ranks[res->nranks];
+        long rank = rs[i].meta.has_rank ? rs[i].meta.rank : trace_rank_from_name(paths[i]);
+        k->rank_from = rs[i].meta.has_rank ? "distributedInfo" : rank >= 0 ? "file name" : "order";
+        if (rank < 0) rank = i;
+        if (opts->has_rank && rank != opts->rank) {
+            rank_free(&rs[i]);
+            continue;
+        }
+        k->rank = rank;
+        k->path = dupstr(paths[i]);
+        k->bytes = rs[i].meta.bytes;
+        k->events = rs[i].meta.events;
+        k->records = rs[i].nrec;
+        k->array_form = rs[i].meta.array_form;
+        k->unterminated = rs[i].meta.unterminated;
+        res->nranks++;
+        if (!k->path) rc = TPF_ENOMEM;
+        else rc = pass_b(&rs[i], opts, trim, k, err, errlen);
+        rank_free(&rs[i]);
+    }
+    for (int i = 0; i < n; i++) rank_free(&rs[i]);
+    free(rs);
+    if (!rc && opts->has_rank && res->nranks == 0) {
+        snprintf(err, errlen, "no trace of rank %ld among the %d file(s)", opts->rank, n);
+        rc = TPF_EINVAL;
+    }
+    if (!rc) {
+        qsort(res->ranks, (size_t)res->nranks, sizeof(tr_rank), rank_cmp);
+        rc = find_stragglers(res);
+    }
+    if (rc) {
+        if (err && errlen && !err[0]) snprintf(err, errlen, "%s", tpf_strerror(rc));
+        trace_result_free(res);
+        return rc;
+    }
+    *out = res;
+    return 0;
+}
+
+int trace_analyze_summary(const char *const *paths, int n, buf *md_out)
+{
+    trace_opts o;
+    memset(&o, 0, sizeof(o));
+    trace_result *r = NULL;
+    char err[512];
+    int rc = trace_analyze(paths, n, &o, &r, err, sizeof(err));
+    if (rc) {
+        buf_printf(md_out, "## Profiler traces\n\nThe traces could not be analysed: %s\n\n", err);
+        return rc;
+    }
+    rc = trace_result_markdown(r, md_out);
+    trace_result_free(r);
+    return rc;
+}

@@ -1,0 +1,830 @@
+/* Streaming tokenizer for Chrome/Kineto traces: one fixed read buffer, events
+ * decoded in place and handed out one by one (see trace_json.h). */
+#include "analyze/trace_json.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "trainperf.h"
+#include "util/err.h"
+
+#define JS_BUFSZ (256 * 1024)
+#define JS_MAX_DEPTH 256
+#define JS_CAPTURE_MAX ((size_t)64 << 20) /* one event's raw text (merge) */
+#define JS_NUM_MAX 64
+
+typedef struct jsrc {
+    gzFile gz;
+    unsigned char *buf;
+    size_t len, pos;
+    uint64_t base;          /* file offset of buf[0] */
+    int eof;
+    int rc;                 /* first error */
+    char *err;
+    size_t errlen;
+    int capturing;          /* raw capture wanted (merge) */
+    int cap_on;             /* inside an event while capturing */
+    size_t cap_from;
+    buf cap;
+} jsrc;
+
+/* Per-event scratch, reused for every event (fixed size: no growth). */
+typedef struct jscratch {
+    char name[TRACE_STR_MAX + 1];
+    char cat[256];
+    char argname[256];
+    char key[64];
+} jscratch;
+
+static int js_fail(jsrc *s, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int js_fail(jsrc *s, int rc, const char *fmt, ...)
+{
+    if (s->rc) return s->rc;
+    s->rc = rc;
+    if (s->err && s->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->err, s->errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+static uint64_t js_off(const jsrc *s) { return s->base + s->pos; }
+
+/* Refill; 1 when bytes are available, 0 at end of input, <0 on error. */
+static int js_fill(jsrc *s)
+{
+    if (s->rc) return s->rc;
+    if (s->eof || !s->gz) {
+        s->eof = 1;
+        return 0;
+    }
+    if (s->cap_on) {
+        if (buf_append(&s->cap, s->buf + s->cap_from, s->len - s->cap_from))
+            return js_fail(s, TPF_ETOOBIG, "event at byte %llu is larger than %zu MiB",
+                           (unsigned long long)js_off(s), JS_CAPTURE_MAX >> 20);
+        s->cap_from = 0;
+    }
+    s->base += s->len;
+    s->len = s->pos = 0;
+    int n = gzread(s->gz, s->buf, JS_BUFSZ);
+    if (n < 0) {
+        int zerr = 0;
+        const char *m = gzerror(s->gz, &zerr);
+        if (zerr == Z_ERRNO)
+            return js_fail(s, TPF_EIO, "read error after %llu bytes: %s",
+                           (unsigned long long)s->base, strerror(errno));
+        return js_fail(s, TPF_EFORMAT, "corrupt gzip data after %llu bytes: %s",
+                       (unsigned long long)s->base, m ? m : "?");
+    }
+    if (n == 0) {
+        int zerr = 0;
+        const char *m = gzerror(s->gz, &zerr);
+        if (zerr != Z_OK && zerr != Z_STREAM_END)
+            return js_fail(s, TPF_EFORMAT, "corrupt or truncated gzip data after %llu bytes: %s",
+                           (unsigned long long)s->base, m ? m : "?");
+        s->eof = 1;
+        return 0;
+    }
+    s->len = (size_t)n;
+    return 1;
+}
+
+static inline int js_peek(jsrc *s)
+{
+    if (s->pos < s->len) return s->buf[s->pos];
+    return js_fill(s) > 0 ? s->buf[s->pos] : -1;
+}
+
+/* Skip whitespace; the next byte or -1 (end of input or error). */
+static inline int js_ws(jsrc *s)
+{
+    for (;;) {
+        while (s->pos < s->len) {
+            unsigned char c = s->buf[s->pos];
+            if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return c;
+            s->pos++;
+        }
+        if (js_fill(s) <= 0) return -1;
+    }
+}
+
+static int js_eof_error(jsrc *s, const char *what)
+{
+    if (s->rc) return s->rc;
+    return js_fail(s, TPF_EFORMAT, "unexpected end of input at byte %llu inside %s (truncated file?)",
+                   (unsigned long long)js_off(s), what);
+}
+
+static int js_expect(jsrc *s, int want, const char *ctx)
+{
+    int c = js_ws(s);
+    if (c == want) {
+        s->pos++;
+        return 0;
+    }
+    if (c < 0) return js_eof_error(s, ctx);
+    return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: expected '%c' in %s, found '%s%c'",
+                   (unsigned long long)js_off(s), want, ctx, c < 32 ? "\\x" : "",
+                   c < 32 ? '?' : c);
+}
+
+static void put_utf8(char *dst, size_t cap, size_t *n, unsigned cp)
+{
+    char t[4];
+    size_t k;
+    if (cp < 0x80) { t[0] = (char)cp; k = 1; }
+    else if (cp < 0x800) { t[0] = (char)(0xC0 | (cp >> 6)); t[1] = (char)(0x80 | (cp & 0x3F)); k = 2; }
+    else if (cp < 0x10000) {
+        t[0] = (char)(0xE0 | (cp >> 12)); t[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        t[2] = (char)(0x80 | (cp & 0x3F)); k = 3;
+    } else {
+        t[0] = (char)(0xF0 | (cp >> 18)); t[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        t[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); t[3] = (char)(0x80 | (cp & 0x3F)); k = 4;
+    }
+    for (size_t i = 0; i < k && *n < cap; i++) dst[(*n)++] = t[i];
+}
+
+static int js_hex4(jsrc *s, unsigned *out)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int c = js_peek(s);
+        if (c < 0) return js_eof_error(s, "a string");
+        int d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+        else
+            return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: bad \\u escape",
+                           (unsigned long long)js_off(s));
+        s->pos++;
+        v = v * 16 + (unsigned)d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A string value; the opening quote is next. dst == NULL skips it. The text
+ * is truncated at cap-1 bytes and NUL-terminated. */
+static int js_string(jsrc *s, char *dst, size_t cap, size_t *outlen)
+{
+    size_t n = 0;
+    size_t lim = dst ? cap - 1 : 0;
+    s->pos++; /* the quote (js_ws/peek made sure it is in the buffer) */
+    for (;;) {
+        size_t i = s->pos;
+        const unsigned char *p = s->buf;
+        size_t end = s->len;
+        while (i < end && p[i] != '"' && p[i] != '\\') i++;
+        if (dst && n < lim) {
+            size_t k = i - s->pos;
+            if (k > lim - n) k = lim - n;
+            memcpy(dst + n, p + s->pos, k);
+            n += k;
+        }
+        s->pos = i;
+        if (i == end) {
+            if (js_fill(s) <= 0) return js_eof_error(s, "a string");
+            continue;
+        }
+        s->pos++;
+        if (p[i] == '"') break;
+        int c = js_peek(s);
+        if (c < 0) return js_eof_error(s, "a string");
+        s->pos++;
+        char ch;
+        switch (c) {
+        case '"': ch = '"'; break;
+        case '\\': ch = '\\'; break;
+        case '/': ch = '/'; break;
+        case 'b': ch = '\b'; break;
+        case 'f': ch = '\f'; break;
+        case 'n': ch = '\n'; break;
+        case 'r': ch = '\r'; break;
+        case 't': ch = '\t'; break;
+        case 'u': {
+            unsigned cp;
+            int rc = js_hex4(s, &cp);
+            if (rc) return rc;
+            if (cp >= 0xD800 && cp < 0xDC00 && js_peek(s) == '\\') {
+                /* A surrogate pair spells one code point. */
+                s->pos++;
+                if (js_peek(s) != 'u')
+                    return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: bad escape",
+                                   (unsigned long long)js_off(s));
+                s->pos++;
+                unsigned lo;
+                if ((rc = js_hex4(s, &lo))) return rc;
+                cp = (lo >= 0xDC00 && lo < 0xE000) ? 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)
+                                                   : 0xFFFD;
+            } else if (cp >= 0xD800 && cp < 0xE000) {
+                cp = 0xFFFD;
+            }
+            if (dst) put_utf8(dst, lim, &n, cp);
+            continue;
+        }
+        default:
+            return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: bad escape '\\%c'",
+                           (unsigned long long)(js_off(s) - 1), c >= 32 && c < 127 ? c : '?');
+        }
+        if (dst && n < lim) dst[n++] = ch;
+    }
+    if (dst) dst[n] = '\0';
+    if (outlen) *outlen = n;
+    return 0;
+}
+
+/* A number literal copied into nb (validated by the caller's parser). */
+static int js_number(jsrc *s, char *nb, size_t *nlen)
+{
+    size_t n = 0;
+    for (;;) {
+        int c = js_peek(s);
+        if (c < 0) {
+            if (s->rc) return s->rc;
+            break;
+        }
+        if (!((c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'))
+            break;
+        if (n >= JS_NUM_MAX - 1)
+            return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: number too long",
+                           (unsigned long long)js_off(s));
+        nb[n++] = (char)c;
+        s->pos++;
+    }
+    nb[n] = '\0';
+    *nlen = n;
+    return 0;
+}
+
+static int js_bad_number(jsrc *s, uint64_t at)
+{
+    return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: malformed number",
+                   (unsigned long long)at);
+}
+
+int trace_parse_us(const char *s, size_t n, int64_t *ns, int *frac)
+{
+    size_t i = 0;
+    int neg = 0;
+    uint64_t mant = 0;
+    int digits = 0, dropped = 0, nfrac = 0, any = 0;
+    int round_digit = -1; /* first dropped digit, for rounding */
+    int isfrac = 0;
+    if (i < n && s[i] == '-') { neg = 1; i++; }
+    if (i >= n || s[i] < '0' || s[i] > '9') return TPF_EFORMAT;
+    if (s[i] == '0' && i + 1 < n && s[i + 1] >= '0' && s[i + 1] <= '9') return TPF_EFORMAT;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+        any = 1;
+        if (digits < 18) { mant = mant * 10 + (uint64_t)(s[i] - '0'); if (mant) digits++; }
+        else { if (round_digit < 0) round_digit = s[i] - '0'; dropped++; }
+    }
+    if (i < n && s[i] == '.') {
+        isfrac = 1;
+        i++;
+        if (i >= n || s[i] < '0' || s[i] > '9') return TPF_EFORMAT;
+        for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+            if (digits < 18) { mant = mant * 10 + (uint64_t)(s[i] - '0'); nfrac++; if (mant) digits++; }
+            else if (round_digit < 0) round_digit = s[i] - '0';
+        }
+    }
+    long exp10 = 0;
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        isfrac = 1;
+        i++;
+        int eneg = 0;
+        if (i < n && (s[i] == '+' || s[i] == '-')) { eneg = s[i] == '-'; i++; }
+        if (i >= n || s[i] < '0' || s[i] > '9') return TPF_EFORMAT;
+        for (; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+            if (exp10 < 100000) exp10 = exp10 * 10 + (s[i] - '0');
+        if (eneg) exp10 = -exp10;
+    }
+    if (i != n || !any) return TPF_EFORMAT;
+    /* value = mant * 10^(dropped - nfrac + exp10) us = mant * 10^(that + 3) ns */
+    long shift = (long)dropped - nfrac + exp10 + 3;
+    uint64_t v = mant;
+    if (mant == 0) {
+        v = 0;
+    } else if (shift >= 0) {
+        for (long k = 0; k < shift; k++) {
+            if (v > (uint64_t)INT64_MAX / 10) return TPF_ETOOBIG;
+            v *= 10;
+        }
+    } else {
+        int rd = round_digit;
+        for (long k = 0; k < -shift; k++) {
+            if (!v) { rd = 0; break; }
+            rd = (int)(v % 10);
+            v /= 10;
+        }
+        if (rd >= 5) v++;
+    }
+    if (v > (uint64_t)INT64_MAX) return TPF_ETOOBIG;
+    *ns = neg ? -(int64_t)v : (int64_t)v;
+    if (frac) *frac = isfrac;
+    return 0;
+}
+
+/* An integer-valued literal ("7", "7.0", "-1"). */
+static int parse_int_lit(const char *s, size_t n, int64_t *out)
+{
+    int64_t ns;
+    int frac;
+    if (trace_parse_us(s, n, &ns, &frac)) return TPF_EFORMAT;
+    if (ns % 1000) return TPF_EFORMAT;
+    *out = ns / 1000;
+    return 0;
+}
+
+static int js_literal(jsrc *s)
+{
+    static const char *const lits[] = {"true", "false", "null"};
+    int c = js_peek(s);
+    for (int k = 0; k < 3; k++) {
+        if (c != lits[k][0]) continue;
+        for (const char *p = lits[k]; *p; p++) {
+            int d = js_peek(s);
+            if (d < 0) return js_eof_error(s, "a literal");
+            if (d != *p)
+                return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: bad literal",
+                               (unsigned long long)js_off(s));
+            s->pos++;
+        }
+        return 0;
+    }
+    return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: unexpected character '%c'",
+                   (unsigned long long)js_off(s), c >= 32 && c < 127 ? c : '?');
+}
+
+/* Validate and skip any value. */
+static int js_skip(jsrc *s, int depth)
+{
+    int c = js_ws(s);
+    if (c < 0) return js_eof_error(s, "a value");
+    if (depth > JS_MAX_DEPTH)
+        return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: nesting deeper than %d",
+                       (unsigned long long)js_off(s), JS_MAX_DEPTH);
+    if (c == '"') return js_string(s, NULL, 0, NULL);
+    if (c == '{' || c == '[') {
+        int close = c == '{' ? '}' : ']';
+        s->pos++;
+        c = js_ws(s);
+        if (c == close) {
+            s->pos++;
+            return 0;
+        }
+        for (;;) {
+            int rc;
+            if (close == '}') {
+                c = js_ws(s);
+                if (c < 0) return js_eof_error(s, "an object");
+                if (c != '"')
+                    return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: expected a key",
+                                   (unsigned long long)js_off(s));
+                if ((rc = js_string(s, NULL, 0, NULL))) return rc;
+                if ((rc = js_expect(s, ':', "an object"))) return rc;
+            }
+            if ((rc = js_skip(s, depth + 1))) return rc;
+            c = js_ws(s);
+            if (c < 0) return js_eof_error(s, close == '}' ? "an object" : "an array");
+            s->pos++;
+            if (c == close) return 0;
+            if (c != ',')
+                return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: expected ',' or '%c'",
+                               (unsigned long long)(js_off(s) - 1), close);
+        }
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        char nb[JS_NUM_MAX];
+        size_t n;
+        uint64_t at = js_off(s);
+        int rc = js_number(s, nb, &n);
+        if (rc) return rc;
+        int64_t v;
+        if (trace_parse_us(nb, n, &v, NULL) == TPF_EFORMAT) return js_bad_number(s, at);
+        return 0;
+    }
+    return js_literal(s);
+}
+
+static size_t cap_pos(const jsrc *s) { return s->cap.len + (s->pos - s->cap_from); }
+
+/* A scalar that must be an integer or a string; other values are skipped.
+ * Sets isnum and v; the span of the raw value text when capturing. */
+static int js_scalar_int(jsrc *s, int *isnum, int64_t *v, size_t *off, size_t *len)
+{
+    int c = js_ws(s);
+    size_t o = s->cap_on ? cap_pos(s) : 0;
+    int rc;
+    *isnum = 0;
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        char nb[JS_NUM_MAX];
+        size_t n;
+        uint64_t at = js_off(s);
+        if ((rc = js_number(s, nb, &n))) return rc;
+        int64_t x;
+        if (parse_int_lit(nb, n, &x) == 0) {
+            *isnum = 1;
+            *v = x;
+        } else if (trace_parse_us(nb, n, &x, NULL) == TPF_EFORMAT) {
+            return js_bad_number(s, at);
+        }
+    } else if ((rc = js_skip(s, 1))) {
+        return rc;
+    }
+    if (off) {
+        *off = o;
+        *len = s->cap_on ? cap_pos(s) - o : 0;
+    }
+    return 0;
+}
+
+static int js_time(jsrc *s, trace_ev *ev, unsigned bit, int64_t *dst, size_t *off, size_t *len)
+{
+    int c = js_ws(s);
+    size_t o = s->cap_on ? cap_pos(s) : 0;
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        char nb[JS_NUM_MAX];
+        size_t n;
+        uint64_t at = js_off(s);
+        int rc = js_number(s, nb, &n);
+        if (rc) return rc;
+        int frac = 0;
+        rc = trace_parse_us(nb, n, dst, &frac);
+        if (rc == TPF_EFORMAT) return js_bad_number(s, at);
+        if (rc == 0) {
+            ev->has |= bit;
+            if (frac && bit == TEV_TS) ev->has |= TEV_TS_FRAC;
+        }
+    } else {
+        int rc = js_skip(s, 1);
+        if (rc) return rc;
+        if (bit == TEV_TS) ev->has |= TEV_TS_FRAC; /* HTA reads a non-number ts as NaN */
+    }
+    if (off) {
+        *off = o;
+        *len = s->cap_on ? cap_pos(s) - o : 0;
+    }
+    return 0;
+}
+
+static int js_key(jsrc *s, jscratch *sc, const char *ctx)
+{
+    int c = js_ws(s);
+    if (c < 0) return js_eof_error(s, ctx);
+    if (c != '"')
+        return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: expected a key in %s",
+                       (unsigned long long)js_off(s), ctx);
+    int rc = js_string(s, sc->key, sizeof(sc->key), NULL);
+    if (rc) return rc;
+    return js_expect(s, ':', ctx);
+}
+
+/* After a member: ',' (returns 1) or the closing brace (returns 0). */
+static int js_next_member(jsrc *s, const char *ctx)
+{
+    int c = js_ws(s);
+    if (c < 0) return js_eof_error(s, ctx);
+    s->pos++;
+    if (c == ',') return 1;
+    if (c == '}') return 0;
+    return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: expected ',' or '}' in %s",
+                   (unsigned long long)(js_off(s) - 1), ctx);
+}
+
+static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
+{
+    int rc, c = js_ws(s);
+    if (c != '{') return js_skip(s, 1);
+    s->pos++;
+    if (js_ws(s) == '}') {
+        s->pos++;
+        return 0;
+    }
+    for (;;) {
+        if ((rc = js_key(s, sc, "event args"))) return rc;
+        int isnum;
+        int64_t v;
+        if (strcmp(sc->key, "stream") == 0) {
+            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
+            ev->has |= TEV_STREAM_ANY;
+            if (isnum) { ev->stream = v; ev->has |= TEV_STREAM; }
+        } else if (strcmp(sc->key, "correlation") == 0) {
+            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
+            if (isnum) { ev->corr = v; ev->has |= TEV_CORR; }
+        } else if (strcmp(sc->key, "name") == 0 && js_ws(s) == '"') {
+            if ((rc = js_string(s, sc->argname, sizeof(sc->argname), NULL))) return rc;
+        } else if ((rc = js_skip(s, 2))) {
+            return rc;
+        }
+        if ((rc = js_next_member(s, "event args")) <= 0) return rc;
+    }
+}
+
+/* One event object; '{' is next. */
+static int js_event(jsrc *s, jscratch *sc, trace_ev_fn fn, void *ud)
+{
+    trace_ev ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.stream = -1;
+    ev.corr = -1;
+    ev.name = sc->name;
+    ev.cat = sc->cat;
+    ev.arg_name = sc->argname;
+    sc->name[0] = sc->cat[0] = sc->argname[0] = '\0';
+    int rc, c;
+    if (s->capturing) {
+        buf_reset(&s->cap);
+        s->cap_from = s->pos;
+        s->cap_on = 1;
+    }
+    s->pos++;
+    if (js_ws(s) == '}') {
+        s->pos++;
+        goto deliver;
+    }
+    for (;;) {
+        if ((rc = js_key(s, sc, "an event"))) return rc;
+        const char *k = sc->key;
+        int isnum;
+        int64_t v;
+        switch (k[0]) {
+        case 'p':
+            if (strcmp(k, "ph") == 0) {
+                c = js_ws(s);
+                if (c == '"') {
+                    char ph[4];
+                    if ((rc = js_string(s, ph, sizeof(ph), NULL))) return rc;
+                    ev.ph = ph[0];
+                } else if ((rc = js_skip(s, 1))) {
+                    return rc;
+                }
+                goto next;
+            }
+            if (strcmp(k, "pid") == 0) {
+                if ((rc = js_scalar_int(s, &isnum, &v, &ev.pid_off, &ev.pid_len))) return rc;
+                if (isnum) { ev.pid = v; ev.has |= TEV_PID; }
+                goto next;
+            }
+            break;
+        case 't':
+            if (strcmp(k, "ts") == 0) {
+                if ((rc = js_time(s, &ev, TEV_TS, &ev.ts_ns, &ev.ts_off, &ev.ts_len))) return rc;
+                goto next;
+            }
+            if (strcmp(k, "tid") == 0) {
+                if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
+                if (isnum) { ev.tid = v; ev.has |= TEV_TID; }
+                goto next;
+            }
+            break;
+        case 'd':
+            if (strcmp(k, "dur") == 0) {
+                if ((rc = js_time(s, &ev, TEV_DUR, &ev.dur_ns, NULL, NULL))) return rc;
+                goto next;
+            }
+            break;
+        case 'n':
+            if (strcmp(k, "name") == 0 && js_ws(s) == '"') {
+                if ((rc = js_string(s, sc->name, sizeof(sc->name), &ev.name_len))) return rc;
+                ev.has |= TEV_NAME;
+                goto next;
+            }
+            break;
+        case 'c':
+            if (strcmp(k, "cat") == 0 && js_ws(s) == '"') {
+                if ((rc = js_string(s, sc->cat, sizeof(sc->cat), &ev.cat_len))) return rc;
+                ev.has |= TEV_CAT;
+                goto next;
+            }
+            break;
+        case 'a':
+            if (strcmp(k, "args") == 0) {
+                if ((rc = js_args(s, &ev, sc))) return rc;
+                goto next;
+            }
+            break;
+        case 'i':
+            if (strcmp(k, "id") == 0) {
+                if ((rc = js_scalar_int(s, &isnum, &v, &ev.id_off, &ev.id_len))) return rc;
+                if (isnum) { ev.id = v; ev.has |= TEV_ID; }
+                goto next;
+            }
+            break;
+        default:
+            break;
+        }
+        if ((rc = js_skip(s, 1))) return rc;
+    next:
+        if ((rc = js_next_member(s, "an event")) < 0) return rc;
+        if (rc == 0) break;
+    }
+deliver:
+    if (s->cap_on) {
+        s->cap_on = 0;
+        if (buf_append(&s->cap, s->buf + s->cap_from, s->pos - s->cap_from))
+            return js_fail(s, TPF_ETOOBIG, "event at byte %llu is larger than %zu MiB",
+                           (unsigned long long)js_off(s), JS_CAPTURE_MAX >> 20);
+        ev.raw = s->cap.data;
+        ev.raw_len = s->cap.len;
+    }
+    rc = fn(ud, &ev);
+    if (rc) return s->rc = rc;
+    return 0;
+}
+
+static int js_events(jsrc *s, jscratch *sc, trace_ev_fn fn, void *ud, trace_meta *m, int lenient)
+{
+    int rc, c;
+    s->pos++; /* '[' */
+    c = js_ws(s);
+    if (c == ']') {
+        s->pos++;
+        return 0;
+    }
+    for (;;) {
+        c = js_ws(s);
+        if (c < 0) {
+            if (s->rc) return s->rc;
+            if (lenient) { m->unterminated = 1; return 0; }
+            return js_eof_error(s, "the event array");
+        }
+        if (c == ']' && lenient) { /* a trailing comma before the bracket */
+            s->pos++;
+            return 0;
+        }
+        m->events++;
+        if (c == '{') {
+            if (fn) {
+                if ((rc = js_event(s, sc, fn, ud))) return rc;
+            } else if ((rc = js_skip(s, 1))) {
+                return rc;
+            }
+        } else {
+            m->skipped++;
+            if ((rc = js_skip(s, 1))) return rc;
+        }
+        c = js_ws(s);
+        if (c < 0) {
+            if (s->rc) return s->rc;
+            if (lenient) { m->unterminated = 1; return 0; }
+            return js_eof_error(s, "the event array");
+        }
+        s->pos++;
+        if (c == ']') return 0;
+        if (c != ',')
+            return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: expected ',' or ']' between events",
+                           (unsigned long long)(js_off(s) - 1));
+    }
+}
+
+static int js_distinfo(jsrc *s, jscratch *sc, trace_meta *m)
+{
+    int rc, c = js_ws(s);
+    if (c != '{') return js_skip(s, 1);
+    s->pos++;
+    if (js_ws(s) == '}') {
+        s->pos++;
+        return 0;
+    }
+    for (;;) {
+        if ((rc = js_key(s, sc, "distributedInfo"))) return rc;
+        if (strcmp(sc->key, "rank") == 0) {
+            int isnum;
+            int64_t v;
+            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
+            if (isnum && v >= 0 && v < (1L << 30)) { m->has_rank = 1; m->rank = (long)v; }
+        } else if ((rc = js_skip(s, 2))) {
+            return rc;
+        }
+        if ((rc = js_next_member(s, "distributedInfo")) <= 0) return rc;
+    }
+}
+
+static int js_top(jsrc *s, trace_ev_fn fn, void *ud, trace_meta *m)
+{
+    jscratch *sc = malloc(sizeof(*sc));
+    if (!sc) return js_fail(s, TPF_ENOMEM, "out of memory");
+    int rc = 0;
+    int c = js_ws(s);
+    if (c == 0xEF) { /* UTF-8 byte order mark */
+        for (int i = 0; i < 3 && js_peek(s) >= 0; i++) s->pos++;
+        c = js_ws(s);
+    }
+    if (c < 0) {
+        rc = s->rc ? s->rc : js_fail(s, TPF_EFORMAT, "empty input: no JSON found");
+    } else if (c == '[') {
+        m->array_form = 1;
+        rc = js_events(s, sc, fn, ud, m, 1);
+    } else if (c == '{') {
+        s->pos++;
+        if (js_ws(s) == '}') {
+            s->pos++;
+        } else {
+            for (;;) {
+                if ((rc = js_key(s, sc, "the trace object"))) break;
+                if (strcmp(sc->key, "traceEvents") == 0 && js_ws(s) == '[') {
+                    rc = js_events(s, sc, fn, ud, m, 0);
+                } else if (strcmp(sc->key, "distributedInfo") == 0) {
+                    rc = js_distinfo(s, sc, m);
+                } else if (strcmp(sc->key, "baseTimeNanoseconds") == 0) {
+                    int isnum;
+                    int64_t v;
+                    rc = js_scalar_int(s, &isnum, &v, NULL, NULL);
+                    if (!rc && isnum) { m->has_base = 1; m->base_ns = v; }
+                } else {
+                    rc = js_skip(s, 1);
+                }
+                if (rc) break;
+                if ((rc = js_next_member(s, "the trace object")) <= 0) break;
+            }
+        }
+    } else {
+        rc = js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: a trace starts with '{' or '['",
+                     (unsigned long long)js_off(s));
+    }
+    if (!rc) {
+        c = js_ws(s);
+        if (c >= 0)
+            rc = js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: unexpected data after the trace",
+                         (unsigned long long)js_off(s));
+        else if (s->rc)
+            rc = s->rc;
+    }
+    free(sc);
+    m->bytes = s->base + s->len;
+    return rc;
+}
+
+static int js_run(jsrc *s, trace_ev_fn fn, void *ud, int capture_raw, trace_meta *meta)
+{
+    trace_meta local;
+    trace_meta *m = meta ? meta : &local;
+    memset(m, 0, sizeof(*m));
+    buf_init(&s->cap, JS_CAPTURE_MAX);
+    s->capturing = capture_raw;
+    int rc = js_top(s, fn, ud, m);
+    buf_free(&s->cap);
+    return rc;
+}
+
+int trace_read(const char *path, trace_ev_fn fn, void *ud, int capture_raw, trace_meta *meta,
+               char *err, size_t errlen)
+{
+    jsrc s;
+    memset(&s, 0, sizeof(s));
+    s.err = err;
+    s.errlen = errlen;
+    if (err && errlen) err[0] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return js_fail(&s, err_from_errno(e) ? err_from_errno(e) : TPF_EIO, "cannot open %s: %s",
+                       path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        close(fd);
+        return js_fail(&s, TPF_EIO, "cannot read %s: is a directory", path);
+    }
+    s.gz = gzdopen(fd, "rb");
+    if (!s.gz) {
+        close(fd);
+        return js_fail(&s, TPF_ENOMEM, "cannot open %s: out of memory", path);
+    }
+    gzbuffer(s.gz, 128 * 1024);
+    s.buf = malloc(JS_BUFSZ);
+    if (!s.buf) {
+        gzclose(s.gz);
+        return js_fail(&s, TPF_ENOMEM, "out of memory");
+    }
+    int rc = js_run(&s, fn, ud, capture_raw, meta);
+    free(s.buf);
+    gzclose(s.gz);
+    return rc;
+}
+
+int trace_read_mem(const void *data, size_t len, trace_ev_fn fn, void *ud, int capture_raw,
+                   trace_meta *meta, char *err, size_t errlen)
+{
+    jsrc s;
+    memset(&s, 0, sizeof(s));
+    s.err = err;
+    s.errlen = errlen;
+    if (err && errlen) err[0] = '\0';
+    /* The tokenizer reads but never writes its buffer. */
+    s.buf = (unsigned char *)(uintptr_t)data;
+    s.len = len;
+    s.eof = 1;
+    return js_run(&s, fn, ud, capture_raw, meta);
+}

@@ -1,0 +1,430 @@
+/* Rendering of a trace analysis: JSON for machines, aligned tables for the
+ * terminal, markdown for reports. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "analyze/trace_int.h"
+#include "util/jsonw.h"
+
+static double pct(int64_t part, int64_t whole)
+{
+    if (whole <= 0) return NAN;
+    return round(10000.0 * (double)part / (double)whole) / 100.0;
+}
+
+static void j_launch(jw *w, const char *key, const tr_launch *l)
+{
+    jw_key(w, key);
+    jw_obj_begin(w);
+    jw_kuint(w, "count", l->count);
+    jw_kint(w, "cpu_sum_ns", l->cpu_sum);
+    jw_kint(w, "gpu_sum_ns", l->gpu_sum);
+    jw_kint(w, "delay_sum_ns", l->delay_sum);
+    jw_kint(w, "cpu_max_ns", l->cpu_max);
+    jw_kint(w, "delay_max_ns", l->delay_max);
+    if (l->count) jw_knum(w, "delay_mean_ns", (double)l->delay_sum / (double)l->count);
+    else { jw_key(w, "delay_mean_ns"); jw_null(w); }
+    jw_kuint(w, "cpu_outliers", l->cpu_outliers);
+    jw_kuint(w, "delay_outliers", l->delay_outliers);
+    jw_kuint(w, "short_kernels", l->short_kernels);
+    jw_obj_end(w);
+}
+
+static void j_ops(jw *w, const char *key, const tr_op *ops, size_t n)
+{
+    jw_key(w, key);
+    jw_arr_begin(w);
+    for (size_t i = 0; i < n; i++) {
+        jw_obj_begin(w);
+        jw_kstr(w, "name", ops[i].name);
+        jw_kuint(w, "count", ops[i].count);
+        jw_kint(w, "self_ns", ops[i].self);
+        jw_kint(w, "total_ns", ops[i].total);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+}
+
+int trace_result_json(const trace_result *r, buf *out)
+{
+    jw w;
+    jw_init(&w, out, 1);
+    jw_obj_begin(&w);
+    jw_kstr(&w, "compat", r->opts.compat_hta ? "hta" : NULL);
+    jw_kstr(&w, "time_unit", "ns");
+    int64_t labels[8] = {0};
+    jw_key(&w, "ranks");
+    jw_arr_begin(&w);
+    for (int i = 0; i < r->nranks; i++) {
+        const tr_rank *k = &r->ranks[i];
+        jw_obj_begin(&w);
+        jw_kint(&w, "rank", k->rank);
+        jw_kstr(&w, "rank_from", k->rank_from);
+        jw_kstr(&w, "file", k->path);
+        jw_kuint(&w, "bytes", k->bytes);
+        jw_kuint(&w, "events", k->events);
+        jw_kuint(&w, "complete_events", k->records);
+        jw_kbool(&w, "array_form", k->array_form);
+        jw_kbool(&w, "unterminated", k->unterminated);
+        jw_kbool(&w, "ts_rounded_to_us", k->ts_rounded);
+        jw_kbool(&w, "last_step_trimmed", k->trimmed);
+        jw_kuint(&w, "gpu_events", k->gpu_events);
+        jw_kuint(&w, "gpu_events_without_launch", k->unmatched);
+        jw_key(&w, "temporal");
+        if (k->kernel_time > 0 || k->gpu_events) {
+            jw_obj_begin(&w);
+            jw_kint(&w, "idle_ns", k->idle);
+            jw_kint(&w, "compute_ns", k->compute);
+            jw_kint(&w, "non_compute_ns", k->non_compute);
+            jw_kint(&w, "kernel_ns", k->kernel_time);
+            jw_knum(&w, "idle_pctg", pct(k->idle, k->kernel_time));
+            jw_knum(&w, "compute_pctg", pct(k->compute, k->kernel_time));
+            jw_knum(&w, "non_compute_pctg", pct(k->non_compute, k->kernel_time));
+            jw_obj_end(&w);
+        } else {
+            jw_null(&w);
+        }
+        jw_key(&w, "kernel_types");
+        jw_obj_begin(&w);
+        for (int m = 1; m < 8; m++) {
+            labels[m] += k->label_time[m];
+            if (k->label_time[m]) jw_kint(&w, trace_type_name(m), k->label_time[m]);
+        }
+        jw_obj_end(&w);
+        jw_key(&w, "overlap");
+        jw_obj_begin(&w);
+        jw_kint(&w, "comm_ns", k->comm_total);
+        jw_kint(&w, "overlap_ns", k->overlap);
+        jw_knum(&w, "comp_comm_overlap_pctg", pct(k->overlap, k->comm_total));
+        jw_obj_end(&w);
+        j_launch(&w, "launch", &k->launch);
+        jw_key(&w, "idle_streams");
+        jw_arr_begin(&w);
+        for (size_t j = 0; j < k->nstreams; j++) {
+            const tr_stream *s = &k->streams[j];
+            jw_obj_begin(&w);
+            jw_kint(&w, "stream", s->stream);
+            jw_kuint(&w, "kernels", s->kernels);
+            jw_kint(&w, "host_wait_ns", s->host_wait);
+            jw_kint(&w, "kernel_wait_ns", s->kernel_wait);
+            jw_kint(&w, "other_ns", s->other);
+            jw_obj_end(&w);
+        }
+        jw_arr_end(&w);
+        jw_key(&w, "top_kernels");
+        jw_arr_begin(&w);
+        for (size_t j = 0; j < k->nkernels; j++) {
+            const tr_kernel *kk = &k->kernels[j];
+            jw_obj_begin(&w);
+            jw_kstr(&w, "name", kk->name);
+            jw_kstr(&w, "type", trace_type_name(kk->type));
+            jw_kuint(&w, "count", kk->count);
+            jw_kint(&w, "total_ns", kk->sum);
+            jw_knum(&w, "mean_ns", (double)kk->sum / (double)kk->count);
+            jw_kint(&w, "min_ns", kk->min);
+            jw_kint(&w, "max_ns", kk->max);
+            jw_knum(&w, "std_ns", kk->std);
+            jw_obj_end(&w);
+        }
+        jw_arr_end(&w);
+        j_ops(&w, "top_ops_self", k->ops_self, k->nops_self);
+        j_ops(&w, "top_ops_total", k->ops_total, k->nops_total);
+        jw_key(&w, "steps");
+        jw_arr_begin(&w);
+        for (size_t j = 0; j < k->nsteps; j++) {
+            const tr_step *s = &k->steps[j];
+            jw_obj_begin(&w);
+            jw_kint(&w, "step", s->num);
+            jw_kint(&w, "dur_ns", s->dur);
+            jw_kuint(&w, "kernels", s->kernels);
+            jw_kint(&w, "gpu_span_ns", s->span);
+            jw_kint(&w, "gpu_busy_ns", s->busy);
+            jw_kint(&w, "compute_ns", s->compute);
+            jw_kint(&w, "comm_ns", s->comm);
+            jw_kint(&w, "overlap_ns", s->overlap);
+            j_launch(&w, "launch", &s->launch);
+            jw_obj_end(&w);
+        }
+        jw_arr_end(&w);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    /* Across ranks, as HTA's kernel type table. */
+    int64_t total = 0;
+    for (int m = 1; m < 8; m++) total += labels[m];
+    jw_key(&w, "kernel_type_breakdown");
+    jw_arr_begin(&w);
+    for (int m = 1; m < 8; m++) {
+        if (!labels[m]) continue;
+        jw_obj_begin(&w);
+        jw_kstr(&w, "kernel_type", trace_type_name(m));
+        jw_kint(&w, "ns", labels[m]);
+        jw_knum(&w, "percentage", total ? round(1000.0 * (double)labels[m] / (double)total) / 10.0 : NAN);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_key(&w, "stragglers");
+    jw_arr_begin(&w);
+    for (size_t j = 0; j < r->nstragglers; j++) {
+        const tr_straggler *s = &r->stragglers[j];
+        jw_obj_begin(&w);
+        jw_kint(&w, "rank", s->rank);
+        jw_kint(&w, "step", s->step);
+        jw_kint(&w, "dur_ns", s->dur);
+        jw_kint(&w, "median_ns", s->median);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    buf_putc(out, '\n');
+    return jw_error(&w) ? jw_error(&w) : out->err;
+}
+
+/* ---- text and markdown --------------------------------------------------- */
+
+typedef struct fmt {
+    buf *out;
+    int md;
+    int color;
+} fmt;
+
+static const char *c_(const fmt *f, const char *code) { return f->color ? code : ""; }
+
+/* Milliseconds with 3 decimals keep ns-level detail readable. */
+static void ms(char *b, size_t n, int64_t ns)
+{
+    snprintf(b, n, "%.3f", (double)ns / 1e6);
+}
+
+static void short_name(char *dst, size_t n, const char *s)
+{
+    size_t l = strlen(s);
+    if (l < n) {
+        memcpy(dst, s, l + 1);
+    } else {
+        memcpy(dst, s, n - 4);
+        memcpy(dst + n - 4, "...", 4);
+    }
+    for (char *p = dst; *p; p++)
+        if (*p == '|' || *p == '\n' || *p == '\t') *p = ' ';
+}
+
+static void heading(fmt *f, const char *text)
+{
+    if (f->md) buf_printf(f->out, "\n### %s\n\n", text);
+    else buf_printf(f->out, "\n%s%s%s\n", c_(f, "\033[1m"), text, c_(f, "\033[0m"));
+}
+
+/* One table row: cells are right-aligned except the last (a name). */
+static void row(fmt *f, int ncell, const int *wid, const char *const *cells)
+{
+    if (f->md) {
+        buf_puts(f->out, "|");
+        for (int i = 0; i < ncell; i++) buf_printf(f->out, " %s |", cells[i]);
+        buf_puts(f->out, "\n");
+        return;
+    }
+    buf_puts(f->out, "  ");
+    for (int i = 0; i < ncell; i++) {
+        if (i == ncell - 1 && wid[i] < 0) buf_printf(f->out, "%s", cells[i]);
+        else buf_printf(f->out, "%*s  ", wid[i] < 0 ? -wid[i] : wid[i], cells[i]);
+    }
+    buf_puts(f->out, "\n");
+}
+
+static void header(fmt *f, int ncell, const int *wid, const char *const *cells)
+{
+    if (!f->md) buf_puts(f->out, c_(f, "\033[2m"));
+    row(f, ncell, wid, cells);
+    if (!f->md) buf_puts(f->out, c_(f, "\033[0m"));
+    if (f->md) {
+        buf_puts(f->out, "|");
+        for (int i = 0; i < ncell; i++) buf_puts(f->out, i == ncell - 1 ? " --- |" : " ---: |");
+        buf_puts(f->out, "\n");
+    }
+}
+
+static void render_rank(fmt *f, const trace_result *r, const tr_rank *k)
+{
+    char a[64], b[64], c[64], d[64], e[64], g[64], nm[96];
+    if (f->md) buf_printf(f->out, "\n## Rank %ld — `%s`\n", k->rank, k->path);
+    else buf_printf(f->out, "\n%s== rank %ld: %s ==%s\n", c_(f, "\033[1m"), k->rank, k->path, c_(f, "\033[0m"));
+    buf_printf(f->out, "%s%llu events, %llu complete, %llu on the GPU%s%s\n", f->md ? "\n" : "",
+               (unsigned long long)k->events, (unsigned long long)k->records,
+               (unsigned long long)k->gpu_events,
+               k->trimmed ? "; last step trimmed (HTA)" : "",
+               k->unterminated ? "; array without closing bracket" : "");
+    if (k->gpu_events) {
+        heading(f, "GPU time (union of streams)");
+        static const int w1[] = {14, 12, 8};
+        const char *h1[] = {"", "ms", "%"};
+        header(f, 3, w1, h1);
+        struct { const char *n; int64_t v; } rows[] = {
+            {"compute", k->compute}, {"non-compute", k->non_compute}, {"idle", k->idle},
+            {"total", k->kernel_time},
+        };
+        for (size_t i = 0; i < 4; i++) {
+            ms(a, sizeof(a), rows[i].v);
+            snprintf(b, sizeof(b), "%.2f", pct(rows[i].v, k->kernel_time));
+            const char *cells[] = {rows[i].n, a, b};
+            row(f, 3, w1, cells);
+        }
+        heading(f, "Kernel types and overlaps");
+        static const int w2[] = {12, 8, -1};
+        const char *h2[] = {"ms", "%", "type"};
+        header(f, 3, w2, h2);
+        int64_t tot = 0;
+        for (int m = 1; m < 8; m++) tot += k->label_time[m];
+        for (int m = 1; m < 8; m++) {
+            if (!k->label_time[m]) continue;
+            ms(a, sizeof(a), k->label_time[m]);
+            snprintf(b, sizeof(b), "%.1f", tot ? 100.0 * (double)k->label_time[m] / (double)tot : 0.0);
+            const char *cells[] = {a, b, trace_type_name(m)};
+            row(f, 3, w2, cells);
+        }
+        if (k->comm_total) {
+            ms(a, sizeof(a), k->overlap);
+            ms(b, sizeof(b), k->comm_total);
+            buf_printf(f->out, "%scommunication overlapped by computation: %s of %s ms (%.2f%%)\n",
+                       f->md ? "\n" : "  ", a, b, pct(k->overlap, k->comm_total));
+        }
+        heading(f, "Top kernels by total time");
+        static const int w3[] = {8, 11, 10, 10, 10, 6, -1};
+        const char *h3[] = {"count", "total ms", "mean us", "min us", "max us", "type", "kernel"};
+        header(f, 7, w3, h3);
+        for (size_t i = 0; i < k->nkernels; i++) {
+            const tr_kernel *kk = &k->kernels[i];
+            snprintf(a, sizeof(a), "%llu", (unsigned long long)kk->count);
+            ms(b, sizeof(b), kk->sum);
+            snprintf(c, sizeof(c), "%.3f", (double)kk->sum / (double)kk->count / 1e3);
+            snprintf(d, sizeof(d), "%.3f", (double)kk->min / 1e3);
+            snprintf(e, sizeof(e), "%.3f", (double)kk->max / 1e3);
+            snprintf(g, sizeof(g), "%.4s", trace_type_name(kk->type));
+            short_name(nm, sizeof(nm), kk->name);
+            const char *cells[] = {a, b, c, d, e, g, nm};
+            row(f, 7, w3, cells);
+        }
+        heading(f, "GPU idle time per stream");
+        static const int w4[] = {8, 9, 14, 14, 14};
+        const char *h4[] = {"stream", "kernels", "host wait ms", "kernel wait ms", "other ms"};
+        header(f, 5, w4, h4);
+        for (size_t i = 0; i < k->nstreams; i++) {
+            const tr_stream *s = &k->streams[i];
+            snprintf(a, sizeof(a), "%lld", (long long)s->stream);
+            snprintf(b, sizeof(b), "%llu", (unsigned long long)s->kernels);
+            ms(c, sizeof(c), s->host_wait);
+            ms(d, sizeof(d), s->kernel_wait);
+            ms(e, sizeof(e), s->other);
+            const char *cells[] = {a, b, c, d, e};
+            row(f, 5, w4, cells);
+        }
+        const tr_launch *l = &k->launch;
+        if (l->count) {
+            heading(f, "Kernel launches");
+            buf_printf(f->out,
+                       "%s%llu launches: CPU %.3f us mean (max %.3f), GPU %.3f us mean, "
+                       "launch delay %.3f us mean (max %.3f)\n%s%llu launches over 50 us on the CPU, "
+                       "%llu delayed over 100 us, %llu kernels shorter than their launch\n",
+                       f->md ? "" : "  ", (unsigned long long)l->count,
+                       (double)l->cpu_sum / (double)l->count / 1e3, (double)l->cpu_max / 1e3,
+                       (double)l->gpu_sum / (double)l->count / 1e3,
+                       (double)l->delay_sum / (double)l->count / 1e3, (double)l->delay_max / 1e3,
+                       f->md ? "\n" : "  ", (unsigned long long)l->cpu_outliers,
+                       (unsigned long long)l->delay_outliers, (unsigned long long)l->short_kernels);
+        }
+    } else {
+        buf_printf(f->out, "%sno GPU activity in this trace: CPU analyses only\n", f->md ? "\n" : "  ");
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const tr_op *ops = pass ? k->ops_total : k->ops_self;
+        size_t n = pass ? k->nops_total : k->nops_self;
+        if (!n) continue;
+        heading(f, pass ? "Top CPU operators by total time" : "Top CPU operators by self time");
+        static const int w5[] = {8, 12, 12, -1};
+        const char *h5[] = {"count", "self ms", "total ms", "operator"};
+        header(f, 4, w5, h5);
+        for (size_t i = 0; i < n; i++) {
+            snprintf(a, sizeof(a), "%llu", (unsigned long long)ops[i].count);
+            ms(b, sizeof(b), ops[i].self);
+            ms(c, sizeof(c), ops[i].total);
+            short_name(nm, sizeof(nm), ops[i].name);
+            const char *cells[] = {a, b, c, nm};
+            row(f, 4, w5, cells);
+        }
+    }
+    if (k->nsteps) {
+        heading(f, "Steps");
+        static const int w6[] = {8, 10, 9, 11, 11, 11, 13};
+        const char *h6[] = {"step", "ms", "kernels", "gpu busy", "compute", "comm", "launch delay"};
+        header(f, 7, w6, h6);
+        for (size_t i = 0; i < k->nsteps; i++) {
+            const tr_step *s = &k->steps[i];
+            char h[64];
+            snprintf(a, sizeof(a), "%ld", s->num);
+            ms(b, sizeof(b), s->dur);
+            snprintf(c, sizeof(c), "%llu", (unsigned long long)s->kernels);
+            ms(d, sizeof(d), s->busy);
+            ms(e, sizeof(e), s->compute);
+            ms(g, sizeof(g), s->comm);
+            snprintf(h, sizeof(h), "%.3f us",
+                     s->launch.count ? (double)s->launch.delay_sum / (double)s->launch.count / 1e3 : 0.0);
+            const char *cells[] = {a, b, c, d, e, g, h};
+            row(f, 7, w6, cells);
+        }
+    }
+    (void)r;
+}
+
+static int render(const trace_result *r, buf *out, int md, int color)
+{
+    fmt f = {out, md, color};
+    if (md) buf_puts(out, "## Profiler traces\n");
+    for (int i = 0; i < r->nranks; i++) render_rank(&f, r, &r->ranks[i]);
+    if (r->nranks > 1) {
+        heading(&f, "Step time per rank (ms)");
+        int nsteps = 0;
+        const tr_rank *r0 = &r->ranks[0];
+        if (md) {
+            buf_puts(out, "| step |");
+            for (int i = 0; i < r->nranks; i++) buf_printf(out, " rank %ld |", r->ranks[i].rank);
+            buf_puts(out, "\n| ---: |");
+            for (int i = 0; i < r->nranks; i++) buf_puts(out, " ---: |");
+            buf_puts(out, "\n");
+        } else {
+            buf_printf(out, "  %s%8s", c_(&f, "\033[2m"), "step");
+            for (int i = 0; i < r->nranks; i++) buf_printf(out, "  %10s%-ld", "rank ", r->ranks[i].rank);
+            buf_printf(out, "%s\n", c_(&f, "\033[0m"));
+        }
+        for (size_t s = 0; s < r0->nsteps && nsteps < 200; s++, nsteps++) {
+            long num = r0->steps[s].num;
+            buf_printf(out, md ? "| %ld |" : "  %8ld", num);
+            for (int i = 0; i < r->nranks; i++) {
+                const tr_rank *k = &r->ranks[i];
+                int64_t v = -1;
+                for (size_t j = 0; j < k->nsteps; j++)
+                    if (k->steps[j].num == num) { v = k->steps[j].dur; break; }
+                char a[64];
+                if (v < 0) snprintf(a, sizeof(a), "-");
+                else ms(a, sizeof(a), v);
+                buf_printf(out, md ? " %s |" : "  %11s", a);
+            }
+            buf_puts(out, "\n");
+        }
+        heading(&f, "Stragglers");
+        if (!r->nstragglers)
+            buf_printf(out, "%sno rank took 10%% longer than the median in any step\n", md ? "" : "  ");
+        for (size_t i = 0; i < r->nstragglers; i++) {
+            const tr_straggler *s = &r->stragglers[i];
+            buf_printf(out, "%s%srank %ld%s is a straggler in step %ld: %.3f ms vs median %.3f ms (+%.1f%%)\n",
+                       md ? "- " : "  ", c_(&f, "\033[33m"), s->rank, c_(&f, "\033[0m"), s->step,
+                       (double)s->dur / 1e6, (double)s->median / 1e6,
+                       s->median ? 100.0 * (double)(s->dur - s->median) / (double)s->median : 0.0);
+        }
+    }
+    return out->err;
+}
+
+int trace_result_text(const trace_result *r, buf *out, int color) { return render(r, out, 0, color); }
+
+int trace_result_markdown(const trace_result *r, buf *out) { return render(r, out, 1, 0); }

@@ -1,0 +1,158 @@
+/* trainperf analyze TRACE... : torch.profiler trace analysis (src/analyze/trace.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze/trace.h"
+#include "cli/cli.h"
+#include "trainperf.h"
+
+static void analyze_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: trainperf analyze TRACE... [--json] [--rank N] [--steps A:B] [--compat hta] [--top K]\n\n"
+            "Analyse torch.profiler (Kineto/Chrome) traces, .json or .json.gz, one file per rank:\n"
+            "GPU time breakdown, kernel types and overlaps, top kernels, idle time per stream,\n"
+            "communication/computation overlap, launch delays, top CPU operators, per-step\n"
+            "times and stragglers across ranks.\n\n"
+            "  --json         machine-readable output (times in integer nanoseconds)\n"
+            "  --rank N       only the trace of rank N\n"
+            "  --steps A:B    only ProfilerStep#A..#B (inclusive; A: or :B leave a side open)\n"
+            "  --compat hta   reproduce HolisticTraceAnalysis' numbers (see docs/analyze.md)\n"
+            "  --top K        rows in the top tables (default 10)\n");
+}
+
+static int parse_steps(const char *s, long *lo, long *hi)
+{
+    const char *colon = strchr(s, ':');
+    if (!colon) {
+        if (cli_parse_long(s, lo) || *lo < 0) return -1;
+        *hi = *lo;
+        return 0;
+    }
+    char a[64];
+    size_t n = (size_t)(colon - s);
+    if (n >= sizeof(a)) return -1;
+    memcpy(a, s, n);
+    a[n] = '\0';
+    *lo = 0;
+    *hi = 0x7fffffffL;
+    if (n && (cli_parse_long(a, lo) || *lo < 0)) return -1;
+    if (colon[1] && (cli_parse_long(colon + 1, hi) || *hi < *lo)) return -1;
+    return 0;
+}
+
+int cmd_analyze(int argc, char **argv)
+{
+    trace_opts o;
+    memset(&o, 0, sizeof(o));
+    int json = 0;
+    const char **paths = calloc((size_t)argc, sizeof(*paths));
+    int np = 0;
+    if (!paths) {
+        cli_error("out of memory");
+        return CLI_FAIL;
+    }
+    int rc = CLI_USAGE;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            analyze_usage(stdout);
+            rc = CLI_OK;
+            goto out;
+        }
+        if (strcmp(a, "--json") == 0) {
+            json = 1;
+            continue;
+        }
+        if (strcmp(a, "--rank") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--compat") == 0 ||
+            strcmp(a, "--top") == 0) {
+            if (i + 1 >= argc) {
+                cli_error("%s needs a value (see `trainperf analyze --help`)", a);
+                goto out;
+            }
+            val = argv[++i];
+        } else if (strncmp(a, "--", 2) == 0 && a[2]) {
+            const char *eq = strchr(a, '=');
+            if (!eq) {
+                cli_error("unknown option '%s' (see `trainperf analyze --help`)", a);
+                goto out;
+            }
+            static char opt[64];
+            size_t n = (size_t)(eq - a);
+            if (n >= sizeof(opt)) n = sizeof(opt) - 1;
+            memcpy(opt, a, n);
+            opt[n] = '\0';
+            a = opt;
+            val = eq + 1;
+        } else {
+            paths[np++] = a;
+            continue;
+        }
+        long v;
+        if (strcmp(a, "--rank") == 0) {
+            if (cli_parse_long(val, &v) || v < 0) {
+                cli_error("--rank needs a non-negative integer, not '%s'", val);
+                goto out;
+            }
+            o.has_rank = 1;
+            o.rank = v;
+        } else if (strcmp(a, "--steps") == 0) {
+            if (parse_steps(val, &o.step_lo, &o.step_hi)) {
+                cli_error("--steps needs A:B with step numbers A <= B, not '%s'", val);
+                goto out;
+            }
+            o.has_steps = 1;
+        } else if (strcmp(a, "--compat") == 0) {
+            if (strcmp(val, "hta") != 0) {
+                cli_error("--compat knows only 'hta', not '%s'", val);
+                goto out;
+            }
+            o.compat_hta = 1;
+        } else if (strcmp(a, "--top") == 0) {
+            if (cli_parse_long(val, &v) || v < 1 || v > 100000) {
+                cli_error("--top needs a count between 1 and 100000, not '%s'", val);
+                goto out;
+            }
+            o.top_k = (int)v;
+        } else {
+            cli_error("unknown option '%s' (see `trainperf analyze --help`)", a);
+            goto out;
+        }
+    }
+    if (!np) {
+        cli_error("no trace files given (see `trainperf analyze --help`)");
+        goto out;
+    }
+    trace_result *r = NULL;
+    char err[1024];
+    int e = trace_analyze(paths, np, &o, &r, err, sizeof(err));
+    if (e) {
+        cli_error("%s", err);
+        /* Unreadable or invalid input is a usage-class error (exit 2). */
+        rc = (e == TPF_ENOMEM || e == TPF_ETOOBIG) ? CLI_FAIL : CLI_USAGE;
+        goto out;
+    }
+    buf b;
+    buf_init(&b, 0);
+    int we = json ? trace_result_json(r, &b) : trace_result_text(r, &b, cli_color(stdout));
+    trace_result_free(r);
+    if (we) {
+        cli_error("cannot format the result: %s", tpf_strerror(we));
+        buf_free(&b);
+        rc = CLI_FAIL;
+        goto out;
+    }
+    if (fwrite(b.data, 1, b.len, stdout) != b.len || fflush(stdout) != 0) {
+        cli_error("cannot write the output");
+        buf_free(&b);
+        rc = CLI_FAIL;
+        goto out;
+    }
+    buf_free(&b);
+    rc = CLI_OK;
+out:
+    free(paths);
+    return rc;
+}
