@@ -577,7 +577,7 @@ static int member_read(procfs_state *s, int i, double dt)
 {
     member *m = &s->priv[i];
     procfs_proc *pp = &s->pub[i];
-    char b[1024], path[PATH_MAX];
+    char b[2048], path[PATH_MAX];
     ssize_t r;
     if (m->stat_fd >= 0) {
         r = read_fd(m->stat_fd, b, sizeof(b), 1);
@@ -649,7 +649,7 @@ static void member_add(procfs_state *s, pent *e, double dt)
     m->stat_fd = m->io_fd = -1;
     pp->pid = e->pid;
     s->pids[i] = e->pid;
-    char path[PATH_MAX], b[1024];
+    char path[PATH_MAX], b[2048];
     if (path_of(s, path, sizeof(path), e->pid, "stat") != 0) goto gone;
     int fd = open_ro(path);
     if (fd < 0) goto gone;
@@ -759,7 +759,7 @@ static int scan_proc(procfs_state *s)
 /* Read the parent of each queued pid. */
 static void read_pending(procfs_state *s)
 {
-    char b[1024], path[PATH_MAX];
+    char b[2048], path[PATH_MAX];
     for (int i = 0; i < s->npending; i++) {
         pent *e = tab_find(s, s->pending[i]);
         if (!e || e->kind != K_NEW) continue;
@@ -777,44 +777,65 @@ static void read_pending(procfs_state *s)
     }
 }
 
-/* Decide member or outsider for each queued pid by walking up its parents. */
+/* Walk up from pid through undecided entries to a decided one (or the root)
+ * and give the whole chain its verdict. Returns 1 when left undecided. */
+static int classify_one(procfs_state *s, pid_t pid, pid_t *chain, double dt, int last_pass)
+{
+    int n = 0;
+    uint8_t verdict = K_OUT;
+    pid_t cur = pid;
+    for (;;) {
+        pent *c = tab_find(s, cur);
+        /* a parent not listed, or that vanished while we read: retry later */
+        if (!c || c->kind == K_DEAD || c->kind == K_NEW) { verdict = K_DEAD; break; }
+        if (c->kind == K_MEMBER) { verdict = K_MEMBER; break; }
+        if (c->kind != K_PENDING) { verdict = K_OUT; break; }
+        if (c->pid == s->root_pid) { chain[n++] = cur; verdict = K_MEMBER; break; }
+        if (n == CHAIN_MAX) {
+            if (!last_pass) return 1;
+            verdict = K_DEAD;
+            break;
+        }
+        chain[n++] = cur;
+        if (c->ppid <= 0) { verdict = K_OUT; break; }
+        cur = c->ppid;
+    }
+    /* parents first, so member order follows the tree */
+    for (int k = n - 1; k >= 0; k--) {
+        pent *c = tab_find(s, chain[k]);
+        if (!c) continue;
+        if (verdict == K_DEAD) {
+            c->kind = K_DEAD;
+            c->gen = 0; /* read again next sample */
+        } else if (verdict == K_MEMBER) {
+            c->kind = K_MEMBER;
+            member_add(s, c, dt);
+        } else {
+            c->kind = K_OUT;
+        }
+    }
+    return 0;
+}
+
+/* Decide member or outsider for each queued pid by walking up its parents.
+ * A chain deeper than CHAIN_MAX is left pending for another pass (its upper
+ * part gets decided from its own queue entry); what is still undecided after
+ * a few passes is read again next sample. */
 static void classify_pending(procfs_state *s, double dt)
 {
     pid_t chain[CHAIN_MAX];
-    for (int i = 0; i < s->npending; i++) {
-        pent *e = tab_find(s, s->pending[i]);
-        if (!e || e->kind != K_PENDING) continue;
-        int n = 0;
-        uint8_t verdict = K_OUT;
-        pid_t cur = e->pid;
-        for (;;) {
-            pent *c = tab_find(s, cur);
-            if (!c) { verdict = K_DEAD; break; } /* parent not listed yet: retry */
-            if (c->kind == K_MEMBER) { verdict = K_MEMBER; break; }
-            if (c->kind != K_PENDING) { verdict = K_OUT; break; }
-            if (c->pid == s->root_pid) { chain[n++] = cur; verdict = K_MEMBER; break; }
-            if (n == CHAIN_MAX) { verdict = K_DEAD; break; }
-            chain[n++] = cur;
-            if (c->ppid <= 0) { verdict = K_OUT; break; }
-            cur = c->ppid;
-        }
-        /* parents first, so indices follow the tree's order */
-        for (int k = n - 1; k >= 0; k--) {
-            pent *c = tab_find(s, chain[k]);
-            if (!c) continue;
-            if (verdict == K_DEAD) {
-                c->kind = K_DEAD;
-                c->gen = 0; /* read again next sample */
-            } else if (verdict == K_MEMBER) {
-                c->kind = K_MEMBER;
-                member_add(s, c, dt);
-            } else {
-                c->kind = K_OUT;
-            }
+    int left = 1;
+    for (int pass = 0; pass < 4 && left; pass++) {
+        left = 0;
+        for (int i = 0; i < s->npending; i++) {
+            pent *e = tab_find(s, s->pending[i]);
+            if (!e || e->kind != K_PENDING) continue;
+            left += classify_one(s, e->pid, chain, dt, pass == 3);
         }
     }
     s->npending = 0;
 }
+
 
 /* Drop entries /proc no longer lists, and periodically forget outsiders. */
 static void sweep(procfs_state *s)
