@@ -94,7 +94,7 @@ $(BUILD)/bench/%: bench/%.c $(STATIC)
 
 # The Python extension, built in place for the test suite.
 python: $(STATIC)
-	cd python && $(PYTHON) setup.py -q build_ext --inplace
+	TRAINPERF_STATIC_LIB=$(if $(SANFLAGS),,$(abspath $(STATIC))) $(PYTHON) setup.py -q build_ext --inplace
 
 test: all python
 	TRAINPERF_BUILD=$(BUILD) $(PYTHON) -m pytest tests -q -rs

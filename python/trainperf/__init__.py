@@ -1,0 +1,179 @@
+"""trainperf — how fast your training runs, and why it is not faster.
+
+The explicit API (all calls are cheap; with no collector attached they do
+nothing):
+
+    import trainperf
+    trainperf.start()                       # embedded mode (not needed under `trainperf run`)
+    for batch in trainperf.timed(loader):   # time waiting for data as the "data" phase
+        with trainperf.step(samples=len(batch)):
+            with trainperf.phase("forward"):
+                loss = model(batch)
+            ...
+        trainperf.counter("loss", loss.item())
+    trainperf.stop()
+
+See docs/python.md for the decorator, the callbacks, the torch helpers and the
+zero-code auto-instrumentation that `trainperf run` injects.
+"""
+import functools
+import os
+import warnings
+
+__all__ = [
+    "start", "stop", "step", "phase", "counter", "mark", "timed", "monitor",
+    "attached", "dropped", "run_dir", "name", "step_begin", "step_end",
+    "range_push", "range_pop", "TrainperfWarning", "IMPL",
+]
+__version__ = "0.1.0"
+
+
+class TrainperfWarning(UserWarning):
+    """Monitoring degraded (no extension, collector did not start, ...)."""
+
+
+def _load_core():
+    # The C extension when it is built for this interpreter; else ctypes over
+    # libtrainperf.so; else a no-op, with one warning, so a script never breaks.
+    # TRAINPERF_PY_IMPL=ctypes|noop forces a fallback (tests, debugging).
+    want = os.environ.get("TRAINPERF_PY_IMPL", "")
+    err = "TRAINPERF_PY_IMPL=" + want
+    if want not in ("ctypes", "noop"):
+        try:
+            from . import _core
+            return _core
+        except ImportError as exc:
+            err = exc
+    from . import _fallback
+    core, why = _fallback.load(noop=(want == "noop"))
+    if core.IMPL == "noop":
+        warnings.warn("trainperf: monitoring is off in this interpreter (%s; %s)" % (err, why),
+                      TrainperfWarning, stacklevel=3)
+    return core
+
+
+_core = _load_core()
+IMPL = _core.IMPL  # "c", "ctypes" or "noop"
+
+# The hot calls are the extension's functions themselves: no Python frame.
+phase = _core.phase
+step = _core.step
+counter = _core.counter
+mark = _core.mark
+name = _core.name
+step_begin = _core.step_begin
+step_end = _core.step_end
+range_push = _core.range_push
+range_pop = _core.range_pop
+attached = _core.attached
+dropped = _core.dropped
+run_dir = _core.run_dir
+
+_ERR_BUSY = _core.EBUSY
+_ERR_STATE = _core.ESTATE
+_started_here = False
+
+
+def start(run_dir=None, interval_s=1.0, procfs=True, gpu=True):
+    """Start a collector thread in this process, writing a run directory.
+
+    Returns the run directory, or None when monitoring could not start (a
+    TrainperfWarning says why; training goes on). Under `trainperf run` the
+    probe is already attached: start() then returns that run's directory and
+    stop() leaves it alone.
+    """
+    global _started_here
+    flags = 0
+    if not procfs:
+        flags |= _core.START_NO_PROCFS
+    if not gpu:
+        flags |= _core.START_NO_GPU
+    if run_dir is not None:
+        run_dir = os.fspath(run_dir)
+    rc = _core.start(run_dir, float(interval_s), flags)
+    if rc == 0:
+        _started_here = True
+        return _core.run_dir()
+    if rc == _ERR_BUSY:
+        return _core.run_dir()
+    warnings.warn("trainperf.start: %s (%s)" % _core.strerror(rc)[::-1], TrainperfWarning,
+                  stacklevel=2)
+    return None
+
+
+def stop():
+    """Stop the collector started by start(): drain, write every file of the
+    run directory. Returns the run directory, or None if none was started."""
+    global _started_here
+    if not _started_here:
+        return None
+    d = _core.run_dir()
+    _started_here = False
+    rc = _core.stop()
+    if rc != 0 and rc != _ERR_STATE:
+        warnings.warn("trainperf.stop: %s (%s)" % _core.strerror(rc)[::-1], TrainperfWarning,
+                      stacklevel=2)
+    return d
+
+
+class timed:
+    """Wrap an iterable (a DataLoader): the time spent waiting for each item is
+    recorded as the "data" phase. Iterating is otherwise unchanged."""
+
+    __slots__ = ("_it", "_src")
+
+    def __init__(self, iterable):
+        self._src = iterable
+        self._it = None
+
+    def __iter__(self):
+        self._it = iter(self._src)
+        return self
+
+    def __next__(self):
+        it = self._it
+        if it is None:
+            it = self._it = iter(self._src)
+        _core.range_push(1)  # TPF_PHASE_DATA
+        try:
+            return next(it)
+        finally:
+            _core.range_pop()
+
+    def __len__(self):
+        return len(self._src)
+
+    def __getattr__(self, attr):
+        return getattr(self._src, attr)
+
+
+def monitor(fn=None, **options):
+    """Decorate a train-step function: each call is one step.
+
+        @trainperf.monitor(samples=lambda batch: len(batch), flops_steps=[3],
+                           profile=dict(wait=5, warmup=1, active=3),
+                           memory_snapshot_step=10, cuda_memory_every=50)
+        def train_step(batch): ...
+
+    Options (all optional): samples / tokens — an int, or a callable taking the
+    step function's arguments; flops_steps — step indices on which FLOPs are
+    counted (FlopCounterMode) and recorded as the "flops" counter, with "mfu"
+    when the device's peak is known; flops — a user-given FLOP count per step
+    (used when counting is not possible); profile — a dict for
+    torch_helpers.ProfilerSchedule (or a ProfilerSchedule); memory_snapshot_step
+    — step index on which a CUDA memory snapshot is written; cuda_memory_every
+    — N: CUDA allocator stats as counters every N steps. The wrapper exposes
+    .stats (a torch_helpers.MonitorStats) with what was measured.
+    """
+    if fn is None:
+        return lambda f: monitor(f, **options)
+    from ._monitor import StepMonitor
+    mon = StepMonitor(fn, **options)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return mon(args, kwargs)
+
+    wrapper.stats = mon.stats
+    wrapper.monitor = mon
+    return wrapper

@@ -1,0 +1,292 @@
+"""Zero-code instrumentation of PyTorch training, injected by `trainperf run`.
+
+install() only adds an import hook: nothing is patched and torch is not
+imported until the script imports torch itself. Then:
+
+- step boundaries come from optimizer steps (a global optimizer step post-hook):
+  each step of the primary optimizer (the first one that steps) ends a step and
+  begins the next, so gradient accumulation gives one step per optimizer step;
+  the first step begins at the first DataLoader batch, the first module
+  forward or the first optimizer step, whichever comes first;
+- data wait: DataLoader iterators' __next__ runs inside the "data" phase, and
+  the first dimension of the batch's first tensor counts as samples (tokens:
+  numel of a dict batch's "input_ids");
+- phases: "optimizer" around every optimizer step (global pre/post hooks),
+  "backward" around torch.autograd.backward, "forward" around the top-level
+  module (the first module called outside data loading; hooks on that one
+  module only, so submodule calls cost nothing).
+
+Nothing returns a value into torch's code paths, so results do not change.
+The first explicit trainperf.step() turns the automatic step boundaries off
+(the phases stay: nested same-name ranges are not counted twice). Opt out:
+`trainperf run --no-auto`, or TRAINPERF_AUTO=0 in the environment.
+"""
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+
+_installed = False
+_patched = False
+
+
+class _TorchFinder(importlib.abc.MetaPathFinder):
+    """Lets the normal finders find torch, then patches after it has loaded."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch" or _patched:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        spec.loader = _PatchingLoader(spec.loader)
+        return spec
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, inner):
+        self._inner = inner
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        try:
+            patch_torch(module)
+        except Exception as exc:  # never break the watched program
+            sys.stderr.write("trainperf: auto-instrumentation disabled: %r\n" % (exc,))
+
+    def __getattr__(self, attr):
+        return getattr(self._inner, attr)
+
+
+def install():
+    """Add the import hook (or patch at once when torch is already loaded)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    if "torch" in sys.modules:
+        patch_torch(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _TorchFinder())
+
+
+class _State(threading.local):
+    """Step state of one thread (steps are per thread in the probe)."""
+
+    def __init__(self):
+        self.open = False
+        self.samples = 0
+        self.tokens = 0
+        self.in_data = 0
+
+
+_st = _State()
+_auto_steps = False      # the full auto hook is on: DataLoader batches may begin a step
+_dataloader_patched = False
+
+
+def _batch_size(batch, torch_tensor, depth=0):
+    """(samples, tokens) of a batch: first dim of its first tensor."""
+    if isinstance(batch, torch_tensor):
+        return (int(batch.shape[0]) if batch.dim() > 0 else 0), 0
+    if depth > 3:
+        return 0, 0
+    if isinstance(batch, dict):
+        ids = batch.get("input_ids")
+        if isinstance(ids, torch_tensor) and ids.dim() > 0:
+            return int(ids.shape[0]), (int(ids.numel()) if ids.dim() >= 2 else 0)
+        for v in batch.values():
+            s, t = _batch_size(v, torch_tensor, depth + 1)
+            if s:
+                return s, t
+        return 0, 0
+    if isinstance(batch, (list, tuple)):
+        for v in batch[:4]:
+            s, t = _batch_size(v, torch_tensor, depth + 1)
+            if s:
+                return s, t
+    return 0, 0
+
+
+def take_batch_counts():
+    """(samples, tokens) seen in DataLoader batches on this thread since the
+    last call (callbacks use it to fill their steps)."""
+    s, t = _st.samples, _st.tokens
+    _st.samples = _st.tokens = 0
+    return s, t
+
+
+def _begin_if_closed():
+    import trainperf
+    core = trainperf._core
+    if _auto_steps and not _st.open and not core.explicit_steps():
+        if core.auto_step_begin():
+            _st.open = True
+
+
+def patch_dataloader(torch=None):
+    """Time every DataLoader batch as the "data" phase and count its samples.
+    Idempotent; used by the auto hook and by the Lightning / HF callbacks."""
+    global _dataloader_patched
+    if _dataloader_patched:
+        return
+    _dataloader_patched = True
+    import trainperf
+    if torch is None:
+        import torch
+    from torch.utils.data import dataloader as dl
+    core = trainperf._core
+    push, pop = core.range_push, core.range_pop
+    st = _st
+    tensor_type = torch.Tensor
+    base_iter = dl._BaseDataLoaderIter
+    orig_next = base_iter.__next__
+
+    def next_timed(self):
+        if not st.open and _auto_steps:
+            _begin_if_closed()
+        st.in_data += 1
+        push(1)  # TPF_PHASE_DATA
+        try:
+            batch = orig_next(self)
+        finally:
+            pop()
+            st.in_data -= 1
+        try:
+            s, t = _batch_size(batch, tensor_type)
+        except Exception:
+            s, t = 0, 0
+        st.samples += s
+        st.tokens += t
+        return batch
+
+    next_timed.__wrapped__ = orig_next
+    base_iter.__next__ = next_timed
+
+
+_backward_patched = False
+
+
+def patch_backward(torch=None):
+    """Time torch.autograd.backward (so also Tensor.backward) as the
+    "backward" phase. Idempotent."""
+    global _backward_patched
+    if _backward_patched:
+        return
+    _backward_patched = True
+    import trainperf
+    if torch is None:
+        import torch
+    core = trainperf._core
+    push, pop = core.range_push, core.range_pop
+    autograd = torch.autograd
+    orig_backward = autograd.backward
+
+    def backward_timed(*args, **kwargs):
+        push(3)  # TPF_PHASE_BACKWARD
+        try:
+            return orig_backward(*args, **kwargs)
+        finally:
+            pop()
+
+    backward_timed.__wrapped__ = orig_backward
+    backward_timed.__doc__ = orig_backward.__doc__
+    autograd.backward = backward_timed
+
+
+def hook_forward(module):
+    """Time module's forward calls as the "forward" phase (hooks on this one
+    module, not its children). Returns False when hooks cannot be added."""
+    if getattr(module, "_trainperf_forward_hooked", False):
+        return False
+    import trainperf
+    core = trainperf._core
+    push, pop = core.range_push, core.range_pop
+
+    def fwd_pre(mod, args):
+        push(2)  # TPF_PHASE_FORWARD
+
+    def fwd_post(mod, args, output):
+        pop()
+
+    try:
+        module.register_forward_pre_hook(fwd_pre)
+        module.register_forward_hook(fwd_post, always_call=True)
+        module._trainperf_forward_hooked = True
+    except Exception:
+        return False
+    return True
+
+
+def patch_torch(torch):
+    """Install the hooks on a loaded torch module. Idempotent."""
+    global _patched, _auto_steps
+    if _patched:
+        return
+    _patched = True
+    for i, f in enumerate(sys.meta_path):
+        if isinstance(f, _TorchFinder):
+            del sys.meta_path[i]
+            break
+
+    import trainperf
+    core = trainperf._core
+    auto_begin = core.auto_step_begin
+    auto_end = core.auto_step_end
+    push, pop = core.range_push, core.range_pop
+    FORWARD, OPTIMIZER = 2, 4
+    st = _st
+    handles = {}
+    primary = []  # the optimizer whose steps are step boundaries
+
+    _auto_steps = True
+    patch_dataloader(torch)
+
+    # --- optimizer: step boundaries and the optimizer phase ---------------
+    from torch.optim import optimizer as optmod
+
+    def opt_pre(opt, args, kwargs):
+        if not st.open:
+            _begin_if_closed()
+        push(OPTIMIZER)
+
+    def opt_post(opt, args, kwargs):
+        pop()
+        if not primary:
+            primary.append(id(opt))
+        elif primary[0] != id(opt):
+            return
+        if st.open:
+            if auto_end(st.samples, st.tokens):
+                st.samples = st.tokens = 0
+                st.open = auto_begin()
+            else:
+                st.open = False
+
+    handles["opt_pre"] = optmod.register_optimizer_step_pre_hook(opt_pre)
+    handles["opt_post"] = optmod.register_optimizer_step_post_hook(opt_post)
+
+    patch_backward(torch)
+
+    # --- forward: find the top-level module once, then hook only it --------
+    from torch.nn.modules import module as modmod
+
+    def first_module(module, args):
+        if st.in_data:
+            return None  # transforms in the data pipeline are not the model
+        h = handles.pop("first_module", None)
+        if h is None:
+            return None
+        h.remove()
+        if not st.open:
+            _begin_if_closed()
+        if hook_forward(module):
+            # This call's own pre-hooks were already collected: open the
+            # range here; the post hook just registered closes it.
+            push(FORWARD)
+        return None
+
+    handles["first_module"] = modmod.register_module_forward_pre_hook(first_module)

@@ -1,0 +1,488 @@
+/* _core.c — the CPython binding of libtrainperf (public API only).
+ *
+ * Hot calls (phase enter/exit, step, counter, mark) take METH_NOARGS/METH_O/
+ * METH_FASTCALL and allocate nothing per call: a name is interned once and its
+ * id cached in a dict keyed by the str; phase("x") returns one cached context
+ * manager object per name; step() reuses a cached Step object whenever no one
+ * else holds it. All of this relies on the GIL (single-phase init, static
+ * state): the extension is not built for free-threaded Python. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "trainperf.h"
+
+/* Caps keep a misbehaving caller (a fresh name per call) from growing the
+ * caches without bound; past the cap names still work, uncached. */
+#define CORE_MAX_CACHED_NAMES 4096
+
+static PyObject *name_ids;     /* str -> int id */
+static PyObject *phase_cache;  /* str -> Phase */
+static PyObject *step_cached;  /* one reusable Step object */
+static int explicit_steps;     /* set by the first explicit step(): auto steps off */
+
+/* ---- names ------------------------------------------------------------- */
+
+/* The id of a name given as str (interned and cached) or int. 0 with an
+ * exception set on a bad argument; 0 without an exception when the library's
+ * table is full (the event is then not recorded). */
+static tpf_name core_name_of(PyObject *obj)
+{
+    if (PyLong_CheckExact(obj)) {
+        unsigned long v = PyLong_AsUnsignedLong(obj);
+        if (v == (unsigned long)-1 && PyErr_Occurred()) return 0;
+        if (v > UINT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "name id out of range");
+            return 0;
+        }
+        return (tpf_name)v;
+    }
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "name must be str or int, not %.100s",
+                     Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+    PyObject *cached = PyDict_GetItemWithError(name_ids, obj);
+    if (cached) return (tpf_name)PyLong_AsUnsignedLong(cached);
+    if (PyErr_Occurred()) return 0;
+    Py_ssize_t len;
+    const char *s = PyUnicode_AsUTF8AndSize(obj, &len);
+    if (!s) return 0;
+    if (len == 0 || (size_t)len != strlen(s)) {
+        PyErr_SetString(PyExc_ValueError, "name must be a non-empty str without NUL");
+        return 0;
+    }
+    tpf_name id = tpf_name_register(s);
+    if (id != 0 && PyDict_GET_SIZE(name_ids) < CORE_MAX_CACHED_NAMES) {
+        PyObject *v = PyLong_FromUnsignedLong(id);
+        if (!v || PyDict_SetItem(name_ids, obj, v) < 0) {
+            Py_XDECREF(v);
+            return 0;
+        }
+        Py_DECREF(v);
+    }
+    return id;
+}
+
+static PyObject *core_name(PyObject *self, PyObject *arg)
+{
+    tpf_name id = core_name_of(arg);
+    if (id == 0 && PyErr_Occurred()) return NULL;
+    return PyLong_FromUnsignedLong(id);
+}
+
+/* ---- Phase: a context manager bound to one name ------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    tpf_name id;
+    PyObject *label;
+} core_phase;
+
+static void phase_dealloc(core_phase *p)
+{
+    Py_XDECREF(p->label);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static PyObject *phase_enter(core_phase *p, PyObject *unused)
+{
+    tpf_range_push(p->id);
+    Py_INCREF(p);
+    return (PyObject *)p;
+}
+
+static PyObject *phase_exit(core_phase *p, PyObject *const *args, Py_ssize_t nargs)
+{
+    tpf_range_pop();
+    Py_RETURN_FALSE;
+}
+
+static PyObject *phase_repr(core_phase *p)
+{
+    return PyUnicode_FromFormat("<trainperf.phase %R id=%u>", p->label, (unsigned)p->id);
+}
+
+static PyMethodDef phase_methods[] = {
+    {"__enter__", (PyCFunction)phase_enter, METH_NOARGS, "Push the range."},
+    {"__exit__", (PyCFunction)(void (*)(void))phase_exit, METH_FASTCALL, "Pop the range."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef phase_members[] = {
+    {"id", T_UINT, offsetof(core_phase, id), READONLY, "interned name id"},
+    {"name", T_OBJECT, offsetof(core_phase, label), READONLY, "the name"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject phase_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "trainperf._core.Phase",
+    .tp_basicsize = sizeof(core_phase),
+    .tp_dealloc = (destructor)phase_dealloc,
+    .tp_repr = (reprfunc)phase_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "with trainperf.phase(name): time a range (reusable, reentrant).",
+    .tp_methods = phase_methods,
+    .tp_members = phase_members,
+};
+
+/* phase(name) -> the cached Phase for name. */
+static PyObject *core_phase_get(PyObject *self, PyObject *arg)
+{
+    PyObject *p = PyDict_GetItemWithError(phase_cache, arg);
+    if (p) {
+        Py_INCREF(p);
+        return p;
+    }
+    if (PyErr_Occurred()) return NULL;
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "phase name must be str, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    tpf_name id = core_name_of(arg);
+    if (id == 0 && PyErr_Occurred()) return NULL;
+    core_phase *np = PyObject_New(core_phase, &phase_type);
+    if (!np) return NULL;
+    np->id = id;
+    Py_INCREF(arg);
+    np->label = arg;
+    if (PyDict_GET_SIZE(phase_cache) < CORE_MAX_CACHED_NAMES &&
+        PyDict_SetItem(phase_cache, arg, (PyObject *)np) < 0) {
+        Py_DECREF(np);
+        return NULL;
+    }
+    return (PyObject *)np;
+}
+
+/* ---- Step: `with step(samples=, tokens=)` ------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    unsigned long long samples, tokens;
+} core_step;
+
+static PyObject *step_enter(core_step *s, PyObject *unused)
+{
+    explicit_steps = 1;
+    tpf_step_begin();
+    Py_INCREF(s);
+    return (PyObject *)s;
+}
+
+/* The step ends whatever way the body left: the time was spent either way. */
+static PyObject *step_exit(core_step *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    tpf_step_end(s->samples, s->tokens);
+    Py_RETURN_FALSE;
+}
+
+static PyMethodDef step_methods[] = {
+    {"__enter__", (PyCFunction)step_enter, METH_NOARGS, "Begin the step."},
+    {"__exit__", (PyCFunction)(void (*)(void))step_exit, METH_FASTCALL, "End the step."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef step_members[] = {
+    {"samples", T_ULONGLONG, offsetof(core_step, samples), 0, "samples in this step"},
+    {"tokens", T_ULONGLONG, offsetof(core_step, tokens), 0, "tokens in this step"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject step_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "trainperf._core.Step",
+    .tp_basicsize = sizeof(core_step),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "with trainperf.step(samples=, tokens=): one training step. "
+              "samples/tokens may be set inside the block.",
+    .tp_methods = step_methods,
+    .tp_members = step_members,
+};
+
+/* Non-negative integer from a fast-call argument; -1 with an exception. */
+static int core_u64_arg(PyObject *o, unsigned long long *out, const char *what)
+{
+    if (o == NULL || o == Py_None) {
+        *out = 0;
+        return 0;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "%s must be a non-negative int", what);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Parse (samples=0, tokens=0) from a vectorcall argument list. */
+static int core_samples_tokens(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                               unsigned long long *samples, unsigned long long *tokens)
+{
+    PyObject *s = NULL, *t = NULL;
+    if (nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "expected at most 2 arguments (samples, tokens)");
+        return -1;
+    }
+    if (nargs > 0) s = args[0];
+    if (nargs > 1) t = args[1];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(k, "samples") == 0 && !s) {
+            s = args[nargs + i];
+        } else if (PyUnicode_CompareWithASCIIString(k, "tokens") == 0 && !t) {
+            t = args[nargs + i];
+        } else {
+            PyErr_Format(PyExc_TypeError, "unexpected or repeated keyword argument %R", k);
+            return -1;
+        }
+    }
+    if (core_u64_arg(s, samples, "samples") < 0) return -1;
+    return core_u64_arg(t, tokens, "tokens");
+}
+
+static PyObject *core_step_new(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
+{
+    unsigned long long samples, tokens;
+    if (core_samples_tokens(args, nargs, kwnames, &samples, &tokens) < 0) return NULL;
+    core_step *s;
+    /* Refcount 1: only the cache holds it, so nobody can observe the reuse. */
+    if (step_cached && Py_REFCNT(step_cached) == 1) {
+        s = (core_step *)step_cached;
+        Py_INCREF(s);
+    } else {
+        s = PyObject_New(core_step, &step_type);
+        if (!s) return NULL;
+        if (!step_cached) {
+            Py_INCREF(s);
+            step_cached = (PyObject *)s;
+        }
+    }
+    s->samples = samples;
+    s->tokens = tokens;
+    return (PyObject *)s;
+}
+
+/* ---- plain probe calls ------------------------------------------------- */
+
+static PyObject *core_step_begin(PyObject *self, PyObject *unused)
+{
+    explicit_steps = 1;
+    tpf_step_begin();
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_step_end(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
+{
+    unsigned long long samples, tokens;
+    if (core_samples_tokens(args, nargs, kwnames, &samples, &tokens) < 0) return NULL;
+    tpf_step_end(samples, tokens);
+    Py_RETURN_NONE;
+}
+
+/* The auto-instrumentation's step calls: no-ops once the script has used the
+ * explicit API, so no step is counted twice. Return True when recorded. */
+static PyObject *core_auto_step_begin(PyObject *self, PyObject *unused)
+{
+    if (explicit_steps) Py_RETURN_FALSE;
+    tpf_step_begin();
+    Py_RETURN_TRUE;
+}
+
+static PyObject *core_auto_step_end(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    unsigned long long samples = 0, tokens = 0;
+    if (explicit_steps) Py_RETURN_FALSE;
+    if (core_samples_tokens(args, nargs, NULL, &samples, &tokens) < 0) return NULL;
+    tpf_step_end(samples, tokens);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *core_explicit_steps(PyObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(explicit_steps);
+}
+
+/* Callbacks call this before their first step: the auto hook steps down. */
+static PyObject *core_disable_auto_steps(PyObject *self, PyObject *unused)
+{
+    explicit_steps = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_range_push(PyObject *self, PyObject *arg)
+{
+    tpf_name id = core_name_of(arg);
+    if (id == 0 && PyErr_Occurred()) return NULL;
+    tpf_range_push(id);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_range_pop(PyObject *self, PyObject *unused)
+{
+    tpf_range_pop();
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_counter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "counter(name, value) takes 2 arguments");
+        return NULL;
+    }
+    tpf_name id = core_name_of(args[0]);
+    if (id == 0 && PyErr_Occurred()) return NULL;
+    double v = PyFloat_AsDouble(args[1]);
+    if (v == -1.0 && PyErr_Occurred()) return NULL;
+    tpf_counter(id, v);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_mark(PyObject *self, PyObject *arg)
+{
+    tpf_name id = core_name_of(arg);
+    if (id == 0 && PyErr_Occurred()) return NULL;
+    tpf_mark(id);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_attached(PyObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(tpf_attached());
+}
+
+static PyObject *core_dropped(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromUnsignedLongLong(tpf_dropped());
+}
+
+static PyObject *core_version(PyObject *self, PyObject *unused)
+{
+    return PyUnicode_FromString(tpf_version());
+}
+
+static PyObject *core_run_dir(PyObject *self, PyObject *unused)
+{
+    const char *d = tpf_run_dir();
+    if (!d) Py_RETURN_NONE;
+    return PyUnicode_DecodeFSDefault(d);
+}
+
+static PyObject *core_strerror(PyObject *self, PyObject *arg)
+{
+    long e = PyLong_AsLong(arg);
+    if (e == -1 && PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(ss)", tpf_errname((int)e), tpf_strerror((int)e));
+}
+
+/* start(run_dir=None, interval_s=0.0, flags=0) -> 0 or a negative TPF_E* code.
+ * The collector thread runs without the GIL held by us; tpf_start itself is
+ * short, tpf_stop joins the thread so it drops the GIL. */
+static PyObject *core_start(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"run_dir", "interval_s", "flags", NULL};
+    PyObject *dir = Py_None, *dir_bytes = NULL;
+    double interval = 0.0;
+    unsigned int flags = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OdI:start", kwlist, &dir, &interval, &flags))
+        return NULL;
+    tpf_options opt = TPF_OPTIONS_INIT;
+    if (dir != Py_None) {
+        if (!PyUnicode_FSConverter(dir, &dir_bytes)) return NULL;
+        opt.run_dir = PyBytes_AS_STRING(dir_bytes);
+    }
+    opt.interval_s = interval;
+    opt.flags = flags;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tpf_start(&opt);
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(dir_bytes);
+    return PyLong_FromLong(rc);
+}
+
+static PyObject *core_stop(PyObject *self, PyObject *unused)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tpf_stop();
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
+static PyMethodDef core_methods[] = {
+    {"phase", core_phase_get, METH_O, "phase(name) -> reusable context manager timing a range."},
+    {"step", (PyCFunction)(void (*)(void))core_step_new, METH_FASTCALL | METH_KEYWORDS,
+     "step(samples=0, tokens=0) -> context manager for one training step."},
+    {"step_begin", core_step_begin, METH_NOARGS, "Begin a step on this thread."},
+    {"step_end", (PyCFunction)(void (*)(void))core_step_end, METH_FASTCALL | METH_KEYWORDS,
+     "step_end(samples=0, tokens=0): end the step on this thread."},
+    {"auto_step_begin", core_auto_step_begin, METH_NOARGS,
+     "Begin a step unless the explicit API was used."},
+    {"auto_step_end", (PyCFunction)(void (*)(void))core_auto_step_end, METH_FASTCALL,
+     "auto_step_end(samples, tokens): end a step unless the explicit API was used."},
+    {"explicit_steps", core_explicit_steps, METH_NOARGS,
+     "True once the script has used step()/step_begin() itself."},
+    {"disable_auto_steps", core_disable_auto_steps, METH_NOARGS,
+     "Turn the auto-instrumentation's step boundaries off."},
+    {"range_push", core_range_push, METH_O, "range_push(name): push a range."},
+    {"range_pop", core_range_pop, METH_NOARGS, "Pop the innermost range."},
+    {"counter", (PyCFunction)(void (*)(void))core_counter, METH_FASTCALL,
+     "counter(name, value): record a sampled value."},
+    {"mark", core_mark, METH_O, "mark(name): record an instant event."},
+    {"name", core_name, METH_O, "name(str) -> interned id (0 when the table is full)."},
+    {"attached", core_attached, METH_NOARGS, "True when events go to a collector."},
+    {"dropped", core_dropped, METH_NOARGS, "Events dropped by this process."},
+    {"version", core_version, METH_NOARGS, "The C library version."},
+    {"run_dir", core_run_dir, METH_NOARGS, "The run directory, or None when not attached."},
+    {"strerror", core_strerror, METH_O, "strerror(code) -> (name, message)."},
+    {"start", (PyCFunction)(void (*)(void))core_start, METH_VARARGS | METH_KEYWORDS,
+     "start(run_dir=None, interval_s=0.0, flags=0) -> 0 or a negative error code."},
+    {"stop", core_stop, METH_NOARGS, "stop() -> 0 or a negative error code."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "trainperf._core",
+    .m_doc = "C binding of libtrainperf; use the trainperf package instead.",
+    .m_size = -1,
+    .m_methods = core_methods,
+};
+
+PyMODINIT_FUNC PyInit__core(void);
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    if (PyType_Ready(&phase_type) < 0 || PyType_Ready(&step_type) < 0) return NULL;
+    PyObject *m = PyModule_Create(&core_module);
+    if (!m) return NULL;
+    name_ids = PyDict_New();
+    phase_cache = PyDict_New();
+    if (!name_ids || !phase_cache) goto fail;
+    if (PyModule_AddIntConstant(m, "START_NO_PROCFS", TPF_START_NO_PROCFS) < 0 ||
+        PyModule_AddIntConstant(m, "START_NO_GPU", TPF_START_NO_GPU) < 0 ||
+        PyModule_AddIntConstant(m, "EBUSY", TPF_EBUSY) < 0 ||
+        PyModule_AddIntConstant(m, "ESTATE", TPF_ESTATE) < 0 ||
+        PyModule_AddStringConstant(m, "IMPL", "c") < 0)
+        goto fail;
+    Py_INCREF(&phase_type);
+    if (PyModule_AddObject(m, "Phase", (PyObject *)&phase_type) < 0) {
+        Py_DECREF(&phase_type);
+        goto fail;
+    }
+    Py_INCREF(&step_type);
+    if (PyModule_AddObject(m, "Step", (PyObject *)&step_type) < 0) {
+        Py_DECREF(&step_type);
+        goto fail;
+    }
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}
