@@ -225,24 +225,28 @@ static int seg_create_locked(const char *run_dir, probe_seg *out)
     uint64_t stride = seg_ring_stride(ring_events);
     uint64_t size = rings_off + (uint64_t)SEG_MAX_RINGS * stride;
 
-    /* A file left by an earlier attach of this pid is replaced, never
-     * truncated: our own retired mapping of it may still be written. */
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* Built under a temporary name and renamed into place when complete, so
+     * a collector scanning live/ never sees a half-made segment. A file left
+     * by an earlier attach of this pid is replaced, never truncated: our own
+     * retired mapping of it may still be written. */
+    char tmp[PATH_MAX + 8];
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) return TPF_ETOOBIG;
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0 && errno == EEXIST) {
-        unlink(path);
-        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        unlink(tmp);
+        fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     }
     if (fd < 0) return err_from_errno(errno);
     if (ftruncate(fd, (off_t)size) != 0) {
         rc = err_from_errno(errno);
         close(fd);
-        unlink(path);
+        unlink(tmp);
         return rc;
     }
     void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
-        unlink(path);
+        unlink(tmp);
         return TPF_ENOMEM;
     }
     seg_header *h = base;
@@ -274,6 +278,12 @@ static int seg_create_locked(const char *run_dir, probe_seg *out)
     for (uint32_t id = 1; id < g_name_count; id++)
         if (g_names[id][0]) seg_put_name_locked(h, id);
     atomic_store_explicit(&h->state, SEG_STATE_READY, memory_order_release);
+    if (rename(tmp, path) != 0) {
+        rc = err_from_errno(errno);
+        munmap(base, size);
+        unlink(tmp);
+        return rc;
+    }
     out->base = base;
     out->size = size;
     out->h = h;
