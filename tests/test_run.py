@@ -1,0 +1,378 @@
+"""`trainperf run` end to end: real child processes, real run directories.
+
+The instrumented child is a tiny C program built here against the library;
+each step index is printed (and flushed) only after tpf_step_end returned,
+so every printed step was published to the shared segment."""
+import csv
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import BUILD, ROOT, SANITIZE
+
+CHILD_SRC = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <trainperf.h>
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
+static void steps(long n, long delay_us)
+{
+    for (long i = 0; i < n; i++) {
+        tpf_range_push(TPF_PHASE_DATA);
+        sleep_us(delay_us);
+        tpf_range_pop();
+        tpf_step_begin();
+        tpf_range_push(TPF_PHASE_FORWARD);
+        sleep_us(delay_us / 4 + 1);
+        tpf_range_pop();
+        tpf_range_push(TPF_PHASE_BACKWARD);
+        sleep_us(delay_us / 4 + 1);
+        tpf_range_pop();
+        tpf_step_end(32, 128);
+        printf("%ld\n", i);
+        fflush(stdout);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "embedded") == 0 && argc > 3) {
+        tpf_options o = TPF_OPTIONS_INIT;
+        o.run_dir = argv[2];
+        o.interval_s = 0.2;
+        int rc = tpf_start(&o);
+        fprintf(stderr, "start %d\n", rc);
+        if (rc) return 10;
+        steps(strtol(argv[3], NULL, 10), 200);
+        rc = tpf_stop();
+        fprintf(stderr, "stop %d\n", rc);
+        return rc ? 11 : 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "start") == 0) {
+        printf("%d\n", tpf_start(NULL));
+        return 0;
+    }
+    if (argc < 5) return 2;
+    steps(strtol(argv[2], NULL, 10), strtol(argv[4], NULL, 10));
+    return (int)strtol(argv[3], NULL, 10);
+}
+"""
+
+STEPS_COLUMNS = ["rank", "local_rank", "pid", "tid", "step", "start_s", "duration_ns",
+                 "interval_ns", "data_ns", "forward_ns", "backward_ns", "optimizer_ns",
+                 "comm_ns", "eval_ns", "checkpoint_ns", "other_ns", "samples", "tokens"]
+RUN_KEYS = {"format_version", "trainperf_version", "mode", "command", "cwd", "host", "kernel",
+            "cpus", "mem_total_bytes", "start_unix_s", "start_mono_ns", "end_unix_s",
+            "duration_s", "interval_s", "root_pid", "exit", "gpus", "sources", "options"}
+SUMMARY_KEYS = {"format_version", "duration_s", "exit", "steps", "resources", "gpus", "alerts",
+                "trace", "sources", "diagnosis"}
+STEP_KEYS = {"count", "ranks", "first_step_s", "steps_per_s", "samples_per_s", "tokens_per_s",
+             "step_time_ms", "data_wait_ms", "data_wait_share", "phase_share", "per_rank",
+             "events_dropped"}
+RUN_FILES = ["run.json", "metrics.csv", "procs.csv", "steps.csv", "alerts.jsonl", "trace.json",
+             "summary.json"]
+
+
+@pytest.fixture(scope="session")
+def child(build, tmp_path_factory):
+    d = tmp_path_factory.mktemp("child")
+    src = d / "child.c"
+    src.write_text(CHILD_SRC)
+    exe = d / "child"
+    san = ["-fsanitize=address,undefined"] if SANITIZE else []
+    subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-g", *san, "-I", str(ROOT / "include"),
+                    str(src), str(build / "libtrainperf.a"), "-lpthread", "-lm", "-ldl", "-lz",
+                    "-o", str(exe)], check=True, timeout=120)
+    return str(exe)
+
+
+def env_clean(**extra):
+    e = dict(os.environ)
+    e.pop("TRAINPERF_RUN_DIR", None)
+    e.update(extra)
+    return e
+
+
+def read_steps(run):
+    with open(run / "steps.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return rows
+
+
+def load_trace(path):
+    text = pathlib.Path(path).read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        # Array form: a run cut short leaves the closing bracket out.
+        return json.loads(text + "]")
+
+
+def check_complete(run):
+    for name in RUN_FILES:
+        assert (run / name).is_file(), name
+    ri = json.loads((run / "run.json").read_text())
+    sm = json.loads((run / "summary.json").read_text())
+    assert RUN_KEYS <= ri.keys()
+    assert SUMMARY_KEYS <= sm.keys()
+    assert STEP_KEYS <= sm["steps"].keys()
+    events = json.loads((run / "trace.json").read_text())  # closed properly
+    assert isinstance(events, list)
+    for line in (run / "alerts.jsonl").read_text().splitlines():
+        json.loads(line)
+    return ri, sm, events
+
+
+def test_n_steps_give_n_rows(cli, child, tmp_path):
+    run = tmp_path / "run"
+    n = 137
+    p = subprocess.run([cli, "run", "--out", run, "--interval", "0.2", "--", child, "steps",
+                        str(n), "0", "300"], capture_output=True, text=True, timeout=120,
+                       env=env_clean())
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [str(i) for i in range(n)]  # the child's stdout passes through
+    rows = read_steps(run)
+    assert len(rows) == n
+    with open(run / "steps.csv", newline="") as f:
+        assert next(csv.reader(f)) == STEPS_COLUMNS
+    assert [int(r["step"]) for r in rows] == list(range(n))
+    pids = {r["pid"] for r in rows}
+    assert len(pids) == 1
+    for r in rows:
+        iv, dur, data = int(r["interval_ns"]), int(r["duration_ns"]), int(r["data_ns"])
+        fw, bw, other = int(r["forward_ns"]), int(r["backward_ns"]), int(r["other_ns"])
+        assert r["samples"] == "32" and r["tokens"] == "128"
+        assert r["rank"] == "" and r["local_rank"] == ""  # unknown, not 0
+        assert iv >= dur > 0 and data > 0 and fw > 0 and bw > 0
+        assert other == max(0, iv - data - fw - bw)
+    ri, sm, events = check_complete(run)
+    assert ri["mode"] == "run" and ri["command"][1:] == ["steps", str(n), "0", "300"]
+    assert ri["exit"] == {"code": 0, "signal": None}
+    st = sm["steps"]
+    assert st["count"] == n
+    total_iv = sum(int(r["interval_ns"]) for r in rows)
+    total_data = sum(int(r["data_ns"]) for r in rows)
+    assert st["data_wait_share"] == pytest.approx(total_data / total_iv, rel=1e-6)
+    assert st["steps_per_s"] == pytest.approx(n / (total_iv / 1e9), rel=1e-6)
+    assert st["samples_per_s"] == pytest.approx(32 * n / (total_iv / 1e9), rel=1e-6)
+    ivs = sorted(int(r["interval_ns"]) for r in rows)
+    assert st["step_time_ms"]["p50"] == pytest.approx(ivs[(n - 1) // 2] / 1e6, rel=0.011)
+    assert st["step_time_ms"]["max"] == pytest.approx(ivs[-1] / 1e6, rel=1e-9)
+    steps_ev = [e for e in events if e.get("ph") == "X" and e.get("cat") == "step"]
+    phases = {e["name"] for e in events if e.get("ph") == "X" and e.get("cat") == "phase"}
+    assert len(steps_ev) == n and phases == {"data", "forward", "backward"}
+    assert sm["trace"]["events_written"] == n * 4
+    metrics = list(csv.DictReader(open(run / "metrics.csv", newline="")))
+    assert len(metrics) >= 2
+    assert float(metrics[-1]["steps"]) == n
+
+
+def test_command_without_api_gets_resources(cli, tmp_path):
+    run = tmp_path / "run"
+    p = subprocess.run([cli, "run", "--out", run, "--interval", "0.25", "--", "sh", "-c",
+                        "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; sleep 0.6"],
+                       capture_output=True, text=True, timeout=120, env=env_clean())
+    assert p.returncode == 0, p.stderr
+    ri, sm, events = check_complete(run)
+    rows = list(csv.DictReader(open(run / "metrics.csv", newline="")))
+    assert len(rows) >= 3
+    assert all(r["tree_procs"] != "" for r in rows)
+    assert max(float(r["tree_procs"]) for r in rows) >= 1
+    assert rows[0]["tree_cpu_pct"] == ""  # a rate needs two samples: unknown, not 0
+    assert sm["steps"]["count"] == 0 and sm["steps"]["steps_per_s"] is None
+    assert sm["resources"]["tree_procs_max"] >= 1
+    assert sm["sources"]["procfs"] == "ok"
+    procs = list(csv.DictReader(open(run / "procs.csv", newline="")))
+    assert str(ri["root_pid"]) in {r["pid"] for r in procs}
+    assert read_steps(run) == []
+    assert "resources only" in p.stderr
+
+
+@pytest.mark.parametrize("script,code", [("exit 3", 3), ("kill -KILL $$", 137),
+                                         ("kill -TERM $$", 143)])
+def test_exit_status_propagates(cli, tmp_path, script, code):
+    run = tmp_path / "run"
+    p = subprocess.run([cli, "run", "--out", run, "--", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=60, env=env_clean())
+    assert p.returncode == code, p.stderr
+    ri = json.loads((run / "run.json").read_text())
+    sig = code - 128 if code > 128 else None
+    assert ri["exit"] == {"code": code, "signal": sig}
+    assert json.loads((run / "summary.json").read_text())["exit"] == ri["exit"]
+
+
+def start_slow(cli, child, run, *extra):
+    return subprocess.Popen([cli, "run", "--out", str(run), "--interval", "0.2", *extra, "--",
+                             child, "steps", "1000000", "0", "2000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env_clean())
+
+
+def read_lines(p, k):
+    got = []
+    while len(got) < k:
+        line = p.stdout.readline()
+        assert line, "child ended early"
+        got.append(int(line))
+    return got
+
+
+def test_sigkill_child_loses_no_published_step(cli, child, tmp_path):
+    run = tmp_path / "run"
+    p = start_slow(cli, child, run)
+    try:
+        printed = read_lines(p, 40)
+        seg = next((run / "live").glob("seg-*.tpf"))
+        pid = int(seg.stem.split("-")[1])
+        os.kill(pid, signal.SIGKILL)
+        rest, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    printed += [int(x) for x in rest.split()]
+    assert p.returncode == 137, err
+    rows = read_steps(run)
+    in_csv = [int(r["step"]) for r in rows]
+    # Every printed step was published first; at most one more was published unprinted.
+    assert set(printed) <= set(in_csv)
+    assert in_csv == list(range(len(in_csv)))
+    assert len(printed) <= len(in_csv) <= len(printed) + 1
+    check_complete(run)
+
+
+def test_sigint_forwards_and_leaves_complete_run(cli, child, tmp_path):
+    run = tmp_path / "run"
+    p = start_slow(cli, child, run)
+    try:
+        printed = read_lines(p, 20)
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        p.send_signal(signal.SIGINT)  # a second one while finishing loses nothing
+        rest, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    printed += [int(x) for x in rest.split()]
+    assert p.returncode == 130, err  # the child died of the forwarded SIGINT
+    ri, sm, events = check_complete(run)
+    assert ri["exit"] == {"code": 130, "signal": 2}
+    rows = read_steps(run)
+    assert len(printed) <= len(rows) <= len(printed) + 1
+    assert sm["steps"]["count"] == len(rows)
+    assert sum(1 for e in events if e.get("cat") == "step") == len(rows)
+
+
+def test_trace_loadable_when_collector_dies(cli, child, tmp_path):
+    run = tmp_path / "run"
+    p = start_slow(cli, child, run)
+    try:
+        read_lines(p, 30)
+        time.sleep(0.5)  # at least one sample interval flushed the trace
+        ri = json.loads((run / "run.json").read_text())
+        p.kill()  # SIGKILL to trainperf itself: nothing gets closed
+        p.wait(timeout=30)
+    finally:
+        ri = json.loads((run / "run.json").read_text())
+        os.killpg(ri["root_pid"], signal.SIGKILL)  # the child has its own group
+        p.kill()
+        p.communicate(timeout=30)
+    text = (run / "trace.json").read_text()
+    assert not text.rstrip().endswith("]")
+    events = json.loads(text + "]")
+    assert any(e.get("cat") == "step" for e in events)
+    assert json.loads((run / "run.json").read_text())["exit"] is None  # still "running"
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--bogus", "--", "sh", "-c", "touch MARKER"], "unknown option"),
+    (["--interval", "abc", "--", "sh", "-c", "touch MARKER"], "--interval"),
+    (["--interval", "0", "--", "sh", "-c", "touch MARKER"], "--interval"),
+    (["--out"], "--out needs a value"),
+    (["--alert", "gpu.util <<< 5", "--", "sh", "-c", "touch MARKER"], "--alert"),
+    (["--alerts", "/nonexistent/rules.txt", "--", "sh", "-c", "touch MARKER"], "--alerts"),
+    (["--out", "/proc/trainperf-cannot-write", "--", "sh", "-c", "touch MARKER"], "run directory"),
+    (["--out", "FILE/sub", "--", "sh", "-c", "touch MARKER"], "run directory"),
+    ([], "no command"),
+    (["--"], "no command"),
+])
+def test_bad_usage_exits_2_without_starting_child(cli, tmp_path, args, msg):
+    (tmp_path / "FILE").write_text("a regular file")
+    p = subprocess.run([cli, "run", *args], capture_output=True, text=True, timeout=30,
+                       cwd=tmp_path, env=env_clean())
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainperf: error:") and msg in lines[0]
+    assert not (tmp_path / "MARKER").exists()
+    assert not (tmp_path / "trainperf-runs").exists()
+
+
+def test_missing_command_is_127_and_not_run(cli, tmp_path):
+    p = subprocess.run([cli, "run", "--", "no-such-command-trainperf"], capture_output=True,
+                       text=True, timeout=30, cwd=tmp_path, env=env_clean())
+    assert p.returncode == 127
+    assert p.stderr.strip().splitlines() == ["trainperf: error: command not found: "
+                                             "no-such-command-trainperf"]
+    assert not (tmp_path / "trainperf-runs").exists()
+
+
+def test_default_run_dir_and_latest_link(cli, tmp_path):
+    p = subprocess.run([cli, "run", "--quiet", "--", "true"], capture_output=True, text=True,
+                       timeout=60, cwd=tmp_path, env=env_clean())
+    assert p.returncode == 0, p.stderr
+    runs = [d for d in (tmp_path / "trainperf-runs").iterdir() if not d.is_symlink()]
+    assert len(runs) == 1 and runs[0].name.endswith("-true")
+    latest = tmp_path / "trainperf-runs" / "latest"
+    assert latest.is_symlink() and latest.resolve() == runs[0].resolve()
+    check_complete(runs[0])
+
+
+def test_child_env_and_auto_hook(cli, tmp_path):
+    pyd = tmp_path / "pyhook"
+    pyd.mkdir()
+    run = tmp_path / "run"
+    script = 'echo "$TRAINPERF_RUN_DIR|$TRAINPERF_AUTO|$PYTHONPATH"'
+    p = subprocess.run([cli, "run", "--out", run, "--", "sh", "-c", script], capture_output=True,
+                       text=True, timeout=60,
+                       env=env_clean(TRAINPERF_PYTHON_DIR=str(pyd), PYTHONPATH="/x"))
+    assert p.stdout.strip() == f"{run.resolve()}|1|{pyd}:/x"
+    p = subprocess.run([cli, "run", "--no-auto", "--out", run, "--", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=60,
+                       env=env_clean(TRAINPERF_PYTHON_DIR=str(pyd), PYTHONPATH="/x"))
+    assert p.stdout.strip() == f"{run.resolve()}||/x"
+    assert json.loads((run / "run.json").read_text())["options"]["auto"] is False
+
+
+def test_embedded_mode(child, tmp_path):
+    run = tmp_path / "emb"
+    p = subprocess.run([child, "embedded", str(run), "50"], capture_output=True, text=True,
+                       timeout=60, env=env_clean())
+    assert p.returncode == 0, p.stderr
+    assert "start 0" in p.stderr and "stop 0" in p.stderr
+    rows = read_steps(run)
+    assert [int(r["step"]) for r in rows] == list(range(50))
+    ri, sm, _ = check_complete(run)
+    assert ri["mode"] == "embedded" and ri["exit"] is None
+    assert ri["command"][0].endswith("child")
+    assert sm["steps"]["count"] == 50
+
+
+def test_embedded_start_is_busy_under_run(cli, child, tmp_path):
+    run = tmp_path / "run"
+    p = subprocess.run([cli, "run", "--out", run, "--", child, "start"], capture_output=True,
+                       text=True, timeout=60, env=env_clean())
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "-7"  # TPF_EBUSY
