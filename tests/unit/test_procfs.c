@@ -181,6 +181,18 @@ static void rm_rf(const char *rel)
     if (system(cmd) != 0) fprintf(stderr, "rm failed: %s\n", cmd);
 }
 
+/* A fake process leaves: its files and folder go. */
+static void rm_pid(int pid)
+{
+    char path[128];
+    const char *leaf[] = {"stat", "io", ""};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/proc/%d/%s", fake_root, pid, leaf[i]);
+        if (leaf[i][0]) unlink(path);
+        else rmdir(path);
+    }
+}
+
 static void make_root(void)
 {
     snprintf(fake_root, sizeof(fake_root), "/tmp/tpf-procfs-XXXXXX");
@@ -409,7 +421,7 @@ TT_TEST(tree_membership_on_fake_proc)
     TT_EQ_INT(find_proc(st, 102)->write_bytes.v, 4096);
 
     /* 101 exits, 102 is reparented to init, 102 forks 104; 100 used CPU */
-    rm_rf("proc/101");
+    rm_pid(101);
     put_pid(100, "root", 'S', 50, 10 + 50, 100, 2, 0);
     put_pid(102, "grandchild", 'S', 1, 30, 300, 1, 4096 + 8192);
     put_pid(104, "new", 'R', 102, 0, 10, 1, 0);
@@ -429,6 +441,42 @@ TT_TEST(tree_membership_on_fake_proc)
     /* 101's counters left with it: no negative or stale delta in the totals */
     TT_ASSERT(f.tree_cpu_pct.ok);
     TT_NEAR(f.tree_cpu_pct.v, 50.0 / hz / dt * 100, 1e-9);
+    procfs_source.close(st);
+    rm_rf("");
+}
+
+TT_TEST(tree_cap_counts_the_rest_and_tables_grow)
+{
+    make_root();
+    struct sys_counters a = {0};
+    write_system(&a, 0);
+    enum { KIDS_N = PROCFS_MAX_PROCS + 104, OUTSIDERS = 3000 };
+    put_pid(100, "root", 'S', 1, 0, 1, 1, 0);
+    for (int i = 0; i < KIDS_N; i++) put_pid(1000 + i, "kid", 'S', 100, 0, 1, 1, 0);
+    for (int i = 0; i < OUTSIDERS; i++) put_pid(20000 + i, "other", 'S', 1, 0, 1, 1, 0);
+    src_ctx ctx = {0};
+    ctx.root_pid = 100;
+    void *st = NULL;
+    TT_EQ_INT(procfs_init_at(&st, &ctx, fake_root), 0);
+    static coll_frame f;
+    frame_at(&f, 1.0);
+    TT_EQ_INT(procfs_source.sample(st, &ctx, &f), 0);
+    TT_EQ_INT(f.ntree, PROCFS_MAX_PROCS);
+    TT_EQ_INT(f.tree_procs.v, KIDS_N + 1);
+    TT_EQ_INT(procfs_overflow(st), KIDS_N + 1 - PROCFS_MAX_PROCS);
+    /* the same again: the counted rest is not double counted */
+    frame_at(&f, 2.0);
+    TT_EQ_INT(procfs_source.sample(st, &ctx, &f), 0);
+    TT_EQ_INT(f.tree_procs.v, KIDS_N + 1);
+    TT_EQ_INT(f.ntree, PROCFS_MAX_PROCS);
+    /* most go away: the counts follow, the tables shrink without losing anyone */
+    for (int i = 0; i < KIDS_N - 10; i++) rm_pid(1000 + i);
+    for (int i = 0; i < OUTSIDERS; i++) rm_pid(20000 + i);
+    frame_at(&f, 3.0);
+    TT_EQ_INT(procfs_source.sample(st, &ctx, &f), 0);
+    /* the 10 left were beyond the cap, so they are counted, not detailed */
+    TT_EQ_INT(f.tree_procs.v, 11);
+    TT_EQ_INT(f.ntree + procfs_overflow(st), 11);
     procfs_source.close(st);
     rm_rf("");
 }
@@ -649,6 +697,90 @@ TT_TEST(real_tree_cpu_rss_io_exit_newborn)
     procfs_source.close(st);
     stop_tree(&t);
     close(pids_r);
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* DataLoader-like churn: waves of 4 workers that live ~100 ms each. */
+static void churn_root(int done_w)
+{
+    setpgid(0, 0);
+    for (int wave = 0; wave < 12; wave++) {
+        pid_t w[4];
+        for (int k = 0; k < 4; k++) {
+            if ((w[k] = fork()) == 0) {
+                double t0 = wall_s();
+                volatile unsigned long x = 0;
+                while (wall_s() - t0 < 0.1) x++;
+                _exit(0);
+            }
+        }
+        for (int k = 0; k < 4; k++) waitpid(w[k], NULL, 0);
+    }
+    say(done_w, 'd');
+    for (;;) pause();
+}
+
+TT_TEST(workers_come_and_go)
+{
+    alarm(120);
+    int done[2];
+    TT_ASSERT(pipe(done) == 0);
+    pid_t root = fork();
+    TT_ASSERT(root >= 0);
+    if (root == 0) {
+        close(done[0]);
+        churn_root(done[1]);
+    }
+    close(done[1]);
+    setpgid(root, root);
+    tree_pgid = root;
+    atexit(kill_tree);
+    fcntl(done[0], F_SETFL, O_NONBLOCK);
+    src_ctx ctx = {0};
+    ctx.root_pid = root;
+    void *st = NULL;
+    TT_EQ_INT(procfs_source.init(&st, &ctx), 0);
+    static coll_frame f;
+    int max_tree = 0, samples = 0, worker_cpu_known = 0;
+    char c;
+    while (read(done[0], &c, 1) != 1) {
+        usleep(5 * 1000);
+        memset(&f, 0, sizeof(f));
+        TT_EQ_INT(procfs_source.sample(st, &ctx, &f), 0);
+        samples++;
+        if (f.ntree > max_tree) max_tree = f.ntree;
+        TT_ASSERT(f.tree_procs.ok && f.tree_procs.v == f.ntree);
+        if (samples > 1) TT_ASSERT(f.tree_cpu_pct.ok && f.tree_cpu_pct.v >= 0);
+        const procfs_proc *p;
+        int n = procfs_procs(st, &p);
+        TT_EQ_INT(n, f.ntree);
+        for (int i = 0; i < n; i++) {
+            TT_ASSERT(p[i].pid == root || p[i].ppid == root);
+            TT_EQ_INT(f.tree_pids[i], p[i].pid);
+            if (p[i].cpu_pct.ok) {
+                TT_ASSERT(p[i].cpu_pct.v >= 0 && isfinite(p[i].cpu_pct.v));
+                if (p[i].pid != root) worker_cpu_known++;
+            }
+            TT_ASSERT(p[i].rss_bytes.ok); /* 0 is real for one caught exiting */
+        }
+    }
+    TT_ASSERT(max_tree >= 2);      /* workers were seen */
+    TT_ASSERT(worker_cpu_known > 0); /* newborn or followed workers got a CPU figure */
+    /* all workers are gone now: only the root is left */
+    memset(&f, 0, sizeof(f));
+    TT_EQ_INT(procfs_source.sample(st, &ctx, &f), 0);
+    TT_EQ_INT(f.ntree, 1);
+    TT_EQ_INT(f.tree_pids[0], root);
+    procfs_source.close(st);
+    kill_tree();
+    waitpid(root, NULL, 0);
+    tree_pgid = 0;
 }
 
 TT_TEST(embedded_root_is_self)
