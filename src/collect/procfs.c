@@ -1122,22 +1122,30 @@ static void sample_net(procfs_state *s, coll_frame *f, double dt)
 /* Why the last init failed (init runs on one thread, before sampling). */
 static char init_err[256];
 
+/* Close and free everything but the struct itself (and its err text). */
+static void state_release(procfs_state *s)
+{
+    for (int i = 0; i < s->nmem; i++) member_release(s, i);
+    s->nmem = 0;
+    for (int i = 0; i < SF_N; i++) {
+        if (s->sf_fd[i] >= 0) close(s->sf_fd[i]);
+        s->sf_fd[i] = -1;
+    }
+    if (s->proc_dir >= 0) close(s->proc_dir);
+    s->proc_dir = -1;
+    void **owned[] = {(void **)&s->sysbuf, (void **)&s->prev_cores, (void **)&s->cur_cores,
+                      (void **)&s->tab,    (void **)&s->tab_alt,    (void **)&s->pending,
+                      (void **)&s->pub,    (void **)&s->priv,       (void **)&s->pids};
+    for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) {
+        free(*owned[i]);
+        *owned[i] = NULL;
+    }
+}
+
 static void state_free(procfs_state *s)
 {
     if (!s) return;
-    for (int i = 0; i < s->nmem; i++) member_release(s, i);
-    for (int i = 0; i < SF_N; i++)
-        if (s->sf_fd[i] >= 0) close(s->sf_fd[i]);
-    if (s->proc_dir >= 0) close(s->proc_dir);
-    free(s->sysbuf);
-    free(s->prev_cores);
-    free(s->cur_cores);
-    free(s->tab);
-    free(s->tab_alt);
-    free(s->pending);
-    free(s->pub);
-    free(s->priv);
-    free(s->pids);
+    state_release(s);
     free(s);
 }
 
@@ -1149,9 +1157,14 @@ int procfs_init_at(void **state, const src_ctx *ctx, const char *root)
     if (!s) return TPF_ENOMEM;
     for (int i = 0; i < SF_N; i++) s->sf_fd[i] = -1;
     s->proc_dir = -1;
+    int rc = TPF_ENOMEM;
     if (root && *root) {
         size_t l = strlen(root);
-        if (l >= sizeof(s->root)) { free(s); return TPF_ETOOBIG; }
+        if (l >= sizeof(s->root)) {
+            snprintf(s->err, sizeof(s->err), "procfs: root path too long");
+            rc = TPF_ETOOBIG;
+            goto fail_keep_err;
+        }
         memcpy(s->root, root, l + 1);
     }
     s->root_pid = ctx->root_pid;
@@ -1166,7 +1179,6 @@ int procfs_init_at(void **state, const src_ctx *ctx, const char *root)
         rl.rlim_cur / 4 < (rlim_t)s->fd_budget)
         s->fd_budget = (int)(rl.rlim_cur / 4); /* leave most fds to the rest of the program */
 
-    int rc = TPF_ENOMEM;
     s->sysbuf_cap = SYSBUF_START;
     s->sysbuf = malloc(s->sysbuf_cap);
     s->prev_cores = calloc(FRAME_MAX_CPUS, sizeof(procfs_cpu_times));
@@ -1220,9 +1232,11 @@ int procfs_init_at(void **state, const src_ctx *ctx, const char *root)
 fail:
     snprintf(s->err, sizeof(s->err), "procfs: %s", tpf_strerror(rc));
 fail_keep_err:
-    /* no state survives a failed init: last_error(NULL) reports it */
+    /* A failed init still hands back a husk holding only the reason, for
+     * last_error(); close() frees it. last_error(NULL) says it too. */
     memcpy(init_err, s->err, sizeof(init_err));
-    state_free(s);
+    state_release(s);
+    *state = s;
     return rc;
 }
 
@@ -1231,7 +1245,7 @@ static int procfs_init(void **state, const src_ctx *ctx) { return procfs_init_at
 static int procfs_sample(void *state, const src_ctx *ctx, coll_frame *f)
 {
     procfs_state *s = state;
-    if (!s || !f) return TPF_EINVAL;
+    if (!s || !f || !s->sysbuf) return TPF_EINVAL;
     if (ctx && ctx->root_pid != s->root_pid) s->root_pid = ctx->root_pid;
     /* the collector's sample time when it gives one, so every source agrees */
     uint64_t now = f->mono_ns ? f->mono_ns : clock_ns(CLOCK_MONOTONIC);

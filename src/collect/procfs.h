@@ -39,7 +39,11 @@ int procfs_procs(void *state, const procfs_proc **out);
 /* Tree processes seen in the last sample beyond PROCFS_MAX_PROCS (not detailed). */
 int procfs_overflow(void *state);
 
-/* Like procfs_source.init, but reads <root>/proc/... and <root>/sys/block
+/* procfs_source.init: on failure *state may still be set, holding only the
+ * reason for last_error(state); close() it. last_error(NULL) gives the reason
+ * of the last failed init too.
+ *
+ * Like procfs_source.init, but reads <root>/proc/... and <root>/sys/block
  * instead of /proc and /sys (tests point it at captured files). root is
  * copied; NULL or "" means the real system. */
 int procfs_init_at(void **state, const src_ctx *ctx, const char *root);

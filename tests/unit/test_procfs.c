@@ -358,11 +358,16 @@ TT_TEST(init_without_proc_stat_says_why)
 {
     make_root();
     src_ctx ctx = {0};
-    void *st = (void *)1;
+    void *st = NULL;
     TT_ASSERT(procfs_init_at(&st, &ctx, fake_root) < 0);
-    TT_ASSERT(st == NULL);
     const char *why = procfs_source.last_error(NULL);
     TT_ASSERT(why && strstr(why, "proc/stat"));
+    TT_ASSERT(st != NULL); /* the reason, for the collector */
+    why = procfs_source.last_error(st);
+    TT_ASSERT(why && strstr(why, "proc/stat"));
+    static coll_frame f;
+    TT_EQ_INT(procfs_source.sample(st, &ctx, &f), TPF_EINVAL);
+    procfs_source.close(st);
     rm_rf("");
 }
 
