@@ -1,0 +1,656 @@
+/* The diagnosis: one primary bottleneck with its evidence and ranked fixes,
+ * secondary findings and notes. Rules and thresholds: docs/diagnosis.md
+ * (keep the two in step). */
+#include "analyze/diag.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "trainperf.h"
+
+/* thresholds (docs/diagnosis.md, "Rules") */
+#define MIN_STEPS 5
+#define MIN_SAMPLES 3
+#define INPUT_SHARE 0.20      /* data wait share of step time */
+#define COMM_SHARE 0.20
+#define CKPT_SHARE 0.15
+#define IO_IOWAIT_PCT 10.0
+#define IO_PSI_PCT 10.0
+#define HOST_GPU_UTIL 70.0
+#define HOST_MAIN_CPU 80.0
+#define HEALTHY_GPU_UTIL 80.0
+#define STRAGGLER_RATIO 1.20
+#define UNSTABLE_CV 0.5
+#define UNSTABLE_TAIL 3.0     /* p99 / p50 */
+#define THROTTLE_SHARE 0.10
+#define MEM_AVAIL_MIN_PCT 5.0
+#define PSI_MEM_FULL_PCT 5.0
+#define SWAP_GROWTH_BYTES (256.0 * 1048576.0)
+#define GPU_MEM_FULL_PCT 95.0
+
+static void fmt(char *o, size_t n, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static void fmt(char *o, size_t n, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(o, n, f, ap);
+    va_end(ap);
+}
+
+static void ev(dfinding *d, const char *name, double v, const char *f, ...)
+    __attribute__((format(printf, 4, 5)));
+static void ev(dfinding *d, const char *name, double v, const char *f, ...)
+{
+    if (d->nev >= DIAG_MAX_EVIDENCE) return;
+    devidence *e = &d->ev[d->nev++];
+    fmt(e->name, sizeof(e->name), "%s", name);
+    e->value = v;
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(e->text, sizeof(e->text), f, ap);
+    va_end(ap);
+}
+
+static void rec(dfinding *d, const char *f, ...) __attribute__((format(printf, 2, 3)));
+static void rec(dfinding *d, const char *f, ...)
+{
+    if (d->nrec >= DIAG_MAX_RECS) return;
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(d->rec[d->nrec++], sizeof(d->rec[0]), f, ap);
+    va_end(ap);
+}
+
+static void note(diag_result *g, const char *f, ...) __attribute__((format(printf, 2, 3)));
+static void note(diag_result *g, const char *f, ...)
+{
+    if (g->nnotes >= 8) return;
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(g->notes[g->nnotes++], sizeof(g->notes[0]), f, ap);
+    va_end(ap);
+}
+
+static void human_bytes(char *o, size_t n, double b)
+{
+    if (!isfinite(b)) fmt(o, n, "?");
+    else if (fabs(b) >= 1073741824.0) fmt(o, n, "%.1f GiB", b / 1073741824.0);
+    else if (fabs(b) >= 1048576.0) fmt(o, n, "%.0f MiB", b / 1048576.0);
+    else fmt(o, n, "%.0f KiB", b / 1024.0);
+}
+
+/* Figures the rules share. */
+typedef struct ctx {
+    int steps_ok, samples_ok, has_gpu;
+    double share[PH_COUNT];
+    double p50, p95, p99, cv, data_p50;
+    double gpu_util, gpu_util_min;
+    double main_cpu, tree_cpu, sys_cpu, cpus, idle_cores;
+    double iowait, psi_io, psi_mem, psi_mem_full;
+    double avail_min_pct, swap_growth;
+    int workers;
+    double worker_cpu;
+} ctx;
+
+static int fired(const diag_run *r, const char *rule, double *t, char *m, size_t mn)
+{
+    for (int i = 0; i < r->nalerts; i++) {
+        const dalert *a = &r->alerts[i];
+        if (strcmp(a->rule, rule) == 0 && strcmp(a->state, "fired") == 0) {
+            if (t) *t = a->t;
+            if (m) fmt(m, mn, "%s", a->message);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void make_ctx(const diag_run *r, ctx *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->steps_ok = r->steps >= MIN_STEPS;
+    c->samples_ok = r->msamples >= MIN_SAMPLES;
+    for (int p = 0; p < PH_COUNT; p++)
+        c->share[p] = r->sum_interval_ns > 0 ? r->sum_phase_ns[p] / r->sum_interval_ns : NAN;
+    c->p50 = dhist_quantile(&r->h_interval, 0.5);
+    c->p95 = dhist_quantile(&r->h_interval, 0.95);
+    c->p99 = dhist_quantile(&r->h_interval, 0.99);
+    c->data_p50 = dhist_quantile(&r->h_data, 0.5);
+    double m = dstat_mean(&r->st_interval);
+    double var = r->st_interval.n > 1 ? (r->st_interval.sumsq - r->st_interval.n * m * m) /
+                                            (r->st_interval.n - 1) : NAN;
+    c->cv = m > 0 && var >= 0 ? sqrt(var) / m : NAN;
+    double su = 0;
+    int ng = 0;
+    c->gpu_util_min = NAN;
+    for (int i = 0; i < r->ngpu; i++) {
+        if (r->gpus[i].util.n <= 0) continue;
+        double u = dstat_mean(&r->gpus[i].util);
+        su += u;
+        ng++;
+        if (isnan(c->gpu_util_min) || u < c->gpu_util_min) c->gpu_util_min = u;
+    }
+    c->has_gpu = ng > 0;
+    c->gpu_util = ng ? su / ng : NAN;
+    c->main_cpu = dstat_mean(&r->main_cpu);
+    c->tree_cpu = dstat_mean(&r->tree_cpu);
+    c->sys_cpu = dstat_mean(&r->cpu);
+    c->cpus = r->cpus > 0 ? r->cpus : NAN;
+    c->idle_cores = isfinite(c->cpus) && isfinite(c->sys_cpu) ? c->cpus * (1 - c->sys_cpu / 100) : NAN;
+    c->iowait = dstat_mean(&r->iowait);
+    c->psi_io = dstat_mean(&r->psi_io);
+    c->psi_mem = dstat_mean(&r->psi_mem);
+    c->psi_mem_full = dstat_mean(&r->psi_mem_full);
+    double tot = r->mem_total.n ? r->mem_total.max : NAN;
+    c->avail_min_pct = r->mem_avail.n && tot > 0 ? 100 * r->mem_avail.min / tot : NAN;
+    c->swap_growth = r->swap.n && isfinite(r->swap_first) ? r->swap.max - r->swap_first : NAN;
+    c->workers = r->have_procs ? r->nworkers
+                               : (r->tree_procs.n ? (int)r->tree_procs.max - 1 : -1);
+    c->worker_cpu = dstat_mean(&r->worker_cpu);
+}
+
+/* ---- the candidates ------------------------------------------------------ */
+
+static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
+{
+    char a[32], b[32], m[256];
+    double t;
+    int strong = 0, weak = 0;
+    if (isfinite(c->swap_growth) && c->swap_growth > SWAP_GROWTH_BYTES) {
+        human_bytes(a, sizeof(a), c->swap_growth);
+        ev(d, "swap_growth_bytes", c->swap_growth, "swap use grew by %s during the run", a);
+        strong = 1;
+    }
+    if (isfinite(c->avail_min_pct) && c->avail_min_pct < MEM_AVAIL_MIN_PCT) {
+        human_bytes(a, sizeof(a), r->mem_avail.min);
+        ev(d, "mem_available_min_pct", c->avail_min_pct,
+           "host memory available fell to %s (%.1f%% of total)", a, c->avail_min_pct);
+        strong = 1;
+    }
+    if (isfinite(c->psi_mem_full) && c->psi_mem_full >= PSI_MEM_FULL_PCT) {
+        ev(d, "psi_mem_full_pct", c->psi_mem_full,
+           "all tasks stalled on memory %.0f%% of the time (PSI memory full)", c->psi_mem_full);
+        strong = 1;
+    }
+    if (r->exit_signal == 9 && isfinite(c->avail_min_pct) && c->avail_min_pct < 10) {
+        ev(d, "exit_signal", 9, "the run was killed (SIGKILL) while memory was low: likely the OOM killer");
+        strong = 1;
+    }
+    if (fired(r, "host_mem_growth", &t, m, sizeof(m))) {
+        ev(d, "alert_host_mem_growth", t, "at %.0f s: %s", t, m);
+        weak = 1;
+    }
+    if (fired(r, "gpu_mem_growth", &t, m, sizeof(m))) {
+        ev(d, "alert_gpu_mem_growth", t, "at %.0f s: %s", t, m);
+        weak = 1;
+    }
+    if (!strong && !weak) return 0;
+    fmt(d->id, sizeof(d->id), "memory-capacity");
+    fmt(d->title, sizeof(d->title), "Memory capacity");
+    d->score = strong ? 0.9 : 0.5;
+    /* growth of the tree between the first and last chart buckets */
+    double t0 = 0, v0 = NAN, t1 = 0, v1 = NAN, tt, vv;
+    for (int k = 0; k < r->s_tree_rss.n; k++)
+        if (dseries_value(&r->s_tree_rss, k, &tt, &vv)) {
+            if (isnan(v0)) t0 = tt, v0 = vv;
+            t1 = tt, v1 = vv;
+        }
+    int grew = isfinite(v0) && isfinite(v1) && v1 > v0 * 1.2 && t1 > t0;
+    if (grew) {
+        human_bytes(a, sizeof(a), v0);
+        human_bytes(b, sizeof(b), v1);
+        fmt(d->summary, sizeof(d->summary),
+            "memory ran short: the process tree grew from %s to %s", a, b);
+        ev(d, "tree_rss_growth_bps", (v1 - v0) / (t1 - t0), "process-tree RSS grew from %s to %s", a, b);
+        rec(d, "Find what grows every step: tensors kept across steps (e.g. summing `loss` "
+               "instead of `loss.item()`), lists of outputs, unbounded caches; "
+               "tracemalloc / torch.cuda.memory_snapshot() show the owners.");
+    } else {
+        fmt(d->summary, sizeof(d->summary), "memory ran short during the run");
+    }
+    rec(d, "Reduce the memory per step: smaller batch with gradient accumulation to keep the "
+           "effective batch, activation checkpointing, bf16/fp16 activations.");
+    if (isfinite(c->swap_growth) && c->swap_growth > SWAP_GROWTH_BYTES)
+        rec(d, "Swapping makes every step slower: keep the working set below physical memory "
+               "(fewer DataLoader workers or a smaller prefetch_factor also cut host memory).");
+    return 1;
+}
+
+static int cand_throttle(const diag_run *r, const ctx *c, dfinding *d)
+{
+    double worst = 0;
+    const dgpu *w = NULL;
+    for (int i = 0; i < r->ngpu; i++) {
+        const dgpu *g = &r->gpus[i];
+        if (g->samples <= 0) continue;
+        double s = g->slowdown_samples / g->samples;
+        if (s > worst) worst = s, w = g;
+    }
+    if (!w || worst < THROTTLE_SHARE) return 0;
+    fmt(d->id, sizeof(d->id), "throttling");
+    fmt(d->title, sizeof(d->title), "GPU throttling");
+    fmt(d->summary, sizeof(d->summary), "GPU %d ran with slowed clocks %.0f%% of the time (%s)",
+        w->index, 100 * worst, w->throttle_words);
+    d->score = 0.8 * worst;
+    ev(d, "throttled_share", worst, "GPU %d clocks slowed in %.0f%% of samples: %s", w->index,
+       100 * worst, w->throttle_words);
+    if (w->temp.n) ev(d, "temp_max_c", w->temp.max, "GPU %d peaked at %.0f C", w->index, w->temp.max);
+    if (w->power.n) ev(d, "power_mean_w", dstat_mean(&w->power), "GPU %d drew %.0f W on average",
+                       w->index, dstat_mean(&w->power));
+    if (strstr(w->throttle_words, "thermal"))
+        rec(d, "Thermal slowdown: check the cooling, fan curves and inlet temperature of this node.");
+    if (strstr(w->throttle_words, "power"))
+        rec(d, "Power limit: compare `nvidia-smi -q -d POWER` limits with the default; a lowered "
+               "cap costs clock speed.");
+    rec(d, "If only one node throttles, move the job or report the node; throttled GPUs also "
+           "make the other ranks wait.");
+    return 1;
+}
+
+static int io_evidence(const ctx *c)
+{
+    return (isfinite(c->iowait) && c->iowait >= IO_IOWAIT_PCT) ||
+           (isfinite(c->psi_io) && c->psi_io >= IO_PSI_PCT);
+}
+
+static void add_io_evidence(const diag_run *r, const ctx *c, dfinding *d)
+{
+    char a[32];
+    if (isfinite(c->iowait)) ev(d, "cpu_iowait_pct", c->iowait, "CPU iowait averaged %.0f%%", c->iowait);
+    if (isfinite(c->psi_io))
+        ev(d, "psi_io_some_pct", c->psi_io, "tasks stalled on I/O %.0f%% of the time (PSI io some)",
+           c->psi_io);
+    if (r->tree_read.n) {
+        human_bytes(a, sizeof(a), dstat_mean(&r->tree_read));
+        ev(d, "tree_read_bps", dstat_mean(&r->tree_read), "the process tree read %s/s on average", a);
+    }
+}
+
+static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
+{
+    double s = c->share[PH_DATA];
+    if (!c->steps_ok || !(s >= INPUT_SHARE)) return 0;
+    int io = io_evidence(c);
+    fmt(d->id, sizeof(d->id), io ? "storage-io" : "input-bound");
+    fmt(d->title, sizeof(d->title), io ? "Storage I/O" : "Input-bound");
+    fmt(d->summary, sizeof(d->summary), "%s takes %.0f%% of step time%s",
+        "waiting for the next batch", 100 * s, io ? ", and the data comes slowly off storage" : "");
+    d->score = s;
+    ev(d, "data_wait_share", s, "data wait is %.0f%% of step time", 100 * s);
+    if (isfinite(c->data_p50) && isfinite(c->p50))
+        ev(d, "data_wait_p50_ms", c->data_p50, "median data wait %.1f ms per step of %.1f ms",
+           c->data_p50, c->p50);
+    if (isfinite(c->main_cpu)) ev(d, "main_cpu_pct", c->main_cpu, "main process CPU %.0f%% of one core", c->main_cpu);
+    if (c->workers >= 0)
+        ev(d, "worker_processes", c->workers, "%d worker process%s in the tree", c->workers,
+           c->workers == 1 ? "" : "es");
+    if (isfinite(c->idle_cores))
+        ev(d, "idle_cores", c->idle_cores, "%.1f of %.0f cores idle on average", c->idle_cores, c->cpus);
+    if (io) add_io_evidence(r, c, d);
+
+    if (io) {
+        rec(d, "Read the data from faster storage: copy the dataset to local NVMe or RAM (/dev/shm) "
+               "before training, or cache decoded samples.");
+        rec(d, "Overlap reading with compute: more DataLoader workers (num_workers) and "
+               "prefetch_factor, so reads are in flight while the model runs.");
+        rec(d, "Fewer, larger reads: pack small files into shards (WebDataset, TFRecord, "
+               "numpy memmap).");
+        return 1;
+    }
+    int idle = isfinite(c->idle_cores) ? (int)floor(c->idle_cores) : -1;
+    if (c->workers == 0) {
+        int nw = idle > 1 ? idle - 1 : 2;
+        if (nw > 8) nw = 8;
+        if (nw < 2) nw = 2;
+        if (isfinite(c->main_cpu) && idle >= 0)
+            rec(d, "Load batches in worker processes: DataLoader(num_workers=%d). The main process "
+                   "ran at %.0f%% CPU with no worker processes while %d of %.0f cores were idle.",
+                nw, c->main_cpu, idle, c->cpus);
+        else
+            rec(d, "Load batches in worker processes: DataLoader(num_workers=%d); no worker "
+                   "processes were seen.", nw);
+    } else if (c->workers > 0) {
+        if (idle >= 2)
+            rec(d, "Raise DataLoader num_workers from %d to %d: the workers averaged %.0f%% CPU "
+                   "each and %d cores were idle.",
+                c->workers, c->workers * 2 <= c->workers + idle ? c->workers * 2 : c->workers + idle,
+                isfinite(c->worker_cpu) ? c->worker_cpu : 0.0, idle);
+        else
+            rec(d, "The CPU is saturated (%.0f%% busy): make each batch cheaper — move "
+                   "augmentation to the GPU, decode with a faster library, or preprocess the "
+                   "dataset offline.", isfinite(c->sys_cpu) ? c->sys_cpu : 100.0);
+    }
+    if (c->has_gpu)
+        rec(d, "pin_memory=True in the DataLoader, and .to(device, non_blocking=True): "
+               "page-locked batches copy to the GPU asynchronously.");
+    rec(d, "persistent_workers=True keeps the workers alive between epochs instead of starting "
+           "them again (and refilling their prefetch queues) every epoch.");
+    rec(d, "prefetch_factor=4 (default 2) gives each worker more batches in flight to absorb "
+           "slow samples.");
+    return 1;
+}
+
+static int cand_storage_ckpt(const diag_run *r, const ctx *c, dfinding *d)
+{
+    double s = c->share[PH_CHECKPOINT];
+    if (!c->steps_ok || !(s >= CKPT_SHARE)) return 0;
+    fmt(d->id, sizeof(d->id), "storage-io");
+    fmt(d->title, sizeof(d->title), "Storage I/O (checkpoints)");
+    fmt(d->summary, sizeof(d->summary), "checkpointing takes %.0f%% of the run's step time", 100 * s);
+    d->score = s;
+    ev(d, "checkpoint_share", s, "checkpoint phases are %.0f%% of step time", 100 * s);
+    add_io_evidence(r, c, d);
+    rec(d, "Checkpoint less often, or asynchronously (torch.distributed.checkpoint async_save, "
+           "or copy the state to host memory and write it from a thread).");
+    rec(d, "Write checkpoints to local disk first and copy them off the node in the background.");
+    return 1;
+}
+
+static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
+{
+    double s = c->share[PH_COMM];
+    if (!c->steps_ok || !(s >= COMM_SHARE)) return 0;
+    fmt(d->id, sizeof(d->id), "communication");
+    fmt(d->title, sizeof(d->title), "Communication");
+    fmt(d->summary, sizeof(d->summary), "collective communication takes %.0f%% of step time", 100 * s);
+    d->score = s;
+    ev(d, "comm_share", s, "comm phases are %.0f%% of step time", 100 * s);
+    if (r->nranks > 1) ev(d, "ranks", r->nranks, "%d ranks", r->nranks);
+    rec(d, "Overlap gradients' all-reduce with the backward pass (DDP does so by bucket: tune "
+           "bucket_cap_mb) and avoid synchronising calls in the step.");
+    rec(d, "Communicate less often: gradient accumulation with no_sync() on the inner steps.");
+    rec(d, "Check the interconnect: NCCL_DEBUG=INFO shows whether NVLink/InfiniBand are used "
+           "or traffic falls back to TCP sockets.");
+    return 1;
+}
+
+static int cand_straggler(const diag_run *r, const ctx *c, dfinding *d)
+{
+    double p[DIAG_MAX_RANKS];
+    int n = 0, slow = -1;
+    double worst = 0;
+    for (int i = 0; i < r->nranks; i++) {
+        if (r->ranks[i].rank < 0 || r->ranks[i].count < MIN_STEPS) continue;
+        p[n++] = dhist_quantile(&r->ranks[i].interval, 0.5);
+    }
+    if (n < 2) return 0;
+    /* median of the ranks' medians */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && p[j] < p[j - 1]; j--) {
+            double t = p[j];
+            p[j] = p[j - 1];
+            p[j - 1] = t;
+        }
+    double med = n % 2 ? p[n / 2] : (p[n / 2 - 1] + p[n / 2]) / 2;
+    for (int i = 0; i < r->nranks; i++) {
+        if (r->ranks[i].rank < 0 || r->ranks[i].count < MIN_STEPS) continue;
+        double q = dhist_quantile(&r->ranks[i].interval, 0.5);
+        if (q > worst) worst = q, slow = r->ranks[i].rank;
+    }
+    double ratio = med > 0 ? worst / med : NAN;
+    if (!(ratio >= STRAGGLER_RATIO)) return 0;
+    fmt(d->id, sizeof(d->id), "straggler");
+    fmt(d->title, sizeof(d->title), "Straggler");
+    fmt(d->summary, sizeof(d->summary), "rank %d is %.0f%% slower than the median rank", slow,
+        100 * (ratio - 1));
+    /* every rank waits for the slowest at each collective, so a straggler
+     * limits the whole job: weighted above its bare slowdown */
+    d->score = ratio - 1 + 0.3 > 0.9 ? 0.9 : ratio - 1 + 0.3;
+    ev(d, "slowest_rank", slow, "rank %d median step %.1f ms vs %.1f ms across ranks", slow, worst, med);
+    (void)c;
+    rec(d, "Look at rank %d's node: GPU clocks and temperature, other jobs on the host, its "
+           "data shard (uneven shard sizes or sample lengths).", slow);
+    rec(d, "Balance the work: bucket samples by length, or give every rank equal-sized shards.");
+    return 1;
+}
+
+static int cand_host(const diag_run *r, const ctx *c, dfinding *d)
+{
+    if (!c->has_gpu || !c->samples_ok || !(c->gpu_util < HOST_GPU_UTIL)) return 0;
+    if (isfinite(c->share[PH_DATA]) && c->share[PH_DATA] >= INPUT_SHARE) return 0;
+    int busy = isfinite(c->main_cpu) && c->main_cpu >= HOST_MAIN_CPU;
+    fmt(d->id, sizeof(d->id), "host-bound");
+    fmt(d->title, sizeof(d->title), "Host/launch-bound");
+    if (busy)
+        fmt(d->summary, sizeof(d->summary),
+            "the GPU is busy only %.0f%% of the time while the main process keeps one core at %.0f%%",
+            c->gpu_util, c->main_cpu);
+    else
+        fmt(d->summary, sizeof(d->summary), "the GPU is busy only %.0f%% of the time", c->gpu_util);
+    d->score = (1 - c->gpu_util / 100) * (busy ? 0.8 : 0.5);
+    ev(d, "gpu_util_pct", c->gpu_util, "GPU utilisation averaged %.0f%%", c->gpu_util);
+    if (isfinite(c->main_cpu))
+        ev(d, "main_cpu_pct", c->main_cpu, "main process CPU %.0f%% of one core", c->main_cpu);
+    if (isfinite(c->share[PH_DATA]))
+        ev(d, "data_wait_share", c->share[PH_DATA], "data wait only %.0f%% of step time", 100 * c->share[PH_DATA]);
+    rec(d, "Launch fewer, larger kernels: torch.compile (mode=\"reduce-overhead\" adds CUDA "
+           "graphs), fused optimizers (fused=True), larger batches.");
+    rec(d, "Remove host-device synchronisations from the step: .item(), .cpu(), printing "
+           "tensors, torch.cuda.synchronize(); log every N steps instead.");
+    rec(d, "Profile a few steps (`trainperf run --profile` or torch.profiler) and look for gaps "
+           "between kernels (`trainperf analyze`).");
+    return 1;
+}
+
+static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
+{
+    double t;
+    char m[256];
+    int hang = fired(r, "hang", &t, m, sizeof(m));
+    double tail = isfinite(c->p99) && c->p50 > 0 ? c->p99 / c->p50 : NAN;
+    int noisy = r->steps_warm >= 10 && ((isfinite(c->cv) && c->cv >= UNSTABLE_CV) ||
+                                        (isfinite(tail) && tail >= UNSTABLE_TAIL));
+    double tr;
+    char mr[256];
+    int regress = fired(r, "step_regression", &tr, mr, sizeof(mr));
+    if (!hang && !noisy && !regress) return 0;
+    fmt(d->id, sizeof(d->id), "unstable");
+    fmt(d->title, sizeof(d->title), hang ? "Unstable: steps stopped" : "Unstable step time");
+    if (hang) {
+        if (isfinite(r->last_end_s))
+            fmt(d->summary, sizeof(d->summary),
+                "no step completed after %.1f s; the hang alert fired at %.0f s (possible hang)",
+                r->last_end_s, t);
+        else
+            fmt(d->summary, sizeof(d->summary), "step progress stopped (hang alert at %.0f s)", t);
+        d->score = 0.95;
+        ev(d, "hang_t", t, "at %.0f s: %s", t, m);
+        if (isfinite(r->last_end_s))
+            ev(d, "last_step_end_s", r->last_end_s, "last step ended at %.1f s of %.1f s", r->last_end_s,
+               r->duration_s);
+        rec(d, "Find where it waits: `py-spy dump --pid PID` (Python) or `gdb -p PID -batch -ex "
+               "'thread apply all bt'` on the stuck process.");
+        rec(d, "Distributed runs: a rank that died or skipped a collective leaves the others "
+               "waiting; NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 turn hangs into errors.");
+        rec(d, "DataLoader workers that deadlock (e.g. after fork with threads) stop the input: "
+               "try multiprocessing_context='spawn' or num_workers=0 to confirm.");
+        return 1;
+    }
+    fmt(d->summary, sizeof(d->summary), "step time varies: p99 %.1f ms is %.1fx the median %.1f ms",
+        c->p99, tail, c->p50);
+    d->score = noisy ? (isfinite(c->cv) && c->cv / 2 < 0.6 ? c->cv / 2 : 0.6) : 0.3;
+    if (d->score < 0.2) d->score = 0.2;
+    if (isfinite(c->cv)) ev(d, "step_time_cv", c->cv, "coefficient of variation %.2f", c->cv);
+    if (isfinite(tail)) ev(d, "p99_over_p50", tail, "p99/p50 = %.1f", tail);
+    if (regress) ev(d, "step_regression_t", tr, "at %.0f s: %s", tr, mr);
+    rec(d, "Look at the slow steps on the timeline (trace.json in Perfetto): periodic evaluation, "
+           "checkpoints, logging or garbage collection show up as regular spikes.");
+    rec(d, "Python's GC pauses: gc.freeze() after start-up, or gc.collect() at a fixed step "
+           "interval, makes them predictable.");
+    rec(d, "Variable-size inputs (sequence lengths) vary the step time: bucket or pad to fixed sizes.");
+    return 1;
+}
+
+static void healthy(const diag_run *r, const ctx *c, dfinding *d)
+{
+    fmt(d->id, sizeof(d->id), "compute-bound");
+    d->score = 0;
+    if (c->has_gpu) {
+        fmt(d->title, sizeof(d->title), "GPU-compute-bound (healthy)");
+        fmt(d->summary, sizeof(d->summary), "the GPU is busy %.0f%% of the time; no input, host or "
+            "memory limit found", c->gpu_util);
+        ev(d, "gpu_util_pct", c->gpu_util, "GPU utilisation averaged %.0f%%", c->gpu_util);
+        if (isfinite(c->share[PH_DATA]))
+            ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time", 100 * c->share[PH_DATA]);
+        rec(d, "Do less work per sample: bf16 autocast, torch.compile, fused/foreach optimizers, "
+               "flash attention (scaled_dot_product_attention).");
+        double head = NAN;
+        for (int i = 0; i < r->ngpu; i++)
+            if (r->gpus[i].mem_used.n && r->gpus[i].mem_total > 0) {
+                double h = r->gpus[i].mem_total - r->gpus[i].mem_used.max;
+                if (isnan(head) || h < head) head = h;
+            }
+        if (isfinite(head) && head > 0.25 * r->gpus[0].mem_total) {
+            char a[32];
+            human_bytes(a, sizeof(a), head);
+            rec(d, "%s of GPU memory stayed free: a larger batch may raise throughput.", a);
+        }
+        return;
+    }
+    fmt(d->title, sizeof(d->title), "Compute-bound on the CPU");
+    fmt(d->summary, sizeof(d->summary), "steps spend their time computing on the CPU; "
+        "no input or memory limit found");
+    if (isfinite(c->tree_cpu))
+        ev(d, "tree_cpu_pct", c->tree_cpu, "the process tree used %.0f%% CPU (%.1f cores) of %.0f cores",
+           c->tree_cpu, c->tree_cpu / 100, isfinite(c->cpus) ? c->cpus : 0.0);
+    if (isfinite(c->share[PH_DATA]))
+        ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time", 100 * c->share[PH_DATA]);
+    if (isfinite(c->tree_cpu) && isfinite(c->cpus) && c->cpus >= 2 && c->tree_cpu < 60 * c->cpus &&
+        isfinite(c->idle_cores) && c->idle_cores >= 1)
+        rec(d, "The run used %.1f of %.0f cores: raise the intra-op threads "
+               "(torch.set_num_threads(%.0f) / OMP_NUM_THREADS) if the machine is yours.",
+            c->tree_cpu / 100, c->cpus, c->cpus);
+    rec(d, "Use a GPU or accelerator if one is available; on the CPU, bf16 (on CPUs with "
+           "AMX/AVX512-BF16) and torch.compile cut the compute per step.");
+}
+
+static void copy_finding(dfinding *dst, const dfinding *src) { memcpy(dst, src, sizeof(*dst)); }
+
+void diag_compute(diag_run *r)
+{
+    diag_result *g = &r->diag;
+    memset(g, 0, sizeof(*g));
+    ctx c;
+    make_ctx(r, &c);
+
+    dfinding cand[10];
+    int nc = 0;
+    int (*rules[])(const diag_run *, const ctx *, dfinding *) = {
+        cand_memory, cand_throttle, cand_input, cand_storage_ckpt, cand_comm,
+        cand_straggler, cand_host, cand_unstable,
+    };
+    for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
+        memset(&cand[nc], 0, sizeof(cand[nc]));
+        if (rules[i](r, &c, &cand[nc])) nc++;
+    }
+    /* rank by score; stable for equal scores (rule order = priority) */
+    for (int i = 1; i < nc; i++)
+        for (int j = i; j > 0 && cand[j].score > cand[j - 1].score; j--) {
+            dfinding t;
+            copy_finding(&t, &cand[j]);
+            copy_finding(&cand[j], &cand[j - 1]);
+            copy_finding(&cand[j - 1], &t);
+        }
+
+    if (!c.steps_ok || !c.samples_ok) {
+        g->insufficient = 1;
+        if (r->steps == 0)
+            fmt(g->insufficient_why, sizeof(g->insufficient_why),
+                "no training steps were recorded (the program was not instrumented, or ended "
+                "before its first step)");
+        else if (!c.steps_ok)
+            fmt(g->insufficient_why, sizeof(g->insufficient_why),
+                "only %.0f step%s recorded; at least %d are needed to name a bottleneck", r->steps,
+                r->steps == 1 ? "" : "s", MIN_STEPS);
+        else
+            fmt(g->insufficient_why, sizeof(g->insufficient_why),
+                "only %.0f resource sample%s; at least %d are needed", r->msamples,
+                r->msamples == 1 ? "" : "s", MIN_SAMPLES);
+        fmt(g->primary.id, sizeof(g->primary.id), "insufficient-data");
+        fmt(g->primary.title, sizeof(g->primary.title), "Not enough data");
+        fmt(g->primary.summary, sizeof(g->primary.summary), "%s", g->insufficient_why);
+        /* findings that need no steps (memory, hang, throttling) still stand */
+        for (int i = 0; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++)
+            if (strcmp(cand[i].id, "memory-capacity") == 0 || strcmp(cand[i].id, "throttling") == 0 ||
+                strcmp(cand[i].id, "unstable") == 0)
+                copy_finding(&g->sec[g->nsec++], &cand[i]);
+    } else if (nc > 0) {
+        copy_finding(&g->primary, &cand[0]);
+        for (int i = 1; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++) copy_finding(&g->sec[g->nsec++], &cand[i]);
+    } else {
+        healthy(r, &c, &g->primary);
+    }
+
+    /* notes: context a reader should know */
+    if (!c.has_gpu)
+        note(g, "GPU metrics were not available (%s): GPU findings are not made for this run.",
+             r->nvml_source[0] ? r->nvml_source : (r->ngpu_run ? "no samples" : "no GPU used"));
+    if (r->exit_known && r->exit_signal > 0)
+        note(g, "The command was ended by signal %d%s.", r->exit_signal,
+             r->exit_signal == 9 ? " (SIGKILL: the OOM killer or a job scheduler)" : "");
+    else if (r->exit_known && r->exit_code > 0)
+        note(g, "The command exited with status %d: the figures cover the run until then.", r->exit_code);
+    else if (!r->exit_known && r->have_run)
+        note(g, "The run did not record how it ended (still running, or the collector was killed).");
+    if (isfinite(r->events_dropped) && r->events_dropped > 0)
+        note(g, "%.0f probe events were dropped (rings full): step figures undercount.", r->events_dropped);
+    for (int i = 0; i < r->ngpu; i++) {
+        const dgpu *gp = &r->gpus[i];
+        if (gp->mem_used.n && gp->mem_total > 0 && 100 * gp->mem_used.max / gp->mem_total >= GPU_MEM_FULL_PCT)
+            note(g, "GPU %d memory peaked at %.0f%% of capacity: little headroom for larger batches.",
+                 gp->index, 100 * gp->mem_used.max / gp->mem_total);
+    }
+    if (r->nalerts_fired > 0)
+        note(g, "%d alert%s fired during the run (see Alerts).", r->nalerts_fired,
+             r->nalerts_fired == 1 ? "" : "s");
+}
+
+static void write_finding(jw *w, const dfinding *d)
+{
+    jw_obj_begin(w);
+    jw_kstr(w, "id", d->id);
+    jw_kstr(w, "title", d->title);
+    jw_kstr(w, "summary", d->summary);
+    jw_knum(w, "score", round(d->score * 1000) / 1000);
+    jw_key(w, "evidence");
+    jw_arr_begin(w);
+    for (int i = 0; i < d->nev; i++) {
+        jw_obj_begin(w);
+        jw_kstr(w, "name", d->ev[i].name);
+        jw_knum(w, "value", d->ev[i].value);
+        jw_kstr(w, "text", d->ev[i].text);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_key(w, "recommendations");
+    jw_arr_begin(w);
+    for (int i = 0; i < d->nrec; i++) jw_str(w, d->rec[i]);
+    jw_arr_end(w);
+    jw_obj_end(w);
+}
+
+void diag_write_json(const diag_run *r, jw *w)
+{
+    const diag_result *g = &r->diag;
+    jw_obj_begin(w);
+    jw_kint(w, "version", 1);
+    jw_kbool(w, "insufficient_data", g->insufficient);
+    if (g->insufficient) jw_kstr(w, "insufficient_reason", g->insufficient_why);
+    else {
+        jw_key(w, "insufficient_reason");
+        jw_null(w);
+    }
+    jw_key(w, "primary");
+    write_finding(w, &g->primary);
+    jw_key(w, "secondary");
+    jw_arr_begin(w);
+    for (int i = 0; i < g->nsec; i++) write_finding(w, &g->sec[i]);
+    jw_arr_end(w);
+    jw_key(w, "notes");
+    jw_arr_begin(w);
+    for (int i = 0; i < g->nnotes; i++) jw_str(w, g->notes[i]);
+    jw_arr_end(w);
+    jw_obj_end(w);
+}

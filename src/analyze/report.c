@@ -1,0 +1,614 @@
+/* Reports from a run directory: terminal text, Markdown, JSON (HTML in
+ * report_html.c), and the end-of-run step that adds the diagnosis to
+ * summary.json and writes report.md / report.html. */
+#include "analyze/report.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "analyze/diag.h"
+#include "analyze/report_html.h"
+#include "trainperf.h"
+#include "util/jsonw.h"
+
+#define REPORT_MAX ((size_t)64 << 20)
+
+typedef struct sty {
+    int color;
+} sty;
+
+static const char *c_(const sty *s, const char *code) { return s->color ? code : ""; }
+#define BOLD "\033[1m"
+#define DIM "\033[2m"
+#define RED "\033[31m"
+#define GREEN "\033[32m"
+#define YELLOW "\033[33m"
+#define RESET "\033[0m"
+
+static const char *severity_color(const char *id)
+{
+    if (strcmp(id, "compute-bound") == 0) return GREEN;
+    if (strcmp(id, "insufficient-data") == 0) return YELLOW;
+    if (strcmp(id, "memory-capacity") == 0 || strcmp(id, "unstable") == 0) return RED;
+    return YELLOW;
+}
+
+/* ---- profiler traces -------------------------------------------------------
+ * The place for `trainperf analyze` results: when the trace-analysis helper
+ * writes its summary into the run directory, it is listed here. For now the
+ * section says whether trace files are present. */
+static int traces_present(const diag_run *r, char *o, size_t n)
+{
+    static const char *const cands[] = {"analysis.json", "profile", "traces"};
+    for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++) {
+        char p[1200];
+        snprintf(p, sizeof(p), "%s/%s", r->dir, cands[i]);
+        if (access(p, F_OK) == 0) {
+            snprintf(o, n, "%s", cands[i]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- text --------------------------------------------------------------------- */
+
+static void bar(buf *b, double share, int width)
+{
+    int n = isfinite(share) ? (int)lround(share * width) : 0;
+    if (n > width) n = width;
+    for (int i = 0; i < n; i++) buf_puts(b, "\u2588");
+    for (int i = n; i < width; i++) buf_puts(b, " ");
+}
+
+static void text_finding_body(buf *b, const sty *s, const dfinding *d, int recs)
+{
+    if (d->nev) {
+        buf_printf(b, "  %sevidence%s\n", c_(s, DIM), c_(s, RESET));
+        for (int i = 0; i < d->nev; i++) buf_printf(b, "    - %s\n", d->ev[i].text);
+    }
+    if (recs && d->nrec) {
+        buf_printf(b, "  %swhat to change, most effect first%s\n", c_(s, DIM), c_(s, RESET));
+        for (int i = 0; i < d->nrec; i++) buf_printf(b, "    %d. %s\n", i + 1, d->rec[i]);
+    }
+}
+
+static void text_report(const diag_run *r, const sty *s, buf *b)
+{
+    dfig f;
+    diag_figures(r, &f);
+    char a[64], c[64], d[64], e[64];
+    const diag_result *g = &r->diag;
+    buf_printf(b, "%strainperf report: %s%s\n", c_(s, BOLD), r->name, c_(s, RESET));
+    if (r->command[0]) buf_printf(b, "  command   %s\n", r->command);
+    buf_printf(b, "  duration  %s, exit %s", diag_fmt_dur(a, sizeof(a), f.duration_s),
+               diag_fmt_exit(r, c, sizeof(c)));
+    if (r->host[0] || r->cpus) buf_printf(b, ", host %s (%d CPUs", r->host[0] ? r->host : "?", r->cpus);
+    if (r->host[0] || r->cpus) {
+        if (r->ngpu) buf_printf(b, ", %d GPU%s", r->ngpu, r->ngpu == 1 ? "" : "s");
+        buf_puts(b, ")");
+    }
+    buf_puts(b, "\n\n");
+
+    const dfinding *p = &g->primary;
+    buf_printf(b, "%sDIAGNOSIS%s  %s%s%s%s\n", c_(s, BOLD), c_(s, RESET), c_(s, BOLD),
+               c_(s, severity_color(p->id)), p->title, c_(s, RESET));
+    buf_printf(b, "  %s\n", p->summary);
+    text_finding_body(b, s, p, 1);
+    if (g->nsec) {
+        buf_printf(b, "  %salso found%s\n", c_(s, DIM), c_(s, RESET));
+        for (int i = 0; i < g->nsec; i++) {
+            buf_printf(b, "    * %s: %s\n", g->sec[i].title, g->sec[i].summary);
+            for (int k = 0; k < g->sec[i].nrec && k < 2; k++)
+                buf_printf(b, "      -> %s\n", g->sec[i].rec[k]);
+        }
+    }
+    for (int i = 0; i < g->nnotes; i++) buf_printf(b, "  note: %s\n", g->notes[i]);
+
+    buf_printf(b, "\n%sTHROUGHPUT%s\n", c_(s, BOLD), c_(s, RESET));
+    buf_printf(b, "  steps        %s", diag_fmt_num(a, sizeof(a), "%.0f", f.steps));
+    buf_printf(b, "   %s steps/s", diag_fmt_num(a, sizeof(a), "%.2f", f.steps_per_s));
+    if (isfinite(f.samples_per_s)) buf_printf(b, "   %s samples/s", diag_fmt_num(a, sizeof(a), "%.1f", f.samples_per_s));
+    if (isfinite(f.tokens_per_s)) buf_printf(b, "   %s tokens/s", diag_fmt_num(a, sizeof(a), "%.0f", f.tokens_per_s));
+    buf_puts(b, "\n");
+    buf_printf(b, "  step time    p50 %s  p95 %s  p99 %s  max %s ms\n",
+               diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50), diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95),
+               diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99), diag_fmt_num(e, sizeof(e), "%.1f", f.step_max));
+    buf_printf(b, "  data wait    p50 %s  p95 %s  p99 %s  max %s ms\n",
+               diag_fmt_num(a, sizeof(a), "%.1f", f.data_p50), diag_fmt_num(c, sizeof(c), "%.1f", f.data_p95),
+               diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99), diag_fmt_num(e, sizeof(e), "%.1f", f.data_max));
+    if (r->have_steps && r->sum_interval_ns > 0) {
+        buf_printf(b, "\n%sSTEP TIME BREAKDOWN%s\n", c_(s, BOLD), c_(s, RESET));
+        for (int k = 0; k < PH_COUNT; k++) {
+            if (!(f.share[k] > 0.0005)) continue;
+            buf_printf(b, "  %-11s %5.1f%% ", diag_phase_names[k], 100 * f.share[k]);
+            bar(b, f.share[k], 40);
+            buf_puts(b, "\n");
+        }
+    }
+
+    buf_printf(b, "\n%sRESOURCES%s\n", c_(s, BOLD), c_(s, RESET));
+    if (!r->have_metrics) buf_puts(b, "  no metrics.csv in this run\n");
+    else {
+        buf_printf(b, "  system CPU   mean %s%%  max %s%%\n", diag_fmt_num(a, sizeof(a), "%.0f", f.cpu_mean),
+                   diag_fmt_num(c, sizeof(c), "%.0f", f.cpu_max));
+        buf_printf(b, "  tree CPU     mean %s%%  max %s%% (100%% = one core), main process mean %s%%\n",
+                   diag_fmt_num(a, sizeof(a), "%.0f", f.tree_cpu_mean),
+                   diag_fmt_num(c, sizeof(c), "%.0f", f.tree_cpu_max),
+                   diag_fmt_num(d, sizeof(d), "%.0f", f.main_cpu_mean));
+        buf_printf(b, "  processes    max %s in the tree\n", diag_fmt_num(a, sizeof(a), "%.0f", f.procs_max));
+        buf_printf(b, "  tree RSS     mean %s  max %s\n", diag_fmt_bytes(a, sizeof(a), f.rss_mean),
+                   diag_fmt_bytes(c, sizeof(c), f.rss_max));
+        buf_printf(b, "  host memory  available min %s of %s, swap max %s\n",
+                   diag_fmt_bytes(a, sizeof(a), f.mem_avail_min), diag_fmt_bytes(c, sizeof(c), f.mem_total),
+                   diag_fmt_bytes(d, sizeof(d), f.swap_max));
+        buf_printf(b, "  I/O          iowait mean %s%%, PSI io %s%%, disk read %s/s, write %s/s\n",
+                   diag_fmt_num(a, sizeof(a), "%.1f", f.iowait_mean), diag_fmt_num(c, sizeof(c), "%.1f", f.psi_io),
+                   diag_fmt_bytes(d, sizeof(d), f.disk_read), diag_fmt_bytes(e, sizeof(e), f.disk_write));
+        buf_printf(b, "  pressure     PSI cpu %s%%, memory %s%%\n", diag_fmt_num(a, sizeof(a), "%.1f", f.psi_cpu),
+                   diag_fmt_num(c, sizeof(c), "%.1f", f.psi_mem));
+    }
+    buf_printf(b, "\n%sGPUS%s\n", c_(s, BOLD), c_(s, RESET));
+    int shown = 0;
+    for (int i = 0; i < r->ngpu; i++) {
+        const dgpu *gp = &r->gpus[i];
+        buf_printf(b, "  GPU %d %s\n", gp->index, gp->name[0] ? gp->name : "");
+        buf_printf(b, "    util mean %s%% (min %s%%, max %s%%)\n",
+                   diag_fmt_num(a, sizeof(a), "%.0f", dstat_mean(&gp->util)),
+                   diag_fmt_num(c, sizeof(c), "%.0f", gp->util.n ? gp->util.min : NAN),
+                   diag_fmt_num(d, sizeof(d), "%.0f", gp->util.n ? gp->util.max : NAN));
+        buf_printf(b, "    memory max %s of %s, temp max %s C, power mean %s W\n",
+                   diag_fmt_bytes(a, sizeof(a), gp->mem_used.n ? gp->mem_used.max : NAN),
+                   diag_fmt_bytes(c, sizeof(c), gp->mem_total),
+                   diag_fmt_num(d, sizeof(d), "%.0f", gp->temp.n ? gp->temp.max : NAN),
+                   diag_fmt_num(e, sizeof(e), "%.0f", dstat_mean(&gp->power)));
+        if (gp->throttle_words[0])
+            buf_printf(b, "    clock events: %s (%.0f%% of samples)\n", gp->throttle_words,
+                       gp->samples > 0 ? 100 * gp->throttle_samples / gp->samples : 0.0);
+        shown++;
+    }
+    if (!shown) buf_printf(b, "  none (%s)\n", r->nvml_source[0] ? r->nvml_source : "no GPU metrics in this run");
+
+    buf_printf(b, "\n%sALERTS%s", c_(s, BOLD), c_(s, RESET));
+    if (!r->nalerts) buf_puts(b, "\n  none\n");
+    else {
+        buf_printf(b, " (%d fired)\n", r->nalerts_fired);
+        for (int i = 0; i < r->nalerts; i++) {
+            const dalert *al = &r->alerts[i];
+            int crit = strcmp(al->severity, "critical") == 0;
+            buf_printf(b, "  %8.1f s  %s%-8s%s %-7s %-18s %s\n", al->t,
+                       c_(s, strcmp(al->state, "fired") == 0 ? (crit ? RED : YELLOW) : DIM), al->severity,
+                       c_(s, RESET), al->state, al->rule, al->message);
+        }
+    }
+    buf_printf(b, "\n%sPROFILER TRACES%s\n", c_(s, BOLD), c_(s, RESET));
+    if (traces_present(r, a, sizeof(a)))
+        buf_printf(b, "  %s/ found: `trainperf analyze` summarises it\n", a);
+    else
+        buf_puts(b, "  none in this run (`trainperf analyze TRACE...` analyses torch.profiler traces)\n");
+}
+
+/* ---- Markdown ------------------------------------------------------------------ */
+
+/* Markdown table cells: escape the characters that would break a table or
+ * turn into markup; HTML-like text is escaped so a viewer shows it as text. */
+static void md_esc(buf *b, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '|': buf_puts(b, "\\|"); break;
+        case '<': buf_puts(b, "&lt;"); break;
+        case '>': buf_puts(b, "&gt;"); break;
+        case '&': buf_puts(b, "&amp;"); break;
+        case '*': case '_': case '`': case '[': case ']': case '\\':
+            buf_putc(b, '\\');
+            buf_putc(b, *s);
+            break;
+        case '\n': buf_putc(b, ' '); break;
+        default: buf_putc(b, *s);
+        }
+    }
+}
+
+static void md_finding(buf *b, const dfinding *d)
+{
+    if (d->nev) {
+        buf_puts(b, "\n**Evidence**\n\n");
+        for (int i = 0; i < d->nev; i++) {
+            buf_puts(b, "- ");
+            md_esc(b, d->ev[i].text);
+            buf_puts(b, "\n");
+        }
+    }
+    if (d->nrec) {
+        buf_puts(b, "\n**What to change** (most effect first)\n\n");
+        for (int i = 0; i < d->nrec; i++) {
+            buf_printf(b, "%d. ", i + 1);
+            md_esc(b, d->rec[i]);
+            buf_puts(b, "\n");
+        }
+    }
+}
+
+static void md_report(const diag_run *r, buf *b)
+{
+    dfig f;
+    diag_figures(r, &f);
+    char a[64], c[64], d[64], e[64];
+    const diag_result *g = &r->diag;
+    buf_puts(b, "# trainperf report: ");
+    md_esc(b, r->name);
+    buf_puts(b, "\n\n| | |\n|---|---|\n");
+    buf_puts(b, "| command | ");
+    md_esc(b, r->command[0] ? r->command : "?");
+    buf_printf(b, " |\n| duration | %s |\n| exit | %s |\n", diag_fmt_dur(a, sizeof(a), f.duration_s),
+               diag_fmt_exit(r, c, sizeof(c)));
+    buf_puts(b, "| host | ");
+    md_esc(b, r->host[0] ? r->host : "?");
+    buf_printf(b, " (%d CPUs, %d GPU%s) |\n", r->cpus, r->ngpu, r->ngpu == 1 ? "" : "s");
+
+    buf_puts(b, "\n## Diagnosis: ");
+    md_esc(b, g->primary.title);
+    buf_puts(b, "\n\n");
+    md_esc(b, g->primary.summary);
+    buf_puts(b, ".\n");
+    md_finding(b, &g->primary);
+    if (g->nsec) {
+        buf_puts(b, "\n### Also found\n");
+        for (int i = 0; i < g->nsec; i++) {
+            buf_puts(b, "\n#### ");
+            md_esc(b, g->sec[i].title);
+            buf_puts(b, "\n\n");
+            md_esc(b, g->sec[i].summary);
+            buf_puts(b, ".\n");
+            md_finding(b, &g->sec[i]);
+        }
+    }
+    if (g->nnotes) {
+        buf_puts(b, "\n**Notes**\n\n");
+        for (int i = 0; i < g->nnotes; i++) {
+            buf_puts(b, "- ");
+            md_esc(b, g->notes[i]);
+            buf_puts(b, "\n");
+        }
+    }
+
+    buf_puts(b, "\n## Throughput\n\n| | value |\n|---|---|\n");
+    buf_printf(b, "| steps | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.steps));
+    buf_printf(b, "| steps/s | %s |\n", diag_fmt_num(a, sizeof(a), "%.2f", f.steps_per_s));
+    buf_printf(b, "| samples/s | %s |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.samples_per_s));
+    buf_printf(b, "| tokens/s | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.tokens_per_s));
+    buf_puts(b, "\n| ms | p50 | p95 | p99 | max |\n|---|---|---|---|---|\n");
+    buf_printf(b, "| step time | %s | %s | %s | %s |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50),
+               diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95), diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99),
+               diag_fmt_num(e, sizeof(e), "%.1f", f.step_max));
+    buf_printf(b, "| data wait | %s | %s | %s | %s |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.data_p50),
+               diag_fmt_num(c, sizeof(c), "%.1f", f.data_p95), diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99),
+               diag_fmt_num(e, sizeof(e), "%.1f", f.data_max));
+    if (r->have_steps && r->sum_interval_ns > 0) {
+        buf_puts(b, "\n## Step time breakdown\n\n| phase | share of step time |\n|---|---|\n");
+        for (int k = 0; k < PH_COUNT; k++)
+            if (f.share[k] > 0.0005) buf_printf(b, "| %s | %.1f%% |\n", diag_phase_names[k], 100 * f.share[k]);
+    }
+    buf_puts(b, "\n## Resources\n\n");
+    if (!r->have_metrics) buf_puts(b, "No metrics.csv in this run.\n");
+    else {
+        buf_puts(b, "| | mean | max |\n|---|---|---|\n");
+        buf_printf(b, "| system CPU %% | %s | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.cpu_mean),
+                   diag_fmt_num(c, sizeof(c), "%.0f", f.cpu_max));
+        buf_printf(b, "| tree CPU %% (of one core) | %s | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.tree_cpu_mean),
+                   diag_fmt_num(c, sizeof(c), "%.0f", f.tree_cpu_max));
+        buf_printf(b, "| main process CPU %% | %s | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.main_cpu_mean),
+                   diag_fmt_num(c, sizeof(c), "%.0f", f.main_cpu_max));
+        buf_printf(b, "| tree RSS | %s | %s |\n", diag_fmt_bytes(a, sizeof(a), f.rss_mean),
+                   diag_fmt_bytes(c, sizeof(c), f.rss_max));
+        buf_printf(b, "| iowait %% | %s | |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.iowait_mean));
+        buf_printf(b, "| PSI cpu / memory / io %% | %s / %s / %s | |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.psi_cpu),
+                   diag_fmt_num(c, sizeof(c), "%.1f", f.psi_mem), diag_fmt_num(d, sizeof(d), "%.1f", f.psi_io));
+        buf_printf(b, "\nHost memory available fell to %s of %s; swap peaked at %s; at most %s processes in the tree.\n",
+                   diag_fmt_bytes(a, sizeof(a), f.mem_avail_min), diag_fmt_bytes(c, sizeof(c), f.mem_total),
+                   diag_fmt_bytes(d, sizeof(d), f.swap_max), diag_fmt_num(e, sizeof(e), "%.0f", f.procs_max));
+    }
+    buf_puts(b, "\n## GPUs\n\n");
+    if (!r->ngpu) {
+        buf_puts(b, "None: ");
+        md_esc(b, r->nvml_source[0] ? r->nvml_source : "no GPU metrics in this run");
+        buf_puts(b, ".\n");
+    } else {
+        buf_puts(b, "| GPU | name | util mean % | memory max | temp max C | power mean W | clock events |\n"
+                    "|---|---|---|---|---|---|---|\n");
+        for (int i = 0; i < r->ngpu; i++) {
+            const dgpu *gp = &r->gpus[i];
+            buf_printf(b, "| %d | ", gp->index);
+            md_esc(b, gp->name);
+            buf_printf(b, " | %s | %s | %s | %s | ", diag_fmt_num(a, sizeof(a), "%.0f", dstat_mean(&gp->util)),
+                       diag_fmt_bytes(c, sizeof(c), gp->mem_used.n ? gp->mem_used.max : NAN),
+                       diag_fmt_num(d, sizeof(d), "%.0f", gp->temp.n ? gp->temp.max : NAN),
+                       diag_fmt_num(e, sizeof(e), "%.0f", dstat_mean(&gp->power)));
+            md_esc(b, gp->throttle_words[0] ? gp->throttle_words : "none");
+            buf_puts(b, " |\n");
+        }
+    }
+    buf_puts(b, "\n## Alerts\n\n");
+    if (!r->nalerts) buf_puts(b, "None.\n");
+    else {
+        buf_puts(b, "| t (s) | state | severity | rule | message |\n|---|---|---|---|---|\n");
+        for (int i = 0; i < r->nalerts; i++) {
+            const dalert *al = &r->alerts[i];
+            buf_printf(b, "| %.1f | %s | %s | ", al->t, al->state, al->severity);
+            md_esc(b, al->rule);
+            buf_puts(b, " | ");
+            md_esc(b, al->message);
+            buf_puts(b, " |\n");
+        }
+    }
+    buf_puts(b, "\n## Profiler traces\n\n");
+    if (traces_present(r, a, sizeof(a))) buf_printf(b, "`%s` found: `trainperf analyze` summarises it.\n", a);
+    else buf_puts(b, "None in this run (`trainperf analyze TRACE...` analyses torch.profiler traces).\n");
+}
+
+/* ---- JSON ------------------------------------------------------------------------- */
+
+static double rnd(double v, int digits)
+{
+    if (!isfinite(v)) return v;
+    double m = pow(10, digits);
+    return round(v * m) / m;
+}
+
+static void json_stat(jw *w, const char *k, double mean, double mx)
+{
+    jw_key(w, k);
+    jw_obj_begin(w);
+    jw_knum(w, "mean", rnd(mean, 3));
+    jw_knum(w, "max", rnd(mx, 3));
+    jw_obj_end(w);
+}
+
+static void json_report(const diag_run *r, buf *b)
+{
+    dfig f;
+    diag_figures(r, &f);
+    jw w;
+    jw_init(&w, b, 1);
+    jw_obj_begin(&w);
+    jw_kint(&w, "format_version", 1);
+    jw_key(&w, "run");
+    jw_obj_begin(&w);
+    jw_kstr(&w, "name", r->name);
+    jw_kstr(&w, "command", r->command[0] ? r->command : NULL);
+    jw_kstr(&w, "host", r->host[0] ? r->host : NULL);
+    jw_knum(&w, "cpus", r->cpus > 0 ? r->cpus : NAN);
+    jw_knum(&w, "duration_s", rnd(f.duration_s, 3));
+    jw_key(&w, "exit");
+    if (!r->exit_known) jw_null(&w);
+    else {
+        jw_obj_begin(&w);
+        jw_knum(&w, "code", r->exit_code >= 0 ? r->exit_code : NAN);
+        jw_knum(&w, "signal", r->exit_signal > 0 ? r->exit_signal : NAN);
+        jw_obj_end(&w);
+    }
+    jw_obj_end(&w);
+
+    jw_key(&w, "steps");
+    jw_obj_begin(&w);
+    jw_knum(&w, "count", f.steps);
+    jw_knum(&w, "steps_per_s", rnd(f.steps_per_s, 4));
+    jw_knum(&w, "samples_per_s", rnd(f.samples_per_s, 3));
+    jw_knum(&w, "tokens_per_s", rnd(f.tokens_per_s, 3));
+    jw_key(&w, "step_time_ms");
+    jw_obj_begin(&w);
+    jw_knum(&w, "mean", rnd(f.step_mean, 3));
+    jw_knum(&w, "p50", rnd(f.step_p50, 3));
+    jw_knum(&w, "p95", rnd(f.step_p95, 3));
+    jw_knum(&w, "p99", rnd(f.step_p99, 3));
+    jw_knum(&w, "max", rnd(f.step_max, 3));
+    jw_knum(&w, "cv", rnd(f.step_cv, 4));
+    jw_obj_end(&w);
+    jw_key(&w, "data_wait_ms");
+    jw_obj_begin(&w);
+    jw_knum(&w, "mean", rnd(f.data_mean, 3));
+    jw_knum(&w, "p50", rnd(f.data_p50, 3));
+    jw_knum(&w, "p95", rnd(f.data_p95, 3));
+    jw_knum(&w, "p99", rnd(f.data_p99, 3));
+    jw_knum(&w, "max", rnd(f.data_max, 3));
+    jw_obj_end(&w);
+    jw_knum(&w, "data_wait_share", rnd(f.data_share, 4));
+    jw_key(&w, "phase_share");
+    jw_obj_begin(&w);
+    for (int k = 0; k < PH_COUNT; k++) jw_knum(&w, diag_phase_names[k], rnd(f.share[k], 4));
+    jw_obj_end(&w);
+    jw_obj_end(&w);
+
+    jw_key(&w, "resources");
+    jw_obj_begin(&w);
+    json_stat(&w, "cpu_pct", f.cpu_mean, f.cpu_max);
+    json_stat(&w, "tree_cpu_pct", f.tree_cpu_mean, f.tree_cpu_max);
+    json_stat(&w, "main_cpu_pct", f.main_cpu_mean, f.main_cpu_max);
+    json_stat(&w, "tree_rss_bytes", f.rss_mean, f.rss_max);
+    jw_knum(&w, "tree_procs_max", f.procs_max);
+    jw_knum(&w, "mem_available_min_bytes", f.mem_avail_min);
+    jw_knum(&w, "mem_total_bytes", f.mem_total);
+    jw_knum(&w, "swap_used_max_bytes", f.swap_max);
+    jw_knum(&w, "cpu_iowait_pct_mean", rnd(f.iowait_mean, 3));
+    jw_knum(&w, "psi_cpu_some_pct_mean", rnd(f.psi_cpu, 3));
+    jw_knum(&w, "psi_mem_some_pct_mean", rnd(f.psi_mem, 3));
+    jw_knum(&w, "psi_io_some_pct_mean", rnd(f.psi_io, 3));
+    jw_knum(&w, "disk_read_bps_mean", rnd(f.disk_read, 0));
+    jw_knum(&w, "disk_write_bps_mean", rnd(f.disk_write, 0));
+    jw_knum(&w, "worker_processes", r->have_procs ? r->nworkers : NAN);
+    jw_knum(&w, "samples", r->msamples);
+    jw_obj_end(&w);
+
+    jw_key(&w, "gpus");
+    jw_arr_begin(&w);
+    for (int i = 0; i < r->ngpu; i++) {
+        const dgpu *gp = &r->gpus[i];
+        jw_obj_begin(&w);
+        jw_kint(&w, "index", gp->index);
+        jw_kstr(&w, "name", gp->name[0] ? gp->name : NULL);
+        json_stat(&w, "util_pct", dstat_mean(&gp->util), gp->util.n ? gp->util.max : NAN);
+        jw_knum(&w, "mem_used_max_bytes", gp->mem_used.n ? gp->mem_used.max : NAN);
+        jw_knum(&w, "mem_total_bytes", gp->mem_total);
+        jw_knum(&w, "temp_max_c", gp->temp.n ? gp->temp.max : NAN);
+        jw_knum(&w, "power_mean_w", rnd(dstat_mean(&gp->power), 2));
+        jw_knum(&w, "slowdown_share", gp->samples > 0 ? rnd(gp->slowdown_samples / gp->samples, 4) : NAN);
+        jw_kstr(&w, "clock_events", gp->throttle_words);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+
+    jw_key(&w, "alerts");
+    jw_arr_begin(&w);
+    for (int i = 0; i < r->nalerts; i++) {
+        const dalert *al = &r->alerts[i];
+        jw_obj_begin(&w);
+        jw_knum(&w, "t", al->t);
+        jw_kstr(&w, "rule", al->rule);
+        jw_kstr(&w, "state", al->state);
+        jw_kstr(&w, "severity", al->severity);
+        jw_kstr(&w, "message", al->message);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_key(&w, "diagnosis");
+    diag_write_json(r, &w);
+    char a[64];
+    jw_key(&w, "profiler_traces");
+    if (traces_present(r, a, sizeof(a))) jw_str(&w, a);
+    else jw_null(&w);
+    jw_obj_end(&w);
+    buf_putc(b, '\n');
+}
+
+/* ---- entry points -------------------------------------------------------------------- */
+
+static int render(const diag_run *r, report_format fmt, int color, buf *out)
+{
+    sty s = {color};
+    switch (fmt) {
+    case REPORT_TEXT: text_report(r, &s, out); break;
+    case REPORT_MD: md_report(r, out); break;
+    case REPORT_HTML: report_html(r, out); break;
+    case REPORT_JSON: json_report(r, out); break;
+    default: return TPF_EINVAL;
+    }
+    return out->err;
+}
+
+int report_build(const char *run_dir, report_format fmt, int color, buf *out, char *err, size_t errlen)
+{
+    diag_run *r;
+    if (!out) return TPF_EINVAL;
+    int rc = diag_load(run_dir, &r, err, errlen);
+    if (rc) return rc;
+    diag_compute(r);
+    if (!out->max) out->max = REPORT_MAX;
+    rc = render(r, fmt, color, out);
+    if (rc && err && errlen) snprintf(err, errlen, "building the report: %s", tpf_strerror(rc));
+    diag_free(r);
+    return rc;
+}
+
+static int write_file(const char *dir, const char *name, const buf *b, char *err, size_t errlen)
+{
+    char path[1200], tmp[1300];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        if (err && errlen) snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
+        return TPF_EIO;
+    }
+    size_t n = b->len ? fwrite(b->data, 1, b->len, f) : 0;
+    int bad = n != b->len;
+    if (fclose(f) != 0) bad = 1;
+    /* replace atomically so a reader never sees half a file */
+    if (bad || rename(tmp, path) != 0) {
+        if (err && errlen) snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        unlink(tmp);
+        return TPF_EIO;
+    }
+    return 0;
+}
+
+/* summary.json with "diagnosis" added or replaced; every other member is
+ * copied byte for byte from the collector's file. Without a summary.json, a
+ * minimal one is written from the report's figures. */
+static int write_summary(diag_run *r, char *err, size_t errlen)
+{
+    buf b;
+    buf_init(&b, REPORT_MAX);
+    jw w;
+    if (r->have_summary) {
+        const jr_node *root = r->summary.root;
+        buf_puts(&b, "{\n");
+        int first = 1;
+        for (const jr_node *c = root->child; c; c = c->next) {
+            if (strcmp(c->key, "diagnosis") == 0) continue;
+            if (!first) buf_puts(&b, ",\n");
+            first = 0;
+            buf_puts(&b, "  ");
+            json_escape(&b, c->key, strlen(c->key));
+            buf_puts(&b, ": ");
+            buf_append(&b, r->summary.text + c->off, c->end - c->off);
+        }
+        if (!first) buf_puts(&b, ",\n");
+        buf_puts(&b, "  \"diagnosis\": ");
+        jw_init(&w, &b, 0);
+        diag_write_json(r, &w);
+        buf_puts(&b, "\n}\n");
+    } else {
+        dfig f;
+        diag_figures(r, &f);
+        jw_init(&w, &b, 1);
+        jw_obj_begin(&w);
+        jw_kint(&w, "format_version", 1);
+        jw_knum(&w, "duration_s", f.duration_s);
+        jw_kstr(&w, "note", "written by the report: the collector left no summary.json");
+        jw_key(&w, "steps");
+        jw_obj_begin(&w);
+        jw_knum(&w, "count", f.steps);
+        jw_knum(&w, "steps_per_s", f.steps_per_s);
+        jw_knum(&w, "samples_per_s", f.samples_per_s);
+        jw_knum(&w, "data_wait_share", f.data_share);
+        jw_obj_end(&w);
+        jw_key(&w, "diagnosis");
+        diag_write_json(r, &w);
+        jw_obj_end(&w);
+        buf_putc(&b, '\n');
+    }
+    int rc = b.err ? b.err : write_file(r->dir, "summary.json", &b, err, errlen);
+    buf_free(&b);
+    return rc;
+}
+
+int report_finish_run(const char *run_dir, int color, buf *terminal, char *err, size_t errlen)
+{
+    diag_run *r;
+    int rc = diag_load(run_dir, &r, err, errlen);
+    if (rc) return rc;
+    diag_compute(r);
+    int first_err = write_summary(r, err, errlen);
+    buf b;
+    buf_init(&b, REPORT_MAX);
+    rc = render(r, REPORT_MD, 0, &b);
+    if (rc == 0) rc = write_file(r->dir, "report.md", &b, err, errlen);
+    if (rc && !first_err) first_err = rc;
+    buf_reset(&b);
+    rc = render(r, REPORT_HTML, 0, &b);
+    if (rc == 0) rc = write_file(r->dir, "report.html", &b, err, errlen);
+    if (rc && !first_err) first_err = rc;
+    buf_free(&b);
+    if (terminal) {
+        if (!terminal->max) terminal->max = REPORT_MAX;
+        rc = render(r, REPORT_TEXT, color, terminal);
+        if (rc && !first_err) first_err = rc;
+    }
+    diag_free(r);
+    return first_err;
+}

@@ -1,0 +1,11 @@
+/* The self-contained HTML report (inline SVG, no scripts). */
+#ifndef TPF_ANALYZE_REPORT_HTML_H
+#define TPF_ANALYZE_REPORT_HTML_H
+
+#include "analyze/diag.h"
+
+void report_html(const diag_run *r, buf *out);
+/* Append s with &, <, >, " and ' escaped. */
+void report_html_esc(buf *b, const char *s);
+
+#endif

@@ -1,0 +1,721 @@
+/* Loading a run directory into bounded aggregates (diag.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "analyze/diag.h"
+#include "trainperf.h"
+#include "util/csvr.h"
+
+const char *const diag_phase_names[PH_COUNT] = {"data", "forward", "backward", "optimizer",
+                                                "comm", "eval", "checkpoint", "other"};
+
+#define HIST_MIN_MS 1e-3
+#define HIST_LOG_STEP 0.0198026272961797 /* log(1.02) */
+#define MAX_PIDS 4096
+
+/* Bounded message into err (paths may be long; truncation is fine here). */
+static void msg(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void msg(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static void copy_str(char *dst, size_t n, const char *src)
+{
+    size_t l = src ? strlen(src) : 0;
+    if (l >= n) l = n - 1;
+    if (l) memcpy(dst, src, l);
+    dst[l] = '\0';
+}
+
+/* ---- small statistics -------------------------------------------------- */
+
+static void dstat_add(dstat *s, double v)
+{
+    if (s->n == 0 || v < s->min) s->min = v;
+    if (s->n == 0 || v > s->max) s->max = v;
+    s->n++;
+    s->sum += v;
+    s->sumsq += v * v;
+}
+
+double dstat_mean(const dstat *s) { return s->n > 0 ? s->sum / s->n : NAN; }
+
+static void dhist_add(dhist *h, double ms)
+{
+    h->n++;
+    if (!(ms > HIST_MIN_MS)) {
+        h->zero++;
+        return;
+    }
+    int k = (int)(log(ms / HIST_MIN_MS) / HIST_LOG_STEP);
+    if (k < 0) k = 0;
+    if (k >= DIAG_HIST_BINS) k = DIAG_HIST_BINS - 1;
+    h->bins[k]++;
+}
+
+double dhist_quantile(const dhist *h, double q)
+{
+    if (h->n <= 0) return NAN;
+    double rank = q * (h->n - 1) + 1; /* 1-based rank of the wanted value */
+    if (rank <= h->zero) return 0;
+    double acc = h->zero;
+    for (int k = 0; k < DIAG_HIST_BINS; k++) {
+        acc += h->bins[k];
+        if (acc >= rank) return HIST_MIN_MS * exp((k + 0.5) * HIST_LOG_STEP);
+    }
+    return HIST_MIN_MS * exp(DIAG_HIST_BINS * HIST_LOG_STEP);
+}
+
+static void dseries_init(dseries *s, double width)
+{
+    memset(s, 0, sizeof(*s));
+    s->width = width > 0 ? width : 1.0;
+}
+
+/* Halve the resolution until bucket k fits: merge neighbours pairwise. */
+static void dseries_add(dseries *s, double t, double v)
+{
+    if (!isfinite(t) || !isfinite(v)) return;
+    if (t < s->t0) t = s->t0;
+    long k = (long)((t - s->t0) / s->width);
+    while (k >= DIAG_SERIES_CAP) {
+        for (int i = 0; i < DIAG_SERIES_CAP / 2; i++) {
+            s->sum[i] = s->sum[2 * i] + s->sum[2 * i + 1];
+            s->cnt[i] = s->cnt[2 * i] + s->cnt[2 * i + 1];
+        }
+        for (int i = DIAG_SERIES_CAP / 2; i < DIAG_SERIES_CAP; i++) s->sum[i] = s->cnt[i] = 0;
+        s->width *= 2;
+        s->n = (s->n + 1) / 2;
+        k = (long)((t - s->t0) / s->width);
+    }
+    s->sum[k] += v;
+    s->cnt[k] += 1;
+    if (k + 1 > s->n) s->n = (int)k + 1;
+}
+
+int dseries_value(const dseries *s, int k, double *t, double *v)
+{
+    if (k < 0 || k >= s->n || s->cnt[k] <= 0) return 0;
+    *t = s->t0 + (k + 0.5) * s->width;
+    *v = s->sum[k] / s->cnt[k];
+    return 1;
+}
+
+/* ---- run.json / summary.json -------------------------------------------- */
+
+static void load_run_json(diag_run *r)
+{
+    const jr_node *root = r->run.root;
+    r->cpus = (int)(isnan(jr_pnum(root, "cpus")) ? 0 : jr_pnum(root, "cpus"));
+    r->duration_s = jr_pnum(root, "duration_s");
+    r->start_unix_s = jr_pnum(root, "start_unix_s");
+    r->interval_s = jr_pnum(root, "interval_s");
+    r->root_pid = (int)(isnan(jr_pnum(root, "root_pid")) ? -1 : jr_pnum(root, "root_pid"));
+    const char *h = jr_pstr(root, "host");
+    snprintf(r->host, sizeof(r->host), "%s", h ? h : "");
+    const jr_node *cmd = jr_get(root, "command");
+    size_t o = 0;
+    r->command[0] = '\0';
+    for (const jr_node *c = cmd && cmd->type == JR_ARR ? cmd->child : NULL; c; c = c->next) {
+        const char *a = jr_str(c);
+        if (!a) continue;
+        int w = snprintf(r->command + o, sizeof(r->command) - o, "%s%s", o ? " " : "", a);
+        if (w < 0 || (size_t)w >= sizeof(r->command) - o) break;
+        o += (size_t)w;
+    }
+    const jr_node *g = jr_get(root, "gpus");
+    r->ngpu_run = g && g->type == JR_ARR ? g->count : 0;
+    for (int i = 0; i < r->ngpu_run && i < DIAG_MAX_GPUS; i++) {
+        const jr_node *gi = jr_at(g, i);
+        dgpu *d = &r->gpus[i];
+        double idx = jr_pnum(gi, "index");
+        d->index = isnan(idx) ? i : (int)idx;
+        const char *nm = jr_pstr(gi, "name");
+        snprintf(d->name, sizeof(d->name), "%s", nm ? nm : "");
+        d->mem_total = jr_pnum(gi, "mem_total_bytes");
+    }
+    if (r->ngpu_run > DIAG_MAX_GPUS) r->ngpu_run = DIAG_MAX_GPUS;
+    r->ngpu = r->ngpu_run;
+    const char *nv = jr_pstr(root, "sources.nvml");
+    snprintf(r->nvml_source, sizeof(r->nvml_source), "%s", nv ? nv : "");
+}
+
+static void load_exit(diag_run *r, const jr_node *ex)
+{
+    if (!ex || ex->type != JR_OBJ) return;
+    double c = jr_pnum(ex, "code"), s = jr_pnum(ex, "signal");
+    r->exit_known = 1;
+    r->exit_code = isnan(c) ? -1 : (int)c;
+    r->exit_signal = isnan(s) ? -1 : (int)s;
+}
+
+/* ---- steps.csv ------------------------------------------------------------ */
+
+static int rank_slot(diag_run *r, int rank, int pid, int tid)
+{
+    for (int i = 0; i < r->nranks; i++) {
+        drank *k = &r->ranks[i];
+        if (rank >= 0 ? k->rank == rank : (k->rank < 0 && k->pid == pid && k->tid == tid)) return i;
+    }
+    if (r->nranks >= DIAG_MAX_RANKS) return -1;
+    drank *k = &r->ranks[r->nranks];
+    memset(k, 0, sizeof(*k));
+    k->rank = rank;
+    k->pid = pid;
+    k->tid = tid;
+    return r->nranks++;
+}
+
+static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
+{
+    csvr c;
+    int rc = csvr_open(&c, path, err, errlen);
+    if (rc == TPF_ENOENT) return 0;
+    if (rc) return rc;
+    r->have_steps = 1;
+    int c_rank = csvr_col(&c, "rank"), c_pid = csvr_col(&c, "pid"), c_tid = csvr_col(&c, "tid");
+    int c_step = csvr_col(&c, "step"), c_start = csvr_col(&c, "start_s");
+    int c_dur = csvr_col(&c, "duration_ns"), c_int = csvr_col(&c, "interval_ns");
+    int c_samples = csvr_col(&c, "samples"), c_tokens = csvr_col(&c, "tokens");
+    int c_ph[PH_COUNT];
+    for (int p = 0; p < PH_COUNT; p++) {
+        char nm[32];
+        snprintf(nm, sizeof(nm), "%s_ns", diag_phase_names[p]);
+        c_ph[p] = csvr_col(&c, nm);
+    }
+    if (c_start < 0 || c_dur < 0) {
+        msg(err, errlen, "%s: header lacks start_s/duration_ns: not a trainperf steps.csv", path);
+        csvr_close(&c);
+        return TPF_EFORMAT;
+    }
+    double width = r->duration_s > 0 ? r->duration_s / DIAG_SERIES_CAP : 1.0;
+    if (width < 0.1) width = 0.1;
+    dseries_init(&r->s_sample_rate, width);
+    dseries_init(&r->s_step_rate, width);
+    for (int p = 0; p < PH_COUNT; p++) dseries_init(&r->s_phase[p], width);
+    r->first_end_s = r->last_end_s = r->first_start_s = NAN;
+    int streams[DIAG_MAX_RANKS * 4][2];
+    int nstreams = 0;
+    while ((rc = csvr_next(&c)) == 1) {
+        double start, dur, iv, v;
+        if (!csvr_num(&c, c_start, &start) || !csvr_num(&c, c_dur, &dur)) continue;
+        if (!csvr_num(&c, c_int, &iv)) iv = dur;
+        double rank = -1, pid = -1, tid = -1, stepno = -1;
+        csvr_num(&c, c_rank, &rank);
+        csvr_num(&c, c_pid, &pid);
+        csvr_num(&c, c_tid, &tid);
+        csvr_num(&c, c_step, &stepno);
+        double end = start + dur / 1e9;
+        r->steps++;
+        if (isnan(r->first_end_s) || end < r->first_end_s) r->first_end_s = end;
+        if (isnan(r->last_end_s) || end > r->last_end_s) r->last_end_s = end;
+        double begin = end - iv / 1e9;
+        if (isnan(r->first_start_s) || begin < r->first_start_s) r->first_start_s = begin;
+        r->sum_interval_ns += iv;
+        r->sum_duration_ns += dur;
+        double known = 0;
+        for (int p = 0; p < PH_COUNT; p++) {
+            if (p == PH_OTHER) continue;
+            if (csvr_num(&c, c_ph[p], &v) && v > 0) {
+                r->sum_phase_ns[p] += v;
+                known += v;
+                dseries_add(&r->s_phase[p], end, v / 1e6);
+            } else {
+                dseries_add(&r->s_phase[p], end, 0);
+            }
+        }
+        double other;
+        if (!csvr_num(&c, c_ph[PH_OTHER], &other)) other = iv - known > 0 ? iv - known : 0;
+        r->sum_phase_ns[PH_OTHER] += other;
+        dseries_add(&r->s_phase[PH_OTHER], end, other / 1e6);
+        double sm = 0;
+        if (csvr_num(&c, c_samples, &sm)) r->samples += sm;
+        if (csvr_num(&c, c_tokens, &v)) r->tokens += v;
+        dseries_add(&r->s_sample_rate, end, sm);
+        dseries_add(&r->s_step_rate, end, 1);
+        int known_stream = 0;
+        for (int i = 0; i < nstreams; i++)
+            if (streams[i][0] == (int)pid && streams[i][1] == (int)tid) known_stream = 1;
+        if (!known_stream && nstreams < DIAG_MAX_RANKS * 4) {
+            streams[nstreams][0] = (int)pid;
+            streams[nstreams][1] = (int)tid;
+            nstreams++;
+        }
+        /* the first step of each thread carries warm-up (allocation,
+         * compilation): kept in sums, left out of the distribution */
+        double data = 0;
+        int have_data = csvr_num(&c, c_ph[PH_DATA], &data);
+        if (stepno == 0) continue;
+        r->steps_warm++;
+        dhist_add(&r->h_interval, iv / 1e6);
+        dhist_add(&r->h_duration, dur / 1e6);
+        dstat_add(&r->st_interval, iv / 1e6);
+        if (have_data) {
+            dhist_add(&r->h_data, data / 1e6);
+            dstat_add(&r->st_data, data / 1e6);
+        }
+        int k = rank_slot(r, (int)rank, (int)pid, (int)tid);
+        if (k >= 0) {
+            r->ranks[k].count++;
+            dhist_add(&r->ranks[k].interval, iv / 1e6);
+        }
+    }
+    r->nstreams = nstreams;
+    csvr_close(&c);
+    if (rc < 0) {
+        msg(err, errlen, "%s: %s", path, tpf_strerror(rc));
+        return rc;
+    }
+    return 0;
+}
+
+/* ---- metrics.csv ------------------------------------------------------------ */
+
+static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
+{
+    csvr c;
+    int rc = csvr_open(&c, path, err, errlen);
+    if (rc == TPF_ENOENT) return 0;
+    if (rc) return rc;
+    r->have_metrics = 1;
+    int c_t = csvr_col(&c, "t");
+    if (c_t < 0) {
+        msg(err, errlen, "%s: header lacks 't': not a trainperf metrics.csv", path);
+        csvr_close(&c);
+        return TPF_EFORMAT;
+    }
+    static const struct { const char *col; size_t off; } cols[] = {
+        {"cpu_pct", offsetof(diag_run, cpu)},
+        {"cpu_iowait_pct", offsetof(diag_run, iowait)},
+        {"mem_used_bytes", offsetof(diag_run, mem_used)},
+        {"mem_available_bytes", offsetof(diag_run, mem_avail)},
+        {"mem_total_bytes", offsetof(diag_run, mem_total)},
+        {"swap_used_bytes", offsetof(diag_run, swap)},
+        {"psi_cpu_some_pct", offsetof(diag_run, psi_cpu)},
+        {"psi_mem_some_pct", offsetof(diag_run, psi_mem)},
+        {"psi_mem_full_pct", offsetof(diag_run, psi_mem_full)},
+        {"psi_io_some_pct", offsetof(diag_run, psi_io)},
+        {"psi_io_full_pct", offsetof(diag_run, psi_io_full)},
+        {"disk_read_bps", offsetof(diag_run, disk_r)},
+        {"disk_write_bps", offsetof(diag_run, disk_w)},
+        {"tree_cpu_pct", offsetof(diag_run, tree_cpu)},
+        {"main_cpu_pct", offsetof(diag_run, main_cpu)},
+        {"tree_rss_bytes", offsetof(diag_run, tree_rss)},
+        {"tree_procs", offsetof(diag_run, tree_procs)},
+        {"tree_read_bps", offsetof(diag_run, tree_read)},
+        {"tree_write_bps", offsetof(diag_run, tree_write)},
+        {"net_rx_bps", offsetof(diag_run, net_rx)},
+        {"net_tx_bps", offsetof(diag_run, net_tx)},
+        {"data_wait_pct", offsetof(diag_run, data_wait_pct)},
+    };
+    enum { NC = sizeof(cols) / sizeof(cols[0]) };
+    int idx[NC];
+    for (int i = 0; i < NC; i++) idx[i] = csvr_col(&c, cols[i].col);
+    /* per-GPU columns: gpu<N>_util_pct defines which GPUs exist */
+    int gcol[DIAG_MAX_GPUS][8];
+    int gslot[DIAG_MAX_GPUS];
+    int ng = 0;
+    for (int n = 0; n < 64 && ng < DIAG_MAX_GPUS; n++) {
+        char nm[48];
+        snprintf(nm, sizeof(nm), "gpu%d_util_pct", n);
+        int cu = csvr_col(&c, nm);
+        if (cu < 0) continue;
+        static const char *const gc[8] = {"util_pct", "mem_util_pct", "mem_used_bytes", "temp_c",
+                                          "power_w", "energy_j", "throttle", "mem_total_bytes"};
+        for (int j = 0; j < 8; j++) {
+            snprintf(nm, sizeof(nm), "gpu%d_%s", n, gc[j]);
+            gcol[ng][j] = csvr_col(&c, nm);
+        }
+        /* match run.json's GPU by index, else append */
+        int slot = -1;
+        for (int i = 0; i < r->ngpu; i++)
+            if (r->gpus[i].index == n) slot = i;
+        if (slot < 0 && r->ngpu < DIAG_MAX_GPUS) {
+            slot = r->ngpu++;
+            r->gpus[slot].index = n;
+            r->gpus[slot].mem_total = NAN;
+        }
+        gslot[ng++] = slot;
+    }
+    double width = r->duration_s > 0 ? r->duration_s / DIAG_SERIES_CAP : 1.0;
+    if (width < 0.1) width = 0.1;
+    dseries *all[] = {&r->s_cpu, &r->s_tree_cpu, &r->s_main_cpu, &r->s_mem_used_pct,
+                      &r->s_tree_rss, &r->s_data_wait_pct, &r->s_metric_sample_rate};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) dseries_init(all[i], width);
+    for (int i = 0; i < r->ngpu; i++) {
+        dseries_init(&r->gpus[i].s_util, width);
+        dseries_init(&r->gpus[i].s_mem, width);
+    }
+    int c_sr = csvr_col(&c, "sample_rate");
+    r->swap_first = NAN;
+    while ((rc = csvr_next(&c)) == 1) {
+        double t, v;
+        if (!csvr_num(&c, c_t, &t)) continue;
+        r->msamples++;
+        double val[NC];
+        int ok[NC];
+        for (int i = 0; i < NC; i++) {
+            ok[i] = csvr_num(&c, idx[i], &val[i]);
+            if (ok[i]) dstat_add((dstat *)((char *)r + cols[i].off), val[i]);
+        }
+        if (ok[5] && isnan(r->swap_first)) r->swap_first = val[5];
+        if (ok[0]) dseries_add(&r->s_cpu, t, val[0]);
+        if (ok[13]) dseries_add(&r->s_tree_cpu, t, val[13]);
+        if (ok[14]) dseries_add(&r->s_main_cpu, t, val[14]);
+        if (ok[15]) dseries_add(&r->s_tree_rss, t, val[15]);
+        if (ok[21]) dseries_add(&r->s_data_wait_pct, t, val[21]);
+        if (ok[2] && ok[4] && val[4] > 0) dseries_add(&r->s_mem_used_pct, t, 100 * val[2] / val[4]);
+        if (csvr_num(&c, c_sr, &v)) dseries_add(&r->s_metric_sample_rate, t, v);
+        for (int g = 0; g < ng; g++) {
+            if (gslot[g] < 0) continue;
+            dgpu *d = &r->gpus[gslot[g]];
+            dstat *gs[6] = {&d->util, &d->mem_util, &d->mem_used, &d->temp, &d->power, &d->energy};
+            for (int j = 0; j < 6; j++)
+                if (csvr_num(&c, gcol[g][j], &v)) dstat_add(gs[j], v);
+            if (csvr_num(&c, gcol[g][0], &v)) {
+                dseries_add(&d->s_util, t, v);
+                d->samples++;
+            }
+            double tot = d->mem_total;
+            if (csvr_num(&c, gcol[g][7], &v)) tot = d->mem_total = v;
+            if (csvr_num(&c, gcol[g][2], &v) && tot > 0) dseries_add(&d->s_mem, t, 100 * v / tot);
+            const char *th = csvr_str(&c, gcol[g][6]);
+            if (*th) {
+                d->throttle_samples++;
+                /* idle and application-clock settings are not slowdowns */
+                if (strstr(th, "thermal") || strstr(th, "hw") || strstr(th, "slowdown") ||
+                    strstr(th, "brake") || strstr(th, "power_cap"))
+                    d->slowdown_samples++;
+                if (!strstr(d->throttle_words, th) &&
+                    strlen(d->throttle_words) + strlen(th) + 2 < sizeof(d->throttle_words)) {
+                    if (d->throttle_words[0]) strcat(d->throttle_words, "+");
+                    strcat(d->throttle_words, th);
+                }
+            }
+        }
+    }
+    csvr_close(&c);
+    if (rc < 0) {
+        msg(err, errlen, "%s: %s", path, tpf_strerror(rc));
+        return rc;
+    }
+    return 0;
+}
+
+/* ---- procs.csv ------------------------------------------------------------ */
+
+static int load_procs(diag_run *r, const char *path, char *err, size_t errlen)
+{
+    csvr c;
+    int rc = csvr_open(&c, path, err, errlen);
+    if (rc == TPF_ENOENT) return 0;
+    if (rc) return rc;
+    r->have_procs = 1;
+    int c_t = csvr_col(&c, "t"), c_pid = csvr_col(&c, "pid"), c_cpu = csvr_col(&c, "cpu_pct");
+    int c_ppid = csvr_col(&c, "ppid");
+    int *pids = malloc(MAX_PIDS * sizeof(int));
+    if (!pids) {
+        csvr_close(&c);
+        return TPF_ENOMEM;
+    }
+    int npids = 0;
+    double cur_t = NAN, cur_n = 0;
+    int root = r->root_pid;
+    while ((rc = csvr_next(&c)) == 1) {
+        double t, pid, v;
+        if (!csvr_num(&c, c_t, &t) || !csvr_num(&c, c_pid, &pid)) continue;
+        if (root < 0) {
+            /* no run.json: the first process without a parent in the tree */
+            double pp;
+            if (csvr_num(&c, c_ppid, &pp)) root = (int)pid;
+        }
+        if (t != cur_t) {
+            if (cur_n > r->max_procs) r->max_procs = cur_n;
+            cur_t = t;
+            cur_n = 0;
+        }
+        cur_n++;
+        if ((int)pid == root) continue;
+        int seen = 0;
+        for (int i = 0; i < npids; i++) seen |= pids[i] == (int)pid;
+        if (!seen && npids < MAX_PIDS) pids[npids++] = (int)pid;
+        if (csvr_num(&c, c_cpu, &v)) dstat_add(&r->worker_cpu, v);
+    }
+    if (cur_n > r->max_procs) r->max_procs = cur_n;
+    r->nworkers = npids;
+    free(pids);
+    csvr_close(&c);
+    if (rc < 0) {
+        msg(err, errlen, "%s: %s", path, tpf_strerror(rc));
+        return rc;
+    }
+    return 0;
+}
+
+/* ---- alerts.jsonl ----------------------------------------------------------- */
+
+static int load_alerts(diag_run *r, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? 0 : TPF_EIO;
+    r->have_alerts = 1;
+    char line[4096];
+    int lineno = 0;
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        size_t l = strlen(line);
+        if (l == sizeof(line) - 1 && line[l - 1] != '\n') {
+            /* skip the rest of an over-long line: one bad alert is not a bad run */
+            int ch;
+            while ((ch = getc(f)) != EOF && ch != '\n') {}
+            continue;
+        }
+        while (l && (line[l - 1] == '\n' || line[l - 1] == '\r' || line[l - 1] == ' ')) line[--l] = 0;
+        if (!l) continue;
+        jr_doc d;
+        char e[128];
+        if (jr_parse(&d, line, l, 256, e, sizeof(e)) != 0) {
+            /* a crash can leave a torn last line; anything else is damage */
+            if (!feof(f) && getc(f) != EOF) {
+                msg(err, errlen, "%s:%d: %s", path, lineno, e);
+                fclose(f);
+                return TPF_EFORMAT;
+            }
+            break;
+        }
+        const char *st = jr_pstr(d.root, "state");
+        if (st && strcmp(st, "fired") == 0) r->nalerts_fired++;
+        if (r->nalerts < DIAG_MAX_ALERTS) {
+            dalert *a = &r->alerts[r->nalerts++];
+            a->t = jr_pnum(d.root, "t");
+            const char *s;
+            snprintf(a->rule, sizeof(a->rule), "%s", (s = jr_pstr(d.root, "rule")) ? s : "?");
+            snprintf(a->state, sizeof(a->state), "%s", st ? st : "?");
+            snprintf(a->severity, sizeof(a->severity), "%s",
+                     (s = jr_pstr(d.root, "severity")) ? s : "warning");
+            snprintf(a->message, sizeof(a->message), "%s", (s = jr_pstr(d.root, "message")) ? s : "");
+        }
+        jr_free(&d);
+    }
+    fclose(f);
+    return 0;
+}
+
+/* ---- the whole directory ------------------------------------------------------ */
+
+void diag_free(diag_run *r)
+{
+    if (!r) return;
+    jr_free(&r->run);
+    jr_free(&r->summary);
+    free(r);
+}
+
+int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
+{
+    char path[1200], e[400];
+    *out = NULL;
+    if (err && errlen) err[0] = '\0';
+    struct stat st;
+    if (!run_dir || stat(run_dir, &st) != 0) {
+        msg(err, errlen, "%s: no such run directory", run_dir ? run_dir : "(null)");
+        return TPF_ENOENT;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        msg(err, errlen, "%s: not a directory (give the run directory)", run_dir);
+        return TPF_ENOENT;
+    }
+    diag_run *r = calloc(1, sizeof(*r));
+    if (!r) return TPF_ENOMEM;
+    snprintf(r->dir, sizeof(r->dir), "%s", run_dir);
+    size_t dl = strlen(r->dir);
+    while (dl > 1 && r->dir[dl - 1] == '/') r->dir[--dl] = '\0';
+    const char *base = strrchr(r->dir, '/');
+    copy_str(r->name, sizeof(r->name), base ? base + 1 : r->dir);
+    r->exit_code = r->exit_signal = -1;
+    r->root_pid = -1;
+    r->duration_s = r->start_unix_s = r->interval_s = NAN;
+    r->events_dropped = r->trace_events = NAN;
+
+    int rc;
+    snprintf(path, sizeof(path), "%s/run.json", r->dir);
+    rc = jr_load_file(&r->run, path, 0, e, sizeof(e));
+    if (rc == 0) {
+        r->have_run = 1;
+        if (r->run.root->type != JR_OBJ) {
+            msg(err, errlen, "%s: not a JSON object", path);
+            diag_free(r);
+            return TPF_EFORMAT;
+        }
+        load_run_json(r);
+        load_exit(r, jr_get(r->run.root, "exit"));
+    } else if (rc != TPF_ENOENT) {
+        msg(err, errlen, "damaged run directory: %s", e);
+        diag_free(r);
+        return TPF_EFORMAT;
+    }
+    snprintf(path, sizeof(path), "%s/summary.json", r->dir);
+    rc = jr_load_file(&r->summary, path, 0, e, sizeof(e));
+    if (rc == 0 && r->summary.root->type == JR_OBJ) {
+        r->have_summary = 1;
+        if (!r->exit_known) load_exit(r, jr_get(r->summary.root, "exit"));
+        if (isnan(r->duration_s)) r->duration_s = jr_pnum(r->summary.root, "duration_s");
+        r->events_dropped = jr_pnum(r->summary.root, "steps.events_dropped");
+        r->trace_events = jr_pnum(r->summary.root, "trace.events_written");
+        double td = jr_pnum(r->summary.root, "trace.events_dropped");
+        if (!isnan(td)) r->events_dropped = (isnan(r->events_dropped) ? 0 : r->events_dropped) + td;
+    } else if (rc == 0) {
+        jr_free(&r->summary);
+        msg(err, errlen, "damaged run directory: %s: not a JSON object", path);
+        diag_free(r);
+        return TPF_EFORMAT;
+    } else if (rc != TPF_ENOENT) {
+        msg(err, errlen, "damaged run directory: %s", e);
+        diag_free(r);
+        return TPF_EFORMAT;
+    }
+    snprintf(path, sizeof(path), "%s/steps.csv", r->dir);
+    if ((rc = load_steps(r, path, e, sizeof(e))) != 0) goto damaged;
+    snprintf(path, sizeof(path), "%s/metrics.csv", r->dir);
+    if ((rc = load_metrics(r, path, e, sizeof(e))) != 0) goto damaged;
+    snprintf(path, sizeof(path), "%s/procs.csv", r->dir);
+    if ((rc = load_procs(r, path, e, sizeof(e))) != 0) goto damaged;
+    snprintf(path, sizeof(path), "%s/alerts.jsonl", r->dir);
+    if ((rc = load_alerts(r, path, e, sizeof(e))) != 0) goto damaged;
+    if (!r->have_run && !r->have_steps && !r->have_metrics && !r->have_summary) {
+        msg(err, errlen, "%s: not a trainperf run directory (no run.json, steps.csv or metrics.csv)",
+                 run_dir);
+        diag_free(r);
+        return TPF_ENOENT;
+    }
+    if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s)) r->duration_s = r->last_end_s;
+    *out = r;
+    return 0;
+damaged:
+    msg(err, errlen, "damaged run directory: %s", e);
+    diag_free(r);
+    return rc == TPF_ENOMEM ? rc : TPF_EFORMAT;
+}
+
+/* ---- headline figures -------------------------------------------------------- */
+
+static double mean_or_nan(const dstat *s) { return s->n > 0 ? s->sum / s->n : NAN; }
+static double max_or_nan(const dstat *s) { return s->n > 0 ? s->max : NAN; }
+static double min_or_nan(const dstat *s) { return s->n > 0 ? s->min : NAN; }
+
+void diag_figures(const diag_run *r, dfig *f)
+{
+    f->duration_s = r->duration_s;
+    f->steps = r->have_steps ? r->steps : NAN;
+    double span = r->last_end_s - r->first_start_s;
+    int ok = r->steps > 0 && span > 0;
+    f->steps_per_s = ok ? r->steps / (r->nstreams > 0 ? r->nstreams : 1) / span : NAN;
+    f->samples_per_s = ok && r->samples > 0 ? r->samples / span : NAN;
+    f->tokens_per_s = ok && r->tokens > 0 ? r->tokens / span : NAN;
+    f->step_p50 = dhist_quantile(&r->h_interval, 0.5);
+    f->step_p95 = dhist_quantile(&r->h_interval, 0.95);
+    f->step_p99 = dhist_quantile(&r->h_interval, 0.99);
+    f->step_mean = mean_or_nan(&r->st_interval);
+    f->step_max = max_or_nan(&r->st_interval);
+    double m = f->step_mean, n = r->st_interval.n;
+    double var = n > 1 ? (r->st_interval.sumsq - n * m * m) / (n - 1) : NAN;
+    f->step_cv = m > 0 && var >= 0 ? sqrt(var) / m : NAN;
+    f->data_p50 = dhist_quantile(&r->h_data, 0.5);
+    f->data_p95 = dhist_quantile(&r->h_data, 0.95);
+    f->data_p99 = dhist_quantile(&r->h_data, 0.99);
+    f->data_mean = mean_or_nan(&r->st_data);
+    f->data_max = max_or_nan(&r->st_data);
+    for (int p = 0; p < PH_COUNT; p++)
+        f->share[p] = r->sum_interval_ns > 0 ? r->sum_phase_ns[p] / r->sum_interval_ns : NAN;
+    f->data_share = f->share[PH_DATA];
+    f->cpu_mean = mean_or_nan(&r->cpu);
+    f->cpu_max = max_or_nan(&r->cpu);
+    f->tree_cpu_mean = mean_or_nan(&r->tree_cpu);
+    f->tree_cpu_max = max_or_nan(&r->tree_cpu);
+    f->main_cpu_mean = mean_or_nan(&r->main_cpu);
+    f->main_cpu_max = max_or_nan(&r->main_cpu);
+    f->rss_mean = mean_or_nan(&r->tree_rss);
+    f->rss_max = max_or_nan(&r->tree_rss);
+    f->mem_avail_min = min_or_nan(&r->mem_avail);
+    f->mem_total = max_or_nan(&r->mem_total);
+    f->swap_max = max_or_nan(&r->swap);
+    f->iowait_mean = mean_or_nan(&r->iowait);
+    f->psi_cpu = mean_or_nan(&r->psi_cpu);
+    f->psi_mem = mean_or_nan(&r->psi_mem);
+    f->psi_io = mean_or_nan(&r->psi_io);
+    f->disk_read = mean_or_nan(&r->disk_r);
+    f->disk_write = mean_or_nan(&r->disk_w);
+    f->procs_max = r->have_procs ? r->max_procs : max_or_nan(&r->tree_procs);
+    double su = 0, pw = 0;
+    int nu = 0, np = 0;
+    f->gpu_mem_max = f->gpu_temp_max = NAN;
+    for (int i = 0; i < r->ngpu; i++) {
+        const dgpu *g = &r->gpus[i];
+        if (g->util.n) su += mean_or_nan(&g->util), nu++;
+        if (g->power.n) pw += mean_or_nan(&g->power), np++;
+        if (g->mem_used.n && !(g->mem_used.max <= f->gpu_mem_max)) f->gpu_mem_max = g->mem_used.max;
+        if (g->temp.n && !(g->temp.max <= f->gpu_temp_max)) f->gpu_temp_max = g->temp.max;
+    }
+    f->gpu_util_mean = nu ? su / nu : NAN;
+    f->gpu_power_mean = np ? pw : NAN;
+}
+
+/* ---- formatting ------------------------------------------------------------- */
+
+const char *diag_fmt_bytes(char *o, size_t n, double v)
+{
+    double a = fabs(v);
+    if (!isfinite(v)) msg(o, n, "?");
+    else if (a >= 1099511627776.0) msg(o, n, "%.1f TiB", v / 1099511627776.0);
+    else if (a >= 1073741824.0) msg(o, n, "%.1f GiB", v / 1073741824.0);
+    else if (a >= 1048576.0) msg(o, n, "%.1f MiB", v / 1048576.0);
+    else if (a >= 1024.0) msg(o, n, "%.1f KiB", v / 1024.0);
+    else msg(o, n, "%.0f B", v);
+    return o;
+}
+
+const char *diag_fmt_dur(char *o, size_t n, double s)
+{
+    if (!isfinite(s)) msg(o, n, "?");
+    else if (s >= 3600) msg(o, n, "%dh %02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+    else if (s >= 60) msg(o, n, "%dm %02ds", (int)(s / 60), (int)fmod(s, 60));
+    else msg(o, n, "%.1f s", s);
+    return o;
+}
+
+const char *diag_fmt_num(char *o, size_t n, const char *f, double v)
+{
+    if (!isfinite(v)) {
+        msg(o, n, "?");
+        return o;
+    }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+    snprintf(o, n, f, v);
+#pragma GCC diagnostic pop
+    return o;
+}
+
+const char *diag_fmt_exit(const diag_run *r, char *o, size_t n)
+{
+    static const char *const names[] = {NULL, "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP",
+                                        "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL", "SIGUSR1",
+                                        "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM"};
+    if (!r->exit_known) msg(o, n, "unknown");
+    else if (r->exit_signal > 0)
+        msg(o, n, "signal %d%s%s%s", r->exit_signal, r->exit_signal < 16 ? " (" : "",
+            r->exit_signal < 16 ? names[r->exit_signal] : "", r->exit_signal < 16 ? ")" : "");
+    else if (r->exit_code >= 0) msg(o, n, "%d", r->exit_code);
+    else msg(o, n, "unknown");
+    return o;
+}

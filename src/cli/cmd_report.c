@@ -1,0 +1,115 @@
+/* trainperf report RUN [--format text|md|html|json] [--out FILE] */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze/report.h"
+#include "cli/cli.h"
+#include "trainperf.h"
+
+static void report_usage(FILE *f)
+{
+    fprintf(f, "usage: trainperf report RUN_DIR [--format text|md|html|json] [--out FILE]\n\n"
+               "Diagnosis and report from a run directory (works on old runs and runs copied\n"
+               "from other machines).\n\n"
+               "  --format F   text (default on a terminal), md, html or json\n"
+               "  --out FILE   write to FILE instead of stdout\n"
+               "  --color      force ANSI colour in text; NO_COLOR turns it off\n");
+}
+
+int cli_parse_format(const char *s, int *fmt);
+int cli_parse_format(const char *s, int *fmt)
+{
+    static const struct { const char *n; int f; } t[] = {
+        {"text", REPORT_TEXT}, {"txt", REPORT_TEXT}, {"md", REPORT_MD}, {"markdown", REPORT_MD},
+        {"html", REPORT_HTML}, {"json", REPORT_JSON},
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (strcmp(s, t[i].n) == 0) {
+            *fmt = t[i].f;
+            return 0;
+        }
+    return -1;
+}
+
+int cli_write_out(const char *out, const buf *b);
+int cli_write_out(const char *out, const buf *b)
+{
+    FILE *f = out ? fopen(out, "wb") : stdout;
+    if (!f) {
+        cli_error("cannot write %s: %s", out, strerror(errno));
+        return CLI_USAGE;
+    }
+    size_t n = b->len ? fwrite(b->data, 1, b->len, f) : 0;
+    int bad = n != b->len || fflush(f) != 0;
+    if (out && fclose(f) != 0) bad = 1;
+    if (bad) {
+        cli_error("writing %s failed: %s", out ? out : "stdout", strerror(errno));
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+int cmd_report(int argc, char **argv)
+{
+    const char *dir = NULL, *out = NULL;
+    int fmt = REPORT_TEXT, force_color = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            report_usage(stdout);
+            return CLI_OK;
+        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0 || strncmp(a, "--format=", 9) == 0) {
+            const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!v || cli_parse_format(v, &fmt)) {
+                cli_error("--format wants text, md, html or json%s%s", v ? ", not " : "", v ? v : "");
+                return CLI_USAGE;
+            }
+        } else if (strcmp(a, "--json") == 0) {
+            fmt = REPORT_JSON;
+        } else if (strcmp(a, "--out") == 0 || strcmp(a, "-o") == 0 || strncmp(a, "--out=", 6) == 0) {
+            const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!v || !*v) {
+                cli_error("--out wants a file name");
+                return CLI_USAGE;
+            }
+            out = v;
+        } else if (strcmp(a, "--color") == 0) {
+            force_color = 1;
+        } else if (a[0] == '-' && a[1]) {
+            cli_error("report: unknown option '%s' (see `trainperf report --help`)", a);
+            return CLI_USAGE;
+        } else if (!dir) {
+            dir = a;
+        } else {
+            cli_error("report: one run directory at a time (got '%s' and '%s'); "
+                      "`trainperf compare` takes two", dir, a);
+            return CLI_USAGE;
+        }
+    }
+    if (!dir) {
+        report_usage(stderr);
+        return CLI_USAGE;
+    }
+    int color = 0;
+    if (fmt == REPORT_TEXT && !out) {
+        color = cli_color(stdout);
+        if (force_color) {
+            const char *nc = getenv("NO_COLOR");
+            color = !(nc && *nc);
+        }
+    }
+    buf b;
+    buf_init(&b, 0);
+    char err[512];
+    int rc = report_build(dir, (report_format)fmt, color, &b, err, sizeof(err));
+    if (rc) {
+        cli_error("%s", err[0] ? err : tpf_strerror(rc));
+        buf_free(&b);
+        return rc == TPF_ENOENT || rc == TPF_EFORMAT || rc == TPF_EIO ? CLI_USAGE : CLI_FAIL;
+    }
+    rc = cli_write_out(out, &b);
+    buf_free(&b);
+    return rc;
+}
