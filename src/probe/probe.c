@@ -449,7 +449,10 @@ static __attribute__((noinline)) int slow_path(uint32_t st)
     return ok;
 }
 
-static inline void emit(uint32_t st, uint32_t kind, uint32_t name, uint64_t a, uint64_t b)
+/* Out of line so that the public functions' off path is load, test, return
+ * (no register saves); the on path reaches here by a tail jump. */
+static __attribute__((noinline)) void emit(uint32_t st, uint32_t kind, uint32_t name, uint64_t a,
+                                           uint64_t b)
 {
     probe_tls *t = &t_probe;
     if (__builtin_expect(t->gen != st, 0) && !slow_path(st)) return;
