@@ -84,7 +84,6 @@ void rec_trace_process(rec_trace *t, pid_t pid, int rank)
     buf_printf(b, "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
                   "\"args\":{\"sort_index\":%d}}",
                (int)pid, pid == 0 ? -1 : rank >= 0 ? rank : 1000000);
-    t->other_written += 2;
 }
 
 void rec_trace_step(rec_trace *t, const agg_step *s)
@@ -125,7 +124,8 @@ void rec_trace_range(rec_trace *t, const agg_range *r, const char *name)
                us(t, r->begin_ns), (double)(r->end_ns - r->begin_ns) / 1e3);
 }
 
-/* Counter events share the step budget's size, separately counted. */
+/* Counters, marks and alerts have a budget of the same size of their own
+ * (metadata is not counted: one pair per process). */
 static int other_ok(rec_trace *t)
 {
     if (t->fd < 0) return 0;

@@ -1,0 +1,175 @@
+/* The step state machine: phases, nesting, data between steps, odd input. */
+#include <string.h>
+
+#include "collect/agg.h"
+#include "trainperf.h"
+#include "tt.h"
+
+static agg_step got[16];
+static int ngot;
+static int nranges;
+
+static void cap_step(void *ctx, const agg_step *s)
+{
+    (void)ctx;
+    if (ngot < 16) got[ngot] = *s;
+    ngot++;
+}
+
+static void cap_range(void *ctx, const agg_range *r)
+{
+    (void)ctx;
+    (void)r;
+    nranges++;
+}
+
+static agg *a;
+static agg_proc *p;
+
+static void setup(void)
+{
+    ngot = nranges = 0;
+    agg_sink sink = {NULL, cap_step, cap_range, NULL, NULL};
+    agg_create(&a, &sink);
+    agg_proc_create(&p, 100, -1, -1);
+}
+
+static void teardown(void)
+{
+    agg_proc_free(p);
+    agg_free(a);
+}
+
+static void feed(uint64_t ms, uint32_t kind, tpf_name name, pid_t tid)
+{
+    seg_event e;
+    memset(&e, 0, sizeof(e));
+    e.ts_ns = ms * 1000000ull;
+    e.kind = kind;
+    e.name = name;
+    e.tid = tid;
+    if (kind == SEG_EV_STEP_END) {
+        e.samples = 4;
+        e.tokens = 16;
+    }
+    agg_event(a, p, &e);
+}
+
+#define MS 1000000ull
+
+TT_TEST(data_between_steps_goes_to_the_next_step)
+{
+    setup();
+    feed(0, SEG_EV_STEP_BEGIN, 0, 1);
+    feed(10, SEG_EV_STEP_END, 0, 1);
+    feed(10, SEG_EV_PUSH, TPF_PHASE_DATA, 1); /* loading the next batch */
+    feed(15, SEG_EV_POP, 0, 1);
+    feed(15, SEG_EV_STEP_BEGIN, 0, 1);
+    feed(22, SEG_EV_STEP_END, 0, 1);
+    TT_EQ_INT(ngot, 2);
+    TT_EQ_INT(got[0].phase_ns[0], 0);
+    TT_EQ_INT(got[0].interval_ns, 10 * MS);
+    TT_EQ_INT(got[1].phase_ns[0], 5 * MS);
+    TT_EQ_INT(got[1].duration_ns, 7 * MS);
+    TT_EQ_INT(got[1].interval_ns, 12 * MS);
+    TT_EQ_INT(got[1].other_ns, 7 * MS);
+    TT_EQ_INT(got[1].step, 1);
+    TT_EQ_INT(got[1].samples, 4);
+    TT_EQ_INT(a->count, 2);
+    TT_EQ_INT(a->phase_ns[0], 5 * MS);
+    teardown();
+}
+
+TT_TEST(first_step_interval_includes_data_before_it)
+{
+    setup();
+    feed(100, SEG_EV_PUSH, TPF_PHASE_DATA, 1);
+    feed(103, SEG_EV_POP, 0, 1);
+    feed(104, SEG_EV_STEP_BEGIN, 0, 1);
+    feed(110, SEG_EV_STEP_END, 0, 1);
+    TT_EQ_INT(ngot, 1);
+    TT_EQ_INT(got[0].duration_ns, 6 * MS);
+    TT_EQ_INT(got[0].interval_ns, 9 * MS);
+    TT_EQ_INT(got[0].phase_ns[0], 3 * MS);
+    teardown();
+}
+
+TT_TEST(nested_same_phase_counts_once_and_open_ranges_split)
+{
+    setup();
+    feed(0, SEG_EV_STEP_BEGIN, 0, 1);
+    feed(0, SEG_EV_PUSH, TPF_PHASE_FORWARD, 1);
+    feed(1, SEG_EV_PUSH, TPF_PHASE_FORWARD, 1); /* nested: not twice */
+    feed(3, SEG_EV_POP, 0, 1);
+    feed(4, SEG_EV_POP, 0, 1);
+    feed(4, SEG_EV_PUSH, TPF_PHASE_BACKWARD, 1);
+    feed(6, SEG_EV_STEP_END, 0, 1); /* backward still open: 2 ms to step 0 */
+    feed(6, SEG_EV_STEP_BEGIN, 0, 1);
+    feed(9, SEG_EV_POP, 0, 1);      /* 3 ms more to step 1 */
+    feed(10, SEG_EV_STEP_END, 0, 1);
+    TT_EQ_INT(ngot, 2);
+    TT_EQ_INT(got[0].phase_ns[1], 4 * MS);
+    TT_EQ_INT(got[0].phase_ns[2], 2 * MS);
+    TT_EQ_INT(got[0].other_ns, 0);
+    TT_EQ_INT(got[1].phase_ns[2], 3 * MS);
+    TT_EQ_INT(got[1].other_ns, 1 * MS);
+    TT_EQ_INT(nranges, 3);
+    teardown();
+}
+
+TT_TEST(threads_are_separate_and_odd_input_is_survived)
+{
+    setup();
+    feed(0, SEG_EV_POP, 0, 1);           /* pop without push: ignored */
+    feed(0, SEG_EV_STEP_BEGIN, 0, 1);
+    feed(1, SEG_EV_STEP_BEGIN, 0, 2);
+    feed(5, SEG_EV_STEP_END, 0, 2);
+    feed(8, SEG_EV_STEP_END, 0, 1);
+    feed(12, SEG_EV_STEP_END, 0, 1);     /* end without begin: since the last end */
+    for (int i = 0; i < AGG_MAX_DEPTH + 10; i++) feed(13, SEG_EV_PUSH, 50, 3);
+    for (int i = 0; i < AGG_MAX_DEPTH + 11; i++) feed(14, SEG_EV_POP, 0, 3);
+    TT_EQ_INT(a->unmatched_pops, 2);
+    TT_EQ_INT(ngot, 3);
+    TT_EQ_INT(got[0].tid, 2);
+    TT_EQ_INT(got[0].step, 0);
+    TT_EQ_INT(got[1].tid, 1);
+    TT_EQ_INT(got[1].duration_ns, 8 * MS);
+    TT_EQ_INT(got[2].step, 1);
+    TT_EQ_INT(got[2].duration_ns, 4 * MS);
+    TT_EQ_INT(got[2].interval_ns, 4 * MS);
+    TT_EQ_INT(nranges, AGG_MAX_DEPTH);
+    teardown();
+}
+
+TT_TEST(live_figures_per_interval)
+{
+    setup();
+    static coll_frame f;
+    memset(&f, 0, sizeof(f));
+    agg_live(a, &f, 0, 0);
+    TT_ASSERT(f.steps.ok && f.steps.v == 0);
+    TT_ASSERT(!f.step_rate.ok);       /* no interval yet: unknown */
+    TT_ASSERT(!f.step_time_ms.ok);
+    for (int i = 0; i < 4; i++) {
+        feed(10 * i, SEG_EV_PUSH, TPF_PHASE_DATA, 1);
+        feed(10 * i + 5, SEG_EV_POP, 0, 1);
+        feed(10 * i + 5, SEG_EV_STEP_BEGIN, 0, 1);
+        feed(10 * i + 10, SEG_EV_STEP_END, 0, 1);
+    }
+    memset(&f, 0, sizeof(f));
+    agg_live(a, &f, 2.0, 45 * MS);
+    TT_EQ_INT(f.steps.v, 4);
+    TT_NEAR(f.step_rate.v, 2.0, 1e-9);
+    TT_NEAR(f.sample_rate.v, 8.0, 1e-9);
+    TT_NEAR(f.token_rate.v, 32.0, 1e-9);
+    TT_NEAR(f.data_wait_pct.v, 50.0, 1e-9);
+    TT_NEAR(f.step_time_ms.v, 10.0, 1e-9);
+    TT_NEAR(f.since_last_step_s.v, 0.005, 1e-9);
+    memset(&f, 0, sizeof(f));
+    agg_live(a, &f, 1.0, 50 * MS);   /* an interval without steps */
+    TT_NEAR(f.step_rate.v, 0.0, 0);
+    TT_ASSERT(!f.data_wait_pct.ok && !f.step_time_ms.ok);
+    teardown();
+}
+
+int main(int argc, char **argv) { return tt_main(argc, argv); }
