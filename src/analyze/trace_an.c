@@ -143,6 +143,9 @@ typedef struct rankst {
     size_t nruns, runcap;
     uint64_t nrec;
     int any_tsfrac;
+    char last_cat[64];
+    size_t last_cat_len;
+    int last_code;
     int rc;
     char *err;
     size_t errlen;
@@ -412,7 +415,17 @@ static int on_event(void *ud, const trace_ev *ev)
     if (!(ev->has & TEV_TS) || (ev->has & TEV_TS_FRAC)) r->any_tsfrac = 1;
     /* HTA keeps rows that have both dur and cat, minus cat "Trace"; so do we. */
     if (!(ev->has & TEV_DUR) || !(ev->has & TEV_CAT) || !(ev->has & TEV_TS)) return 0;
-    if (strcmp(ev->cat, "Trace") == 0) return 0;
+    /* Categories repeat: remember the last one instead of comparing names. */
+    if (ev->cat_len != r->last_cat_len || memcmp(ev->cat, r->last_cat, ev->cat_len) != 0) {
+        if (ev->cat_len < sizeof(r->last_cat)) {
+            memcpy(r->last_cat, ev->cat, ev->cat_len);
+            r->last_cat_len = ev->cat_len;
+        } else {
+            r->last_cat_len = (size_t)-1;
+        }
+        r->last_code = strcmp(ev->cat, "Trace") == 0 ? -1 : cat_code(ev->cat);
+    }
+    if (r->last_code < 0) return 0;
     trec t;
     memset(&t, 0, sizeof(t));
     t.ts = ev->ts_ns;
@@ -420,7 +433,7 @@ static int on_event(void *ud, const trace_ev *ev)
     t.corr = (ev->has & TEV_CORR) ? ev->corr : -1;
     t.stream = (ev->has & TEV_STREAM) && ev->stream >= INT32_MIN && ev->stream <= INT32_MAX
                    ? (int32_t)ev->stream : -1;
-    t.cat = (uint8_t)cat_code(ev->cat);
+    t.cat = (uint8_t)r->last_code;
     if (ev->has & TEV_TS_FRAC) t.flags |= F_TSFRAC;
     const char *nm = (ev->has & TEV_NAME) ? ev->name : "";
     size_t nl = (ev->has & TEV_NAME) ? ev->name_len : 0;

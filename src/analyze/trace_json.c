@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,27 @@
 #define JS_CAPTURE_MAX ((size_t)64 << 20) /* one event's raw text (merge) */
 #define JS_NUM_MAX 64
 
+/* Inflating runs in its own thread, a few buffers ahead of the tokenizer,
+ * so decompression and parsing overlap on two cores. */
+#define RD_NBUF 4
+
+typedef struct rdthr {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    gzFile gz;
+    unsigned char *bufs[RD_NBUF];
+    size_t lens[RD_NBUF];
+    int cur;                /* slot the tokenizer reads */
+    int filled;             /* filled slots after cur */
+    int done, stop;
+    int rc;                 /* error at the end of the filled data */
+    uint64_t produced;
+    char msg[256];
+} rdthr;
+
 typedef struct jsrc {
+    rdthr *thr;
     gzFile gz;
     unsigned char *buf;
     size_t len, pos;
@@ -64,7 +85,7 @@ static uint64_t js_off(const jsrc *s) { return s->base + s->pos; }
 static int js_fill(jsrc *s)
 {
     if (s->rc) return s->rc;
-    if (s->eof || !s->gz) {
+    if (s->eof || (!s->gz && !s->thr)) {
         s->eof = 1;
         return 0;
     }
@@ -76,6 +97,25 @@ static int js_fill(jsrc *s)
     }
     s->base += s->len;
     s->len = s->pos = 0;
+    if (s->thr) {
+        rdthr *t = s->thr;
+        pthread_mutex_lock(&t->mu);
+        while (!t->filled && !t->done) pthread_cond_wait(&t->cv, &t->mu);
+        if (!t->filled) {
+            int rc = t->rc;
+            pthread_mutex_unlock(&t->mu);
+            if (rc) return js_fail(s, rc, "%s", t->msg);
+            s->eof = 1;
+            return 0;
+        }
+        t->cur = (t->cur + 1) % RD_NBUF;
+        t->filled--;
+        s->buf = t->bufs[t->cur];
+        s->len = t->lens[t->cur];
+        pthread_cond_broadcast(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        return 1;
+    }
     int n = gzread(s->gz, s->buf, JS_BUFSZ);
     if (n < 0) {
         int zerr = 0;
@@ -182,10 +222,13 @@ static int js_string(jsrc *s, char *dst, size_t cap, size_t *outlen)
     size_t lim = dst ? cap - 1 : 0;
     s->pos++; /* the quote (js_ws/peek made sure it is in the buffer) */
     for (;;) {
-        size_t i = s->pos;
         const unsigned char *p = s->buf;
         size_t end = s->len;
-        while (i < end && p[i] != '"' && p[i] != '\\') i++;
+        /* memchr is vectorised: find the quote, then any backslash before it. */
+        const unsigned char *q = memchr(p + s->pos, '"', end - s->pos);
+        size_t lim2 = q ? (size_t)(q - p) : end;
+        const unsigned char *bs = memchr(p + s->pos, '\\', lim2 - s->pos);
+        size_t i = bs ? (size_t)(bs - p) : lim2;
         if (dst && n < lim) {
             size_t k = i - s->pos;
             if (k > lim - n) k = lim - n;
@@ -245,17 +288,34 @@ static int js_string(jsrc *s, char *dst, size_t cap, size_t *outlen)
 }
 
 /* A number literal copied into nb (validated by the caller's parser). */
+static inline int num_char(int c)
+{
+    return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+}
+
 static int js_number(jsrc *s, char *nb, size_t *nlen)
 {
     size_t n = 0;
+    /* Fast path: the whole literal is inside the buffer. */
+    {
+        size_t i = s->pos, end = s->len;
+        while (i < end && i - s->pos < JS_NUM_MAX - 1 && num_char(s->buf[i])) i++;
+        if (i < end && i - s->pos < JS_NUM_MAX - 1) {
+            n = i - s->pos;
+            memcpy(nb, s->buf + s->pos, n);
+            nb[n] = '\0';
+            s->pos = i;
+            *nlen = n;
+            return 0;
+        }
+    }
     for (;;) {
         int c = js_peek(s);
         if (c < 0) {
             if (s->rc) return s->rc;
             break;
         }
-        if (!((c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'))
-            break;
+        if (!num_char(c)) break;
         if (n >= JS_NUM_MAX - 1)
             return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: number too long",
                            (unsigned long long)js_off(s));
@@ -335,6 +395,28 @@ int trace_parse_us(const char *s, size_t n, int64_t *ns, int *frac)
     return 0;
 }
 
+/* JSON number grammar, without converting. */
+static int num_valid(const char *s, size_t n)
+{
+    size_t i = 0;
+    if (i < n && s[i] == '-') i++;
+    if (i >= n || s[i] < '0' || s[i] > '9') return 0;
+    if (s[i] == '0' && i + 1 < n && s[i + 1] >= '0' && s[i + 1] <= '9') return 0;
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    if (i < n && s[i] == '.') {
+        i++;
+        if (i >= n || s[i] < '0' || s[i] > '9') return 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+        if (i >= n || s[i] < '0' || s[i] > '9') return 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    }
+    return i == n;
+}
+
 /* An integer-valued literal ("7", "7.0", "-1"). */
 static int parse_int_lit(const char *s, size_t n, int64_t *out)
 {
@@ -410,8 +492,7 @@ static int js_skip(jsrc *s, int depth)
         uint64_t at = js_off(s);
         int rc = js_number(s, nb, &n);
         if (rc) return rc;
-        int64_t v;
-        if (trace_parse_us(nb, n, &v, NULL) == TPF_EFORMAT) return js_bad_number(s, at);
+        if (!num_valid(nb, n)) return js_bad_number(s, at);
         return 0;
     }
     return js_literal(s);
@@ -778,6 +859,89 @@ static int js_run(jsrc *s, trace_ev_fn fn, void *ud, int capture_raw, trace_meta
     return rc;
 }
 
+static void *rd_main(void *arg)
+{
+    rdthr *t = arg;
+    for (;;) {
+        pthread_mutex_lock(&t->mu);
+        while (t->filled >= RD_NBUF - 1 && !t->stop) pthread_cond_wait(&t->cv, &t->mu);
+        if (t->stop) {
+            pthread_mutex_unlock(&t->mu);
+            return NULL;
+        }
+        int slot = (t->cur + 1 + t->filled) % RD_NBUF;
+        pthread_mutex_unlock(&t->mu);
+        int n = gzread(t->gz, t->bufs[slot], JS_BUFSZ);
+        int rc = 0;
+        if (n <= 0) {
+            int zerr = 0;
+            const char *m = gzerror(t->gz, &zerr);
+            if (n < 0 && zerr == Z_ERRNO) {
+                rc = TPF_EIO;
+                snprintf(t->msg, sizeof(t->msg), "read error after %llu bytes: %s",
+                         (unsigned long long)t->produced, strerror(errno));
+            } else if (n < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
+                rc = TPF_EFORMAT;
+                snprintf(t->msg, sizeof(t->msg), "corrupt or truncated gzip data after %llu bytes: %s",
+                         (unsigned long long)t->produced, m ? m : "?");
+            }
+        }
+        pthread_mutex_lock(&t->mu);
+        if (n > 0) {
+            t->lens[slot] = (size_t)n;
+            t->produced += (uint64_t)n;
+            t->filled++;
+        } else {
+            t->done = 1;
+            t->rc = rc;
+        }
+        pthread_cond_broadcast(&t->cv);
+        int fin = t->done;
+        pthread_mutex_unlock(&t->mu);
+        if (fin) return NULL;
+    }
+}
+
+static void rd_stop(rdthr *t)
+{
+    pthread_mutex_lock(&t->mu);
+    t->stop = 1;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->th, NULL);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    for (int i = 0; i < RD_NBUF; i++) free(t->bufs[i]);
+    free(t);
+}
+
+/* Start the inflating thread; NULL when it cannot (then reading is inline). */
+static rdthr *rd_start(gzFile gz)
+{
+    if (getenv("TRAINPERF_NO_READER_THREAD")) return NULL;
+    rdthr *t = calloc(1, sizeof(*t));
+    if (!t) return NULL;
+    for (int i = 0; i < RD_NBUF; i++)
+        if (!(t->bufs[i] = malloc(JS_BUFSZ))) goto fail;
+    t->gz = gz;
+    t->cur = RD_NBUF - 1;
+    if (pthread_mutex_init(&t->mu, NULL)) goto fail;
+    if (pthread_cond_init(&t->cv, NULL)) {
+        pthread_mutex_destroy(&t->mu);
+        goto fail;
+    }
+    if (pthread_create(&t->th, NULL, rd_main, t)) {
+        pthread_cond_destroy(&t->cv);
+        pthread_mutex_destroy(&t->mu);
+        goto fail;
+    }
+    return t;
+fail:
+    for (int i = 0; i < RD_NBUF; i++) free(t->bufs[i]);
+    free(t);
+    return NULL;
+}
+
 int trace_read(const char *path, trace_ev_fn fn, void *ud, int capture_raw, trace_meta *meta,
                char *err, size_t errlen)
 {
@@ -803,14 +967,24 @@ int trace_read(const char *path, trace_ev_fn fn, void *ud, int capture_raw, trac
         return js_fail(&s, TPF_ENOMEM, "cannot open %s: out of memory", path);
     }
     gzbuffer(s.gz, 128 * 1024);
-    s.buf = malloc(JS_BUFSZ);
-    if (!s.buf) {
+    /* Plain files are read inline: nothing to overlap. */
+    s.thr = gzdirect(s.gz) ? NULL : rd_start(s.gz);
+    unsigned char *own = NULL;
+    if (s.thr) {
+        s.gz = NULL;
+    } else if (!(own = s.buf = malloc(JS_BUFSZ))) {
         gzclose(s.gz);
         return js_fail(&s, TPF_ENOMEM, "out of memory");
     }
     int rc = js_run(&s, fn, ud, capture_raw, meta);
-    free(s.buf);
-    gzclose(s.gz);
+    if (s.thr) {
+        gzFile gz = s.thr->gz;
+        rd_stop(s.thr);
+        gzclose(gz);
+    } else {
+        free(own);
+        gzclose(s.gz);
+    }
     return rc;
 }
 

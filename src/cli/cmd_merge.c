@@ -1,0 +1,78 @@
+/* trainperf merge TRACE... -o OUT.json : per-rank traces on one timeline. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze/trace.h"
+#include "cli/cli.h"
+#include "trainperf.h"
+
+static void merge_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: trainperf merge TRACE... -o OUT.json [--align start]\n\n"
+            "Merge per-rank torch.profiler traces (.json or .json.gz) into one trace that\n"
+            "Perfetto (ui.perfetto.dev) or chrome://tracing opens: every rank gets its own\n"
+            "processes, named \"rank R: ...\", and all ranks share one timeline.\n\n"
+            "  -o, --out FILE   the merged trace (required)\n"
+            "  --align start    start every rank at 0 instead of keeping their common clock\n");
+}
+
+int cmd_merge(int argc, char **argv)
+{
+    const char **paths = calloc((size_t)argc, sizeof(*paths));
+    const char *out = NULL;
+    int np = 0, align_start = 0, rc = CLI_USAGE;
+    if (!paths) {
+        cli_error("out of memory");
+        return CLI_FAIL;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            merge_usage(stdout);
+            rc = CLI_OK;
+            goto done;
+        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--out") == 0) {
+            if (i + 1 >= argc) {
+                cli_error("%s needs a file name", a);
+                goto done;
+            }
+            out = argv[++i];
+        } else if (strncmp(a, "--out=", 6) == 0) {
+            out = a + 6;
+        } else if (strcmp(a, "--align") == 0 || strncmp(a, "--align=", 8) == 0) {
+            const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : "");
+            if (strcmp(v, "start") == 0) align_start = 1;
+            else if (strcmp(v, "clock") == 0) align_start = 0;
+            else {
+                cli_error("--align takes 'start' or 'clock', not '%s'", v);
+                goto done;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            cli_error("unknown option '%s' (see `trainperf merge --help`)", a);
+            goto done;
+        } else {
+            paths[np++] = a;
+        }
+    }
+    if (!np) {
+        cli_error("no trace files given (see `trainperf merge --help`)");
+        goto done;
+    }
+    if (!out || !*out) {
+        cli_error("no output file: give -o OUT.json");
+        goto done;
+    }
+    char err[1024];
+    int e = trace_merge(paths, np, out, align_start, err, sizeof(err));
+    if (e) {
+        cli_error("%s", err);
+        rc = (e == TPF_ENOMEM || e == TPF_ETOOBIG) ? CLI_FAIL : CLI_USAGE;
+        goto done;
+    }
+    rc = CLI_OK;
+done:
+    free(paths);
+    return rc;
+}
