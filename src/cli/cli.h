@@ -47,4 +47,10 @@ const char *cli_c(const char *code);
 int cli_parse_double(const char *s, double *out);
 int cli_parse_long(const char *s, long *out);
 
+/* report/compare: "text|md|html|json" to a report_format (0, or -1 when
+ * unknown); write b to out (NULL: stdout), returning an exit code. */
+int cli_parse_format(const char *s, int *fmt);
+struct buf;
+int cli_write_out(const char *out, const struct buf *b);
+
 #endif

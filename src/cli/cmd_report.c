@@ -18,7 +18,6 @@ static void report_usage(FILE *f)
                "  --color      force ANSI colour in text; NO_COLOR turns it off\n");
 }
 
-int cli_parse_format(const char *s, int *fmt);
 int cli_parse_format(const char *s, int *fmt)
 {
     static const struct { const char *n; int f; } t[] = {
@@ -33,7 +32,6 @@ int cli_parse_format(const char *s, int *fmt)
     return -1;
 }
 
-int cli_write_out(const char *out, const buf *b);
 int cli_write_out(const char *out, const buf *b)
 {
     FILE *f = out ? fopen(out, "wb") : stdout;

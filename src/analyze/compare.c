@@ -1,0 +1,292 @@
+#include "analyze/compare.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "analyze/diag.h"
+#include "analyze/report_html.h"
+#include "trainperf.h"
+#include "util/jsonw.h"
+
+/* How to show a row and which direction is better. */
+enum { U_NUM, U_MS, U_PCT, U_SHARE, U_BYTES, U_C, U_W };
+enum { BETTER_NONE = 0, BETTER_UP = 1, BETTER_DOWN = -1 };
+
+typedef struct crow {
+    const char *section, *name, *key;
+    size_t off;     /* into dfig */
+    int unit, better;
+} crow;
+
+#define F(x) offsetof(dfig, x)
+static const crow rows[] = {
+    {"Throughput", "steps/s", "steps_per_s", F(steps_per_s), U_NUM, BETTER_UP},
+    {"Throughput", "samples/s", "samples_per_s", F(samples_per_s), U_NUM, BETTER_UP},
+    {"Throughput", "tokens/s", "tokens_per_s", F(tokens_per_s), U_NUM, BETTER_UP},
+    {"Throughput", "steps", "steps", F(steps), U_NUM, BETTER_NONE},
+    {"Step time", "step time p50", "step_time_p50_ms", F(step_p50), U_MS, BETTER_DOWN},
+    {"Step time", "step time p95", "step_time_p95_ms", F(step_p95), U_MS, BETTER_DOWN},
+    {"Step time", "step time p99", "step_time_p99_ms", F(step_p99), U_MS, BETTER_DOWN},
+    {"Step time", "step time CV", "step_time_cv", F(step_cv), U_NUM, BETTER_DOWN},
+    {"Step breakdown", "data", "share_data", F(share[PH_DATA]), U_SHARE, BETTER_DOWN},
+    {"Step breakdown", "forward", "share_forward", F(share[PH_FORWARD]), U_SHARE, BETTER_NONE},
+    {"Step breakdown", "backward", "share_backward", F(share[PH_BACKWARD]), U_SHARE, BETTER_NONE},
+    {"Step breakdown", "optimizer", "share_optimizer", F(share[PH_OPTIMIZER]), U_SHARE, BETTER_NONE},
+    {"Step breakdown", "comm", "share_comm", F(share[PH_COMM]), U_SHARE, BETTER_DOWN},
+    {"Step breakdown", "eval", "share_eval", F(share[PH_EVAL]), U_SHARE, BETTER_NONE},
+    {"Step breakdown", "checkpoint", "share_checkpoint", F(share[PH_CHECKPOINT]), U_SHARE, BETTER_DOWN},
+    {"Step breakdown", "other", "share_other", F(share[PH_OTHER]), U_SHARE, BETTER_NONE},
+    {"Data wait", "data wait p50", "data_wait_p50_ms", F(data_p50), U_MS, BETTER_DOWN},
+    {"Data wait", "data wait p95", "data_wait_p95_ms", F(data_p95), U_MS, BETTER_DOWN},
+    {"Data wait", "data wait share", "data_wait_share", F(data_share), U_SHARE, BETTER_DOWN},
+    {"Resources", "system CPU mean", "cpu_pct_mean", F(cpu_mean), U_PCT, BETTER_NONE},
+    {"Resources", "tree CPU mean", "tree_cpu_pct_mean", F(tree_cpu_mean), U_PCT, BETTER_NONE},
+    {"Resources", "main process CPU mean", "main_cpu_pct_mean", F(main_cpu_mean), U_PCT, BETTER_NONE},
+    {"Resources", "processes (max)", "tree_procs_max", F(procs_max), U_NUM, BETTER_NONE},
+    {"Resources", "tree RSS max", "tree_rss_max_bytes", F(rss_max), U_BYTES, BETTER_DOWN},
+    {"Resources", "memory available min", "mem_available_min_bytes", F(mem_avail_min), U_BYTES, BETTER_UP},
+    {"Resources", "swap used max", "swap_used_max_bytes", F(swap_max), U_BYTES, BETTER_DOWN},
+    {"Resources", "iowait mean", "cpu_iowait_pct_mean", F(iowait_mean), U_PCT, BETTER_DOWN},
+    {"Resources", "PSI io mean", "psi_io_some_pct_mean", F(psi_io), U_PCT, BETTER_DOWN},
+    {"GPU", "GPU util mean", "gpu_util_pct_mean", F(gpu_util_mean), U_PCT, BETTER_UP},
+    {"GPU", "GPU memory max", "gpu_mem_max_bytes", F(gpu_mem_max), U_BYTES, BETTER_NONE},
+    {"GPU", "GPU power (sum of means)", "gpu_power_w", F(gpu_power_mean), U_W, BETTER_NONE},
+    {"GPU", "GPU temp max", "gpu_temp_max_c", F(gpu_temp_max), U_C, BETTER_DOWN},
+};
+#undef F
+#define NROWS ((int)(sizeof(rows) / sizeof(rows[0])))
+
+static double val(const dfig *f, const crow *r) { return *(const double *)((const char *)f + r->off); }
+
+static const char *show(char *o, size_t n, int unit, double v)
+{
+    switch (unit) {
+    case U_MS: return diag_fmt_num(o, n, "%.1f ms", v);
+    case U_PCT: return diag_fmt_num(o, n, "%.1f%%", v);
+    case U_SHARE: return diag_fmt_num(o, n, "%.1f%%", isfinite(v) ? 100 * v : v);
+    case U_BYTES: return diag_fmt_bytes(o, n, v);
+    case U_C: return diag_fmt_num(o, n, "%.0f C", v);
+    case U_W: return diag_fmt_num(o, n, "%.0f W", v);
+    default: return diag_fmt_num(o, n, fabs(v) >= 100 ? "%.0f" : "%.3g", v);
+    }
+}
+
+/* Absolute delta in the row's unit (percentage points for shares). */
+static const char *show_delta(char *o, size_t n, int unit, double d)
+{
+    char t[48];
+    if (!isfinite(d)) {
+        snprintf(o, n, "?");
+        return o;
+    }
+    if (unit == U_SHARE) snprintf(o, n, "%+.1f pp", 100 * d);
+    else if (unit == U_PCT) snprintf(o, n, "%+.1f pp", d);
+    else if (unit == U_BYTES) snprintf(o, n, "%s%s", d >= 0 ? "+" : "-", diag_fmt_bytes(t, sizeof(t), fabs(d)));
+    else if (unit == U_MS) snprintf(o, n, "%+.1f ms", d);
+    else if (unit == U_W) snprintf(o, n, "%+.0f W", d);
+    else if (unit == U_C) snprintf(o, n, "%+.0f C", d);
+    else snprintf(o, n, "%+.3g", d);
+    return o;
+}
+
+static double pct(double a, double b) { return isfinite(a) && isfinite(b) && a != 0 ? 100 * (b - a) / fabs(a) : NAN; }
+
+/* "better"/"worse" when the change is beyond 2% and the row has a direction. */
+static const char *verdict(const crow *r, double a, double b)
+{
+    double p = pct(a, b);
+    if (!r->better || !isfinite(p) || fabs(p) < 2) return "";
+    return (p > 0) == (r->better > 0) ? "better" : "worse";
+}
+
+static int row_known(const dfig *fa, const dfig *fb, const crow *r)
+{
+    return isfinite(val(fa, r)) || isfinite(val(fb, r));
+}
+
+static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb, int color, buf *o)
+{
+    const char *B = color ? "\033[1m" : "", *R = color ? "\033[0m" : "";
+    const char *G = color ? "\033[32m" : "", *Y = color ? "\033[31m" : "";
+    buf_printf(o, "%strainperf compare%s  A: %s   B: %s\n", B, R, a->name, b->name);
+    const char *sec = "";
+    char s1[48], s2[48], s3[48], s4[48];
+    for (int i = 0; i < NROWS; i++) {
+        const crow *r = &rows[i];
+        if (!row_known(fa, fb, r)) continue;
+        if (strcmp(sec, r->section) != 0) {
+            sec = r->section;
+            buf_printf(o, "\n%s%-26s %14s %14s %14s %9s%s\n", B, sec, "A", "B", "delta", "%", R);
+        }
+        double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
+        const char *v = verdict(r, va, vb);
+        buf_printf(o, "  %-24s %14s %14s %14s %9s %s%s%s\n", r->name, show(s1, sizeof(s1), r->unit, va),
+                   show(s2, sizeof(s2), r->unit, vb), show_delta(s3, sizeof(s3), r->unit, vb - va),
+                   isfinite(p) ? (snprintf(s4, sizeof(s4), "%+.1f%%", p), s4) : "?",
+                   *v ? (strcmp(v, "better") == 0 ? G : Y) : "", v, *v ? R : "");
+    }
+    buf_printf(o, "\n%sDiagnosis%s\n  A: %s — %s\n  B: %s — %s\n", B, R, a->diag.primary.title,
+               a->diag.primary.summary, b->diag.primary.title, b->diag.primary.summary);
+}
+
+static void md_cell(buf *o, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '|') buf_puts(o, "\\|");
+        else if (*s == '<') buf_puts(o, "&lt;");
+        else if (*s == '>') buf_puts(o, "&gt;");
+        else if (*s == '&') buf_puts(o, "&amp;");
+        else if (*s == '\n') buf_putc(o, ' ');
+        else buf_putc(o, *s);
+    }
+}
+
+static void md_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb, buf *o)
+{
+    buf_puts(o, "# trainperf compare\n\n- A: ");
+    md_cell(o, a->name);
+    buf_puts(o, "\n- B: ");
+    md_cell(o, b->name);
+    buf_puts(o, "\n");
+    const char *sec = "";
+    char s1[48], s2[48], s3[48];
+    for (int i = 0; i < NROWS; i++) {
+        const crow *r = &rows[i];
+        if (!row_known(fa, fb, r)) continue;
+        if (strcmp(sec, r->section) != 0) {
+            sec = r->section;
+            buf_printf(o, "\n## %s\n\n| | A | B | delta | %% | |\n|---|---|---|---|---|---|\n", sec);
+        }
+        double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
+        buf_printf(o, "| %s | %s | %s | %s | ", r->name, show(s1, sizeof(s1), r->unit, va),
+                   show(s2, sizeof(s2), r->unit, vb), show_delta(s3, sizeof(s3), r->unit, vb - va));
+        if (isfinite(p)) buf_printf(o, "%+.1f%%", p);
+        else buf_puts(o, "?");
+        buf_printf(o, " | %s |\n", verdict(r, va, vb));
+    }
+    buf_puts(o, "\n## Diagnosis\n\n| | A | B |\n|---|---|---|\n| primary | ");
+    md_cell(o, a->diag.primary.title);
+    buf_puts(o, " | ");
+    md_cell(o, b->diag.primary.title);
+    buf_puts(o, " |\n| summary | ");
+    md_cell(o, a->diag.primary.summary);
+    buf_puts(o, " | ");
+    md_cell(o, b->diag.primary.summary);
+    buf_puts(o, " |\n");
+}
+
+static void json_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb, buf *o)
+{
+    jw w;
+    jw_init(&w, o, 1);
+    jw_obj_begin(&w);
+    jw_kint(&w, "format_version", 1);
+    jw_kstr(&w, "a", a->name);
+    jw_kstr(&w, "b", b->name);
+    jw_key(&w, "metrics");
+    jw_obj_begin(&w);
+    for (int i = 0; i < NROWS; i++) {
+        const crow *r = &rows[i];
+        double va = val(fa, r), vb = val(fb, r);
+        jw_key(&w, r->key);
+        jw_obj_begin(&w);
+        jw_knum(&w, "a", va);
+        jw_knum(&w, "b", vb);
+        jw_knum(&w, "delta", vb - va);
+        jw_knum(&w, "delta_pct", pct(va, vb));
+        const char *v = verdict(r, va, vb);
+        jw_kstr(&w, "verdict", *v ? v : NULL);
+        jw_obj_end(&w);
+    }
+    jw_obj_end(&w);
+    jw_key(&w, "diagnosis");
+    jw_obj_begin(&w);
+    jw_key(&w, "a");
+    diag_write_json(a, &w);
+    jw_key(&w, "b");
+    diag_write_json(b, &w);
+    jw_obj_end(&w);
+    jw_obj_end(&w);
+    buf_putc(o, '\n');
+}
+
+static void html_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb, buf *o)
+{
+    buf_puts(o, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+                "<title>trainperf compare</title><style>"
+                "body{font:15px/1.45 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1d232b}"
+                "main{max-width:1000px;margin:0 auto;padding:24px}table{border-collapse:collapse;width:100%;background:#fff}"
+                "th,td{padding:5px 9px;border-bottom:1px solid #eceff3;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}"
+                "th{background:#f0f2f5}.better{color:#2e9e4f;font-weight:600}.worse{color:#d23b2a;font-weight:600}"
+                "</style></head><body><main><h1>trainperf compare</h1><p>A: <code>");
+    report_html_esc(o, a->name);
+    buf_puts(o, "</code> &nbsp; B: <code>");
+    report_html_esc(o, b->name);
+    buf_puts(o, "</code></p>\n");
+    const char *sec = "";
+    char s1[48], s2[48], s3[48];
+    for (int i = 0; i < NROWS; i++) {
+        const crow *r = &rows[i];
+        if (!row_known(fa, fb, r)) continue;
+        if (strcmp(sec, r->section) != 0) {
+            if (*sec) buf_puts(o, "</table>\n");
+            sec = r->section;
+            buf_printf(o, "<h2>%s</h2><table><tr><th></th><th>A</th><th>B</th><th>delta</th><th>%%</th><th></th></tr>\n", sec);
+        }
+        double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
+        const char *v = verdict(r, va, vb);
+        buf_printf(o, "<tr><th>%s</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">",
+                   r->name, show(s1, sizeof(s1), r->unit, va), show(s2, sizeof(s2), r->unit, vb),
+                   show_delta(s3, sizeof(s3), r->unit, vb - va));
+        if (isfinite(p)) buf_printf(o, "%+.1f%%", p);
+        else buf_puts(o, "?");
+        buf_printf(o, "</td><td class=\"%s\">%s</td></tr>\n", v, v);
+    }
+    if (*sec) buf_puts(o, "</table>\n");
+    buf_puts(o, "<h2>Diagnosis</h2><table><tr><th></th><th>A</th><th>B</th></tr><tr><th>primary</th><td>");
+    report_html_esc(o, a->diag.primary.title);
+    buf_puts(o, "</td><td>");
+    report_html_esc(o, b->diag.primary.title);
+    buf_puts(o, "</td></tr><tr><th>summary</th><td>");
+    report_html_esc(o, a->diag.primary.summary);
+    buf_puts(o, "</td><td>");
+    report_html_esc(o, b->diag.primary.summary);
+    buf_puts(o, "</td></tr></table></main></body></html>\n");
+}
+
+int compare_build(const char *run_a, const char *run_b, report_format fmt, int color, buf *out,
+                  char *err, size_t errlen)
+{
+    diag_run *a = NULL, *b = NULL;
+    char e[400];
+    int rc = diag_load(run_a, &a, e, sizeof(e));
+    if (rc) {
+        if (err && errlen) snprintf(err, errlen, "run A: %s", e);
+        return rc;
+    }
+    rc = diag_load(run_b, &b, e, sizeof(e));
+    if (rc) {
+        if (err && errlen) snprintf(err, errlen, "run B: %s", e);
+        diag_free(a);
+        return rc;
+    }
+    diag_compute(a);
+    diag_compute(b);
+    dfig fa, fb;
+    diag_figures(a, &fa);
+    diag_figures(b, &fb);
+    switch (fmt) {
+    case REPORT_TEXT: text_out(a, b, &fa, &fb, color, out); break;
+    case REPORT_MD: md_out(a, b, &fa, &fb, out); break;
+    case REPORT_HTML: html_out(a, b, &fa, &fb, out); break;
+    case REPORT_JSON: json_out(a, b, &fa, &fb, out); break;
+    default: rc = TPF_EINVAL;
+    }
+    if (!rc) rc = out->err;
+    if (rc && err && errlen && !err[0]) snprintf(err, errlen, "building the comparison: %s", tpf_strerror(rc));
+    diag_free(a);
+    diag_free(b);
+    return rc;
+}

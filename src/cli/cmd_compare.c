@@ -1,0 +1,68 @@
+/* trainperf compare RUN_A RUN_B [--format text|md|html|json] [--out FILE] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze/compare.h"
+#include "cli/cli.h"
+#include "trainperf.h"
+
+static void compare_usage(FILE *f)
+{
+    fprintf(f, "usage: trainperf compare RUN_A RUN_B [--format text|md|html|json] [--out FILE]\n\n"
+               "Throughput, step breakdown, data wait, resources and diagnosis of two runs side\n"
+               "by side; deltas are B - A (absolute, and %% of A).\n");
+}
+
+int cmd_compare(int argc, char **argv)
+{
+    const char *dirs[2] = {NULL, NULL}, *out = NULL;
+    int nd = 0, fmt = REPORT_TEXT;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            compare_usage(stdout);
+            return CLI_OK;
+        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0 || strncmp(a, "--format=", 9) == 0) {
+            const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!v || cli_parse_format(v, &fmt)) {
+                cli_error("--format wants text, md, html or json%s%s", v ? ", not " : "", v ? v : "");
+                return CLI_USAGE;
+            }
+        } else if (strcmp(a, "--json") == 0) {
+            fmt = REPORT_JSON;
+        } else if (strcmp(a, "--out") == 0 || strcmp(a, "-o") == 0 || strncmp(a, "--out=", 6) == 0) {
+            const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!v || !*v) {
+                cli_error("--out wants a file name");
+                return CLI_USAGE;
+            }
+            out = v;
+        } else if (a[0] == '-' && a[1]) {
+            cli_error("compare: unknown option '%s' (see `trainperf compare --help`)", a);
+            return CLI_USAGE;
+        } else if (nd < 2) {
+            dirs[nd++] = a;
+        } else {
+            cli_error("compare takes exactly two run directories");
+            return CLI_USAGE;
+        }
+    }
+    if (nd != 2) {
+        compare_usage(stderr);
+        return CLI_USAGE;
+    }
+    buf b;
+    buf_init(&b, 0);
+    char err[512] = "";
+    int color = fmt == REPORT_TEXT && !out && cli_color(stdout);
+    int rc = compare_build(dirs[0], dirs[1], (report_format)fmt, color, &b, err, sizeof(err));
+    if (rc) {
+        cli_error("%s", err[0] ? err : tpf_strerror(rc));
+        buf_free(&b);
+        return rc == TPF_ENOENT || rc == TPF_EFORMAT || rc == TPF_EIO ? CLI_USAGE : CLI_FAIL;
+    }
+    rc = cli_write_out(out, &b);
+    buf_free(&b);
+    return rc;
+}
