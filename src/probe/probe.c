@@ -566,7 +566,8 @@ static void atfork_child(void)
     g_run_dir_pub[0] = 0;
     atomic_store_explicit(&g_state, st != 0 && g_run_dir[0] ? PROBE_PENDING : 0,
                           memory_order_relaxed);
-    pthread_mutex_init(&g_lock, NULL);
+    /* atfork_prepare locked it in this very thread. */
+    pthread_mutex_unlock(&g_lock);
 }
 
 /* Only reads the environment: no file is made in a process that never
