@@ -29,10 +29,6 @@
 
 extern char **environ;
 
-/* Optional at link time, like in embedded mode. */
-int report_finish_run(const char *run_dir, int color, buf *terminal, char *err, size_t errlen)
-    __attribute__((weak));
-
 #define RUN_MAX_ALERT_ARGS 64
 
 typedef struct run_args {
@@ -598,17 +594,15 @@ int cmd_run(int argc, char **argv)
         } else {
             print_summary(&s, run_dir, &ex, color);
         }
-        if (report_finish_run) {
-            buf term;
-            buf_init(&term, 4u << 20);
-            err[0] = 0;
-            int r2 = report_finish_run(absdir, color, a.quiet ? NULL : &term, err, sizeof(err));
-            if (r2 < 0)
-                cli_warn("report: %s", err[0] ? err : tpf_strerror(r2));
-            else if (!a.quiet && term.len)
-                fprintf(stderr, "\n%s", term.data);
-            buf_free(&term);
-        }
+        buf term;
+        buf_init(&term, 4u << 20);
+        err[0] = 0;
+        int r2 = report_finish_run(absdir, color, a.quiet ? NULL : &term, err, sizeof(err));
+        if (r2 < 0)
+            cli_warn("report: %s", err[0] ? err : tpf_strerror(r2));
+        else if (!a.quiet && term.len)
+            fprintf(stderr, "\n%s", term.data);
+        buf_free(&term);
     }
     alerts_free(alerts);
     return ex.code;

@@ -16,11 +16,6 @@
 #include "trainperf.h"
 #include "watch/alerts.h"
 
-/* The report is optional at link time: a build without src/analyze still
- * writes the run directory. */
-int report_finish_run(const char *run_dir, int color, buf *terminal, char *err, size_t errlen)
-    __attribute__((weak));
-
 static pthread_mutex_t emb_lock = PTHREAD_MUTEX_INITIALIZER;
 static coll *emb_coll;
 static alert_set *emb_alerts;
@@ -107,11 +102,9 @@ int tpf_stop(void)
     emb_coll = NULL;
     alerts_free(emb_alerts);
     emb_alerts = NULL;
-    if (report_finish_run) {
-        /* The report is extra: the run directory is complete without it. */
-        char err[256];
-        (void)report_finish_run(emb_dir, 0, NULL, err, sizeof(err));
-    }
+    /* The report is extra: the run directory is complete without it. */
+    char err[256];
+    (void)report_finish_run(emb_dir, 0, NULL, err, sizeof(err));
     pthread_mutex_unlock(&emb_lock);
     return rc;
 }
