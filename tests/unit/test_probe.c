@@ -648,6 +648,85 @@ TT_TEST(fork_children_write_their_own_segments)
     rm_run_dir(dir);
 }
 
+/* fork() while other threads of the parent keep emitting: the parent's
+ * counts stay exact and each child's events land in its own segment. */
+static _Atomic int g_fk_stop;
+
+static void *fk_emitter(void *arg)
+{
+    long *sent = arg;
+    while (!atomic_load(&g_fk_stop)) {
+        tpf_step_begin();
+        tpf_step_end(1, 0);
+        *sent += 2;
+        if (*sent % 1024 == 0) sched_yield();
+    }
+    return NULL;
+}
+
+typedef struct fk_count {
+    long events;
+    pid_t tid;
+    long foreign_tid;
+} fk_count;
+
+static void fk_cb(void *ctx, const seg_event *ev)
+{
+    fk_count *c = ctx;
+    c->events++;
+    if (c->tid && ev->tid != c->tid) c->foreign_tid++;
+}
+
+TT_TEST(fork_while_other_threads_emit)
+{
+    char dir[64], seg[256];
+    tmp_run_dir(dir, sizeof(dir));
+    TT_EQ_INT(probe_attach(dir), 0);
+    seg_path_of(seg, sizeof(seg), dir, getpid());
+    seg_reader *r;
+    TT_EQ_INT(seg_reader_open(&r, seg), 0);
+    long sent[2] = {0, 0};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, fk_emitter, &sent[i]);
+    enum { KIDS = 6 };
+    pid_t kids[KIDS];
+    fk_count parent = {0, 0, 0};
+    long main_sent = 0;
+    for (int k = 0; k < KIDS; k++) {
+        /* Keep the parent's rings from filling while the children run. */
+        seg_reader_drain(r, fk_cb, &parent);
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            for (int i = 0; i < 100 * (k + 1); i++) tpf_mark(TPF_PHASE_EVAL);
+            _exit(0);
+        }
+        tpf_mark(TPF_PHASE_COMM);
+        main_sent++;
+    }
+    for (int k = 0; k < KIDS; k++) {
+        int st;
+        TT_EQ_INT(waitpid(kids[k], &st, 0), kids[k]);
+        TT_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    atomic_store(&g_fk_stop, 1);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    seg_reader_drain(r, fk_cb, &parent);
+    uint64_t drops = seg_reader_dropped(r);
+    TT_EQ_INT(parent.events + (long)drops, sent[0] + sent[1] + main_sent);
+    seg_reader_close(r);
+    for (int k = 0; k < KIDS; k++) {
+        fk_count c = {0, kids[k], 0};
+        seg_path_of(seg, sizeof(seg), dir, kids[k]);
+        TT_EQ_INT(seg_reader_open(&r, seg), 0);
+        TT_EQ_INT(seg_reader_drain(r, fk_cb, &c), 100 * (k + 1));
+        TT_EQ_INT(c.foreign_tid, 0);
+        TT_EQ_INT(seg_reader_dropped(r), 0);
+        seg_reader_close(r);
+    }
+    probe_detach();
+    rm_run_dir(dir);
+}
+
 TT_TEST(events_published_before_sigkill_are_drained)
 {
     char dir[64], seg[256];
@@ -855,6 +934,75 @@ TT_TEST(damaged_segments_give_errors)
     munmap(base, (size_t)size);
     probe_detach();
     unlink(bad);
+    rm_run_dir(dir);
+}
+
+/* Random damage to the header and the first ring of a real segment: the
+ * reader either refuses the file or reads it without crashing. */
+TT_TEST(fuzzed_segments_never_crash_the_reader)
+{
+    char dir[64], seg[256], bad[256];
+    tmp_run_dir(dir, sizeof(dir));
+    setenv("TRAINPERF_RING_EVENTS", "1024", 1);
+    TT_EQ_INT(probe_attach(dir), 0);
+    tpf_name nm = tpf_name_register("fuzz");
+    for (int i = 0; i < 100; i++) tpf_counter(nm, i);
+    seg_path_of(seg, sizeof(seg), dir, getpid());
+    snprintf(bad, sizeof(bad), "%s/fuzz.tpf", dir);
+    struct stat st;
+    TT_ASSERT(stat(seg, &st) == 0);
+    int fd = open(seg, O_RDONLY);
+    const char *good = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    TT_ASSERT(good != MAP_FAILED);
+    const seg_header *gh = (const seg_header *)good;
+    size_t ring0 = (size_t)gh->rings_off;
+    static char img[SEG_HEADER_SIZE], names[SEG_PAGE], rh[256];
+    uint64_t s = 42;
+    int opened = 0, refused = 0;
+    for (int it = 0; it < 1500; it++) {
+        memcpy(img, good, sizeof(img));
+        memcpy(names, good + SEG_HEADER_SIZE, sizeof(names));
+        memcpy(rh, good + ring0, sizeof(rh));
+        int flips = 1 + (int)(s % 4);
+        for (int f = 0; f < flips; f++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t x = s >> 24;
+            /* Mostly the fields that matter: header start, names, ring 0. */
+            switch (x % 3) {
+            case 0: img[(x >> 2) % 256] = (char)(x >> 12); break;
+            case 1: names[(x >> 2) % sizeof(names)] = (char)(x >> 16); break;
+            default: rh[(x >> 2) % sizeof(rh)] = (char)(x >> 16); break;
+            }
+        }
+        /* Rewritten in place (size kept): truncating each time makes ext4
+         * flush on close, which is slow. */
+        int wfd = open(bad, O_CREAT | O_RDWR, 0644);
+        TT_ASSERT(wfd >= 0);
+        TT_ASSERT(pwrite(wfd, img, sizeof(img), 0) == (ssize_t)sizeof(img));
+        TT_ASSERT(pwrite(wfd, names, sizeof(names), SEG_HEADER_SIZE) == (ssize_t)sizeof(names));
+        TT_ASSERT(pwrite(wfd, rh, sizeof(rh), (off_t)ring0) == (ssize_t)sizeof(rh));
+        if (it == 0) TT_ASSERT(ftruncate(wfd, st.st_size) == 0);
+        close(wfd);
+        seg_reader *r;
+        if (seg_reader_open(&r, bad) != 0) {
+            refused++;
+            continue;
+        }
+        opened++;
+        long n = 0;
+        for (int d = 0; d < 2; d++) seg_reader_drain(r, count_cb, &n);
+        for (uint32_t id = 0; id < 40; id++) {
+            const char *str = seg_reader_name(r, id);
+            if (str) TT_ASSERT(strlen(str) < SEG_NAME_MAX);
+        }
+        (void)seg_reader_dropped(r);
+        seg_reader_close(r);
+    }
+    TT_ASSERT(opened > 0 && refused > 0); /* both paths were exercised */
+    munmap((void *)good, (size_t)st.st_size);
+    unlink(bad);
+    probe_detach();
     rm_run_dir(dir);
 }
 
