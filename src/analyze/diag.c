@@ -18,6 +18,8 @@
 #define CKPT_SHARE 0.15
 #define IO_IOWAIT_PCT 10.0
 #define IO_PSI_PCT 10.0
+#define IO_TREE_READ_BPS (1024.0 * 1024.0) /* the tree reads at least 1 MiB/s */
+#define MAIN_WAITS_CPU 50.0  /* below this the main process waits rather than works */
 #define HOST_GPU_UTIL 70.0
 #define HOST_MAIN_CPU 80.0
 #define HEALTHY_GPU_UTIL 80.0
@@ -249,10 +251,16 @@ static int cand_throttle(const diag_run *r, const ctx *c, dfinding *d)
     return 1;
 }
 
-static int io_evidence(const ctx *c)
+/* System-wide I/O stalls count only when the watched tree itself reads:
+ * PSI and iowait also rise for other jobs on a shared machine. When the
+ * tree's reads are unknown (no /proc/PID/io), the system figures decide. */
+static int io_evidence(const diag_run *r, const ctx *c)
 {
-    return (isfinite(c->iowait) && c->iowait >= IO_IOWAIT_PCT) ||
-           (isfinite(c->psi_io) && c->psi_io >= IO_PSI_PCT);
+    int stalls = (isfinite(c->iowait) && c->iowait >= IO_IOWAIT_PCT) ||
+                 (isfinite(c->psi_io) && c->psi_io >= IO_PSI_PCT);
+    if (!stalls) return 0;
+    if (r->tree_read.n == 0) return 1;
+    return dstat_mean(&r->tree_read) >= IO_TREE_READ_BPS;
 }
 
 static void add_io_evidence(const diag_run *r, const ctx *c, dfinding *d)
@@ -272,7 +280,7 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
 {
     double s = c->share[PH_DATA];
     if (!c->steps_ok || !(s >= INPUT_SHARE)) return 0;
-    int io = io_evidence(c);
+    int io = io_evidence(r, c);
     fmt(d->id, sizeof(d->id), io ? "storage-io" : "input-bound");
     fmt(d->title, sizeof(d->title), io ? "Storage I/O" : "Input-bound");
     fmt(d->summary, sizeof(d->summary), "%s takes %.0f%% of step time%s",
@@ -300,7 +308,13 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
         return 1;
     }
     int idle = isfinite(c->idle_cores) ? (int)floor(c->idle_cores) : -1;
-    if (c->workers == 0) {
+    if (c->workers == 0 && isfinite(c->main_cpu) && c->main_cpu < MAIN_WAITS_CPU) {
+        /* the loader waits (network, remote storage, locks, sleeps) rather
+         * than computes: parallel loaders overlap the waits without cores */
+        rec(d, "Load batches in parallel: DataLoader(num_workers=4) or more. The main process "
+               "used only %.0f%% CPU while waiting for data, so the wait is not computation and "
+               "parallel loaders overlap it even on a busy machine.", c->main_cpu);
+    } else if (c->workers == 0) {
         int nw = idle > 1 ? idle - 1 : 2;
         if (nw > 8) nw = 8;
         if (nw < 2) nw = 2;

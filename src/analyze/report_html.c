@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trainperf.h"
@@ -156,59 +157,101 @@ static double xmax_of(const diag_run *r)
 
 /* ---- the charts ---------------------------------------------------------------- */
 
+/* Buckets of the step series are merged m at a time for display, so each
+ * point averages several steps (a rate from one or two steps is mostly
+ * quantisation noise) and bars stay readable. */
+static int group_factor(const dseries *s, double steps, double min_per_group, int max_groups)
+{
+    if (s->n <= 0) return 1;
+    double per = steps / s->n;
+    int m = per > 0 ? (int)ceil(min_per_group / per) : 1;
+    if (m < 1) m = 1;
+    while ((s->n + m - 1) / m > max_groups) m++;
+    return m;
+}
+
 static void chart_throughput(buf *b, const diag_run *r)
 {
     if (!r->have_steps || r->steps == 0) return;
     const dseries *s = r->samples > 0 ? &r->s_sample_rate : &r->s_step_rate;
     const char *unit = r->samples > 0 ? "samples/s" : "steps/s";
-    /* counts per bucket / bucket width = rate; the first bucket starts at 0 */
-    double m = 0;
-    for (int k = 0; k < s->n; k++) {
-        double v = s->sum[k] / s->width;
-        if (v > m) m = v;
+    int m = group_factor(&r->s_step_rate, r->steps, 4, 120);
+    double pts[DIAG_SERIES_CAP][2];
+    int np = 0;
+    double mx = 0;
+    /* rate = work done / step time spent, per group of buckets: counting
+     * steps per time bucket would show quantisation noise instead */
+    int streams = r->nstreams > 0 ? r->nstreams : 1;
+    for (int k = 0; k < s->n; k += m) {
+        double work = 0, ms = 0, tc = 0, nc = 0;
+        for (int j = k; j < k + m && j < s->n; j++) {
+            work += s->sum[j];
+            for (int p = 0; p < PH_COUNT; p++) ms += r->s_phase[p].sum[j];
+            if (s->cnt[j] > 0) tc += s->t0 + (j + 0.5) * s->width, nc++;
+        }
+        if (ms <= 0 || nc == 0) continue;
+        double v = work / (ms / 1000.0 / streams);
+        pts[np][0] = tc / nc;
+        pts[np][1] = v;
+        np++;
+        if (v > mx) mx = v;
     }
-    chart c = {xmax_of(r), nice_max(m * 1.05), NULL};
+    chart c = {xmax_of(r), nice_max(mx * 1.05), NULL};
     char title[64];
     snprintf(title, sizeof(title), "Throughput over time (%s)", unit);
     chart_begin(b, &c, title, title);
     buf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", line_color[0]);
-    for (int k = 0; k < s->n; k++) {
-        double t = s->t0 + (k + 0.5) * s->width;
-        if (t > c.xmax) break;
-        buf_printf(b, "%.1f,%.1f ", X(&c, t), Y(&c, s->sum[k] / s->width));
-    }
+    for (int k = 0; k < np; k++) buf_printf(b, "%.1f,%.1f ", X(&c, pts[k][0]), Y(&c, pts[k][1]));
     buf_puts(b, "\"/>\n");
     alert_marks(b, r, &c);
     time_axis(b, &c);
     chart_end(b);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static void chart_breakdown(buf *b, const diag_run *r)
 {
     if (!r->have_steps || r->steps == 0) return;
     const dseries *s0 = &r->s_phase[PH_OTHER];
-    double m = 0;
-    for (int k = 0; k < s0->n; k++) {
-        double tot = 0;
-        for (int p = 0; p < PH_COUNT; p++)
-            if (r->s_phase[p].cnt[k] > 0) tot += r->s_phase[p].sum[k] / r->s_phase[p].cnt[k];
-        if (tot > m) m = tot;
-    }
-    chart c = {xmax_of(r), nice_max(m * 1.05), " ms"};
-    chart_begin(b, &c, "Step time breakdown (mean per step, stacked)", "stacked phases of the step time over time");
-    double bw = (X(&c, s0->width) - X(&c, 0)) * 0.9;
-    if (bw < 1) bw = 1;
-    for (int k = 0; k < s0->n; k++) {
-        double t = s0->t0 + k * s0->width, acc = 0;
-        if (t > c.xmax) break;
+    int m = group_factor(s0, r->steps, 1, 100);
+    double tot[DIAG_SERIES_CAP], srt[DIAG_SERIES_CAP], ph[DIAG_SERIES_CAP][PH_COUNT];
+    int ng = 0;
+    for (int k = 0; k < s0->n; k += m) {
+        double t = 0;
         for (int p = 0; p < PH_COUNT; p++) {
-            const dseries *s = &r->s_phase[p];
-            if (s->cnt[k] <= 0) continue;
-            double v = s->sum[k] / s->cnt[k];
-            if (v <= 0) continue;
-            double y1 = Y(&c, acc), y0 = Y(&c, acc + v);
-            buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %.1f ms</title></rect>\n",
-                       X(&c, t), y0, bw, y1 - y0, phase_color[p], diag_phase_names[p], v);
+            double sum = 0, cnt = 0;
+            for (int j = k; j < k + m && j < s0->n; j++) sum += r->s_phase[p].sum[j], cnt += r->s_phase[p].cnt[j];
+            ph[ng][p] = cnt > 0 ? sum / cnt : 0;
+            t += ph[ng][p];
+        }
+        tot[ng] = srt[ng] = t;
+        ng++;
+    }
+    /* scale to the bulk of the steps: one slow warm-up step must not flatten
+     * the rest (taller bars are cut at the top and say so in their tooltip) */
+    qsort(srt, (size_t)ng, sizeof(double), cmp_double);
+    double top = ng ? srt[(int)(0.95 * (ng - 1))] * 1.25 : 1;
+    if (ng && srt[ng - 1] < top) top = srt[ng - 1] * 1.05;
+    chart c = {xmax_of(r), nice_max(top), " ms"};
+    chart_begin(b, &c, "Step time breakdown (mean per step, stacked)", "stacked phases of the step time over time");
+    double bw = (X(&c, s0->width * m) - X(&c, 0)) * 0.85;
+    if (bw < 1) bw = 1;
+    for (int g = 0; g < ng; g++) {
+        double t = s0->t0 + g * m * s0->width, acc = 0;
+        if (t > c.xmax || tot[g] <= 0) continue;
+        for (int p = 0; p < PH_COUNT; p++) {
+            double v = ph[g][p];
+            if (v <= 0 || acc >= c.ymax) continue;
+            double hi = acc + v > c.ymax ? c.ymax : acc + v;
+            double y1 = Y(&c, acc), y0 = Y(&c, hi);
+            buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %.1f ms%s</title></rect>\n",
+                       X(&c, t), y0, bw, y1 - y0, phase_color[p], diag_phase_names[p], v,
+                       acc + v > c.ymax ? " (bar cut at the chart top)" : "");
             acc += v;
         }
     }
