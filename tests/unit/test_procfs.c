@@ -828,4 +828,63 @@ TT_TEST(embedded_root_is_self)
     procfs_source.close(st);
 }
 
-int main(int argc, char **argv) { return tt_main(argc, argv); }
+/* --dump ROOT_PID: two samples 0.3 s apart, then the second as JSON on one
+ * line (tests/test_procfs.py compares it with psutil). Values print with %.17g
+ * so nothing is lost; unknown prints as null. */
+static void dump_fval(const char *k, fval v, int comma)
+{
+    if (v.ok) printf("\"%s\":%.17g%s", k, v.v, comma ? "," : "");
+    else printf("\"%s\":null%s", k, comma ? "," : "");
+}
+
+static int dump(const char *arg)
+{
+    char *end;
+    long pid = strtol(arg, &end, 10);
+    if (*end || pid <= 0) {
+        fprintf(stderr, "--dump: not a pid: %s\n", arg);
+        return 2;
+    }
+    src_ctx ctx = {0};
+    ctx.root_pid = (pid_t)pid;
+    void *st = NULL;
+    if (procfs_source.init(&st, &ctx) != 0) {
+        fprintf(stderr, "--dump: %s\n", procfs_source.last_error(st));
+        procfs_source.close(st);
+        return 1;
+    }
+    static coll_frame f;
+    procfs_source.sample(st, &ctx, &f);
+    usleep(300 * 1000);
+    memset(&f, 0, sizeof(f));
+    procfs_source.sample(st, &ctx, &f);
+    printf("{\"ncpu\":%d,", f.ncpu);
+    dump_fval("mem_total_bytes", f.mem_total_bytes, 1);
+    dump_fval("swap_used_bytes", f.swap_used_bytes, 1);
+    dump_fval("cpu_pct", f.cpu_pct, 1);
+    dump_fval("tree_procs", f.tree_procs, 1);
+    dump_fval("tree_threads", f.tree_threads, 1);
+    dump_fval("tree_rss_bytes", f.tree_rss_bytes, 1);
+    printf("\"procs\":[");
+    const procfs_proc *p;
+    int n = procfs_procs(st, &p);
+    for (int i = 0; i < n; i++) {
+        /* comm is plain here (the test names its processes) */
+        printf("%s{\"pid\":%d,\"ppid\":%d,\"comm\":\"%s\",\"threads\":%d,", i ? "," : "",
+               (int)p[i].pid, (int)p[i].ppid, p[i].comm, p[i].threads);
+        dump_fval("cpu_pct", p[i].cpu_pct, 1);
+        dump_fval("rss_bytes", p[i].rss_bytes, 1);
+        dump_fval("read_bytes", p[i].read_bytes, 1);
+        dump_fval("write_bytes", p[i].write_bytes, 0);
+        printf("}");
+    }
+    printf("]}\n");
+    procfs_source.close(st);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--dump") == 0) return dump(argv[2]);
+    return tt_main(argc, argv);
+}
