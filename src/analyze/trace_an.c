@@ -81,7 +81,11 @@ typedef struct thread_key {
 
 typedef struct frame {
     int64_t ts, end, dur, child;
-    uint32_t name;
+    uint32_t name, nchild;
+    /* A first child of the same name waits here: torch's key_averages()
+     * drops an only child named like its parent (_remove_dup_nodes). */
+    int pend;
+    int64_t pend_dur, pend_child;
 } frame;
 
 typedef struct tstack {
@@ -782,14 +786,40 @@ static stream_st *stream_get(bstate *b, int64_t s)
     return NULL;
 }
 
+static void op_account(bstate *b, uint32_t name, int64_t dur, int64_t child)
+{
+    nstat *ns = &b->r->names.v[name];
+    ns->ccount++;
+    ns->ctotal += dur;
+    ns->cself += dur - child;
+}
+
 static void stack_pop(bstate *b, tstack *st)
 {
     frame *f = &st->f[--st->n];
-    nstat *ns = &b->r->names.v[f->name];
-    ns->ccount++;
-    ns->ctotal += f->dur;
-    ns->cself += f->dur - f->child;
-    if (st->n) st->f[st->n - 1].child += f->dur;
+    if (f->pend) {
+        if (f->nchild == 1) f->child = f->pend_child; /* the duplicate goes */
+        else op_account(b, f->name, f->pend_dur, f->pend_child);
+        f->pend = 0;
+    }
+    if (!st->n) {
+        op_account(b, f->name, f->dur, f->child);
+        return;
+    }
+    frame *p = &st->f[st->n - 1];
+    if (p->pend) { /* a second child: the first was no duplicate */
+        op_account(b, p->name, p->pend_dur, p->pend_child);
+        p->pend = 0;
+    }
+    p->nchild++;
+    p->child += f->dur;
+    if (p->nchild == 1 && p->name == f->name) {
+        p->pend = 1;
+        p->pend_dur = f->dur;
+        p->pend_child = f->child;
+    } else {
+        op_account(b, f->name, f->dur, f->child);
+    }
 }
 
 static int cpu_nest(bstate *b, const trec *t)
@@ -810,7 +840,7 @@ static int cpu_nest(bstate *b, const trec *t)
             st->cap = nc;
         }
     }
-    st->f[st->n++] = (frame){t->ts, end, t->dur, 0, t->name};
+    st->f[st->n++] = (frame){t->ts, end, t->dur, 0, t->name, 0, 0, 0, 0};
     return 0;
 }
 
