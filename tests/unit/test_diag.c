@@ -1,0 +1,318 @@
+/* The run-directory readers (JSON, CSV), the diagnosis on the fixture runs
+ * in tests/data/runs/ and the end-of-run step (report_finish_run). */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "analyze/diag.h"
+#include "analyze/report.h"
+#include "trainperf.h"
+#include "tt.h"
+#include "util/csvr.h"
+#include "util/jsonr.h"
+
+/* The fixtures sit at <repo>/tests/data/runs; this binary at
+ * <repo>/<build>/tests/test_diag. */
+static const char *fixture(const char *name)
+{
+    static char path[PATH_MAX + 64];
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0) return name;
+    exe[n] = '\0';
+    for (int up = 0; up < 3; up++) {
+        char *sl = strrchr(exe, '/');
+        if (sl) *sl = '\0';
+    }
+    snprintf(path, sizeof(path), "%s/tests/data/runs/%s", exe, name);
+    return path;
+}
+
+static diag_run *load(const char *name)
+{
+    diag_run *r = NULL;
+    char err[512];
+    if (diag_load(fixture(name), &r, err, sizeof(err)) != 0) {
+        fprintf(stderr, "load %s: %s\n", name, err);
+        return NULL;
+    }
+    diag_compute(r);
+    return r;
+}
+
+static int has_rec(const dfinding *d, const char *needle)
+{
+    for (int i = 0; i < d->nrec; i++)
+        if (strstr(d->rec[i], needle)) return 1;
+    return 0;
+}
+
+/* ---- JSON reader ------------------------------------------------------------ */
+
+TT_TEST(jsonr_parses_nested_values_and_escapes)
+{
+    const char *t = "{\"a\": [1, -2.5e3, true, null], \"s\": \"x\\u00e9\\n\\ud83d\\ude00\", "
+                    "\"o\": {\"k\": {\"deep\": 7}}}";
+    jr_doc d;
+    char err[128];
+    TT_EQ_INT(jr_parse(&d, t, strlen(t), 0, err, sizeof(err)), 0);
+    TT_EQ_INT(jr_get(d.root, "a")->count, 4);
+    TT_NEAR(jr_num(jr_at(jr_get(d.root, "a"), 1)), -2500, 0);
+    TT_ASSERT(isnan(jr_num(jr_at(jr_get(d.root, "a"), 3)))); /* null is unknown, not 0 */
+    TT_EQ_STR(jr_pstr(d.root, "s"), "x\xc3\xa9\n\xf0\x9f\x98\x80");
+    TT_NEAR(jr_pnum(d.root, "o.k.deep"), 7, 0);
+    TT_ASSERT(jr_path(d.root, "o.k.nope") == NULL);
+    /* the byte span of a value, for copying it unchanged */
+    const jr_node *o = jr_get(d.root, "o");
+    TT_ASSERT(strncmp(t + o->off, "{\"k\": {\"deep\": 7}}", o->end - o->off) == 0);
+    jr_free(&d);
+}
+
+TT_TEST(jsonr_errors_name_the_position)
+{
+    static const struct { const char *text, *want; } bad[] = {
+        {"{\"a\": 1,}", "position 9: expected a string key"},
+        {"[1 2]", "position 4: expected ',' or ']'"},
+        {"{\"a\" 1}", "position 6: expected ':'"},
+        {"\"abc", "position 5: unterminated string"},
+        {"[1] x", "position 5: expected end of input"},
+        {"-", "position 2: malformed number"},
+        {"", "position 1: expected a value"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        jr_doc d;
+        char err[128] = "";
+        int rc = jr_parse(&d, bad[i].text, strlen(bad[i].text), 0, err, sizeof(err));
+        if (rc != TPF_EFORMAT || !strstr(err, bad[i].want)) {
+            fprintf(stderr, "'%s': rc %d '%s', want '%s'\n", bad[i].text, rc, err, bad[i].want);
+            TT_ASSERT(0);
+        }
+    }
+}
+
+TT_TEST(jsonr_limits_depth_and_nodes)
+{
+    char deep[400];
+    memset(deep, '[', sizeof(deep) - 1);
+    deep[sizeof(deep) - 1] = '\0';
+    jr_doc d;
+    char err[128];
+    TT_EQ_INT(jr_parse(&d, deep, strlen(deep), 0, err, sizeof(err)), TPF_EFORMAT);
+    TT_ASSERT(strstr(err, "nested too deeply") != NULL);
+    const char *many = "[1,2,3,4,5,6,7,8,9,10]";
+    TT_EQ_INT(jr_parse(&d, many, strlen(many), 5, err, sizeof(err)), TPF_ETOOBIG);
+}
+
+/* ---- CSV reader ---------------------------------------------------------------- */
+
+TT_TEST(csvr_quotes_empty_cells_and_unknown)
+{
+    char path[] = "/tmp/tpf-csvr-XXXXXX";
+    int fd = mkstemp(path);
+    TT_ASSERT(fd >= 0);
+    const char *text = "t,name,v\r\n1.5,\"a, \"\"quoted\"\"\nname\",\n2,plain,0\n\n3,x,abc\n";
+    TT_ASSERT(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+    csvr c;
+    char err[256];
+    TT_EQ_INT(csvr_open(&c, path, err, sizeof(err)), 0);
+    int ct = csvr_col(&c, "t"), cn = csvr_col(&c, "name"), cv = csvr_col(&c, "v");
+    TT_EQ_INT(ct, 0);
+    TT_EQ_INT(cv, 2);
+    TT_EQ_INT(csvr_col(&c, "missing"), -1);
+    double v = -1;
+    TT_EQ_INT(csvr_next(&c), 1);
+    TT_EQ_STR(csvr_str(&c, cn), "a, \"quoted\"\nname");
+    TT_EQ_INT(csvr_num(&c, cv, &v), 0); /* empty: unknown */
+    TT_EQ_INT(csvr_next(&c), 1);
+    TT_EQ_INT(csvr_num(&c, cv, &v), 1);  /* 0 is a value */
+    TT_NEAR(v, 0, 0);
+    TT_EQ_INT(csvr_next(&c), 1);          /* the blank line is skipped */
+    TT_EQ_INT(csvr_num(&c, cv, &v), 0);   /* not a number */
+    TT_EQ_INT(csvr_next(&c), 0);
+    csvr_close(&c);
+    unlink(path);
+}
+
+/* ---- diagnosis on the fixtures ------------------------------------------------------ */
+
+TT_TEST(input_bound_run)
+{
+    diag_run *r = load("input-bound");
+    TT_ASSERT(r);
+    const dfinding *p = &r->diag.primary;
+    TT_EQ_STR(p->id, "input-bound");
+    /* the share is derived from steps.csv: sum data_ns / sum interval_ns */
+    TT_NEAR(p->score, r->sum_phase_ns[PH_DATA] / r->sum_interval_ns, 1e-9);
+    TT_ASSERT(p->score > 0.5);
+    TT_ASSERT(has_rec(p, "num_workers"));
+    TT_ASSERT(has_rec(p, "pin_memory"));
+    TT_ASSERT(has_rec(p, "persistent_workers"));
+    TT_ASSERT(has_rec(p, "no worker processes"));
+    TT_EQ_INT(r->diag.insufficient, 0);
+    diag_free(r);
+}
+
+TT_TEST(compute_bound_run_is_healthy)
+{
+    diag_run *r = load("compute-bound");
+    TT_ASSERT(r);
+    TT_EQ_STR(r->diag.primary.id, "compute-bound");
+    TT_ASSERT(strstr(r->diag.primary.title, "GPU") != NULL);
+    TT_EQ_INT(r->diag.nsec, 0);
+    TT_EQ_INT(r->nworkers, 8);
+    diag_free(r);
+}
+
+TT_TEST(cpu_only_run_claims_nothing_about_gpus)
+{
+    diag_run *r = load("cpu-only");
+    TT_ASSERT(r);
+    const dfinding *p = &r->diag.primary;
+    TT_EQ_STR(p->id, "compute-bound");
+    TT_ASSERT(strstr(p->title, "CPU") != NULL);
+    for (int i = 0; i < p->nev; i++) TT_ASSERT(strstr(p->ev[i].text, "GPU") == NULL);
+    int noted = 0;
+    for (int i = 0; i < r->diag.nnotes; i++) noted |= strstr(r->diag.notes[i], "GPU metrics were not available") != NULL;
+    TT_ASSERT(noted);
+    TT_ASSERT(has_rec(p, "set_num_threads"));
+    dfig f;
+    diag_figures(r, &f);
+    TT_ASSERT(isnan(f.gpu_util_mean)); /* unknown, not 0 */
+    diag_free(r);
+}
+
+TT_TEST(memory_growth_run)
+{
+    diag_run *r = load("memory-growth");
+    TT_ASSERT(r);
+    TT_EQ_STR(r->diag.primary.id, "memory-capacity");
+    TT_ASSERT(strstr(r->diag.primary.summary, "grew from") != NULL);
+    diag_free(r);
+}
+
+TT_TEST(hang_run)
+{
+    diag_run *r = load("hang");
+    TT_ASSERT(r);
+    TT_EQ_STR(r->diag.primary.id, "unstable");
+    TT_ASSERT(strstr(r->diag.primary.summary, "possible hang") != NULL);
+    TT_EQ_INT(r->exit_signal, 15);
+    diag_free(r);
+}
+
+TT_TEST(crashed_run_has_too_little_data)
+{
+    diag_run *r = load("crashed");
+    TT_ASSERT(r);
+    TT_EQ_INT(r->diag.insufficient, 1);
+    TT_EQ_STR(r->diag.primary.id, "insufficient-data");
+    TT_ASSERT(strstr(r->diag.insufficient_why, "only 3 steps") != NULL);
+    TT_EQ_INT(r->exit_code, 1);
+    diag_free(r);
+}
+
+TT_TEST(straggler_run)
+{
+    diag_run *r = load("straggler");
+    TT_ASSERT(r);
+    TT_EQ_STR(r->diag.primary.id, "straggler");
+    TT_ASSERT(strstr(r->diag.primary.summary, "rank 3") != NULL);
+    int thr = 0;
+    for (int i = 0; i < r->diag.nsec; i++) thr |= strcmp(r->diag.sec[i].id, "throttling") == 0;
+    TT_ASSERT(thr);
+    diag_free(r);
+}
+
+TT_TEST(damaged_and_missing_runs)
+{
+    diag_run *r = NULL;
+    char err[512];
+    TT_EQ_INT(diag_load(fixture("damaged"), &r, err, sizeof(err)), TPF_EFORMAT);
+    TT_ASSERT(strstr(err, "run.json") && strstr(err, "position"));
+    TT_ASSERT(r == NULL);
+    TT_EQ_INT(diag_load(fixture("no-such-run"), &r, err, sizeof(err)), TPF_ENOENT);
+    TT_ASSERT(strstr(err, "no such run directory") != NULL);
+    TT_EQ_INT(diag_load("/", &r, err, sizeof(err)), TPF_ENOENT);
+    TT_ASSERT(strstr(err, "not a trainperf run directory") != NULL);
+}
+
+/* ---- report_finish_run ------------------------------------------------------------ */
+
+static int copy_file(const char *from, const char *to)
+{
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    if (!a || !b) {
+        if (a) fclose(a);
+        if (b) fclose(b);
+        return -1;
+    }
+    char blk[8192];
+    size_t n;
+    while ((n = fread(blk, 1, sizeof(blk), a)) > 0) fwrite(blk, 1, n, b);
+    fclose(a);
+    return fclose(b);
+}
+
+TT_TEST(finish_run_adds_diagnosis_and_keeps_summary)
+{
+    char dir[] = "/tmp/tpf-finish-XXXXXX";
+    TT_ASSERT(mkdtemp(dir) != NULL);
+    const char *files[] = {"run.json", "summary.json", "steps.csv", "metrics.csv", "procs.csv", "alerts.jsonl"};
+    char from[PATH_MAX + 128], to[PATH_MAX + 128];
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(from, sizeof(from), "%s/%s", fixture("input-bound"), files[i]);
+        snprintf(to, sizeof(to), "%s/%s", dir, files[i]);
+        TT_EQ_INT(copy_file(from, to), 0);
+    }
+    buf term;
+    buf_init(&term, 0);
+    char err[512] = "";
+    TT_EQ_INT(report_finish_run(dir, 0, &term, err, sizeof(err)), 0);
+    TT_ASSERT(strstr(term.data, "DIAGNOSIS") && strstr(term.data, "Input-bound"));
+    /* twice: the diagnosis is replaced, not duplicated */
+    buf_reset(&term);
+    TT_EQ_INT(report_finish_run(dir, 0, &term, err, sizeof(err)), 0);
+    buf_free(&term);
+
+    jr_doc orig, now;
+    snprintf(from, sizeof(from), "%s/summary.json", fixture("input-bound"));
+    snprintf(to, sizeof(to), "%s/summary.json", dir);
+    TT_EQ_INT(jr_load_file(&orig, from, 0, err, sizeof(err)), 0);
+    TT_EQ_INT(jr_load_file(&now, to, 0, err, sizeof(err)), 0);
+    TT_EQ_INT(now.root->count, orig.root->count + 1);
+    for (const jr_node *c = orig.root->child; c; c = c->next) {
+        const jr_node *m = jr_get(now.root, c->key);
+        TT_ASSERT(m != NULL);
+        /* byte for byte */
+        TT_ASSERT(m->end - m->off == c->end - c->off);
+        TT_ASSERT(memcmp(now.text + m->off, orig.text + c->off, c->end - c->off) == 0);
+    }
+    TT_EQ_STR(jr_pstr(now.root, "diagnosis.primary.id"), "input-bound");
+    int ndiag = 0;
+    for (const jr_node *c = now.root->child; c; c = c->next) ndiag += strcmp(c->key, "diagnosis") == 0;
+    TT_EQ_INT(ndiag, 1);
+    jr_free(&orig);
+    jr_free(&now);
+
+    struct stat st;
+    snprintf(to, sizeof(to), "%s/report.md", dir);
+    TT_ASSERT(stat(to, &st) == 0 && st.st_size > 500);
+    snprintf(to, sizeof(to), "%s/report.html", dir);
+    TT_ASSERT(stat(to, &st) == 0 && st.st_size > 5000);
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(to, sizeof(to), "%s/%s", dir, files[i]);
+        unlink(to);
+    }
+    snprintf(to, sizeof(to), "%s/report.md", dir);
+    unlink(to);
+    snprintf(to, sizeof(to), "%s/report.html", dir);
+    unlink(to);
+    rmdir(dir);
+}
+
+int main(int argc, char **argv) { return tt_main(argc, argv); }
