@@ -1,0 +1,331 @@
+"""PyTorch on the CPU: the decorator, FLOP counting, MFU, the profiler window,
+graph breaks, and the auto-instrumentation (in embedded mode here; under
+`trainperf run` in test_py_run.py)."""
+import json
+import os
+import textwrap
+
+import pytest
+
+from pyhelp import EXAMPLES, col_sum, require_extension, run_py, steps
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(autouse=True)
+def _ext():
+    require_extension()
+
+
+def script(tmp_path, body, name="s.py"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+# Runs a script with the auto hook installed and an embedded collector: the
+# same code paths as `trainperf run`, in one process.
+AUTO_EMBEDDED = """
+    import os, runpy, sys
+    out = sys.argv[1]
+    import trainperf
+    from trainperf import _autohook
+    assert trainperf.start(out, interval_s=0.2) == out
+    _autohook.install()
+    sys.argv = sys.argv[2:]
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    finally:
+        trainperf.stop()
+"""
+
+
+def test_flops_of_known_models_match_the_analytic_count():
+    from torch import nn
+    from trainperf.torch_helpers import count_flops
+    B = 8
+    lin = nn.Linear(32, 16)
+    x = torch.randn(B, 32)
+    _, fl, how = count_flops(lin, x)
+    assert how == "FlopCounterMode"
+    assert fl == 2 * B * 32 * 16  # one matmul; the bias add is not a FLOP it counts
+
+    mlp = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+    _, fl, _ = count_flops(mlp, x)
+    assert fl == 2 * B * (32 * 64 + 64 * 10)
+
+    # forward + backward of a Linear whose input needs no grad: forward GEMM
+    # plus the weight-gradient GEMM
+    def fwd_bwd():
+        lin(x).sum().backward()
+    _, fl, _ = count_flops(fwd_bwd)
+    assert fl == 2 * (2 * B * 32 * 16)
+
+    conv = nn.Conv2d(3, 8, kernel_size=3, padding=1)
+    img = torch.randn(2, 3, 16, 16)
+    _, fl, _ = count_flops(conv, img)
+    h_out = w_out = 16
+    assert fl == 2 * 2 * 8 * h_out * w_out * 3 * 3 * 3
+
+
+def test_mfu_needs_a_known_device():
+    from trainperf import torch_helpers as th
+    # unknown or CPU: no number, a reason
+    v, why = th.mfu(1e12, 0.1, device="cpu")
+    assert v is None and "cpu" in why
+    v, why = th.mfu(1e12, 0.1, device="Imaginary GPU 9000", dtype="bf16")
+    assert v is None and "not in the peak" in why
+    v, why = th.mfu(None, 0.1, device="NVIDIA H100 80GB HBM3", dtype="bf16")
+    assert v is None
+    # a known name: the table's dense peak
+    fl, dt = 400e12, 1.0
+    v, why = th.mfu(fl, dt, device="NVIDIA H100 80GB HBM3", dtype="bf16")
+    assert v == pytest.approx(fl / dt / th.PEAK_FLOPS["H100 SXM"]["bf16"])
+    assert th.device_key("NVIDIA H100 PCIe") == "H100 PCIe"
+    assert th.device_key("NVIDIA L40S") == "L40S" and th.device_key("NVIDIA L4") == "L4"
+    assert th.device_key("NVIDIA A100-SXM4-80GB") == "A100"
+    assert th.device_key("NVIDIA H200") == "H200 SXM"
+
+
+def test_cuda_helpers_say_why_on_cpu():
+    if torch.cuda.is_available():
+        pytest.skip("has CUDA: covered by the GPU run")
+    from trainperf import torch_helpers as th
+    stats, why = th.cuda_memory_stats()
+    assert stats is None and "CUDA" in why
+    m = th.CudaMemoryStats(every=1)
+    assert m.step() is None and "CUDA" in m.reason
+    snap = th.MemorySnapshot()
+    assert snap.start() is False and "CUDA" in snap.reason
+
+
+def test_graph_break_report_finds_the_planted_break(tmp_path):
+    from trainperf.torch_helpers import graph_break_report
+
+    def clean(x):
+        return torch.relu(x) * 2
+
+    def broken(x):
+        y = torch.relu(x)
+        if y.sum().item() > 0:   # data-dependent Python branch: a graph break
+            y = y * 2
+        return y + 1
+
+    x = torch.randn(16)
+    rep = graph_break_report(clean, x, out_path=str(tmp_path / "clean.json"))
+    assert rep["graph_break_count"] == 0 and rep["breaks"] == []
+    rep = graph_break_report(broken, x, out_path=str(tmp_path / "compile.json"))
+    assert rep["graph_break_count"] >= 1
+    assert rep["compile_s"] > 0
+    text = json.dumps(rep["breaks"])
+    assert "item" in text.lower()
+    assert "test_py_torch.py" in text  # points at the planted line
+    assert json.loads((tmp_path / "compile.json").read_text())["graph_break_count"] >= 1
+
+
+def test_profiler_schedule_writes_windows_and_topk(tmp_path):
+    from trainperf.torch_helpers import ProfilerSchedule
+    model = torch.nn.Linear(16, 16)
+    x = torch.randn(4, 16)
+    ps = ProfilerSchedule(wait=1, warmup=1, active=2, repeat=2, out_dir=str(tmp_path), top_k=5)
+    with ps:
+        for _ in range(10):
+            model(x).sum().backward()
+            ps.step()
+    assert len(ps.windows) == 2
+    for trace, top in ps.windows:
+        ev = json.loads(open(trace).read())
+        names = {e.get("name") for e in ev["traceEvents"]}
+        assert "aten::addmm" in names or "aten::linear" in names
+        assert "aten::" in open(top).read()
+    top = json.loads(open(ps.windows[0][1].replace(".txt", ".json")).read())
+    assert 0 < len(top["ops"]) <= 5
+
+
+DECORATED = """
+    import sys, json, torch, trainperf
+    from torch import nn
+    out = sys.argv[1]
+    trainperf.start(out, interval_s=0.2)
+    B, D, H = 16, 32, 64
+    model = nn.Sequential(nn.Linear(D, H), nn.ReLU(), nn.Linear(H, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    @trainperf.monitor(samples=lambda x, y: x.shape[0], tokens=lambda x, y: x.numel(),
+                       flops_steps=[2], cuda_memory_every=2)
+    def train_step(x, y):
+        opt.zero_grad()
+        with trainperf.phase("forward"):
+            loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for i in range(7):
+        train_step(torch.randn(B, D), torch.randn(B, 1))
+    trainperf.stop()
+    s = train_step.stats
+    print(json.dumps({"steps": s.steps, "samples": s.samples, "flops": s.flops,
+                      "method": s.flops_method, "mfu": s.mfu, "mfu_reason": s.mfu_reason,
+                      "skipped": s.skipped}))
+"""
+
+
+def test_decorator_records_steps_flops_and_says_why_for_mfu(tmp_path):
+    out = tmp_path / "run"
+    res = run_py([script(tmp_path, DECORATED), out])
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    B, D, H = 16, 32, 64
+    rows = steps(out)
+    assert len(rows) == info["steps"] == 7
+    assert all(int(r["samples"]) == B and int(r["tokens"]) == B * D for r in rows)
+    assert all(int(r["forward_ns"]) > 0 for r in rows)
+    # forward GEMMs, then backward: grad-input of the second layer, weight grads of both
+    fwd = 2 * B * (D * H + H * 1)
+    bwd = 2 * B * (D * H + H * 1) + 2 * B * H * 1
+    assert info["flops"] == {"2": fwd + bwd} and info["method"] == "FlopCounterMode"
+    if not torch.cuda.is_available():
+        assert info["mfu"] is None and info["mfu_reason"]
+        assert "CUDA" in info["skipped"]["cuda_memory"]
+
+
+def test_auto_hook_counts_optimizer_steps_and_samples(tmp_path):
+    out = tmp_path / "run"
+    runner = script(tmp_path, AUTO_EMBEDDED, "runner.py")
+    N, B, ACC = 6, 8, 2
+    res = run_py([runner, out, EXAMPLES / "train_mlp.py", "--steps", N, "--batch", B,
+                  "--accum", ACC])
+    assert res.returncode == 0, res.stderr
+    rows = steps(out)
+    assert len(rows) == N  # one step per optimizer step, not per micro-batch
+    assert all(int(r["samples"]) == B * ACC for r in rows)
+    for col in ("data_ns", "forward_ns", "backward_ns", "optimizer_ns"):
+        assert all(int(r[col]) > 0 for r in rows), col
+
+
+EXPLICIT_WITH_LOADER = """
+    import sys, torch, trainperf
+    from torch.utils.data import DataLoader, TensorDataset
+    N = int(sys.argv[1])
+    data = TensorDataset(torch.randn(N * 4, 8), torch.randn(N * 4, 1))
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(data, batch_size=4):
+        with trainperf.step(samples=len(x)):
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+"""
+
+
+def test_auto_hook_steps_down_for_the_explicit_api(tmp_path):
+    out = tmp_path / "run"
+    runner = script(tmp_path, AUTO_EMBEDDED, "runner.py")
+    N = 5
+    res = run_py([runner, out, script(tmp_path, EXPLICIT_WITH_LOADER), N])
+    assert res.returncode == 0, res.stderr
+    rows = steps(out)
+    assert len(rows) == N
+    assert col_sum(rows, "samples") == N * 4
+    # the automatic phases stay (nested same-name ranges are counted once)
+    assert all(int(r["optimizer_ns"]) > 0 for r in rows)
+
+
+def test_auto_hook_leaves_results_unchanged(tmp_path):
+    args = [EXAMPLES / "train_mlp.py", "--steps", 8, "--accum", 2]
+    plain = run_py(args)
+    assert plain.returncode == 0, plain.stderr
+    runner = script(tmp_path, AUTO_EMBEDDED, "runner.py")
+    watched = run_py([runner, tmp_path / "run", *args])
+    assert watched.returncode == 0, watched.stderr
+    assert watched.stdout.split() == plain.stdout.split()
+    assert len(steps(tmp_path / "run")) == 8
+
+
+LIGHTNING = """
+    import sys, torch, lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+    from trainperf.lightning import TrainperfCallback
+    out, max_steps, accum = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                           torch.nn.Linear(16, 1))
+        def training_step(self, batch, i):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+    cb = TrainperfCallback(start=True, run_dir=out, interval_s=0.2)
+    trainer = L.Trainer(max_steps=max_steps, accumulate_grad_batches=accum, callbacks=[cb],
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    trainer.fit(Tiny(), DataLoader(data, batch_size=4))
+    print(trainer.global_step, cb.steps)
+"""
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_lightning_callback_records_each_optimizer_step(tmp_path, accum):
+    pytest.importorskip("lightning")
+    out = tmp_path / "run"
+    res = run_py([script(tmp_path, LIGHTNING), out, 5, accum])
+    assert res.returncode == 0, res.stderr
+    gs, n = map(int, res.stdout.split()[-2:])
+    assert gs == n == 5
+    rows = steps(out)
+    assert len(rows) == 5
+    assert all(int(r["samples"]) == 4 * accum for r in rows)
+    for col in ("forward_ns", "backward_ns", "optimizer_ns", "data_ns"):
+        assert all(int(r[col]) > 0 for r in rows), col
+
+
+HF = """
+    import sys, torch
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+    from trainperf.hf import TrainperfCallback
+    out, max_steps, accum, tmp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+
+    class Toks(torch.utils.data.Dataset):
+        def __init__(self, n, seq):
+            g = torch.Generator().manual_seed(0)
+            self.ids = torch.randint(0, 100, (n, seq), generator=g)
+            self.lab = torch.randint(0, 2, (n,), generator=g)
+        def __len__(self): return len(self.ids)
+        def __getitem__(self, i):
+            return {"input_ids": self.ids[i], "labels": self.lab[i]}
+
+    cfg = BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=32, num_labels=2)
+    model = BertForSequenceClassification(cfg)
+    args = TrainingArguments(output_dir=tmp, max_steps=max_steps, per_device_train_batch_size=4,
+                             gradient_accumulation_steps=accum, report_to=[], save_strategy="no",
+                             logging_strategy="no", use_cpu=True, dataloader_num_workers=0,
+                             disable_tqdm=True)
+    cb = TrainperfCallback(start=True, run_dir=out, interval_s=0.2)
+    Trainer(model=model, args=args, train_dataset=Toks(64, 12), callbacks=[cb]).train()
+    print(cb.steps)
+"""
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_hf_trainer_callback_records_each_optimizer_step(tmp_path, accum):
+    pytest.importorskip("transformers")
+    out = tmp_path / "run"
+    res = run_py([script(tmp_path, HF), out, 4, accum, tmp_path / "hf"])
+    assert res.returncode == 0, res.stderr
+    assert int(res.stdout.split()[-1]) == 4
+    rows = steps(out)
+    assert len(rows) == 4
+    assert all(int(r["samples"]) == 4 * accum for r in rows)
+    assert all(int(r["tokens"]) == 4 * accum * 12 for r in rows)
+    for col in ("forward_ns", "backward_ns", "optimizer_ns", "data_ns"):
+        assert all(int(r[col]) > 0 for r in rows), col
