@@ -27,7 +27,11 @@
  *
  * Members stay members while alive, even when their parent exits and they are
  * reparented out of the root's subtree (orphaned DataLoader workers still cost
- * the run). Zombies are not counted: they use no CPU or memory. */
+ * the run). Zombies are not counted: they use no CPU or memory.
+ *
+ * Known gaps: CPU a process used between the last sample and its exit goes
+ * with it (its counters vanish; we never guess); a process whose parent exits
+ * before we first see it is reparented away and not followed. */
 #include "collect/procfs.h"
 
 #include <dirent.h>
