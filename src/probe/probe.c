@@ -55,11 +55,13 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Everything below is guarded by g_lock. */
 typedef struct probe_seg {
     void *base;
-    size_t size;
+    size_t size;      /* mapped bytes (map_size) */
     seg_header *h;
+    int fd;           /* kept to grow the file as rings are claimed; -1 */
+    uint64_t file_len;
 } probe_seg;
 
-static probe_seg g_seg;
+static probe_seg g_seg = {.fd = -1};
 static uint32_t g_gen = PROBE_GEN0 - 1;
 static int g_clock_tsc;           /* read on the hot path; set before publish */
 static char g_run_dir[PATH_MAX];
@@ -224,6 +226,8 @@ static int seg_create_locked(const char *run_dir, probe_seg *out)
     uint64_t rings_off = seg_round_page(names_off + (uint64_t)SEG_MAX_NAMES * sizeof(seg_name_slot));
     uint64_t stride = seg_ring_stride(ring_events);
     uint64_t size = rings_off + (uint64_t)SEG_MAX_RINGS * stride;
+    /* The file holds the header and names now; rings come as claimed. */
+    uint64_t file_len = rings_off;
 
     /* Built under a temporary name and renamed into place when complete, so
      * a collector scanning live/ never sees a half-made segment. A file left
@@ -237,15 +241,17 @@ static int seg_create_locked(const char *run_dir, probe_seg *out)
         fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     }
     if (fd < 0) return err_from_errno(errno);
-    if (ftruncate(fd, (off_t)size) != 0) {
+    if (ftruncate(fd, (off_t)file_len) != 0) {
         rc = err_from_errno(errno);
         close(fd);
         unlink(tmp);
         return rc;
     }
+    /* Mapped to its full size: pages past the end are touched only after
+     * the file has grown over them. */
     void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (base == MAP_FAILED) {
+        close(fd);
         unlink(tmp);
         return TPF_ENOMEM;
     }
@@ -253,7 +259,7 @@ static int seg_create_locked(const char *run_dir, probe_seg *out)
     memcpy(h->magic, SEG_MAGIC, 8);
     h->layout_version = SEG_LAYOUT_VERSION;
     h->header_size = SEG_HEADER_SIZE;
-    h->file_size = size;
+    h->map_size = size;
     h->ring_events = ring_events;
     h->max_rings = SEG_MAX_RINGS;
     h->max_names = SEG_MAX_NAMES;
@@ -281,12 +287,15 @@ static int seg_create_locked(const char *run_dir, probe_seg *out)
     if (rename(tmp, path) != 0) {
         rc = err_from_errno(errno);
         munmap(base, size);
+        close(fd);
         unlink(tmp);
         return rc;
     }
     out->base = base;
     out->size = size;
     out->h = h;
+    out->fd = fd;
+    out->file_len = file_len;
     return 0;
 }
 
@@ -333,6 +342,8 @@ static void retire_locked(void)
 {
     if (!g_seg.h) return;
     g_dropped_before += seg_drops(g_seg.h);
+    if (g_seg.fd >= 0) close(g_seg.fd);
+    g_seg.fd = -1;
     if (g_nretired == PROBE_MAX_RETIRED) {
         /* Sixty-four attaches later no thread is still inside a write to
          * the oldest mapping. */
@@ -342,6 +353,7 @@ static void retire_locked(void)
     }
     g_retired[g_nretired++] = g_seg;
     memset(&g_seg, 0, sizeof(g_seg));
+    g_seg.fd = -1;
 }
 
 void probe_detach(void)
@@ -383,9 +395,10 @@ static void key_once(void)
     g_key_ok = pthread_key_create(&g_key, thread_exit) == 0;
 }
 
-/* Claim a ring in segment h for the calling thread; NULL when none is left. */
-static seg_ring_hdr *claim_ring_locked(seg_header *h)
+/* Claim a ring in sg for the calling thread; NULL when none is left. */
+static seg_ring_hdr *claim_ring_locked(probe_seg *sg)
 {
+    seg_header *h = sg->h;
     uint32_t n = atomic_load_explicit(&h->rings_used, memory_order_relaxed);
     /* Reuse a ring whose thread exited and whose events were all read. */
     for (uint32_t i = 0; i < n; i++) {
@@ -398,6 +411,12 @@ static seg_ring_hdr *claim_ring_locked(seg_header *h)
         if (atomic_compare_exchange_strong(&r->state, &st, SEG_RING_OWNED)) return r;
     }
     if (n >= h->max_rings) return NULL;
+    uint64_t need = h->rings_off + (uint64_t)(n + 1) * h->ring_stride;
+    if (need > sg->file_len) {
+        /* Grown before rings_used says the ring exists (see segment.h). */
+        if (sg->fd < 0 || ftruncate(sg->fd, (off_t)need) != 0) return NULL;
+        sg->file_len = need;
+    }
     atomic_store_explicit(&h->rings_used, n + 1, memory_order_release);
     seg_ring_hdr *r = seg_ring_at(h, h, n);
     atomic_store_explicit(&r->state, SEG_RING_OWNED, memory_order_relaxed);
@@ -426,7 +445,7 @@ static __attribute__((noinline)) int slow_path(uint32_t st)
         st = atomic_load_explicit(&g_state, memory_order_relaxed);
     }
     if (st >= PROBE_GEN0 && g_seg.h) {
-        seg_ring_hdr *r = claim_ring_locked(g_seg.h);
+        seg_ring_hdr *r = claim_ring_locked(&g_seg);
         if (!r) {
             t->noring_gen = st;
             t->noring_hdr = g_seg.h;
@@ -558,7 +577,9 @@ static void atfork_child(void)
     uint32_t st = atomic_load_explicit(&g_state, memory_order_relaxed);
     if (g_seg.h) {
         munmap(g_seg.base, g_seg.size);
+        if (g_seg.fd >= 0) close(g_seg.fd);
         memset(&g_seg, 0, sizeof(g_seg));
+        g_seg.fd = -1;
     }
     for (int i = 0; i < g_nretired; i++) munmap(g_retired[i].base, g_retired[i].size);
     g_nretired = 0;

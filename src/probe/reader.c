@@ -19,7 +19,8 @@
 
 struct seg_reader {
     void *base;
-    size_t size;
+    size_t size;           /* mapped: map_size */
+    int fd;                /* to see how far the file has grown */
     seg_header *h;
     /* validated copies of the header's geometry */
     uint32_t ring_events, max_rings, max_names;
@@ -40,7 +41,8 @@ static int is_pow2(uint32_t v)
     return v && !(v & (v - 1));
 }
 
-/* 0 when the header describes a layout that fits the file. */
+/* 0 when the header describes a sane layout whose header and names fit
+ * the file (rings are checked against the file's length at each use). */
 static int validate(seg_reader *r, const seg_header *h, uint64_t fsize)
 {
     if (memcmp(h->magic, SEG_MAGIC, 8) != 0) return TPF_EFORMAT;
@@ -48,7 +50,7 @@ static int validate(seg_reader *r, const seg_header *h, uint64_t fsize)
     if (atomic_load_explicit(&h->state, memory_order_acquire) != SEG_STATE_READY)
         return TPF_ESTATE;
     if (h->header_size != SEG_HEADER_SIZE || h->rec_size != sizeof(seg_rec) ||
-        h->name_slot_size != sizeof(seg_name_slot) || h->file_size != fsize)
+        h->name_slot_size != sizeof(seg_name_slot))
         return TPF_EFORMAT;
     if (!is_pow2(h->ring_events) || h->ring_events < SEG_RING_MIN ||
         h->ring_events > SEG_RING_MAX)
@@ -61,7 +63,9 @@ static int validate(seg_reader *r, const seg_header *h, uint64_t fsize)
     /* Bounded factors above, so none of these products overflow. */
     if (h->rings_off < h->names_off + (uint64_t)h->max_names * sizeof(seg_name_slot) ||
         h->rings_off % SEG_PAGE != 0 || h->rings_off > fsize ||
-        (fsize - h->rings_off) / h->ring_stride < h->max_rings)
+        h->rings_off > (uint64_t)1 << 32 ||
+        h->map_size != h->rings_off + (uint64_t)h->max_rings * h->ring_stride ||
+        h->map_size > (uint64_t)SIZE_MAX)
         return TPF_EFORMAT;
     if (h->clock_kind == SEG_CLOCK_TSC) {
         if (!isfinite(h->ns_per_tick) || h->ns_per_tick < 0.01 || h->ns_per_tick > 100)
@@ -99,24 +103,31 @@ int seg_reader_open(seg_reader **out, const char *path)
         close(fd);
         return TPF_EFORMAT;
     }
-    size_t size = (size_t)st.st_size;
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (base == MAP_FAILED) return TPF_EIO;
     seg_reader *r = calloc(1, sizeof(*r));
     if (!r) {
-        munmap(base, size);
+        close(fd);
         return TPF_ENOMEM;
+    }
+    r->fd = fd;
+    /* The header first, to learn how much to map. */
+    void *hdr = mmap(NULL, SEG_HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+    int rc = hdr == MAP_FAILED ? TPF_EIO : validate(r, hdr, (uint64_t)st.st_size);
+    size_t size = rc ? 0 : (size_t)((const seg_header *)hdr)->map_size;
+    if (hdr != MAP_FAILED) munmap(hdr, SEG_HEADER_SIZE);
+    void *base = MAP_FAILED;
+    if (rc == 0) {
+        /* From here on only the validated copies of the geometry are used. */
+        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (base == MAP_FAILED) rc = TPF_ENOMEM;
+    }
+    if (rc) {
+        close(fd);
+        free(r);
+        return rc;
     }
     r->base = base;
     r->size = size;
     r->h = base;
-    int rc = validate(r, r->h, (uint64_t)size);
-    if (rc) {
-        munmap(base, size);
-        free(r);
-        return rc;
-    }
     const seg_header *h = r->h;
     r->info.pid = h->pid;
     r->info.ppid = h->ppid;
@@ -135,6 +146,7 @@ void seg_reader_close(seg_reader *r)
 {
     if (!r) return;
     munmap(r->base, r->size);
+    close(r->fd);
     free(r->names);
     free(r);
 }
@@ -158,6 +170,23 @@ static void refine_clock(seg_reader *r)
     if (fabs(rate / r->ns_per_tick - 1.0) < 0.01) r->ns_per_tick = rate;
 }
 
+/* Rings the reader may touch: those published (rings_used, loaded first)
+ * that the file is long enough to hold. *damaged when they differ. */
+static uint32_t rings_readable(const seg_reader *r, int *damaged)
+{
+    uint32_t n = atomic_load_explicit(&r->h->rings_used, memory_order_acquire);
+    struct stat st;
+    uint64_t avail = 0;
+    if (fstat(r->fd, &st) == 0 && (uint64_t)st.st_size > r->rings_off)
+        avail = ((uint64_t)st.st_size - r->rings_off) / r->ring_stride;
+    if (avail > r->max_rings) avail = r->max_rings;
+    if (n > avail) {
+        if (damaged) *damaged = 1;
+        n = (uint32_t)avail;
+    }
+    return n;
+}
+
 static uint64_t to_mono(const seg_reader *r, uint64_t ts)
 {
     if (r->clock_kind != SEG_CLOCK_TSC) return ts;
@@ -168,12 +197,10 @@ static uint64_t to_mono(const seg_reader *r, uint64_t ts)
 long seg_reader_drain(seg_reader *r, seg_event_cb cb, void *ctx)
 {
     if (!r) return TPF_EINVAL;
-    seg_header *h = r->h;
-    uint32_t n = atomic_load_explicit(&h->rings_used, memory_order_acquire);
-    if (n > r->max_rings) n = r->max_rings;
+    int damaged = 0;
+    uint32_t n = rings_readable(r, &damaged);
     refine_clock(r);
     long total = 0;
-    int damaged = 0;
     uint64_t mask = r->ring_events - 1;
     for (uint32_t i = 0; i < n; i++) {
         seg_ring_hdr *ring = (seg_ring_hdr *)((char *)r->base + r->rings_off +
@@ -245,10 +272,8 @@ const char *seg_reader_name(seg_reader *r, tpf_name id)
 uint64_t seg_reader_dropped(const seg_reader *r)
 {
     if (!r) return 0;
-    const seg_header *h = r->h;
-    uint64_t d = atomic_load_explicit(&h->drops_noring, memory_order_relaxed);
-    uint32_t n = atomic_load_explicit(&h->rings_used, memory_order_acquire);
-    if (n > r->max_rings) n = r->max_rings;
+    uint64_t d = atomic_load_explicit(&r->h->drops_noring, memory_order_relaxed);
+    uint32_t n = rings_readable(r, NULL);
     for (uint32_t i = 0; i < n; i++) {
         const seg_ring_hdr *ring = (const seg_ring_hdr *)((const char *)r->base + r->rings_off +
                                                           (uint64_t)i * r->ring_stride);

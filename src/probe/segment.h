@@ -1,7 +1,9 @@
 /* The shared segment: binary layout shared by the probe (producer) and the
  * reader (collector). One file per process, RUN_DIR/live/seg-<pid>.tpf,
- * mapped MAP_SHARED by both. The file is sparse (ftruncate), so only pages
- * that are written cost memory.
+ * mapped MAP_SHARED by both. Both map map_size bytes, but the file only
+ * grows (ftruncate, sparse) as threads claim rings: its length is the header,
+ * the name table and rings 0..rings_used-1, so a copied run directory holds
+ * no gigabyte of holes and only pages that are written cost memory.
  *
  * Layout version 1, all integers little-endian native, offsets from the
  * start of the file:
@@ -20,6 +22,9 @@
  *    INIT retries later (TPF_ESTATE).
  *  - a name slot's len is stored with release after its bytes; name_count
  *    (release) bounds the slots a reader looks at.
+ *  - rings_used grows (release) only after the file was extended to hold
+ *    the new ring; a reader loads it, then fstat()s the file, and treats
+ *    rings_used beyond the file's length as damage (never touches them).
  *  - a ring slot is claimed by a CAS on ring.state (FREE/NEW -> OWNED); the
  *    owner stores tid before its first publish. ring.head counts records
  *    ever written (producer only, release store after the record); ring.tail
@@ -60,7 +65,7 @@ typedef struct seg_header {
     char magic[8];
     uint32_t layout_version;
     uint32_t header_size;       /* SEG_HEADER_SIZE */
-    uint64_t file_size;
+    uint64_t map_size;          /* rings_off + max_rings * ring_stride */
     _Atomic uint32_t state;     /* SEG_STATE_* */
     uint32_t ring_events;       /* records per ring, power of two */
     uint32_t max_rings;

@@ -418,11 +418,18 @@ TT_TEST(ring_of_exited_thread_is_reused_after_drain)
     close(fd);
     TT_ASSERT(h != MAP_FAILED);
     TT_EQ_INT(h->rings_used, 2);
+    /* The file grew by one ring per claimed ring, no more. */
+    struct stat st;
+    TT_ASSERT(stat(seg, &st) == 0);
+    TT_EQ_INT(st.st_size, h->rings_off + 2 * h->ring_stride);
+    TT_ASSERT(h->map_size > (uint64_t)st.st_size);
     /* Both drained and exited: the next thread reuses one. */
     pid_t t3;
     pthread_create(&th, NULL, one_mark_thread, &t3);
     pthread_join(th, NULL);
     TT_EQ_INT(h->rings_used, 2);
+    TT_ASSERT(stat(seg, &st) == 0);
+    TT_EQ_INT(st.st_size, h->rings_off + 2 * h->ring_stride);
     c.n = 0;
     TT_EQ_INT(seg_reader_drain(r, collect_cb, &c), 1);
     TT_EQ_INT(c.ev[0].tid, t3);
@@ -900,8 +907,28 @@ TT_TEST(damaged_segments_give_errors)
     clk.npt = 0.4;
     TT_EQ_INT(open_patched(seg, bad, offsetof(seg_header, clock_kind), &clk, sizeof(clk), size),
               0);
-    /* Truncated: the rings no longer fit the file. */
-    TT_EQ_INT(open_patched(seg, bad, 0, SEG_MAGIC, 8, size / 2), TPF_EFORMAT);
+    /* Truncated into the name table. */
+    TT_EQ_INT(open_patched(seg, bad, 0, SEG_MAGIC, 8, (off_t)offsetof(seg_header, magic) +
+                                                         SEG_HEADER_SIZE + 100),
+              TPF_EFORMAT);
+    /* Truncated before ring 0 that rings_used says exists: opens (names are
+     * there) but the ring is never touched, and the drain reports damage. */
+    {
+        int bfd = open(seg, O_RDONLY);
+        static char whole[SEG_HEADER_SIZE];
+        TT_ASSERT(read(bfd, whole, sizeof(whole)) == (ssize_t)sizeof(whole));
+        close(bfd);
+        const seg_header *gh = (const seg_header *)whole;
+        TT_EQ_INT(gh->rings_used, 1);
+        TT_EQ_INT(write_file(bad, whole, sizeof(whole)), 0);
+        TT_ASSERT(truncate(bad, (off_t)gh->rings_off) == 0);
+        TT_EQ_INT(seg_reader_open(&r, bad), 0);
+        long got = 0;
+        TT_EQ_INT(seg_reader_drain(r, count_cb, &got), TPF_EFORMAT);
+        TT_EQ_INT(got, 0);
+        TT_EQ_INT(seg_reader_dropped(r), 0);
+        seg_reader_close(r);
+    }
 
     /* Damage inside a valid segment: impossible head, bad record kind,
      * a name slot with an absurd length. The reader reports, no crash. */
@@ -928,8 +955,11 @@ TT_TEST(damaged_segments_give_errors)
     atomic_store(&slots[nm].len, 2); /* shorter than the bytes: embedded NUL check */
     slots[nm].s[0] = 0;
     TT_ASSERT(seg_reader_name(r, nm) == NULL);
-    atomic_store(&h->rings_used, 1000000); /* clamped to max_rings */
-    TT_EQ_INT(seg_reader_drain(r, count_cb, &n), 0);
+    /* More rings claimed than the file holds: those are never touched. */
+    atomic_store(&h->rings_used, 1000000);
+    TT_EQ_INT(seg_reader_drain(r, count_cb, &n), TPF_EFORMAT);
+    TT_EQ_INT(n, 0);
+    atomic_store(&h->rings_used, 1);
     seg_reader_close(r);
     munmap(base, (size_t)size);
     probe_detach();
