@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -629,12 +630,20 @@ static void stop_tree(struct tree *t)
     tree_pgid = 0;
 }
 
-TT_TEST(real_tree_cpu_rss_io_exit_newborn)
+/* low_fds: so few descriptors that the source cannot hold files open for
+ * most processes and reads them by path (checking the start time). */
+static void real_tree_case(int low_fds)
 {
     alarm(120); /* a hang is a failure, not a stuck suite */
     struct tree t;
     int pids_r;
     TT_ASSERT(start_tree(&t, &pids_r) == 0);
+    if (low_fds) {
+        struct rlimit rl;
+        TT_ASSERT(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+        rl.rlim_cur = 24; /* the source keeps a quarter: 3 processes' two files */
+        TT_ASSERT(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    }
     src_ctx ctx = {0};
     ctx.root_pid = t.root;
     ctx.interval_s = 1.0;
@@ -719,6 +728,10 @@ TT_TEST(real_tree_cpu_rss_io_exit_newborn)
     stop_tree(&t);
     close(pids_r);
 }
+
+TT_TEST(real_tree_cpu_rss_io_exit_newborn) { real_tree_case(0); }
+
+TT_TEST(real_tree_with_few_fds) { real_tree_case(1); }
 
 static double wall_s(void)
 {
