@@ -155,6 +155,15 @@ typedef struct prod {
 } prod;
 
 static _Atomic int g_stop_drain;
+static tpf_name g_clock_name;
+static _Atomic uint64_t g_clock_mark_ts;
+
+/* Counts events; remembers the time of the clock-check mark. */
+static void load_cb(void *ctx, const seg_event *ev)
+{
+    (*(long *)ctx)++;
+    if (ev->kind == SEG_EV_MARK && ev->name == g_clock_name) atomic_store(&g_clock_mark_ts, ev->ts_ns);
+}
 
 static void *producer(void *arg)
 {
@@ -194,7 +203,7 @@ static void *drain_main(void *arg)
     uint64_t c0 = thread_cpu_ns(), w0 = clk_mono_ns();
     for (;;) {
         int stop = atomic_load(&g_stop_drain);
-        long n = seg_reader_drain(d->r, count_cb, &d->received);
+        long n = seg_reader_drain(d->r, load_cb, &d->received);
         if (n < 0) g_broken = 1;
         d->drains++;
         if (stop) break;
@@ -230,8 +239,35 @@ static int run_load(const char *dir, const char *label, int nprod, double rate, 
         sent += p[i].sent;
     }
     double wall = (double)(clk_mono_ns() - t0) / 1e9;
+    /* Clock check, seconds after attach: one mark bracketed by two
+     * clock_gettime reads, converted by the reader. */
+    atomic_store(&g_clock_mark_ts, 0);
+    tpf_mark(TPF_PHASE_EVAL); /* this thread's first event claims its ring */
+    sent++;
+    uint64_t before = clk_mono_ns();
+    tpf_mark(g_clock_name);
+    uint64_t after = clk_mono_ns();
+    sent++;
     atomic_store(&g_stop_drain, 1);
     pthread_join(d.th, NULL);
+    uint64_t mts = atomic_load(&g_clock_mark_ts);
+    const clk_calib *ck = clk_setup();
+    if (rate > 0 && mts) {
+        double off = (double)mts - ((double)before + (double)after) / 2;
+        printf("%s: clock check after %.1f s: event time - clock_gettime = %+.0f ns "
+               "(bracket +-%.0f ns)", label, wall, off, (double)(after - before) / 2);
+        if (ck->kind == SEG_CLOCK_TSC) {
+            uint64_t t, m;
+            clk_pair(&t, &m);
+            double pred = (double)ck->mono0 + (double)(t - ck->tsc0) * ck->ns_per_tick;
+            printf("; the producer's 2 ms calibration alone would be %+.0f ns off",
+                   pred - (double)m);
+        }
+        printf("\n");
+    } else if (rate > 0) {
+        printf("%s: BROKEN: the clock-check mark was not received\n", label);
+        g_broken = 1;
+    }
     uint64_t drops = seg_reader_dropped(d.r);
     uint64_t pdrops = tpf_dropped();
     seg_reader_close(d.r);
@@ -288,6 +324,7 @@ int main(int argc, char **argv)
         }
     }
     unsetenv("TRAINPERF_CLOCK");
+    g_clock_name = tpf_name_register("clock-check");
     bench_cost(dir);
     int drops = run_load(dir, "(b) 4 x 1M events/s", 4, 1e6, seconds, 1000000, NULL);
     printf("(b) drops: %d  [target 0]\n", drops);
