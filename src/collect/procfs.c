@@ -533,6 +533,13 @@ static pent *tab_insert(procfs_state *s, pid_t pid, uint8_t kind)
 
 /* ------------------------------------------------------------ members */
 
+/* Exited and not yet reaped. A leader that called pthread_exit() also shows
+ * 'Z' while its other threads run on: that process is alive (threads > 1). */
+static int is_dead(const procfs_pidstat *st)
+{
+    return st->state == 'X' || (st->state == 'Z' && st->threads <= 1);
+}
+
 static void member_release(procfs_state *s, int i)
 {
     member *m = &s->priv[i];
@@ -593,7 +600,7 @@ static int member_read(procfs_state *s, int i, double dt)
     if (r <= 0 || procfs_parse_pidstat(b, (size_t)r, &st) != 0) return -1;
     /* a path read may hit a new process that reused the pid */
     if (m->stat_fd < 0 && st.starttime != m->starttime) return -1;
-    if (st.state == 'Z' || st.state == 'X') return -1;
+    if (is_dead(&st)) return -1;
 
     pp->ppid = st.ppid;
     memcpy(pp->comm, st.comm, sizeof(pp->comm));
@@ -659,8 +666,7 @@ static void member_add(procfs_state *s, pent *e, double dt)
     if (fd < 0) goto gone;
     ssize_t r = read_fd(fd, b, sizeof(b), 1);
     procfs_pidstat st;
-    if (r <= 0 || procfs_parse_pidstat(b, (size_t)r, &st) != 0 || st.state == 'Z' ||
-        st.state == 'X') {
+    if (r <= 0 || procfs_parse_pidstat(b, (size_t)r, &st) != 0 || is_dead(&st)) {
         close(fd);
         goto gone;
     }
@@ -777,7 +783,7 @@ static void read_pending(procfs_state *s)
             continue;
         }
         e->ppid = st.ppid;
-        e->kind = (st.state == 'Z' || st.state == 'X') ? K_ZOMBIE : K_PENDING;
+        e->kind = is_dead(&st) ? K_ZOMBIE : K_PENDING;
     }
 }
 

@@ -2,6 +2,7 @@
  * fake /proc tree with known counters, and the process tree on real
  * processes (CPU burners, sleepers, a 200 MB memory hog, an fsync writer). */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -815,6 +816,45 @@ TT_TEST(workers_come_and_go)
     kill_tree();
     waitpid(root, NULL, 0);
     tree_pgid = 0;
+}
+
+static void *burn_thread(void *arg)
+{
+    burn_forever();
+    return arg;
+}
+
+/* Its main thread is gone ('Z' in /proc/PID/stat) but a worker runs on. */
+TT_TEST(leader_exited_process_is_alive)
+{
+    alarm(120);
+    pid_t k = fork();
+    TT_ASSERT(k >= 0);
+    if (k == 0) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, burn_thread, NULL) != 0) _exit(1);
+        pthread_exit(NULL);
+    }
+    src_ctx ctx = {0};
+    ctx.root_pid = k;
+    void *st = NULL;
+    TT_EQ_INT(procfs_source.init(&st, &ctx), 0);
+    static coll_frame f;
+    double cpu = 0;
+    int listed = 1;
+    for (int tries = 0; tries < 60 && cpu <= 0 && listed; tries++) {
+        usleep(100 * 1000);
+        memset(&f, 0, sizeof(f));
+        procfs_source.sample(st, &ctx, &f);
+        const procfs_proc *p = find_proc(st, k);
+        listed = p != NULL;
+        if (p && p->cpu_pct.ok) cpu = p->cpu_pct.v;
+    }
+    procfs_source.close(st);
+    kill(k, SIGKILL);
+    waitpid(k, NULL, 0);
+    TT_ASSERT(listed);
+    TT_ASSERT(cpu > 0);
 }
 
 TT_TEST(embedded_root_is_self)
