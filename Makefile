@@ -92,6 +92,16 @@ $(BUILD)/bench/%: bench/%.c $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -O2 -o $@ $< $(STATIC) $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
+# libFuzzer target for the trace parser (clang from Debian's `clang` package).
+FUZZ_CC ?= clang
+FUZZ_LIB_SRC := src/analyze/trace_json.c src/analyze/trace_an.c src/analyze/trace_out.c \
+        src/util/buf.c src/util/jsonw.c src/util/err.c
+fuzz: $(BUILD)/fuzz/fuzz_trace
+$(BUILD)/fuzz/fuzz_trace: $(FUZZ_SRC) $(FUZZ_LIB_SRC)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=undefined -Iinclude -Isrc -o $@ $^ -lz -lpthread -lm
+
 # The Python extension, built in place for the test suite.
 python: $(STATIC)
 	TRAINPERF_STATIC_LIB=$(if $(SANFLAGS),,$(abspath $(STATIC))) $(PYTHON) setup.py -q build_ext --inplace
