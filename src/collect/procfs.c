@@ -643,8 +643,8 @@ static int member_read(procfs_state *s, int i, double dt)
     return 0;
 }
 
-/* Follow pid in detail (entry e, already K_MEMBER). newborn_after: boot
- * ticks of the previous sample (0 on the first), dt as for member_read. */
+/* Follow e's process in detail (e is already K_MEMBER); beyond the cap it is
+ * only counted. dt as for member_read (0 on the first sample). */
 static void member_add(procfs_state *s, pent *e, double dt)
 {
     if (members_grow(s) != 0) {
