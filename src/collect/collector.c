@@ -266,6 +266,14 @@ static void seg_close(coll *c, coll_seg *s)
     s->state = SEG_CLOSED;
 }
 
+/* file is shorter than coll_seg.file (seg_scan checks). */
+static void set_file(coll_seg *s, const char *file)
+{
+    size_t n = strnlen(file, sizeof(s->file) - 1);
+    memcpy(s->file, file, n);
+    s->file[n] = 0;
+}
+
 static coll_seg *seg_slot(coll *c, const char *file, ino_t ino)
 {
     for (int i = 0; i < c->nsegs; i++) {
@@ -276,7 +284,7 @@ static coll_seg *seg_slot(coll *c, const char *file, ino_t ino)
         if (s->state == SEG_OPEN) seg_close(c, s);
         memset(s, 0, sizeof(*s));
         s->state = SEG_WAIT;
-        snprintf(s->file, sizeof(s->file), "%s", file);
+        set_file(s, file);
         s->ino = ino;
         return s;
     }
@@ -291,7 +299,7 @@ static coll_seg *seg_slot(coll *c, const char *file, ino_t ino)
     coll_seg *s = &c->segs[c->nsegs++];
     memset(s, 0, sizeof(*s));
     s->state = SEG_WAIT;
-    snprintf(s->file, sizeof(s->file), "%s", file);
+    set_file(s, file);
     s->ino = ino;
     return s;
 }
@@ -389,7 +397,10 @@ static void check_alerts(coll *c, const coll_frame *f)
             rec_alert_note *nt = &c->notes[c->nnotes++];
             snprintf(nt->rule, sizeof(nt->rule), "%s", e->rule ? e->rule : "");
             nt->t = e->t;
-            snprintf(nt->message, sizeof(nt->message), "%s", e->message);
+            size_t ml = strnlen(e->message, sizeof(e->message));
+            if (ml >= sizeof(nt->message)) ml = sizeof(nt->message) - 1;
+            memcpy(nt->message, e->message, ml); /* both in c: no snprintf (restrict) */
+            nt->message[ml] = 0;
         }
     }
     if (n > 0) out_flush(c, &c->alerts);

@@ -8,6 +8,7 @@
 
 #include "record/metrics.h"
 #include "record/trace.h"
+#include "record/writers.h"
 #include "trainperf.h"
 #include "util/err.h"
 #include "util/jsonw.h"
@@ -86,6 +87,25 @@ void rec_trace_process(rec_trace *t, pid_t pid, int rank)
                (int)pid, pid == 0 ? -1 : rank >= 0 ? rank : 1000000);
 }
 
+/* ts and dur from integer nanoseconds: exact, and far cheaper than %f. */
+static void put_ts_dur(rec_trace *t, buf *b, uint64_t begin_ns, uint64_t dur_ns)
+{
+    buf_puts(b, ",\"ts\":");
+    int64_t rel = begin_ns >= t->start_mono_ns ? (int64_t)(begin_ns - t->start_mono_ns)
+                                               : -(int64_t)(t->start_mono_ns - begin_ns);
+    rec_put_fixed(b, rel, 3);
+    buf_puts(b, ",\"dur\":");
+    rec_put_fixed(b, (int64_t)dur_ns, 3);
+}
+
+static void put_pid_tid(buf *b, pid_t pid, pid_t tid)
+{
+    buf_puts(b, ",\"pid\":");
+    rec_put_i64(b, pid);
+    buf_puts(b, ",\"tid\":");
+    rec_put_i64(b, tid);
+}
+
 void rec_trace_step(rec_trace *t, const agg_step *s)
 {
     if (t->fd < 0) return;
@@ -95,11 +115,16 @@ void rec_trace_step(rec_trace *t, const agg_step *s)
     }
     t->written++;
     buf *b = ev_begin(t);
-    buf_printf(b, "{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"step %llu\",\"pid\":%d,\"tid\":%d,"
-                  "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"samples\":%llu,\"tokens\":%llu}}",
-               (unsigned long long)s->step, (int)s->pid, (int)s->tid, us(t, s->begin_ns),
-               (double)s->duration_ns / 1e3, (unsigned long long)s->samples,
-               (unsigned long long)s->tokens);
+    buf_puts(b, "{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"step ");
+    rec_put_u64(b, s->step);
+    buf_putc(b, '"');
+    put_pid_tid(b, s->pid, s->tid);
+    put_ts_dur(t, b, s->begin_ns, s->duration_ns);
+    buf_puts(b, ",\"args\":{\"samples\":");
+    rec_put_u64(b, s->samples);
+    buf_puts(b, ",\"tokens\":");
+    rec_put_u64(b, s->tokens);
+    buf_puts(b, "}}");
 }
 
 void rec_trace_range(rec_trace *t, const agg_range *r, const char *name)
@@ -118,10 +143,11 @@ void rec_trace_range(rec_trace *t, const agg_range *r, const char *name)
     }
     int phase = r->name >= TPF_PHASE_DATA && r->name <= TPF_PHASE_CHECKPOINT;
     buf *b = ev_begin(t);
-    buf_printf(b, "{\"ph\":\"X\",\"cat\":\"%s\",", phase ? "phase" : "range");
+    buf_puts(b, phase ? "{\"ph\":\"X\",\"cat\":\"phase\"," : "{\"ph\":\"X\",\"cat\":\"range\",");
     put_name(b, name);
-    buf_printf(b, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", (int)r->pid, (int)r->tid,
-               us(t, r->begin_ns), (double)(r->end_ns - r->begin_ns) / 1e3);
+    put_pid_tid(b, r->pid, r->tid);
+    put_ts_dur(t, b, r->begin_ns, r->end_ns - r->begin_ns);
+    buf_putc(b, '}');
 }
 
 /* Counters, marks and alerts have a budget of the same size of their own
