@@ -89,6 +89,26 @@ def test_trainer_loss_goes_down(bins):
     assert final < first / 2
 
 
+@pytest.mark.parametrize("args,bound", [
+    (["--hidden", "64", "--data-delay-ms", "20", "--steps", "15"], "input"),
+    (["--hidden", "1024", "--steps", "3"], "compute"),
+])
+def test_trainer_input_or_compute_bound(bins, tmp_path, args, bound):
+    """The flags do what they say: time in the data phase vs the compute
+    phases, as the probe recorded it."""
+    p = run_trainer(*args, "--quiet", env=_env(tmp_path))
+    assert p.returncode == 0, p.stderr
+    (seg,) = (tmp_path / "live").glob("seg-*.tpf")
+    d = dump(seg)
+    data = d["range_ns.data"]
+    compute = d["range_ns.forward"] + d["range_ns.backward"] + d["range_ns.optimizer"]
+    assert data > 0 and compute > 0
+    if bound == "input":
+        assert data > 2 * compute
+    else:
+        assert compute > 20 * data
+
+
 def test_trainer_rank_from_environment(bins, tmp_path):
     p = run_trainer("--steps", 3, "--hidden", 8, "--quiet",
                     env=_env(tmp_path, RANK="2", LOCAL_RANK="0", SLURM_NTASKS="4"))

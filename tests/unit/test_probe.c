@@ -1089,6 +1089,10 @@ typedef struct dump_state {
     long depth, min_depth, bad_order;
     uint64_t last_ts;
     double last_counter;
+    /* Range time per name, assuming one emitting thread (the trainer). */
+    uint64_t range_ns[SEG_MAX_NAMES];
+    struct { tpf_name name; uint64_t ts; } stack[32];
+    int sp;
 } dump_state;
 
 static void dump_cb(void *ctx, const seg_event *ev)
@@ -1096,8 +1100,19 @@ static void dump_cb(void *ctx, const seg_event *ev)
     dump_state *d = ctx;
     d->kinds[ev->kind]++;
     if (ev->kind == SEG_EV_PUSH && ev->name < SEG_MAX_NAMES) d->per_name_push[ev->name]++;
-    if (ev->kind == SEG_EV_PUSH) d->depth++;
-    if (ev->kind == SEG_EV_POP && --d->depth < d->min_depth) d->min_depth = d->depth;
+    if (ev->kind == SEG_EV_PUSH) {
+        d->depth++;
+        if (d->sp < 32) {
+            d->stack[d->sp].name = ev->name;
+            d->stack[d->sp].ts = ev->ts_ns;
+        }
+        d->sp++;
+    }
+    if (ev->kind == SEG_EV_POP) {
+        if (--d->depth < d->min_depth) d->min_depth = d->depth;
+        if (d->sp > 0 && --d->sp < 32 && d->stack[d->sp].name < SEG_MAX_NAMES)
+            d->range_ns[d->stack[d->sp].name] += ev->ts_ns - d->stack[d->sp].ts;
+    }
     if (ev->kind == SEG_EV_COUNTER) d->last_counter = ev->value;
     if (ev->ts_ns < d->last_ts) d->bad_order++;
     d->last_ts = ev->ts_ns;
@@ -1122,7 +1137,9 @@ static int dump(const char *path)
     for (int k = 1; k <= SEG_EV_MARK; k++) printf("%s=%ld\n", kn[k], d.kinds[k]);
     for (uint32_t id = 1; id < SEG_MAX_NAMES; id++) {
         const char *s = seg_reader_name(r, id);
-        if (s) printf("name.%s=%u\npushes.%s=%ld\n", s, id, s, d.per_name_push[id]);
+        if (s)
+            printf("name.%s=%u\npushes.%s=%ld\nrange_ns.%s=%llu\n", s, id, s,
+                   d.per_name_push[id], s, (unsigned long long)d.range_ns[id]);
     }
     printf("final_depth=%ld\nmin_depth=%ld\nbad_order=%ld\nlast_counter=%.9g\n", d.depth,
            d.min_depth, d.bad_order, d.last_counter);
