@@ -469,7 +469,8 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
                 r->last_end_s, t);
         else
             fmt(d->summary, sizeof(d->summary), "step progress stopped (hang alert at %.0f s)", t);
-        d->score = 0.95;
+        /* a run that stopped progressing is held back by nothing else */
+        d->score = 1.0;
         ev(d, "hang_t", t, "at %.0f s: %s", t, m);
         if (isfinite(r->last_end_s))
             ev(d, "last_step_end_s", r->last_end_s, "last step ended at %.1f s of %.1f s", r->last_end_s,

@@ -1,0 +1,392 @@
+"""trainperf report / compare: fixture runs (tests/data/runs, built by
+make_fixtures.py), golden reports, the HTML report in headless Chromium,
+bad input, and real runs of the bundled C trainer under `trainperf run`.
+
+Regenerate the golden files deliberately with TRAINPERF_UPDATE_GOLDEN=1.
+"""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import BUILD, ROOT, SANITIZE
+
+RUNS = ROOT / "tests" / "data" / "runs"
+GOLDEN = ROOT / "tests" / "data" / "golden"
+UPDATE = os.environ.get("TRAINPERF_UPDATE_GOLDEN") == "1"
+TRAINER = BUILD / "examples" / "trainer"
+
+
+def report(run_cli, run, *args):
+    return run_cli("report", str(run), *args, env={"NO_COLOR": "1"})
+
+
+def report_json(run_cli, run):
+    p = report(run_cli, run, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+# ---- golden files ------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt,ext", [("text", "txt"), ("md", "md"), ("json", "json")])
+def test_golden_reports(run_cli, fmt, ext):
+    p = report(run_cli, RUNS / "input-bound", "--format", fmt)
+    assert p.returncode == 0, p.stderr
+    gold = GOLDEN / f"report-input-bound.{ext}"
+    if UPDATE:
+        gold.write_text(p.stdout)
+    assert gold.exists(), f"{gold} missing: run with TRAINPERF_UPDATE_GOLDEN=1"
+    assert p.stdout == gold.read_text(), f"{fmt} report differs from {gold}"
+
+
+def test_out_file_matches_stdout(run_cli, tmp_path):
+    out = tmp_path / "r.md"
+    p = report(run_cli, RUNS / "input-bound", "--format", "md", "--out", out)
+    assert p.returncode == 0 and p.stdout == ""
+    assert out.read_text() == (GOLDEN / "report-input-bound.md").read_text()
+
+
+def test_no_colour_unless_a_terminal(run_cli):
+    p = report(run_cli, RUNS / "input-bound")
+    assert "\033[" not in p.stdout
+    p = run_cli("report", RUNS / "input-bound", "--color", env={"NO_COLOR": "1"})
+    assert "\033[" not in p.stdout
+    p = run_cli("report", RUNS / "input-bound", "--color", env={"NO_COLOR": ""})
+    assert "\033[1m" in p.stdout
+
+
+# ---- the diagnosis of each fixture, as JSON ---------------------------------------
+
+def derived_data_share(run):
+    """sum(data_ns) / sum(interval_ns) straight from steps.csv."""
+    import csv
+    rows = list(csv.DictReader(open(run / "steps.csv")))
+    return sum(int(r["data_ns"]) for r in rows) / sum(int(r["interval_ns"]) for r in rows)
+
+
+def test_input_bound_fixture(run_cli):
+    j = report_json(run_cli, RUNS / "input-bound")
+    d = j["diagnosis"]
+    assert d["primary"]["id"] == "input-bound"
+    share = derived_data_share(RUNS / "input-bound")
+    assert j["steps"]["data_wait_share"] == pytest.approx(share, abs=1e-4)
+    ev = {e["name"]: e["value"] for e in d["primary"]["evidence"]}
+    assert ev["data_wait_share"] == pytest.approx(share, abs=1e-9)
+    assert ev["worker_processes"] == 0
+    recs = " ".join(d["primary"]["recommendations"])
+    for word in ("num_workers", "pin_memory", "persistent_workers"):
+        assert word in recs
+    assert [a["rule"] for a in j["alerts"]] == ["data_wait", "gpu_underused"]
+
+
+@pytest.mark.parametrize("run,primary,extra", [
+    ("compute-bound", "compute-bound", None),
+    ("cpu-only", "compute-bound", None),
+    ("memory-growth", "memory-capacity", None),
+    ("hang", "unstable", "possible hang"),
+    ("crashed", "insufficient-data", "only 3 steps"),
+    ("straggler", "straggler", "rank 3"),
+])
+def test_fixture_diagnosis(run_cli, run, primary, extra):
+    d = report_json(run_cli, RUNS / run)["diagnosis"]
+    assert d["primary"]["id"] == primary
+    if extra:
+        assert extra in d["primary"]["summary"]
+    assert d["insufficient_data"] == (primary == "insufficient-data")
+
+
+def test_cpu_only_says_gpu_unknown(run_cli):
+    j = report_json(run_cli, RUNS / "cpu-only")
+    assert j["gpus"] == []
+    assert any("GPU metrics were not available" in n for n in j["diagnosis"]["notes"])
+    text = " ".join(e["text"] for e in j["diagnosis"]["primary"]["evidence"])
+    assert "GPU" not in text
+    assert j["diagnosis"]["primary"]["title"] == "Compute-bound on the CPU"
+
+
+def test_crashed_run_records_exit(run_cli):
+    j = report_json(run_cli, RUNS / "crashed")
+    assert j["run"]["exit"] == {"code": 1, "signal": None}
+    assert any("exited with status 1" in n for n in j["diagnosis"]["notes"])
+
+
+# ---- escaping --------------------------------------------------------------------
+
+def test_hostile_strings_escaped_everywhere(run_cli):
+    run = RUNS / "hostile-names"
+    html = report(run_cli, run, "--format", "html").stdout
+    assert "<script" not in html.lower()
+    assert "onerror=" not in html.replace("onerror=alert(&#39;msg&#39;)", "")  # only as text
+    assert "&lt;script&gt;alert(&#39;cmd&#39;)&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=alert(&#39;msg&#39;)&gt;" in html
+    md = report(run_cli, run, "--format", "md").stdout
+    assert "<script>" not in md and "&lt;script&gt;" in md
+    assert "a\\|b" in md  # a pipe cannot split a table cell
+    j = report_json(run_cli, run)
+    assert "<script>alert('cmd')</script>.py" in j["run"]["command"]  # JSON keeps the text
+    assert j["gpus"][0]["name"] == "<script>alert('gpu')</script>"
+
+
+def test_html_has_no_script_and_no_network(run_cli):
+    html = report(run_cli, RUNS / "input-bound", "--format", "html").stdout
+    low = html.lower()
+    assert "<script" not in low
+    for bad in ("http://", "https://", "src=\"//", "@import", "url("):
+        assert bad not in low
+    assert low.count("<svg") >= 5  # throughput, breakdown, data wait, GPU, CPU, memory
+
+
+# ---- bad input ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,needle", [
+    (["tests/data/runs/no-such-run"], "no such run directory"),
+    (["tests/data/runs/damaged"], "run.json: position"),
+    (["tests/data/runs/input-bound/run.json"], "not a directory"),
+    (["/"], "not a trainperf run directory"),
+    (["tests/data/runs/input-bound", "--format", "pdf"], "--format wants"),
+    (["tests/data/runs/input-bound", "--bogus"], "unknown option"),
+    ([], "usage"),
+])
+def test_bad_input_one_line_exit_2(run_cli, args, needle):
+    p = run_cli("report", *args, cwd=ROOT)
+    assert p.returncode == 2
+    assert needle in p.stderr
+    assert p.stdout == ""
+    if args:
+        assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_damaged_csv(run_cli, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "input-bound", run)
+    (run / "steps.csv").write_text("x" * (2 << 20))  # one 2 MiB record: over the cap
+    p = run_cli("report", run)
+    assert p.returncode == 2 and "steps.csv" in p.stderr
+
+
+def test_torn_last_alert_line_is_tolerated(run_cli, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "input-bound", run)
+    with open(run / "alerts.jsonl", "a") as f:
+        f.write('{"t": 99.0, "rule": "hang", "sta')  # a crash mid-write
+    j = report_json(run_cli, run)
+    assert len(j["alerts"]) == 2
+
+
+# ---- compare ---------------------------------------------------------------------------
+
+def test_compare_deltas_match_reports(run_cli):
+    a, b = RUNS / "input-bound", RUNS / "compute-bound"
+    ja, jb = report_json(run_cli, a), report_json(run_cli, b)
+    p = run_cli("compare", a, b, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)
+    m = c["metrics"]["samples_per_s"]
+    assert m["a"] == pytest.approx(ja["steps"]["samples_per_s"], rel=1e-3)
+    assert m["b"] == pytest.approx(jb["steps"]["samples_per_s"], rel=1e-3)
+    assert m["delta"] == pytest.approx(m["b"] - m["a"], rel=1e-9)
+    assert m["delta_pct"] == pytest.approx(100 * (m["b"] - m["a"]) / m["a"], rel=1e-9)
+    assert m["verdict"] == "better"
+    assert c["metrics"]["share_data"]["verdict"] == "better"
+    assert c["diagnosis"]["a"]["primary"]["id"] == "input-bound"
+    assert c["diagnosis"]["b"]["primary"]["id"] == "compute-bound"
+    for fmt in ("text", "md", "html"):
+        p = run_cli("compare", a, b, "--format", fmt, env={"NO_COLOR": "1"})
+        assert p.returncode == 0 and "samples/s" in p.stdout
+
+
+def test_compare_bad_input(run_cli):
+    p = run_cli("compare", RUNS / "input-bound", RUNS / "nope")
+    assert p.returncode == 2 and "run B:" in p.stderr
+    p = run_cli("compare", RUNS / "input-bound")
+    assert p.returncode == 2
+
+
+# ---- HTML in headless Chromium --------------------------------------------------------
+
+def chromium():
+    for n in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(n):
+            return shutil.which(n)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", ["input-bound", "hostile-names", "straggler"])
+def test_html_renders_in_chromium(run_cli, tmp_path, run):
+    exe = chromium()
+    if not exe:
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    html = tmp_path / f"{run}.html"
+    assert report(run_cli, RUNS / run, "--format", "html", "--out", html).returncode == 0
+    base = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'profile'}"]
+    shot = tmp_path / f"{run}.png"
+    p = subprocess.run(base + ["--enable-logging=stderr", "--v=0", f"--screenshot={shot}",
+                               "--window-size=1200,2000", html.as_uri()],
+                       capture_output=True, text=True, timeout=180)
+    assert shot.exists() and shot.stat().st_size > 20000, p.stderr[-2000:]
+    # keep the screenshot as an artifact beside the build
+    art = BUILD / "artifacts"
+    art.mkdir(exist_ok=True)
+    shutil.copy(shot, art / shot.name)
+    console = [l for l in p.stderr.splitlines() if "CONSOLE" in l or "Uncaught" in l]
+    assert console == [], console
+    dom = subprocess.run(base + ["--dump-dom", html.as_uri()], capture_output=True, text=True,
+                         timeout=180).stdout
+    assert "<svg" in dom and "trainperf report" in dom
+    # the hostile name is text in the rendered page, never an element
+    assert "<script" not in dom.lower()
+
+
+# ---- real runs of the bundled trainer ----------------------------------------------------
+
+def need_trainer():
+    if not TRAINER.exists():
+        pytest.skip(f"{TRAINER} not built")
+
+
+def trainperf_run(cli, out, *cmd, alerts=(), timeout=120):
+    args = [cli, "run", "--quiet", "--out", str(out)]
+    for a in alerts:
+        args += ["--alert", a]
+    return subprocess.run(args + ["--"] + [str(c) for c in cmd], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def child_of(pid, deadline=20.0):
+    end = time.time() + deadline
+    while time.time() < end:
+        kids = []
+        for task in pathlib.Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                kids += (task / "children").read_text().split()
+            except OSError:
+                pass
+        if kids:
+            return int(kids[0])
+        time.sleep(0.05)
+    raise AssertionError("no child process appeared")
+
+
+def alerts_of(run):
+    f = run / "alerts.jsonl"
+    if not f.exists():
+        return []
+    out = []
+    for line in f.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass  # a line being written
+    return out
+
+
+@pytest.mark.slow
+def test_trainer_input_bound(cli, run_cli, tmp_path):
+    need_trainer()
+    run = tmp_path / "run"
+    p = trainperf_run(cli, run, TRAINER, "--steps", "60", "--data-delay-ms", "40", "--hidden", "32")
+    assert p.returncode == 0, p.stderr
+    j = report_json(run_cli, run)
+    assert j["diagnosis"]["primary"]["id"] == "input-bound"
+    assert j["steps"]["data_wait_share"] > 0.5
+    assert "num_workers" in " ".join(j["diagnosis"]["primary"]["recommendations"])
+    # the end of the run wrote the reports and the diagnosis into summary.json
+    s = json.loads((run / "summary.json").read_text())
+    assert s["diagnosis"]["primary"]["id"] == "input-bound"
+    assert "format_version" in s
+    assert (run / "report.md").exists() and (run / "report.html").exists()
+
+
+@pytest.mark.slow
+def test_trainer_compute_bound_healthy_no_false_alarm(cli, run_cli, tmp_path):
+    need_trainer()
+    run = tmp_path / "run"
+    # ~15 s of steady steps: long enough for the hang rule (50 median steps
+    # + 10 s) to have had its chance on a healthy run
+    p = trainperf_run(cli, run, TRAINER, "--steps", "100", "--hidden", "512")
+    assert p.returncode == 0, p.stderr
+    j = report_json(run_cli, run)
+    assert j["diagnosis"]["primary"]["id"] in ("compute-bound", "unstable")
+    assert j["steps"]["data_wait_share"] < 0.2
+    fired = [a["rule"] for a in alerts_of(run) if a["state"] == "fired"]
+    for rule in ("hang", "data_wait", "step_regression", "host_mem_growth", "gpu_underused"):
+        assert rule not in fired
+
+
+@pytest.mark.slow
+def test_memory_growth_alert(cli, tmp_path):
+    run = tmp_path / "run"
+    grow = tmp_path / "grow.py"
+    # 30 MiB/s of touched memory for 35 s: a clean linear trend of the tree's RSS
+    grow.write_text(
+        "import time\nkeep = []\nfor i in range(350):\n"
+        "    keep.append(bytearray(3 * 1024 * 1024))\n    time.sleep(0.1)\n")
+    p = trainperf_run(cli, run, sys.executable, grow, alerts=["leak: mem.oom_eta_s < 3h"],
+                      timeout=180)
+    assert p.returncode == 0, p.stderr
+    leak = [a for a in alerts_of(run) if a["rule"] == "leak" and a["state"] == "fired"]
+    assert len(leak) == 1
+    assert "projected to run out of host memory" in leak[0]["message"]
+    assert leak[0]["t"] >= 20  # not before the trend window has 20 s of history
+    # the projection is headroom / growth, so with ~30 MiB/s and the host's
+    # available memory it is far beyond a minute and below the 3 h threshold
+    assert 60 < leak[0]["value"] < 3 * 3600
+
+
+@pytest.mark.slow
+def test_stalled_trainer_gets_hang_alert(cli, run_cli, tmp_path):
+    need_trainer()
+    run = tmp_path / "run"
+    proc = subprocess.Popen([cli, "run", "--quiet", "--out", str(run), "--",
+                             str(TRAINER), "--steps", "100000", "--data-delay-ms", "5",
+                             "--hidden", "16"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        child = child_of(proc.pid)
+        time.sleep(4)  # steps happen
+        os.kill(child, signal.SIGSTOP)  # the process stops making steps
+        end = time.time() + 60
+        hang = []
+        while time.time() < end and not hang:
+            time.sleep(0.5)
+            hang = [a for a in alerts_of(run) if a["rule"] == "hang"]
+        assert hang, "no hang alert within 60 s of the stall"
+        assert hang[0]["severity"] == "critical"
+        assert "possible hang" in hang[0]["message"]
+        os.kill(child, signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    j = report_json(run_cli, run)
+    assert j["diagnosis"]["primary"]["id"] == "unstable"
+    assert "possible hang" in j["diagnosis"]["primary"]["summary"]
+
+
+@pytest.mark.slow
+def test_crashing_trainer_still_reported(cli, run_cli, tmp_path):
+    need_trainer()
+    run = tmp_path / "run"
+    proc = subprocess.Popen([cli, "run", "--quiet", "--out", str(run), "--",
+                             str(TRAINER), "--steps", "100000", "--data-delay-ms", "5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = child_of(proc.pid)
+    time.sleep(3)
+    os.kill(child, signal.SIGSEGV)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGSEGV
+    assert (run / "report.md").exists() and (run / "report.html").exists()
+    j = report_json(run_cli, run)
+    assert j["run"]["exit"]["signal"] == signal.SIGSEGV
+    assert any("signal 11" in n for n in j["diagnosis"]["notes"])
+    assert j["steps"]["count"] > 0
