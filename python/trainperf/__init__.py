@@ -95,7 +95,8 @@ def start(run_dir=None, interval_s=1.0, procfs=True, gpu=True):
         _started_here = True
         return _core.run_dir()
     if rc == _ERR_BUSY:
-        return _core.run_dir()
+        # Under `trainperf run` the probe attaches on its first event.
+        return _core.run_dir() or os.environ.get("TRAINPERF_RUN_DIR")
     warnings.warn("trainperf.start: %s (%s)" % _core.strerror(rc)[::-1], TrainperfWarning,
                   stacklevel=2)
     return None

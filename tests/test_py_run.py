@@ -1,0 +1,124 @@
+"""Unmodified PyTorch scripts under `trainperf run`: the auto-instrumentation
+end to end (the CLI injects python/ through PYTHONPATH)."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pyhelp import EXAMPLES, ROOT, col_sum, require_extension, steps, summary
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(autouse=True)
+def _ext():
+    require_extension()
+
+
+def env_without_trainperf():
+    e = dict(os.environ)
+    for k in list(e):
+        if k.startswith("TRAINPERF_") or k == "PYTHONPATH":
+            del e[k]
+    return e
+
+
+def trainperf_run(cli, out, script, *args, opts=(), timeout=300, interval=0.5):
+    cmd = [cli, "run", "--quiet", "--out", str(out), "--interval", str(interval), *opts, "--",
+           sys.executable, str(script), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=env_without_trainperf(), cwd=str(ROOT))
+
+
+def plain(script, *args, timeout=300):
+    res = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True,
+                         text=True, timeout=timeout, env=env_without_trainperf(), cwd=str(ROOT))
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+def result_line(stdout):
+    return [ln for ln in stdout.splitlines() if ln.startswith("steps ")][-1].split()
+
+
+def test_unmodified_script_gives_one_step_per_optimizer_step(cli, tmp_path):
+    N, B, ACC = 12, 16, 2
+    args = ("--steps", N, "--batch", B, "--accum", ACC)
+    res = trainperf_run(cli, tmp_path / "run", EXAMPLES / "train_mlp.py", *args)
+    assert res.returncode == 0, res.stderr
+    rows = steps(tmp_path / "run")
+    assert len(rows) == N
+    assert [int(r["step"]) for r in rows] == list(range(N))
+    assert all(int(r["samples"]) == B * ACC for r in rows)
+    s = summary(tmp_path / "run")
+    assert s["steps"]["count"] == N
+    assert s["steps"]["samples_per_s"] > 0
+    # same batches and same loss as without monitoring
+    assert result_line(res.stdout) == result_line(plain(EXAMPLES / "train_mlp.py", *args).stdout)
+
+
+def test_no_auto_leaves_the_script_alone(cli, tmp_path):
+    res = trainperf_run(cli, tmp_path / "run", EXAMPLES / "train_mlp.py", "--steps", 4,
+                        opts=("--no-auto",))
+    assert res.returncode == 0, res.stderr
+    assert steps(tmp_path / "run") == []
+
+
+def test_slow_dataset_shows_data_wait_dominating(cli, tmp_path):
+    N, B, DELAY_MS = 8, 16, 3.0
+    res = trainperf_run(cli, tmp_path / "run", EXAMPLES / "input_bound.py", "--steps", N,
+                        "--batch", B, "--decode-ms", DELAY_MS)
+    assert res.returncode == 0, res.stderr
+    rows = steps(tmp_path / "run")
+    assert len(rows) == N
+    # each batch sleeps B * DELAY_MS inside the DataLoader: a lower bound of its data wait
+    assert all(int(r["data_ns"]) >= B * DELAY_MS * 1e6 for r in rows)
+    data = col_sum(rows, "data_ns")
+    for col in ("forward_ns", "backward_ns", "optimizer_ns", "other_ns"):
+        assert data > col_sum(rows, col), col
+    share = summary(tmp_path / "run")["steps"]["phase_share"]
+    assert share["data"] == max(share.values())
+
+
+def test_forked_dataloader_workers_are_watched_and_do_not_corrupt(cli, tmp_path):
+    N, W = 10, 2
+    # workers busy for ~N * 8 * 25 ms / W = 1 s: several samples at 0.2 s
+    args = ("--steps", N, "--batch", 8, "--workers", W, "--data-delay-ms", 25)
+    res = trainperf_run(cli, tmp_path / "run", EXAMPLES / "train_mlp.py", *args, interval=0.2)
+    assert res.returncode == 0, res.stderr
+    rows = steps(tmp_path / "run")
+    assert len(rows) == N
+    main_pid = {r["pid"] for r in rows}
+    assert len(main_pid) == 1  # workers record no steps of their own
+    with open(tmp_path / "run" / "procs.csv", newline="") as f:
+        procs = list(csv.DictReader(f))
+    children = {p["pid"] for p in procs if p["ppid"] in main_pid}
+    assert len(children) >= W, procs
+    # the batches are the same as without monitoring: nothing corrupted in the workers
+    assert result_line(res.stdout) == result_line(plain(EXAMPLES / "train_mlp.py", *args).stdout)
+
+
+def test_exception_keeps_exit_status_and_a_complete_run_dir(cli, tmp_path):
+    out = tmp_path / "run"
+    res = trainperf_run(cli, out, EXAMPLES / "train_mlp.py", "--steps", 10, "--fail-at", 4)
+    assert res.returncode == 1
+    assert "planted failure" in res.stderr
+    assert len(steps(out)) == 4
+    run = json.loads((out / "run.json").read_text())
+    assert run["exit"]["code"] == 1
+    assert summary(out)["steps"]["count"] == 4
+    trace = (out / "trace.json").read_text().rstrip().rstrip(",")
+    json.loads(trace if trace.endswith("]") else trace + "]")
+
+
+def test_explicit_api_under_run_is_counted_once(cli, tmp_path):
+    N = 7
+    res = trainperf_run(cli, tmp_path / "run", EXAMPLES / "explicit_api.py", "--steps", N)
+    assert res.returncode == 0, res.stderr
+    rows = steps(tmp_path / "run")
+    assert len(rows) == N
+    assert str(tmp_path / "run") in res.stdout  # start() returned the run's directory
