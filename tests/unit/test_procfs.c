@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -523,6 +525,20 @@ enum { KIDS = 4 };
 #define HOG_BYTES (200u * 1024 * 1024)
 #define WRITE_BYTES (8u * 1024 * 1024)
 
+/* write_bytes counts what reaches a block device: tmpfs writes never do.
+ * The writer uses the first writable folder on real storage, or none. */
+static const char *disk_dir(void)
+{
+    static const char *const dirs[] = {"/var/tmp", "."};
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        struct statfs sf;
+        if (access(dirs[i], W_OK) == 0 && statfs(dirs[i], &sf) == 0 &&
+            sf.f_type != TMPFS_MAGIC && sf.f_type != RAMFS_MAGIC)
+            return dirs[i];
+    }
+    return NULL;
+}
+
 struct tree {
     pid_t root, burner, sleeper, hog, writer; /* writer is the sleeper's child */
     int cmd_w;                                /* commands to root */
@@ -553,8 +569,9 @@ static void root_main(int cmd_r, int ready_w, int pids_w)
     if ((p[0] = fork()) == 0) { say(ready_w, 'b'); burn_forever(); }
     if ((p[1] = fork()) == 0) {
         if ((p[3] = fork()) == 0) {
-            char path[64];
-            snprintf(path, sizeof(path), "/var/tmp/tpf-procfs-w-%d", (int)getpid());
+            char path[256];
+            const char *dir = disk_dir();
+            snprintf(path, sizeof(path), "%s/tpf-procfs-w-%d", dir ? dir : "/tmp", (int)getpid());
             int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
             static char blk[65536];
             memset(blk, 'x', sizeof(blk));
@@ -684,7 +701,10 @@ static void real_tree_case(int low_fds)
     TT_ASSERT(f.tree_rss_bytes.v >= HOG_BYTES);
     const procfs_proc *w = find_proc(st, grandkid);
     TT_ASSERT(w && w->write_bytes.ok);
-    TT_ASSERT(w->write_bytes.v >= WRITE_BYTES);
+    if (disk_dir())
+        TT_ASSERT(w->write_bytes.v >= WRITE_BYTES);
+    else
+        fprintf(stderr, "note: no writable folder on real storage: write bytes not checked\n");
 
     /* sample until the burner shows CPU (it may be starved on a busy box) */
     pid_t burner = 0;
