@@ -431,7 +431,7 @@ static const char css[] =
     ".legend i{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:5px;vertical-align:-1px}"
     "table{border-collapse:collapse;background:#fff;width:100%;font-size:13px;box-shadow:0 1px 3px rgba(0,0,0,.06)}"
     "th,td{padding:5px 9px;border-bottom:1px solid #eceff3;text-align:left;vertical-align:top}th{background:#f0f2f5}"
-    "td.n{text-align:right;font-variant-numeric:tabular-nums}"
+    "td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}"
     ".muted{color:#6b7480}footer{margin-top:32px;color:#8a94a3;font-size:12px}";
 
 static void tile(buf *b, const char *value, const char *label)
@@ -548,7 +548,7 @@ void report_html(const diag_run *r, buf *b)
     chart_throughput(b, r);
     chart_breakdown(b, r);
     chart_data_hist(b, r);
-    buf_puts(b, "<table><tr><th>ms</th><th>p50</th><th>p95</th><th>p99</th><th>max</th></tr>\n");
+    buf_puts(b, "<table><tr><th>ms</th><th class=\"n\">p50</th><th class=\"n\">p95</th><th class=\"n\">p99</th><th class=\"n\">max</th></tr>\n");
     buf_printf(b, "<tr><th>step time</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td></tr>\n",
                diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50), diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95),
                diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99), diag_fmt_num(e, sizeof(e), "%.1f", f.step_max));
@@ -563,7 +563,7 @@ void report_html(const diag_run *r, buf *b)
         buf_puts(b, ".</p>\n");
     } else {
         chart_gpu(b, r);
-        buf_puts(b, "<table><tr><th>GPU</th><th>name</th><th>util mean</th><th>memory max</th><th>temp max</th><th>power mean</th><th>clock events</th></tr>\n");
+        buf_puts(b, "<table><tr><th>GPU</th><th>name</th><th class=\"n\">util mean</th><th class=\"n\">memory max</th><th class=\"n\">temp max</th><th class=\"n\">power mean</th><th>clock events</th></tr>\n");
         for (int i = 0; i < r->ngpu; i++) {
             const dgpu *gp = &r->gpus[i];
             buf_printf(b, "<tr><td>%d</td><td>", gp->index);
