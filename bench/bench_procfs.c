@@ -71,15 +71,18 @@ static pid_t spawn_tree(int nprocs)
                     volatile unsigned x = 0;
                     for (;;) {
                         usleep(50 * 1000);
-                        for (int k = 0; k < 20000; k++) x += (unsigned)k;
+                        for (int k = 0; k < 20000; k++)
+                            x += (unsigned)k;
                     }
                 }
-                for (;;) pause();
+                for (;;)
+                    pause();
             }
         }
         char c = 'r';
         if (write(ready[1], &c, 1) < 0) _exit(1);
-        for (;;) pause();
+        for (;;)
+            pause();
     }
     setpgid(root, root);
     close(ready[1]);
@@ -167,7 +170,10 @@ static int children_walk(pid_t root)
             if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
             snprintf(path, sizeof(path), "/proc/%d/task/%s/children", (int)p, e->d_name);
             int r = read_small(path, b, sizeof(b));
-            if (r < 0) { closedir(d); return -1; }
+            if (r < 0) {
+                closedir(d);
+                return -1;
+            }
             char *s = b, *end;
             for (;;) {
                 long c = strtol(s, &end, 10);
@@ -197,7 +203,10 @@ static int py_start(py *p, const char *script, pid_t root)
     if (p->pid == 0) {
         dup2(in[0], 0);
         dup2(out[1], 1);
-        close(in[0]); close(in[1]); close(out[0]); close(out[1]);
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
         char rootarg[32];
         snprintf(rootarg, sizeof(rootarg), "%d", (int)root);
         const char *python = getenv("PYTHON");
@@ -239,12 +248,18 @@ int main(int argc, char **argv)
     int samples = 200, rounds = 7, nprocs = 32;
     const char *script = "bench/procfs_psutil.py";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--samples") && i + 1 < argc) samples = (int)strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = (int)strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--procs") && i + 1 < argc) nprocs = (int)strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--psutil") && i + 1 < argc) script = argv[++i];
+        if (!strcmp(argv[i], "--samples") && i + 1 < argc)
+            samples = (int)strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = (int)strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--procs") && i + 1 < argc)
+            nprocs = (int)strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--psutil") && i + 1 < argc)
+            script = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_procfs [--samples N] [--rounds R] [--procs P] [--psutil SCRIPT]\n");
+            fprintf(
+                stderr,
+                "usage: bench_procfs [--samples N] [--rounds R] [--procs P] [--psutil SCRIPT]\n");
             return 2;
         }
     }
@@ -298,7 +313,8 @@ int main(int argc, char **argv)
     double pct = cpu / ctx.interval_s * 100.0;
     int fail = 0;
     printf("procfs: sample of system + %d-process tree (saw %d): %.1f us CPU, %.1f us wall "
-           "per sample\n", nprocs, seen, cpu * 1e6, wall * 1e6);
+           "per sample\n",
+           nprocs, seen, cpu * 1e6, wall * 1e6);
     printf("procfs: cost at a 1 s interval: %.4f%% of one core (target < 1%%) %s\n", pct,
            pct < 1.0 ? "ok" : "MISSED");
     if (pct >= 1.0) fail = 1;
@@ -323,22 +339,26 @@ int main(int argc, char **argv)
     enum { REPS = 20 };
     double t0 = now_cpu();
     int members = 0;
-    for (int i = 0; i < REPS; i++) members = full_rescan(root);
+    for (int i = 0; i < REPS; i++)
+        members = full_rescan(root);
     double full = (now_cpu() - t0) / REPS;
-    printf("discovery: full rescan of every /proc/PID/stat: %.1f us CPU (%d members)\n",
-           full * 1e6, members);
+    printf("discovery: full rescan of every /proc/PID/stat: %.1f us CPU (%d members)\n", full * 1e6,
+           members);
     t0 = now_cpu();
     int listed = 0;
-    for (int i = 0; i < REPS; i++) listed = listing_pass();
+    for (int i = 0; i < REPS; i++)
+        listed = listing_pass();
     double lst = (now_cpu() - t0) / REPS;
     printf("discovery: getdents64 listing of /proc (what the source does): %.1f us CPU (%d pids)\n",
            lst * 1e6, listed);
     t0 = now_cpu();
     int walked = 0;
-    for (int i = 0; i < REPS && walked >= 0; i++) walked = children_walk(root);
+    for (int i = 0; i < REPS && walked >= 0; i++)
+        walked = children_walk(root);
     double kids = (now_cpu() - t0) / REPS;
     if (walked < 0)
-        printf("discovery: /proc/PID/task/TID/children: n/a (kernel without CONFIG_PROC_CHILDREN)\n");
+        printf(
+            "discovery: /proc/PID/task/TID/children: n/a (kernel without CONFIG_PROC_CHILDREN)\n");
     else
         printf("discovery: /proc/PID/task/TID/children walk: %.1f us CPU (%d members)\n",
                kids * 1e6, walked);
@@ -362,8 +382,9 @@ int main(int argc, char **argv)
         unsigned long ut, stt, start, rss;
         long thr;
         /* fine for this comm; breaks on a comm with spaces, another reason not to */
-        sscanf(line, "%d (%63[^)]) %c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d "
-                     "%*d %*d %ld %*d %lu %*u %lu",
+        sscanf(line,
+               "%d (%63[^)]) %c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d "
+               "%*d %*d %ld %*d %lu %*u %lu",
                &pid, comm, &state, &ppid, &ut, &stt, &thr, &start, &rss);
         sink += ut;
     }

@@ -62,8 +62,8 @@
 enum { SF_STAT, SF_MEMINFO, SF_PSI_CPU, SF_PSI_MEM, SF_PSI_IO, SF_DISK, SF_NET, SF_N };
 
 static const char *const sf_path[SF_N] = {
-    "/proc/stat",          "/proc/meminfo",      "/proc/pressure/cpu", "/proc/pressure/memory",
-    "/proc/pressure/io",   "/proc/diskstats",    "/proc/net/dev",
+    "/proc/stat",        "/proc/meminfo",   "/proc/pressure/cpu", "/proc/pressure/memory",
+    "/proc/pressure/io", "/proc/diskstats", "/proc/net/dev",
 };
 /* Files whose text comes from one seq_file show() call: one read returns all
  * of it when the buffer is larger, so a short read means EOF (saves a syscall).
@@ -76,14 +76,14 @@ enum { K_EMPTY = 0, K_NEW, K_PENDING, K_OUT, K_MEMBER, K_ZOMBIE, K_DEAD };
 typedef struct pent {
     pid_t pid;
     pid_t ppid;
-    uint32_t gen;  /* sample generation that last saw it in /proc */
-    int32_t idx;   /* member index, -1 when not detailed */
+    uint32_t gen; /* sample generation that last saw it in /proc */
+    int32_t idx;  /* member index, -1 when not detailed */
     uint8_t kind;
 } pent;
 
 typedef struct member {
-    int stat_fd, io_fd;     /* -1 when not held */
-    uint8_t io_denied;      /* /proc/PID/io unreadable: do not retry */
+    int stat_fd, io_fd; /* -1 when not held */
+    uint8_t io_denied;  /* /proc/PID/io unreadable: do not retry */
     uint64_t starttime;
     uint64_t prev_ticks;
     uint64_t prev_rd, prev_wr;
@@ -156,7 +156,8 @@ typedef struct procfs_state {
 
 static const char *skip_blank(const char *p, const char *e)
 {
-    while (p < e && (*p == ' ' || *p == '\t')) p++;
+    while (p < e && (*p == ' ' || *p == '\t'))
+        p++;
     return p;
 }
 
@@ -179,7 +180,8 @@ static int parse_u64(const char **pp, const char *e, uint64_t *out)
 static const char *skip_token(const char *p, const char *e)
 {
     p = skip_blank(p, e);
-    while (p < e && *p != ' ' && *p != '\t' && *p != '\n') p++;
+    while (p < e && *p != ' ' && *p != '\t' && *p != '\n')
+        p++;
     return p;
 }
 
@@ -215,14 +217,22 @@ int procfs_parse_pidstat(const char *s, size_t n, procfs_pidstat *out)
             if (parse_u64(&p, e, &v) != 0) return TPF_EFORMAT;
             out->ppid = (pid_t)v;
             break;
-        case 14: if (parse_u64(&p, e, &out->utime) != 0) return TPF_EFORMAT; break;
-        case 15: if (parse_u64(&p, e, &out->stime) != 0) return TPF_EFORMAT; break;
+        case 14:
+            if (parse_u64(&p, e, &out->utime) != 0) return TPF_EFORMAT;
+            break;
+        case 15:
+            if (parse_u64(&p, e, &out->stime) != 0) return TPF_EFORMAT;
+            break;
         case 20:
             if (parse_u64(&p, e, &v) != 0) return TPF_EFORMAT;
             out->threads = (long)v;
             break;
-        case 22: if (parse_u64(&p, e, &out->starttime) != 0) return TPF_EFORMAT; break;
-        case 24: if (parse_u64(&p, e, &out->rss_pages) != 0) return TPF_EFORMAT; break;
+        case 22:
+            if (parse_u64(&p, e, &out->starttime) != 0) return TPF_EFORMAT;
+            break;
+        case 24:
+            if (parse_u64(&p, e, &out->rss_pages) != 0) return TPF_EFORMAT;
+            break;
         default: {
             const char *q = skip_token(p, e);
             if (q == skip_blank(p, e)) return TPF_EFORMAT; /* field missing */
@@ -280,10 +290,12 @@ int procfs_parse_stat(const char *s, size_t n, procfs_cpu_times *all, procfs_cpu
             /* user nice system idle iowait irq softirq steal [guest guest_nice] */
             uint64_t f[8] = {0};
             int nf = 0;
-            while (nf < 8 && parse_u64(&q, le, &f[nf]) == 0) nf++;
+            while (nf < 8 && parse_u64(&q, le, &f[nf]) == 0)
+                nf++;
             if (nf < 4) return TPF_EFORMAT;
             uint64_t total = 0;
-            for (int i = 0; i < nf; i++) total += f[i];
+            for (int i = 0; i < nf; i++)
+                total += f[i];
             dst->total = total;
             dst->iowait = f[4];
             dst->busy = total - f[3] - f[4];
@@ -297,7 +309,11 @@ int procfs_parse_stat(const char *s, size_t n, procfs_cpu_times *all, procfs_cpu
 int procfs_parse_meminfo(const char *s, size_t n, procfs_meminfo *out)
 {
     if (!s || !out) return TPF_EINVAL;
-    static const struct { const char *k; size_t len; size_t off; } keys[] = {
+    static const struct {
+        const char *k;
+        size_t len;
+        size_t off;
+    } keys[] = {
         {"MemTotal:", 9, offsetof(procfs_meminfo, total)},
         {"MemAvailable:", 13, offsetof(procfs_meminfo, available)},
         {"SwapTotal:", 10, offsetof(procfs_meminfo, swap_total)},
@@ -343,8 +359,13 @@ int procfs_parse_psi(const char *s, size_t n, procfs_psi *out)
             t += 6;
             uint64_t v;
             if (parse_u64(&t, le, &v) != 0) return TPF_EFORMAT;
-            if (some) { out->some_us = v; out->some_ok = 1; }
-            else { out->full_us = v; out->full_ok = 1; }
+            if (some) {
+                out->some_us = v;
+                out->some_ok = 1;
+            } else {
+                out->full_us = v;
+                out->full_ok = 1;
+            }
         }
         p = le + 1;
     }
@@ -354,7 +375,8 @@ int procfs_parse_psi(const char *s, size_t n, procfs_psi *out)
 static int copy_name(const char **pp, const char *e, char name[32])
 {
     const char *p = skip_blank(*pp, e), *q = p;
-    while (q < e && *q != ' ' && *q != '\t' && *q != '\n' && *q != ':') q++;
+    while (q < e && *q != ' ' && *q != '\t' && *q != '\n' && *q != ':')
+        q++;
     size_t l = (size_t)(q - p);
     if (l == 0 || l > 31) return TPF_EFORMAT;
     memcpy(name, p, l);
@@ -441,7 +463,10 @@ static int path_of(const procfs_state *s, char *out, size_t cap, pid_t pid, cons
     return (n < 0 || (size_t)n >= cap) ? TPF_ETOOBIG : 0;
 }
 
-static int open_ro(const char *path) { return open(path, O_RDONLY | O_CLOEXEC); }
+static int open_ro(const char *path)
+{
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
 
 /* Read a small per-process file once: open, read, close. */
 static ssize_t read_path_once(const char *path, char *b, size_t cap)
@@ -462,7 +487,10 @@ static uint64_t clock_ns(clockid_t c)
 
 /* ------------------------------------------------------------ pid table */
 
-static uint32_t hash_pid(pid_t pid) { return (uint32_t)pid * 2654435761u; }
+static uint32_t hash_pid(pid_t pid)
+{
+    return (uint32_t)pid * 2654435761u;
+}
 
 static pent *tab_find(procfs_state *s, pid_t pid)
 {
@@ -543,8 +571,14 @@ static int is_dead(const procfs_pidstat *st)
 static void member_release(procfs_state *s, int i)
 {
     member *m = &s->priv[i];
-    if (m->stat_fd >= 0) { close(m->stat_fd); s->fds_held--; }
-    if (m->io_fd >= 0) { close(m->io_fd); s->fds_held--; }
+    if (m->stat_fd >= 0) {
+        close(m->stat_fd);
+        s->fds_held--;
+    }
+    if (m->io_fd >= 0) {
+        close(m->io_fd);
+        s->fds_held--;
+    }
     m->stat_fd = m->io_fd = -1;
 }
 
@@ -637,7 +671,11 @@ static int member_read(procfs_state *s, int i, double dt)
             m->prev_io_ok = 1;
         } else if (r == -EACCES || r == -EPERM) {
             m->io_denied = 1;
-            if (m->io_fd >= 0) { close(m->io_fd); s->fds_held--; m->io_fd = -1; }
+            if (m->io_fd >= 0) {
+                close(m->io_fd);
+                s->fds_held--;
+                m->io_fd = -1;
+            }
         }
     }
     return 0;
@@ -676,8 +714,10 @@ static void member_add(procfs_state *s, pent *e, double dt)
         s->fds_held++;
         if (path_of(s, path, sizeof(path), e->pid, "io") == 0) {
             m->io_fd = open_ro(path);
-            if (m->io_fd >= 0) s->fds_held++;
-            else if (errno == EACCES || errno == EPERM) m->io_denied = 1;
+            if (m->io_fd >= 0)
+                s->fds_held++;
+            else if (errno == EACCES || errno == EPERM)
+                m->io_denied = 1;
         }
     } else {
         close(fd);
@@ -759,7 +799,10 @@ static int scan_proc(procfs_state *s)
             if (tab_insert(s, pid, K_NEW) && pending_push(s, pid) != 0) {
                 /* queue full: forget it so a later pass picks it up */
                 e = tab_find(s, pid);
-                if (e) { e->gen = 0; e->kind = K_DEAD; }
+                if (e) {
+                    e->gen = 0;
+                    e->kind = K_DEAD;
+                }
             }
         }
     }
@@ -797,17 +840,33 @@ static int classify_one(procfs_state *s, pid_t pid, pid_t *chain, double dt, int
     for (;;) {
         pent *c = tab_find(s, cur);
         /* a parent not listed, or that vanished while we read: retry later */
-        if (!c || c->kind == K_DEAD || c->kind == K_NEW) { verdict = K_DEAD; break; }
-        if (c->kind == K_MEMBER) { verdict = K_MEMBER; break; }
-        if (c->kind != K_PENDING) { verdict = K_OUT; break; }
-        if (c->pid == s->root_pid) { chain[n++] = cur; verdict = K_MEMBER; break; }
+        if (!c || c->kind == K_DEAD || c->kind == K_NEW) {
+            verdict = K_DEAD;
+            break;
+        }
+        if (c->kind == K_MEMBER) {
+            verdict = K_MEMBER;
+            break;
+        }
+        if (c->kind != K_PENDING) {
+            verdict = K_OUT;
+            break;
+        }
+        if (c->pid == s->root_pid) {
+            chain[n++] = cur;
+            verdict = K_MEMBER;
+            break;
+        }
         if (n == CHAIN_MAX) {
             if (!last_pass) return 1;
             verdict = K_DEAD;
             break;
         }
         chain[n++] = cur;
-        if (c->ppid <= 0) { verdict = K_OUT; break; }
+        if (c->ppid <= 0) {
+            verdict = K_OUT;
+            break;
+        }
         cur = c->ppid;
     }
     /* parents first, so member order follows the tree */
@@ -846,7 +905,6 @@ static void classify_pending(procfs_state *s, double dt)
     s->npending = 0;
 }
 
-
 /* Drop entries /proc no longer lists, and periodically forget outsiders. */
 static void sweep(procfs_state *s)
 {
@@ -857,7 +915,8 @@ static void sweep(procfs_state *s)
     }
     if (s->touched != s->nused) {
         uint32_t ns = s->nslots;
-        while (ns > HASH_MIN_SLOTS && s->touched * 8 < ns) ns /= 2;
+        while (ns > HASH_MIN_SLOTS && s->touched * 8 < ns)
+            ns /= 2;
         tab_rebuild(s, ns, 1);
         /* member indices are unchanged by a rebuild */
     }
@@ -898,7 +957,10 @@ totals:;
         const procfs_proc *pp = &s->pub[i];
         threads += pp->threads;
         if (pp->rss_bytes.ok) rss += pp->rss_bytes.v;
-        if (pp->cpu_pct.ok) { cpu += pp->cpu_pct.v; cpu_known++; }
+        if (pp->cpu_pct.ok) {
+            cpu += pp->cpu_pct.v;
+            cpu_known++;
+        }
         if (s->priv[i].io_delta_ok) {
             rd += s->priv[i].rd_delta;
             wr += s->priv[i].wr_delta;
@@ -924,7 +986,10 @@ totals:;
 
 /* ------------------------------------------------------------ system */
 
-static double clamp_pct(double v) { return v < 0 ? 0 : v > 100 ? 100 : v; }
+static double clamp_pct(double v)
+{
+    return v < 0 ? 0 : v > 100 ? 100 : v;
+}
 
 static void cpu_pct_of(const procfs_cpu_times *prev, const procfs_cpu_times *cur, fval *busy,
                        fval *iowait)
@@ -935,7 +1000,8 @@ static void cpu_pct_of(const procfs_cpu_times *prev, const procfs_cpu_times *cur
     double dtot = (double)(cur->total - prev->total);
     /* per-cpu idle/iowait can step backwards: clamp rather than go negative */
     fv_set(busy, clamp_pct(((double)cur->busy - (double)prev->busy) / dtot * 100.0));
-    if (iowait) fv_set(iowait, clamp_pct(((double)cur->iowait - (double)prev->iowait) / dtot * 100.0));
+    if (iowait)
+        fv_set(iowait, clamp_pct(((double)cur->iowait - (double)prev->iowait) / dtot * 100.0));
 }
 
 static void sample_cpu(procfs_state *s, coll_frame *f)
@@ -1005,7 +1071,10 @@ static void sample_psi(procfs_state *s, coll_frame *f, double dt)
     }
 }
 
-static int has_prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+static int has_prefix(const char *s, const char *p)
+{
+    return strncmp(s, p, strlen(p)) == 0;
+}
 
 /* Whole physical devices only. Partitions would count their disk twice;
  * dm-* and md* stack on physical disks (their I/O is counted there); loop,
@@ -1020,7 +1089,8 @@ static int disk_wanted(const procfs_state *s, const char *name)
         char path[PATH_MAX], nm[32];
         size_t l = strlen(name);
         if (l >= sizeof(nm)) return 0;
-        for (size_t i = 0; i <= l; i++) nm[i] = name[i] == '/' ? '!' : name[i];
+        for (size_t i = 0; i <= l; i++)
+            nm[i] = name[i] == '/' ? '!' : name[i];
         int n = snprintf(path, sizeof(path), "%s/sys/block/%s", s->root, nm);
         if (n < 0 || (size_t)n >= sizeof(path)) return 0;
         return access(path, F_OK) == 0;
@@ -1028,12 +1098,12 @@ static int disk_wanted(const procfs_state *s, const char *name)
     /* no sysfs (containers, tests): guess from the name */
     size_t l = strlen(name);
     size_t d = l;
-    while (d > 0 && name[d - 1] >= '0' && name[d - 1] <= '9') d--;
+    while (d > 0 && name[d - 1] >= '0' && name[d - 1] <= '9')
+        d--;
     if (d == l) return 1; /* sda, vda */
     /* nvme0n1 / mmcblk0 end in digits but are whole disks; their partitions
      * carry a 'p' (nvme0n1p1), sdX partitions are sdX + digits */
-    if (d > 0 && name[d - 1] == 'p' && d >= 2 && name[d - 2] >= '0' && name[d - 2] <= '9')
-        return 0;
+    if (d > 0 && name[d - 1] == 'p' && d >= 2 && name[d - 2] >= '0' && name[d - 2] <= '9') return 0;
     if (has_prefix(name, "sd") || has_prefix(name, "vd") || has_prefix(name, "hd") ||
         has_prefix(name, "xvd"))
         return 0;
@@ -1057,7 +1127,10 @@ static void sample_disk(procfs_state *s, coll_frame *f, double dt)
         if (procfs_parse_diskstats_line(p, (size_t)(le - p), &ma, &mi, name, &rs, &ws) == 0) {
             disk_dev *d = NULL;
             for (int i = 0; i < s->ndisks; i++)
-                if (s->disks[i].major == ma && s->disks[i].minor == mi) { d = &s->disks[i]; break; }
+                if (s->disks[i].major == ma && s->disks[i].minor == mi) {
+                    d = &s->disks[i];
+                    break;
+                }
             if (!d && s->ndisks < MAX_DISKS) {
                 d = &s->disks[s->ndisks++];
                 memset(d, 0, sizeof(*d));
@@ -1102,7 +1175,10 @@ static void sample_net(procfs_state *s, coll_frame *f, double dt)
             strcmp(name, "lo") != 0) {
             net_dev *d = NULL;
             for (int i = 0; i < s->nnets; i++)
-                if (strcmp(s->nets[i].name, name) == 0) { d = &s->nets[i]; break; }
+                if (strcmp(s->nets[i].name, name) == 0) {
+                    d = &s->nets[i];
+                    break;
+                }
             if (!d && s->nnets < MAX_NETS) {
                 d = &s->nets[s->nnets++];
                 memset(d, 0, sizeof(*d));
@@ -1135,7 +1211,8 @@ static char init_err[256];
 /* Close and free everything but the struct itself (and its err text). */
 static void state_release(procfs_state *s)
 {
-    for (int i = 0; i < s->nmem; i++) member_release(s, i);
+    for (int i = 0; i < s->nmem; i++)
+        member_release(s, i);
     s->nmem = 0;
     for (int i = 0; i < SF_N; i++) {
         if (s->sf_fd[i] >= 0) close(s->sf_fd[i]);
@@ -1165,7 +1242,8 @@ int procfs_init_at(void **state, const src_ctx *ctx, const char *root)
     *state = NULL;
     procfs_state *s = calloc(1, sizeof(*s));
     if (!s) return TPF_ENOMEM;
-    for (int i = 0; i < SF_N; i++) s->sf_fd[i] = -1;
+    for (int i = 0; i < SF_N; i++)
+        s->sf_fd[i] = -1;
     s->proc_dir = -1;
     int rc = TPF_ENOMEM;
     if (root && *root) {
@@ -1201,12 +1279,16 @@ int procfs_init_at(void **state, const src_ctx *ctx, const char *root)
     char path[PATH_MAX];
     for (int i = 0; i < SF_N; i++) {
         int n = snprintf(path, sizeof(path), "%s%s", s->root, sf_path[i]);
-        if (n < 0 || (size_t)n >= sizeof(path)) { rc = TPF_ETOOBIG; goto fail; }
+        if (n < 0 || (size_t)n >= sizeof(path)) {
+            rc = TPF_ETOOBIG;
+            goto fail;
+        }
         s->sf_fd[i] = open_ro(path); /* missing PSI/diskstats: those fields stay unknown */
     }
     if (s->sf_fd[SF_STAT] < 0) {
         rc = err_from_errno(errno);
-        snprintf(s->err, sizeof(s->err), "cannot open %.200s/proc/stat: %s", s->root, strerror(errno));
+        snprintf(s->err, sizeof(s->err), "cannot open %.200s/proc/stat: %s", s->root,
+                 strerror(errno));
         goto fail_keep_err;
     }
     snprintf(path, sizeof(path), "%s/proc", s->root);
@@ -1224,7 +1306,8 @@ int procfs_init_at(void **state, const src_ctx *ctx, const char *root)
      * show as unknown until they come online) */
     ssize_t r = read_sys(s, SF_STAT);
     procfs_cpu_times all;
-    if (r <= 0 || procfs_parse_stat(s->sysbuf, (size_t)r, &all, s->cur_cores, FRAME_MAX_CPUS) != 0) {
+    if (r <= 0 ||
+        procfs_parse_stat(s->sysbuf, (size_t)r, &all, s->cur_cores, FRAME_MAX_CPUS) != 0) {
         rc = TPF_EFORMAT;
         snprintf(s->err, sizeof(s->err), "%.200s/proc/stat: unexpected format", s->root);
         goto fail_keep_err;
@@ -1250,7 +1333,10 @@ fail_keep_err:
     return rc;
 }
 
-static int procfs_init(void **state, const src_ctx *ctx) { return procfs_init_at(state, ctx, NULL); }
+static int procfs_init(void **state, const src_ctx *ctx)
+{
+    return procfs_init_at(state, ctx, NULL);
+}
 
 static int procfs_sample(void *state, const src_ctx *ctx, coll_frame *f)
 {
@@ -1284,7 +1370,10 @@ static const char *procfs_last_error(void *state)
     return s->err[0] ? s->err : NULL;
 }
 
-static void procfs_close(void *state) { state_free(state); }
+static void procfs_close(void *state)
+{
+    state_free(state);
+}
 
 int procfs_procs(void *state, const procfs_proc **out)
 {

@@ -23,9 +23,9 @@ extern const src_ops procfs_source;
 /* One process of the watched tree, as of the last sample (procs.csv). */
 typedef struct procfs_proc {
     pid_t pid, ppid;
-    char comm[16];       /* NUL-terminated */
-    fval cpu_pct;        /* % of one core over the interval; unknown on first sight
-                            unless the process was born during the interval */
+    char comm[16]; /* NUL-terminated */
+    fval cpu_pct;  /* % of one core over the interval; unknown on first sight
+                      unless the process was born during the interval */
     fval rss_bytes;
     int threads;
     fval read_bytes, write_bytes; /* cumulative, /proc/PID/io; unknown if unreadable */
@@ -55,9 +55,9 @@ typedef struct procfs_pidstat {
     pid_t pid, ppid;
     char comm[16];
     char state;
-    uint64_t utime, stime;   /* clock ticks */
+    uint64_t utime, stime; /* clock ticks */
     long threads;
-    uint64_t starttime;      /* clock ticks since boot */
+    uint64_t starttime; /* clock ticks since boot */
     uint64_t rss_pages;
 } procfs_pidstat;
 
@@ -74,8 +74,8 @@ typedef struct procfs_cpu_times {
 
 /* /proc/stat cpu lines: *all gets the "cpu" line, cores[N] the "cpuN" line
  * for N < maxcores (others keep ok == 0). */
-int procfs_parse_stat(const char *s, size_t n, procfs_cpu_times *all,
-                      procfs_cpu_times *cores, int maxcores);
+int procfs_parse_stat(const char *s, size_t n, procfs_cpu_times *all, procfs_cpu_times *cores,
+                      int maxcores);
 
 /* Values in bytes; ok flags say which lines were present. */
 typedef struct procfs_meminfo {

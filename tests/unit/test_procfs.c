@@ -48,7 +48,8 @@ TT_TEST(pidstat_comm_with_spaces_and_parens)
 
 TT_TEST(pidstat_long_comm_truncated_and_bad_input)
 {
-    static const char line[] = "1 (0123456789abcdefXYZ) R 0 1 1 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5 0 9";
+    static const char line[] =
+        "1 (0123456789abcdefXYZ) R 0 1 1 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5 0 9";
     procfs_pidstat st;
     TT_EQ_INT(procfs_parse_pidstat(line, LEN(line), &st), 0);
     TT_EQ_INT(strlen(st.comm), 15);
@@ -73,11 +74,10 @@ TT_TEST(io_parser)
 TT_TEST(stat_parser_cores_and_guest)
 {
     /* guest (9th, 10th) is already inside user: total must not count it twice */
-    static const char st[] =
-        "cpu  100 10 50 800 40 1 2 3 70 0\n"
-        "cpu0 60 5 20 400 20 1 1 2 70 0\n"
-        "cpu2 40 5 30 400 20 0 1 1 0 0\n"
-        "intr 12345 0 0\nctxt 99\ncpu9 1 1 1 1 1 1 1 1\n";
+    static const char st[] = "cpu  100 10 50 800 40 1 2 3 70 0\n"
+                             "cpu0 60 5 20 400 20 1 1 2 70 0\n"
+                             "cpu2 40 5 30 400 20 0 1 1 0 0\n"
+                             "intr 12345 0 0\nctxt 99\ncpu9 1 1 1 1 1 1 1 1\n";
     procfs_cpu_times all, cores[4];
     TT_EQ_INT(procfs_parse_stat(st, LEN(st), &all, cores, 4), 0);
     TT_ASSERT(all.ok);
@@ -127,7 +127,8 @@ TT_TEST(psi_parser)
 
 TT_TEST(diskstats_and_netdev_lines)
 {
-    static const char d[] = " 254       0 vda 6714 4218 992522 5377 1049 7389 284384 667 0 1808 6103 159 0 8632 58 24 0";
+    static const char d[] = " 254       0 vda 6714 4218 992522 5377 1049 7389 284384 667 0 1808 "
+                            "6103 159 0 8632 58 24 0";
     unsigned ma, mi;
     char name[32];
     uint64_t rs, ws;
@@ -137,11 +138,15 @@ TT_TEST(diskstats_and_netdev_lines)
     TT_EQ_STR(name, "vda");
     TT_EQ_INT(rs, 992522);
     TT_EQ_INT(ws, 284384);
-    TT_EQ_INT(procfs_parse_diskstats_line("8 0 sda 1 2", 11, &ma, &mi, name, &rs, &ws), TPF_EFORMAT);
+    TT_EQ_INT(procfs_parse_diskstats_line("8 0 sda 1 2", 11, &ma, &mi, name, &rs, &ws),
+              TPF_EFORMAT);
 
-    static const char hdr1[] = "Inter-|   Receive                                                |  Transmit";
-    static const char hdr2[] = " face |bytes    packets errs drop fifo frame compressed multicast|bytes";
-    static const char eth[] = "  eth0: 37188299     915    0    0    0     0          0         0    56537     660    0    0    0     0       0          0";
+    static const char hdr1[] =
+        "Inter-|   Receive                                                |  Transmit";
+    static const char hdr2[] =
+        " face |bytes    packets errs drop fifo frame compressed multicast|bytes";
+    static const char eth[] = "  eth0: 37188299     915    0    0    0     0          0         0  "
+                              "  56537     660    0    0    0     0       0          0";
     uint64_t rx, tx;
     TT_EQ_INT(procfs_parse_netdev_line(hdr1, LEN(hdr1), name, &rx, &tx), TPF_EFORMAT);
     TT_EQ_INT(procfs_parse_netdev_line(hdr2, LEN(hdr2), name, &rx, &tx), TPF_EFORMAT);
@@ -173,7 +178,10 @@ static void put(const char *rel, const char *text)
         *p = '/';
     }
     FILE *f = fopen(path, "w");
-    if (!f) { perror(path); return; }
+    if (!f) {
+        perror(path);
+        return;
+    }
     fputs(text, f);
     fclose(f);
 }
@@ -192,8 +200,10 @@ static void rm_pid(int pid)
     const char *leaf[] = {"stat", "io", ""};
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof(path), "%s/proc/%d/%s", fake_root, pid, leaf[i]);
-        if (leaf[i][0]) unlink(path);
-        else rmdir(path);
+        if (leaf[i][0])
+            unlink(path);
+        else
+            rmdir(path);
     }
 }
 
@@ -228,16 +238,19 @@ static void write_system(const struct sys_counters *c, int with_psi)
     put("proc/meminfo", "MemTotal: 1000 kB\nMemFree: 100 kB\nMemAvailable: 600 kB\n"
                         "SwapTotal: 500 kB\nSwapFree: 300 kB\n");
     if (with_psi) {
-        snprintf(b, sizeof(b), "some avg10=0 avg60=0 avg300=0 total=%llu\n"
-                               "full avg10=0 avg60=0 avg300=0 total=0\n",
+        snprintf(b, sizeof(b),
+                 "some avg10=0 avg60=0 avg300=0 total=%llu\n"
+                 "full avg10=0 avg60=0 avg300=0 total=0\n",
                  (unsigned long long)c->psi_cpu);
         put("proc/pressure/cpu", b);
-        snprintf(b, sizeof(b), "some avg10=0 avg60=0 avg300=0 total=%llu\n"
-                               "full avg10=0 avg60=0 avg300=0 total=%llu\n",
+        snprintf(b, sizeof(b),
+                 "some avg10=0 avg60=0 avg300=0 total=%llu\n"
+                 "full avg10=0 avg60=0 avg300=0 total=%llu\n",
                  (unsigned long long)c->psi_mem_some, (unsigned long long)c->psi_mem_full);
         put("proc/pressure/memory", b);
-        snprintf(b, sizeof(b), "some avg10=0 avg60=0 avg300=0 total=%llu\n"
-                               "full avg10=0 avg60=0 avg300=0 total=%llu\n",
+        snprintf(b, sizeof(b),
+                 "some avg10=0 avg60=0 avg300=0 total=%llu\n"
+                 "full avg10=0 avg60=0 avg300=0 total=%llu\n",
                  (unsigned long long)c->psi_io_some, (unsigned long long)c->psi_io_full);
         put("proc/pressure/io", b);
     }
@@ -274,9 +287,9 @@ static void frame_at(coll_frame *f, double t_s)
 TT_TEST(system_from_fake_proc)
 {
     make_root();
-    struct sys_counters a = {100, 900, 10, 200, 800, 0, 1000, 2000, 500, 3000, 100,
-                             1000, 2000, 50, 60, 100, 200, 7, 1000, 5000,
-                             10000, 20000, 999, 300, 400};
+    struct sys_counters a = {100,  900,  10,    200,   800, 0,   1000, 2000, 500,
+                             3000, 100,  1000,  2000,  50,  60,  100,  200,  7,
+                             1000, 5000, 10000, 20000, 999, 300, 400};
     write_system(&a, 1);
     src_ctx ctx = {0};
     ctx.root_pid = 999999; /* no such process: the tree is empty */
@@ -300,13 +313,30 @@ TT_TEST(system_from_fake_proc)
     TT_EQ_INT(f.tree_procs.v, 0);
 
     struct sys_counters b = a;
-    b.busy0 += 30; b.idle0 += 60; b.iow0 += 10;  /* core 0: 30% busy of 100 */
-    b.busy1 += 90; b.idle1 += 10;                /* core 1: 90% busy */
-    b.psi_cpu += 500000; b.psi_mem_some += 200000; b.psi_mem_full += 100000;
-    b.psi_io_some += 1000000; b.psi_io_full += 3000000; /* > interval: clamps to 100 */
-    b.vda_rd += 8; b.vda_wr += 16; b.vda1_rd += 8; b.vda1_wr += 16; /* partition: not again */
-    b.nvme_rd += 4; b.nvme_wr += 2; b.nvmep_rd += 4; b.loop_rd += 1000; b.dm_wr += 1000;
-    b.eth_rx += 4000; b.eth_tx += 2000; b.lo_rx += 1000000; b.wl_rx += 1000; b.wl_tx += 0;
+    b.busy0 += 30;
+    b.idle0 += 60;
+    b.iow0 += 10; /* core 0: 30% busy of 100 */
+    b.busy1 += 90;
+    b.idle1 += 10; /* core 1: 90% busy */
+    b.psi_cpu += 500000;
+    b.psi_mem_some += 200000;
+    b.psi_mem_full += 100000;
+    b.psi_io_some += 1000000;
+    b.psi_io_full += 3000000; /* > interval: clamps to 100 */
+    b.vda_rd += 8;
+    b.vda_wr += 16;
+    b.vda1_rd += 8;
+    b.vda1_wr += 16; /* partition: not again */
+    b.nvme_rd += 4;
+    b.nvme_wr += 2;
+    b.nvmep_rd += 4;
+    b.loop_rd += 1000;
+    b.dm_wr += 1000;
+    b.eth_rx += 4000;
+    b.eth_tx += 2000;
+    b.lo_rx += 1000000;
+    b.wl_rx += 1000;
+    b.wl_tx += 0;
     write_system(&b, 1);
     const double dt = 2.0;
     frame_at(&f, 10.0 + dt);
@@ -382,9 +412,8 @@ static void put_pid(int pid, const char *comm, char state, int ppid, unsigned lo
 {
     char rel[64], b[512];
     snprintf(rel, sizeof(rel), "proc/%d/stat", pid);
-    snprintf(b, sizeof(b),
-             "%d (%s) %c %d 1 1 0 -1 0 0 0 0 0 %lu 0 0 0 20 0 %d 0 5 1000 %lu 0 0\n", pid,
-             comm, state, ppid, ticks, threads, rss_pages);
+    snprintf(b, sizeof(b), "%d (%s) %c %d 1 1 0 -1 0 0 0 0 0 %lu 0 0 0 20 0 %d 0 5 1000 %lu 0 0\n",
+             pid, comm, state, ppid, ticks, threads, rss_pages);
     put(rel, b);
     snprintf(rel, sizeof(rel), "proc/%d/io", pid);
     snprintf(b, sizeof(b), "rchar: 0\nwchar: 0\nread_bytes: 0\nwrite_bytes: %lu\n", wbytes);
@@ -477,8 +506,10 @@ TT_TEST(tree_cap_counts_the_rest_and_tables_grow)
     write_system(&a, 0);
     enum { KIDS_N = PROCFS_MAX_PROCS + 104, OUTSIDERS = 500 };
     put_pid(100, "root", 'S', 1, 0, 1, 1, 0);
-    for (int i = 0; i < KIDS_N; i++) put_bare_pid(1000 + i, 100);
-    for (int i = 0; i < OUTSIDERS; i++) put_bare_pid(20000 + i, 1);
+    for (int i = 0; i < KIDS_N; i++)
+        put_bare_pid(1000 + i, 100);
+    for (int i = 0; i < OUTSIDERS; i++)
+        put_bare_pid(20000 + i, 1);
     src_ctx ctx = {0};
     ctx.root_pid = 100;
     void *st = NULL;
@@ -495,8 +526,10 @@ TT_TEST(tree_cap_counts_the_rest_and_tables_grow)
     TT_EQ_INT(f.tree_procs.v, KIDS_N + 1);
     TT_EQ_INT(f.ntree, PROCFS_MAX_PROCS);
     /* most go away: the counts follow, the tables shrink without losing anyone */
-    for (int i = 0; i < KIDS_N - 10; i++) rm_pid(1000 + i);
-    for (int i = 0; i < OUTSIDERS; i++) rm_pid(20000 + i);
+    for (int i = 0; i < KIDS_N - 10; i++)
+        rm_pid(1000 + i);
+    for (int i = 0; i < OUTSIDERS; i++)
+        rm_pid(20000 + i);
     frame_at(&f, 3.0);
     TT_EQ_INT(procfs_source.sample(st, &ctx, &f), 0);
     /* the 10 left were beyond the cap, so they are counted, not detailed */
@@ -511,7 +544,8 @@ TT_TEST(tree_cap_counts_the_rest_and_tables_grow)
 static void burn_forever(void)
 {
     volatile unsigned long x = 0;
-    for (;;) x++;
+    for (;;)
+        x++;
 }
 
 static double self_cpu_s(void)
@@ -532,8 +566,8 @@ static const char *disk_dir(void)
     static const char *const dirs[] = {"/var/tmp", "."};
     for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
         struct statfs sf;
-        if (access(dirs[i], W_OK) == 0 && statfs(dirs[i], &sf) == 0 &&
-            sf.f_type != TMPFS_MAGIC && sf.f_type != RAMFS_MAGIC)
+        if (access(dirs[i], W_OK) == 0 && statfs(dirs[i], &sf) == 0 && sf.f_type != TMPFS_MAGIC &&
+            sf.f_type != RAMFS_MAGIC)
             return dirs[i];
     }
     return NULL;
@@ -556,7 +590,8 @@ static void kill_tree(void)
 
 static void say(int fd, char c)
 {
-    while (write(fd, &c, 1) < 0 && errno == EINTR) {}
+    while (write(fd, &c, 1) < 0 && errno == EINTR) {
+    }
 }
 
 /* The root: forks the processes of the tree, then obeys commands: 'n' forks
@@ -566,7 +601,10 @@ static void root_main(int cmd_r, int ready_w, int pids_w)
     setpgid(0, 0);
     signal(SIGCHLD, SIG_IGN); /* children are reaped at once: no zombies */
     pid_t p[KIDS];
-    if ((p[0] = fork()) == 0) { say(ready_w, 'b'); burn_forever(); }
+    if ((p[0] = fork()) == 0) {
+        say(ready_w, 'b');
+        burn_forever();
+    }
     if ((p[1] = fork()) == 0) {
         if ((p[3] = fork()) == 0) {
             char path[256];
@@ -577,20 +615,27 @@ static void root_main(int cmd_r, int ready_w, int pids_w)
             memset(blk, 'x', sizeof(blk));
             for (unsigned done = 0; fd >= 0 && done < WRITE_BYTES; done += sizeof(blk))
                 if (write(fd, blk, sizeof(blk)) < 0) break;
-            if (fd >= 0) { fsync(fd); close(fd); }
+            if (fd >= 0) {
+                fsync(fd);
+                close(fd);
+            }
             unlink(path);
             say(ready_w, 'w');
-            for (;;) pause();
+            for (;;)
+                pause();
         }
         say(ready_w, 's');
-        for (;;) pause();
+        for (;;)
+            pause();
     }
     if ((p[2] = fork()) == 0) {
         char *m = malloc(HOG_BYTES);
         if (m)
-            for (size_t i = 0; i < HOG_BYTES; i += 4096) m[i] = (char)i;
+            for (size_t i = 0; i < HOG_BYTES; i += 4096)
+                m[i] = (char)i;
         say(ready_w, 'h');
-        for (;;) pause();
+        for (;;)
+            pause();
     }
     (void)p;
     char c;
@@ -600,10 +645,12 @@ static void root_main(int cmd_r, int ready_w, int pids_w)
         if (k == 0) {
             double t0 = self_cpu_s();
             volatile unsigned long x = 0;
-            while (self_cpu_s() - t0 < 0.1) x++;
+            while (self_cpu_s() - t0 < 0.1)
+                x++;
             pid_t me = getpid();
             if (write(pids_w, &me, sizeof(me)) < 0) _exit(1);
-            for (;;) pause();
+            for (;;)
+                pause();
         }
     }
     _exit(0);
@@ -689,14 +736,20 @@ static void real_tree_case(int low_fds)
     TT_EQ_INT(nk, 3);
     for (int i = 0; i < n; i++)
         for (int k = 0; k < 3; k++)
-            if (p[i].ppid == root_kids[k]) { grandkid = p[i].pid; grandparent = root_kids[k]; }
+            if (p[i].ppid == root_kids[k]) {
+                grandkid = p[i].pid;
+                grandparent = root_kids[k];
+            }
     TT_ASSERT(grandkid != 0);
 
     /* the hog holds >= 200 MB; the writer wrote >= 8 MB to storage */
     double max_rss = 0;
     pid_t hog = 0;
     for (int i = 0; i < n; i++)
-        if (p[i].rss_bytes.ok && p[i].rss_bytes.v > max_rss) { max_rss = p[i].rss_bytes.v; hog = p[i].pid; }
+        if (p[i].rss_bytes.ok && p[i].rss_bytes.v > max_rss) {
+            max_rss = p[i].rss_bytes.v;
+            hog = p[i].pid;
+        }
     TT_ASSERT(max_rss >= HOG_BYTES);
     TT_ASSERT(f.tree_rss_bytes.v >= HOG_BYTES);
     const procfs_proc *w = find_proc(st, grandkid);
@@ -738,21 +791,29 @@ static void real_tree_case(int low_fds)
 
     /* the burner dies (reaped at once by the root): it leaves the tree */
     kill(burner, SIGKILL);
-    for (int tries = 0; tries < 400 && kill(burner, 0) == 0; tries++) usleep(10 * 1000);
+    for (int tries = 0; tries < 400 && kill(burner, 0) == 0; tries++)
+        usleep(10 * 1000);
     memset(&f, 0, sizeof(f));
     TT_EQ_INT(procfs_source.sample(st, &ctx, &f), 0);
     TT_ASSERT(!find_proc(st, burner));
     TT_EQ_INT(f.ntree, 5);
-    for (int i = 0; i < procfs_procs(st, &p); i++) TT_ASSERT(!p[i].cpu_pct.ok || p[i].cpu_pct.v >= 0);
+    for (int i = 0; i < procfs_procs(st, &p); i++)
+        TT_ASSERT(!p[i].cpu_pct.ok || p[i].cpu_pct.v >= 0);
 
     procfs_source.close(st);
     stop_tree(&t);
     close(pids_r);
 }
 
-TT_TEST(real_tree_cpu_rss_io_exit_newborn) { real_tree_case(0); }
+TT_TEST(real_tree_cpu_rss_io_exit_newborn)
+{
+    real_tree_case(0);
+}
 
-TT_TEST(real_tree_with_few_fds) { real_tree_case(1); }
+TT_TEST(real_tree_with_few_fds)
+{
+    real_tree_case(1);
+}
 
 static double wall_s(void)
 {
@@ -771,14 +832,17 @@ static void churn_root(int done_w)
             if ((w[k] = fork()) == 0) {
                 double t0 = wall_s();
                 volatile unsigned long x = 0;
-                while (wall_s() - t0 < 0.1) x++;
+                while (wall_s() - t0 < 0.1)
+                    x++;
                 _exit(0);
             }
         }
-        for (int k = 0; k < 4; k++) waitpid(w[k], NULL, 0);
+        for (int k = 0; k < 4; k++)
+            waitpid(w[k], NULL, 0);
     }
     say(done_w, 'd');
-    for (;;) pause();
+    for (;;)
+        pause();
 }
 
 TT_TEST(workers_come_and_go)
@@ -825,7 +889,7 @@ TT_TEST(workers_come_and_go)
             TT_ASSERT(p[i].rss_bytes.ok); /* 0 is real for one caught exiting */
         }
     }
-    TT_ASSERT(max_tree >= 2);      /* workers were seen */
+    TT_ASSERT(max_tree >= 2);        /* workers were seen */
     TT_ASSERT(worker_cpu_known > 0); /* newborn or followed workers got a CPU figure */
     /* all workers are gone now: only the root is left */
     memset(&f, 0, sizeof(f));
@@ -906,8 +970,10 @@ TT_TEST(embedded_root_is_self)
  * so nothing is lost; unknown prints as null. */
 static void dump_fval(const char *k, fval v, int comma)
 {
-    if (v.ok) printf("\"%s\":%.17g%s", k, v.v, comma ? "," : "");
-    else printf("\"%s\":null%s", k, comma ? "," : "");
+    if (v.ok)
+        printf("\"%s\":%.17g%s", k, v.v, comma ? "," : "");
+    else
+        printf("\"%s\":null%s", k, comma ? "," : "");
 }
 
 static int dump(const char *arg)
