@@ -27,13 +27,13 @@ run() {
     "$@"
     rc=$?
     if [ "$rc" -ne 0 ]; then
-        echo "!! $1: exit $rc (target missed or bench failed)"
+        echo "!! $*: exit $rc (target missed or bench failed)"
         status=1
     fi
 }
 
 py() {
-    PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" run "$PYTHON" "$@"
+    run env "PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" "$@"
 }
 
 for b in "$BUILD"/bench/*; do
