@@ -44,6 +44,8 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNITS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 FAKE_SRC := $(wildcard tests/fakes/*.c)
 FAKES := $(patsubst tests/fakes/fake_%.c,$(BUILD)/fakes/lib%.so.1,$(FAKE_SRC))
+# The fake NVML again without its versioned symbols: an old driver (docs/gpu.md).
+FAKES += $(if $(wildcard tests/fakes/fake_nvidia-ml.c),$(BUILD)/fakes/legacy/libnvidia-ml.so.1)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 FUZZ_SRC := $(wildcard tests/fuzz/*.c)
@@ -87,6 +89,10 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/tt.h $(STATIC)
 $(BUILD)/fakes/lib%.so.1: tests/fakes/fake_%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -shared -Wl,-soname,lib$*.so.1 -o $@ $< $(LDFLAGS_ALL) -lpthread
+
+$(BUILD)/fakes/legacy/libnvidia-ml.so.1: tests/fakes/fake_nvidia-ml.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -DFAKE_NVML_LEGACY -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $< $(LDFLAGS_ALL) -lpthread
 
 $(BUILD)/bench/%: bench/%.c $(STATIC)
 	@mkdir -p $(dir $@)

@@ -1,0 +1,53 @@
+/* GPU telemetry through NVML, loaded with dlopen and never linked.
+ *
+ * The library is "libnvidia-ml.so.1" (env TRAINPERF_NVML_LIB overrides the
+ * path: tests point it at the fake under BUILD/fakes/). docs/gpu.md says what
+ * is read, how the run's GPUs are chosen and what each fault does. */
+#ifndef TPF_COLLECT_NVML_H
+#define TPF_COLLECT_NVML_H
+
+#include <stdint.h>
+
+#include "collect/frame.h"
+
+/* The collector's nvml source. Its state is owned by the source (close frees
+ * it). sample() never blocks for NVML's 20 ms PCIe window: PCIe comes from
+ * byte counters or from a helper thread (see nvml.c). */
+extern const src_ops nvml_source;
+
+#define NVML_LIB_DEFAULT "libnvidia-ml.so.1"
+
+/* What `trainperf doctor` shows about NVML. */
+typedef struct nvml_dev_info {
+    int index;
+    char name[96];
+    char uuid[96];
+    fval mem_total_bytes;
+} nvml_dev_info;
+
+typedef struct nvml_sys_info {
+    char lib[256];            /* the path that was dlopen'ed */
+    char driver_version[96];  /* "" when unknown */
+    char nvml_version[96];
+    int cuda_driver_version;  /* e.g. 12040; 0 when unknown */
+    int ndev;                 /* devices NVML counts (may exceed FRAME_MAX_GPUS) */
+    int nlisted;              /* entries filled in dev[] */
+    nvml_dev_info dev[FRAME_MAX_GPUS];
+    char error[256];          /* why NVML is not usable; "" when it is */
+} nvml_sys_info;
+
+/* Load NVML, read the driver and device list, shut it down again. Returns 0,
+ * or an error with out->error saying why (e.g. no driver). Not thread-safe
+ * with a running nvml source in the same process only in that NVML's init is
+ * reference counted; both may coexist. */
+int nvml_query_system(nvml_sys_info *out);
+
+/* Clock-event (throttle) reason bits decoded to words joined by '+', into
+ * out (always terminated). gpu_idle is left out: idle clocks are not a
+ * slowdown of work. Returns the number of words written. */
+int nvml_reasons_str(unsigned long long mask, char *out, size_t n);
+
+/* NVML return code as a short static name ("GPU_IS_LOST"). */
+const char *nvml_code_name(int code);
+
+#endif
