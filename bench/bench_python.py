@@ -1,0 +1,193 @@
+"""Python binding benchmarks (figures and ratios against baselines measured in
+the same run; exit 1 when a target is missed, 2 when the bench cannot run).
+
+(a) `with trainperf.phase(...)` enter+exit vs `with
+    torch.autograd.profiler.record_function(...)` with the profiler off.
+    Interleaved chunks, median. Target: trainperf at least 5x cheaper.
+(b) a CPU PyTorch training loop under `trainperf run` (auto-instrumentation
+    on) vs the same loop without, runs interleaved A B A B ..., each run
+    reporting its median step time. Target: median ratio <= 1.02.
+
+    python3 bench/bench_python.py [--pairs N] [--steps N] [--skip-run]
+Environment: TRAINPERF_BUILD (default build) names the build with the CLI.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+
+def loop_child(steps, warmup):
+    """The measured training loop (runs in a child process)."""
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # the machine is shared: keep each run on one core
+    B, D, H = 64, 256, 512
+    n = (steps + warmup) * B
+    data = TensorDataset(torch.randn(n, D), torch.randn(n, 1))
+    model = nn.Sequential(nn.Linear(D, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(),
+                          nn.Linear(H, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    times = []
+    t_prev = time.perf_counter()
+    for x, y in DataLoader(data, batch_size=B):
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        t = time.perf_counter()
+        times.append(t - t_prev)
+        t_prev = t
+    print("median_step_s %.9f" % statistics.median(times[warmup:]))
+
+
+def bench_phase(chunks=21, n=20000):
+    import torch
+    import trainperf
+    rf = torch.autograd.profiler.record_function
+    ph = trainperf.phase
+
+    def t_phase():
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            with ph("forward"):
+                pass
+        return (time.perf_counter_ns() - t0) / n
+
+    def t_rf():
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            with rf("forward"):
+                pass
+        return (time.perf_counter_ns() - t0) / n
+
+    def t_empty():
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            pass
+        return (time.perf_counter_ns() - t0) / n
+
+    out = {}
+    for label in ("detached", "attached"):
+        if label == "attached":
+            run = tempfile.mkdtemp(prefix="bench-python-")
+            trainperf.start(run, interval_s=1.0, procfs=False, gpu=False)
+        a, b, e = [], [], []
+        for _ in range(chunks):
+            a.append(t_phase())
+            b.append(t_rf())
+            e.append(t_empty())
+        out[label] = (statistics.median(a), statistics.median(b), statistics.median(e))
+        if label == "attached":
+            dropped = trainperf.dropped()
+            trainperf.stop()
+            out["dropped"] = dropped
+    return out
+
+
+def bench_run(cli, pairs, steps, warmup):
+    me = os.path.abspath(__file__)
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("TRAINPERF_") or k == "PYTHONPATH":
+            del env[k]
+    child = [sys.executable, me, "--child", "--steps", str(steps), "--warmup", str(warmup)]
+
+    def one(watched):
+        if watched:
+            d = tempfile.mkdtemp(prefix="bench-python-run-")
+            cmd = [cli, "run", "--quiet", "--out", os.path.join(d, "run"), "--"] + child
+        else:
+            cmd = child
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        if r.returncode != 0:
+            raise RuntimeError("%s failed: %s" % (" ".join(cmd[:3]), r.stderr[-500:]))
+        line = [ln for ln in r.stdout.splitlines() if ln.startswith("median_step_s")][-1]
+        if watched:
+            import csv
+            with open(os.path.join(d, "run", "steps.csv")) as f:
+                rows = sum(1 for _ in csv.DictReader(f))
+            if rows != steps + warmup:
+                raise RuntimeError("watched run recorded %d steps, expected %d"
+                                   % (rows, steps + warmup))
+        return float(line.split()[1])
+
+    a, b = [], []
+    for i in range(pairs):
+        # alternate which goes first so drift hits both alike
+        if i % 2 == 0:
+            a.append(one(False))
+            b.append(one(True))
+        else:
+            b.append(one(True))
+            a.append(one(False))
+    return a, b
+
+
+def main():
+    ap = argparse.ArgumentParser(description="trainperf Python benchmarks")
+    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--skip-run", action="store_true", help="only (a)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        loop_child(args.steps, args.warmup)
+        return 0
+    try:
+        import torch  # noqa: F401
+        import trainperf
+    except ImportError as exc:
+        print("bench_python: cannot run: %s" % exc, file=sys.stderr)
+        return 2
+    if trainperf.IMPL != "c":
+        print("bench_python: the C extension is not built (make python)", file=sys.stderr)
+        return 2
+    status = 0
+
+    r = bench_phase()
+    print("(a) phase enter+exit vs record_function (profiler off), ns per with-block, "
+          "median of interleaved chunks")
+    for label in ("detached", "attached"):
+        p, rf, e = r[label]
+        print("    %-9s trainperf.phase %7.1f ns   record_function %7.1f ns   empty loop %5.1f ns"
+              "   ratio %.1fx (net of the loop %.1fx)"
+              % (label, p, rf, e, rf / p, (rf - e) / max(p - e, 1e-9)))
+    print("    events dropped while attached: %d (ring full between drains)" % r["dropped"])
+    ratio_a = r["attached"][1] / r["attached"][0]
+    print("    target >= 5x: %s" % ("met" if ratio_a >= 5 else "MISSED"))
+    if ratio_a < 5:
+        status = 1
+
+    if not args.skip_run:
+        cli = os.path.join(ROOT, os.environ.get("TRAINPERF_BUILD", "build"), "trainperf")
+        if not os.access(cli, os.X_OK):
+            print("bench_python: %s not built; (b) skipped" % cli, file=sys.stderr)
+            return 2
+        a, b = bench_run(cli, args.pairs, args.steps, args.warmup)
+        ratios = [y / x for x, y in zip(a, b)]
+        med = statistics.median(ratios)
+        print("(b) CPU training loop (MLP 256-512-512-1, batch 64, Adam, 1 thread), "
+              "median step time, %d interleaved pairs of %d steps" % (args.pairs, args.steps))
+        print("    without: %s ms" % " ".join("%.3f" % (x * 1e3) for x in a))
+        print("    with   : %s ms" % " ".join("%.3f" % (x * 1e3) for x in b))
+        print("    per-pair ratios: %s" % " ".join("%.3f" % q for q in ratios))
+        print("    median ratio %.3f (median times %.3f vs %.3f ms)  target <= 1.02: %s"
+              % (med, statistics.median(b) * 1e3, statistics.median(a) * 1e3,
+                 "met" if med <= 1.02 else "MISSED"))
+        if med > 1.02:
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
