@@ -220,36 +220,55 @@ static int has_key(const char *entry, const char *key)
     return strncmp(entry, key, k) == 0 && entry[k] == '=';
 }
 
-/* The child's environment: ours, with the run's variables set. Strings are
- * malloc'd; the process exits soon after, so they are not freed one by one. */
-static char **child_env(const char *run_dir, const char *pydir, int no_auto)
+/* The child's environment: ours, with the run's variables set. */
+typedef struct child_envp {
+    char **env;
+    char *own[2];   /* strings made here */
+} child_envp;
+
+static void env_free(child_envp *e)
 {
+    free(e->own[0]);
+    free(e->own[1]);
+    free(e->env);
+    memset(e, 0, sizeof(*e));
+}
+
+static int child_env(child_envp *e, const char *run_dir, const char *pydir, int no_auto)
+{
+    memset(e, 0, sizeof(*e));
     size_t n = 0;
     while (environ[n]) n++;
-    char **env = calloc(n + 4, sizeof(char *));
-    if (!env) return NULL;
+    e->env = calloc(n + 4, sizeof(char *));
+    if (!e->env) return -1;
     size_t k = 0;
     const char *oldpp = getenv("PYTHONPATH");
+    int set_pp = !no_auto && pydir[0];
     for (size_t i = 0; i < n; i++) {
         if (has_key(environ[i], "TRAINPERF_RUN_DIR") || has_key(environ[i], "TRAINPERF_AUTO"))
             continue;
-        if (!no_auto && pydir[0] && has_key(environ[i], "PYTHONPATH")) continue;
-        env[k++] = environ[i];
+        if (set_pp && has_key(environ[i], "PYTHONPATH")) continue;
+        e->env[k++] = environ[i];
     }
-    char *s;
-    if (asprintf(&s, "TRAINPERF_RUN_DIR=%s", run_dir) < 0) return NULL;
-    env[k++] = s;
-    if (!no_auto) {
-        env[k++] = "TRAINPERF_AUTO=1";
-        if (pydir[0]) {
-            int w = oldpp && *oldpp ? asprintf(&s, "PYTHONPATH=%s:%s", pydir, oldpp)
-                                    : asprintf(&s, "PYTHONPATH=%s", pydir);
-            if (w < 0) return NULL;
-            env[k++] = s;
+    if (asprintf(&e->own[0], "TRAINPERF_RUN_DIR=%s", run_dir) < 0) {
+        e->own[0] = NULL;
+        env_free(e);
+        return -1;
+    }
+    e->env[k++] = e->own[0];
+    if (!no_auto) e->env[k++] = "TRAINPERF_AUTO=1";
+    if (set_pp) {
+        int w = oldpp && *oldpp ? asprintf(&e->own[1], "PYTHONPATH=%s:%s", pydir, oldpp)
+                                : asprintf(&e->own[1], "PYTHONPATH=%s", pydir);
+        if (w < 0) {
+            e->own[1] = NULL;
+            env_free(e);
+            return -1;
         }
+        e->env[k++] = e->own[1];
     }
-    env[k] = NULL;
-    return env;
+    e->env[k] = NULL;
+    return 0;
 }
 
 static void on_signal(int sig)
@@ -473,8 +492,8 @@ int cmd_run(int argc, char **argv)
 
     char pydir[PATH_MAX];
     python_dir(pydir, sizeof(pydir));
-    char **env = child_env(absdir, pydir, a.no_auto);
-    if (!env) {
+    child_envp cenv;
+    if (child_env(&cenv, absdir, pydir, a.no_auto) != 0) {
         cli_error("out of memory");
         alerts_free(alerts);
         return CLI_FAIL;
@@ -486,6 +505,8 @@ int cmd_run(int argc, char **argv)
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) != 0) {
         cli_error("pipe: %s", strerror(errno));
+        env_free(&cenv);
+        alerts_free(alerts);
         return CLI_FAIL;
     }
     install_signals();
@@ -502,6 +523,8 @@ int cmd_run(int argc, char **argv)
     if (child < 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
         cli_error("fork: %s", strerror(errno));
+        env_free(&cenv);
+        alerts_free(alerts);
         return CLI_FAIL;
     }
     if (child == 0) {
@@ -512,7 +535,7 @@ int cmd_run(int argc, char **argv)
         signal(SIGQUIT, SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
         sigprocmask(SIG_SETMASK, &old, NULL);
-        execve(exe, a.cmd, env);
+        execve(exe, a.cmd, cenv.env);
         int e = errno;
         ssize_t w = write(pfd[1], &e, sizeof(e));
         (void)w;
@@ -528,6 +551,7 @@ int cmd_run(int argc, char **argv)
         got = read(pfd[0], &exec_errno, sizeof(exec_errno));
     } while (got < 0 && errno == EINTR);
     close(pfd[0]);
+    env_free(&cenv);
     if (got == (ssize_t)sizeof(exec_errno)) {
         int st;
         waitpid(child, &st, 0);
