@@ -109,6 +109,7 @@ $(BUILD)/fuzz/fuzz_trace: $(FUZZ_SRC) $(FUZZ_LIB_SRC)
 	    -fno-sanitize-recover=undefined -Iinclude -Isrc -o $@ $^ -lz -lpthread -lm
 
 # The Python extension, built in place for the test suite.
+# Links $(STATIC) unless sanitized (an ASan extension would need libasan preloaded).
 python: $(STATIC)
 	TRAINPERF_STATIC_LIB=$(if $(SANFLAGS),,$(abspath $(STATIC))) $(PYTHON) setup.py -q build_ext --inplace
 
@@ -140,7 +141,7 @@ install: lib $(CLI)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' trainperf.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/trainperf.pc
 	if [ -d python/trainperf ]; then install -d $(DESTDIR)$(PREFIX)/share/trainperf && \
-	    cp -r python/trainperf $(DESTDIR)$(PREFIX)/share/trainperf/; fi
+	    cp -r python/trainperf python/sitecustomize.py $(DESTDIR)$(PREFIX)/share/trainperf/; fi
 
 clean:
 	rm -rf build build-asan build-* python/build python/trainperf/*.so
