@@ -465,3 +465,27 @@ def test_status_line_on_a_tty(cli, tmp_path, no_color):
     assert "\r" in text and "[trainperf" in text and "no steps yet" in text
     colors = ("\033[1m", "\033[3")  # bold, colours (\033[K only clears the line)
     assert any(c in text for c in colors) == (not no_color)
+
+
+def test_top_shows_a_run_live_and_ended(cli, child, tmp_path):
+    run = tmp_path / "run"
+    p = start_slow(cli, child, run)
+    try:
+        read_lines(p, 20)
+        time.sleep(0.5)  # a sample with steps in it
+        live = subprocess.run([cli, "top", str(run), "--once"], capture_output=True, text=True,
+                              timeout=30)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert live.returncode == 0, live.stderr
+    assert "running" in live.stdout and "steps/s" in live.stdout
+    done = subprocess.run([cli, "top", str(run)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0  # an ended run: one view, then exit
+    sm = json.loads((run / "summary.json").read_text())
+    assert "ended after" in done.stdout and "exit 130" in done.stdout
+    assert f"steps {sm['steps']['count']} " in done.stdout
+    bad = subprocess.run([cli, "top", str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "not a run directory" in bad.stderr
