@@ -536,8 +536,23 @@ void tpf_mark(tpf_name name)
     emit(st, SEG_EV_MARK, name, 0, 0);
 }
 
+/* A pending run dir (environment, forked child) is attached now rather
+ * than at the first event, so the answer is true to what events will do. */
+static void resolve_pending(void)
+{
+    if (atomic_load_explicit(&g_state, memory_order_acquire) != PROBE_PENDING) return;
+    pthread_mutex_lock(&g_lock);
+    if (atomic_load_explicit(&g_state, memory_order_relaxed) == PROBE_PENDING &&
+        attach_locked(g_run_dir) != 0) {
+        atomic_store_explicit(&g_state, 0, memory_order_release);
+        g_run_dir_pub[0] = 0;
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
 int tpf_attached(void)
 {
+    resolve_pending();
     return atomic_load_explicit(&g_state, memory_order_acquire) >= PROBE_GEN0;
 }
 

@@ -775,10 +775,15 @@ TT_TEST(events_published_before_sigkill_are_drained)
 /* Re-executed with TRAINPERF_RUN_DIR set: attaches from the environment. */
 static int env_child(void)
 {
-    if (tpf_attached()) return 10; /* lazy: not before the first event */
+    /* Lazy: no segment before the first tpf_* call (asking counts). */
+    char seg[512];
+    snprintf(seg, sizeof(seg), "%s/live/seg-%d.tpf", getenv("TRAINPERF_RUN_DIR"), (int)getpid());
+    if (access(seg, F_OK) == 0) return 10;
+    if (!tpf_attached()) return 11;
+    if (access(seg, F_OK) != 0 || !tpf_run_dir()) return 12;
     tpf_step_begin();
     tpf_step_end(7, 0);
-    return tpf_attached() ? 0 : 11;
+    return tpf_attached() ? 0 : 13;
 }
 
 static int run_env_child(const char *run_dir)
