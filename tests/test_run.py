@@ -489,3 +489,45 @@ def test_top_shows_a_run_live_and_ended(cli, child, tmp_path):
     assert f"steps {sm['steps']['count']} " in done.stdout
     bad = subprocess.run([cli, "top", str(tmp_path)], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "not a run directory" in bad.stderr
+
+
+def _run_on_ctty(argv, feed, timeout=60):
+    """Run argv as the foreground of a fresh pseudo-terminal; type feed into it."""
+    import fcntl
+    import pty
+    import termios
+    master, slave = pty.openpty()
+
+    def take_ctty():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    p = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env_clean(),
+                         preexec_fn=take_ctty)
+    os.close(slave)
+    time.sleep(1.0)
+    os.write(master, feed)
+    out = b""
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait(timeout=timeout)
+    os.close(master)
+    return p.returncode, out.decode(errors="replace")
+
+
+def test_child_reads_the_terminal_and_gets_ctrl_c(cli, tmp_path):
+    # The child is in its own process group but owns the terminal while it runs.
+    rc, out = _run_on_ctty([cli, "run", "--out", str(tmp_path / "a"), "--", "sh", "-c",
+                            "read x; echo got-$x"], b"hello\n")
+    assert rc == 0 and "got-hello" in out
+    rc, out = _run_on_ctty([cli, "run", "--out", str(tmp_path / "b"), "--", "sleep", "30"],
+                           b"\x03")
+    assert rc == 130, out
+    assert json.loads((tmp_path / "b" / "run.json").read_text())["exit"]["signal"] == 2

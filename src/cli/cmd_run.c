@@ -518,6 +518,10 @@ int cmd_run(int argc, char **argv)
     sigaddset(&block, SIGHUP);
     sigaddset(&block, SIGQUIT);
     sigprocmask(SIG_BLOCK, &block, &old);
+    /* In the terminal's foreground, hand the terminal to the child's group:
+     * otherwise a command reading the terminal (a prompt, a debugger) would
+     * stop on SIGTTIN. Ctrl-C then reaches the child directly. */
+    int tty_fd = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp() ? STDIN_FILENO : -1;
     fflush(NULL);
     pid_t child = fork();
     if (child < 0) {
@@ -529,6 +533,11 @@ int cmd_run(int argc, char **argv)
     }
     if (child == 0) {
         setpgid(0, 0);
+        if (tty_fd >= 0) {
+            signal(SIGTTOU, SIG_IGN);
+            tcsetpgrp(tty_fd, getpid());
+            signal(SIGTTOU, SIG_DFL);
+        }
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
@@ -542,6 +551,12 @@ int cmd_run(int argc, char **argv)
         _exit(e == ENOENT ? 127 : 126);
     }
     setpgid(child, child);
+    if (tty_fd >= 0) {
+        /* Both sides set it: whichever runs first, the child never reads
+         * the terminal from the background. */
+        signal(SIGTTOU, SIG_IGN);
+        tcsetpgrp(tty_fd, child);
+    }
     run_child_pgid = child;
     sigprocmask(SIG_SETMASK, &old, NULL);
     close(pfd[1]);
@@ -556,6 +571,7 @@ int cmd_run(int argc, char **argv)
         int st;
         waitpid(child, &st, 0);
         run_child_pgid = 0;
+        if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
         cli_error("cannot run %s: %s", a.cmd[0], strerror(exec_errno));
         alerts_free(alerts);
         return exec_errno == ENOENT ? 127 : 126;
@@ -598,6 +614,8 @@ int cmd_run(int argc, char **argv)
         }
     }
     run_child_pgid = 0;
+    /* The terminal comes back for the summary; a Ctrl-C now only counts. */
+    if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
     if (drawn) fputs("\r\033[K", stderr);
 
     rec_exit ex = {1, 0, 0};
