@@ -596,7 +596,10 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
         if ((rc = js_key(s, sc, "event args"))) return rc;
         int isnum;
         int64_t v;
-        if (strcmp(sc->key, "stream") == 0) {
+        char k0 = sc->key[0];
+        if (k0 != 's' && k0 != 'c' && k0 != 'n') { /* most args: skip without comparing */
+            if ((rc = js_skip(s, 2))) return rc;
+        } else if (strcmp(sc->key, "stream") == 0) {
             if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
             ev->has |= TEV_STREAM_ANY;
             if (isnum) { ev->stream = v; ev->has |= TEV_STREAM; }

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Throughput and peak memory of `trainperf analyze`, against HTA in the same run.
+
+Inputs: the 35 MB shared Kineto trace (gzip as shipped, and inflated), and a
+generated trace of >= 1 GB made by repeating its real events shifted in time
+(correlation ids kept unique), written under BUILD/ and deleted afterwards.
+MB/s counts uncompressed JSON bytes. Peak RSS comes from wait4's rusage.
+HTA (build/hta-venv, see tests/test_analyze_hta.py) runs only on files up to
+200 MB: it loads the whole trace into pandas.
+
+Targets: >= 150 MB/s per CPU-second (user+sys; wall-clock MB/s is printed too,
+but on a shared machine it measures the neighbours) on the inflated 35 MB
+trace and on the 1 GB one; peak RSS
+on the 1 GB trace within 1.5x of the 35 MB one (flat). Exits 1 on a miss.
+
+    bench/bench_analyze.py [--gb 1.0] [--keep]
+"""
+import argparse
+import gzip
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BUILD = ROOT / os.environ.get("TRAINPERF_BUILD", "build")
+TRACE = ROOT.parent / "shared" / "data" / "traces" / "hta" / "trace_diff_control_control.json.gz"
+HTA_PY = ROOT / "build" / "hta-venv" / "bin" / "python"
+HTA_MAX_BYTES = 200 << 20
+
+
+def run(cmd):
+    """(wall s, CPU s, peak RSS MiB) of one child; raises on failure.
+
+    The child is started through /usr/bin/time, a small process: a fork of
+    this (large) Python process would carry its RSS high-water mark along."""
+    out = BUILD / "bench-analyze" / "time.out"
+    t0 = time.perf_counter()
+    p = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "-o", str(out), *cmd],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed: {p.stderr.decode(errors='replace')[-500:]}")
+    rss_kb, user, sys_ = out.read_text().split()[-3:]
+    return wall, float(user) + float(sys_), int(rss_kb) / 1024.0
+
+
+def best(cmd, n):
+    runs = [run(cmd) for _ in range(n)]
+    return min(r[0] for r in runs), min(r[1] for r in runs), max(r[2] for r in runs)
+
+
+def generate(dst, src_events, target_bytes):
+    ts = [e["ts"] for e in src_events if "ts" in e]
+    span = max(e.get("ts", 0) + e.get("dur", 0) for e in src_events) - min(ts) + 1000
+    written = 0
+    rep = 0
+    with open(dst, "w") as f:
+        f.write('{"schemaVersion": 1, "traceEvents": [\n')
+        first = True
+        while written < target_bytes:
+            parts = []
+            for e in src_events:
+                e2 = dict(e)
+                if "ts" in e2:
+                    e2["ts"] = e["ts"] + rep * span
+                a = e.get("args")
+                if a and "correlation" in a:
+                    e2["args"] = dict(a, correlation=a["correlation"] + rep * 10_000_000)
+                parts.append(json.dumps(e2))
+            chunk = ("" if first else ",\n") + ",\n".join(parts)
+            first = False
+            f.write(chunk)
+            written += len(chunk)
+            rep += 1
+        f.write("\n]}\n")
+    return rep
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gb", type=float, default=1.0)
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    cli = BUILD / "trainperf"
+    if not cli.exists() or not TRACE.exists():
+        print(f"bench_analyze: need {cli} and {TRACE}", file=sys.stderr)
+        return 2
+    work = BUILD / "bench-analyze"
+    work.mkdir(parents=True, exist_ok=True)
+    plain = work / "trace35.json"
+    plain.write_bytes(gzip.decompress(TRACE.read_bytes()))
+    big = work / "trace1g.json"
+    with gzip.open(TRACE, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    reps = generate(big, events, int(a.gb * (1 << 30)))
+    del events
+    ok = True
+    rows = []
+    try:
+        for label, path, n in (("35 MB .json.gz", TRACE, 5), ("35 MB .json", plain, 5),
+                               (f"{big.stat().st_size / 2**30:.2f} GB .json ({reps}x)", big, 1)):
+            json_bytes = plain.stat().st_size if path == TRACE else path.stat().st_size
+            wall, cpu, rss = best([str(cli), "analyze", "--json", str(path)], n)
+            mbs = json_bytes / wall / 1e6
+            cmbs = json_bytes / cpu / 1e6
+            hta = ""
+            if HTA_PY.exists() and path.stat().st_size <= HTA_MAX_BYTES:
+                hw, hc, hr = best([str(HTA_PY), str(ROOT / "scripts" / "hta_run.py"), str(path)], 1)
+                hta = (f"HTA {hw:6.2f} s wall {hc:6.2f} s CPU {hr:6.0f} MiB -> {hw / wall:5.1f}x faster, "
+                       f"{hr / rss:5.1f}x less memory")
+            elif not HTA_PY.exists():
+                hta = "HTA not installed (run tests/test_analyze_hta.py once)"
+            else:
+                hta = "HTA skipped (> 200 MB)"
+            rows.append((label, json_bytes, wall, cmbs, rss))
+            print(f"  {label:28s} {json_bytes / 1e6:7.1f} MB  {wall:6.2f} s wall {mbs:5.0f} MB/s  "
+                  f"{cpu:6.2f} s CPU {cmbs:5.0f} MB/s  peak RSS {rss:5.1f} MiB   {hta}", flush=True)
+    finally:
+        if not a.keep:
+            big.unlink(missing_ok=True)
+            plain.unlink(missing_ok=True)
+            shutil.rmtree(work, ignore_errors=True)
+    small_rss, big_rss = rows[1][4], rows[2][4]
+    print(f"  peak RSS {big_rss:.1f} MiB on {rows[2][1] / 1e9:.2f} GB vs {small_rss:.1f} MiB on "
+          f"{rows[1][1] / 1e6:.0f} MB: ratio {big_rss / small_rss:.2f} (target <= 1.5)")
+    # Judged on CPU time: on a shared machine wall time measures the neighbours.
+    for label, _, _, cmbs, _ in rows[1:]:
+        if cmbs < 150:
+            print(f"  MISS: {label}: {cmbs:.0f} MB/s of CPU time < 150")
+            ok = False
+    if big_rss > 1.5 * small_rss:
+        print("  MISS: peak memory grows with the trace")
+        ok = False
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
