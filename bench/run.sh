@@ -43,6 +43,7 @@ done
 
 # Python benches (one line each). bench/procfs_psutil.py is not listed: it
 # is the baseline that bench_procfs drives in the same run.
+py bench/bench_analyze.py
 py bench/bench_python.py
 
 exit $status
