@@ -368,6 +368,37 @@ TT_TEST(malformed_rules_give_positions)
     alerts_free(s);
 }
 
+/* Random rule texts from the grammar's alphabet: parse or a positioned
+ * error, nothing else. */
+TT_TEST(random_rules_never_crash)
+{
+    alert_set *s = NULL;
+    TT_EQ_INT(alerts_create(&s, 0), 0);
+    static const char *const bits[] = {"gpu.util", "cpu.util", " ", "<", "<=", ">", "==", "!=",
+                                       "50", "1e3", "-2", "%", "GiB", "for", "30s", "5m", "x:",
+                                       "off", ":", ".", "\t", "mem.oom_eta_s", "10min", "h"};
+    unsigned long long x = 2463534242ULL;
+    int good = 0;
+    for (int it = 0; it < 5000; it++) {
+        char rule[256] = "";
+        int parts = 1 + it % 9;
+        for (int k = 0; k < parts; k++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            strncat(rule, bits[x % (sizeof(bits) / sizeof(bits[0]))], sizeof(rule) - strlen(rule) - 1);
+        }
+        char err[200] = "";
+        int rc = alerts_add(s, rule, err, sizeof(err));
+        if (rc == 0) good++;
+        else if (rc == TPF_EFULL) break; /* the set is full of good rules */
+        else {
+            TT_EQ_INT(rc, TPF_EFORMAT);
+            TT_ASSERT(strstr(err, "position ") != NULL);
+        }
+    }
+    TT_ASSERT(good > 0);
+    alerts_free(s);
+}
+
 TT_TEST(names_override_and_off)
 {
     alert_set *s = NULL;

@@ -107,6 +107,46 @@ TT_TEST(jsonr_limits_depth_and_nodes)
     TT_EQ_INT(jr_parse(&d, many, strlen(many), 5, err, sizeof(err)), TPF_ETOOBIG);
 }
 
+/* Seeded mutations of a real summary.json: every outcome is a value (0 or
+ * TPF_EFORMAT/TPF_ETOOBIG), never a crash; run under ASan in CI. */
+TT_TEST(jsonr_survives_mutated_input)
+{
+    jr_doc base;
+    char err[256];
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof(path), "%s/summary.json", fixture("input-bound"));
+    TT_EQ_INT(jr_load_file(&base, path, 0, err, sizeof(err)), 0);
+    size_t n = base.text_len;
+    char *m = malloc(n);
+    TT_ASSERT(m);
+    unsigned long long x = 88172645463325252ULL;
+    int ok = 0, bad = 0;
+    for (int it = 0; it < 3000; it++) {
+        memcpy(m, base.text, n);
+        int edits = 1 + it % 4;
+        for (int e = 0; e < edits; e++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            size_t at = (size_t)(x % n);
+            static const char pool[] = "{}[]\",:0-e.\"\\un\x01\xff ";
+            m[at] = pool[(x >> 32) % (sizeof(pool) - 1)];
+        }
+        size_t len = it % 7 == 0 ? (size_t)(x % n) : n; /* truncations too */
+        jr_doc d;
+        int rc = jr_parse(&d, m, len, 0, err, sizeof(err));
+        if (rc == 0) {
+            ok++;
+            jr_free(&d);
+        } else {
+            TT_ASSERT(rc == TPF_EFORMAT || rc == TPF_ETOOBIG);
+            TT_ASSERT(strncmp(err, "position ", 9) == 0);
+            bad++;
+        }
+    }
+    TT_ASSERT(bad > 0);
+    free(m);
+    jr_free(&base);
+}
+
 /* ---- CSV reader ---------------------------------------------------------------- */
 
 TT_TEST(csvr_quotes_empty_cells_and_unknown)
