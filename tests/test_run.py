@@ -531,3 +531,25 @@ def test_child_reads_the_terminal_and_gets_ctrl_c(cli, tmp_path):
                            b"\x03")
     assert rc == 130, out
     assert json.loads((tmp_path / "b" / "run.json").read_text())["exit"]["signal"] == 2
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_plain_pytorch_script_is_instrumented_without_code_changes(cli, tmp_path):
+    pytest.importorskip("torch")
+    script = ROOT / "examples" / "train_mlp.py"
+    if not (ROOT / "python" / "trainperf" / "__init__.py").exists() or not script.exists():
+        pytest.skip("python package or example missing")
+    runs = {}
+    for auto in (True, False):
+        run = tmp_path / ("auto" if auto else "noauto")
+        args = [cli, "run", "--out", run] + ([] if auto else ["--no-auto"])
+        p = subprocess.run(args + ["--", "python3", script, "--steps", "15"],
+                           capture_output=True, text=True, timeout=600, env=env_clean())
+        assert p.returncode == 0, p.stderr
+        runs[auto] = (read_steps(run), json.loads((run / "run.json").read_text()))
+    rows, ri = runs[True]
+    assert len(rows) == 15 and ri["options"]["auto"] is True
+    assert all(int(r["forward_ns"]) > 0 and int(r["backward_ns"]) > 0 for r in rows)
+    rows, ri = runs[False]
+    assert rows == [] and ri["options"]["auto"] is False  # resources only
