@@ -311,9 +311,8 @@ static void chart_data_hist(buf *b, const diag_run *r)
         buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s-%s ms: %.0f steps</title></rect>\n",
                    x + 1, y, bw - 2 > 1 ? bw - 2 : 1, CH - MB - y, phase_color[PH_DATA], l, hh, cnt[i]);
         if (nb <= 12 || i % (nb / 8 + 1) == 0) {
-            char t[32];
-            fmt_tick(t, sizeof(t), edge_lo[i] < 1 ? round(edge_lo[i] * 100) / 100 : round(edge_lo[i] * 10) / 10);
-            buf_printf(b, "<text class=\"xl\" x=\"%.1f\" y=\"%.1f\">%s ms</text>\n", x + bw / 2, CH - MB + 18, t);
+            buf_printf(b, "<text class=\"xl\" x=\"%.1f\" y=\"%.1f\">%.3g ms</text>\n", x + bw / 2, CH - MB + 18,
+                       edge_lo[i]);
         }
     }
     buf_printf(b, "<line class=\"axis\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ML, CH - MB, CW - MR, CH - MB);

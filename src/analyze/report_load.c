@@ -635,6 +635,14 @@ void diag_figures(const diag_run *r, dfig *f)
     f->data_p99 = dhist_quantile(&r->h_data, 0.99);
     f->data_mean = mean_or_nan(&r->st_data);
     f->data_max = max_or_nan(&r->st_data);
+    /* a quantile is a bucket's midpoint: keep it inside the observed range */
+    double *qs[] = {&f->step_p50, &f->step_p95, &f->step_p99}, *qd[] = {&f->data_p50, &f->data_p95, &f->data_p99};
+    for (int i = 0; i < 3; i++) {
+        if (*qs[i] > f->step_max) *qs[i] = f->step_max;
+        if (r->st_interval.n && *qs[i] < r->st_interval.min) *qs[i] = r->st_interval.min;
+        if (*qd[i] > f->data_max) *qd[i] = f->data_max;
+        if (r->st_data.n && *qd[i] < r->st_data.min) *qd[i] = r->st_data.min;
+    }
     for (int p = 0; p < PH_COUNT; p++)
         f->share[p] = r->sum_interval_ns > 0 ? r->sum_phase_ns[p] / r->sum_interval_ns : NAN;
     f->data_share = f->share[PH_DATA];
