@@ -54,6 +54,7 @@ typedef struct nstat {
     uint32_t off, len, hash;
     int8_t ktype;           /* -1 = not classified yet */
     uint8_t launch;         /* a launch API (default / HTA sets) */
+    int8_t sync;            /* "Event Sync"/"Context Sync"; -1 = not looked at */
     uint64_t kcount;
     int64_t ksum, kmin, kmax;
     double kmean, km2;      /* Welford, for the standard deviation */
@@ -214,6 +215,7 @@ static int st_intern(strtab *t, const char *s, size_t n, uint32_t *id)
     e->len = (uint32_t)n;
     e->hash = h;
     e->ktype = -1;
+    e->sync = -1;
     e->kmin = INT64_MAX;
     e->kmax = INT64_MIN;
     t->slots[j] = t->n + 1;
@@ -878,8 +880,8 @@ static int process(bstate *b, trec *t)
         t->dur = (int64_t)f * 1000 - t->ts;
     }
     b->now = t->ts;
-    int hta_gpu = (t->stream >= 0 && t->corr >= 0) || strcmp(name, "Event Sync") == 0 ||
-                  strcmp(name, "Context Sync") == 0;
+    if (ns->sync < 0) ns->sync = strcmp(name, "Event Sync") == 0 || strcmp(name, "Context Sync") == 0;
+    int hta_gpu = (t->stream >= 0 && t->corr >= 0) || ns->sync;
     int gpu = b->hta ? hta_gpu
                      : t->stream >= 0 && (t->cat == C_KERNEL || t->cat == C_MEMCPY ||
                                           t->cat == C_MEMSET || t->cat == C_MTIA);

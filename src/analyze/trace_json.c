@@ -335,6 +335,30 @@ static int js_bad_number(jsrc *s, uint64_t at)
 
 int trace_parse_us(const char *s, size_t n, int64_t *ns, int *frac)
 {
+    /* Fast path, the common shapes: up to 15 integer digits and at most 3
+     * decimals ("1682725898236567", "4458676522690.655", "68.0"). */
+    if (n && n <= 19 && s[0] >= '0' && s[0] <= '9' && !(s[0] == '0' && n > 1 && s[1] != '.')) {
+        int64_t v = 0;
+        size_t i = 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9' && i < 15) v = v * 10 + (s[i++] - '0');
+        if (i == n) {
+            *ns = v * 1000;
+            if (frac) *frac = 0;
+            return 0;
+        }
+        if (s[i] == '.' && i + 1 < n && n - i - 1 <= 3) {
+            size_t k = i + 1;
+            int64_t f = 0;
+            int nd = 0;
+            while (k < n && s[k] >= '0' && s[k] <= '9') { f = f * 10 + (s[k++] - '0'); nd++; }
+            if (k == n) {
+                while (nd++ < 3) f *= 10;
+                *ns = v * 1000 + f;
+                if (frac) *frac = 1;
+                return 0;
+            }
+        }
+    }
     size_t i = 0;
     int neg = 0;
     uint64_t mant = 0;
