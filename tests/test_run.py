@@ -52,16 +52,22 @@ static void steps(long n, long delay_us)
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "embedded") == 0 && argc > 3) {
-        tpf_options o = TPF_OPTIONS_INIT;
-        o.run_dir = argv[2];
-        o.interval_s = 0.2;
-        int rc = tpf_start(&o);
-        fprintf(stderr, "start %d\n", rc);
-        if (rc) return 10;
-        steps(strtol(argv[3], NULL, 10), 200);
-        rc = tpf_stop();
-        fprintf(stderr, "stop %d\n", rc);
-        return rc ? 11 : 0;
+        /* One start/stop cycle per run dir given, then the state checks. */
+        for (int d = 2; d < argc - 1; d++) {
+            tpf_options o = TPF_OPTIONS_INIT;
+            o.run_dir = argv[d];
+            o.interval_s = 0.2;
+            int rc = tpf_start(&o);
+            fprintf(stderr, "start %d\n", rc);
+            if (rc) return 10;
+            fprintf(stderr, "again %d dir %s\n", tpf_start(&o), tpf_run_dir());
+            steps(strtol(argv[argc - 1], NULL, 10), 200);
+            rc = tpf_stop();
+            fprintf(stderr, "stop %d\n", rc);
+            if (rc) return 11;
+        }
+        fprintf(stderr, "stop-again %d\n", tpf_stop());
+        return 0;
     }
     if (argc > 3 && strcmp(argv[1], "fork") == 0) {
         /* DataLoader-like workers: each its own process and segment, with a rank. */
@@ -375,17 +381,21 @@ def test_child_env_and_auto_hook(cli, tmp_path):
 
 
 def test_embedded_mode(child, tmp_path):
-    run = tmp_path / "emb"
-    p = subprocess.run([child, "embedded", str(run), "50"], capture_output=True, text=True,
-                       timeout=60, env=env_clean())
+    runs = [tmp_path / "emb1", tmp_path / "emb2"]
+    p = subprocess.run([child, "embedded", *map(str, runs), "50"], capture_output=True,
+                       text=True, timeout=60, env=env_clean())
     assert p.returncode == 0, p.stderr
-    assert "start 0" in p.stderr and "stop 0" in p.stderr
-    rows = read_steps(run)
-    assert [int(r["step"]) for r in rows] == list(range(50))
-    ri, sm, _ = check_complete(run)
-    assert ri["mode"] == "embedded" and ri["exit"] is None
-    assert ri["command"][0].endswith("child")
-    assert sm["steps"]["count"] == 50
+    lines = p.stderr.splitlines()
+    assert lines.count("start 0") == 2 and lines.count("stop 0") == 2
+    assert f"again -7 dir {runs[0]}" in lines and f"again -7 dir {runs[1]}" in lines  # EBUSY
+    assert lines[-1] == "stop-again -8"  # TPF_ESTATE
+    for run in runs:
+        rows = read_steps(run)
+        assert [int(r["step"]) for r in rows] == list(range(50))
+        ri, sm, _ = check_complete(run)
+        assert ri["mode"] == "embedded" and ri["exit"] is None
+        assert ri["command"][0].endswith("child") and ri["command"][1] == "embedded"
+        assert sm["steps"]["count"] == 50
 
 
 def test_embedded_start_is_busy_under_run(cli, child, tmp_path):
