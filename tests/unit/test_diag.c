@@ -355,4 +355,34 @@ TT_TEST(finish_run_adds_diagnosis_and_keeps_summary)
     rmdir(dir);
 }
 
+/* The collector was killed before writing summary.json: the report step
+ * writes a minimal one rather than nothing. */
+TT_TEST(finish_run_without_summary_writes_one)
+{
+    char dir[] = "/tmp/tpf-nosum-XXXXXX";
+    TT_ASSERT(mkdtemp(dir) != NULL);
+    const char *files[] = {"run.json", "steps.csv", "metrics.csv"};
+    char from[PATH_MAX + 128], to[PATH_MAX + 128];
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(from, sizeof(from), "%s/%s", fixture("cpu-only"), files[i]);
+        snprintf(to, sizeof(to), "%s/%s", dir, files[i]);
+        TT_EQ_INT(copy_file(from, to), 0);
+    }
+    char err[512] = "";
+    TT_EQ_INT(report_finish_run(dir, 0, NULL, err, sizeof(err)), 0);
+    jr_doc d;
+    snprintf(to, sizeof(to), "%s/summary.json", dir);
+    TT_EQ_INT(jr_load_file(&d, to, 0, err, sizeof(err)), 0);
+    TT_NEAR(jr_pnum(d.root, "format_version"), 1, 0);
+    TT_EQ_STR(jr_pstr(d.root, "diagnosis.primary.id"), "compute-bound");
+    TT_ASSERT(jr_pnum(d.root, "steps.count") > 100);
+    jr_free(&d);
+    const char *all[] = {"run.json", "steps.csv", "metrics.csv", "summary.json", "report.md", "report.html"};
+    for (size_t i = 0; i < 6; i++) {
+        snprintf(to, sizeof(to), "%s/%s", dir, all[i]);
+        unlink(to);
+    }
+    TT_EQ_INT(rmdir(dir), 0);
+}
+
 int main(int argc, char **argv) { return tt_main(argc, argv); }
