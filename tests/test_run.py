@@ -563,3 +563,25 @@ def test_plain_pytorch_script_is_instrumented_without_code_changes(cli, tmp_path
     assert all(int(r["forward_ns"]) > 0 and int(r["backward_ns"]) > 0 for r in rows)
     rows, ri = runs[False]
     assert rows == [] and ri["options"]["auto"] is False  # resources only
+
+
+def test_gpu_columns_with_the_fake_nvml(cli, child, build, tmp_path):
+    fake = build / "fakes" / "libnvidia-ml.so.1"
+    if not fake.exists():
+        pytest.skip("fake NVML not built")
+    run = tmp_path / "run"
+    p = subprocess.run([cli, "run", "--out", run, "--interval", "0.2", "--", child, "steps", "60",
+                        "0", "2000"], capture_output=True, text=True, timeout=120,
+                       env=env_clean(TRAINPERF_NVML_LIB=str(fake)))
+    assert p.returncode == 0, p.stderr
+    ri, sm, events = check_complete(run)
+    assert ri["sources"]["nvml"] == "ok" and len(ri["gpus"]) == 1
+    metrics = list(csv.DictReader(open(run / "metrics.csv", newline="")))
+    gpu_cols = [c for c in metrics[0] if c.startswith("gpu0_")]
+    assert "gpu0_util_pct" in gpu_cols and "gpu0_throttle" in gpu_cols
+    assert not any(c.startswith("gpu1_") for c in metrics[0])
+    utils = [float(r["gpu0_util_pct"]) for r in metrics if r["gpu0_util_pct"]]
+    assert utils and len(sm["gpus"]) == 1
+    assert sm["gpus"][0]["util_pct"]["max"] == pytest.approx(max(utils), abs=0.01)
+    assert any(e.get("ph") == "C" and e.get("name") == "gpu0" for e in events)
+    assert "GPU 0" in p.stderr
