@@ -207,8 +207,8 @@ static int api_load(struct nv_api *a, char *err, size_t errn)
         if (strcmp(path, NVML_LIB_DEFAULT) == 0)
             snprintf(err, errn, "%s not found: no NVIDIA driver; GPU metrics off", path);
         else
-            snprintf(err, errn, "%s (TRAINPERF_NVML_LIB) cannot be loaded: %s; GPU metrics off",
-                     path, dlerror());
+            /* dlerror names the path; the lead stays readable when truncated. */
+            snprintf(err, errn, "TRAINPERF_NVML_LIB not loadable, GPU metrics off: %s", dlerror());
         return TPF_EUNSUPPORTED;
     }
     for (size_t i = 0; i < sizeof(nv_syms) / sizeof(nv_syms[0]); i++) {

@@ -34,9 +34,15 @@
  *                              nvmlDeviceGetFieldValues call (default 1000000)
  *   dev I procs SETS           compute processes per call: SETS is ';'
  *                              separated, a set is pid:mem_bytes,... or '-'
- *                              (none); mem "na" = NVML_VALUE_NOT_AVAILABLE
+ *                              (none); mem "na" = NVML_VALUE_NOT_AVAILABLE;
+ *                              a pid written pidfile=PATH is read from that
+ *                              file at each call (for processes started
+ *                              after the scenario, e.g. under `trainperf run`;
+ *                              left out while the file holds no pid)
  *   dev I gprocs SETS          graphics processes, same syntax
- *   dev I putil SETS           process utilisation samples, pid:sm_pct,...;
+ *   dev I putil SETS           process utilisation samples, pid:sm_pct,...
+ *                              (never given: NOT_SUPPORTED; procs/gprocs
+ *                              never given: no processes);
  *                              each call's samples carry a newer timestamp;
  *                              samples not newer than lastSeen are not
  *                              returned (NOT_FOUND when none are left)
@@ -145,6 +151,11 @@ static ferr errs[MAXERR];
 static int nerr;
 static fcount counts[512];
 static int ncount;
+/* pids given as pidfile=PATH: the set holds PIDFILE_TAG | index here */
+#define PIDFILE_TAG 0x80000000u
+#define MAXPIDFILE 16
+static char pidfiles[MAXPIDFILE][256];
+static int npidfile;
 
 /* ---- scenario parsing -------------------------------------------------- */
 
@@ -186,7 +197,16 @@ static void parse_sets(psets *ps, char *s)
             while (*e == ' ') e++;
             if (*e == '-' || *e == '\0' || *e == '\n') continue;
             char *colon = strchr(e, ':');
-            p->pid[p->n] = (unsigned)strtoul(e, NULL, 10);
+            if (strncmp(e, "pidfile=", 8) == 0) {
+                if (npidfile >= MAXPIDFILE) continue;
+                size_t len = colon ? (size_t)(colon - e - 8) : strlen(e + 8);
+                if (len >= sizeof(pidfiles[0])) len = sizeof(pidfiles[0]) - 1;
+                memcpy(pidfiles[npidfile], e + 8, len);
+                pidfiles[npidfile][len] = '\0';
+                p->pid[p->n] = PIDFILE_TAG | (unsigned)npidfile++;
+            } else {
+                p->pid[p->n] = (unsigned)strtoul(e, NULL, 10);
+            }
             if (colon && strncmp(colon + 1, "na", 2) == 0) p->val[p->n] = ULLONG_MAX;
             else p->val[p->n] = colon ? parse_num(colon + 1, NULL) : 0;
             p->n++;
@@ -300,6 +320,7 @@ static int load_scenario(void)
     cuda_ver = 12040;
     nerr = 0;
     ncount = 0;
+    npidfile = 0;
     for (int i = 0; i < MAXDEV; i++) reset_device(i);
     const char *path = getenv("TRAINPERF_FAKE_NVML");
     char line[4096];
@@ -735,6 +756,18 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int n, f_field *v)
 
 /* ---- processes --------------------------------------------------------- */
 
+/* The pid of a set entry: literal, or read from its pidfile (0: none yet). */
+static unsigned entry_pid(unsigned v)
+{
+    if (!(v & PIDFILE_TAG)) return v;
+    FILE *f = fopen(pidfiles[v & ~PIDFILE_TAG], "r");
+    if (!f) return 0;
+    unsigned long pid = 0;
+    if (fscanf(f, "%lu", &pid) != 1) pid = 0;
+    fclose(f);
+    return (unsigned)pid;
+}
+
 static const pset *next_set(psets *ps, unsigned *calls)
 {
     static const pset empty;
@@ -759,9 +792,12 @@ static nvmlReturn_t write_procs(fdev *d, int graphics, unsigned *count, void *in
     }
     *calls = peek;
     unsigned char *b = infos;
+    int w = 0;
     for (int i = 0; i < s->n; i++) {
-        unsigned char *e = b + (size_t)i * (size_t)stride;
-        memcpy(e, &s->pid[i], 4);
+        unsigned pid = entry_pid(s->pid[i]);
+        if (pid == 0) continue;
+        unsigned char *e = b + (size_t)w++ * (size_t)stride;
+        memcpy(e, &pid, 4);
         memset(e + 4, 0, 4);
         memcpy(e + 8, &s->val[i], 8);
         if (stride >= 24) {
@@ -771,7 +807,7 @@ static nvmlReturn_t write_procs(fdev *d, int graphics, unsigned *count, void *in
         }
         if (stride >= 32) memset(e + 24, 0, 8);
     }
-    *count = (unsigned)s->n;
+    *count = (unsigned)w;
     return 0;
 }
 
@@ -808,6 +844,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, f_putil *buf
 {
     DEV_ENTER(h, d);
     if (!count) LEAVE(2);
+    if (d->putil.n == 0) LEAVE(3); /* not in the scenario: NOT_SUPPORTED */
     /* Each call's set is the driver's newest batch, stamped call * 1 s. */
     unsigned call = d->putil_calls;
     const pset *s = next_set(&d->putil, &call);
@@ -821,10 +858,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, f_putil *buf
         LEAVE(7);
     }
     d->putil_calls = call;
+    unsigned w = 0;
     for (int i = 0; i < s->n; i++) {
-        buf[i] = (f_putil){s->pid[i], ts, (unsigned)s->val[i], 0, 0, 0};
+        unsigned pid = entry_pid(s->pid[i]);
+        if (pid) buf[w++] = (f_putil){pid, ts, (unsigned)s->val[i], 0, 0, 0};
     }
-    *count = (unsigned)s->n;
+    *count = w;
     LEAVE(0);
 }
 

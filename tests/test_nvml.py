@@ -1,0 +1,201 @@
+"""GPU telemetry end to end: `trainperf run` with the fake libnvidia-ml.so.1
+(tests/fakes/fake_nvidia-ml.c) standing in for the NVIDIA driver. The values
+the run directory must hold are derived from the scenario each test writes.
+The C unit tests (tests/unit/test_nvml.c) drive the source itself."""
+import csv
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import BUILD
+
+FAKE = BUILD / "fakes" / "libnvidia-ml.so.1"
+FAKE_LEGACY = BUILD / "fakes" / "legacy" / "libnvidia-ml.so.1"
+
+# The watched program: writes its pid (and a child's) where the fake's
+# scenario reads them, then lives long enough for several samples.
+TRAIN = r"""
+import os, subprocess, sys, time
+d = sys.argv[1]
+kid = subprocess.Popen([sys.executable, "-c",
+    "import os,sys,time; open(sys.argv[1]+'.tmp','w').write(str(os.getpid())); "
+    "os.rename(sys.argv[1]+'.tmp', sys.argv[1]); time.sleep(float(sys.argv[2]))",
+    os.path.join(d, "child.pid"), sys.argv[2]])
+with open(os.path.join(d, "root.pid.tmp"), "w") as f:
+    f.write(str(os.getpid()))
+os.rename(os.path.join(d, "root.pid.tmp"), os.path.join(d, "root.pid"))
+time.sleep(float(sys.argv[2]))
+kid.wait()
+sys.exit(int(sys.argv[3]))
+"""
+
+
+def _need_fake(path=FAKE):
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run `make`")
+
+
+def _run(run_cli, tmp_path, scenario, lib=FAKE, seconds=1.6, exit_code=0, env=None,
+         interval="0.2"):
+    scn = tmp_path / "scenario.txt"
+    scn.write_text(scenario)
+    prog = tmp_path / "train.py"
+    prog.write_text(TRAIN)
+    out = tmp_path / "run"
+    e = {"TRAINPERF_NVML_LIB": str(lib), "TRAINPERF_FAKE_NVML": str(scn)}
+    e.update(env or {})
+    p = run_cli("run", "--quiet", "--no-auto", "--out", out, "--interval", interval, "--",
+                sys.executable, prog, tmp_path, seconds, exit_code, env=e, timeout=120)
+    return p, out
+
+
+def _rows(out):
+    with open(out / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _num(cell):
+    return None if cell == "" else float(cell)
+
+
+def test_run_carries_gpu_values_end_to_end(run_cli, tmp_path):
+    _need_fake()
+    util = [10, 20, 30, 40, 50, 60, 70]
+    energy_mj = [5_000_000, 5_040_000, 5_100_000, 5_180_000, 5_200_000]
+    scenario = f"""
+gpus 3
+dev 0 name NVIDIA Not Ours
+dev 0 util 99
+dev 0 mem_util 99
+dev 1 name NVIDIA Test H100
+dev 1 uuid GPU-11111111-0000-0000-0000-000000000001
+dev 1 util {",".join(map(str, util))}
+dev 1 mem_util 7
+dev 1 mem_total 85520809984
+dev 1 mem_used 3000000000
+dev 1 temp 55
+dev 1 power_mw 300000
+dev 1 energy_mj {",".join(map(str, energy_mj))}
+dev 1 sm_mhz 1980
+dev 1 mem_mhz 2619
+dev 1 reasons 0,0x4
+dev 1 procs pidfile={tmp_path}/root.pid:1000,{os.getpid()}:5000,pidfile={tmp_path}/child.pid:2000
+dev 2 util 1
+dev 2 mem_util 1
+"""
+    # The run sees GPU 1 only (by UUID prefix), like CUDA would.
+    p, out = _run(run_cli, tmp_path, scenario,
+                  env={"CUDA_VISIBLE_DEVICES": "GPU-11111111"})
+    assert p.returncode == 0, p.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert [g["index"] for g in run["gpus"]] == [1]
+    assert run["gpus"][0]["name"] == "NVIDIA Test H100"
+    assert run["gpus"][0]["uuid"] == "GPU-11111111-0000-0000-0000-000000000001"
+
+    rows = _rows(out)
+    assert len(rows) >= 4
+    assert not any(k.startswith("gpu1_") for k in rows[0])  # one GPU is the run's
+    # Each sample reads the next value of the scenario's sequence.
+    got = [_num(r["gpu0_util_pct"]) for r in rows]
+    assert got == [util[min(i, len(util) - 1)] for i in range(len(rows))]
+    assert all(_num(r["gpu0_power_w"]) == 300.0 for r in rows)
+    assert all(_num(r["gpu0_mem_total_bytes"]) == 85520809984 for r in rows)
+    assert rows[0]["gpu0_energy_j"] == ""  # no interval before the first sample
+    for i in range(1, len(rows)):
+        e = (energy_mj[min(i, len(energy_mj) - 1)] - energy_mj[min(i - 1, len(energy_mj) - 1)])
+        assert _num(rows[i]["gpu0_energy_j"]) == pytest.approx(e / 1000.0)
+    assert rows[0]["gpu0_throttle"] == ""
+    assert all(r["gpu0_throttle"] == "sw_power_cap" for r in rows[1:])
+    # Interconnect was not in the scenario: unknown, not 0.
+    assert all(r["gpu0_pcie_tx_bps"] == "" and r["gpu0_nvlink_rx_bps"] == "" for r in rows)
+    # Once both of the tree's processes are up, their memory is summed and the
+    # foreign process (this test) is not counted.
+    mem = [_num(r["gpu0_proc_mem_bytes"]) for r in rows]
+    assert 3000.0 in mem
+    assert all(m in (None, 0.0, 1000.0, 2000.0, 3000.0) for m in mem)
+
+    summ = json.loads((out / "summary.json").read_text())
+    g = summ["gpus"][0]
+    assert g["index"] == 1
+    assert g["util_pct"]["max"] == max(got)
+    total = sum(_num(r["gpu0_energy_j"]) for r in rows[1:])
+    assert g["energy_j"] == pytest.approx(total)
+    assert g["throttled_share"] == pytest.approx((len(rows) - 1) / len(rows))
+
+
+def test_gpu_lost_mid_run_alerts_and_run_goes_on(run_cli, tmp_path):
+    _need_fake()
+    scenario = """
+gpus 2
+dev 0 util 25
+dev 0 mem_util 5
+dev 1 util 75
+dev 1 mem_util 5
+dev 1 lost_at 3
+"""
+    p, out = _run(run_cli, tmp_path, scenario, exit_code=0)
+    assert p.returncode == 0, p.stderr
+    rows = _rows(out)
+    assert len(rows) >= 4
+    assert [_num(r["gpu1_util_pct"]) for r in rows[:2]] == [75.0, 75.0]
+    assert all(r["gpu1_util_pct"] == "" for r in rows[2:])   # lost: unknown from then on
+    assert all(_num(r["gpu0_util_pct"]) == 25.0 for r in rows)  # the other GPU goes on
+    alerts = [json.loads(l) for l in (out / "alerts.jsonl").read_text().splitlines() if l]
+    lost = [a for a in alerts if a["rule"] == "gpu_lost" and a["state"] == "fired"]
+    assert lost, alerts
+
+
+def test_run_without_nvml_says_why_and_goes_on(run_cli, tmp_path):
+    p, out = _run(run_cli, tmp_path, "gpus 1\n", lib=tmp_path / "no" / "libnvidia-ml.so.1",
+                  exit_code=3, seconds=0.5)
+    assert p.returncode == 3  # the child's status passes through
+    run = json.loads((out / "run.json").read_text())
+    assert run["gpus"] == []
+    assert run["sources"]["nvml"].startswith("TRAINPERF_NVML_LIB not loadable, GPU metrics off")
+    rows = _rows(out)
+    assert rows and not any(k.startswith("gpu") for k in rows[0])
+
+
+def test_run_with_driver_init_failure(run_cli, tmp_path):
+    _need_fake()
+    p, out = _run(run_cli, tmp_path, "gpus 1\nerr Init 9\n", seconds=0.5)
+    assert p.returncode == 0, p.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert "DRIVER_NOT_LOADED" in run["sources"]["nvml"]
+    assert run["gpus"] == []
+
+
+def test_run_with_legacy_driver_symbols(run_cli, tmp_path):
+    _need_fake(FAKE_LEGACY)
+    scenario = f"""
+gpus 1
+dev 0 util 42
+dev 0 mem_util 3
+dev 0 mem_total 1000000000
+dev 0 mem_used 1000
+dev 0 mem_reserved 24
+dev 0 reasons 0x40
+dev 0 procs 1:7,{os.getpid()}:9,pidfile={tmp_path}/root.pid:4096
+"""
+    p, out = _run(run_cli, tmp_path, scenario, lib=FAKE_LEGACY)
+    assert p.returncode == 0, p.stderr
+    rows = _rows(out)
+    assert all(_num(r["gpu0_util_pct"]) == 42 for r in rows)
+    assert all(_num(r["gpu0_mem_used_bytes"]) == 1024 for r in rows)  # v1: used + reserved
+    assert all(r["gpu0_throttle"] == "hw_thermal" for r in rows)
+    # 16-byte v1 process entries: the third is the run's.
+    assert 4096.0 in [_num(r["gpu0_proc_mem_bytes"]) for r in rows]
+
+
+def test_unsupported_fields_are_empty_cells(run_cli, tmp_path):
+    _need_fake()
+    p, out = _run(run_cli, tmp_path, "gpus 1\ndev 0 temp 61\n", seconds=0.8)
+    assert p.returncode == 0, p.stderr
+    rows = _rows(out)
+    for r in rows:
+        assert _num(r["gpu0_temp_c"]) == 61
+        for col in ("util_pct", "mem_used_bytes", "power_w", "energy_j", "sm_mhz",
+                    "pcie_rx_bps", "proc_sm_pct"):
+            assert r[f"gpu0_{col}"] == "", col
