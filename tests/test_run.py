@@ -16,6 +16,7 @@ import pytest
 from conftest import BUILD, ROOT, SANITIZE
 
 CHILD_SRC = r"""
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,8 +50,28 @@ static void steps(long n, long delay_us)
     }
 }
 
+static long thread_steps;
+
+static void *thread_main(void *arg)
+{
+    (void)arg;
+    steps(thread_steps, 300);
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 3 && strcmp(argv[1], "threads") == 0) {
+        /* Threads that start after the collector has mapped the segment. */
+        long nt = strtol(argv[2], NULL, 10);
+        thread_steps = strtol(argv[3], NULL, 10);
+        steps(1, 300);
+        sleep_us(400000);
+        pthread_t t[16];
+        for (long i = 0; i < nt && i < 16; i++) pthread_create(&t[i], NULL, thread_main, NULL);
+        for (long i = 0; i < nt && i < 16; i++) pthread_join(t[i], NULL);
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "embedded") == 0 && argc > 3) {
         /* One start/stop cycle per run dir given, then the state checks. */
         for (int d = 2; d < argc - 1; d++) {
@@ -119,7 +140,7 @@ def child(build, tmp_path_factory):
     exe = d / "child"
     san = ["-fsanitize=address,undefined"] if SANITIZE else []
     subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-g", *san, "-I", str(ROOT / "include"),
-                    str(src), str(build / "libtrainperf.a"), "-lpthread", "-lm", "-ldl", "-lz",
+                    str(src), str(build / "libtrainperf.a"), "-pthread", "-lpthread", "-lm", "-ldl", "-lz",
                     "-o", str(exe)], check=True, timeout=120)
     return str(exe)
 
@@ -585,3 +606,17 @@ def test_gpu_columns_with_the_fake_nvml(cli, child, build, tmp_path):
     assert sm["gpus"][0]["util_pct"]["max"] == pytest.approx(max(utils), abs=0.01)
     assert any(e.get("ph") == "C" and e.get("name") == "gpu0" for e in events)
     assert "GPU 0" in p.stderr
+
+
+def test_threads_each_have_their_steps(cli, child, tmp_path):
+    run = tmp_path / "run"
+    p = subprocess.run([cli, "run", "--out", run, "--", child, "threads", "3", "25"],
+                       capture_output=True, text=True, timeout=120, env=env_clean())
+    assert p.returncode == 0, p.stderr
+    rows = read_steps(run)
+    by_tid = {}
+    for r in rows:
+        by_tid.setdefault(r["tid"], []).append(int(r["step"]))
+    assert sorted(len(v) for v in by_tid.values()) == [1, 25, 25, 25]
+    assert all(v == list(range(len(v))) for v in by_tid.values())
+    assert len({r["pid"] for r in rows}) == 1
