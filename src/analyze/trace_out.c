@@ -225,10 +225,10 @@ static void row(fmt *f, int ncell, const int *wid, const char *const *cells)
         buf_puts(f->out, "\n");
         return;
     }
-    buf_puts(f->out, "  ");
+    buf_puts(f->out, " ");
     for (int i = 0; i < ncell; i++) {
-        if (i == ncell - 1 && wid[i] < 0) buf_printf(f->out, "%s", cells[i]);
-        else buf_printf(f->out, "%*s  ", wid[i] < 0 ? -wid[i] : wid[i], cells[i]);
+        if (i == ncell - 1 && wid[i] < 0) buf_printf(f->out, " %s", cells[i]);
+        else buf_printf(f->out, " %*s", wid[i] < 0 ? -wid[i] : wid[i], cells[i]);
     }
     buf_puts(f->out, "\n");
 }
