@@ -91,8 +91,8 @@ def test_input_bound_fixture(run_cli):
     ("cpu-only", "compute-bound", None),
     ("memory-growth", "memory-capacity", None),
     ("hang", "unstable", "possible hang"),
-    ("crashed", "insufficient-data", "only 3 steps"),
-    ("straggler", "straggler", "rank 3"),
+    ("crashed", "insufficient-data", "3 steps recorded"),
+    ("straggler", "straggler", "Rank 3"),
 ])
 def test_fixture_diagnosis(run_cli, run, primary, extra):
     d = report_json(run_cli, RUNS / run)["diagnosis"]

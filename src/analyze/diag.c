@@ -3,6 +3,7 @@
  * (keep the two in step). */
 #include "analyze/diag.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -597,6 +598,10 @@ void diag_compute(diag_run *r)
     } else {
         healthy(r, &c, &g->primary);
     }
+
+    /* summaries are sentences */
+    g->primary.summary[0] = (char)toupper((unsigned char)g->primary.summary[0]);
+    for (int i = 0; i < g->nsec; i++) g->sec[i].summary[0] = (char)toupper((unsigned char)g->sec[i].summary[0]);
 
     /* notes: context a reader should know */
     if (!c.has_gpu)

@@ -97,7 +97,7 @@ static void text_report(const diag_run *r, const sty *s, buf *b)
     const dfinding *p = &g->primary;
     buf_printf(b, "%sDIAGNOSIS%s  %s%s%s%s\n", c_(s, BOLD), c_(s, RESET), c_(s, BOLD),
                c_(s, severity_color(p->id)), p->title, c_(s, RESET));
-    buf_printf(b, "  %s\n", p->summary);
+    buf_printf(b, "  %s.\n", p->summary);
     text_finding_body(b, s, p, 1);
     if (g->nsec) {
         buf_printf(b, "  %salso found%s\n", c_(s, DIM), c_(s, RESET));

@@ -261,7 +261,7 @@ TT_TEST(straggler_run)
     diag_run *r = load("straggler");
     TT_ASSERT(r);
     TT_EQ_STR(r->diag.primary.id, "straggler");
-    TT_ASSERT(strstr(r->diag.primary.summary, "rank 3") != NULL);
+    TT_ASSERT(strstr(r->diag.primary.summary, "Rank 3") != NULL);
     int thr = 0;
     for (int i = 0; i < r->diag.nsec; i++) thr |= strcmp(r->diag.sec[i].id, "throttling") == 0;
     TT_ASSERT(thr);
