@@ -694,7 +694,7 @@ typedef struct bstate {
     uint64_t *skern;
     tr_launch *slaunch;
     corr_ent *cmap;
-    uint32_t ccount;
+    uint32_t ccount, ccap;
     int64_t now;
     stream_st *streams;
     uint32_t nstreams_used;
@@ -723,52 +723,72 @@ static int32_t step_of(bstate *b, int64_t t)
 
 static uint32_t corr_hash(int64_t c) { return (uint32_t)(((uint64_t)c * 0x9E3779B97F4A7C15ull) >> 40); }
 
-static void corr_put_raw(corr_ent *map, const corr_ent *e)
+static void corr_put_raw(corr_ent *map, uint32_t cap, const corr_ent *e)
 {
-    uint32_t j = corr_hash(e->corr) & (CORR_CAP - 1);
-    while (map[j].corr != -1 && map[j].corr != e->corr) j = (j + 1) & (CORR_CAP - 1);
+    uint32_t j = corr_hash(e->corr) & (cap - 1);
+    while (map[j].corr != -1 && map[j].corr != e->corr) j = (j + 1) & (cap - 1);
     map[j] = *e;
 }
 
-/* Launches whose GPU work never shows up would fill the map: when it is 3/4
- * full, drop the oldest half (by CPU start). */
-static void corr_evict(bstate *b)
+/* Rebuild the map at ncap slots keeping entries with ts >= horizon. */
+static int corr_rebuild(bstate *b, uint32_t ncap, int64_t horizon)
 {
-    int64_t horizon = INT64_MAX;
+    corr_ent *nm = malloc((size_t)ncap * sizeof(*nm));
+    if (!nm) return TPF_ENOMEM;
+    for (uint32_t i = 0; i < ncap; i++) nm[i].corr = -1;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < b->ccap; i++) {
+        if (b->cmap[i].corr == -1 || b->cmap[i].ts < horizon) continue;
+        corr_put_raw(nm, ncap, &b->cmap[i]);
+        n++;
+    }
+    free(b->cmap);
+    b->cmap = nm;
+    b->ccap = ncap;
+    b->ccount = n;
+    return 0;
+}
+
+/* The map doubles up to CORR_CAP; past that, launches whose GPU work never
+ * showed up (synchronisations, event records) are dropped oldest first,
+ * keeping at most a quarter of the slots. */
+static int corr_make_room(bstate *b)
+{
+    if (b->ccap < CORR_CAP) return corr_rebuild(b, b->ccap * 2, INT64_MIN);
+    int64_t horizon = INT64_MIN;
     for (int64_t span = (int64_t)60 * 1000000000; span >= 1000; span /= 4) {
         uint32_t keep = 0;
-        for (uint32_t i = 0; i < CORR_CAP; i++)
+        for (uint32_t i = 0; i < b->ccap; i++)
             if (b->cmap[i].corr != -1 && b->cmap[i].ts >= b->now - span) keep++;
         horizon = b->now - span;
         if (keep <= CORR_CAP / 4) break;
     }
-    corr_ent *old = malloc((size_t)b->ccount * sizeof(*old));
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < CORR_CAP; i++) {
-        if (b->cmap[i].corr == -1) continue;
-        if (old && b->cmap[i].ts >= horizon) old[n++] = b->cmap[i];
-        b->cmap[i].corr = -1;
-    }
-    for (uint32_t i = 0; i < n; i++) corr_put_raw(b->cmap, &old[i]);
-    b->ccount = n;
-    free(old);
+    int rc = corr_rebuild(b, b->ccap, horizon);
+    /* Pathological (a quarter million launches within 1 us): start empty
+     * rather than probe a full table. */
+    if (!rc && b->ccount >= b->ccap / 4 * 3) rc = corr_rebuild(b, b->ccap, INT64_MAX);
+    return rc;
 }
 
-static void corr_put(bstate *b, const corr_ent *e)
+static int corr_put(bstate *b, const corr_ent *e)
 {
-    if (b->ccount >= CORR_CAP / 4 * 3) corr_evict(b);
-    uint32_t j = corr_hash(e->corr) & (CORR_CAP - 1);
-    while (b->cmap[j].corr != -1 && b->cmap[j].corr != e->corr) j = (j + 1) & (CORR_CAP - 1);
+    if (b->ccount >= b->ccap / 4 * 3) {
+        int rc = corr_make_room(b);
+        if (rc) return rc;
+    }
+    uint32_t j = corr_hash(e->corr) & (b->ccap - 1);
+    while (b->cmap[j].corr != -1 && b->cmap[j].corr != e->corr) j = (j + 1) & (b->ccap - 1);
     if (b->cmap[j].corr == -1) b->ccount++;
     b->cmap[j] = *e;
+    return 0;
 }
 
 static corr_ent *corr_get(bstate *b, int64_t c)
 {
-    uint32_t j = corr_hash(c) & (CORR_CAP - 1);
+    uint32_t j = corr_hash(c) & (b->ccap - 1);
     while (b->cmap[j].corr != -1) {
         if (b->cmap[j].corr == c) return &b->cmap[j];
-        j = (j + 1) & (CORR_CAP - 1);
+        j = (j + 1) & (b->ccap - 1);
     }
     return NULL;
 }
@@ -891,7 +911,8 @@ static int process(bstate *b, trec *t)
         if (t->corr != -1 && (!b->hta || !hta_gpu)) {
             if (ns->launch == 0) ns->launch = is_launch_name(name, b->hta) ? 1 : 2;
             corr_ent e = {t->corr, t->ts, t->dur, t->name, si, (uint8_t)kept, 0};
-            corr_put(b, &e);
+            int rc = corr_put(b, &e);
+            if (rc) return rc;
         }
         if (!kept || !in_steps(b, si)) return 0;
         if (b->hta && t->stream != -1) {
@@ -1043,14 +1064,15 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
     b.ssw = calloc(ns ? ns : 1, sizeof(sweep));
     b.skern = calloc(ns ? ns : 1, sizeof(uint64_t));
     b.slaunch = calloc(ns ? ns : 1, sizeof(tr_launch));
-    b.cmap = malloc(CORR_CAP * sizeof(corr_ent));
+    b.ccap = 1024;
+    b.cmap = malloc(b.ccap * sizeof(corr_ent));
     b.streams = calloc(MAX_STREAMS, sizeof(stream_st));
     b.stacks = calloc(r->nthreads ? r->nthreads : 1, sizeof(tstack));
     if (!b.ssorted || !b.ssw || !b.skern || !b.slaunch || !b.cmap || !b.streams || !b.stacks) {
         rc = TPF_ENOMEM;
         goto out;
     }
-    for (uint32_t i = 0; i < CORR_CAP; i++) b.cmap[i].corr = -1;
+    for (uint32_t i = 0; i < b.ccap; i++) b.cmap[i].corr = -1;
     if (ns) memcpy(b.ssorted, r->steps, ns * sizeof(tstep));
     if (b.hta && r->any_tsfrac) {
         for (uint32_t i = 0; i < ns; i++) {

@@ -282,4 +282,39 @@ TT_TEST(summary_for_report_is_markdown)
     buf_free(&b);
 }
 
+/* 300k runtime calls whose GPU work never appears (the map must shed them),
+ * then one launch and its kernel: still joined. */
+TT_TEST(pending_launch_map_stays_bounded)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/tpf-test-trace-%d-XXXXXX", (int)getpid());
+    int fd = mkstemp(path);
+    TT_ASSERT(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    TT_ASSERT(f != NULL);
+    fputs("{\"traceEvents\":[", f);
+    int n = 300000;
+    for (int i = 0; i < n; i++)
+        fprintf(f, "{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaEventRecord\",\"pid\":1,"
+                   "\"tid\":1,\"ts\":%d,\"dur\":1,\"args\":{\"correlation\":%d}},", i * 10, i + 1);
+    fprintf(f, "{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaLaunchKernel\",\"pid\":1,\"tid\":1,"
+               "\"ts\":%d,\"dur\":4,\"args\":{\"correlation\":%d}},", n * 10, n + 1);
+    fprintf(f, "{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"pid\":0,\"tid\":7,\"ts\":%d,\"dur\":3,"
+               "\"args\":{\"stream\":7,\"correlation\":%d}}]}", n * 10 + 9, n + 1);
+    fclose(f);
+    const char *paths[] = {path};
+    trace_opts o;
+    memset(&o, 0, sizeof(o));
+    trace_result *r = NULL;
+    char err[256];
+    int rc = trace_analyze(paths, 1, &o, &r, err, sizeof(err));
+    unlink(path);
+    TT_EQ_INT(rc, 0);
+    TT_EQ_INT(r->ranks[0].records, n + 2);
+    TT_EQ_INT(r->ranks[0].unmatched, 0);
+    TT_EQ_INT(r->ranks[0].launch.count, 1);
+    TT_EQ_INT(r->ranks[0].launch.delay_sum, 5000); /* 9 - (0 + 4) us */
+    trace_result_free(r);
+}
+
 int main(int argc, char **argv) { return tt_main(argc, argv); }
