@@ -422,7 +422,6 @@ static int load_procs(diag_run *r, const char *path, char *err, size_t errlen)
     if (rc) return rc;
     r->have_procs = 1;
     int c_t = csvr_col(&c, "t"), c_pid = csvr_col(&c, "pid"), c_cpu = csvr_col(&c, "cpu_pct");
-    int c_ppid = csvr_col(&c, "ppid");
     int *pids = malloc(MAX_PIDS * sizeof(int));
     if (!pids) {
         csvr_close(&c);
@@ -434,11 +433,8 @@ static int load_procs(diag_run *r, const char *path, char *err, size_t errlen)
     while ((rc = csvr_next(&c)) == 1) {
         double t, pid, v;
         if (!csvr_num(&c, c_t, &t) || !csvr_num(&c, c_pid, &pid)) continue;
-        if (root < 0) {
-            /* no run.json: the first process without a parent in the tree */
-            double pp;
-            if (csvr_num(&c, c_ppid, &pp)) root = (int)pid;
-        }
+        /* no run.json: the first process listed stands for the root */
+        if (root < 0) root = (int)pid;
         if (t != cur_t) {
             if (cur_n > r->max_procs) r->max_procs = cur_n;
             cur_t = t;

@@ -12,7 +12,7 @@ typedef enum jr_type { JR_NULL, JR_BOOL, JR_NUM, JR_STR, JR_ARR, JR_OBJ } jr_typ
 typedef struct jr_node {
     jr_type type;
     double num;             /* JR_NUM value; JR_BOOL 0/1 */
-    const char *str;        /* JR_STR decoded, NUL-terminated (may contain no NUL) */
+    const char *str;        /* JR_STR decoded, NUL-terminated; \u0000 becomes U+FFFD */
     const char *key;        /* member name when inside an object, else NULL */
     struct jr_node *child;  /* first element/member (JR_ARR, JR_OBJ) */
     struct jr_node *next;   /* next sibling */
