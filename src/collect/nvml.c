@@ -368,22 +368,28 @@ static int list_migs(nvml_state *st, gpusel_mig *migs, char (*uuids)[96], int ca
     return n;
 }
 
-/* Resolve the root's CUDA_VISIBLE_DEVICES. Until it can be read every device
- * counts as visible; it is retried at the next sample. */
+/* Resolve the root's CUDA_VISIBLE_DEVICES. Until its environment can be read
+ * (a child still inside execve reads empty) ours stands in, since the child
+ * inherits it unless the command sets its own; it is retried each sample. */
 static void resolve_visible(nvml_state *st)
 {
     char cvd[1024];
     int r = gpusel_environ(st->root, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd));
+    if (r < 0) {
+        const char *own = getenv("CUDA_VISIBLE_DEVICES");
+        if (own) snprintf(cvd, sizeof(cvd), "%s", own);
+    }
+    int set = r == 1 || (r < 0 && getenv("CUDA_VISIBLE_DEVICES"));
     const char *uuids[FRAME_MAX_GPUS];
     for (int d = 0; d < st->ndev; d++) uuids[d] = st->dev[d].uuid;
-    if (r == 1 && strstr(cvd, "MIG-")) {
+    if (set && strstr(cvd, "MIG-")) {
         gpusel_mig migs[64];
         char mig_uuids[64][96];
         int nmig = list_migs(st, migs, mig_uuids, 64);
         st->nvisible = gpusel_visible(cvd, uuids, st->ndev, migs, nmig, st->visible,
                                       FRAME_MAX_GPUS);
     } else {
-        st->nvisible = gpusel_visible(r == 1 ? cvd : NULL, uuids, st->ndev, NULL, 0,
+        st->nvisible = gpusel_visible(set ? cvd : NULL, uuids, st->ndev, NULL, 0,
                                       st->visible, FRAME_MAX_GPUS);
     }
     st->cvd_resolved = r >= 0;

@@ -554,6 +554,26 @@ TT_TEST(visible_devices_then_those_with_contexts)
     reap(c);
 }
 
+TT_TEST(visible_devices_from_own_env_while_root_unreadable)
+{
+    /* A root whose environment reads empty (as during execve) forever. */
+    char *envp[] = {NULL};
+    char *argv[] = {"/bin/sleep", "60", NULL};
+    pid_t c;
+    TT_EQ_INT(posix_spawn(&c, "/bin/sleep", NULL, NULL, argv, envp), 0);
+    setenv("CUDA_VISIBLE_DEVICES", "1", 1);
+    scenario(0, "gpus 3\n");
+    rig r;
+    rig_open(&r, c, 1.0);
+    TT_EQ_INT(r.init_rc, 0);
+    rig_sample(&r, 0);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    TT_EQ_INT(r.f->ngpu, 1);
+    TT_EQ_INT(r.f->gpu[0].index, 1);
+    rig_close(&r);
+    reap(c);
+}
+
 TT_TEST(visible_devices_hide_all)
 {
     pid_t c = child("");
