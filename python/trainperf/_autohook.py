@@ -13,8 +13,9 @@ imported until the script imports torch itself. Then:
   numel of a dict batch's "input_ids");
 - phases: "optimizer" around every optimizer step (global pre/post hooks),
   "backward" around torch.autograd.backward, "forward" around the top-level
-  module (the first module called outside data loading; hooks on that one
-  module only, so submodule calls cost nothing).
+  module (the first module called outside data loading, found by swapping
+  nn.Module.__call__ for that one call; then hooks on that module only, so
+  submodule calls cost nothing).
 
 Nothing returns a value into torch's code paths, so results do not change.
 The first explicit trainperf.step() turns the automatic step boundaries off
@@ -237,7 +238,7 @@ def patch_torch(torch):
     auto_begin = core.auto_step_begin
     auto_end = core.auto_step_end
     push, pop = core.range_push, core.range_pop
-    FORWARD, OPTIMIZER = 2, 4
+    OPTIMIZER = 4
     st = _st
     handles = {}
     primary = []  # the optimizer whose steps are step boundaries
@@ -272,21 +273,20 @@ def patch_torch(torch):
     patch_backward(torch)
 
     # --- forward: find the top-level module once, then hook only it --------
+    # Module.__call__ is swapped for one call only (not a global module hook:
+    # those make torch.compile warn and would run for every submodule).
     from torch.nn.modules import module as modmod
+    Module = modmod.Module
+    orig_call = Module.__dict__["__call__"]
 
-    def first_module(module, args):
-        if st.in_data:
-            return None  # transforms in the data pipeline are not the model
-        h = handles.pop("first_module", None)
-        if h is None:
-            return None
-        h.remove()
+    def first_call(self, *args, **kwargs):
+        if st.in_data or Module.__dict__.get("__call__") is not first_call:
+            # transforms in the data pipeline are not the model
+            return orig_call(self, *args, **kwargs)
+        Module.__call__ = orig_call
         if not st.open:
             _begin_if_closed()
-        if hook_forward(module):
-            # This call's own pre-hooks were already collected: open the
-            # range here; the post hook just registered closes it.
-            push(FORWARD)
-        return None
+        hook_forward(self)  # its hooks already apply to this call
+        return orig_call(self, *args, **kwargs)
 
-    handles["first_module"] = modmod.register_module_forward_pre_hook(first_module)
+    Module.__call__ = first_call
