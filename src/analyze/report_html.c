@@ -378,7 +378,7 @@ static void alerts_timeline(buf *b, const diag_run *r)
 {
     if (!r->nalerts) return;
     chart c = {xmax_of(r), 1, NULL};
-    double h = 70;
+    double h = 84;
     buf_puts(b, "<figure class=\"chart\"><figcaption>Alerts on the timeline</figcaption>\n");
     buf_printf(b, "<svg viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-label=\"alerts over time\">\n", CW, h);
     buf_printf(b, "<line class=\"axis\" x1=\"%.1f\" y1=\"35\" x2=\"%.1f\" y2=\"35\"/>\n", ML, CW - MR);
@@ -396,10 +396,16 @@ static void alerts_timeline(buf *b, const diag_run *r)
         report_html_esc(b, a->message);
         buf_puts(b, "</title></circle>\n");
         if (fired) {
-            buf_printf(b, "<text class=\"al\" x=\"%.1f\" y=\"%d\">", x, 18 + (i % 2) * 46);
+            buf_printf(b, "<text class=\"al\" x=\"%.1f\" y=\"%d\">", x, 18 + (i % 2) * 40);
             report_html_esc(b, a->rule);
             buf_puts(b, "</text>\n");
         }
+    }
+    double step = nice_max(c.xmax / 6);
+    for (double t = 0; t <= c.xmax * 1.0001; t += step) {
+        char lab[32];
+        fmt_time_tick(lab, sizeof(lab), t);
+        buf_printf(b, "<text class=\"xl\" x=\"%.1f\" y=\"80\">%s</text>\n", X(&c, t), lab);
     }
     buf_puts(b, "</svg></figure>\n");
 }
