@@ -36,6 +36,7 @@ enum {
     NV_NOT_SUPPORTED = 3,
     NV_NOT_FOUND = 6,
     NV_INSUFFICIENT_SIZE = 7,
+    NV_DRIVER_NOT_LOADED = 9,
     NV_FUNCTION_NOT_FOUND = 13,
     NV_GPU_IS_LOST = 15,
     NV_ARGUMENT_VERSION_MISMATCH = 25,
@@ -229,7 +230,7 @@ static int api_load(struct nv_api *a, char *err, size_t errn)
         snprintf(err, errn, "nvmlInit failed: %s (%s); GPU metrics off",
                  a->error_string ? a->error_string(r) : "error", nvml_code_name(r));
         api_unload(a);
-        return r == NV_NOT_SUPPORTED || r == 9 ? TPF_EUNSUPPORTED : TPF_ESYS;
+        return r == NV_NOT_SUPPORTED || r == NV_DRIVER_NOT_LOADED ? TPF_EUNSUPPORTED : TPF_ESYS;
     }
     return 0;
 }
@@ -272,6 +273,7 @@ int nvml_reasons_str(unsigned long long mask, char *out, size_t n)
 #define TREE_ID_CAP 4096 /* pids of the tree in every namespace */
 #define PID_CACHE_CAP 1024
 #define NS_DEPTH 4
+#define PMEM_CAP 256     /* tree processes with GPU memory tracked per sample */
 
 /* Fields of a device that answered NOT_SUPPORTED once: not asked again. */
 enum {
@@ -333,7 +335,12 @@ typedef struct nvml_state {
     unsigned char procbuf[PROC_CAP * PROC_MAX_STRIDE];
     nv_putil putil[PUTIL_CAP];
     pid_t tree_ids[TREE_ID_CAP];
+    pid_t tree_owner[TREE_ID_CAP]; /* the tree pid (as procfs sees it) of each id */
     int ntree_ids;
+    /* GPU memory per tree process over all GPUs, as of the last sample */
+    struct pmem { pid_t pid; double bytes; uint8_t ok; } pmem[PMEM_CAP];
+    int npmem;
+    uint8_t pmem_complete;       /* every device's process lists were read */
     pid_ids cache[2][PID_CACHE_CAP];
     int ncache[2], cur_cache;
     /* PCIe helper thread */
@@ -417,18 +424,23 @@ static void build_tree_ids(nvml_state *st, const coll_frame *f)
             e = &fresh;
         }
         if (st->ncache[nw] < PID_CACHE_CAP) st->cache[nw][st->ncache[nw]++] = *e;
-        for (int k = 0; k < e->n && st->ntree_ids < TREE_ID_CAP; k++)
+        for (int k = 0; k < e->n && st->ntree_ids < TREE_ID_CAP; k++) {
+            st->tree_owner[st->ntree_ids] = p;
             st->tree_ids[st->ntree_ids++] = e->ids[k];
+        }
     }
     st->cur_cache = nw;
 }
 
-static int in_tree(const nvml_state *st, unsigned pid)
+/* The tree pid an NVML pid belongs to, or 0 when it is not the tree's. */
+static pid_t tree_owner(const nvml_state *st, unsigned pid)
 {
     for (int i = 0; i < st->ntree_ids; i++)
-        if ((unsigned)st->tree_ids[i] == pid) return 1;
+        if ((unsigned)st->tree_ids[i] == pid) return st->tree_owner[i];
     return 0;
 }
+
+static int in_tree(const nvml_state *st, unsigned pid) { return tree_owner(st, pid) != 0; }
 
 /* ---- per device readings ----------------------------------------------- */
 
@@ -472,7 +484,12 @@ static int in_child_pidns(void)
     return strcmp(l, "pid:[4026531836]") != 0;
 }
 
-typedef struct tree_proc { unsigned pid; unsigned long long mem; uint8_t mem_ok; } tree_proc;
+typedef struct tree_proc {
+    unsigned pid;
+    pid_t owner;
+    unsigned long long mem;
+    uint8_t mem_ok;
+} tree_proc;
 
 /* Read one kind of running-process list and add the tree's entries to tp.
  * Returns 1 when the list was read. */
@@ -506,7 +523,8 @@ static int read_procs(nvml_state *st, ndev *d, int kind, tree_proc *tp, int *ntp
             unsigned long long mem;
             memcpy(&pid, e, sizeof(pid));
             memcpy(&mem, e + 8, sizeof(mem));
-            if (!in_tree(st, pid)) {
+            pid_t owner = tree_owner(st, pid);
+            if (!owner) {
                 /* In a container NVML reports host pids; one we cannot see
                  * might be ours, so the tree's share becomes unknown. */
                 if (st->child_pidns && !pid_visible(pid)) d->unattributed = 1;
@@ -516,7 +534,7 @@ static int read_procs(nvml_state *st, ndev *d, int kind, tree_proc *tp, int *ntp
             while (k < *ntp && tp[k].pid != pid) k++;
             if (k == *ntp) {
                 if (*ntp >= cap) continue;
-                tp[k] = (tree_proc){pid, 0, 0};
+                tp[k] = (tree_proc){pid, owner, 0, 0};
                 (*ntp)++;
             }
             /* A process with compute and graphics contexts is listed twice
@@ -541,12 +559,24 @@ static void scan_procs(nvml_state *st, ndev *d, int *used, fval *mem)
     if (!d->lost) read += read_procs(st, d, 1, tp, &ntp, 64);
     *used = ntp > 0;
     *mem = (fval){0, 0};
-    if (!read || d->unattributed) return;
+    if (!read || d->unattributed) {
+        st->pmem_complete = 0;
+        return;
+    }
     double sum = 0;
     int all_ok = 1;
     for (int i = 0; i < ntp; i++) {
         if (tp[i].mem_ok) sum += (double)tp[i].mem;
         else all_ok = 0;
+        /* Per process, summed over GPUs (procs.csv gpu_mem_bytes). */
+        int k = 0;
+        while (k < st->npmem && st->pmem[k].pid != tp[i].owner) k++;
+        if (k == st->npmem) {
+            if (k >= PMEM_CAP) continue;
+            st->pmem[st->npmem++] = (struct pmem){tp[i].owner, 0, 1};
+        }
+        st->pmem[k].bytes += (double)tp[i].mem;
+        st->pmem[k].ok &= tp[i].mem_ok;
     }
     /* The tree's share is unknown when a process of it has no figure. */
     if (all_ok) *mem = fv(sum);
@@ -974,6 +1004,8 @@ static int nvml_sample(void *state, const src_ctx *ctx, coll_frame *f)
     if (!st || !st->loaded) return TPF_ESTATE;
     if (!st->cvd_resolved) resolve_visible(st);
     build_tree_ids(st, f);
+    st->npmem = 0;
+    st->pmem_complete = 1;
 
     /* Contexts of the tree on any device: those GPUs are the run's. */
     int used_now[FRAME_MAX_GPUS];
@@ -1005,6 +1037,11 @@ static int nvml_sample(void *state, const src_ctx *ctx, coll_frame *f)
             g->proc_mem_bytes = mem[i];
             sample_device(st, d, g, f->dt);
         }
+        if (d->lost && st->thr_on) {
+            pthread_mutex_lock(&st->mu);
+            d->pcie_want = 0;
+            pthread_mutex_unlock(&st->mu);
+        }
         if (d->lost) {
             /* Nothing read from a lost GPU is trusted; it is not asked again. */
             memset(g, 0, sizeof(*g));
@@ -1016,6 +1053,16 @@ static int nvml_sample(void *state, const src_ctx *ctx, coll_frame *f)
     }
     f->ngpu = n;
     return 0;
+}
+
+fval nvml_proc_gpu_mem(void *state, pid_t pid)
+{
+    const nvml_state *st = state;
+    /* A GPU whose lists could not be read may hold more of it: unknown. */
+    if (!st || !st->loaded || !st->pmem_complete) return (fval){0, 0};
+    for (int i = 0; i < st->npmem; i++)
+        if (st->pmem[i].pid == pid) return st->pmem[i].ok ? fv(st->pmem[i].bytes) : (fval){0, 0};
+    return fv(0); /* listed on no GPU */
 }
 
 const src_ops nvml_source = {

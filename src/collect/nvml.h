@@ -7,6 +7,7 @@
 #define TPF_COLLECT_NVML_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "collect/frame.h"
 
@@ -16,6 +17,13 @@
 extern const src_ops nvml_source;
 
 #define NVML_LIB_DEFAULT "libnvidia-ml.so.1"
+
+/* GPU memory of one process of the watched tree (a pid of f->tree_pids),
+ * summed over all GPUs, as of the last sample of the nvml source's state:
+ * 0 when it holds no context, unknown when it cannot be told (no source,
+ * unreadable process lists, host pids invisible in a container). For
+ * procs.csv gpu_mem_bytes. Call from the sampling thread. */
+fval nvml_proc_gpu_mem(void *state, pid_t pid);
 
 /* What `trainperf doctor` shows about NVML. */
 typedef struct nvml_dev_info {

@@ -397,6 +397,37 @@ TT_TEST(process_v3_missing_at_runtime_uses_v2)
     reap(x);
 }
 
+TT_TEST(per_process_gpu_memory_over_all_gpus)
+{
+    pid_t a = child(NULL), b = child(NULL), x = child(NULL);
+    char s[512];
+    snprintf(s, sizeof(s),
+             "gpus 3\ndev 0 procs %d:100,%d:999\ndev 1 procs %d:200\ndev 1 gprocs %d:200\n"
+             "dev 2 procs %d:5;-\ndev 2 err DeviceGetComputeRunningProcesses_v3 3 from 2\n"
+             "dev 2 err DeviceGetGraphicsRunningProcesses_v3 3 from 2\n",
+             (int)a, (int)x, (int)a, (int)a, (int)a);
+    scenario(0, s);
+    rig r;
+    rig_open(&r, a, 1.0);
+    r.tree[1] = b;
+    rig_sample(&r, 0);
+    /* a: 100 on GPU 0 + 200 on GPU 1 (compute and graphics, once) + 5 on GPU 2 */
+    fval m = nvml_proc_gpu_mem(r.st, a);
+    TT_ASSERT(m.ok);
+    TT_NEAR(m.v, 305, 0);
+    m = nvml_proc_gpu_mem(r.st, b);
+    TT_ASSERT(m.ok && m.v == 0); /* in the tree, no context */
+    rig_sample(&r, 1);
+    /* GPU 2's lists now fail: a process's total can no longer be told. */
+    TT_ASSERT(!nvml_proc_gpu_mem(r.st, a).ok);
+    TT_ASSERT(!nvml_proc_gpu_mem(r.st, b).ok);
+    TT_ASSERT(!nvml_proc_gpu_mem(NULL, a).ok);
+    rig_close(&r);
+    reap(a);
+    reap(b);
+    reap(x);
+}
+
 TT_TEST(process_memory_not_available_is_unknown)
 {
     pid_t a = child(NULL);
