@@ -156,6 +156,20 @@ typedef struct rankst {
     size_t errlen;
 } rankst;
 
+/* Sums saturate: hostile traces must not overflow (UB) the accumulators. */
+static inline int64_t sadd(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) return b > 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
+
+/* Times we accept: 2^61 ns is 73 years past the epoch, 2^44 ns 4.9 hours for
+ * one event. Beyond that an event is garbage and is skipped, so interval
+ * arithmetic (ts + dur, gaps) cannot overflow. */
+#define TS_LIMIT ((int64_t)1 << 61)
+#define DUR_LIMIT ((int64_t)1 << 44)
+
 /* ---- small tables ------------------------------------------------------ */
 
 static uint32_t fnv1a(const char *s, size_t n)
@@ -421,6 +435,8 @@ static int on_event(void *ud, const trace_ev *ev)
     if (!(ev->has & TEV_TS) || (ev->has & TEV_TS_FRAC)) r->any_tsfrac = 1;
     /* HTA keeps rows that have both dur and cat, minus cat "Trace"; so do we. */
     if (!(ev->has & TEV_DUR) || !(ev->has & TEV_CAT) || !(ev->has & TEV_TS)) return 0;
+    if (ev->ts_ns > TS_LIMIT || ev->ts_ns < -TS_LIMIT || ev->dur_ns > DUR_LIMIT || ev->dur_ns < -DUR_LIMIT)
+        return 0;
     /* Categories repeat: remember the last one instead of comparing names. */
     if (ev->cat_len != r->last_cat_len || memcmp(ev->cat, r->last_cat, ev->cat_len) != 0) {
         if (ev->cat_len < sizeof(r->last_cat)) {
@@ -812,8 +828,8 @@ static void op_account(bstate *b, uint32_t name, int64_t dur, int64_t child)
 {
     nstat *ns = &b->r->names.v[name];
     ns->ccount++;
-    ns->ctotal += dur;
-    ns->cself += dur - child;
+    ns->ctotal = sadd(ns->ctotal, dur);
+    ns->cself = sadd(ns->cself, dur - child);
 }
 
 static void stack_pop(bstate *b, tstack *st)
@@ -834,7 +850,7 @@ static void stack_pop(bstate *b, tstack *st)
         p->pend = 0;
     }
     p->nchild++;
-    p->child += f->dur;
+    p->child = sadd(p->child, f->dur);
     if (p->nchild == 1 && p->name == f->name) {
         p->pend = 1;
         p->pend_dur = f->dur;
@@ -869,9 +885,9 @@ static int cpu_nest(bstate *b, const trec *t)
 static void launch_add(tr_launch *l, int64_t cpu_dur, int64_t gpu_dur, int64_t delay)
 {
     l->count++;
-    l->cpu_sum += cpu_dur;
-    l->gpu_sum += gpu_dur;
-    l->delay_sum += delay;
+    l->cpu_sum = sadd(l->cpu_sum, cpu_dur);
+    l->gpu_sum = sadd(l->gpu_sum, gpu_dur);
+    l->delay_sum = sadd(l->delay_sum, delay);
     if (cpu_dur > l->cpu_max) l->cpu_max = cpu_dur;
     if (delay > l->delay_max) l->delay_max = delay;
     if (cpu_dur > LAUNCH_CPU_CUTOFF_NS) l->cpu_outliers++;
@@ -936,7 +952,7 @@ static int process(bstate *b, trec *t)
     int64_t end = t->ts + t->dur;
     sweep_add(&b->all, ns->ktype, t->ts, end);
     ns->kcount++;
-    ns->ksum += t->dur;
+    ns->ksum = sadd(ns->ksum, t->dur);
     if (t->dur < ns->kmin) ns->kmin = t->dur;
     if (t->dur > ns->kmax) ns->kmax = t->dur;
     double d = (double)t->dur - ns->kmean;
@@ -953,9 +969,9 @@ static int process(bstate *b, trec *t)
         s->kernels++;
         if (s->has_prev) {
             int64_t gap = t->ts - s->prev_end;
-            if (ce && ce->ts > s->prev_end) s->host += gap;
-            else if (gap < HTA_KERNEL_WAIT_NS) s->kwait += gap;
-            else s->other += gap;
+            if (ce && ce->ts > s->prev_end) s->host = sadd(s->host, gap);
+            else if (gap < HTA_KERNEL_WAIT_NS) s->kwait = sadd(s->kwait, gap);
+            else s->other = sadd(s->other, gap);
         }
         s->has_prev = 1;
         s->prev_end = end;

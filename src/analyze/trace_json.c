@@ -441,9 +441,23 @@ static int num_valid(const char *s, size_t n)
     return i == n;
 }
 
-/* An integer-valued literal ("7", "7.0", "-1"). */
+/* An integer-valued literal ("7", "-1", "1700000000000000000", "7.0"). */
 static int parse_int_lit(const char *s, size_t n, int64_t *out)
 {
+    size_t i = 0;
+    int neg = 0;
+    uint64_t v = 0;
+    if (i < n && s[i] == '-') { neg = 1; i++; }
+    size_t d0 = i;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+        if (v > (UINT64_MAX - 9) / 10) return TPF_ETOOBIG;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (i == n && i > d0 && v <= (uint64_t)INT64_MAX) {
+        *out = neg ? -(int64_t)v : (int64_t)v;
+        return 0;
+    }
+    /* "7.0", "1e3": through the fixed-point parser, which must land on whole units */
     int64_t ns;
     int frac;
     if (trace_parse_us(s, n, &ns, &frac)) return TPF_EFORMAT;
