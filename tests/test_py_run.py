@@ -27,11 +27,13 @@ def env_without_trainperf():
     return e
 
 
-def trainperf_run(cli, out, script, *args, opts=(), timeout=300, interval=0.5):
+def trainperf_run(cli, out, script, *args, opts=(), timeout=300, interval=0.5, env=None):
     cmd = [cli, "run", "--quiet", "--out", str(out), "--interval", str(interval), *opts, "--",
            sys.executable, str(script), *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=env_without_trainperf(), cwd=str(ROOT))
+    e = env_without_trainperf()
+    e.update(env or {})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e,
+                          cwd=str(ROOT))
 
 
 def plain(script, *args, timeout=300):
@@ -122,3 +124,25 @@ def test_explicit_api_under_run_is_counted_once(cli, tmp_path):
     rows = steps(tmp_path / "run")
     assert len(rows) == N
     assert str(tmp_path / "run") in res.stdout  # start() returned the run's directory
+
+
+@pytest.mark.parametrize("impl", ["ctypes", "noop"])
+def test_interpreter_without_the_extension_falls_back(cli, build, tmp_path, impl):
+    # As in an interpreter the extension was not built for: ctypes over the
+    # shared library still records every step; with no library either, the
+    # script runs unchanged and one warning says why.
+    lib = build / "libtrainperf.so"
+    if impl == "ctypes" and not lib.exists():
+        pytest.skip(f"{lib} not built")
+    N = 5
+    args = ("--steps", N)
+    res = trainperf_run(cli, tmp_path / "run", EXAMPLES / "train_mlp.py", *args,
+                        env={"TRAINPERF_PY_IMPL": impl, "TRAINPERF_LIB": str(lib)})
+    assert res.returncode == 0, res.stderr
+    assert result_line(res.stdout) == result_line(plain(EXAMPLES / "train_mlp.py", *args).stdout)
+    rows = steps(tmp_path / "run")
+    if impl == "ctypes":
+        assert len(rows) == N and all(int(r["samples"]) == 32 for r in rows)
+    else:
+        assert rows == []
+        assert res.stderr.count("TrainperfWarning") == 1
