@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "record/metrics.h"
+#include "record/fmt.h"
 #include "record/trace.h"
-#include "record/writers.h"
 #include "trainperf.h"
 #include "util/err.h"
 #include "util/jsonw.h"
@@ -87,23 +87,37 @@ void rec_trace_process(rec_trace *t, pid_t pid, int rank)
                (int)pid, pid == 0 ? -1 : rank >= 0 ? rank : 1000000);
 }
 
+/* Longest range name the probe keeps (127 bytes), escaped, plus the rest. */
+#define TRACE_LINE_MAX 1024
+
 /* ts and dur from integer nanoseconds: exact, and far cheaper than %f. */
-static void put_ts_dur(rec_trace *t, buf *b, uint64_t begin_ns, uint64_t dur_ns)
+static void put_ts_dur(const rec_trace *t, fmt_line *l, uint64_t begin_ns, uint64_t dur_ns)
 {
-    buf_puts(b, ",\"ts\":");
+    FMT_LIT(l, ",\"ts\":");
     int64_t rel = begin_ns >= t->start_mono_ns ? (int64_t)(begin_ns - t->start_mono_ns)
                                                : -(int64_t)(t->start_mono_ns - begin_ns);
-    rec_put_fixed(b, rel, 3);
-    buf_puts(b, ",\"dur\":");
-    rec_put_fixed(b, (int64_t)dur_ns, 3);
+    fmt_fixed(l, rel, 3);
+    FMT_LIT(l, ",\"dur\":");
+    fmt_fixed(l, (int64_t)dur_ns, 3);
 }
 
-static void put_pid_tid(buf *b, pid_t pid, pid_t tid)
+static void put_pid_tid(fmt_line *l, pid_t pid, pid_t tid)
 {
-    buf_puts(b, ",\"pid\":");
-    rec_put_i64(b, pid);
-    buf_puts(b, ",\"tid\":");
-    rec_put_i64(b, tid);
+    FMT_LIT(l, ",\"pid\":");
+    fmt_i64(l, pid);
+    FMT_LIT(l, ",\"tid\":");
+    fmt_i64(l, tid);
+}
+
+/* The separator before an event (the array form has no trailing comma). */
+static void put_sep(rec_trace *t, fmt_line *l)
+{
+    if (t->pending.len >= TRACE_PENDING_FLUSH) rec_trace_flush(t);
+    if (t->nevents)
+        FMT_LIT(l, ",\n");
+    else
+        FMT_LIT(l, "\n");
+    t->nevents = 1;
 }
 
 void rec_trace_step(rec_trace *t, const agg_step *s)
@@ -114,17 +128,20 @@ void rec_trace_step(rec_trace *t, const agg_step *s)
         return;
     }
     t->written++;
-    buf *b = ev_begin(t);
-    buf_puts(b, "{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"step ");
-    rec_put_u64(b, s->step);
-    buf_putc(b, '"');
-    put_pid_tid(b, s->pid, s->tid);
-    put_ts_dur(t, b, s->begin_ns, s->duration_ns);
-    buf_puts(b, ",\"args\":{\"samples\":");
-    rec_put_u64(b, s->samples);
-    buf_puts(b, ",\"tokens\":");
-    rec_put_u64(b, s->tokens);
-    buf_puts(b, "}}");
+    char line[TRACE_LINE_MAX];
+    fmt_line l = {line};
+    put_sep(t, &l);
+    FMT_LIT(&l, "{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"step ");
+    fmt_u64(&l, s->step);
+    *l.p++ = '"';
+    put_pid_tid(&l, s->pid, s->tid);
+    put_ts_dur(t, &l, s->begin_ns, s->duration_ns);
+    FMT_LIT(&l, ",\"args\":{\"samples\":");
+    fmt_u64(&l, s->samples);
+    FMT_LIT(&l, ",\"tokens\":");
+    fmt_u64(&l, s->tokens);
+    FMT_LIT(&l, "}}");
+    buf_append(&t->pending, line, (size_t)(l.p - line));
 }
 
 void rec_trace_range(rec_trace *t, const agg_range *r, const char *name)
@@ -141,13 +158,29 @@ void rec_trace_range(rec_trace *t, const agg_range *r, const char *name)
         snprintf(fallback, sizeof(fallback), "range %u", (unsigned)r->name);
         name = fallback;
     }
+    size_t nlen = strnlen(name, 256);
     int phase = r->name >= TPF_PHASE_DATA && r->name <= TPF_PHASE_CHECKPOINT;
-    buf *b = ev_begin(t);
-    buf_puts(b, phase ? "{\"ph\":\"X\",\"cat\":\"phase\"," : "{\"ph\":\"X\",\"cat\":\"range\",");
-    put_name(b, name);
-    put_pid_tid(b, r->pid, r->tid);
-    put_ts_dur(t, b, r->begin_ns, r->end_ns - r->begin_ns);
-    buf_putc(b, '}');
+    char line[TRACE_LINE_MAX];
+    fmt_line l = {line};
+    put_sep(t, &l);
+    if (phase)
+        FMT_LIT(&l, "{\"ph\":\"X\",\"cat\":\"phase\",\"name\":");
+    else
+        FMT_LIT(&l, "{\"ph\":\"X\",\"cat\":\"range\",\"name\":");
+    if (nlen < 256 && fmt_json_plain(name, nlen)) {
+        *l.p++ = '"';
+        fmt_mem(&l, name, nlen);
+        *l.p++ = '"';
+    } else {
+        /* Rare: escape through the buf (the line so far goes first). */
+        buf_append(&t->pending, line, (size_t)(l.p - line));
+        json_escape(&t->pending, name, strlen(name));
+        l.p = line;
+    }
+    put_pid_tid(&l, r->pid, r->tid);
+    put_ts_dur(t, &l, r->begin_ns, r->end_ns - r->begin_ns);
+    *l.p++ = '}';
+    buf_append(&t->pending, line, (size_t)(l.p - line));
 }
 
 /* Counters, marks and alerts have a budget of the same size of their own

@@ -6,55 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "record/fmt.h"
 #include "record/metrics.h"
 #include "record/writers.h"
 #include "trainperf.h"
 #include "util/err.h"
 #include "util/jsonw.h"
-
-/* ---- numbers ---- */
-
-int rec_put_u64(buf *b, uint64_t v)
-{
-    char t[24], *p = t + sizeof(t);
-    do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    return buf_append(b, p, (size_t)(t + sizeof(t) - p));
-}
-
-int rec_put_i64(buf *b, int64_t v)
-{
-    if (v < 0) {
-        buf_putc(b, '-');
-        return rec_put_u64(b, (uint64_t)0 - (uint64_t)v);
-    }
-    return rec_put_u64(b, (uint64_t)v);
-}
-
-int rec_put_fixed(buf *b, int64_t v, int decimals)
-{
-    uint64_t m = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, scale = 1;
-    for (int i = 0; i < decimals; i++) scale *= 10;
-    if (v < 0) buf_putc(b, '-');
-    rec_put_u64(b, m / scale);
-    if (decimals <= 0) return b->err;
-    char t[24];
-    uint64_t f = m % scale;
-    for (int i = decimals - 1; i >= 0; i--) {
-        t[i] = (char)('0' + f % 10);
-        f /= 10;
-    }
-    buf_putc(b, '.');
-    return buf_append(b, t, (size_t)decimals);
-}
-
-int rec_put_secs(buf *b, uint64_t ns, uint64_t t0)
-{
-    int64_t us = ns >= t0 ? (int64_t)((ns - t0 + 500) / 1000) : -(int64_t)((t0 - ns + 500) / 1000);
-    return rec_put_fixed(b, us, 6);
-}
 
 /* ---- CSV ---- */
 
@@ -152,26 +109,32 @@ int rec_steps_header(buf *b)
 
 int rec_steps_row(buf *b, const agg_step *s, uint64_t start_mono_ns)
 {
-    if (s->rank >= 0) rec_put_i64(b, s->rank);
-    buf_putc(b, ',');
-    if (s->local_rank >= 0) rec_put_i64(b, s->local_rank);
-    buf_putc(b, ',');
-    rec_put_i64(b, s->pid);
-    buf_putc(b, ',');
-    rec_put_i64(b, s->tid);
-    buf_putc(b, ',');
-    rec_put_u64(b, s->step);
-    buf_putc(b, ',');
-    rec_put_secs(b, s->begin_ns, start_mono_ns);
+    char line[512]; /* 18 columns of at most 20 digits */
+    fmt_line l = {line};
+    if (s->rank >= 0) fmt_i64(&l, s->rank);
+    *l.p++ = ',';
+    if (s->local_rank >= 0) fmt_i64(&l, s->local_rank);
+    *l.p++ = ',';
+    fmt_i64(&l, s->pid);
+    *l.p++ = ',';
+    fmt_i64(&l, s->tid);
+    *l.p++ = ',';
+    fmt_u64(&l, s->step);
+    *l.p++ = ',';
+    /* start_s: microseconds, rounded half away from zero */
+    uint64_t t0 = start_mono_ns, ns = s->begin_ns;
+    int64_t us = ns >= t0 ? (int64_t)((ns - t0 + 500) / 1000) : -(int64_t)((t0 - ns + 500) / 1000);
+    fmt_fixed(&l, us, 6);
     const uint64_t rest[] = {s->duration_ns, s->interval_ns, s->phase_ns[0], s->phase_ns[1],
                              s->phase_ns[2], s->phase_ns[3], s->phase_ns[4], s->phase_ns[5],
                              s->phase_ns[6], s->other_ns, s->samples, s->tokens};
     _Static_assert(AGG_NPHASES == 7, "steps.csv lists seven phases");
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++) {
-        buf_putc(b, ',');
-        rec_put_u64(b, rest[i]);
+        *l.p++ = ',';
+        fmt_u64(&l, rest[i]);
     }
-    return buf_putc(b, '\n');
+    *l.p++ = '\n';
+    return buf_append(b, line, (size_t)(l.p - line));
 }
 
 /* ---- alerts.jsonl ---- */

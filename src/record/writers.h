@@ -13,15 +13,6 @@
 #include "util/buf.h"
 #include "watch/alerts.h"
 
-/* ---- fast number formatting (one row per step: printf costs ~10x) ---- */
-
-int rec_put_u64(buf *b, uint64_t v);
-int rec_put_i64(buf *b, int64_t v);
-/* v / 10^decimals with exactly `decimals` digits after the point. */
-int rec_put_fixed(buf *b, int64_t v, int decimals);
-/* Nanoseconds since t0 as seconds with microseconds (rounded half away from 0). */
-int rec_put_secs(buf *b, uint64_t ns, uint64_t t0);
-
 /* ---- CSV cells (RFC 4180) ---- */
 
 /* An fval with `decimals` digits after the point; empty when unknown. */
