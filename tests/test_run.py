@@ -638,3 +638,14 @@ def test_user_alert_fires_and_is_recorded(cli, child, tmp_path):
     assert {"t", "rule", "expr", "state", "severity", "value", "message"} <= fired[0].keys()
     assert [a["rule"] for a in sm["alerts"]] == [l["rule"] for l in fired]
     assert any(e.get("cat") == "alert" and e["name"] == "slow_data" for e in events)
+
+
+def test_reused_out_dir_drops_stale_segments(cli, child, tmp_path):
+    run = tmp_path / "run"
+    (run / "live").mkdir(parents=True)
+    (run / "live" / "seg-1.tpf").write_bytes(b"left by an earlier run")
+    p = subprocess.run([cli, "run", "--out", run, "--", child, "steps", "5", "0", "100"],
+                       capture_output=True, text=True, timeout=60, env=env_clean())
+    assert p.returncode == 0, p.stderr
+    assert not (run / "live" / "seg-1.tpf").exists()
+    assert len(read_steps(run)) == 5

@@ -1,4 +1,5 @@
 /* Run directory creation (see rundir.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -48,6 +49,18 @@ int rec_rundir_prepare(const char *dir)
     char live[PATH_MAX];
     snprintf(live, sizeof(live), "%s/live", dir);
     if (mkdir(live, 0755) != 0 && errno != EEXIST) return err_from_errno(errno);
+    /* Segments left by an earlier run in this directory would be drained
+     * into this one: nothing writes here yet, so they go. */
+    DIR *d = opendir(live);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            if (strncmp(de->d_name, "seg-", 4) != 0) continue;
+            char p[PATH_MAX + 300];
+            if (snprintf(p, sizeof(p), "%s/%s", live, de->d_name) < (int)sizeof(p)) unlink(p);
+        }
+        closedir(d);
+    }
     return 0;
 }
 

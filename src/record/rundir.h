@@ -7,7 +7,8 @@
 
 /* Create dir (and its parents) and dir/live; fail with TPF_EACCES / TPF_ENOENT
  * / TPF_EIO ... when it cannot be written. An existing empty or earlier run
- * directory is fine (its files are replaced). */
+ * directory is fine: its files are replaced, and the shared segments an
+ * earlier run left in dir/live are removed (they would be drained again). */
 int rec_rundir_prepare(const char *dir);
 
 /* Make a fresh run directory base/<YYYYmmdd-HHMMSS>-<label> (label: letters,
