@@ -649,3 +649,26 @@ def test_reused_out_dir_drops_stale_segments(cli, child, tmp_path):
     assert p.returncode == 0, p.stderr
     assert not (run / "live" / "seg-1.tpf").exists()
     assert len(read_steps(run)) == 5
+
+
+def test_clean_live_removes_segments(cli, child, tmp_path):
+    run = tmp_path / "run"
+    p = subprocess.run([cli, "run", "--clean-live", "--out", run, "--", child, "steps", "5", "0",
+                        "100"], capture_output=True, text=True, timeout=60, env=env_clean())
+    assert p.returncode == 0, p.stderr
+    assert not (run / "live").exists()
+    assert len(read_steps(run)) == 5
+
+
+@pytest.mark.slow
+def test_plain_status_lines_when_not_a_tty(cli, tmp_path):
+    run = tmp_path / "run"
+    p = subprocess.run([cli, "run", "--out", run, "--", "sleep", "10.5"], capture_output=True,
+                       text=True, timeout=120, env=env_clean())
+    assert p.returncode == 0
+    status = [l for l in p.stderr.splitlines() if l.startswith("[trainperf")]
+    assert len(status) == 1 and "\r" not in p.stderr and "\033" not in p.stderr
+    q = subprocess.run([cli, "run", "--quiet", "--out", run, "--", "sleep", "10.5"],
+                       capture_output=True, text=True, timeout=120, env=env_clean())
+    assert q.returncode == 0
+    assert q.stderr.splitlines() == [f"trainperf: run directory {run}"]
