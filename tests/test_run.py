@@ -108,7 +108,12 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc > 1 && strcmp(argv[1], "start") == 0) {
-        printf("%d\n", tpf_start(NULL));
+        int rc = tpf_start(NULL);
+        printf("%d\n", rc);
+        if (rc == 0) {
+            steps(3, 100);
+            printf("stop %d\n", tpf_stop());
+        }
         return 0;
     }
     if (argc < 5) return 2;
@@ -672,3 +677,16 @@ def test_plain_status_lines_when_not_a_tty(cli, tmp_path):
                        capture_output=True, text=True, timeout=120, env=env_clean())
     assert q.returncode == 0
     assert q.stderr.splitlines() == [f"trainperf: run directory {run}"]
+
+
+def test_embedded_default_run_dir(child, tmp_path):
+    p = subprocess.run([child, "start"], capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path, env=env_clean())
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["0", "0", "1", "2", "stop", "0"]
+    base = tmp_path / "trainperf-runs"
+    runs = [d for d in base.iterdir() if not d.is_symlink()]
+    assert len(runs) == 1 and runs[0].name.endswith("-child")
+    assert (base / "latest").resolve() == runs[0].resolve()
+    check_complete(runs[0])
+    assert len(read_steps(runs[0])) == 3
