@@ -45,7 +45,8 @@ def test_with_fake_nvml_lists_driver_and_devices(run_cli, tmp_path):
                    "dev 0 name NVIDIA H100 80GB HBM3\ndev 0 mem_total 85520809984\n"
                    "dev 0 mem_used 1\ndev 1 name NVIDIA A10\n"
                    "dev 1 uuid GPU-abcdef00-0000-0000-0000-000000000001\n")
-    env = {"TRAINPERF_NVML_LIB": str(FAKE), "TRAINPERF_FAKE_NVML": str(scn), "NO_COLOR": "1"}
+    env = {"TRAINPERF_NVML_LIB": str(FAKE), "TRAINPERF_FAKE_NVML": str(scn), "NO_COLOR": "1",
+           "CUDA_VISIBLE_DEVICES": "0,1"}
     c = _json(run_cli, env)["nvml"]
     assert c["status"] == "ok"
     assert c["driver_version"] == "550.54.15"
@@ -55,9 +56,15 @@ def test_with_fake_nvml_lists_driver_and_devices(run_cli, tmp_path):
     assert c["devices"][0]["mem_total_bytes"] == 85520809984
     assert c["devices"][1]["mem_total_bytes"] is None  # not in the scenario: unknown
     assert c["devices"][1]["uuid"] == "GPU-abcdef00-0000-0000-0000-000000000001"
+    assert c["visible"] == [0, 1]
     text = _doctor(run_cli, env=env).stdout
     assert "driver 550.54.15" in text and "CUDA 12.4" in text
     assert "GPU 1: NVIDIA A10, GPU-abcdef00-0000-0000-0000-000000000001" in text
+    # CUDA_VISIBLE_DEVICES of the shell: which GPUs a run started here would use.
+    c = _json(run_cli, dict(env, CUDA_VISIBLE_DEVICES="GPU-abcdef"))["nvml"]
+    assert c["visible"] == [1] and "selects GPU 1" in c["detail"]
+    c = _json(run_cli, dict(env, CUDA_VISIBLE_DEVICES="-1"))["nvml"]
+    assert c["visible"] == [] and c["status"] == "limited"
 
 
 def test_psi_cgroup_perf_match_this_machine(run_cli, tmp_path):

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "collect/gpusel.h"
 #include "collect/nvml.h"
 #include "trainperf.h"
 #include "util/buf.h"
@@ -78,6 +79,15 @@ static void human_bytes(double v, char *out, size_t n)
 
 /* ---- NVML -------------------------------------------------------------- */
 
+/* What CUDA_VISIBLE_DEVICES of this shell selects, in CUDA's order. */
+static int visible_gpus(const nvml_sys_info *si, int *out)
+{
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    const char *uuids[FRAME_MAX_GPUS];
+    for (int i = 0; i < si->nlisted; i++) uuids[i] = si->dev[i].uuid;
+    return gpusel_visible(cvd, uuids, si->nlisted, NULL, 0, out, FRAME_MAX_GPUS);
+}
+
 static void check_nvml(doc_check *c, nvml_sys_info *si)
 {
     c->name = "nvml";
@@ -104,6 +114,25 @@ static void check_nvml(doc_check *c, nvml_sys_info *si)
     if (si->ndev == 0)
         snprintf(c->fix, sizeof(c->fix),
                  "NVML sees no GPU: check nvidia-smi and the container's device access");
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd && si->nlisted > 0) {
+        int vis[FRAME_MAX_GPUS];
+        int nv = visible_gpus(si, vis);
+        size_t l = strlen(c->detail);
+        int w = snprintf(c->detail + l, sizeof(c->detail) - l,
+                         "; CUDA_VISIBLE_DEVICES=%.64s selects", cvd);
+        for (int i = 0; w > 0 && i < nv; i++) {
+            l = strlen(c->detail);
+            w = snprintf(c->detail + l, sizeof(c->detail) - l, " GPU %d", vis[i]);
+        }
+        if (nv == 0) {
+            l = strlen(c->detail);
+            snprintf(c->detail + l, sizeof(c->detail) - l, " no GPU");
+            c->status = ST_LIMITED;
+            snprintf(c->fix, sizeof(c->fix),
+                     "CUDA_VISIBLE_DEVICES hides every GPU: unset it or name indices/UUIDs");
+        }
+    }
 }
 
 /* ---- PSI --------------------------------------------------------------- */
@@ -591,6 +620,12 @@ static int print_json(const doc_check *cs, int n, const nvml_sys_info *si, const
             json_opt_num(&w, "cuda_driver_version", si->cuda_driver_version,
                          si->cuda_driver_version > 0);
             json_opt_num(&w, "device_count", si->ndev, c->status != ST_MISSING);
+            jw_key(&w, "visible");
+            jw_arr_begin(&w);
+            int vis[FRAME_MAX_GPUS];
+            int nv = c->status != ST_MISSING ? visible_gpus(si, vis) : 0;
+            for (int v = 0; v < nv; v++) jw_int(&w, vis[v]);
+            jw_arr_end(&w);
             jw_key(&w, "devices");
             jw_arr_begin(&w);
             for (int d = 0; d < si->nlisted; d++) {
