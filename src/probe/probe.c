@@ -322,7 +322,9 @@ static int attach_locked(const char *run_dir)
     }
     memcpy(g_run_dir_pub, g_run_dir, sizeof(g_run_dir));
     g_seg = s;
-    g_clock_tsc = s.h->clock_kind == SEG_CLOCK_TSC;
+    /* Fixed per process (clk_setup decides once): written only the first
+     * time, so threads still in emit() never race with this store. */
+    if (g_clock_tsc != (s.h->clock_kind == SEG_CLOCK_TSC)) g_clock_tsc = s.h->clock_kind == SEG_CLOCK_TSC;
     if (++g_gen < PROBE_GEN0) g_gen = PROBE_GEN0; /* skip 0 and PENDING on wrap */
     atomic_store_explicit(&g_state, g_gen, memory_order_release);
     return 0;
