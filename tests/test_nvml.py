@@ -44,7 +44,10 @@ def _run(run_cli, tmp_path, scenario, lib=FAKE, seconds=1.6, exit_code=0, env=No
     prog = tmp_path / "train.py"
     prog.write_text(TRAIN)
     out = tmp_path / "run"
-    e = {"TRAINPERF_NVML_LIB": str(lib), "TRAINPERF_FAKE_NVML": str(scn)}
+    # Every fake GPU visible whatever this shell's CUDA_VISIBLE_DEVICES says
+    # (parsing stops at the first index the scenario lacks).
+    e = {"TRAINPERF_NVML_LIB": str(lib), "TRAINPERF_FAKE_NVML": str(scn),
+         "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(16)))}
     e.update(env or {})
     p = run_cli("run", "--quiet", "--no-auto", "--out", out, "--interval", interval, "--",
                 sys.executable, prog, tmp_path, seconds, exit_code, env=e, timeout=120)
