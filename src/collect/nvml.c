@@ -288,7 +288,7 @@ typedef struct ndev {
     nvmlDevice_t h;
     int index;
     char name[96], uuid[96];
-    uint8_t lost, used, sampled_once;
+    uint8_t lost, used;
     unsigned unsup;
     int mem_ver;                 /* 2: try _v2; 1: v1 only */
     int proc_ver[2];             /* current version slot per kind; 3 = none left */
@@ -305,7 +305,7 @@ typedef struct ndev {
     uint8_t field_prev_ok[FK_N];
     unsigned long long field_prev[FK_N];
     long long field_prev_ts[FK_N];
-    uint8_t pcie_by_counter, nvlink_present;
+    uint8_t pcie_by_counter;
     uint8_t unattributed;        /* this sample listed pids we cannot see */
     /* PCIe from the helper thread (guarded by nvml_state.mu) */
     uint8_t pcie_want, pcie_ok, pcie_lost;
@@ -666,7 +666,6 @@ static void probe_fields(nvml_state *st, ndev *d)
     if (r != NV_SUCCESS) return;
     int links = q[0].ret == NV_SUCCESS && field_value(&q[0]) > 0;
     if (links) {
-        d->nvlink_present = 1;
         if (q[1].ret == NV_SUCCESS && q[2].ret == NV_SUCCESS) {
             add_field(d, FK_NVL_TX, FI_NVLINK_TX_KIB, UINT_MAX, 1024.0);
             add_field(d, FK_NVL_RX, FI_NVLINK_RX_KIB, UINT_MAX, 1024.0);
