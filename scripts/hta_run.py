@@ -13,6 +13,16 @@ import sys
 import warnings
 
 
+def _version():
+    from importlib import metadata
+    for dist in ("HolisticTraceAnalysis", "traceinsight"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return None
+
+
 def main():
     warnings.filterwarnings("ignore")
     logging.disable(logging.CRITICAL)
@@ -21,7 +31,7 @@ def main():
     path = sys.argv[1]
     rank = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     ta = TraceAnalysis(trace_files={rank: path})
-    out = {"rank": rank}
+    out = {"rank": rank, "version": _version()}
 
     def num(v):
         v = float(v)

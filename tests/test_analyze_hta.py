@@ -6,13 +6,16 @@ breakdown, kernel-type breakdown, idle-time breakdown, comm/compute overlap
 and launch statistics must match ours. Skipped only when PyPI is unreachable.
 """
 import json
+import os
+import pathlib
 import subprocess
 
 import pytest
 
 from conftest import ROOT
 
-VENV = ROOT / "build" / "hta-venv"
+# TRAINPERF_HTA_VENV points at another environment (e.g. one with traceinsight).
+VENV = pathlib.Path(os.environ.get("TRAINPERF_HTA_VENV", ROOT / "build" / "hta-venv"))
 PY = VENV / "bin" / "python"
 US = 1.0  # HTA works in integer microseconds: allow one of rounding
 
@@ -56,7 +59,8 @@ def test_compat_hta_matches_hta(hta_python, run_cli, trace):
     if p.returncode != 0:
         pytest.skip(f"HTA cannot load {trace.name}: {p.stderr.strip().splitlines()[-1:]}")
     hta = json.loads(p.stdout)
-    q = run_cli("analyze", "--compat", "hta", "--json", trace)
+    flag = "hta-0.6" if (hta.get("version") or "0.5").startswith("0.6") else "hta"
+    q = run_cli("analyze", "--compat", flag, "--json", trace)
     assert q.returncode == 0, q.stderr
     out = json.loads(q.stdout)
     (r,) = out["ranks"]

@@ -14,7 +14,8 @@
 #include "util/buf.h"
 
 typedef struct trace_opts {
-    int compat_hta;     /* reproduce HolisticTraceAnalysis' numbers */
+    int compat_hta;     /* reproduce HolisticTraceAnalysis: 1 = 0.5.0 (PyPI
+                         * HolisticTraceAnalysis), 2 = 0.6 (traceinsight) */
     int top_k;          /* rows in top tables; 0 = 10 */
     int has_rank;       /* analyse only the file(s) of this rank */
     long rank;

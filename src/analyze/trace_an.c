@@ -313,6 +313,40 @@ static int ktype_hta(const char *n)
     return KT_OTHER;
 }
 
+static int contains_any(const char *n, const char *const *subs, size_t k)
+{
+    for (size_t i = 0; i < k; i++)
+        if (strstr(n, subs[i])) return 1;
+    return 0;
+}
+
+static int prefix_any(const char *n, const char *const *pre, size_t k)
+{
+    for (size_t i = 0; i < k; i++)
+        if (has_prefix(n, pre[i])) return 1;
+    return 0;
+}
+
+/* HTA 0.6 (traceinsight, hta/common/types.py): communication is checked
+ * first and takes every ^hip name (so hipMemcpy counts as communication). */
+static int ktype_hta06(const char *n)
+{
+    static const char *const comm_pre[] = {"nccl", "hip", "hccl"};
+    static const char *const mem_pre[] = {"Memcpy", "hipMemcpy", "Memset", "hipMemset", "dma"};
+    static const char *const notcomp_pre[] = {
+        "nccl", "Stream Wait Event", "runFunction", "hip", "job_exe", "packet", "pe_exe",
+        "cpum_exe_subgraph", "hccl", "collective_subgraph_execution",
+    };
+    static const char *const notcomp_sub[] = {"Memcpy", "Memset", "dma", "Sync"};
+    if (prefix_any(n, comm_pre, 3) || strstr(n, "ncclKernel")) return KT_COMM;
+    if (prefix_any(n, mem_pre, 5)) return KT_MEM;
+    int launch = has_prefix(n, "cuda") && strstr(n + 4, "LaunchKernel"); /* ^cuda.*LaunchKernel */
+    if (!prefix_any(n, notcomp_pre, sizeof(notcomp_pre) / sizeof(notcomp_pre[0])) &&
+        !contains_any(n, notcomp_sub, 4) && !launch)
+        return KT_COMP;
+    return KT_OTHER;
+}
+
 /* Default: current NCCL/RCCL names, memory by category as well as name. */
 static int ktype_default(const char *n, int cat)
 {
@@ -341,6 +375,22 @@ static int is_launch_name(const char *n, int hta)
            has_prefix(n, "hipExtModuleLaunchKernel") || strcmp(n, "hipMemcpyAsync") == 0 ||
            strcmp(n, "hipMemsetAsync") == 0 || strcmp(n, "cudaMemcpy") == 0 ||
            strcmp(n, "cudaMemset") == 0 || has_prefix(n, "cuMemcpy") || has_prefix(n, "cuMemset");
+}
+
+/* Runtime calls that never put work on the device (no CUPTI activity
+ * carries their correlation): not worth remembering for the join. */
+static int no_device_work(const char *n)
+{
+    static const char *const pre[] = {
+        "cudaOccupancy", "cudaFuncSetAttribute", "cudaFuncGetAttributes", "cudaEventQuery",
+        "cudaEventRecord", "cudaEventCreate", "cudaEventDestroy", "cudaEventElapsedTime",
+        "cudaStreamGetCaptureInfo", "cudaStreamIsCapturing", "cudaStreamGetPriority",
+        "cudaDeviceGetStreamPriorityRange", "cudaPeekAtLastError", "cudaGetLastError",
+        "cudaPointerGetAttributes", "cudaDeviceGetAttribute", "cudaGetDevice", "cudaSetDevice",
+        "cudaStreamQuery", "cudaThreadExchangeStreamCaptureMode", "cudaGetFuncBySymbol",
+        "cudaGetDriverEntryPoint", "INVALID",
+    };
+    return prefix_any(n, pre, sizeof(pre) / sizeof(pre[0]));
 }
 
 const char *trace_type_name(int mask)
@@ -765,11 +815,29 @@ static int corr_rebuild(bstate *b, uint32_t ncap, int64_t horizon)
     return 0;
 }
 
-/* The map doubles up to CORR_CAP; past that, launches whose GPU work never
- * showed up (synchronisations, event records) are dropped oldest first,
+/* When the map fills: first forget launches already joined more than a
+ * second ago (a CUDA graph's kernels follow their launch closely), then
+ * double up to CORR_CAP; past that, drop the oldest pending launches,
  * keeping at most a quarter of the slots. */
 static int corr_make_room(bstate *b)
 {
+    corr_ent *nm = NULL;
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < b->ccap; i++)
+        if (b->cmap[i].corr != -1 && !(b->cmap[i].used && b->cmap[i].ts < b->now - 1000000000))
+            live++;
+    if (live <= b->ccap / 2) {
+        nm = malloc((size_t)b->ccap * sizeof(*nm));
+        if (!nm) return TPF_ENOMEM;
+        for (uint32_t i = 0; i < b->ccap; i++) nm[i].corr = -1;
+        for (uint32_t i = 0; i < b->ccap; i++)
+            if (b->cmap[i].corr != -1 && !(b->cmap[i].used && b->cmap[i].ts < b->now - 1000000000))
+                corr_put_raw(nm, b->ccap, &b->cmap[i]);
+        free(b->cmap);
+        b->cmap = nm;
+        b->ccount = live;
+        return 0;
+    }
     if (b->ccap < CORR_CAP) return corr_rebuild(b, b->ccap * 2, INT64_MIN);
     int64_t horizon = INT64_MIN;
     for (int64_t span = (int64_t)60 * 1000000000; span >= 1000; span /= 4) {
@@ -924,8 +992,8 @@ static int process(bstate *b, trec *t)
     if (!gpu) {
         int32_t si = step_of(b, t->ts);
         int kept = b->trim ? t->ts < b->cutoff : 1;
-        if (t->corr != -1 && (!b->hta || !hta_gpu)) {
-            if (ns->launch == 0) ns->launch = is_launch_name(name, b->hta) ? 1 : 2;
+        if (ns->launch == 0) ns->launch = is_launch_name(name, b->hta) ? 1 : no_device_work(name) ? 3 : 2;
+        if (t->corr != -1 && (!b->hta || !hta_gpu) && ns->launch != 3) {
             corr_ent e = {t->corr, t->ts, t->dur, t->name, si, (uint8_t)kept, 0};
             int rc = corr_put(b, &e);
             if (rc) return rc;
@@ -933,7 +1001,7 @@ static int process(bstate *b, trec *t)
         if (!kept || !in_steps(b, si)) return 0;
         if (b->hta && t->stream != -1) {
             /* HTA puts any kept row with a stream into the GPU set (triton). */
-            if (ns->ktype < 0) ns->ktype = (int8_t)ktype_hta(name);
+            if (ns->ktype < 0) ns->ktype = (int8_t)(b->hta == 2 ? ktype_hta06(name) : ktype_hta(name));
             sweep_add(&b->all, ns->ktype, t->ts, t->ts + t->dur);
         }
         if (t->cat == C_CPU_OP || t->cat == C_USER_ANN || t->cat == C_RUNTIME || t->cat == C_DRIVER)
@@ -942,13 +1010,16 @@ static int process(bstate *b, trec *t)
     }
     /* GPU side: the launch decides step and (under HTA trimming) presence. */
     corr_ent *ce = t->corr != -1 ? corr_get(b, t->corr) : NULL;
+    if (ce) ce->used = 1;
     int32_t si = ce ? ce->step : -1;
     if (b->trim && !(ce && ce->kept)) return 0;
     if (!in_steps(b, si)) return 0;
     if (!ce) b->unmatched++;
     if (t->stream == -1) return 0; /* device-wide sync rows: not on a stream */
     b->gpu_events++;
-    if (ns->ktype < 0) ns->ktype = (int8_t)(b->hta ? ktype_hta(name) : ktype_default(name, t->cat));
+    if (ns->ktype < 0)
+        ns->ktype = (int8_t)(b->hta == 2 ? ktype_hta06(name)
+                             : b->hta ? ktype_hta(name) : ktype_default(name, t->cat));
     int64_t end = t->ts + t->dur;
     sweep_add(&b->all, ns->ktype, t->ts, end);
     ns->kcount++;

@@ -51,7 +51,7 @@ int trace_result_json(const trace_result *r, buf *out)
     jw w;
     jw_init(&w, out, 1);
     jw_obj_begin(&w);
-    jw_kstr(&w, "compat", r->opts.compat_hta ? "hta" : NULL);
+    jw_kstr(&w, "compat", r->opts.compat_hta == 2 ? "hta-0.6" : r->opts.compat_hta ? "hta-0.5" : NULL);
     jw_kstr(&w, "time_unit", "ns");
     int64_t labels[8] = {0};
     jw_key(&w, "ranks");

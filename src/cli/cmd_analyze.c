@@ -18,7 +18,8 @@ static void analyze_usage(FILE *f)
             "  --json         machine-readable output (times in integer nanoseconds)\n"
             "  --rank N       only the trace of rank N\n"
             "  --steps A:B    only ProfilerStep#A..#B (inclusive; A: or :B leave a side open)\n"
-            "  --compat hta   reproduce HolisticTraceAnalysis' numbers (see docs/analyze.md)\n"
+            "  --compat hta   reproduce HolisticTraceAnalysis 0.5's numbers (hta-0.6: its\n"
+            "                 successor traceinsight; see docs/analyze.md)\n"
             "  --top K        rows in the top tables (default 10)\n");
 }
 
@@ -105,11 +106,14 @@ int cmd_analyze(int argc, char **argv)
             }
             o.has_steps = 1;
         } else if (strcmp(a, "--compat") == 0) {
-            if (strcmp(val, "hta") != 0) {
-                cli_error("--compat knows only 'hta', not '%s'", val);
+            if (strcmp(val, "hta") == 0 || strcmp(val, "hta-0.5") == 0) {
+                o.compat_hta = 1;
+            } else if (strcmp(val, "hta-0.6") == 0) {
+                o.compat_hta = 2;
+            } else {
+                cli_error("--compat takes 'hta' (= hta-0.5) or 'hta-0.6', not '%s'", val);
                 goto out;
             }
-            o.compat_hta = 1;
         } else if (strcmp(a, "--top") == 0) {
             if (cli_parse_long(val, &v) || v < 1 || v > 100000) {
                 cli_error("--top needs a count between 1 and 100000, not '%s'", val);

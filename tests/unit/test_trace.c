@@ -295,7 +295,7 @@ TT_TEST(pending_launch_map_stays_bounded)
     fputs("{\"traceEvents\":[", f);
     int n = 300000;
     for (int i = 0; i < n; i++)
-        fprintf(f, "{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaEventRecord\",\"pid\":1,"
+        fprintf(f, "{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaStreamSynchronize\",\"pid\":1,"
                    "\"tid\":1,\"ts\":%d,\"dur\":1,\"args\":{\"correlation\":%d}},", i * 10, i + 1);
     fprintf(f, "{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaLaunchKernel\",\"pid\":1,\"tid\":1,"
                "\"ts\":%d,\"dur\":4,\"args\":{\"correlation\":%d}},", n * 10, n + 1);
