@@ -100,7 +100,8 @@ static void bench_cost(const char *dir)
     tpf_name n = tpf_name_register("bench");
     /* Disabled first: the probe is not attached yet. */
     double off[ROUNDS];
-    for (int r = 0; r < ROUNDS; r++) off[r] = chunk_pushpop(n) / 2;
+    for (int r = 0; r < ROUNDS; r++)
+        off[r] = chunk_pushpop(n) / 2;
     qsort(off, ROUNDS, sizeof(double), cmp_double);
 
     if (attach(dir) != 0) {
@@ -132,7 +133,8 @@ static void bench_cost(const char *dir)
     printf("clock: %s (clock_gettime %.1f ns, rdtsc %.1f ns per read; -1: not measured)\n",
            c->kind == SEG_CLOCK_TSC ? "tsc" : "clock_gettime", c->mono_cost_ns, c->tsc_cost_ns);
     printf("(a) range push+pop: %.1f ns (median of %d chunks, min %.1f); two clock_gettime: "
-           "%.1f ns (min %.1f)\n", pp[ROUNDS / 2], ROUNDS, pp[0], ck[ROUNDS / 2], ck[0]);
+           "%.1f ns (min %.1f)\n",
+           pp[ROUNDS / 2], ROUNDS, pp[0], ck[ROUNDS / 2], ck[0]);
     printf("(a) ratio push+pop / two clock reads: %.2f (median), %.2f (min)  [target <= 1.5]\n",
            pp[ROUNDS / 2] / ck[ROUNDS / 2], pp[0] / ck[0]);
     printf("(a) disabled probe: %.2f ns per call (median)\n", off[ROUNDS / 2]);
@@ -148,7 +150,7 @@ static void bench_cost(const char *dir)
 
 typedef struct prod {
     pthread_t th;
-    double rate;        /* events/s; 0: as fast as possible */
+    double rate; /* events/s; 0: as fast as possible */
     uint64_t duration_ns;
     long sent;
     tpf_name name;
@@ -162,7 +164,8 @@ static _Atomic uint64_t g_clock_mark_ts;
 static void load_cb(void *ctx, const seg_event *ev)
 {
     (*(long *)ctx)++;
-    if (ev->kind == SEG_EV_MARK && ev->name == g_clock_name) atomic_store(&g_clock_mark_ts, ev->ts_ns);
+    if (ev->kind == SEG_EV_MARK && ev->name == g_clock_name)
+        atomic_store(&g_clock_mark_ts, ev->ts_ns);
 }
 
 static void *producer(void *arg)
@@ -172,7 +175,8 @@ static void *producer(void *arg)
     long sent = 0;
     if (p->rate <= 0) {
         while (clk_mono_ns() < end)
-            for (int i = 0; i < 1000; i++, sent++) tpf_counter(p->name, (double)sent);
+            for (int i = 0; i < 1000; i++, sent++)
+                tpf_counter(p->name, (double)sent);
     } else {
         /* Paced in 1 ms bursts: sleeping between them keeps the producers
          * from competing with the drainer for the CPU. */
@@ -180,7 +184,8 @@ static void *producer(void *arg)
             uint64_t now = clk_mono_ns();
             if (now >= end) now = end;
             long target = (long)((double)(now - t0) * p->rate / 1e9);
-            while (sent < target) tpf_counter(p->name, (double)sent++);
+            while (sent < target)
+                tpf_counter(p->name, (double)sent++);
             if (now >= end) break;
             sleep_ns(1000000);
         }
@@ -217,8 +222,10 @@ static void *drain_main(void *arg)
 static int run_load(const char *dir, const char *label, int nprod, double rate, double seconds,
                     uint64_t drain_period_ns, const char *ring_events)
 {
-    if (ring_events) setenv("TRAINPERF_RING_EVENTS", ring_events, 1);
-    else unsetenv("TRAINPERF_RING_EVENTS");
+    if (ring_events)
+        setenv("TRAINPERF_RING_EVENTS", ring_events, 1);
+    else
+        unsetenv("TRAINPERF_RING_EVENTS");
     if (attach(dir) != 0) return -1;
     drainer d;
     memset(&d, 0, sizeof(d));
@@ -229,7 +236,8 @@ static int run_load(const char *dir, const char *label, int nprod, double rate, 
     prod p[8];
     uint64_t t0 = clk_mono_ns();
     for (int i = 0; i < nprod; i++) {
-        p[i] = (prod){.rate = rate, .duration_ns = (uint64_t)(seconds * 1e9),
+        p[i] = (prod){.rate = rate,
+                      .duration_ns = (uint64_t)(seconds * 1e9),
                       .name = tpf_name_register("bench")};
         pthread_create(&p[i].th, NULL, producer, &p[i]);
     }
@@ -255,7 +263,8 @@ static int run_load(const char *dir, const char *label, int nprod, double rate, 
     if (rate > 0 && mts) {
         double off = (double)mts - ((double)before + (double)after) / 2;
         printf("%s: clock check after %.1f s: event time - clock_gettime = %+.0f ns "
-               "(bracket +-%.0f ns)", label, wall, off, (double)(after - before) / 2);
+               "(bracket +-%.0f ns)",
+               label, wall, off, (double)(after - before) / 2);
         if (ck->kind == SEG_CLOCK_TSC) {
             uint64_t t, m;
             clk_pair(&t, &m);

@@ -75,7 +75,8 @@ static float teacher_eval(const teacher *t, const float *x)
     float y = 0;
     for (int j = 0; j < TEACHER_HIDDEN; j++) {
         float z = t->b1[j];
-        for (int k = 0; k < IN_DIM; k++) z += x[k] * t->w1[k][j];
+        for (int k = 0; k < IN_DIM; k++)
+            z += x[k] * t->w1[k][j];
         y += tanhf(z) * t->w2[j];
     }
     return y;
@@ -124,7 +125,8 @@ static void batch_fill(batch *bt, long b, const teacher *t, long delay_ms, uint6
     if (delay_ms > 0) sleep_ms(delay_ms);
     for (long i = 0; i < b; i++) {
         float *x = bt->x + i * IN_DIM;
-        for (int k = 0; k < IN_DIM; k++) x[k] = rng_normal(s);
+        for (int k = 0; k < IN_DIM; k++)
+            x[k] = rng_normal(s);
         bt->y[i] = teacher_eval(t, x);
     }
 }
@@ -158,7 +160,8 @@ static void *worker_main(void *arg)
         if (!bt) break;
         batch_fill(bt, l->o->batch, l->t, l->o->delay_ms, &s);
         pthread_mutex_lock(&l->mu);
-        while (l->count == l->cap && !l->stop) pthread_cond_wait(&l->not_full, &l->mu);
+        while (l->count == l->cap && !l->stop)
+            pthread_cond_wait(&l->not_full, &l->mu);
         if (l->stop) {
             pthread_mutex_unlock(&l->mu);
             batch_free(bt);
@@ -175,7 +178,8 @@ static void *worker_main(void *arg)
 static batch *loader_get(loader *l)
 {
     pthread_mutex_lock(&l->mu);
-    while (l->count == 0) pthread_cond_wait(&l->not_empty, &l->mu);
+    while (l->count == 0)
+        pthread_cond_wait(&l->not_empty, &l->mu);
     batch *bt = l->q[l->head];
     l->head = (l->head + 1) % l->cap;
     l->count--;
@@ -190,8 +194,8 @@ typedef struct mlp {
     long h, b;
     float *w1, *b1, *w2, *b2, *w3, b3; /* w1 [IN][H], w2 [H][H] (in-major), w3 [H] */
     float *g1, *gb1, *g2, *gb2, *g3, gb3;
-    float *z1, *a1, *z2, *a2, *out;   /* activations [B][H], out [B] */
-    float *d2, *d1;                   /* deltas [B][H] */
+    float *z1, *a1, *z2, *a2, *out; /* activations [B][H], out [B] */
+    float *d2, *d1;                 /* deltas [B][H] */
 } mlp;
 
 static float *falloc(size_t n, int *ok)
@@ -228,17 +232,21 @@ static int mlp_init(mlp *m, long h, long b, uint64_t seed)
     if (!ok) return -1;
     uint64_t s = seed ^ 0x5eedull;
     /* He initialisation keeps ReLU activations at a steady scale. */
-    for (size_t i = 0; i < IN_DIM * H; i++) m->w1[i] = rng_normal(&s) * sqrtf(2.0f / IN_DIM);
-    for (size_t i = 0; i < H * H; i++) m->w2[i] = rng_normal(&s) * sqrtf(2.0f / (float)H);
-    for (size_t i = 0; i < H; i++) m->w3[i] = rng_normal(&s) * sqrtf(1.0f / (float)H);
+    for (size_t i = 0; i < IN_DIM * H; i++)
+        m->w1[i] = rng_normal(&s) * sqrtf(2.0f / IN_DIM);
+    for (size_t i = 0; i < H * H; i++)
+        m->w2[i] = rng_normal(&s) * sqrtf(2.0f / (float)H);
+    for (size_t i = 0; i < H; i++)
+        m->w3[i] = rng_normal(&s) * sqrtf(1.0f / (float)H);
     return 0;
 }
 
 static void mlp_free(mlp *m)
 {
     float *all[] = {m->w1, m->g1, m->b1, m->gb1, m->w2, m->g2, m->b2, m->gb2, m->w3,
-                    m->g3, m->z1, m->a1, m->z2, m->a2, m->d1, m->d2, m->out};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
+                    m->g3, m->z1, m->a1, m->z2,  m->a2, m->d1, m->d2, m->out};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        free(all[i]);
 }
 
 /* y[B][n] = relu?(x[B][k] . w[k][n] + bias) */
@@ -247,14 +255,17 @@ static void dense(const float *x, long B, long K, const float *w, const float *b
 {
     for (long b = 0; b < B; b++) {
         float *zr = z + b * N;
-        for (long j = 0; j < N; j++) zr[j] = bias[j];
+        for (long j = 0; j < N; j++)
+            zr[j] = bias[j];
         const float *xr = x + b * K;
         for (long k = 0; k < K; k++) {
             const float xv = xr[k], *wr = w + k * N;
-            for (long j = 0; j < N; j++) zr[j] += xv * wr[j];
+            for (long j = 0; j < N; j++)
+                zr[j] += xv * wr[j];
         }
         float *ar = a + b * N;
-        for (long j = 0; j < N; j++) ar[j] = zr[j] > 0 ? zr[j] : 0;
+        for (long j = 0; j < N; j++)
+            ar[j] = zr[j] > 0 ? zr[j] : 0;
     }
 }
 
@@ -268,7 +279,8 @@ static double mlp_forward(mlp *m, const batch *bt)
     for (long b = 0; b < B; b++) {
         float o = m->b3;
         const float *ar = m->a2 + b * H;
-        for (long j = 0; j < H; j++) o += ar[j] * m->w3[j];
+        for (long j = 0; j < H; j++)
+            o += ar[j] * m->w3[j];
         m->out[b] = o;
         double e = (double)o - bt->y[b];
         loss += 0.5 * e * e;
@@ -277,18 +289,19 @@ static double mlp_forward(mlp *m, const batch *bt)
 }
 
 /* gw[k][n] = sum_b x[b][k] * d[b][n]; gb[n] = sum_b d[b][n] */
-static void dense_grad(const float *x, long B, long K, const float *d, long N, float *gw,
-                       float *gb)
+static void dense_grad(const float *x, long B, long K, const float *d, long N, float *gw, float *gb)
 {
     memset(gw, 0, sizeof(float) * (size_t)(K * N));
     memset(gb, 0, sizeof(float) * (size_t)N);
     for (long b = 0; b < B; b++) {
         const float *dr = d + b * N, *xr = x + b * K;
-        for (long j = 0; j < N; j++) gb[j] += dr[j];
+        for (long j = 0; j < N; j++)
+            gb[j] += dr[j];
         for (long k = 0; k < K; k++) {
             const float xv = xr[k];
             float *gr = gw + k * N;
-            for (long j = 0; j < N; j++) gr[j] += xv * dr[j];
+            for (long j = 0; j < N; j++)
+                gr[j] += xv * dr[j];
         }
     }
 }
@@ -316,7 +329,8 @@ static void mlp_backward(mlp *m, const batch *bt)
         for (long i = 0; i < H; i++) {
             float acc = 0;
             const float *wr = m->w2 + i * H;
-            for (long j = 0; j < H; j++) acc += dr[j] * wr[j];
+            for (long j = 0; j < H; j++)
+                acc += dr[j] * wr[j];
             d1r[i] = zr[i] > 0 ? acc : 0;
         }
     }
@@ -325,7 +339,8 @@ static void mlp_backward(mlp *m, const batch *bt)
 
 static void sgd(float *w, const float *g, size_t n, float lr)
 {
-    for (size_t i = 0; i < n; i++) w[i] -= lr * g[i];
+    for (size_t i = 0; i < n; i++)
+        w[i] -= lr * g[i];
 }
 
 static void mlp_step(mlp *m, float lr)
@@ -343,9 +358,8 @@ static void mlp_step(mlp *m, float lr)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: trainer [--steps N] [--batch B] [--hidden H] [--data-delay-ms D]\n"
-            "               [--workers W] [--seed S] [--lr LR] [--quiet]\n");
+    fprintf(f, "usage: trainer [--steps N] [--batch B] [--hidden H] [--data-delay-ms D]\n"
+               "               [--workers W] [--seed S] [--lr LR] [--quiet]\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)
@@ -360,8 +374,14 @@ static int parse_long(const char *s, long lo, long hi, long *out)
 
 static int parse_args(int argc, char **argv, opts *o)
 {
-    *o = (opts){.steps = 200, .batch = 64, .hidden = 128, .delay_ms = 0, .workers = 0,
-                .seed = 1, .lr = 0.02, .quiet = 0};
+    *o = (opts){.steps = 200,
+                .batch = 64,
+                .hidden = 128,
+                .delay_ms = 0,
+                .workers = 0,
+                .seed = 1,
+                .lr = 0.02,
+                .quiet = 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
@@ -374,11 +394,16 @@ static int parse_args(int argc, char **argv, opts *o)
             usage(stdout);
             exit(0);
         }
-        if (strcmp(a, "--steps") == 0) bad = parse_long(v, 0, 100000000, &o->steps);
-        else if (strcmp(a, "--batch") == 0) bad = parse_long(v, 1, 65536, &o->batch);
-        else if (strcmp(a, "--hidden") == 0) bad = parse_long(v, 1, 8192, &o->hidden);
-        else if (strcmp(a, "--data-delay-ms") == 0) bad = parse_long(v, 0, 600000, &o->delay_ms);
-        else if (strcmp(a, "--workers") == 0) bad = parse_long(v, 0, 256, &o->workers);
+        if (strcmp(a, "--steps") == 0)
+            bad = parse_long(v, 0, 100000000, &o->steps);
+        else if (strcmp(a, "--batch") == 0)
+            bad = parse_long(v, 1, 65536, &o->batch);
+        else if (strcmp(a, "--hidden") == 0)
+            bad = parse_long(v, 1, 8192, &o->hidden);
+        else if (strcmp(a, "--data-delay-ms") == 0)
+            bad = parse_long(v, 0, 600000, &o->delay_ms);
+        else if (strcmp(a, "--workers") == 0)
+            bad = parse_long(v, 0, 256, &o->workers);
         else if (strcmp(a, "--seed") == 0) {
             bad = parse_long(v, 0, INT32_MAX, &n);
             o->seed = (unsigned long long)n;
@@ -413,8 +438,8 @@ int main(int argc, char **argv)
     mlp m;
     batch *own = batch_new(o.batch);
     if (mlp_init(&m, o.hidden, o.batch, o.seed) != 0 || !own) {
-        fprintf(stderr, "trainer: error: out of memory for --hidden %ld --batch %ld\n",
-                o.hidden, o.batch);
+        fprintf(stderr, "trainer: error: out of memory for --hidden %ld --batch %ld\n", o.hidden,
+                o.batch);
         return 1;
     }
     loader l;
@@ -492,8 +517,10 @@ int main(int argc, char **argv)
         l.stop = 1;
         pthread_cond_broadcast(&l.not_full);
         pthread_mutex_unlock(&l.mu);
-        for (long i = 0; i < l.nth; i++) pthread_join(l.th[i], NULL);
-        for (long i = 0; i < l.count; i++) batch_free(l.q[(l.head + i) % l.cap]);
+        for (long i = 0; i < l.nth; i++)
+            pthread_join(l.th[i], NULL);
+        for (long i = 0; i < l.count; i++)
+            batch_free(l.q[(l.head + i) % l.cap]);
         free(l.q);
         free(l.th);
         free(l.args);

@@ -30,8 +30,9 @@ int clk_tsc_invariant(void)
     /* The flags say the rate is constant and runs in deep C-states; the
      * kernel choosing tsc as its clocksource says the TSCs are in sync. */
     char cs[64];
-    if (read_small("/sys/devices/system/clocksource/clocksource0/current_clocksource",
-                   cs, sizeof(cs)) != 0 || strncmp(cs, "tsc", 3) != 0)
+    if (read_small("/sys/devices/system/clocksource/clocksource0/current_clocksource", cs,
+                   sizeof(cs)) != 0 ||
+        strncmp(cs, "tsc", 3) != 0)
         return 0;
     FILE *f = fopen("/proc/cpuinfo", "re");
     if (!f) return 0;
@@ -74,9 +75,11 @@ static void measure(double *mono_ns, double *tsc_ns)
     volatile uint64_t sink = 0;
     for (int round = 0; round < 5; round++) {
         uint64_t a = clk_mono_ns();
-        for (int i = 0; i < N; i++) sink += clk_mono_ns();
+        for (int i = 0; i < N; i++)
+            sink += clk_mono_ns();
         uint64_t b = clk_mono_ns();
-        for (int i = 0; i < N; i++) sink += clk_tsc();
+        for (int i = 0; i < N; i++)
+            sink += clk_tsc();
         uint64_t c = clk_mono_ns();
         double m = (double)(b - a) / N, t = (double)(c - b) / N;
         if (m < bm) bm = m;

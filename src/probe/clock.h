@@ -31,8 +31,8 @@ static inline uint64_t clk_tsc(void)
 
 /* The choice made for this process; fixed once made. */
 typedef struct clk_calib {
-    uint32_t kind;       /* SEG_CLOCK_MONO or SEG_CLOCK_TSC */
-    double ns_per_tick;  /* TSC only */
+    uint32_t kind;      /* SEG_CLOCK_MONO or SEG_CLOCK_TSC */
+    double ns_per_tick; /* TSC only */
     uint64_t tsc0, mono0;
     double mono_cost_ns, tsc_cost_ns; /* what the choice was based on */
 } clk_calib;

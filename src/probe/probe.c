@@ -36,14 +36,14 @@
 
 /* Per-thread producer state. Initial-exec TLS: one %fs-relative access. */
 typedef struct probe_tls {
-    uint32_t gen;          /* generation ring belongs to; != state: slow path */
+    uint32_t gen; /* generation ring belongs to; != state: slow path */
     uint32_t mask;
     seg_ring_hdr *ring;
     seg_rec *recs;
-    uint64_t head;         /* producer's copy of ring->head */
-    uint64_t tail_cache;   /* last tail seen; refreshed only when full */
-    uint64_t drops;        /* producer's copy of ring->drops */
-    uint32_t noring_gen;   /* this generation had no ring left for us */
+    uint64_t head;       /* producer's copy of ring->head */
+    uint64_t tail_cache; /* last tail seen; refreshed only when full */
+    uint64_t drops;      /* producer's copy of ring->drops */
+    uint32_t noring_gen; /* this generation had no ring left for us */
     seg_header *noring_hdr;
 } probe_tls;
 
@@ -55,15 +55,15 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Everything below is guarded by g_lock. */
 typedef struct probe_seg {
     void *base;
-    size_t size;      /* mapped bytes (map_size) */
+    size_t size; /* mapped bytes (map_size) */
     seg_header *h;
-    int fd;           /* kept to grow the file as rings are claimed; -1 */
+    int fd; /* kept to grow the file as rings are claimed; -1 */
     uint64_t file_len;
 } probe_seg;
 
 static probe_seg g_seg = {.fd = -1};
 static uint32_t g_gen = PROBE_GEN0 - 1;
-static int g_clock_tsc;           /* read on the hot path; set before publish */
+static int g_clock_tsc; /* read on the hot path; set before publish */
 static char g_run_dir[PATH_MAX];
 static char g_run_dir_pub[PATH_MAX]; /* what tpf_run_dir() hands out */
 /* Mappings of earlier attaches. Not unmapped at detach: a thread may still
@@ -82,15 +82,16 @@ static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t g_key;
 static int g_key_ok;
 
-static const char *const g_predef[] = {NULL, "data", "forward", "backward", "optimizer",
-                                       "comm", "eval", "checkpoint"};
+static const char *const g_predef[] = {NULL,        "data", "forward", "backward",
+                                       "optimizer", "comm", "eval",    "checkpoint"};
 
 /* ---- names ---- */
 
 static uint32_t name_hash(const char *s)
 {
     uint32_t h = 2166136261u; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
     return h;
 }
 
@@ -108,7 +109,8 @@ static uint32_t name_lookup_locked(const char *s)
 static void name_index_locked(uint32_t id)
 {
     uint32_t i = name_hash(g_names[id]) % NAME_HASH_SLOTS;
-    while (g_name_hash[i] != 0) i = (i + 1) % NAME_HASH_SLOTS;
+    while (g_name_hash[i] != 0)
+        i = (i + 1) % NAME_HASH_SLOTS;
     g_name_hash[i] = (uint16_t)id;
 }
 
@@ -187,7 +189,8 @@ uint32_t probe_ring_events(void)
     if (v < SEG_RING_MIN) v = SEG_RING_MIN;
     if (v > SEG_RING_MAX) v = SEG_RING_MAX;
     uint32_t p = SEG_RING_MIN;
-    while (p < v) p <<= 1; /* round up to a power of two */
+    while (p < v)
+        p <<= 1; /* round up to a power of two */
     return p;
 }
 
@@ -223,7 +226,8 @@ static int seg_create_locked(const char *run_dir, probe_seg *out)
     const clk_calib *ck = clk_setup();
     uint32_t ring_events = probe_ring_events();
     uint64_t names_off = SEG_HEADER_SIZE;
-    uint64_t rings_off = seg_round_page(names_off + (uint64_t)SEG_MAX_NAMES * sizeof(seg_name_slot));
+    uint64_t rings_off =
+        seg_round_page(names_off + (uint64_t)SEG_MAX_NAMES * sizeof(seg_name_slot));
     uint64_t stride = seg_ring_stride(ring_events);
     uint64_t size = rings_off + (uint64_t)SEG_MAX_RINGS * stride;
     /* The file holds the header and names now; rings come as claimed. */
@@ -324,7 +328,8 @@ static int attach_locked(const char *run_dir)
     g_seg = s;
     /* Fixed per process (clk_setup decides once): written only the first
      * time, so threads still in emit() never race with this store. */
-    if (g_clock_tsc != (s.h->clock_kind == SEG_CLOCK_TSC)) g_clock_tsc = s.h->clock_kind == SEG_CLOCK_TSC;
+    if (g_clock_tsc != (s.h->clock_kind == SEG_CLOCK_TSC))
+        g_clock_tsc = s.h->clock_kind == SEG_CLOCK_TSC;
     if (++g_gen < PROBE_GEN0) g_gen = PROBE_GEN0; /* skip 0 and PENDING on wrap */
     atomic_store_explicit(&g_state, g_gen, memory_order_release);
     return 0;
@@ -371,7 +376,8 @@ const char *probe_segment_path(char *buf, size_t cap)
 {
     pthread_mutex_lock(&g_lock);
     const char *r = NULL;
-    if (g_seg.h && (size_t)snprintf(buf, cap, "%s/live/seg-%d.tpf", g_run_dir, (int)g_seg.h->pid) < cap)
+    if (g_seg.h &&
+        (size_t)snprintf(buf, cap, "%s/live/seg-%d.tpf", g_run_dir, (int)g_seg.h->pid) < cap)
         r = buf;
     pthread_mutex_unlock(&g_lock);
     return r;
@@ -496,8 +502,8 @@ static __attribute__((noinline)) void emit(uint32_t st, uint32_t kind, uint32_t 
 }
 
 /* The off check: the one branch a disabled probe costs. */
-#define PROBE_STATE_OR_RETURN(st)                                          \
-    uint32_t st = atomic_load_explicit(&g_state, memory_order_relaxed);    \
+#define PROBE_STATE_OR_RETURN(st)                                                                  \
+    uint32_t st = atomic_load_explicit(&g_state, memory_order_relaxed);                            \
     if (__builtin_expect(st == 0, 1)) return
 
 void tpf_step_begin(void)
@@ -598,7 +604,8 @@ static void atfork_child(void)
         memset(&g_seg, 0, sizeof(g_seg));
         g_seg.fd = -1;
     }
-    for (int i = 0; i < g_nretired; i++) munmap(g_retired[i].base, g_retired[i].size);
+    for (int i = 0; i < g_nretired; i++)
+        munmap(g_retired[i].base, g_retired[i].size);
     g_nretired = 0;
     g_dropped_before = 0;
     g_run_dir_pub[0] = 0;

@@ -19,16 +19,16 @@
 
 struct seg_reader {
     void *base;
-    size_t size;           /* mapped: map_size */
-    int fd;                /* to see how far the file has grown */
+    size_t size; /* mapped: map_size */
+    int fd;      /* to see how far the file has grown */
     seg_header *h;
     /* validated copies of the header's geometry */
     uint32_t ring_events, max_rings, max_names;
     uint64_t rings_off, ring_stride, names_off;
     uint32_t clock_kind;
     uint64_t tsc0, mono0;
-    double ns_per_tick;    /* refined at each drain (TSC clock) */
-    int refine;            /* this machine can read the same TSC */
+    double ns_per_tick; /* refined at each drain (TSC clock) */
+    int refine;         /* this machine can read the same TSC */
     seg_proc_info info;
     /* Last time handed out per ring: a refined TSC rate must not make a
      * thread's time run backwards across drains. */
@@ -47,13 +47,11 @@ static int validate(seg_reader *r, const seg_header *h, uint64_t fsize)
 {
     if (memcmp(h->magic, SEG_MAGIC, 8) != 0) return TPF_EFORMAT;
     if (h->layout_version != SEG_LAYOUT_VERSION) return TPF_EVERSION;
-    if (atomic_load_explicit(&h->state, memory_order_acquire) != SEG_STATE_READY)
-        return TPF_ESTATE;
+    if (atomic_load_explicit(&h->state, memory_order_acquire) != SEG_STATE_READY) return TPF_ESTATE;
     if (h->header_size != SEG_HEADER_SIZE || h->rec_size != sizeof(seg_rec) ||
         h->name_slot_size != sizeof(seg_name_slot))
         return TPF_EFORMAT;
-    if (!is_pow2(h->ring_events) || h->ring_events < SEG_RING_MIN ||
-        h->ring_events > SEG_RING_MAX)
+    if (!is_pow2(h->ring_events) || h->ring_events < SEG_RING_MIN || h->ring_events > SEG_RING_MAX)
         return TPF_EFORMAT;
     if (h->max_rings == 0 || h->max_rings > SEG_MAX_RINGS || h->max_names < 8 ||
         h->max_names > SEG_MAX_NAMES)
@@ -62,8 +60,7 @@ static int validate(seg_reader *r, const seg_header *h, uint64_t fsize)
         return TPF_EFORMAT;
     /* Bounded factors above, so none of these products overflow. */
     if (h->rings_off < h->names_off + (uint64_t)h->max_names * sizeof(seg_name_slot) ||
-        h->rings_off % SEG_PAGE != 0 || h->rings_off > fsize ||
-        h->rings_off > (uint64_t)1 << 32 ||
+        h->rings_off % SEG_PAGE != 0 || h->rings_off > fsize || h->rings_off > (uint64_t)1 << 32 ||
         h->map_size != h->rings_off + (uint64_t)h->max_rings * h->ring_stride ||
         h->map_size > (uint64_t)SIZE_MAX)
         return TPF_EFORMAT;
@@ -203,8 +200,8 @@ long seg_reader_drain(seg_reader *r, seg_event_cb cb, void *ctx)
     long total = 0;
     uint64_t mask = r->ring_events - 1;
     for (uint32_t i = 0; i < n; i++) {
-        seg_ring_hdr *ring = (seg_ring_hdr *)((char *)r->base + r->rings_off +
-                                              (uint64_t)i * r->ring_stride);
+        seg_ring_hdr *ring =
+            (seg_ring_hdr *)((char *)r->base + r->rings_off + (uint64_t)i * r->ring_stride);
         uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
         uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
         if (head == tail) continue;
@@ -255,8 +252,7 @@ const char *seg_reader_name(seg_reader *r, tpf_name id)
         if (!r->names) return NULL;
     }
     if (r->names[id][0]) return r->names[id];
-    const seg_name_slot *slot =
-        (const seg_name_slot *)((const char *)r->base + r->names_off) + id;
+    const seg_name_slot *slot = (const seg_name_slot *)((const char *)r->base + r->names_off) + id;
     uint32_t len = atomic_load_explicit(&slot->len, memory_order_acquire);
     if (len == 0 || len >= SEG_NAME_MAX) return NULL;
     /* A slot's bytes never change once its len is published. */

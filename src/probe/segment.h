@@ -49,8 +49,8 @@
 #define SEG_MAGIC "TPFSEG1\n" /* 8 bytes, no NUL */
 #define SEG_LAYOUT_VERSION 1u
 #define SEG_HEADER_SIZE 4096u
-#define SEG_NAME_MAX 128u     /* bytes per name incl. NUL: 127 kept */
-#define SEG_MAX_NAMES 1024u   /* ids 1..1023 */
+#define SEG_NAME_MAX 128u   /* bytes per name incl. NUL: 127 kept */
+#define SEG_MAX_NAMES 1024u /* ids 1..1023 */
 #define SEG_MAX_RINGS 256u
 #define SEG_RING_DEFAULT 131072u
 #define SEG_RING_MIN 1024u
@@ -64,22 +64,22 @@ enum { SEG_RING_NEW = 0, SEG_RING_OWNED = 1, SEG_RING_FREE = 2 };
 typedef struct seg_header {
     char magic[8];
     uint32_t layout_version;
-    uint32_t header_size;       /* SEG_HEADER_SIZE */
-    uint64_t map_size;          /* rings_off + max_rings * ring_stride */
-    _Atomic uint32_t state;     /* SEG_STATE_* */
-    uint32_t ring_events;       /* records per ring, power of two */
+    uint32_t header_size;   /* SEG_HEADER_SIZE */
+    uint64_t map_size;      /* rings_off + max_rings * ring_stride */
+    _Atomic uint32_t state; /* SEG_STATE_* */
+    uint32_t ring_events;   /* records per ring, power of two */
     uint32_t max_rings;
     uint32_t max_names;
-    uint32_t name_slot_size;    /* sizeof(seg_name_slot) */
-    uint32_t rec_size;          /* sizeof(seg_rec) */
+    uint32_t name_slot_size; /* sizeof(seg_name_slot) */
+    uint32_t rec_size;       /* sizeof(seg_rec) */
     uint64_t names_off;
     uint64_t rings_off;
-    uint64_t ring_stride;       /* bytes per ring incl. its header */
+    uint64_t ring_stride; /* bytes per ring incl. its header */
     /* clock */
-    uint32_t clock_kind;        /* SEG_CLOCK_* */
+    uint32_t clock_kind; /* SEG_CLOCK_* */
     uint32_t pad0;
-    double ns_per_tick;         /* SEG_CLOCK_TSC: producer's calibration */
-    uint64_t tsc0;              /* base pair taken at attach */
+    double ns_per_tick; /* SEG_CLOCK_TSC: producer's calibration */
+    uint64_t tsc0;      /* base pair taken at attach */
     uint64_t mono0;
     /* identity */
     int32_t pid, ppid;
@@ -88,15 +88,15 @@ typedef struct seg_header {
     char hostname[64];
     uint64_t created_mono_ns;
     /* shared counters */
-    _Atomic uint32_t rings_used;  /* ring slots ever handed out (<= max) */
-    _Atomic uint32_t name_count;  /* slots 0..name_count-1 may be valid */
+    _Atomic uint32_t rings_used; /* ring slots ever handed out (<= max) */
+    _Atomic uint32_t name_count; /* slots 0..name_count-1 may be valid */
     _Atomic uint64_t drops_noring;
 } seg_header;
 
 typedef struct seg_name_slot {
-    _Atomic uint32_t len;       /* 0: empty; else strlen, stored last */
+    _Atomic uint32_t len; /* 0: empty; else strlen, stored last */
     uint32_t pad;
-    char s[SEG_NAME_MAX];       /* NUL-terminated */
+    char s[SEG_NAME_MAX]; /* NUL-terminated */
 } seg_name_slot;
 
 typedef struct seg_ring_hdr {
@@ -104,7 +104,7 @@ typedef struct seg_ring_hdr {
     _Atomic uint64_t head;
     _Atomic uint64_t drops;
     _Atomic int32_t tid;
-    _Atomic uint32_t state;     /* SEG_RING_* */
+    _Atomic uint32_t state; /* SEG_RING_* */
     char pad0[64 - 24];
     /* consumer's cache line */
     _Atomic uint64_t tail;
@@ -112,10 +112,10 @@ typedef struct seg_ring_hdr {
 } seg_ring_hdr;
 
 typedef struct seg_rec {
-    uint64_t ts;                /* TSC ticks or CLOCK_MONOTONIC ns */
-    uint32_t kind;              /* SEG_EV_* */
+    uint64_t ts;   /* TSC ticks or CLOCK_MONOTONIC ns */
+    uint32_t kind; /* SEG_EV_* */
     uint32_t name;
-    uint64_t a, b;              /* samples/tokens, or the double's bits */
+    uint64_t a, b; /* samples/tokens, or the double's bits */
 } seg_rec;
 
 _Static_assert(sizeof(seg_header) <= SEG_HEADER_SIZE, "header fits");

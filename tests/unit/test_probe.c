@@ -138,10 +138,12 @@ TT_TEST(names_concurrent_registration)
     pthread_t th[NT_THREADS];
     for (int t = 0; t < NT_THREADS; t++)
         TT_ASSERT(pthread_create(&th[t], NULL, names_thread, (void *)(intptr_t)t) == 0);
-    for (int t = 0; t < NT_THREADS; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < NT_THREADS; t++)
+        pthread_join(th[t], NULL);
     for (int k = 0; k < NT_SHARED; k++) {
         TT_ASSERT(g_nt_ids[0][k] >= TPF_NAME_FIRST_USER);
-        for (int t = 1; t < NT_THREADS; t++) TT_EQ_INT(g_nt_ids[t][k], g_nt_ids[0][k]);
+        for (int t = 1; t < NT_THREADS; t++)
+            TT_EQ_INT(g_nt_ids[t][k], g_nt_ids[0][k]);
     }
     /* All distinct strings got distinct ids. */
     static uint8_t seen[SEG_MAX_NAMES];
@@ -207,11 +209,13 @@ TT_TEST(detached_probe_records_nothing)
     seg_path_of(seg, sizeof(seg), dir, getpid());
     char got[256];
     TT_EQ_STR(probe_segment_path(got, sizeof(got)), seg);
-    for (int i = 0; i < 10; i++) tpf_mark(TPF_PHASE_EVAL);
+    for (int i = 0; i < 10; i++)
+        tpf_mark(TPF_PHASE_EVAL);
     probe_detach();
     TT_EQ_INT(tpf_attached(), 0);
     TT_ASSERT(tpf_run_dir() == NULL);
-    for (int i = 0; i < 10; i++) tpf_mark(TPF_PHASE_EVAL);
+    for (int i = 0; i < 10; i++)
+        tpf_mark(TPF_PHASE_EVAL);
     seg_reader *r;
     TT_EQ_INT(seg_reader_open(&r, seg), 0);
     long n = 0;
@@ -251,7 +255,7 @@ TT_TEST(events_round_trip)
     static collected c;
     TT_EQ_INT(seg_reader_drain(r, collect_cb, &c), 6);
     static const uint32_t kinds[] = {SEG_EV_STEP_BEGIN, SEG_EV_PUSH, SEG_EV_POP,
-                                     SEG_EV_COUNTER, SEG_EV_MARK, SEG_EV_STEP_END};
+                                     SEG_EV_COUNTER,    SEG_EV_MARK, SEG_EV_STEP_END};
     for (int i = 0; i < 6; i++) {
         TT_EQ_INT(c.ev[i].kind, kinds[i]);
         TT_EQ_INT(c.ev[i].tid, my_tid());
@@ -322,7 +326,8 @@ TT_TEST(overfilled_ring_drops_exactly)
     TT_EQ_INT(probe_ring_events(), 1024);
     TT_EQ_INT(probe_attach(dir), 0);
     const long C = 1024, K = 777;
-    for (long i = 0; i < C + K; i++) tpf_counter(TPF_PHASE_DATA, (double)i);
+    for (long i = 0; i < C + K; i++)
+        tpf_counter(TPF_PHASE_DATA, (double)i);
     TT_EQ_INT(tpf_dropped(), K);
     seg_path_of(seg, sizeof(seg), dir, getpid());
     seg_reader *r;
@@ -331,9 +336,11 @@ TT_TEST(overfilled_ring_drops_exactly)
     static collected c;
     TT_EQ_INT(seg_reader_drain(r, collect_cb, &c), C);
     /* The first C were kept, in order; the rest were dropped. */
-    for (long i = 0; i < C; i++) TT_ASSERT(c.ev[i].value == (double)i);
+    for (long i = 0; i < C; i++)
+        TT_ASSERT(c.ev[i].value == (double)i);
     /* Drained: room again, and the drop count does not move. */
-    for (long i = 0; i < 10; i++) tpf_mark(TPF_PHASE_DATA);
+    for (long i = 0; i < 10; i++)
+        tpf_mark(TPF_PHASE_DATA);
     long n = 0;
     TT_EQ_INT(seg_reader_drain(r, count_cb, &n), 10);
     TT_EQ_INT(seg_reader_dropped(r), K);
@@ -370,7 +377,8 @@ TT_TEST(threads_beyond_max_rings_count_as_drops)
     for (int i = 0; i < EX_THREADS; i++)
         if (pthread_create(&th[i], &at, exhaust_thread, NULL) == 0) made++;
     TT_EQ_INT(made, EX_THREADS);
-    for (int i = 0; i < EX_THREADS; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < EX_THREADS; i++)
+        pthread_join(th[i], NULL);
     pthread_barrier_destroy(&g_ex_bar);
     /* 256 threads got rings (2 events each), 5 got none (2 drops each). */
     TT_EQ_INT(tpf_dropped(), 2 * (EX_THREADS - SEG_MAX_RINGS));
@@ -485,7 +493,8 @@ static void *cc_producer(void *arg)
         /* Never overrun the drainer: this test wants zero drops. The tail
          * moves only after a whole batch, so stay within a quarter ring of
          * what was received (batch + in flight < ring). */
-        while (i - atomic_load(&g_cc_recv[t]) >= (long)g_cc_ring / 4) sched_yield();
+        while (i - atomic_load(&g_cc_recv[t]) >= (long)g_cc_ring / 4)
+            sched_yield();
         tpf_counter(id, (double)i);
     }
     return NULL;
@@ -534,14 +543,16 @@ TT_TEST(rings_under_concurrency_exactly_once_in_order)
     pthread_create(&dth, NULL, cc_drain, &d);
     for (int t = 0; t < CC_THREADS; t++)
         pthread_create(&pth[t], NULL, cc_producer, (void *)(intptr_t)t);
-    for (int t = 0; t < CC_THREADS; t++) pthread_join(pth[t], NULL);
+    for (int t = 0; t < CC_THREADS; t++)
+        pthread_join(pth[t], NULL);
     atomic_store(&g_cc_done, 1);
     pthread_join(dth, NULL);
     TT_EQ_INT(d.st.errors, 0);
     for (int t = 0; t < CC_THREADS; t++) {
         TT_EQ_INT(atomic_load(&g_cc_recv[t]), CC_EVENTS);
         TT_ASSERT(d.st.tid_of[t] != 0);
-        for (int u = 0; u < t; u++) TT_ASSERT(d.st.tid_of[t] != d.st.tid_of[u]);
+        for (int u = 0; u < t; u++)
+            TT_ASSERT(d.st.tid_of[t] != d.st.tid_of[u]);
     }
     TT_EQ_INT(seg_reader_dropped(d.r), 0);
     TT_EQ_INT(tpf_dropped(), 0);
@@ -576,8 +587,10 @@ TT_TEST(reattach_while_threads_emit)
     setenv("TRAINPERF_RING_EVENTS", "1024", 1);
     TT_EQ_INT(probe_attach(d1), 0);
     pthread_t th[3];
-    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, rd_emitter, NULL);
-    while (atomic_load(&g_rd_emitted) < 1000) sched_yield();
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, rd_emitter, NULL);
+    while (atomic_load(&g_rd_emitted) < 1000)
+        sched_yield();
     for (int round = 0; round < 20; round++) {
         probe_detach();
         TT_EQ_INT(probe_attach(round % 2 ? d1 : d2), 0);
@@ -592,7 +605,8 @@ TT_TEST(reattach_while_threads_emit)
         sched_yield();
     }
     atomic_store(&g_rd_stop, 1);
-    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
     TT_ASSERT(n >= 300);
     /* Three emitting threads, three rings: none leaked per re-attach. */
     int fd = open(seg, O_RDONLY);
@@ -623,7 +637,8 @@ static long drain_file(const char *path, collected *c, uint64_t *drops)
 static void *child_thread(void *arg)
 {
     long n = (long)(intptr_t)arg;
-    for (long i = 0; i < n; i++) tpf_mark(TPF_PHASE_COMM);
+    for (long i = 0; i < n; i++)
+        tpf_mark(TPF_PHASE_COMM);
     return NULL;
 }
 
@@ -750,7 +765,8 @@ TT_TEST(fork_while_other_threads_emit)
     TT_EQ_INT(seg_reader_open(&r, seg), 0);
     long sent[2] = {0, 0};
     pthread_t th[2];
-    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, fk_emitter, &sent[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, fk_emitter, &sent[i]);
     enum { KIDS = 6 };
     pid_t kids[KIDS];
     fk_count parent = {0, 0, 0};
@@ -760,7 +776,8 @@ TT_TEST(fork_while_other_threads_emit)
         seg_reader_drain(r, fk_cb, &parent);
         kids[k] = fork();
         if (kids[k] == 0) {
-            for (int i = 0; i < 100 * (k + 1); i++) tpf_mark(TPF_PHASE_EVAL);
+            for (int i = 0; i < 100 * (k + 1); i++)
+                tpf_mark(TPF_PHASE_EVAL);
             _exit(0);
         }
         tpf_mark(TPF_PHASE_COMM);
@@ -772,7 +789,8 @@ TT_TEST(fork_while_other_threads_emit)
         TT_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     }
     atomic_store(&g_fk_stop, 1);
-    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
     seg_reader_drain(r, fk_cb, &parent);
     uint64_t drops = seg_reader_dropped(r);
     TT_EQ_INT(parent.events + (long)drops, sent[0] + sent[1] + main_sent);
@@ -807,7 +825,8 @@ TT_TEST(events_published_before_sigkill_are_drained)
         }
         char b = 'k';
         if (write(p[1], &b, 1) != 1) _exit(3);
-        for (;;) pause();
+        for (;;)
+            pause();
     }
     close(p[1]);
     char b = 0;
@@ -898,8 +917,8 @@ static int write_file(const char *path, const void *p, size_t n)
 }
 
 /* Copy the header of a good segment, apply a change, and open the result. */
-static int open_patched(const char *good, const char *bad, size_t off, const void *val,
-                        size_t vlen, off_t size)
+static int open_patched(const char *good, const char *bad, size_t off, const void *val, size_t vlen,
+                        off_t size)
 {
     static char hdr[SEG_HEADER_SIZE];
     int fd = open(good, O_RDONLY);
@@ -936,7 +955,8 @@ TT_TEST(damaged_segments_give_errors)
     TT_EQ_INT(write_file(bad, "short", 5), 0);
     TT_EQ_INT(seg_reader_open(&r, bad), TPF_EFORMAT);
     static char junk[SEG_HEADER_SIZE * 2];
-    for (size_t i = 0; i < sizeof(junk); i++) junk[i] = (char)(i * 131 + 7);
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (char)(i * 131 + 7);
     TT_EQ_INT(write_file(bad, junk, sizeof(junk)), 0);
     TT_EQ_INT(seg_reader_open(&r, bad), TPF_EFORMAT);
 
@@ -954,23 +974,22 @@ TT_TEST(damaged_segments_give_errors)
     TT_EQ_INT(open_patched(seg, bad, offsetof(seg_header, ring_events), &u32, 4, size),
               TPF_EFORMAT);
     u32 = 100000;
-    TT_EQ_INT(open_patched(seg, bad, offsetof(seg_header, max_rings), &u32, 4, size),
-              TPF_EFORMAT);
+    TT_EQ_INT(open_patched(seg, bad, offsetof(seg_header, max_rings), &u32, 4, size), TPF_EFORMAT);
     u64 = UINT64_MAX - 4095;
-    TT_EQ_INT(open_patched(seg, bad, offsetof(seg_header, rings_off), &u64, 8, size),
-              TPF_EFORMAT);
+    TT_EQ_INT(open_patched(seg, bad, offsetof(seg_header, rings_off), &u64, 8, size), TPF_EFORMAT);
     u32 = 7;
-    TT_EQ_INT(open_patched(seg, bad, offsetof(seg_header, clock_kind), &u32, 4, size),
-              TPF_EFORMAT);
-    struct { uint32_t kind, pad; double npt; } clk = {SEG_CLOCK_TSC, 0, 0.0 / 0.0};
+    TT_EQ_INT(open_patched(seg, bad, offsetof(seg_header, clock_kind), &u32, 4, size), TPF_EFORMAT);
+    struct {
+        uint32_t kind, pad;
+        double npt;
+    } clk = {SEG_CLOCK_TSC, 0, 0.0 / 0.0};
     TT_EQ_INT(open_patched(seg, bad, offsetof(seg_header, clock_kind), &clk, sizeof(clk), size),
               TPF_EFORMAT);
     clk.npt = 0.4;
-    TT_EQ_INT(open_patched(seg, bad, offsetof(seg_header, clock_kind), &clk, sizeof(clk), size),
-              0);
+    TT_EQ_INT(open_patched(seg, bad, offsetof(seg_header, clock_kind), &clk, sizeof(clk), size), 0);
     /* Truncated into the name table. */
-    TT_EQ_INT(open_patched(seg, bad, 0, SEG_MAGIC, 8, (off_t)offsetof(seg_header, magic) +
-                                                         SEG_HEADER_SIZE + 100),
+    TT_EQ_INT(open_patched(seg, bad, 0, SEG_MAGIC, 8,
+                           (off_t)offsetof(seg_header, magic) + SEG_HEADER_SIZE + 100),
               TPF_EFORMAT);
     /* Truncated before ring 0 that rings_used says exists: opens (names are
      * there) but the ring is never touched, and the drain reports damage. */
@@ -1037,7 +1056,8 @@ TT_TEST(fuzzed_segments_never_crash_the_reader)
     setenv("TRAINPERF_RING_EVENTS", "1024", 1);
     TT_EQ_INT(probe_attach(dir), 0);
     tpf_name nm = tpf_name_register("fuzz");
-    for (int i = 0; i < 100; i++) tpf_counter(nm, i);
+    for (int i = 0; i < 100; i++)
+        tpf_counter(nm, i);
     seg_path_of(seg, sizeof(seg), dir, getpid());
     snprintf(bad, sizeof(bad), "%s/fuzz.tpf", dir);
     struct stat st;
@@ -1082,7 +1102,8 @@ TT_TEST(fuzzed_segments_never_crash_the_reader)
         }
         opened++;
         long n = 0;
-        for (int d = 0; d < 2; d++) seg_reader_drain(r, count_cb, &n);
+        for (int d = 0; d < 2; d++)
+            seg_reader_drain(r, count_cb, &n);
         for (uint32_t id = 0; id < 40; id++) {
             const char *str = seg_reader_name(r, id);
             if (str) TT_ASSERT(strlen(str) < SEG_NAME_MAX);
@@ -1152,7 +1173,10 @@ typedef struct dump_state {
     double last_counter;
     /* Range time per name, assuming one emitting thread (the trainer). */
     uint64_t range_ns[SEG_MAX_NAMES];
-    struct { tpf_name name; uint64_t ts; } stack[32];
+    struct {
+        tpf_name name;
+        uint64_t ts;
+    } stack[32];
     int sp;
 } dump_state;
 
@@ -1191,16 +1215,18 @@ static int dump(const char *path)
     long n = seg_reader_drain(r, dump_cb, &d);
     const seg_proc_info *pi = seg_reader_info(r);
     printf("events=%ld\ndropped=%llu\npid=%d\nppid=%d\nrank=%d\nlocal_rank=%d\n"
-           "world_size=%d\n", n, (unsigned long long)seg_reader_dropped(r), (int)pi->pid,
-           (int)pi->ppid, pi->rank, pi->local_rank, pi->world_size);
-    static const char *const kn[] = {"", "step_begin", "step_end", "push", "pop", "counter",
-                                     "mark"};
-    for (int k = 1; k <= SEG_EV_MARK; k++) printf("%s=%ld\n", kn[k], d.kinds[k]);
+           "world_size=%d\n",
+           n, (unsigned long long)seg_reader_dropped(r), (int)pi->pid, (int)pi->ppid, pi->rank,
+           pi->local_rank, pi->world_size);
+    static const char *const kn[] = {"",    "step_begin", "step_end", "push",
+                                     "pop", "counter",    "mark"};
+    for (int k = 1; k <= SEG_EV_MARK; k++)
+        printf("%s=%ld\n", kn[k], d.kinds[k]);
     for (uint32_t id = 1; id < SEG_MAX_NAMES; id++) {
         const char *s = seg_reader_name(r, id);
         if (s)
-            printf("name.%s=%u\npushes.%s=%ld\nrange_ns.%s=%llu\n", s, id, s,
-                   d.per_name_push[id], s, (unsigned long long)d.range_ns[id]);
+            printf("name.%s=%u\npushes.%s=%ld\nrange_ns.%s=%llu\n", s, id, s, d.per_name_push[id],
+                   s, (unsigned long long)d.range_ns[id]);
     }
     printf("final_depth=%ld\nmin_depth=%ld\nbad_order=%ld\nlast_counter=%.9g\n", d.depth,
            d.min_depth, d.bad_order, d.last_counter);
