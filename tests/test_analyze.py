@@ -266,6 +266,20 @@ def test_merge_puts_ranks_on_one_timeline(run_cli, traces_dir, tmp_path):
     assert all(len(v) == 1 for v in ids.values())
 
 
+def test_merge_align_start_puts_every_rank_at_zero(run_cli, traces_dir, tmp_path):
+    files = [traces_dir / "trace_filter_sampled_rank-0.json.gz", traces_dir / "nccl_parser_config_nccl_data.json.gz"]
+    out = tmp_path / "m.json"
+    assert run_cli("merge", "--align", "start", *files, "-o", out).returncode == 0
+    merged = json.loads(out.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in merged if e.get("ph") == "M" and e["name"] == "process_name"}
+    first = {}
+    for e in merged:
+        if e.get("ph") == "X":
+            r = names[e["pid"]].split(":")[0]
+            first[r] = min(first.get(r, e["ts"]), e["ts"])
+    assert len(first) == 2 and all(v == 0 for v in first.values()), first
+
+
 def test_merge_errors(run_cli, traces_dir, tmp_path):
     t = traces_dir / "triton_example_triton_example.json.gz"
     p = run_cli("merge", t)

@@ -282,6 +282,36 @@ TT_TEST(summary_for_report_is_markdown)
     buf_free(&b);
 }
 
+/* The same kernel names classified three ways (docs/analyze.md, item 3). */
+TT_TEST(kernel_classification_per_mode)
+{
+    static const char *t =
+        "{\"traceEvents\":["
+        "{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"ncclDevKernel_AllReduce_Sum_f32\",\"ts\":0,\"dur\":1,\"args\":{\"stream\":7,\"correlation\":1}},"
+        "{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"hipKernelX\",\"ts\":10,\"dur\":2,\"args\":{\"stream\":7,\"correlation\":2}},"
+        "{\"ph\":\"X\",\"cat\":\"gpu_memcpy\",\"name\":\"hipMemcpyDtoH\",\"ts\":20,\"dur\":4,\"args\":{\"stream\":7,\"correlation\":3}},"
+        "{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"gemm_dma_tile\",\"ts\":30,\"dur\":8,\"args\":{\"stream\":7,\"correlation\":4}}"
+        "]}";
+    char path[256];
+    write_tmp(path, sizeof(path), t, 0);
+    const char *paths[] = {path};
+    /* expected us per label (COMP, COMM, MEM) in default, hta-0.5, hta-0.6 */
+    static const int want[3][3] = {{2 + 8, 1, 4}, {2 + 8, 1, 0}, {0, 1 + 2 + 4, 0}};
+    for (int mode = 0; mode < 3; mode++) {
+        trace_opts o;
+        memset(&o, 0, sizeof(o));
+        o.compat_hta = mode;
+        trace_result *r = NULL;
+        char err[256];
+        TT_EQ_INT(trace_analyze(paths, 1, &o, &r, err, sizeof(err)), 0);
+        TT_EQ_INT(r->ranks[0].label_time[KT_COMP], want[mode][0] * 1000);
+        TT_EQ_INT(r->ranks[0].label_time[KT_COMM], want[mode][1] * 1000);
+        TT_EQ_INT(r->ranks[0].label_time[KT_MEM], want[mode][2] * 1000);
+        trace_result_free(r);
+    }
+    unlink(path);
+}
+
 /* 300k runtime calls whose GPU work never appears (the map must shed them),
  * then one launch and its kernel: still joined. */
 TT_TEST(pending_launch_map_stays_bounded)
