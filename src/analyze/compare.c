@@ -15,7 +15,7 @@ enum { BETTER_NONE = 0, BETTER_UP = 1, BETTER_DOWN = -1 };
 
 typedef struct crow {
     const char *section, *name, *key;
-    size_t off;     /* into dfig */
+    size_t off; /* into dfig */
     int unit, better;
 } crow;
 
@@ -32,20 +32,24 @@ static const crow rows[] = {
     {"Step breakdown", "data", "share_data", F(share[PH_DATA]), U_SHARE, BETTER_DOWN},
     {"Step breakdown", "forward", "share_forward", F(share[PH_FORWARD]), U_SHARE, BETTER_NONE},
     {"Step breakdown", "backward", "share_backward", F(share[PH_BACKWARD]), U_SHARE, BETTER_NONE},
-    {"Step breakdown", "optimizer", "share_optimizer", F(share[PH_OPTIMIZER]), U_SHARE, BETTER_NONE},
+    {"Step breakdown", "optimizer", "share_optimizer", F(share[PH_OPTIMIZER]), U_SHARE,
+     BETTER_NONE},
     {"Step breakdown", "comm", "share_comm", F(share[PH_COMM]), U_SHARE, BETTER_DOWN},
     {"Step breakdown", "eval", "share_eval", F(share[PH_EVAL]), U_SHARE, BETTER_NONE},
-    {"Step breakdown", "checkpoint", "share_checkpoint", F(share[PH_CHECKPOINT]), U_SHARE, BETTER_DOWN},
+    {"Step breakdown", "checkpoint", "share_checkpoint", F(share[PH_CHECKPOINT]), U_SHARE,
+     BETTER_DOWN},
     {"Step breakdown", "other", "share_other", F(share[PH_OTHER]), U_SHARE, BETTER_NONE},
     {"Data wait", "data wait p50", "data_wait_p50_ms", F(data_p50), U_MS, BETTER_DOWN},
     {"Data wait", "data wait p95", "data_wait_p95_ms", F(data_p95), U_MS, BETTER_DOWN},
     {"Data wait", "data wait share", "data_wait_share", F(data_share), U_SHARE, BETTER_DOWN},
     {"Resources", "system CPU mean", "cpu_pct_mean", F(cpu_mean), U_PCT, BETTER_NONE},
     {"Resources", "tree CPU mean", "tree_cpu_pct_mean", F(tree_cpu_mean), U_PCT, BETTER_NONE},
-    {"Resources", "main process CPU mean", "main_cpu_pct_mean", F(main_cpu_mean), U_PCT, BETTER_NONE},
+    {"Resources", "main process CPU mean", "main_cpu_pct_mean", F(main_cpu_mean), U_PCT,
+     BETTER_NONE},
     {"Resources", "processes (max)", "tree_procs_max", F(procs_max), U_NUM, BETTER_NONE},
     {"Resources", "tree RSS max", "tree_rss_max_bytes", F(rss_max), U_BYTES, BETTER_DOWN},
-    {"Resources", "memory available min", "mem_available_min_bytes", F(mem_avail_min), U_BYTES, BETTER_UP},
+    {"Resources", "memory available min", "mem_available_min_bytes", F(mem_avail_min), U_BYTES,
+     BETTER_UP},
     {"Resources", "swap used max", "swap_used_max_bytes", F(swap_max), U_BYTES, BETTER_DOWN},
     {"Resources", "iowait mean", "cpu_iowait_pct_mean", F(iowait_mean), U_PCT, BETTER_DOWN},
     {"Resources", "PSI io mean", "psi_io_some_pct_mean", F(psi_io), U_PCT, BETTER_DOWN},
@@ -57,7 +61,10 @@ static const crow rows[] = {
 #undef F
 #define NROWS ((int)(sizeof(rows) / sizeof(rows[0])))
 
-static double val(const dfig *f, const crow *r) { return *(const double *)((const char *)f + r->off); }
+static double val(const dfig *f, const crow *r)
+{
+    return *(const double *)((const char *)f + r->off);
+}
 
 static const char *show(char *o, size_t n, int unit, double v)
 {
@@ -80,17 +87,27 @@ static const char *show_delta(char *o, size_t n, int unit, double d)
         snprintf(o, n, "?");
         return o;
     }
-    if (unit == U_SHARE) snprintf(o, n, "%+.1f pp", 100 * d);
-    else if (unit == U_PCT) snprintf(o, n, "%+.1f pp", d);
-    else if (unit == U_BYTES) snprintf(o, n, "%s%s", d >= 0 ? "+" : "-", diag_fmt_bytes(t, sizeof(t), fabs(d)));
-    else if (unit == U_MS) snprintf(o, n, "%+.1f ms", d);
-    else if (unit == U_W) snprintf(o, n, "%+.0f W", d);
-    else if (unit == U_C) snprintf(o, n, "%+.0f C", d);
-    else snprintf(o, n, "%+.3g", d);
+    if (unit == U_SHARE)
+        snprintf(o, n, "%+.1f pp", 100 * d);
+    else if (unit == U_PCT)
+        snprintf(o, n, "%+.1f pp", d);
+    else if (unit == U_BYTES)
+        snprintf(o, n, "%s%s", d >= 0 ? "+" : "-", diag_fmt_bytes(t, sizeof(t), fabs(d)));
+    else if (unit == U_MS)
+        snprintf(o, n, "%+.1f ms", d);
+    else if (unit == U_W)
+        snprintf(o, n, "%+.0f W", d);
+    else if (unit == U_C)
+        snprintf(o, n, "%+.0f C", d);
+    else
+        snprintf(o, n, "%+.3g", d);
     return o;
 }
 
-static double pct(double a, double b) { return isfinite(a) && isfinite(b) && a != 0 ? 100 * (b - a) / fabs(a) : NAN; }
+static double pct(double a, double b)
+{
+    return isfinite(a) && isfinite(b) && a != 0 ? 100 * (b - a) / fabs(a) : NAN;
+}
 
 /* "better"/"worse" when the change is beyond 2% and the row has a direction. */
 static const char *verdict(const crow *r, double a, double b)
@@ -105,7 +122,8 @@ static int row_known(const dfig *fa, const dfig *fb, const crow *r)
     return isfinite(val(fa, r)) || isfinite(val(fb, r));
 }
 
-static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb, int color, buf *o)
+static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb,
+                     int color, buf *o)
 {
     const char *B = color ? "\033[1m" : "", *R = color ? "\033[0m" : "";
     const char *G = color ? "\033[32m" : "", *Y = color ? "\033[31m" : "";
@@ -121,8 +139,9 @@ static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const
         }
         double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
         const char *v = verdict(r, va, vb);
-        buf_printf(o, "  %-24s %14s %14s %14s %9s %s%s%s\n", r->name, show(s1, sizeof(s1), r->unit, va),
-                   show(s2, sizeof(s2), r->unit, vb), show_delta(s3, sizeof(s3), r->unit, vb - va),
+        buf_printf(o, "  %-24s %14s %14s %14s %9s %s%s%s\n", r->name,
+                   show(s1, sizeof(s1), r->unit, va), show(s2, sizeof(s2), r->unit, vb),
+                   show_delta(s3, sizeof(s3), r->unit, vb - va),
                    isfinite(p) ? (snprintf(s4, sizeof(s4), "%+.1f%%", p), s4) : "?",
                    *v ? (strcmp(v, "better") == 0 ? G : Y) : "", v, *v ? R : "");
     }
@@ -133,12 +152,18 @@ static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const
 static void md_cell(buf *o, const char *s)
 {
     for (; *s; s++) {
-        if (*s == '|') buf_puts(o, "\\|");
-        else if (*s == '<') buf_puts(o, "&lt;");
-        else if (*s == '>') buf_puts(o, "&gt;");
-        else if (*s == '&') buf_puts(o, "&amp;");
-        else if (*s == '\n') buf_putc(o, ' ');
-        else buf_putc(o, *s);
+        if (*s == '|')
+            buf_puts(o, "\\|");
+        else if (*s == '<')
+            buf_puts(o, "&lt;");
+        else if (*s == '>')
+            buf_puts(o, "&gt;");
+        else if (*s == '&')
+            buf_puts(o, "&amp;");
+        else if (*s == '\n')
+            buf_putc(o, ' ');
+        else
+            buf_putc(o, *s);
     }
 }
 
@@ -156,13 +181,16 @@ static void md_out(const diag_run *a, const diag_run *b, const dfig *fa, const d
         if (!row_known(fa, fb, r)) continue;
         if (strcmp(sec, r->section) != 0) {
             sec = r->section;
-            buf_printf(o, "\n## %s\n\n| | A | B | delta | %% | |\n|---|---|---|---|---|---|\n", sec);
+            buf_printf(o, "\n## %s\n\n| | A | B | delta | %% | |\n|---|---|---|---|---|---|\n",
+                       sec);
         }
         double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
         buf_printf(o, "| %s | %s | %s | %s | ", r->name, show(s1, sizeof(s1), r->unit, va),
                    show(s2, sizeof(s2), r->unit, vb), show_delta(s3, sizeof(s3), r->unit, vb - va));
-        if (isfinite(p)) buf_printf(o, "%+.1f%%", p);
-        else buf_puts(o, "?");
+        if (isfinite(p))
+            buf_printf(o, "%+.1f%%", p);
+        else
+            buf_puts(o, "?");
         buf_printf(o, " | %s |\n", verdict(r, va, vb));
     }
     buf_puts(o, "\n## Diagnosis\n\n| | A | B |\n|---|---|---|\n| primary | ");
@@ -213,14 +241,19 @@ static void json_out(const diag_run *a, const diag_run *b, const dfig *fa, const
 
 static void html_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb, buf *o)
 {
-    buf_puts(o, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
-                "<title>trainperf compare</title><style>"
-                "body{font:15px/1.45 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1d232b}"
-                "main{max-width:1000px;margin:0 auto;padding:24px}table{border-collapse:collapse;width:100%;background:#fff}"
-                "th,td{padding:5px 9px;border-bottom:1px solid #eceff3;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}"
-                "th{background:#f0f2f5}.better{color:#2e9e4f;font-weight:600}.worse{color:#d23b2a;font-weight:600}"
-                "</style></head><body><main><h1>trainperf compare</h1><p>A: <code>");
+    buf_puts(o,
+             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
+             "'unsafe-inline'\">"
+             "<title>trainperf compare</title><style>"
+             "body{font:15px/1.45 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1d232b}"
+             "main{max-width:1000px;margin:0 "
+             "auto;padding:24px}table{border-collapse:collapse;width:100%;background:#fff}"
+             "th,td{padding:5px 9px;border-bottom:1px solid "
+             "#eceff3;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}"
+             "th{background:#f0f2f5}.better{color:#2e9e4f;font-weight:600}.worse{color:#d23b2a;"
+             "font-weight:600}"
+             "</style></head><body><main><h1>trainperf compare</h1><p>A: <code>");
     report_html_esc(o, a->name);
     buf_puts(o, "</code> &nbsp; B: <code>");
     report_html_esc(o, b->name);
@@ -233,19 +266,28 @@ static void html_out(const diag_run *a, const diag_run *b, const dfig *fa, const
         if (strcmp(sec, r->section) != 0) {
             if (*sec) buf_puts(o, "</table>\n");
             sec = r->section;
-            buf_printf(o, "<h2>%s</h2><table><tr><th></th><th>A</th><th>B</th><th>delta</th><th>%%</th><th></th></tr>\n", sec);
+            buf_printf(o,
+                       "<h2>%s</h2><table><tr><th></th><th>A</th><th>B</th><th>delta</th><th>%%</"
+                       "th><th></th></tr>\n",
+                       sec);
         }
         double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
         const char *v = verdict(r, va, vb);
-        buf_printf(o, "<tr><th>%s</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">",
+        buf_printf(o,
+                   "<tr><th>%s</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td "
+                   "class=\"n\">%s</td><td class=\"n\">",
                    r->name, show(s1, sizeof(s1), r->unit, va), show(s2, sizeof(s2), r->unit, vb),
                    show_delta(s3, sizeof(s3), r->unit, vb - va));
-        if (isfinite(p)) buf_printf(o, "%+.1f%%", p);
-        else buf_puts(o, "?");
+        if (isfinite(p))
+            buf_printf(o, "%+.1f%%", p);
+        else
+            buf_puts(o, "?");
         buf_printf(o, "</td><td class=\"%s\">%s</td></tr>\n", v, v);
     }
     if (*sec) buf_puts(o, "</table>\n");
-    buf_puts(o, "<h2>Diagnosis</h2><table><tr><th></th><th>A</th><th>B</th></tr><tr><th>primary</th><td>");
+    buf_puts(
+        o,
+        "<h2>Diagnosis</h2><table><tr><th></th><th>A</th><th>B</th></tr><tr><th>primary</th><td>");
     report_html_esc(o, a->diag.primary.title);
     buf_puts(o, "</td><td>");
     report_html_esc(o, b->diag.primary.title);
@@ -285,7 +327,8 @@ int compare_build(const char *run_a, const char *run_b, report_format fmt, int c
     default: rc = TPF_EINVAL;
     }
     if (!rc) rc = out->err;
-    if (rc && err && errlen && !err[0]) snprintf(err, errlen, "building the comparison: %s", tpf_strerror(rc));
+    if (rc && err && errlen && !err[0])
+        snprintf(err, errlen, "building the comparison: %s", tpf_strerror(rc));
     diag_free(a);
     diag_free(b);
     return rc;

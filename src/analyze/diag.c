@@ -14,19 +14,19 @@
 /* thresholds (docs/diagnosis.md, "Rules") */
 #define MIN_STEPS 5
 #define MIN_SAMPLES 3
-#define INPUT_SHARE 0.20      /* data wait share of step time */
+#define INPUT_SHARE 0.20 /* data wait share of step time */
 #define COMM_SHARE 0.20
 #define CKPT_SHARE 0.15
 #define IO_IOWAIT_PCT 10.0
 #define IO_PSI_PCT 10.0
 #define IO_TREE_READ_BPS (1024.0 * 1024.0) /* the tree reads at least 1 MiB/s */
-#define MAIN_WAITS_CPU 50.0  /* below this the main process waits rather than works */
+#define MAIN_WAITS_CPU 50.0                /* below this the main process waits rather than works */
 #define HOST_GPU_UTIL 70.0
 #define HOST_MAIN_CPU 80.0
 #define HEALTHY_GPU_UTIL 80.0
 #define STRAGGLER_RATIO 1.20
 #define UNSTABLE_CV 0.5
-#define UNSTABLE_TAIL 3.0     /* p99 / p50 */
+#define UNSTABLE_TAIL 3.0 /* p99 / p50 */
 #define THROTTLE_SHARE 0.10
 #define MEM_AVAIL_MIN_PCT 5.0
 #define PSI_MEM_FULL_PCT 5.0
@@ -78,10 +78,14 @@ static void note(diag_result *g, const char *f, ...)
 
 static void human_bytes(char *o, size_t n, double b)
 {
-    if (!isfinite(b)) fmt(o, n, "?");
-    else if (fabs(b) >= 1073741824.0) fmt(o, n, "%.1f GiB", b / 1073741824.0);
-    else if (fabs(b) >= 1048576.0) fmt(o, n, "%.0f MiB", b / 1048576.0);
-    else fmt(o, n, "%.0f KiB", b / 1024.0);
+    if (!isfinite(b))
+        fmt(o, n, "?");
+    else if (fabs(b) >= 1073741824.0)
+        fmt(o, n, "%.1f GiB", b / 1073741824.0);
+    else if (fabs(b) >= 1048576.0)
+        fmt(o, n, "%.0f MiB", b / 1048576.0);
+    else
+        fmt(o, n, "%.0f KiB", b / 1024.0);
 }
 
 /* Figures the rules share. */
@@ -122,8 +126,9 @@ static void make_ctx(const diag_run *r, ctx *c)
     c->p99 = dhist_quantile(&r->h_interval, 0.99);
     c->data_p50 = dhist_quantile(&r->h_data, 0.5);
     double m = dstat_mean(&r->st_interval);
-    double var = r->st_interval.n > 1 ? (r->st_interval.sumsq - r->st_interval.n * m * m) /
-                                            (r->st_interval.n - 1) : NAN;
+    double var = r->st_interval.n > 1
+                     ? (r->st_interval.sumsq - r->st_interval.n * m * m) / (r->st_interval.n - 1)
+                     : NAN;
     c->cv = m > 0 && var >= 0 ? sqrt(var) / m : NAN;
     double su = 0;
     int ng = 0;
@@ -141,7 +146,8 @@ static void make_ctx(const diag_run *r, ctx *c)
     c->tree_cpu = dstat_mean(&r->tree_cpu);
     c->sys_cpu = dstat_mean(&r->cpu);
     c->cpus = r->cpus > 0 ? r->cpus : NAN;
-    c->idle_cores = isfinite(c->cpus) && isfinite(c->sys_cpu) ? c->cpus * (1 - c->sys_cpu / 100) : NAN;
+    c->idle_cores =
+        isfinite(c->cpus) && isfinite(c->sys_cpu) ? c->cpus * (1 - c->sys_cpu / 100) : NAN;
     c->iowait = dstat_mean(&r->iowait);
     c->psi_io = dstat_mean(&r->psi_io);
     c->psi_mem = dstat_mean(&r->psi_mem);
@@ -149,8 +155,7 @@ static void make_ctx(const diag_run *r, ctx *c)
     double tot = r->mem_total.n ? r->mem_total.max : NAN;
     c->avail_min_pct = r->mem_avail.n && tot > 0 ? 100 * r->mem_avail.min / tot : NAN;
     c->swap_growth = r->swap.n && isfinite(r->swap_first) ? r->swap.max - r->swap_first : NAN;
-    c->workers = r->have_procs ? r->nworkers
-                               : (r->tree_procs.n ? (int)r->tree_procs.max - 1 : -1);
+    c->workers = r->have_procs ? r->nworkers : (r->tree_procs.n ? (int)r->tree_procs.max - 1 : -1);
     c->worker_cpu = dstat_mean(&r->worker_cpu);
 }
 
@@ -178,7 +183,8 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
         strong = 1;
     }
     if (r->exit_signal == 9 && isfinite(c->avail_min_pct) && c->avail_min_pct < 10) {
-        ev(d, "exit_signal", 9, "the run was killed (SIGKILL) while memory was low: likely the OOM killer");
+        ev(d, "exit_signal", 9,
+           "the run was killed (SIGKILL) while memory was low: likely the OOM killer");
         strong = 1;
     }
     if (fired(r, "host_mem_growth", &t, m, sizeof(m))) {
@@ -204,9 +210,10 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
     if (grew) {
         human_bytes(a, sizeof(a), v0);
         human_bytes(b, sizeof(b), v1);
-        fmt(d->summary, sizeof(d->summary),
-            "memory ran short: the process tree grew from %s to %s", a, b);
-        ev(d, "tree_rss_growth_bps", (v1 - v0) / (t1 - t0), "process-tree RSS grew from %s to %s", a, b);
+        fmt(d->summary, sizeof(d->summary), "memory ran short: the process tree grew from %s to %s",
+            a, b);
+        ev(d, "tree_rss_growth_bps", (v1 - v0) / (t1 - t0), "process-tree RSS grew from %s to %s",
+           a, b);
         rec(d, "Find what grows every step: tensors kept across steps (e.g. summing `loss` "
                "instead of `loss.item()`), lists of outputs, unbounded caches; "
                "tracemalloc / torch.cuda.memory_snapshot() show the owners.");
@@ -239,11 +246,14 @@ static int cand_throttle(const diag_run *r, const ctx *c, dfinding *d)
     d->score = 0.8 * worst;
     ev(d, "throttled_share", worst, "GPU %d clocks slowed in %.0f%% of samples: %s", w->index,
        100 * worst, w->throttle_words);
-    if (w->temp.n) ev(d, "temp_max_c", w->temp.max, "GPU %d peaked at %.0f C", w->index, w->temp.max);
-    if (w->power.n) ev(d, "power_mean_w", dstat_mean(&w->power), "GPU %d drew %.0f W on average",
-                       w->index, dstat_mean(&w->power));
+    if (w->temp.n)
+        ev(d, "temp_max_c", w->temp.max, "GPU %d peaked at %.0f C", w->index, w->temp.max);
+    if (w->power.n)
+        ev(d, "power_mean_w", dstat_mean(&w->power), "GPU %d drew %.0f W on average", w->index,
+           dstat_mean(&w->power));
     if (strstr(w->throttle_words, "thermal"))
-        rec(d, "Thermal slowdown: check the cooling, fan curves and inlet temperature of this node.");
+        rec(d,
+            "Thermal slowdown: check the cooling, fan curves and inlet temperature of this node.");
     if (strstr(w->throttle_words, "power"))
         rec(d, "Power limit: compare `nvidia-smi -q -d POWER` limits with the default; a lowered "
                "cap costs clock speed.");
@@ -267,13 +277,15 @@ static int io_evidence(const diag_run *r, const ctx *c)
 static void add_io_evidence(const diag_run *r, const ctx *c, dfinding *d)
 {
     char a[32];
-    if (isfinite(c->iowait)) ev(d, "cpu_iowait_pct", c->iowait, "CPU iowait averaged %.0f%%", c->iowait);
+    if (isfinite(c->iowait))
+        ev(d, "cpu_iowait_pct", c->iowait, "CPU iowait averaged %.0f%%", c->iowait);
     if (isfinite(c->psi_io))
         ev(d, "psi_io_some_pct", c->psi_io, "tasks stalled on I/O %.0f%% of the time (PSI io some)",
            c->psi_io);
     if (r->tree_read.n) {
         human_bytes(a, sizeof(a), dstat_mean(&r->tree_read));
-        ev(d, "tree_read_bps", dstat_mean(&r->tree_read), "the process tree read %s/s on average", a);
+        ev(d, "tree_read_bps", dstat_mean(&r->tree_read), "the process tree read %s/s on average",
+           a);
     }
 }
 
@@ -291,17 +303,20 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
     if (isfinite(c->data_p50) && isfinite(c->p50))
         ev(d, "data_wait_p50_ms", c->data_p50, "median data wait %.1f ms per step of %.1f ms",
            c->data_p50, c->p50);
-    if (isfinite(c->main_cpu)) ev(d, "main_cpu_pct", c->main_cpu, "main process CPU %.0f%% of one core", c->main_cpu);
+    if (isfinite(c->main_cpu))
+        ev(d, "main_cpu_pct", c->main_cpu, "main process CPU %.0f%% of one core", c->main_cpu);
     if (c->workers >= 0)
         ev(d, "worker_processes", c->workers, "%d worker process%s in the tree", c->workers,
            c->workers == 1 ? "" : "es");
     if (isfinite(c->idle_cores))
-        ev(d, "idle_cores", c->idle_cores, "%.1f of %.0f cores idle on average", c->idle_cores, c->cpus);
+        ev(d, "idle_cores", c->idle_cores, "%.1f of %.0f cores idle on average", c->idle_cores,
+           c->cpus);
     if (io) add_io_evidence(r, c, d);
 
     if (io) {
-        rec(d, "Read the data from faster storage: copy the dataset to local NVMe or RAM (/dev/shm) "
-               "before training, or cache decoded samples.");
+        rec(d,
+            "Read the data from faster storage: copy the dataset to local NVMe or RAM (/dev/shm) "
+            "before training, or cache decoded samples.");
         rec(d, "Overlap reading with compute: more DataLoader workers (num_workers) and "
                "prefetch_factor, so reads are in flight while the model runs.");
         rec(d, "Fewer, larger reads: pack small files into shards (WebDataset, TFRecord, "
@@ -312,30 +327,39 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
     if (c->workers == 0 && isfinite(c->main_cpu) && c->main_cpu < MAIN_WAITS_CPU) {
         /* the loader waits (network, remote storage, locks, sleeps) rather
          * than computes: parallel loaders overlap the waits without cores */
-        rec(d, "Load batches in parallel: DataLoader(num_workers=4) or more. The main process "
-               "used only %.0f%% CPU while waiting for data, so the wait is not computation and "
-               "parallel loaders overlap it even on a busy machine.", c->main_cpu);
+        rec(d,
+            "Load batches in parallel: DataLoader(num_workers=4) or more. The main process "
+            "used only %.0f%% CPU while waiting for data, so the wait is not computation and "
+            "parallel loaders overlap it even on a busy machine.",
+            c->main_cpu);
     } else if (c->workers == 0) {
         int nw = idle > 1 ? idle - 1 : 2;
         if (nw > 8) nw = 8;
         if (nw < 2) nw = 2;
         if (isfinite(c->main_cpu) && idle >= 0)
-            rec(d, "Load batches in worker processes: DataLoader(num_workers=%d). The main process "
-                   "ran at %.0f%% CPU with no worker processes while %d of %.0f cores were idle.",
+            rec(d,
+                "Load batches in worker processes: DataLoader(num_workers=%d). The main process "
+                "ran at %.0f%% CPU with no worker processes while %d of %.0f cores were idle.",
                 nw, c->main_cpu, idle, c->cpus);
         else
-            rec(d, "Load batches in worker processes: DataLoader(num_workers=%d); no worker "
-                   "processes were seen.", nw);
+            rec(d,
+                "Load batches in worker processes: DataLoader(num_workers=%d); no worker "
+                "processes were seen.",
+                nw);
     } else if (c->workers > 0) {
         if (idle >= 2)
-            rec(d, "Raise DataLoader num_workers from %d to %d: the workers averaged %.0f%% CPU "
-                   "each and %d cores were idle.",
-                c->workers, c->workers * 2 <= c->workers + idle ? c->workers * 2 : c->workers + idle,
+            rec(d,
+                "Raise DataLoader num_workers from %d to %d: the workers averaged %.0f%% CPU "
+                "each and %d cores were idle.",
+                c->workers,
+                c->workers * 2 <= c->workers + idle ? c->workers * 2 : c->workers + idle,
                 isfinite(c->worker_cpu) ? c->worker_cpu : 0.0, idle);
         else
-            rec(d, "The CPU is saturated (%.0f%% busy): make each batch cheaper — move "
-                   "augmentation to the GPU, decode with a faster library, or preprocess the "
-                   "dataset offline.", isfinite(c->sys_cpu) ? c->sys_cpu : 100.0);
+            rec(d,
+                "The CPU is saturated (%.0f%% busy): make each batch cheaper — move "
+                "augmentation to the GPU, decode with a faster library, or preprocess the "
+                "dataset offline.",
+                isfinite(c->sys_cpu) ? c->sys_cpu : 100.0);
     }
     if (c->has_gpu)
         rec(d, "pin_memory=True in the DataLoader, and .to(device, non_blocking=True): "
@@ -353,7 +377,8 @@ static int cand_storage_ckpt(const diag_run *r, const ctx *c, dfinding *d)
     if (!c->steps_ok || !(s >= CKPT_SHARE)) return 0;
     fmt(d->id, sizeof(d->id), "storage-io");
     fmt(d->title, sizeof(d->title), "Storage I/O (checkpoints)");
-    fmt(d->summary, sizeof(d->summary), "checkpointing takes %.0f%% of the run's step time", 100 * s);
+    fmt(d->summary, sizeof(d->summary), "checkpointing takes %.0f%% of the run's step time",
+        100 * s);
     d->score = s;
     ev(d, "checkpoint_share", s, "checkpoint phases are %.0f%% of step time", 100 * s);
     add_io_evidence(r, c, d);
@@ -369,7 +394,8 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
     if (!c->steps_ok || !(s >= COMM_SHARE)) return 0;
     fmt(d->id, sizeof(d->id), "communication");
     fmt(d->title, sizeof(d->title), "Communication");
-    fmt(d->summary, sizeof(d->summary), "collective communication takes %.0f%% of step time", 100 * s);
+    fmt(d->summary, sizeof(d->summary), "collective communication takes %.0f%% of step time",
+        100 * s);
     d->score = s;
     ev(d, "comm_share", s, "comm phases are %.0f%% of step time", 100 * s);
     if (r->nranks > 1) ev(d, "ranks", r->nranks, "%d ranks", r->nranks);
@@ -413,10 +439,13 @@ static int cand_straggler(const diag_run *r, const ctx *c, dfinding *d)
     /* every rank waits for the slowest at each collective, so a straggler
      * limits the whole job: weighted above its bare slowdown */
     d->score = ratio - 1 + 0.3 > 0.9 ? 0.9 : ratio - 1 + 0.3;
-    ev(d, "slowest_rank", slow, "rank %d median step %.1f ms vs %.1f ms across ranks", slow, worst, med);
+    ev(d, "slowest_rank", slow, "rank %d median step %.1f ms vs %.1f ms across ranks", slow, worst,
+       med);
     (void)c;
-    rec(d, "Look at rank %d's node: GPU clocks and temperature, other jobs on the host, its "
-           "data shard (uneven shard sizes or sample lengths).", slow);
+    rec(d,
+        "Look at rank %d's node: GPU clocks and temperature, other jobs on the host, its "
+        "data shard (uneven shard sizes or sample lengths).",
+        slow);
     rec(d, "Balance the work: bucket samples by length, or give every rank equal-sized shards.");
     return 1;
 }
@@ -430,7 +459,8 @@ static int cand_host(const diag_run *r, const ctx *c, dfinding *d)
     fmt(d->title, sizeof(d->title), "Host/launch-bound");
     if (busy)
         fmt(d->summary, sizeof(d->summary),
-            "the GPU is busy only %.0f%% of the time while the main process keeps one core at %.0f%%",
+            "the GPU is busy only %.0f%% of the time while the main process keeps one core at "
+            "%.0f%%",
             c->gpu_util, c->main_cpu);
     else
         fmt(d->summary, sizeof(d->summary), "the GPU is busy only %.0f%% of the time", c->gpu_util);
@@ -439,7 +469,8 @@ static int cand_host(const diag_run *r, const ctx *c, dfinding *d)
     if (isfinite(c->main_cpu))
         ev(d, "main_cpu_pct", c->main_cpu, "main process CPU %.0f%% of one core", c->main_cpu);
     if (isfinite(c->share[PH_DATA]))
-        ev(d, "data_wait_share", c->share[PH_DATA], "data wait only %.0f%% of step time", 100 * c->share[PH_DATA]);
+        ev(d, "data_wait_share", c->share[PH_DATA], "data wait only %.0f%% of step time",
+           100 * c->share[PH_DATA]);
     rec(d, "Launch fewer, larger kernels: torch.compile (mode=\"reduce-overhead\" adds CUDA "
            "graphs), fused optimizers (fused=True), larger batches.");
     rec(d, "Remove host-device synchronisations from the step: .item(), .cpu(), printing "
@@ -474,12 +505,13 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
         d->score = 1.0;
         ev(d, "hang_t", t, "at %.0f s: %s", t, m);
         if (isfinite(r->last_end_s))
-            ev(d, "last_step_end_s", r->last_end_s, "last step ended at %.1f s of %.1f s", r->last_end_s,
-               r->duration_s);
+            ev(d, "last_step_end_s", r->last_end_s, "last step ended at %.1f s of %.1f s",
+               r->last_end_s, r->duration_s);
         rec(d, "Find where it waits: `py-spy dump --pid PID` (Python) or `gdb -p PID -batch -ex "
                "'thread apply all bt'` on the stuck process.");
         rec(d, "Distributed runs: a rank that died or skipped a collective leaves the others "
-               "waiting; NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 turn hangs into errors.");
+               "waiting; NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 turn hangs into "
+               "errors.");
         rec(d, "DataLoader workers that deadlock (e.g. after fork with threads) stop the input: "
                "try multiprocessing_context='spawn' or num_workers=0 to confirm.");
         return 1;
@@ -495,7 +527,8 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
            "checkpoints, logging or garbage collection show up as regular spikes.");
     rec(d, "Python's GC pauses: gc.freeze() after start-up, or gc.collect() at a fixed step "
            "interval, makes them predictable.");
-    rec(d, "Variable-size inputs (sequence lengths) vary the step time: bucket or pad to fixed sizes.");
+    rec(d, "Variable-size inputs (sequence lengths) vary the step time: bucket or pad to fixed "
+           "sizes.");
     return 1;
 }
 
@@ -505,11 +538,14 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
     d->score = 0;
     if (c->has_gpu) {
         fmt(d->title, sizeof(d->title), "GPU-compute-bound (healthy)");
-        fmt(d->summary, sizeof(d->summary), "the GPU is busy %.0f%% of the time; no input, host or "
-            "memory limit found", c->gpu_util);
+        fmt(d->summary, sizeof(d->summary),
+            "the GPU is busy %.0f%% of the time; no input, host or "
+            "memory limit found",
+            c->gpu_util);
         ev(d, "gpu_util_pct", c->gpu_util, "GPU utilisation averaged %.0f%%", c->gpu_util);
         if (isfinite(c->share[PH_DATA]))
-            ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time", 100 * c->share[PH_DATA]);
+            ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time",
+               100 * c->share[PH_DATA]);
         rec(d, "Do less work per sample: bf16 autocast, torch.compile, fused/foreach optimizers, "
                "flash attention (scaled_dot_product_attention).");
         double head = NAN;
@@ -526,23 +562,30 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
         return;
     }
     fmt(d->title, sizeof(d->title), "Compute-bound on the CPU");
-    fmt(d->summary, sizeof(d->summary), "steps spend their time computing on the CPU; "
+    fmt(d->summary, sizeof(d->summary),
+        "steps spend their time computing on the CPU; "
         "no input or memory limit found");
     if (isfinite(c->tree_cpu))
-        ev(d, "tree_cpu_pct", c->tree_cpu, "the process tree used %.0f%% CPU (%.1f cores) of %.0f cores",
-           c->tree_cpu, c->tree_cpu / 100, isfinite(c->cpus) ? c->cpus : 0.0);
+        ev(d, "tree_cpu_pct", c->tree_cpu,
+           "the process tree used %.0f%% CPU (%.1f cores) of %.0f cores", c->tree_cpu,
+           c->tree_cpu / 100, isfinite(c->cpus) ? c->cpus : 0.0);
     if (isfinite(c->share[PH_DATA]))
-        ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time", 100 * c->share[PH_DATA]);
+        ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time",
+           100 * c->share[PH_DATA]);
     if (isfinite(c->tree_cpu) && isfinite(c->cpus) && c->cpus >= 2 && c->tree_cpu < 60 * c->cpus &&
         isfinite(c->idle_cores) && c->idle_cores >= 1)
-        rec(d, "The run used %.1f of %.0f cores: raise the intra-op threads "
-               "(torch.set_num_threads(%.0f) / OMP_NUM_THREADS) if the machine is yours.",
+        rec(d,
+            "The run used %.1f of %.0f cores: raise the intra-op threads "
+            "(torch.set_num_threads(%.0f) / OMP_NUM_THREADS) if the machine is yours.",
             c->tree_cpu / 100, c->cpus, c->cpus);
     rec(d, "Use a GPU or accelerator if one is available; on the CPU, bf16 (on CPUs with "
            "AMX/AVX512-BF16) and torch.compile cut the compute per step.");
 }
 
-static void copy_finding(dfinding *dst, const dfinding *src) { memcpy(dst, src, sizeof(*dst)); }
+static void copy_finding(dfinding *dst, const dfinding *src)
+{
+    memcpy(dst, src, sizeof(*dst));
+}
 
 void diag_compute(diag_run *r)
 {
@@ -554,8 +597,8 @@ void diag_compute(diag_run *r)
     dfinding cand[10];
     int nc = 0;
     int (*rules[])(const diag_run *, const ctx *, dfinding *) = {
-        cand_memory, cand_throttle, cand_input, cand_storage_ckpt, cand_comm,
-        cand_straggler, cand_host, cand_unstable,
+        cand_memory, cand_throttle,  cand_input, cand_storage_ckpt,
+        cand_comm,   cand_straggler, cand_host,  cand_unstable,
     };
     for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
         memset(&cand[nc], 0, sizeof(cand[nc]));
@@ -589,19 +632,21 @@ void diag_compute(diag_run *r)
         fmt(g->primary.summary, sizeof(g->primary.summary), "%s", g->insufficient_why);
         /* findings that need no steps (memory, hang, throttling) still stand */
         for (int i = 0; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++)
-            if (strcmp(cand[i].id, "memory-capacity") == 0 || strcmp(cand[i].id, "throttling") == 0 ||
-                strcmp(cand[i].id, "unstable") == 0)
+            if (strcmp(cand[i].id, "memory-capacity") == 0 ||
+                strcmp(cand[i].id, "throttling") == 0 || strcmp(cand[i].id, "unstable") == 0)
                 copy_finding(&g->sec[g->nsec++], &cand[i]);
     } else if (nc > 0) {
         copy_finding(&g->primary, &cand[0]);
-        for (int i = 1; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++) copy_finding(&g->sec[g->nsec++], &cand[i]);
+        for (int i = 1; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++)
+            copy_finding(&g->sec[g->nsec++], &cand[i]);
     } else {
         healthy(r, &c, &g->primary);
     }
 
     /* summaries are sentences */
     g->primary.summary[0] = (char)toupper((unsigned char)g->primary.summary[0]);
-    for (int i = 0; i < g->nsec; i++) g->sec[i].summary[0] = (char)toupper((unsigned char)g->sec[i].summary[0]);
+    for (int i = 0; i < g->nsec; i++)
+        g->sec[i].summary[0] = (char)toupper((unsigned char)g->sec[i].summary[0]);
 
     /* notes: context a reader should know */
     if (!c.has_gpu)
@@ -611,15 +656,20 @@ void diag_compute(diag_run *r)
         note(g, "The command was ended by signal %d%s.", r->exit_signal,
              r->exit_signal == 9 ? " (SIGKILL: the OOM killer or a job scheduler)" : "");
     else if (r->exit_known && r->exit_code > 0)
-        note(g, "The command exited with status %d: the figures cover the run until then.", r->exit_code);
+        note(g, "The command exited with status %d: the figures cover the run until then.",
+             r->exit_code);
     else if (!r->exit_known && r->have_run)
-        note(g, "The run did not record how it ended (still running, or the collector was killed).");
+        note(g,
+             "The run did not record how it ended (still running, or the collector was killed).");
     if (isfinite(r->events_dropped) && r->events_dropped > 0)
-        note(g, "%.0f probe events were dropped (rings full): step figures undercount.", r->events_dropped);
+        note(g, "%.0f probe events were dropped (rings full): step figures undercount.",
+             r->events_dropped);
     for (int i = 0; i < r->ngpu; i++) {
         const dgpu *gp = &r->gpus[i];
-        if (gp->mem_used.n && gp->mem_total > 0 && 100 * gp->mem_used.max / gp->mem_total >= GPU_MEM_FULL_PCT)
-            note(g, "GPU %d memory peaked at %.0f%% of capacity: little headroom for larger batches.",
+        if (gp->mem_used.n && gp->mem_total > 0 &&
+            100 * gp->mem_used.max / gp->mem_total >= GPU_MEM_FULL_PCT)
+            note(g,
+                 "GPU %d memory peaked at %.0f%% of capacity: little headroom for larger batches.",
                  gp->index, 100 * gp->mem_used.max / gp->mem_total);
     }
     if (r->nalerts_fired > 0)
@@ -646,7 +696,8 @@ static void write_finding(jw *w, const dfinding *d)
     jw_arr_end(w);
     jw_key(w, "recommendations");
     jw_arr_begin(w);
-    for (int i = 0; i < d->nrec; i++) jw_str(w, d->rec[i]);
+    for (int i = 0; i < d->nrec; i++)
+        jw_str(w, d->rec[i]);
     jw_arr_end(w);
     jw_obj_end(w);
 }
@@ -657,7 +708,8 @@ void diag_write_json(const diag_run *r, jw *w)
     jw_obj_begin(w);
     jw_kint(w, "version", 1);
     jw_kbool(w, "insufficient_data", g->insufficient);
-    if (g->insufficient) jw_kstr(w, "insufficient_reason", g->insufficient_why);
+    if (g->insufficient)
+        jw_kstr(w, "insufficient_reason", g->insufficient_why);
     else {
         jw_key(w, "insufficient_reason");
         jw_null(w);
@@ -666,11 +718,13 @@ void diag_write_json(const diag_run *r, jw *w)
     write_finding(w, &g->primary);
     jw_key(w, "secondary");
     jw_arr_begin(w);
-    for (int i = 0; i < g->nsec; i++) write_finding(w, &g->sec[i]);
+    for (int i = 0; i < g->nsec; i++)
+        write_finding(w, &g->sec[i]);
     jw_arr_end(w);
     jw_key(w, "notes");
     jw_arr_begin(w);
-    for (int i = 0; i < g->nnotes; i++) jw_str(w, g->notes[i]);
+    for (int i = 0; i < g->nnotes; i++)
+        jw_str(w, g->notes[i]);
     jw_arr_end(w);
     jw_obj_end(w);
 }

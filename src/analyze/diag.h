@@ -13,8 +13,8 @@
 #include "util/jsonr.h"
 #include "util/jsonw.h"
 
-#define DIAG_SERIES_CAP 240   /* points per chart series */
-#define DIAG_HIST_BINS 1200   /* log-spaced, 2% apart: 1 us .. ~3e4 s */
+#define DIAG_SERIES_CAP 240 /* points per chart series */
+#define DIAG_HIST_BINS 1200 /* log-spaced, 2% apart: 1 us .. ~3e4 s */
 #define DIAG_MAX_RANKS 64
 #define DIAG_MAX_GPUS 16
 #define DIAG_MAX_ALERTS 200
@@ -30,24 +30,33 @@ typedef struct dstat {
 /* A time series downsampled to at most DIAG_SERIES_CAP buckets by merging
  * neighbours when full (the bucket width doubles each time). */
 typedef struct dseries {
-    double t0, width;      /* bucket k covers [t0 + k*width, t0 + (k+1)*width) */
-    int n;                 /* buckets in use */
+    double t0, width; /* bucket k covers [t0 + k*width, t0 + (k+1)*width) */
+    int n;            /* buckets in use */
     double sum[DIAG_SERIES_CAP];
     double cnt[DIAG_SERIES_CAP];
 } dseries;
 
 /* Log-bucketed histogram for quantiles with ~1% relative error. */
 typedef struct dhist {
-    double n, zero;        /* values <= 0 counted apart */
+    double n, zero; /* values <= 0 counted apart */
     unsigned bins[DIAG_HIST_BINS];
 } dhist;
 
-enum { PH_DATA, PH_FORWARD, PH_BACKWARD, PH_OPTIMIZER, PH_COMM, PH_EVAL, PH_CHECKPOINT,
-       PH_OTHER, PH_COUNT };
+enum {
+    PH_DATA,
+    PH_FORWARD,
+    PH_BACKWARD,
+    PH_OPTIMIZER,
+    PH_COMM,
+    PH_EVAL,
+    PH_CHECKPOINT,
+    PH_OTHER,
+    PH_COUNT
+};
 extern const char *const diag_phase_names[PH_COUNT];
 
 typedef struct drank {
-    int rank;              /* -1: none */
+    int rank; /* -1: none */
     int pid, tid;
     double count;
     dhist interval;
@@ -56,7 +65,7 @@ typedef struct drank {
 typedef struct dgpu {
     int index;
     char name[96];
-    double mem_total;      /* bytes, NAN unknown */
+    double mem_total; /* bytes, NAN unknown */
     dstat util, mem_util, mem_used, temp, power, energy;
     double throttle_samples, slowdown_samples, samples;
     char throttle_words[160];
@@ -73,15 +82,15 @@ typedef struct dalert {
 
 typedef struct devidence {
     char name[40];
-    double value;          /* NAN when it is text only */
+    double value; /* NAN when it is text only */
     char text[200];
 } devidence;
 
 typedef struct dfinding {
-    char id[24];           /* input-bound, host-bound, ... */
+    char id[24]; /* input-bound, host-bound, ... */
     char title[64];
     char summary[240];
-    double score;          /* share of step time it explains, 0..1 */
+    double score; /* share of step time it explains, 0..1 */
     int nev;
     devidence ev[DIAG_MAX_EVIDENCE];
     int nrec;
@@ -89,7 +98,7 @@ typedef struct dfinding {
 } dfinding;
 
 typedef struct diag_result {
-    int insufficient;      /* too little data to name a bottleneck */
+    int insufficient; /* too little data to name a bottleneck */
     char insufficient_why[200];
     dfinding primary;
     int nsec;
@@ -100,22 +109,22 @@ typedef struct diag_result {
 
 typedef struct diag_run {
     char dir[1024];
-    char name[256];        /* last path component, for titles */
+    char name[256]; /* last path component, for titles */
     jr_doc run, summary;
     int have_run, have_summary;
     int have_steps, have_metrics, have_procs, have_alerts;
 
     /* run.json */
-    char command[1024];    /* argv joined by spaces */
+    char command[1024]; /* argv joined by spaces */
     char host[128];
     int cpus;
     double duration_s, start_unix_s, interval_s;
-    int exit_known, exit_code, exit_signal;   /* exit_code/-signal -1 when null */
-    int ngpu_run;          /* GPUs listed in run.json */
-    char nvml_source[160]; /* run.json sources.nvml */
+    int exit_known, exit_code, exit_signal; /* exit_code/-signal -1 when null */
+    int ngpu_run;                           /* GPUs listed in run.json */
+    char nvml_source[160];                  /* run.json sources.nvml */
 
     /* steps.csv */
-    double steps, steps_warm;     /* rows; rows used for quantiles (warm-up excluded) */
+    double steps, steps_warm; /* rows; rows used for quantiles (warm-up excluded) */
     double first_end_s, last_end_s, first_start_s;
     double sum_interval_ns, sum_duration_ns, sum_phase_ns[PH_COUNT];
     double samples, tokens;
@@ -124,14 +133,14 @@ typedef struct diag_run {
     dstat st_interval, st_data;
     int nranks;
     drank ranks[DIAG_MAX_RANKS];
-    dseries s_sample_rate, s_step_rate;   /* from steps: per bucket counts */
-    dseries s_phase[PH_COUNT];            /* phase ms per step over time */
+    dseries s_sample_rate, s_step_rate; /* from steps: per bucket counts */
+    dseries s_phase[PH_COUNT];          /* phase ms per step over time */
 
     /* metrics.csv */
     double msamples;
-    dstat cpu, iowait, mem_used, mem_avail, mem_total, swap, psi_cpu, psi_mem, psi_mem_full,
-        psi_io, psi_io_full, disk_r, disk_w, tree_cpu, main_cpu, tree_rss, tree_procs,
-        tree_read, tree_write, net_rx, net_tx, data_wait_pct;
+    dstat cpu, iowait, mem_used, mem_avail, mem_total, swap, psi_cpu, psi_mem, psi_mem_full, psi_io,
+        psi_io_full, disk_r, disk_w, tree_cpu, main_cpu, tree_rss, tree_procs, tree_read,
+        tree_write, net_rx, net_tx, data_wait_pct;
     double swap_first;
     dseries s_cpu, s_tree_cpu, s_main_cpu, s_mem_used_pct, s_tree_rss, s_data_wait_pct,
         s_metric_sample_rate;
@@ -140,9 +149,9 @@ typedef struct diag_run {
 
     /* procs.csv */
     int root_pid;
-    int nworkers;          /* distinct non-root processes seen */
+    int nworkers; /* distinct non-root processes seen */
     double max_procs;
-    dstat worker_cpu;      /* per worker process per sample */
+    dstat worker_cpu; /* per worker process per sample */
 
     /* alerts.jsonl */
     int nalerts, nalerts_fired;
@@ -171,7 +180,7 @@ void diag_figures(const diag_run *r, dfig *f);
 
 /* Formatting for people; "?" for NAN (unknown is never shown as 0). */
 const char *diag_fmt_bytes(char *o, size_t n, double v);
-const char *diag_fmt_dur(char *o, size_t n, double s);   /* 1h 02m, 3m 20s, 4.2 s */
+const char *diag_fmt_dur(char *o, size_t n, double s);                /* 1h 02m, 3m 20s, 4.2 s */
 const char *diag_fmt_num(char *o, size_t n, const char *f, double v); /* f: one %f/%g */
 /* The command's exit as words: "0", "1", "signal 9 (SIGKILL)", "unknown". */
 const char *diag_fmt_exit(const diag_run *r, char *o, size_t n);

@@ -21,7 +21,10 @@ typedef struct sty {
     int color;
 } sty;
 
-static const char *c_(const sty *s, const char *code) { return s->color ? code : ""; }
+static const char *c_(const sty *s, const char *code)
+{
+    return s->color ? code : "";
+}
 #define BOLD "\033[1m"
 #define DIM "\033[2m"
 #define RED "\033[31m"
@@ -61,19 +64,23 @@ static void bar(buf *b, double share, int width)
 {
     int n = isfinite(share) ? (int)lround(share * width) : 0;
     if (n > width) n = width;
-    for (int i = 0; i < n; i++) buf_puts(b, "\u2588");
-    for (int i = n; i < width; i++) buf_puts(b, " ");
+    for (int i = 0; i < n; i++)
+        buf_puts(b, "\u2588");
+    for (int i = n; i < width; i++)
+        buf_puts(b, " ");
 }
 
 static void text_finding_body(buf *b, const sty *s, const dfinding *d, int recs)
 {
     if (d->nev) {
         buf_printf(b, "  %sevidence%s\n", c_(s, DIM), c_(s, RESET));
-        for (int i = 0; i < d->nev; i++) buf_printf(b, "    - %s\n", d->ev[i].text);
+        for (int i = 0; i < d->nev; i++)
+            buf_printf(b, "    - %s\n", d->ev[i].text);
     }
     if (recs && d->nrec) {
         buf_printf(b, "  %swhat to change, most effect first%s\n", c_(s, DIM), c_(s, RESET));
-        for (int i = 0; i < d->nrec; i++) buf_printf(b, "    %d. %s\n", i + 1, d->rec[i]);
+        for (int i = 0; i < d->nrec; i++)
+            buf_printf(b, "    %d. %s\n", i + 1, d->rec[i]);
     }
 }
 
@@ -87,7 +94,8 @@ static void text_report(const diag_run *r, const sty *s, buf *b)
     if (r->command[0]) buf_printf(b, "  command   %s\n", r->command);
     buf_printf(b, "  duration  %s, exit %s", diag_fmt_dur(a, sizeof(a), f.duration_s),
                diag_fmt_exit(r, c, sizeof(c)));
-    if (r->host[0] || r->cpus) buf_printf(b, ", host %s (%d CPUs", r->host[0] ? r->host : "?", r->cpus);
+    if (r->host[0] || r->cpus)
+        buf_printf(b, ", host %s (%d CPUs", r->host[0] ? r->host : "?", r->cpus);
     if (r->host[0] || r->cpus) {
         if (r->ngpu) buf_printf(b, ", %d GPU%s", r->ngpu, r->ngpu == 1 ? "" : "s");
         buf_puts(b, ")");
@@ -107,20 +115,27 @@ static void text_report(const diag_run *r, const sty *s, buf *b)
                 buf_printf(b, "      -> %s\n", g->sec[i].rec[k]);
         }
     }
-    for (int i = 0; i < g->nnotes; i++) buf_printf(b, "  note: %s\n", g->notes[i]);
+    for (int i = 0; i < g->nnotes; i++)
+        buf_printf(b, "  note: %s\n", g->notes[i]);
 
     buf_printf(b, "\n%sTHROUGHPUT%s\n", c_(s, BOLD), c_(s, RESET));
     buf_printf(b, "  steps        %s", diag_fmt_num(a, sizeof(a), "%.0f", f.steps));
     buf_printf(b, "   %s steps/s", diag_fmt_num(a, sizeof(a), "%.2f", f.steps_per_s));
-    if (isfinite(f.samples_per_s)) buf_printf(b, "   %s samples/s", diag_fmt_num(a, sizeof(a), "%.1f", f.samples_per_s));
-    if (isfinite(f.tokens_per_s)) buf_printf(b, "   %s tokens/s", diag_fmt_num(a, sizeof(a), "%.0f", f.tokens_per_s));
+    if (isfinite(f.samples_per_s))
+        buf_printf(b, "   %s samples/s", diag_fmt_num(a, sizeof(a), "%.1f", f.samples_per_s));
+    if (isfinite(f.tokens_per_s))
+        buf_printf(b, "   %s tokens/s", diag_fmt_num(a, sizeof(a), "%.0f", f.tokens_per_s));
     buf_puts(b, "\n");
     buf_printf(b, "  step time    p50 %s  p95 %s  p99 %s  max %s ms\n",
-               diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50), diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95),
-               diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99), diag_fmt_num(e, sizeof(e), "%.1f", f.step_max));
+               diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50),
+               diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95),
+               diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99),
+               diag_fmt_num(e, sizeof(e), "%.1f", f.step_max));
     buf_printf(b, "  data wait    p50 %s  p95 %s  p99 %s  max %s ms\n",
-               diag_fmt_num(a, sizeof(a), "%.1f", f.data_p50), diag_fmt_num(c, sizeof(c), "%.1f", f.data_p95),
-               diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99), diag_fmt_num(e, sizeof(e), "%.1f", f.data_max));
+               diag_fmt_num(a, sizeof(a), "%.1f", f.data_p50),
+               diag_fmt_num(c, sizeof(c), "%.1f", f.data_p95),
+               diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99),
+               diag_fmt_num(e, sizeof(e), "%.1f", f.data_max));
     if (r->have_steps && r->sum_interval_ns > 0) {
         buf_printf(b, "\n%sSTEP TIME BREAKDOWN%s\n", c_(s, BOLD), c_(s, RESET));
         for (int k = 0; k < PH_COUNT; k++) {
@@ -132,24 +147,32 @@ static void text_report(const diag_run *r, const sty *s, buf *b)
     }
 
     buf_printf(b, "\n%sRESOURCES%s\n", c_(s, BOLD), c_(s, RESET));
-    if (!r->have_metrics) buf_puts(b, "  no metrics.csv in this run\n");
+    if (!r->have_metrics)
+        buf_puts(b, "  no metrics.csv in this run\n");
     else {
-        buf_printf(b, "  system CPU   mean %s%%  max %s%%\n", diag_fmt_num(a, sizeof(a), "%.0f", f.cpu_mean),
+        buf_printf(b, "  system CPU   mean %s%%  max %s%%\n",
+                   diag_fmt_num(a, sizeof(a), "%.0f", f.cpu_mean),
                    diag_fmt_num(c, sizeof(c), "%.0f", f.cpu_max));
-        buf_printf(b, "  tree CPU     mean %s%%  max %s%% (100%% = one core), main process mean %s%%\n",
-                   diag_fmt_num(a, sizeof(a), "%.0f", f.tree_cpu_mean),
-                   diag_fmt_num(c, sizeof(c), "%.0f", f.tree_cpu_max),
-                   diag_fmt_num(d, sizeof(d), "%.0f", f.main_cpu_mean));
-        buf_printf(b, "  processes    max %s in the tree\n", diag_fmt_num(a, sizeof(a), "%.0f", f.procs_max));
+        buf_printf(
+            b, "  tree CPU     mean %s%%  max %s%% (100%% = one core), main process mean %s%%\n",
+            diag_fmt_num(a, sizeof(a), "%.0f", f.tree_cpu_mean),
+            diag_fmt_num(c, sizeof(c), "%.0f", f.tree_cpu_max),
+            diag_fmt_num(d, sizeof(d), "%.0f", f.main_cpu_mean));
+        buf_printf(b, "  processes    max %s in the tree\n",
+                   diag_fmt_num(a, sizeof(a), "%.0f", f.procs_max));
         buf_printf(b, "  tree RSS     mean %s  max %s\n", diag_fmt_bytes(a, sizeof(a), f.rss_mean),
                    diag_fmt_bytes(c, sizeof(c), f.rss_max));
         buf_printf(b, "  host memory  available min %s of %s, swap max %s\n",
-                   diag_fmt_bytes(a, sizeof(a), f.mem_avail_min), diag_fmt_bytes(c, sizeof(c), f.mem_total),
+                   diag_fmt_bytes(a, sizeof(a), f.mem_avail_min),
+                   diag_fmt_bytes(c, sizeof(c), f.mem_total),
                    diag_fmt_bytes(d, sizeof(d), f.swap_max));
         buf_printf(b, "  I/O          iowait mean %s%%, PSI io %s%%, disk read %s/s, write %s/s\n",
-                   diag_fmt_num(a, sizeof(a), "%.1f", f.iowait_mean), diag_fmt_num(c, sizeof(c), "%.1f", f.psi_io),
-                   diag_fmt_bytes(d, sizeof(d), f.disk_read), diag_fmt_bytes(e, sizeof(e), f.disk_write));
-        buf_printf(b, "  pressure     PSI cpu %s%%, memory %s%%\n", diag_fmt_num(a, sizeof(a), "%.1f", f.psi_cpu),
+                   diag_fmt_num(a, sizeof(a), "%.1f", f.iowait_mean),
+                   diag_fmt_num(c, sizeof(c), "%.1f", f.psi_io),
+                   diag_fmt_bytes(d, sizeof(d), f.disk_read),
+                   diag_fmt_bytes(e, sizeof(e), f.disk_write));
+        buf_printf(b, "  pressure     PSI cpu %s%%, memory %s%%\n",
+                   diag_fmt_num(a, sizeof(a), "%.1f", f.psi_cpu),
                    diag_fmt_num(c, sizeof(c), "%.1f", f.psi_mem));
     }
     buf_printf(b, "\n%sGPUS%s\n", c_(s, BOLD), c_(s, RESET));
@@ -171,25 +194,30 @@ static void text_report(const diag_run *r, const sty *s, buf *b)
                        gp->samples > 0 ? 100 * gp->throttle_samples / gp->samples : 0.0);
         shown++;
     }
-    if (!shown) buf_printf(b, "  none (%s)\n", r->nvml_source[0] ? r->nvml_source : "no GPU metrics in this run");
+    if (!shown)
+        buf_printf(b, "  none (%s)\n",
+                   r->nvml_source[0] ? r->nvml_source : "no GPU metrics in this run");
 
     buf_printf(b, "\n%sALERTS%s", c_(s, BOLD), c_(s, RESET));
-    if (!r->nalerts) buf_puts(b, "\n  none\n");
+    if (!r->nalerts)
+        buf_puts(b, "\n  none\n");
     else {
         buf_printf(b, " (%d fired)\n", r->nalerts_fired);
         for (int i = 0; i < r->nalerts; i++) {
             const dalert *al = &r->alerts[i];
             int crit = strcmp(al->severity, "critical") == 0;
             buf_printf(b, "  %8.1f s  %s%-8s%s %-7s %-18s %s\n", al->t,
-                       c_(s, strcmp(al->state, "fired") == 0 ? (crit ? RED : YELLOW) : DIM), al->severity,
-                       c_(s, RESET), al->state, al->rule, al->message);
+                       c_(s, strcmp(al->state, "fired") == 0 ? (crit ? RED : YELLOW) : DIM),
+                       al->severity, c_(s, RESET), al->state, al->rule, al->message);
         }
     }
     buf_printf(b, "\n%sPROFILER TRACES%s\n", c_(s, BOLD), c_(s, RESET));
     if (traces_present(r, a, sizeof(a)))
         buf_printf(b, "  %s/ found: `trainperf analyze` summarises it\n", a);
     else
-        buf_puts(b, "  none in this run (`trainperf analyze TRACE...` analyses torch.profiler traces)\n");
+        buf_puts(
+            b,
+            "  none in this run (`trainperf analyze TRACE...` analyses torch.profiler traces)\n");
 }
 
 /* ---- Markdown ------------------------------------------------------------------ */
@@ -204,7 +232,12 @@ static void md_esc(buf *b, const char *s)
         case '<': buf_puts(b, "&lt;"); break;
         case '>': buf_puts(b, "&gt;"); break;
         case '&': buf_puts(b, "&amp;"); break;
-        case '*': case '_': case '`': case '[': case ']': case '\\':
+        case '*':
+        case '_':
+        case '`':
+        case '[':
+        case ']':
+        case '\\':
             buf_putc(b, '\\');
             buf_putc(b, *s);
             break;
@@ -245,8 +278,8 @@ static void md_report(const diag_run *r, buf *b)
     buf_puts(b, "\n\n| | |\n|---|---|\n");
     buf_puts(b, "| command | ");
     md_esc(b, r->command[0] ? r->command : "?");
-    buf_printf(b, " |\n| duration | %s |\n| exit | %s |\n", diag_fmt_dur(a, sizeof(a), f.duration_s),
-               diag_fmt_exit(r, c, sizeof(c)));
+    buf_printf(b, " |\n| duration | %s |\n| exit | %s |\n",
+               diag_fmt_dur(a, sizeof(a), f.duration_s), diag_fmt_exit(r, c, sizeof(c)));
     buf_puts(b, "| host | ");
     md_esc(b, r->host[0] ? r->host : "?");
     buf_printf(b, " (%d CPUs, %d GPU%s) |\n", r->cpus, r->ngpu, r->ngpu == 1 ? "" : "s");
@@ -283,35 +316,50 @@ static void md_report(const diag_run *r, buf *b)
     buf_printf(b, "| samples/s | %s |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.samples_per_s));
     buf_printf(b, "| tokens/s | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.tokens_per_s));
     buf_puts(b, "\n| ms | p50 | p95 | p99 | max |\n|---|---|---|---|---|\n");
-    buf_printf(b, "| step time | %s | %s | %s | %s |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50),
-               diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95), diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99),
+    buf_printf(b, "| step time | %s | %s | %s | %s |\n",
+               diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50),
+               diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95),
+               diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99),
                diag_fmt_num(e, sizeof(e), "%.1f", f.step_max));
-    buf_printf(b, "| data wait | %s | %s | %s | %s |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.data_p50),
-               diag_fmt_num(c, sizeof(c), "%.1f", f.data_p95), diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99),
+    buf_printf(b, "| data wait | %s | %s | %s | %s |\n",
+               diag_fmt_num(a, sizeof(a), "%.1f", f.data_p50),
+               diag_fmt_num(c, sizeof(c), "%.1f", f.data_p95),
+               diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99),
                diag_fmt_num(e, sizeof(e), "%.1f", f.data_max));
     if (r->have_steps && r->sum_interval_ns > 0) {
         buf_puts(b, "\n## Step time breakdown\n\n| phase | share of step time |\n|---|---|\n");
         for (int k = 0; k < PH_COUNT; k++)
-            if (f.share[k] > 0.0005) buf_printf(b, "| %s | %.1f%% |\n", diag_phase_names[k], 100 * f.share[k]);
+            if (f.share[k] > 0.0005)
+                buf_printf(b, "| %s | %.1f%% |\n", diag_phase_names[k], 100 * f.share[k]);
     }
     buf_puts(b, "\n## Resources\n\n");
-    if (!r->have_metrics) buf_puts(b, "No metrics.csv in this run.\n");
+    if (!r->have_metrics)
+        buf_puts(b, "No metrics.csv in this run.\n");
     else {
         buf_puts(b, "| | mean | max |\n|---|---|---|\n");
-        buf_printf(b, "| system CPU %% | %s | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.cpu_mean),
+        buf_printf(b, "| system CPU %% | %s | %s |\n",
+                   diag_fmt_num(a, sizeof(a), "%.0f", f.cpu_mean),
                    diag_fmt_num(c, sizeof(c), "%.0f", f.cpu_max));
-        buf_printf(b, "| tree CPU %% (of one core) | %s | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.tree_cpu_mean),
+        buf_printf(b, "| tree CPU %% (of one core) | %s | %s |\n",
+                   diag_fmt_num(a, sizeof(a), "%.0f", f.tree_cpu_mean),
                    diag_fmt_num(c, sizeof(c), "%.0f", f.tree_cpu_max));
-        buf_printf(b, "| main process CPU %% | %s | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.main_cpu_mean),
+        buf_printf(b, "| main process CPU %% | %s | %s |\n",
+                   diag_fmt_num(a, sizeof(a), "%.0f", f.main_cpu_mean),
                    diag_fmt_num(c, sizeof(c), "%.0f", f.main_cpu_max));
         buf_printf(b, "| tree RSS | %s | %s |\n", diag_fmt_bytes(a, sizeof(a), f.rss_mean),
                    diag_fmt_bytes(c, sizeof(c), f.rss_max));
         buf_printf(b, "| iowait %% | %s | |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.iowait_mean));
-        buf_printf(b, "| PSI cpu / memory / io %% | %s / %s / %s | |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.psi_cpu),
-                   diag_fmt_num(c, sizeof(c), "%.1f", f.psi_mem), diag_fmt_num(d, sizeof(d), "%.1f", f.psi_io));
-        buf_printf(b, "\nHost memory available fell to %s of %s; swap peaked at %s; at most %s processes in the tree.\n",
-                   diag_fmt_bytes(a, sizeof(a), f.mem_avail_min), diag_fmt_bytes(c, sizeof(c), f.mem_total),
-                   diag_fmt_bytes(d, sizeof(d), f.swap_max), diag_fmt_num(e, sizeof(e), "%.0f", f.procs_max));
+        buf_printf(b, "| PSI cpu / memory / io %% | %s / %s / %s | |\n",
+                   diag_fmt_num(a, sizeof(a), "%.1f", f.psi_cpu),
+                   diag_fmt_num(c, sizeof(c), "%.1f", f.psi_mem),
+                   diag_fmt_num(d, sizeof(d), "%.1f", f.psi_io));
+        buf_printf(b,
+                   "\nHost memory available fell to %s of %s; swap peaked at %s; at most %s "
+                   "processes in the tree.\n",
+                   diag_fmt_bytes(a, sizeof(a), f.mem_avail_min),
+                   diag_fmt_bytes(c, sizeof(c), f.mem_total),
+                   diag_fmt_bytes(d, sizeof(d), f.swap_max),
+                   diag_fmt_num(e, sizeof(e), "%.0f", f.procs_max));
     }
     buf_puts(b, "\n## GPUs\n\n");
     if (!r->ngpu) {
@@ -319,13 +367,16 @@ static void md_report(const diag_run *r, buf *b)
         md_esc(b, r->nvml_source[0] ? r->nvml_source : "no GPU metrics in this run");
         buf_puts(b, ".\n");
     } else {
-        buf_puts(b, "| GPU | name | util mean % | memory max | temp max C | power mean W | clock events |\n"
-                    "|---|---|---|---|---|---|---|\n");
+        buf_puts(
+            b,
+            "| GPU | name | util mean % | memory max | temp max C | power mean W | clock events |\n"
+            "|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < r->ngpu; i++) {
             const dgpu *gp = &r->gpus[i];
             buf_printf(b, "| %d | ", gp->index);
             md_esc(b, gp->name);
-            buf_printf(b, " | %s | %s | %s | %s | ", diag_fmt_num(a, sizeof(a), "%.0f", dstat_mean(&gp->util)),
+            buf_printf(b, " | %s | %s | %s | %s | ",
+                       diag_fmt_num(a, sizeof(a), "%.0f", dstat_mean(&gp->util)),
                        diag_fmt_bytes(c, sizeof(c), gp->mem_used.n ? gp->mem_used.max : NAN),
                        diag_fmt_num(d, sizeof(d), "%.0f", gp->temp.n ? gp->temp.max : NAN),
                        diag_fmt_num(e, sizeof(e), "%.0f", dstat_mean(&gp->power)));
@@ -334,7 +385,8 @@ static void md_report(const diag_run *r, buf *b)
         }
     }
     buf_puts(b, "\n## Alerts\n\n");
-    if (!r->nalerts) buf_puts(b, "None.\n");
+    if (!r->nalerts)
+        buf_puts(b, "None.\n");
     else {
         buf_puts(b, "| t (s) | state | severity | rule | message |\n|---|---|---|---|---|\n");
         for (int i = 0; i < r->nalerts; i++) {
@@ -347,8 +399,11 @@ static void md_report(const diag_run *r, buf *b)
         }
     }
     buf_puts(b, "\n## Profiler traces\n\n");
-    if (traces_present(r, a, sizeof(a))) buf_printf(b, "`%s` found: `trainperf analyze` summarises it.\n", a);
-    else buf_puts(b, "None in this run (`trainperf analyze TRACE...` analyses torch.profiler traces).\n");
+    if (traces_present(r, a, sizeof(a)))
+        buf_printf(b, "`%s` found: `trainperf analyze` summarises it.\n", a);
+    else
+        buf_puts(
+            b, "None in this run (`trainperf analyze TRACE...` analyses torch.profiler traces).\n");
 }
 
 /* ---- JSON ------------------------------------------------------------------------- */
@@ -385,7 +440,8 @@ static void json_report(const diag_run *r, buf *b)
     jw_knum(&w, "cpus", r->cpus > 0 ? r->cpus : NAN);
     jw_knum(&w, "duration_s", rnd(f.duration_s, 3));
     jw_key(&w, "exit");
-    if (!r->exit_known) jw_null(&w);
+    if (!r->exit_known)
+        jw_null(&w);
     else {
         jw_obj_begin(&w);
         jw_knum(&w, "code", r->exit_code >= 0 ? r->exit_code : NAN);
@@ -420,7 +476,8 @@ static void json_report(const diag_run *r, buf *b)
     jw_knum(&w, "data_wait_share", rnd(f.data_share, 4));
     jw_key(&w, "phase_share");
     jw_obj_begin(&w);
-    for (int k = 0; k < PH_COUNT; k++) jw_knum(&w, diag_phase_names[k], rnd(f.share[k], 4));
+    for (int k = 0; k < PH_COUNT; k++)
+        jw_knum(&w, diag_phase_names[k], rnd(f.share[k], 4));
     jw_obj_end(&w);
     jw_obj_end(&w);
 
@@ -456,7 +513,8 @@ static void json_report(const diag_run *r, buf *b)
         jw_knum(&w, "mem_total_bytes", gp->mem_total);
         jw_knum(&w, "temp_max_c", gp->temp.n ? gp->temp.max : NAN);
         jw_knum(&w, "power_mean_w", rnd(dstat_mean(&gp->power), 2));
-        jw_knum(&w, "slowdown_share", gp->samples > 0 ? rnd(gp->slowdown_samples / gp->samples, 4) : NAN);
+        jw_knum(&w, "slowdown_share",
+                gp->samples > 0 ? rnd(gp->slowdown_samples / gp->samples, 4) : NAN);
         jw_kstr(&w, "clock_events", gp->throttle_words);
         jw_obj_end(&w);
     }
@@ -479,8 +537,10 @@ static void json_report(const diag_run *r, buf *b)
     diag_write_json(r, &w);
     char a[64];
     jw_key(&w, "profiler_traces");
-    if (traces_present(r, a, sizeof(a))) jw_str(&w, a);
-    else jw_null(&w);
+    if (traces_present(r, a, sizeof(a)))
+        jw_str(&w, a);
+    else
+        jw_null(&w);
     jw_obj_end(&w);
     buf_putc(b, '\n');
 }
@@ -500,7 +560,8 @@ static int render(const diag_run *r, report_format fmt, int color, buf *out)
     return out->err;
 }
 
-int report_build(const char *run_dir, report_format fmt, int color, buf *out, char *err, size_t errlen)
+int report_build(const char *run_dir, report_format fmt, int color, buf *out, char *err,
+                 size_t errlen)
 {
     diag_run *r;
     if (!out) return TPF_EINVAL;

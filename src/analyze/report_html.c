@@ -10,7 +10,7 @@
 
 #include "trainperf.h"
 
-#define CW 1000.0  /* chart width (viewBox units) */
+#define CW 1000.0 /* chart width (viewBox units) */
 #define CH 230.0
 #define ML 62.0
 #define MR 18.0
@@ -49,18 +49,26 @@ static double nice_max(double v)
 
 static void fmt_tick(char *o, size_t n, double v)
 {
-    if (v == 0) snprintf(o, n, "0");
-    else if (fabs(v) >= 1e9) snprintf(o, n, "%gG", v / 1e9);
-    else if (fabs(v) >= 1e6) snprintf(o, n, "%gM", v / 1e6);
-    else if (fabs(v) >= 1e4) snprintf(o, n, "%gk", v / 1e3);
-    else snprintf(o, n, "%g", v);
+    if (v == 0)
+        snprintf(o, n, "0");
+    else if (fabs(v) >= 1e9)
+        snprintf(o, n, "%gG", v / 1e9);
+    else if (fabs(v) >= 1e6)
+        snprintf(o, n, "%gM", v / 1e6);
+    else if (fabs(v) >= 1e4)
+        snprintf(o, n, "%gk", v / 1e3);
+    else
+        snprintf(o, n, "%g", v);
 }
 
 static void fmt_time_tick(char *o, size_t n, double s)
 {
-    if (s >= 7200) snprintf(o, n, "%gh", round(s / 360) / 10);
-    else if (s >= 120) snprintf(o, n, "%gm", round(s / 6) / 10);
-    else snprintf(o, n, "%gs", round(s * 10) / 10);
+    if (s >= 7200)
+        snprintf(o, n, "%gh", round(s / 360) / 10);
+    else if (s >= 120)
+        snprintf(o, n, "%gm", round(s / 6) / 10);
+    else
+        snprintf(o, n, "%gs", round(s * 10) / 10);
 }
 
 typedef struct chart {
@@ -68,14 +76,21 @@ typedef struct chart {
     const char *yunit;
 } chart;
 
-static double X(const chart *c, double t) { return ML + (CW - ML - MR) * (t / c->xmax); }
-static double Y(const chart *c, double v) { return CH - MB - (CH - MT - MB) * (v / c->ymax); }
+static double X(const chart *c, double t)
+{
+    return ML + (CW - ML - MR) * (t / c->xmax);
+}
+static double Y(const chart *c, double v)
+{
+    return CH - MB - (CH - MT - MB) * (v / c->ymax);
+}
 
 static void chart_begin(buf *b, const chart *c, const char *title, const char *aria)
 {
     buf_puts(b, "<figure class=\"chart\"><figcaption>");
     report_html_esc(b, title);
-    buf_printf(b, "</figcaption>\n<svg viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-label=\"", CW, CH);
+    buf_printf(b, "</figcaption>\n<svg viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-label=\"", CW,
+               CH);
     report_html_esc(b, aria);
     buf_puts(b, "\">\n");
     /* grid and y labels */
@@ -83,8 +98,9 @@ static void chart_begin(buf *b, const chart *c, const char *title, const char *a
         double v = c->ymax * i / 4, y = Y(c, v);
         char t[32];
         fmt_tick(t, sizeof(t), v);
-        buf_printf(b, "<line class=\"grid\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
-                      "<text class=\"yl\" x=\"%.1f\" y=\"%.1f\">%s%s</text>\n",
+        buf_printf(b,
+                   "<line class=\"grid\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
+                   "<text class=\"yl\" x=\"%.1f\" y=\"%.1f\">%s%s</text>\n",
                    ML, y, CW - MR, y, ML - 6, y + 4, t, i == 4 && c->yunit ? c->yunit : "");
     }
 }
@@ -95,13 +111,17 @@ static void time_axis(buf *b, const chart *c)
     for (double t = 0; t <= c->xmax * 1.0001; t += step) {
         char s[32];
         fmt_time_tick(s, sizeof(s), t);
-        buf_printf(b, "<text class=\"xl\" x=\"%.1f\" y=\"%.1f\">%s</text>\n", X(c, t), CH - MB + 18, s);
+        buf_printf(b, "<text class=\"xl\" x=\"%.1f\" y=\"%.1f\">%s</text>\n", X(c, t), CH - MB + 18,
+                   s);
     }
     buf_printf(b, "<line class=\"axis\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ML,
                CH - MB, CW - MR, CH - MB);
 }
 
-static void chart_end(buf *b) { buf_puts(b, "</svg></figure>\n"); }
+static void chart_end(buf *b)
+{
+    buf_puts(b, "</svg></figure>\n");
+}
 
 static void alert_marks(buf *b, const diag_run *r, const chart *c)
 {
@@ -109,8 +129,9 @@ static void alert_marks(buf *b, const diag_run *r, const chart *c)
         const dalert *a = &r->alerts[i];
         if (strcmp(a->state, "fired") != 0 || !(a->t >= 0) || a->t > c->xmax) continue;
         int crit = strcmp(a->severity, "critical") == 0;
-        buf_printf(b, "<line class=\"alert%s\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"><title>",
-                   crit ? " crit" : "", X(c, a->t), MT, X(c, a->t), CH - MB);
+        buf_printf(
+            b, "<line class=\"alert%s\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"><title>",
+            crit ? " crit" : "", X(c, a->t), MT, X(c, a->t), CH - MB);
         report_html_esc(b, a->rule);
         buf_puts(b, ": ");
         report_html_esc(b, a->message);
@@ -166,7 +187,8 @@ static int group_factor(const dseries *s, double steps, double min_per_group, in
     double per = steps / s->n;
     int m = per > 0 ? (int)ceil(min_per_group / per) : 1;
     if (m < 1) m = 1;
-    while ((s->n + m - 1) / m > max_groups) m++;
+    while ((s->n + m - 1) / m > max_groups)
+        m++;
     return m;
 }
 
@@ -186,7 +208,8 @@ static void chart_throughput(buf *b, const diag_run *r)
         double work = 0, ms = 0, tc = 0, nc = 0;
         for (int j = k; j < k + m && j < s->n; j++) {
             work += s->sum[j];
-            for (int p = 0; p < PH_COUNT; p++) ms += r->s_phase[p].sum[j];
+            for (int p = 0; p < PH_COUNT; p++)
+                ms += r->s_phase[p].sum[j];
             if (s->cnt[j] > 0) tc += s->t0 + (j + 0.5) * s->width, nc++;
         }
         if (ms <= 0 || nc == 0) continue;
@@ -200,8 +223,10 @@ static void chart_throughput(buf *b, const diag_run *r)
     char title[64];
     snprintf(title, sizeof(title), "Throughput over time (%s)", unit);
     chart_begin(b, &c, title, title);
-    buf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", line_color[0]);
-    for (int k = 0; k < np; k++) buf_printf(b, "%.1f,%.1f ", X(&c, pts[k][0]), Y(&c, pts[k][1]));
+    buf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"",
+               line_color[0]);
+    for (int k = 0; k < np; k++)
+        buf_printf(b, "%.1f,%.1f ", X(&c, pts[k][0]), Y(&c, pts[k][1]));
     buf_puts(b, "\"/>\n");
     alert_marks(b, r, &c);
     time_axis(b, &c);
@@ -225,7 +250,8 @@ static void chart_breakdown(buf *b, const diag_run *r)
         double t = 0;
         for (int p = 0; p < PH_COUNT; p++) {
             double sum = 0, cnt = 0;
-            for (int j = k; j < k + m && j < s0->n; j++) sum += r->s_phase[p].sum[j], cnt += r->s_phase[p].cnt[j];
+            for (int j = k; j < k + m && j < s0->n; j++)
+                sum += r->s_phase[p].sum[j], cnt += r->s_phase[p].cnt[j];
             ph[ng][p] = cnt > 0 ? sum / cnt : 0;
             t += ph[ng][p];
         }
@@ -238,7 +264,8 @@ static void chart_breakdown(buf *b, const diag_run *r)
     double top = ng ? srt[(int)(0.95 * (ng - 1))] * 1.25 : 1;
     if (ng && srt[ng - 1] < top) top = srt[ng - 1] * 1.05;
     chart c = {xmax_of(r), nice_max(top), " ms"};
-    chart_begin(b, &c, "Step time breakdown (mean per step, stacked)", "stacked phases of the step time over time");
+    chart_begin(b, &c, "Step time breakdown (mean per step, stacked)",
+                "stacked phases of the step time over time");
     double bw = (X(&c, s0->width * m) - X(&c, 0)) * 0.85;
     if (bw < 1) bw = 1;
     for (int g = 0; g < ng; g++) {
@@ -249,7 +276,9 @@ static void chart_breakdown(buf *b, const diag_run *r)
             if (v <= 0 || acc >= c.ymax) continue;
             double hi = acc + v > c.ymax ? c.ymax : acc + v;
             double y1 = Y(&c, acc), y0 = Y(&c, hi);
-            buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %.1f ms%s</title></rect>\n",
+            buf_printf(b,
+                       "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                       "fill=\"%s\"><title>%s %.1f ms%s</title></rect>\n",
                        X(&c, t), y0, bw, y1 - y0, phase_color[p], diag_phase_names[p], v,
                        acc + v > c.ymax ? " (bar cut at the chart top)" : "");
             acc += v;
@@ -289,7 +318,8 @@ static void chart_data_hist(buf *b, const diag_run *r)
         if (per < 1) per = 1;
         for (int k = lo; k <= hi; k += per) {
             double sum = 0;
-            for (int j = k; j < k + per && j <= hi; j++) sum += h->bins[j];
+            for (int j = k; j < k + per && j <= hi; j++)
+                sum += h->bins[j];
             cnt[nb] = sum;
             edge_lo[nb] = 1e-3 * exp(k * 0.0198026272961797);
             edge_hi[nb] = 1e-3 * exp((k + per) * 0.0198026272961797);
@@ -308,24 +338,30 @@ static void chart_data_hist(buf *b, const diag_run *r)
         char l[32], hh[32];
         fmt_tick(l, sizeof(l), round(edge_lo[i] * 100) / 100);
         fmt_tick(hh, sizeof(hh), round(edge_hi[i] * 100) / 100);
-        buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s-%s ms: %.0f steps</title></rect>\n",
-                   x + 1, y, bw - 2 > 1 ? bw - 2 : 1, CH - MB - y, phase_color[PH_DATA], l, hh, cnt[i]);
+        buf_printf(b,
+                   "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                   "fill=\"%s\"><title>%s-%s ms: %.0f steps</title></rect>\n",
+                   x + 1, y, bw - 2 > 1 ? bw - 2 : 1, CH - MB - y, phase_color[PH_DATA], l, hh,
+                   cnt[i]);
         if (nb <= 12 || i % (nb / 8 + 1) == 0) {
-            buf_printf(b, "<text class=\"xl\" x=\"%.1f\" y=\"%.1f\">%.3g ms</text>\n", x + bw / 2, CH - MB + 18,
-                       edge_lo[i]);
+            buf_printf(b, "<text class=\"xl\" x=\"%.1f\" y=\"%.1f\">%.3g ms</text>\n", x + bw / 2,
+                       CH - MB + 18, edge_lo[i]);
         }
     }
-    buf_printf(b, "<line class=\"axis\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ML, CH - MB, CW - MR, CH - MB);
+    buf_printf(b, "<line class=\"axis\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ML,
+               CH - MB, CW - MR, CH - MB);
     chart_end(b);
 }
 
 static void chart_gpu(buf *b, const diag_run *r)
 {
     int any = 0;
-    for (int i = 0; i < r->ngpu; i++) any |= r->gpus[i].s_util.n > 0;
+    for (int i = 0; i < r->ngpu; i++)
+        any |= r->gpus[i].s_util.n > 0;
     if (!any) return;
     chart c = {xmax_of(r), 100, "%"};
-    chart_begin(b, &c, "GPU utilisation (solid) and memory used (dashed), %", "GPU utilisation and memory over time");
+    chart_begin(b, &c, "GPU utilisation (solid) and memory used (dashed), %",
+                "GPU utilisation and memory over time");
     const char *names[DIAG_MAX_GPUS], *cols[DIAG_MAX_GPUS];
     char nm[DIAG_MAX_GPUS][16];
     for (int i = 0; i < r->ngpu; i++) {
@@ -350,7 +386,8 @@ static void chart_cpu_mem(buf *b, const diag_run *r)
     if (m2 > m) m = m2;
     if (m < 100) m = 100;
     chart c = {xmax_of(r), nice_max(m * 1.05), "%"};
-    chart_begin(b, &c, "CPU: system (% of all cores), process tree and main process (% of one core)",
+    chart_begin(b, &c,
+                "CPU: system (% of all cores), process tree and main process (% of one core)",
                 "CPU over time");
     polyline(b, &c, &r->s_cpu, 1, line_color[0], NULL);
     polyline(b, &c, &r->s_tree_cpu, 1, line_color[1], NULL);
@@ -364,7 +401,8 @@ static void chart_cpu_mem(buf *b, const diag_run *r)
 
     double tot = r->mem_total.n ? r->mem_total.max : NAN;
     chart c2 = {xmax_of(r), 100, "%"};
-    chart_begin(b, &c2, "Host memory: used (% of total) and process-tree RSS (% of total)", "host memory over time");
+    chart_begin(b, &c2, "Host memory: used (% of total) and process-tree RSS (% of total)",
+                "host memory over time");
     polyline(b, &c2, &r->s_mem_used_pct, 1, line_color[0], NULL);
     if (tot > 0) polyline(b, &c2, &r->s_tree_rss, 100 / tot, line_color[1], NULL);
     alert_marks(b, r, &c2);
@@ -380,15 +418,17 @@ static void alerts_timeline(buf *b, const diag_run *r)
     chart c = {xmax_of(r), 1, NULL};
     double h = 84;
     buf_puts(b, "<figure class=\"chart\"><figcaption>Alerts on the timeline</figcaption>\n");
-    buf_printf(b, "<svg viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-label=\"alerts over time\">\n", CW, h);
-    buf_printf(b, "<line class=\"axis\" x1=\"%.1f\" y1=\"35\" x2=\"%.1f\" y2=\"35\"/>\n", ML, CW - MR);
+    buf_printf(b, "<svg viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-label=\"alerts over time\">\n",
+               CW, h);
+    buf_printf(b, "<line class=\"axis\" x1=\"%.1f\" y1=\"35\" x2=\"%.1f\" y2=\"35\"/>\n", ML,
+               CW - MR);
     for (int i = 0; i < r->nalerts; i++) {
         const dalert *a = &r->alerts[i];
         if (!(a->t >= 0)) continue;
         int fired = strcmp(a->state, "fired") == 0, crit = strcmp(a->severity, "critical") == 0;
         double x = X(&c, a->t > c.xmax ? c.xmax : a->t);
-        buf_printf(b, "<circle cx=\"%.1f\" cy=\"35\" r=\"%d\" class=\"%s\"><title>%.1f s ", x, fired ? 7 : 5,
-                   fired ? (crit ? "dot crit" : "dot warn") : "dot clear", a->t);
+        buf_printf(b, "<circle cx=\"%.1f\" cy=\"35\" r=\"%d\" class=\"%s\"><title>%.1f s ", x,
+                   fired ? 7 : 5, fired ? (crit ? "dot crit" : "dot warn") : "dot clear", a->t);
         report_html_esc(b, a->state);
         buf_puts(b, " ");
         report_html_esc(b, a->rule);
@@ -413,29 +453,45 @@ static void alerts_timeline(buf *b, const diag_run *r)
 /* ---- page --------------------------------------------------------------------- */
 
 static const char css[] =
-    "body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d232b}"
+    "body{font:15px/1.45 system-ui,-apple-system,'Segoe "
+    "UI',Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d232b}"
     "main{max-width:1080px;margin:0 auto;padding:24px 28px 48px}"
-    "h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 10px;border-bottom:1px solid #dde1e6;padding-bottom:4px}"
+    "h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 10px;border-bottom:1px solid "
+    "#dde1e6;padding-bottom:4px}"
     "h3{font-size:15px;margin:16px 0 6px}"
-    ".meta{color:#5b6573;font-size:13px;margin:0 0 16px}.meta code{background:#eceff3;padding:1px 5px;border-radius:4px;word-break:break-all}"
-    ".diag{background:#fff;border-radius:10px;padding:16px 20px;border-left:6px solid #e0a100;box-shadow:0 1px 3px rgba(0,0,0,.08)}"
-    ".diag.ok{border-left-color:#2e9e4f}.diag.bad{border-left-color:#d23b2a}.diag.na{border-left-color:#8a94a3}"
+    ".meta{color:#5b6573;font-size:13px;margin:0 0 16px}.meta code{background:#eceff3;padding:1px "
+    "5px;border-radius:4px;word-break:break-all}"
+    ".diag{background:#fff;border-radius:10px;padding:16px 20px;border-left:6px solid "
+    "#e0a100;box-shadow:0 1px 3px rgba(0,0,0,.08)}"
+    ".diag.ok{border-left-color:#2e9e4f}.diag.bad{border-left-color:#d23b2a}.diag.na{border-left-"
+    "color:#8a94a3}"
     ".diag .t{font-size:20px;font-weight:650}.diag .s{font-size:16px;margin:2px 0 8px}"
-    ".diag ol li,.diag ul li{margin:3px 0}.sec{margin-top:10px;padding-top:6px;border-top:1px dashed #dde1e6}"
+    ".diag ol li,.diag ul li{margin:3px 0}.sec{margin-top:10px;padding-top:6px;border-top:1px "
+    "dashed #dde1e6}"
     ".tiles{display:grid;grid-template-columns:repeat(4,1fr);gap:12px;margin:16px 0}"
-    ".tile{background:#fff;border-radius:8px;padding:10px 14px;box-shadow:0 1px 3px rgba(0,0,0,.06)}"
+    ".tile{background:#fff;border-radius:8px;padding:10px 14px;box-shadow:0 1px 3px "
+    "rgba(0,0,0,.06)}"
     ".tile b{display:block;font-size:20px}.tile span{color:#5b6573;font-size:12px}"
-    "figure.chart{background:#fff;margin:14px 0 2px;padding:10px 12px 4px;border-radius:8px;box-shadow:0 1px 3px rgba(0,0,0,.06)}"
-    "figcaption{font-weight:600;font-size:14px;margin-bottom:4px}svg{width:100%;height:auto;display:block}"
+    "figure.chart{background:#fff;margin:14px 0 2px;padding:10px 12px "
+    "4px;border-radius:8px;box-shadow:0 1px 3px rgba(0,0,0,.06)}"
+    "figcaption{font-weight:600;font-size:14px;margin-bottom:4px}svg{width:100%;height:auto;"
+    "display:block}"
     ".grid{stroke:#e6e9ee;stroke-width:1}.axis{stroke:#9aa3ae;stroke-width:1}"
-    ".yl{font-size:11px;fill:#5b6573;text-anchor:end}.xl{font-size:11px;fill:#5b6573;text-anchor:middle}"
+    ".yl{font-size:11px;fill:#5b6573;text-anchor:end}.xl{font-size:11px;fill:#5b6573;text-anchor:"
+    "middle}"
     ".al{font-size:11px;fill:#8a5a00;text-anchor:middle}"
     ".alert{stroke:#e0a100;stroke-width:1.5;stroke-dasharray:4 3}.alert.crit{stroke:#d23b2a}"
-    ".dot.warn{fill:#e0a100}.dot.crit{fill:#d23b2a}.dot.clear{fill:#fff;stroke:#8a94a3;stroke-width:2}"
-    ".legend{font-size:12px;color:#3d4550;margin:2px 0 8px 4px}.legend span{margin-right:14px;white-space:nowrap}"
-    ".legend i{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:5px;vertical-align:-1px}"
-    "table{border-collapse:collapse;background:#fff;width:100%;font-size:13px;box-shadow:0 1px 3px rgba(0,0,0,.06)}"
-    "th,td{padding:5px 9px;border-bottom:1px solid #eceff3;text-align:left;vertical-align:top}th{background:#f0f2f5}"
+    ".dot.warn{fill:#e0a100}.dot.crit{fill:#d23b2a}.dot.clear{fill:#fff;stroke:#8a94a3;stroke-"
+    "width:2}"
+    ".legend{font-size:12px;color:#3d4550;margin:2px 0 8px 4px}.legend "
+    "span{margin-right:14px;white-space:nowrap}"
+    ".legend "
+    "i{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:5px;vertical-"
+    "align:-1px}"
+    "table{border-collapse:collapse;background:#fff;width:100%;font-size:13px;box-shadow:0 1px 3px "
+    "rgba(0,0,0,.06)}"
+    "th,td{padding:5px 9px;border-bottom:1px solid "
+    "#eceff3;text-align:left;vertical-align:top}th{background:#f0f2f5}"
     "td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}"
     ".muted{color:#6b7480}footer{margin-top:32px;color:#8a94a3;font-size:12px}";
 
@@ -487,7 +543,8 @@ void report_html(const diag_run *r, buf *b)
     char a[64], c[64], d[64], e[64], v[160];
     buf_puts(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
                 "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\n"
-                "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n"
+                "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+                "style-src 'unsafe-inline'; img-src data:\">\n"
                 "<title>trainperf report: ");
     report_html_esc(b, r->name);
     buf_printf(b, "</title>\n<style>%s</style></head><body><main>\n", css);
@@ -499,7 +556,8 @@ void report_html(const diag_run *r, buf *b)
         report_html_esc(b, r->command);
         buf_puts(b, "</code><br>");
     }
-    buf_printf(b, "duration %s · exit %s", diag_fmt_dur(a, sizeof(a), f.duration_s), diag_fmt_exit(r, c, sizeof(c)));
+    buf_printf(b, "duration %s · exit %s", diag_fmt_dur(a, sizeof(a), f.duration_s),
+               diag_fmt_exit(r, c, sizeof(c)));
     if (r->host[0]) {
         buf_puts(b, " · host ");
         report_html_esc(b, r->host);
@@ -507,9 +565,11 @@ void report_html(const diag_run *r, buf *b)
     buf_printf(b, " · %d CPUs · %d GPU%s</p>\n", r->cpus, r->ngpu, r->ngpu == 1 ? "" : "s");
 
     const dfinding *p = &g->primary;
-    const char *cls = strcmp(p->id, "compute-bound") == 0 ? " ok"
+    const char *cls = strcmp(p->id, "compute-bound") == 0       ? " ok"
                       : strcmp(p->id, "insufficient-data") == 0 ? " na"
-                      : (strcmp(p->id, "memory-capacity") == 0 || strcmp(p->id, "unstable") == 0) ? " bad" : "";
+                      : (strcmp(p->id, "memory-capacity") == 0 || strcmp(p->id, "unstable") == 0)
+                          ? " bad"
+                          : "";
     buf_printf(b, "<section class=\"diag%s\"><div class=\"t\">", cls);
     report_html_esc(b, p->title);
     buf_puts(b, "</div><div class=\"s\">");
@@ -534,8 +594,10 @@ void report_html(const diag_run *r, buf *b)
         buf_puts(b, "</ul></div>\n");
     }
     buf_puts(b, "</section>\n<div class=\"tiles\">\n");
-    if (isfinite(f.samples_per_s)) tile(b, diag_fmt_num(a, sizeof(a), "%.1f", f.samples_per_s), "samples/s");
-    else tile(b, diag_fmt_num(a, sizeof(a), "%.2f", f.steps_per_s), "steps/s");
+    if (isfinite(f.samples_per_s))
+        tile(b, diag_fmt_num(a, sizeof(a), "%.1f", f.samples_per_s), "samples/s");
+    else
+        tile(b, diag_fmt_num(a, sizeof(a), "%.2f", f.steps_per_s), "steps/s");
     snprintf(v, sizeof(v), "%s ms", diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50));
     tile(b, v, "median step time");
     snprintf(v, sizeof(v), "%s%%", diag_fmt_num(a, sizeof(a), "%.0f", 100 * f.data_share));
@@ -553,13 +615,22 @@ void report_html(const diag_run *r, buf *b)
     chart_throughput(b, r);
     chart_breakdown(b, r);
     chart_data_hist(b, r);
-    buf_puts(b, "<table><tr><th>ms</th><th class=\"n\">p50</th><th class=\"n\">p95</th><th class=\"n\">p99</th><th class=\"n\">max</th></tr>\n");
-    buf_printf(b, "<tr><th>step time</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td></tr>\n",
-               diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50), diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95),
-               diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99), diag_fmt_num(e, sizeof(e), "%.1f", f.step_max));
-    buf_printf(b, "<tr><th>data wait</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td></tr></table>\n",
-               diag_fmt_num(a, sizeof(a), "%.1f", f.data_p50), diag_fmt_num(c, sizeof(c), "%.1f", f.data_p95),
-               diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99), diag_fmt_num(e, sizeof(e), "%.1f", f.data_max));
+    buf_puts(b, "<table><tr><th>ms</th><th class=\"n\">p50</th><th class=\"n\">p95</th><th "
+                "class=\"n\">p99</th><th class=\"n\">max</th></tr>\n");
+    buf_printf(b,
+               "<tr><th>step time</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td "
+               "class=\"n\">%s</td><td class=\"n\">%s</td></tr>\n",
+               diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50),
+               diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95),
+               diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99),
+               diag_fmt_num(e, sizeof(e), "%.1f", f.step_max));
+    buf_printf(b,
+               "<tr><th>data wait</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td "
+               "class=\"n\">%s</td><td class=\"n\">%s</td></tr></table>\n",
+               diag_fmt_num(a, sizeof(a), "%.1f", f.data_p50),
+               diag_fmt_num(c, sizeof(c), "%.1f", f.data_p95),
+               diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99),
+               diag_fmt_num(e, sizeof(e), "%.1f", f.data_max));
 
     buf_puts(b, "<h2>GPUs</h2>\n");
     if (!r->ngpu) {
@@ -568,12 +639,16 @@ void report_html(const diag_run *r, buf *b)
         buf_puts(b, ".</p>\n");
     } else {
         chart_gpu(b, r);
-        buf_puts(b, "<table><tr><th>GPU</th><th>name</th><th class=\"n\">util mean</th><th class=\"n\">memory max</th><th class=\"n\">temp max</th><th class=\"n\">power mean</th><th>clock events</th></tr>\n");
+        buf_puts(b, "<table><tr><th>GPU</th><th>name</th><th class=\"n\">util mean</th><th "
+                    "class=\"n\">memory max</th><th class=\"n\">temp max</th><th class=\"n\">power "
+                    "mean</th><th>clock events</th></tr>\n");
         for (int i = 0; i < r->ngpu; i++) {
             const dgpu *gp = &r->gpus[i];
             buf_printf(b, "<tr><td>%d</td><td>", gp->index);
             report_html_esc(b, gp->name);
-            buf_printf(b, "</td><td class=\"n\">%s%%</td><td class=\"n\">%s</td><td class=\"n\">%s C</td><td class=\"n\">%s W</td><td>",
+            buf_printf(b,
+                       "</td><td class=\"n\">%s%%</td><td class=\"n\">%s</td><td class=\"n\">%s "
+                       "C</td><td class=\"n\">%s W</td><td>",
                        diag_fmt_num(a, sizeof(a), "%.0f", dstat_mean(&gp->util)),
                        diag_fmt_bytes(c, sizeof(c), gp->mem_used.n ? gp->mem_used.max : NAN),
                        diag_fmt_num(d, sizeof(d), "%.0f", gp->temp.n ? gp->temp.max : NAN),
@@ -588,21 +663,26 @@ void report_html(const diag_run *r, buf *b)
     chart_cpu_mem(b, r);
     if (r->have_metrics) {
         buf_puts(b, "<table>\n");
-        snprintf(v, sizeof(v), "%s%% / %s%%", diag_fmt_num(a, sizeof(a), "%.0f", f.cpu_mean), diag_fmt_num(c, sizeof(c), "%.0f", f.cpu_max));
+        snprintf(v, sizeof(v), "%s%% / %s%%", diag_fmt_num(a, sizeof(a), "%.0f", f.cpu_mean),
+                 diag_fmt_num(c, sizeof(c), "%.0f", f.cpu_max));
         row(b, "system CPU mean / max", v);
-        snprintf(v, sizeof(v), "%s%% / %s%%", diag_fmt_num(a, sizeof(a), "%.0f", f.tree_cpu_mean), diag_fmt_num(c, sizeof(c), "%.0f", f.tree_cpu_max));
+        snprintf(v, sizeof(v), "%s%% / %s%%", diag_fmt_num(a, sizeof(a), "%.0f", f.tree_cpu_mean),
+                 diag_fmt_num(c, sizeof(c), "%.0f", f.tree_cpu_max));
         row(b, "process-tree CPU mean / max (100% = one core)", v);
         snprintf(v, sizeof(v), "%s%%", diag_fmt_num(a, sizeof(a), "%.0f", f.main_cpu_mean));
         row(b, "main process CPU mean", v);
         snprintf(v, sizeof(v), "%s", diag_fmt_num(a, sizeof(a), "%.0f", f.procs_max));
         row(b, "processes in the tree (max)", v);
-        snprintf(v, sizeof(v), "%s / %s", diag_fmt_bytes(a, sizeof(a), f.rss_mean), diag_fmt_bytes(c, sizeof(c), f.rss_max));
+        snprintf(v, sizeof(v), "%s / %s", diag_fmt_bytes(a, sizeof(a), f.rss_mean),
+                 diag_fmt_bytes(c, sizeof(c), f.rss_max));
         row(b, "tree RSS mean / max", v);
-        snprintf(v, sizeof(v), "%s of %s", diag_fmt_bytes(a, sizeof(a), f.mem_avail_min), diag_fmt_bytes(c, sizeof(c), f.mem_total));
+        snprintf(v, sizeof(v), "%s of %s", diag_fmt_bytes(a, sizeof(a), f.mem_avail_min),
+                 diag_fmt_bytes(c, sizeof(c), f.mem_total));
         row(b, "host memory available (min)", v);
         row(b, "swap used (max)", diag_fmt_bytes(a, sizeof(a), f.swap_max));
         snprintf(v, sizeof(v), "%s%% / %s%% / %s%%", diag_fmt_num(a, sizeof(a), "%.1f", f.psi_cpu),
-                 diag_fmt_num(c, sizeof(c), "%.1f", f.psi_mem), diag_fmt_num(d, sizeof(d), "%.1f", f.psi_io));
+                 diag_fmt_num(c, sizeof(c), "%.1f", f.psi_mem),
+                 diag_fmt_num(d, sizeof(d), "%.1f", f.psi_io));
         row(b, "PSI some: cpu / memory / io (mean)", v);
         snprintf(v, sizeof(v), "%s%%", diag_fmt_num(a, sizeof(a), "%.1f", f.iowait_mean));
         row(b, "iowait (mean)", v);
@@ -610,10 +690,12 @@ void report_html(const diag_run *r, buf *b)
     }
 
     buf_puts(b, "<h2>Alerts</h2>\n");
-    if (!r->nalerts) buf_puts(b, "<p class=\"muted\">None.</p>\n");
+    if (!r->nalerts)
+        buf_puts(b, "<p class=\"muted\">None.</p>\n");
     else {
         alerts_timeline(b, r);
-        buf_puts(b, "<table><tr><th>t</th><th>state</th><th>severity</th><th>rule</th><th>message</th></tr>\n");
+        buf_puts(b, "<table><tr><th>t</th><th>state</th><th>severity</th><th>rule</th><th>message</"
+                    "th></tr>\n");
         for (int i = 0; i < r->nalerts; i++) {
             const dalert *al = &r->alerts[i];
             buf_printf(b, "<tr><td class=\"n\">%.1f s</td><td>", al->t);

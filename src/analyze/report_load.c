@@ -11,15 +11,16 @@
 #include "trainperf.h"
 #include "util/csvr.h"
 
-const char *const diag_phase_names[PH_COUNT] = {"data", "forward", "backward", "optimizer",
-                                                "comm", "eval", "checkpoint", "other"};
+const char *const diag_phase_names[PH_COUNT] = {"data", "forward", "backward",   "optimizer",
+                                                "comm", "eval",    "checkpoint", "other"};
 
 #define HIST_MIN_MS 1e-3
 #define HIST_LOG_STEP 0.0198026272961797 /* log(1.02) */
 #define MAX_PIDS 4096
 
 /* Bounded message into err (paths may be long; truncation is fine here). */
-static void msg(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void msg(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void msg(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || !errlen) return;
@@ -48,7 +49,10 @@ static void dstat_add(dstat *s, double v)
     s->sumsq += v * v;
 }
 
-double dstat_mean(const dstat *s) { return s->n > 0 ? s->sum / s->n : NAN; }
+double dstat_mean(const dstat *s)
+{
+    return s->n > 0 ? s->sum / s->n : NAN;
+}
 
 static void dhist_add(dhist *h, double ms)
 {
@@ -93,7 +97,8 @@ static void dseries_add(dseries *s, double t, double v)
             s->sum[i] = s->sum[2 * i] + s->sum[2 * i + 1];
             s->cnt[i] = s->cnt[2 * i] + s->cnt[2 * i + 1];
         }
-        for (int i = DIAG_SERIES_CAP / 2; i < DIAG_SERIES_CAP; i++) s->sum[i] = s->cnt[i] = 0;
+        for (int i = DIAG_SERIES_CAP / 2; i < DIAG_SERIES_CAP; i++)
+            s->sum[i] = s->cnt[i] = 0;
         s->width *= 2;
         s->n = (s->n + 1) / 2;
         k = (long)((t - s->t0) / s->width);
@@ -202,7 +207,8 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
     if (width < 0.1) width = 0.1;
     dseries_init(&r->s_sample_rate, width);
     dseries_init(&r->s_step_rate, width);
-    for (int p = 0; p < PH_COUNT; p++) dseries_init(&r->s_phase[p], width);
+    for (int p = 0; p < PH_COUNT; p++)
+        dseries_init(&r->s_phase[p], width);
     r->first_end_s = r->last_end_s = r->first_start_s = NAN;
     int streams[DIAG_MAX_RANKS * 4][2];
     int nstreams = 0;
@@ -294,7 +300,10 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         csvr_close(&c);
         return TPF_EFORMAT;
     }
-    static const struct { const char *col; size_t off; } cols[] = {
+    static const struct {
+        const char *col;
+        size_t off;
+    } cols[] = {
         {"cpu_pct", offsetof(diag_run, cpu)},
         {"cpu_iowait_pct", offsetof(diag_run, iowait)},
         {"mem_used_bytes", offsetof(diag_run, mem_used)},
@@ -320,7 +329,8 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
     };
     enum { NC = sizeof(cols) / sizeof(cols[0]) };
     int idx[NC];
-    for (int i = 0; i < NC; i++) idx[i] = csvr_col(&c, cols[i].col);
+    for (int i = 0; i < NC; i++)
+        idx[i] = csvr_col(&c, cols[i].col);
     /* per-GPU columns: gpu<N>_util_pct defines which GPUs exist */
     int gcol[DIAG_MAX_GPUS][8];
     int gslot[DIAG_MAX_GPUS];
@@ -330,8 +340,9 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         snprintf(nm, sizeof(nm), "gpu%d_util_pct", n);
         int cu = csvr_col(&c, nm);
         if (cu < 0) continue;
-        static const char *const gc[8] = {"util_pct", "mem_util_pct", "mem_used_bytes", "temp_c",
-                                          "power_w", "energy_j", "throttle", "mem_total_bytes"};
+        static const char *const gc[8] = {"util_pct", "mem_util_pct",   "mem_used_bytes",
+                                          "temp_c",   "power_w",        "energy_j",
+                                          "throttle", "mem_total_bytes"};
         for (int j = 0; j < 8; j++) {
             snprintf(nm, sizeof(nm), "gpu%d_%s", n, gc[j]);
             gcol[ng][j] = csvr_col(&c, nm);
@@ -349,9 +360,11 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
     }
     double width = r->duration_s > 0 ? r->duration_s / DIAG_SERIES_CAP : 1.0;
     if (width < 0.1) width = 0.1;
-    dseries *all[] = {&r->s_cpu, &r->s_tree_cpu, &r->s_main_cpu, &r->s_mem_used_pct,
-                      &r->s_tree_rss, &r->s_data_wait_pct, &r->s_metric_sample_rate};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) dseries_init(all[i], width);
+    dseries *all[] = {
+        &r->s_cpu,      &r->s_tree_cpu,      &r->s_main_cpu,          &r->s_mem_used_pct,
+        &r->s_tree_rss, &r->s_data_wait_pct, &r->s_metric_sample_rate};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        dseries_init(all[i], width);
     for (int i = 0; i < r->ngpu; i++) {
         dseries_init(&r->gpus[i].s_util, width);
         dseries_init(&r->gpus[i].s_mem, width);
@@ -443,7 +456,8 @@ static int load_procs(diag_run *r, const char *path, char *err, size_t errlen)
         cur_n++;
         if ((int)pid == root) continue;
         int seen = 0;
-        for (int i = 0; i < npids; i++) seen |= pids[i] == (int)pid;
+        for (int i = 0; i < npids; i++)
+            seen |= pids[i] == (int)pid;
         if (!seen && npids < MAX_PIDS) pids[npids++] = (int)pid;
         if (csvr_num(&c, c_cpu, &v)) dstat_add(&r->worker_cpu, v);
     }
@@ -473,10 +487,12 @@ static int load_alerts(diag_run *r, const char *path, char *err, size_t errlen)
         if (l == sizeof(line) - 1 && line[l - 1] != '\n') {
             /* skip the rest of an over-long line: one bad alert is not a bad run */
             int ch;
-            while ((ch = getc(f)) != EOF && ch != '\n') {}
+            while ((ch = getc(f)) != EOF && ch != '\n') {
+            }
             continue;
         }
-        while (l && (line[l - 1] == '\n' || line[l - 1] == '\r' || line[l - 1] == ' ')) line[--l] = 0;
+        while (l && (line[l - 1] == '\n' || line[l - 1] == '\r' || line[l - 1] == ' '))
+            line[--l] = 0;
         if (!l) continue;
         jr_doc d;
         char e[128];
@@ -499,7 +515,8 @@ static int load_alerts(diag_run *r, const char *path, char *err, size_t errlen)
             snprintf(a->state, sizeof(a->state), "%s", st ? st : "?");
             snprintf(a->severity, sizeof(a->severity), "%s",
                      (s = jr_pstr(d.root, "severity")) ? s : "warning");
-            snprintf(a->message, sizeof(a->message), "%s", (s = jr_pstr(d.root, "message")) ? s : "");
+            snprintf(a->message, sizeof(a->message), "%s",
+                     (s = jr_pstr(d.root, "message")) ? s : "");
         }
         jr_free(&d);
     }
@@ -535,7 +552,8 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     if (!r) return TPF_ENOMEM;
     snprintf(r->dir, sizeof(r->dir), "%s", run_dir);
     size_t dl = strlen(r->dir);
-    while (dl > 1 && r->dir[dl - 1] == '/') r->dir[--dl] = '\0';
+    while (dl > 1 && r->dir[dl - 1] == '/')
+        r->dir[--dl] = '\0';
     const char *base = strrchr(r->dir, '/');
     copy_str(r->name, sizeof(r->name), base ? base + 1 : r->dir);
     r->exit_code = r->exit_signal = -1;
@@ -589,12 +607,13 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     snprintf(path, sizeof(path), "%s/alerts.jsonl", r->dir);
     if ((rc = load_alerts(r, path, e, sizeof(e))) != 0) goto damaged;
     if (!r->have_run && !r->have_steps && !r->have_metrics && !r->have_summary) {
-        msg(err, errlen, "%s: not a trainperf run directory (no run.json, steps.csv or metrics.csv)",
-                 run_dir);
+        msg(err, errlen,
+            "%s: not a trainperf run directory (no run.json, steps.csv or metrics.csv)", run_dir);
         diag_free(r);
         return TPF_ENOENT;
     }
-    if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s)) r->duration_s = r->last_end_s;
+    if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s))
+        r->duration_s = r->last_end_s;
     *out = r;
     return 0;
 damaged:
@@ -605,9 +624,18 @@ damaged:
 
 /* ---- headline figures -------------------------------------------------------- */
 
-static double mean_or_nan(const dstat *s) { return s->n > 0 ? s->sum / s->n : NAN; }
-static double max_or_nan(const dstat *s) { return s->n > 0 ? s->max : NAN; }
-static double min_or_nan(const dstat *s) { return s->n > 0 ? s->min : NAN; }
+static double mean_or_nan(const dstat *s)
+{
+    return s->n > 0 ? s->sum / s->n : NAN;
+}
+static double max_or_nan(const dstat *s)
+{
+    return s->n > 0 ? s->max : NAN;
+}
+static double min_or_nan(const dstat *s)
+{
+    return s->n > 0 ? s->min : NAN;
+}
 
 void diag_figures(const diag_run *r, dfig *f)
 {
@@ -632,7 +660,8 @@ void diag_figures(const diag_run *r, dfig *f)
     f->data_mean = mean_or_nan(&r->st_data);
     f->data_max = max_or_nan(&r->st_data);
     /* a quantile is a bucket's midpoint: keep it inside the observed range */
-    double *qs[] = {&f->step_p50, &f->step_p95, &f->step_p99}, *qd[] = {&f->data_p50, &f->data_p95, &f->data_p99};
+    double *qs[] = {&f->step_p50, &f->step_p95, &f->step_p99},
+           *qd[] = {&f->data_p50, &f->data_p95, &f->data_p99};
     for (int i = 0; i < 3; i++) {
         if (*qs[i] > f->step_max) *qs[i] = f->step_max;
         if (r->st_interval.n && *qs[i] < r->st_interval.min) *qs[i] = r->st_interval.min;
@@ -679,21 +708,31 @@ void diag_figures(const diag_run *r, dfig *f)
 const char *diag_fmt_bytes(char *o, size_t n, double v)
 {
     double a = fabs(v);
-    if (!isfinite(v)) msg(o, n, "?");
-    else if (a >= 1099511627776.0) msg(o, n, "%.1f TiB", v / 1099511627776.0);
-    else if (a >= 1073741824.0) msg(o, n, "%.1f GiB", v / 1073741824.0);
-    else if (a >= 1048576.0) msg(o, n, "%.1f MiB", v / 1048576.0);
-    else if (a >= 1024.0) msg(o, n, "%.1f KiB", v / 1024.0);
-    else msg(o, n, "%.0f B", v);
+    if (!isfinite(v))
+        msg(o, n, "?");
+    else if (a >= 1099511627776.0)
+        msg(o, n, "%.1f TiB", v / 1099511627776.0);
+    else if (a >= 1073741824.0)
+        msg(o, n, "%.1f GiB", v / 1073741824.0);
+    else if (a >= 1048576.0)
+        msg(o, n, "%.1f MiB", v / 1048576.0);
+    else if (a >= 1024.0)
+        msg(o, n, "%.1f KiB", v / 1024.0);
+    else
+        msg(o, n, "%.0f B", v);
     return o;
 }
 
 const char *diag_fmt_dur(char *o, size_t n, double s)
 {
-    if (!isfinite(s)) msg(o, n, "?");
-    else if (s >= 3600) msg(o, n, "%dh %02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
-    else if (s >= 60) msg(o, n, "%dm %02ds", (int)(s / 60), (int)fmod(s, 60));
-    else msg(o, n, "%.1f s", s);
+    if (!isfinite(s))
+        msg(o, n, "?");
+    else if (s >= 3600)
+        msg(o, n, "%dh %02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+    else if (s >= 60)
+        msg(o, n, "%dm %02ds", (int)(s / 60), (int)fmod(s, 60));
+    else
+        msg(o, n, "%.1f s", s);
     return o;
 }
 
@@ -712,14 +751,17 @@ const char *diag_fmt_num(char *o, size_t n, const char *f, double v)
 
 const char *diag_fmt_exit(const diag_run *r, char *o, size_t n)
 {
-    static const char *const names[] = {NULL, "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP",
-                                        "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL", "SIGUSR1",
-                                        "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM"};
-    if (!r->exit_known) msg(o, n, "unknown");
+    static const char *const names[] = {
+        NULL,     "SIGHUP",  "SIGINT",  "SIGQUIT", "SIGILL",  "SIGTRAP", "SIGABRT", "SIGBUS",
+        "SIGFPE", "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM"};
+    if (!r->exit_known)
+        msg(o, n, "unknown");
     else if (r->exit_signal > 0)
         msg(o, n, "signal %d%s%s%s", r->exit_signal, r->exit_signal < 16 ? " (" : "",
             r->exit_signal < 16 ? names[r->exit_signal] : "", r->exit_signal < 16 ? ")" : "");
-    else if (r->exit_code >= 0) msg(o, n, "%d", r->exit_code);
-    else msg(o, n, "unknown");
+    else if (r->exit_code >= 0)
+        msg(o, n, "%d", r->exit_code);
+    else
+        msg(o, n, "unknown");
     return o;
 }

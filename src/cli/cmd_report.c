@@ -20,9 +20,12 @@ static void report_usage(FILE *f)
 
 int cli_parse_format(const char *s, int *fmt)
 {
-    static const struct { const char *n; int f; } t[] = {
-        {"text", REPORT_TEXT}, {"txt", REPORT_TEXT}, {"md", REPORT_MD}, {"markdown", REPORT_MD},
-        {"html", REPORT_HTML}, {"json", REPORT_JSON},
+    static const struct {
+        const char *n;
+        int f;
+    } t[] = {
+        {"text", REPORT_TEXT},   {"txt", REPORT_TEXT},  {"md", REPORT_MD},
+        {"markdown", REPORT_MD}, {"html", REPORT_HTML}, {"json", REPORT_JSON},
     };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
         if (strcmp(s, t[i].n) == 0) {
@@ -58,15 +61,18 @@ int cmd_report(int argc, char **argv)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             report_usage(stdout);
             return CLI_OK;
-        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0 || strncmp(a, "--format=", 9) == 0) {
+        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0 ||
+                   strncmp(a, "--format=", 9) == 0) {
             const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
             if (!v || cli_parse_format(v, &fmt)) {
-                cli_error("--format wants text, md, html or json%s%s", v ? ", not " : "", v ? v : "");
+                cli_error("--format wants text, md, html or json%s%s", v ? ", not " : "",
+                          v ? v : "");
                 return CLI_USAGE;
             }
         } else if (strcmp(a, "--json") == 0) {
             fmt = REPORT_JSON;
-        } else if (strcmp(a, "--out") == 0 || strcmp(a, "-o") == 0 || strncmp(a, "--out=", 6) == 0) {
+        } else if (strcmp(a, "--out") == 0 || strcmp(a, "-o") == 0 ||
+                   strncmp(a, "--out=", 6) == 0) {
             const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
             if (!v || !*v) {
                 cli_error("--out wants a file name");
@@ -82,7 +88,8 @@ int cmd_report(int argc, char **argv)
             dir = a;
         } else {
             cli_error("report: one run directory at a time (got '%s' and '%s'); "
-                      "`trainperf compare` takes two", dir, a);
+                      "`trainperf compare` takes two",
+                      dir, a);
             return CLI_USAGE;
         }
     }

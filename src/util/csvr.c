@@ -13,7 +13,8 @@ static int csvr_grow(csvr *r, size_t need)
     if (need <= r->rec_cap) return 0;
     if (need > CSVR_MAX_RECORD + 1) return TPF_ETOOBIG;
     size_t cap = r->rec_cap ? r->rec_cap : 1024;
-    while (cap < need) cap *= 2;
+    while (cap < need)
+        cap *= 2;
     if (cap > CSVR_MAX_RECORD + 1) cap = CSVR_MAX_RECORD + 1;
     char *p = realloc(r->rec, cap);
     if (!p) return TPF_ENOMEM;
@@ -72,7 +73,8 @@ static int csvr_read(csvr *r)
     if (!any) return 0;
     if (csvr_grow(r, len + 1)) return TPF_ETOOBIG;
     r->rec[len] = '\0';
-    for (int i = 0; i < n; i++) r->cell[i] = r->rec + starts[i];
+    for (int i = 0; i < n; i++)
+        r->cell[i] = r->rec + starts[i];
     r->ncell = n;
     r->line += lines ? lines : 1;
     return 1;
@@ -97,13 +99,15 @@ int csvr_open(csvr *r, const char *path, char *err, size_t errlen)
     int rc = csvr_read(r);
     if (rc <= 0 || (r->ncell == 1 && r->rec[0] == '\0')) {
         if (err && errlen)
-            snprintf(err, errlen, "%s: %s", path, rc < 0 ? tpf_strerror(rc) : "empty, no header row");
+            snprintf(err, errlen, "%s: %s", path,
+                     rc < 0 ? tpf_strerror(rc) : "empty, no header row");
         csvr_close(r);
         return rc < 0 ? rc : TPF_EFORMAT;
     }
     /* Header cells point into their own copy: rec is reused per record. */
     size_t hl = 0;
-    for (int i = 0; i < r->ncell; i++) hl += strlen(r->cell[i]) + 1;
+    for (int i = 0; i < r->ncell; i++)
+        hl += strlen(r->cell[i]) + 1;
     r->hdr = malloc(hl ? hl : 1);
     if (!r->hdr) {
         csvr_close(r);

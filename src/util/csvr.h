@@ -13,15 +13,15 @@
 
 typedef struct csvr {
     FILE *f;
-    char *rec;          /* current record, cells NUL-separated */
+    char *rec; /* current record, cells NUL-separated */
     size_t rec_cap;
-    char **cell;        /* CSVR_MAX_COLS pointers into rec */
-    int ncell;          /* cells in the current record */
-    char *hdr;          /* header record copy */
+    char **cell; /* CSVR_MAX_COLS pointers into rec */
+    int ncell;   /* cells in the current record */
+    char *hdr;   /* header record copy */
     char **hcell;
-    int ncol;           /* header columns */
-    long line;          /* 1-based line of the current record's start */
-    long rows;          /* data records read so far */
+    int ncol;  /* header columns */
+    long line; /* 1-based line of the current record's start */
+    long rows; /* data records read so far */
 } csvr;
 
 /* Open path and read its header. TPF_ENOENT/TPF_EIO/TPF_EFORMAT (empty file,

@@ -21,7 +21,7 @@ struct jr_block {
 typedef struct jr_parser {
     const char *s;
     size_t n, i;
-    char *sp;          /* next free byte in the decoded-string area */
+    char *sp; /* next free byte in the decoded-string area */
     jr_doc *d;
     size_t max_nodes;
     int rc;
@@ -75,10 +75,14 @@ static int jr_hex4(jr_parser *p, unsigned *out)
     for (int k = 0; k < 4; k++) {
         char c = p->s[p->i + (size_t)k];
         v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return -1;
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return -1;
     }
     p->i += 4;
     *out = v;
@@ -176,19 +180,22 @@ static int jr_number(jr_parser *p, double *out)
     size_t st = p->i;
     if (p->i < p->n && p->s[p->i] == '-') p->i++;
     size_t digits = p->i;
-    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9')
+        p->i++;
     if (p->i == digits) return -1;
     if (p->i < p->n && p->s[p->i] == '.') {
         p->i++;
         size_t f = p->i;
-        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9')
+            p->i++;
         if (p->i == f) return -1;
     }
     if (p->i < p->n && (p->s[p->i] == 'e' || p->s[p->i] == 'E')) {
         p->i++;
         if (p->i < p->n && (p->s[p->i] == '+' || p->s[p->i] == '-')) p->i++;
         size_t f = p->i;
-        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9')
+            p->i++;
         if (p->i == f) return -1;
     }
     char tmp[64];
@@ -315,8 +322,7 @@ void jr_free(jr_doc *d)
     memset(d, 0, sizeof(*d));
 }
 
-int jr_parse(jr_doc *d, const char *text, size_t n, size_t max_nodes, char *err,
-             size_t errlen)
+int jr_parse(jr_doc *d, const char *text, size_t n, size_t max_nodes, char *err, size_t errlen)
 {
     memset(d, 0, sizeof(*d));
     if (err && errlen) err[0] = '\0';
@@ -414,7 +420,8 @@ const jr_node *jr_at(const jr_node *arr, int i)
 {
     if (!arr || arr->type != JR_ARR || i < 0) return NULL;
     const jr_node *c = arr->child;
-    while (c && i-- > 0) c = c->next;
+    while (c && i-- > 0)
+        c = c->next;
     return c;
 }
 
@@ -424,8 +431,17 @@ double jr_num(const jr_node *n)
     return n->num;
 }
 
-double jr_pnum(const jr_node *n, const char *path) { return jr_num(jr_path(n, path)); }
+double jr_pnum(const jr_node *n, const char *path)
+{
+    return jr_num(jr_path(n, path));
+}
 
-const char *jr_str(const jr_node *n) { return n && n->type == JR_STR ? n->str : NULL; }
+const char *jr_str(const jr_node *n)
+{
+    return n && n->type == JR_STR ? n->str : NULL;
+}
 
-const char *jr_pstr(const jr_node *n, const char *path) { return jr_str(jr_path(n, path)); }
+const char *jr_pstr(const jr_node *n, const char *path)
+{
+    return jr_str(jr_path(n, path));
+}

@@ -11,23 +11,23 @@ typedef enum jr_type { JR_NULL, JR_BOOL, JR_NUM, JR_STR, JR_ARR, JR_OBJ } jr_typ
 
 typedef struct jr_node {
     jr_type type;
-    double num;             /* JR_NUM value; JR_BOOL 0/1 */
-    const char *str;        /* JR_STR decoded, NUL-terminated; \u0000 becomes U+FFFD */
-    const char *key;        /* member name when inside an object, else NULL */
-    struct jr_node *child;  /* first element/member (JR_ARR, JR_OBJ) */
-    struct jr_node *next;   /* next sibling */
-    int count;              /* elements/members */
-    size_t off, end;        /* byte span of the value in the source text */
+    double num;            /* JR_NUM value; JR_BOOL 0/1 */
+    const char *str;       /* JR_STR decoded, NUL-terminated; \u0000 becomes U+FFFD */
+    const char *key;       /* member name when inside an object, else NULL */
+    struct jr_node *child; /* first element/member (JR_ARR, JR_OBJ) */
+    struct jr_node *next;  /* next sibling */
+    int count;             /* elements/members */
+    size_t off, end;       /* byte span of the value in the source text */
 } jr_node;
 
 typedef struct jr_block jr_block;
 
 typedef struct jr_doc {
     jr_node *root;
-    char *text;             /* owned copy of the source when loaded from a file */
+    char *text; /* owned copy of the source when loaded from a file */
     size_t text_len;
-    char *strs;             /* decoded strings */
-    jr_block *blocks;       /* node storage */
+    char *strs;       /* decoded strings */
+    jr_block *blocks; /* node storage */
     size_t nodes;
 } jr_doc;
 
@@ -39,8 +39,7 @@ typedef struct jr_doc {
  * unless loaded with jr_load_file). max_nodes 0: default. Returns 0,
  * TPF_EFORMAT with "position N: expected ..." in err, TPF_ETOOBIG or
  * TPF_ENOMEM. On error d holds nothing to free; on success free with jr_free. */
-int jr_parse(jr_doc *d, const char *text, size_t n, size_t max_nodes, char *err,
-             size_t errlen);
+int jr_parse(jr_doc *d, const char *text, size_t n, size_t max_nodes, char *err, size_t errlen);
 /* Read and parse a file of at most max_bytes (0: default). TPF_ENOENT,
  * TPF_EIO, TPF_ETOOBIG, TPF_EFORMAT with a reason in err. */
 int jr_load_file(jr_doc *d, const char *path, size_t max_bytes, char *err, size_t errlen);

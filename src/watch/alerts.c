@@ -22,9 +22,9 @@
 #define TREND_WINDOW_S 180.0  /* fit over the last three minutes */
 #define TREND_MIN_SPAN_S 20.0 /* and only once 20 s of history exist */
 #define TREND_MIN_POINTS 6
-#define TREND_MIN_R2 0.8      /* a noisy cloud is not a trend */
-#define ETA_NONE 1e12         /* "not growing": far beyond any threshold */
-#define HYST_MARGIN 0.05      /* clear only 5% of the threshold past it */
+#define TREND_MIN_R2 0.8 /* a noisy cloud is not a trend */
+#define ETA_NONE 1e12    /* "not growing": far beyond any threshold */
+#define HYST_MARGIN 0.05 /* clear only 5% of the threshold past it */
 
 /* NVML clock-event bits that mean the GPU slowed down for a hardware,
  * thermal or power-brake reason (SwPowerCap is reported separately). */
@@ -35,7 +35,7 @@ enum metric_unit { MU_PCT, MU_BYTES, MU_BPS, MU_S, MU_C, MU_RATIO, MU_COUNT, MU_
 
 typedef struct trend {
     double t[TREND_CAP], v[TREND_CAP];
-    int head, n;        /* ring: head is the next slot */
+    int head, n; /* ring: head is the next slot */
     double last_t;
 } trend;
 
@@ -43,17 +43,17 @@ typedef struct alert_rule {
     char name[ALERT_NAME_MAX];
     char expr[ALERT_EXPR_MAX];
     char text[ALERT_NAME_MAX + ALERT_EXPR_MAX + 4]; /* "name: expr" */
-    int metric;         /* index into metrics[] */
+    int metric;                                     /* index into metrics[] */
     int op;
     double thr;
     double dur_s;
     int severity;
-    int off;            /* disabled ("NAME: off") */
-    int needs_steps;    /* only once training steps have started */
-    const char *msg;    /* default rules: message template id, else NULL */
+    int off;         /* disabled ("NAME: off") */
+    int needs_steps; /* only once training steps have started */
+    const char *msg; /* default rules: message template id, else NULL */
     /* state */
-    int active;         /* fired and not yet cleared */
-    int holding;        /* condition true since hold_t */
+    int active;  /* fired and not yet cleared */
+    int holding; /* condition true since hold_t */
     double hold_t;
     int clearing;
     double clear_t;
@@ -88,16 +88,19 @@ typedef struct metric {
     int unit;
     host_get host;
     gpu_get gpu;
-    const char *what;   /* for messages and docs */
+    const char *what; /* for messages and docs */
 } metric;
 
-static fval nofv(void) { return (fval){0, 0}; }
+static fval nofv(void)
+{
+    return (fval){0, 0};
+}
 
-#define HOST_FIELD(fn, field)                                                \
-    static fval fn(const coll_frame *f, const alert_set *s)                  \
-    {                                                                        \
-        (void)s;                                                             \
-        return f->field;                                                     \
+#define HOST_FIELD(fn, field)                                                                      \
+    static fval fn(const coll_frame *f, const alert_set *s)                                        \
+    {                                                                                              \
+        (void)s;                                                                                   \
+        return f->field;                                                                           \
     }
 HOST_FIELD(m_cpu, cpu_pct)
 HOST_FIELD(m_iowait, cpu_iowait_pct)
@@ -149,22 +152,63 @@ static fval m_step_ratio(const coll_frame *f, const alert_set *s)
 static fval m_stall_ratio(const coll_frame *f, const alert_set *s)
 {
     (void)s;
-    if (!f->since_last_step_s.ok || !f->step_time_median_ms.ok ||
-        f->step_time_median_ms.v <= 0 || !f->steps.ok || f->steps.v < 1)
+    if (!f->since_last_step_s.ok || !f->step_time_median_ms.ok || f->step_time_median_ms.v <= 0 ||
+        !f->steps.ok || f->steps.v < 1)
         return nofv();
     return fv(f->since_last_step_s.v * 1000.0 / f->step_time_median_ms.v);
 }
 
-static fval m_oom_eta(const coll_frame *f, const alert_set *s) { (void)f; return s->oom_eta_s; }
-static fval m_rss_growth(const coll_frame *f, const alert_set *s) { (void)f; return s->rss_growth_bps; }
-static fval m_host_growth(const coll_frame *f, const alert_set *s) { (void)f; return s->host_growth_bps; }
-static fval m_swap_rate(const coll_frame *f, const alert_set *s) { (void)f; return s->swap_rate_bps; }
+static fval m_oom_eta(const coll_frame *f, const alert_set *s)
+{
+    (void)f;
+    return s->oom_eta_s;
+}
+static fval m_rss_growth(const coll_frame *f, const alert_set *s)
+{
+    (void)f;
+    return s->rss_growth_bps;
+}
+static fval m_host_growth(const coll_frame *f, const alert_set *s)
+{
+    (void)f;
+    return s->host_growth_bps;
+}
+static fval m_swap_rate(const coll_frame *f, const alert_set *s)
+{
+    (void)f;
+    return s->swap_rate_bps;
+}
 
-static fval g_util(const gpu_frame *g, const alert_set *s, int i) { (void)s; (void)i; return g->util_pct; }
-static fval g_mem_util(const gpu_frame *g, const alert_set *s, int i) { (void)s; (void)i; return g->mem_util_pct; }
-static fval g_mem_used(const gpu_frame *g, const alert_set *s, int i) { (void)s; (void)i; return g->mem_used_bytes; }
-static fval g_temp(const gpu_frame *g, const alert_set *s, int i) { (void)s; (void)i; return g->temp_c; }
-static fval g_power(const gpu_frame *g, const alert_set *s, int i) { (void)s; (void)i; return g->power_w; }
+static fval g_util(const gpu_frame *g, const alert_set *s, int i)
+{
+    (void)s;
+    (void)i;
+    return g->util_pct;
+}
+static fval g_mem_util(const gpu_frame *g, const alert_set *s, int i)
+{
+    (void)s;
+    (void)i;
+    return g->mem_util_pct;
+}
+static fval g_mem_used(const gpu_frame *g, const alert_set *s, int i)
+{
+    (void)s;
+    (void)i;
+    return g->mem_used_bytes;
+}
+static fval g_temp(const gpu_frame *g, const alert_set *s, int i)
+{
+    (void)s;
+    (void)i;
+    return g->temp_c;
+}
+static fval g_power(const gpu_frame *g, const alert_set *s, int i)
+{
+    (void)s;
+    (void)i;
+    return g->power_w;
+}
 
 static fval g_mem_pct(const gpu_frame *g, const alert_set *s, int i)
 {
@@ -191,7 +235,12 @@ static fval g_power_capped(const gpu_frame *g, const alert_set *s, int i)
     return fv(((unsigned long long)g->throttle_mask.v & 0x4u) ? 1.0 : 0.0);
 }
 
-static fval g_lost(const gpu_frame *g, const alert_set *s, int i) { (void)s; (void)i; return fv(g->lost ? 1 : 0); }
+static fval g_lost(const gpu_frame *g, const alert_set *s, int i)
+{
+    (void)s;
+    (void)i;
+    return fv(g->lost ? 1 : 0);
+}
 
 static fval g_oom_eta(const gpu_frame *g, const alert_set *s, int i)
 {
@@ -233,7 +282,8 @@ static const metric metrics[] = {
     {"step.time_ms", MK_HOST, MU_RATIO, m_step_ms, NULL, "step time (ms)"},
     {"step.time_ratio", MK_HOST, MU_RATIO, m_step_ratio, NULL, "step time vs the run's median"},
     {"step.stall_s", MK_HOST, MU_S, m_stall_s, NULL, "time since the last step"},
-    {"step.stall_ratio", MK_HOST, MU_RATIO, m_stall_ratio, NULL, "time since the last step in median step times"},
+    {"step.stall_ratio", MK_HOST, MU_RATIO, m_stall_ratio, NULL,
+     "time since the last step in median step times"},
     {"data_wait.pct", MK_HOST, MU_PCT, m_data_wait, NULL, "data-wait share of step time"},
     {"gpu.util", MK_GPU, MU_PCT, NULL, g_util, "utilisation"},
     {"gpu.mem_util", MK_GPU, MU_PCT, NULL, g_mem_util, "memory-bandwidth utilisation"},
@@ -298,11 +348,15 @@ static void perr(char *err, size_t errlen, size_t pos, const char *fmt, ...)
 
 static size_t skip_ws(const char *s, size_t i)
 {
-    while (s[i] == ' ' || s[i] == '\t') i++;
+    while (s[i] == ' ' || s[i] == '\t')
+        i++;
     return i;
 }
 
-static int ident_char(char c) { return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-'; }
+static int ident_char(char c)
+{
+    return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-';
+}
 
 /* A number with an optional unit. Returns 0 and advances *ip, or -1. */
 static int parse_value(const char *s, size_t *ip, double *out, int duration, char *err,
@@ -314,13 +368,16 @@ static int parse_value(const char *s, size_t *ip, double *out, int duration, cha
     double v = strtod(s + i, &end);
     if (end == s + i || errno == ERANGE || !isfinite(v) ||
         (!isdigit((unsigned char)s[i]) && s[i] != '-' && s[i] != '+' && s[i] != '.')) {
-        if (duration) perr(err, errlen, i, "expected a duration like 30s, 5m, 1h or 500ms");
-        else perr(err, errlen, i, "expected a number");
+        if (duration)
+            perr(err, errlen, i, "expected a duration like 30s, 5m, 1h or 500ms");
+        else
+            perr(err, errlen, i, "expected a number");
         return -1;
     }
     size_t j = (size_t)(end - s);
     size_t u = j;
-    while (isalpha((unsigned char)s[u]) || s[u] == '%') u++;
+    while (isalpha((unsigned char)s[u]) || s[u] == '%')
+        u++;
     char unit[16];
     if (u - j >= sizeof(unit)) {
         perr(err, errlen, j, "unknown unit");
@@ -328,14 +385,36 @@ static int parse_value(const char *s, size_t *ip, double *out, int duration, cha
     }
     memcpy(unit, s + j, u - j);
     unit[u - j] = '\0';
-    static const struct { const char *u; double mul; int dur; } units[] = {
-        {"", 1, 2},        {"%", 1, 0},      {"ms", 1e-3, 2},  {"s", 1, 2},
-        {"m", 60, 1},      {"min", 60, 2},   {"h", 3600, 2},   {"B", 1, 0},
-        {"k", 1e3, 0},     {"K", 1e3, 0},    {"kB", 1e3, 0},   {"KB", 1e3, 0},
-        {"M", 1e6, 0},     {"MB", 1e6, 0},   {"G", 1e9, 0},    {"GB", 1e9, 0},
-        {"T", 1e12, 0},    {"TB", 1e12, 0},  {"KiB", 1024.0, 0}, {"MiB", 1048576.0, 0},
-        {"GiB", 1073741824.0, 0}, {"TiB", 1099511627776.0, 0}, {"C", 1, 0},
-        {"x", 1, 0},       {"W", 1, 0},
+    static const struct {
+        const char *u;
+        double mul;
+        int dur;
+    } units[] = {
+        {"", 1, 2},
+        {"%", 1, 0},
+        {"ms", 1e-3, 2},
+        {"s", 1, 2},
+        {"m", 60, 1},
+        {"min", 60, 2},
+        {"h", 3600, 2},
+        {"B", 1, 0},
+        {"k", 1e3, 0},
+        {"K", 1e3, 0},
+        {"kB", 1e3, 0},
+        {"KB", 1e3, 0},
+        {"M", 1e6, 0},
+        {"MB", 1e6, 0},
+        {"G", 1e9, 0},
+        {"GB", 1e9, 0},
+        {"T", 1e12, 0},
+        {"TB", 1e12, 0},
+        {"KiB", 1024.0, 0},
+        {"MiB", 1048576.0, 0},
+        {"GiB", 1073741824.0, 0},
+        {"TiB", 1099511627776.0, 0},
+        {"C", 1, 0},
+        {"x", 1, 0},
+        {"W", 1, 0},
     };
     for (size_t k = 0; k < sizeof(units) / sizeof(units[0]); k++) {
         if (strcmp(unit, units[k].u) != 0) continue;
@@ -347,8 +426,12 @@ static int parse_value(const char *s, size_t *ip, double *out, int duration, cha
         *ip = u;
         return 0;
     }
-    if (duration) perr(err, errlen, j, "unknown duration unit '%s' (use ms, s, m, h)", unit);
-    else perr(err, errlen, j, "unknown unit '%s' (use %%, B, kB, MB, GB, KiB, MiB, GiB, ms, s, min, h, C, W, x)", unit);
+    if (duration)
+        perr(err, errlen, j, "unknown duration unit '%s' (use ms, s, m, h)", unit);
+    else
+        perr(err, errlen, j,
+             "unknown unit '%s' (use %%, B, kB, MB, GB, KiB, MiB, GiB, ms, s, min, h, C, W, x)",
+             unit);
     return -1;
 }
 
@@ -361,7 +444,8 @@ static int parse_rule(const char *s, size_t start, parsed *p, char *err, size_t 
         return 0;
     }
     size_t m0 = i;
-    while (ident_char(s[i])) i++;
+    while (ident_char(s[i]))
+        i++;
     if (i == m0) {
         perr(err, errlen, i, "expected a metric name like gpu.util");
         return TPF_EFORMAT;
@@ -382,12 +466,18 @@ static int parse_rule(const char *s, size_t start, parsed *p, char *err, size_t 
     }
     i = skip_ws(s, i);
     p->op = -1;
-    if (s[i] == '<' && s[i + 1] == '=') p->op = OP_LE, i += 2;
-    else if (s[i] == '>' && s[i + 1] == '=') p->op = OP_GE, i += 2;
-    else if (s[i] == '=' && s[i + 1] == '=') p->op = OP_EQ, i += 2;
-    else if (s[i] == '!' && s[i + 1] == '=') p->op = OP_NE, i += 2;
-    else if (s[i] == '<') p->op = OP_LT, i += 1;
-    else if (s[i] == '>') p->op = OP_GT, i += 1;
+    if (s[i] == '<' && s[i + 1] == '=')
+        p->op = OP_LE, i += 2;
+    else if (s[i] == '>' && s[i + 1] == '=')
+        p->op = OP_GE, i += 2;
+    else if (s[i] == '=' && s[i + 1] == '=')
+        p->op = OP_EQ, i += 2;
+    else if (s[i] == '!' && s[i + 1] == '=')
+        p->op = OP_NE, i += 2;
+    else if (s[i] == '<')
+        p->op = OP_LT, i += 1;
+    else if (s[i] == '>')
+        p->op = OP_GT, i += 1;
     if (p->op < 0) {
         perr(err, errlen, i, "expected an operator (< <= > >= == !=)");
         return TPF_EFORMAT;
@@ -396,7 +486,8 @@ static int parse_rule(const char *s, size_t start, parsed *p, char *err, size_t 
     if (parse_value(s, &i, &p->thr, 0, err, errlen)) return TPF_EFORMAT;
     i = skip_ws(s, i);
     if (s[i] == '\0') return 0;
-    if (strncmp(s + i, "for", 3) != 0 || (s[i + 3] != ' ' && s[i + 3] != '\t' && s[i + 3] != '\0')) {
+    if (strncmp(s + i, "for", 3) != 0 ||
+        (s[i + 3] != ' ' && s[i + 3] != '\t' && s[i + 3] != '\0')) {
         perr(err, errlen, i, "expected 'for DURATION' or end of rule");
         return TPF_EFORMAT;
     }
@@ -454,9 +545,11 @@ static int rule_set(alert_set *s, const char *name, const char *expr, size_t exp
     if (!p->off) {
         /* normalised expression: trimmed */
         const char *e = expr + expr_off;
-        while (*e == ' ' || *e == '\t') e++;
+        while (*e == ' ' || *e == '\t')
+            e++;
         size_t l = strlen(e);
-        while (l && (e[l - 1] == ' ' || e[l - 1] == '\t' || e[l - 1] == '\n' || e[l - 1] == '\r')) l--;
+        while (l && (e[l - 1] == ' ' || e[l - 1] == '\t' || e[l - 1] == '\n' || e[l - 1] == '\r'))
+            l--;
         if (l >= sizeof(r->expr)) l = sizeof(r->expr) - 1;
         memcpy(r->expr, e, l);
         r->expr[l] = '\0';
@@ -487,7 +580,10 @@ int alerts_create(alert_set **out, int defaults_on)
     return 0;
 }
 
-void alerts_free(alert_set *s) { free(s); }
+void alerts_free(alert_set *s)
+{
+    free(s);
+}
 
 int alerts_add(alert_set *s, const char *rule, char *err, size_t errlen)
 {
@@ -499,7 +595,8 @@ int alerts_add(alert_set *s, const char *rule, char *err, size_t errlen)
     }
     /* An optional "NAME:" prefix; metric names never contain ':'. */
     size_t i = skip_ws(rule, 0), n0 = i;
-    while (isalnum((unsigned char)rule[i]) || rule[i] == '_' || rule[i] == '-') i++;
+    while (isalnum((unsigned char)rule[i]) || rule[i] == '_' || rule[i] == '-')
+        i++;
     size_t n1 = i;
     size_t j = skip_ws(rule, i);
     char name[ALERT_NAME_MAX];
@@ -525,7 +622,8 @@ int alerts_add(alert_set *s, const char *rule, char *err, size_t errlen)
     if (rc) return rc;
     if (p.off) {
         int found = 0;
-        for (int k = 0; k < s->nrule; k++) found |= strcmp(s->rule[k].name, name) == 0;
+        for (int k = 0; k < s->nrule; k++)
+            found |= strcmp(s->rule[k].name, name) == 0;
         if (!found) {
             perr(err, errlen, n0, "no rule named '%s' to turn off", name);
             return TPF_EFORMAT;
@@ -557,9 +655,11 @@ int alerts_load_file(alert_set *s, const char *path, char *err, size_t errlen)
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
         l = strlen(line);
-        while (l && isspace((unsigned char)line[l - 1])) line[--l] = '\0';
+        while (l && isspace((unsigned char)line[l - 1]))
+            line[--l] = '\0';
         size_t k = 0;
-        while (isspace((unsigned char)line[k])) k++;
+        while (isspace((unsigned char)line[k]))
+            k++;
         if (!line[k]) continue;
         char e[200];
         rc = alerts_add(s, line, e, sizeof(e));
@@ -717,17 +817,22 @@ static fval rule_value(const alert_set *s, const alert_rule *r, const coll_frame
      * idle neighbours are not "under-used"; otherwise every listed GPU counts.
      * A lost GPU has lost its contexts too, so gpu.lost looks at all. */
     int any_in_use = 0;
-    for (int g = 0; g < f->ngpu && g < FRAME_MAX_GPUS; g++) any_in_use |= f->gpu[g].in_use;
+    for (int g = 0; g < f->ngpu && g < FRAME_MAX_GPUS; g++)
+        any_in_use |= f->gpu[g].in_use;
     int all = m->gpu == g_lost;
     for (int g = 0; g < f->ngpu && g < FRAME_MAX_GPUS; g++) {
         if (any_in_use && !all && !f->gpu[g].in_use) continue;
         fval v = m->gpu(&f->gpu[g], s, g);
         if (!v.ok) continue;
         int better;
-        if (!best.ok) better = 1;
-        else if (r->op == OP_LT || r->op == OP_LE) better = v.v < best.v;
-        else if (r->op == OP_GT || r->op == OP_GE) better = v.v > best.v;
-        else better = cmp(r->op, v.v, r->thr) && !cmp(r->op, best.v, r->thr);
+        if (!best.ok)
+            better = 1;
+        else if (r->op == OP_LT || r->op == OP_LE)
+            better = v.v < best.v;
+        else if (r->op == OP_GT || r->op == OP_GE)
+            better = v.v > best.v;
+        else
+            better = cmp(r->op, v.v, r->thr) && !cmp(r->op, best.v, r->thr);
         if (better) {
             best = v;
             *gi = f->gpu[g].index;
@@ -744,17 +849,25 @@ static void fmt_value(char *o, size_t n, int unit, double v)
     case MU_BYTES:
     case MU_BPS: {
         const char *suf = unit == MU_BPS ? "/s" : "";
-        if (a >= 1073741824.0) snprintf(o, n, "%.1f GiB%s", v / 1073741824.0, suf);
-        else if (a >= 1048576.0) snprintf(o, n, "%.1f MiB%s", v / 1048576.0, suf);
-        else if (a >= 1024.0) snprintf(o, n, "%.1f KiB%s", v / 1024.0, suf);
-        else snprintf(o, n, "%.0f B%s", v, suf);
+        if (a >= 1073741824.0)
+            snprintf(o, n, "%.1f GiB%s", v / 1073741824.0, suf);
+        else if (a >= 1048576.0)
+            snprintf(o, n, "%.1f MiB%s", v / 1048576.0, suf);
+        else if (a >= 1024.0)
+            snprintf(o, n, "%.1f KiB%s", v / 1024.0, suf);
+        else
+            snprintf(o, n, "%.0f B%s", v, suf);
         break;
     }
     case MU_S:
-        if (a >= ETA_NONE) snprintf(o, n, "never");
-        else if (a >= 7200) snprintf(o, n, "%.1f h", v / 3600);
-        else if (a >= 120) snprintf(o, n, "%.1f min", v / 60);
-        else snprintf(o, n, "%.0f s", v);
+        if (a >= ETA_NONE)
+            snprintf(o, n, "never");
+        else if (a >= 7200)
+            snprintf(o, n, "%.1f h", v / 3600);
+        else if (a >= 120)
+            snprintf(o, n, "%.1f min", v / 60);
+        else
+            snprintf(o, n, "%.0f s", v);
         break;
     case MU_C: snprintf(o, n, "%.0f C", v); break;
     case MU_W: snprintf(o, n, "%.0f W", v); break;
@@ -766,10 +879,14 @@ static void fmt_value(char *o, size_t n, int unit, double v)
 
 static void fmt_dur(char *o, size_t n, double s)
 {
-    if (s >= 3600 && fmod(s, 3600) == 0) snprintf(o, n, "%.0f h", s / 3600);
-    else if (s >= 120) snprintf(o, n, "%.0f min", s / 60);
-    else if (s >= 1) snprintf(o, n, "%.0f s", s);
-    else snprintf(o, n, "%.0f ms", s * 1000);
+    if (s >= 3600 && fmod(s, 3600) == 0)
+        snprintf(o, n, "%.0f h", s / 3600);
+    else if (s >= 120)
+        snprintf(o, n, "%.0f min", s / 60);
+    else if (s >= 1)
+        snprintf(o, n, "%.0f s", s);
+    else
+        snprintf(o, n, "%.0f ms", s * 1000);
 }
 
 static void make_message(const alert_set *s, const alert_rule *r, const coll_frame *f, int gi,
@@ -799,7 +916,8 @@ static void make_message(const alert_set *s, const alert_rule *r, const coll_fra
         for (int k = 0; k < f->ngpu && k < FRAME_MAX_GPUS; k++)
             if (f->gpu[k].index == gi && s->gpu_growth_bps[k].ok) g = s->gpu_growth_bps[k].v;
         fmt_value(rate, sizeof(rate), MU_BPS, g);
-        snprintf(o, n, "%smemory grows %s; projected to run out of GPU memory in %s", who, rate, val);
+        snprintf(o, n, "%smemory grows %s; projected to run out of GPU memory in %s", who, rate,
+                 val);
     } else if (strcmp(nm, "step.stall_ratio") == 0) {
         snprintf(o, n, "no step for %.0f s (%.0fx the median step time %.0f ms): possible hang",
                  f->since_last_step_s.v, v, f->step_time_median_ms.v);

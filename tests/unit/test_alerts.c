@@ -100,8 +100,8 @@ TT_TEST(clears_with_hysteresis)
     for (int t = 0; t <= 100; t++) {
         coll_frame *f = at(t);
         double v = 95;
-        if (t >= 20 && t < 50) v = 88;  /* below 90 but within the 5% margin (85.5) */
-        if (t >= 50) v = 80;            /* past the margin */
+        if (t >= 20 && t < 50) v = 88; /* below 90 but within the 5% margin (85.5) */
+        if (t >= 50) v = 80;           /* past the margin */
         fv_set(&f->cpu_pct, v);
         note(&sn, ev, alerts_eval(s, f, ev, 8));
     }
@@ -176,7 +176,8 @@ TT_TEST(gpu_rule_holds_for_worst_gpu)
     for (int t = 0; t <= 10; t++) {
         coll_frame *f = at(t);
         f->ngpu = 3;
-        for (int g = 0; g < 3; g++) f->gpu[g].index = g;
+        for (int g = 0; g < 3; g++)
+            f->gpu[g].index = g;
         fv_set(&f->gpu[0].util_pct, 95);
         fv_set(&f->gpu[1].util_pct, 12); /* the worst */
         /* GPU 2 unknown */
@@ -343,7 +344,9 @@ TT_TEST(malformed_rules_give_positions)
 {
     alert_set *s = NULL;
     TT_EQ_INT(alerts_create(&s, 0), 0);
-    static const struct { const char *rule, *want; } bad[] = {
+    static const struct {
+        const char *rule, *want;
+    } bad[] = {
         {"gpu.util < 50 for 30x", "position 21: unknown duration unit 'x'"},
         {"gpu.utl < 50", "position 1: unknown metric 'gpu.utl'"},
         {"gpu.util => 50", "position 10: expected an operator"},
@@ -374,9 +377,10 @@ TT_TEST(random_rules_never_crash)
 {
     alert_set *s = NULL;
     TT_EQ_INT(alerts_create(&s, 0), 0);
-    static const char *const bits[] = {"gpu.util", "cpu.util", " ", "<", "<=", ">", "==", "!=",
-                                       "50", "1e3", "-2", "%", "GiB", "for", "30s", "5m", "x:",
-                                       "off", ":", ".", "\t", "mem.oom_eta_s", "10min", "h"};
+    static const char *const bits[] = {
+        "gpu.util", "cpu.util", " ",   "<",   "<=", ">",  "==",  "!=", "50", "1e3", "-2",
+        "%",        "GiB",      "for", "30s", "5m", "x:", "off", ":",  ".",  "\t",  "mem.oom_eta_s",
+        "10min",    "h"};
     unsigned long long x = 2463534242ULL;
     int good = 0;
     for (int it = 0; it < 5000; it++) {
@@ -384,12 +388,15 @@ TT_TEST(random_rules_never_crash)
         int parts = 1 + it % 9;
         for (int k = 0; k < parts; k++) {
             x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            strncat(rule, bits[x % (sizeof(bits) / sizeof(bits[0]))], sizeof(rule) - strlen(rule) - 1);
+            strncat(rule, bits[x % (sizeof(bits) / sizeof(bits[0]))],
+                    sizeof(rule) - strlen(rule) - 1);
         }
         char err[200] = "";
         int rc = alerts_add(s, rule, err, sizeof(err));
-        if (rc == 0) good++;
-        else if (rc == TPF_EFULL) break; /* the set is full of good rules */
+        if (rc == 0)
+            good++;
+        else if (rc == TPF_EFULL)
+            break; /* the set is full of good rules */
         else {
             TT_EQ_INT(rc, TPF_EFORMAT);
             TT_ASSERT(strstr(err, "position ") != NULL);
@@ -405,7 +412,8 @@ TT_TEST(names_override_and_off)
     char err[200];
     TT_EQ_INT(alerts_create(&s, 1), 0);
     int n0 = 0;
-    while (alerts_rule_text(s, n0)) n0++;
+    while (alerts_rule_text(s, n0))
+        n0++;
     TT_ASSERT(n0 >= 10);
     TT_EQ_INT(alerts_add(s, "gpu_underused: gpu.util < 10 for 5m", err, sizeof(err)), 0);
     TT_EQ_INT(alerts_add(s, "data_wait: off", err, sizeof(err)), 0);
@@ -428,7 +436,8 @@ TT_TEST(names_override_and_off)
         fv_set(&f->steps, t2 + 1);
         fv_set(&f->data_wait_pct, 90);
         int n = alerts_eval(s, f, ev, 16);
-        for (int i = 0; i < n; i++) fired_dw += strcmp(ev[i].rule, "data_wait") == 0;
+        for (int i = 0; i < n; i++)
+            fired_dw += strcmp(ev[i].rule, "data_wait") == 0;
     }
     TT_EQ_INT(fired_dw, 0);
     alerts_free(s);
@@ -509,4 +518,7 @@ TT_TEST(default_set_quiet_on_healthy_frames)
     alerts_free(s);
 }
 
-int main(int argc, char **argv) { return tt_main(argc, argv); }
+int main(int argc, char **argv)
+{
+    return tt_main(argc, argv);
+}

@@ -74,7 +74,9 @@ TT_TEST(jsonr_parses_nested_values_and_escapes)
 
 TT_TEST(jsonr_errors_name_the_position)
 {
-    static const struct { const char *text, *want; } bad[] = {
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
         {"{\"a\": 1,}", "position 9: expected a string key"},
         {"[1 2]", "position 4: expected ',' or ']'"},
         {"{\"a\" 1}", "position 6: expected ':'"},
@@ -169,10 +171,10 @@ TT_TEST(csvr_quotes_empty_cells_and_unknown)
     TT_EQ_STR(csvr_str(&c, cn), "a, \"quoted\"\nname");
     TT_EQ_INT(csvr_num(&c, cv, &v), 0); /* empty: unknown */
     TT_EQ_INT(csvr_next(&c), 1);
-    TT_EQ_INT(csvr_num(&c, cv, &v), 1);  /* 0 is a value */
+    TT_EQ_INT(csvr_num(&c, cv, &v), 1); /* 0 is a value */
     TT_NEAR(v, 0, 0);
-    TT_EQ_INT(csvr_next(&c), 1);          /* the blank line is skipped */
-    TT_EQ_INT(csvr_num(&c, cv, &v), 0);   /* not a number */
+    TT_EQ_INT(csvr_next(&c), 1);        /* the blank line is skipped */
+    TT_EQ_INT(csvr_num(&c, cv, &v), 0); /* not a number */
     TT_EQ_INT(csvr_next(&c), 0);
     csvr_close(&c);
     unlink(path);
@@ -215,9 +217,11 @@ TT_TEST(cpu_only_run_claims_nothing_about_gpus)
     const dfinding *p = &r->diag.primary;
     TT_EQ_STR(p->id, "compute-bound");
     TT_ASSERT(strstr(p->title, "CPU") != NULL);
-    for (int i = 0; i < p->nev; i++) TT_ASSERT(strstr(p->ev[i].text, "GPU") == NULL);
+    for (int i = 0; i < p->nev; i++)
+        TT_ASSERT(strstr(p->ev[i].text, "GPU") == NULL);
     int noted = 0;
-    for (int i = 0; i < r->diag.nnotes; i++) noted |= strstr(r->diag.notes[i], "GPU metrics were not available") != NULL;
+    for (int i = 0; i < r->diag.nnotes; i++)
+        noted |= strstr(r->diag.notes[i], "GPU metrics were not available") != NULL;
     TT_ASSERT(noted);
     TT_ASSERT(has_rec(p, "set_num_threads"));
     dfig f;
@@ -263,7 +267,8 @@ TT_TEST(straggler_run)
     TT_EQ_STR(r->diag.primary.id, "straggler");
     TT_ASSERT(strstr(r->diag.primary.summary, "Rank 3") != NULL);
     int thr = 0;
-    for (int i = 0; i < r->diag.nsec; i++) thr |= strcmp(r->diag.sec[i].id, "throttling") == 0;
+    for (int i = 0; i < r->diag.nsec; i++)
+        thr |= strcmp(r->diag.sec[i].id, "throttling") == 0;
     TT_ASSERT(thr);
     diag_free(r);
 }
@@ -293,7 +298,8 @@ static int copy_file(const char *from, const char *to)
     }
     char blk[8192];
     size_t n;
-    while ((n = fread(blk, 1, sizeof(blk), a)) > 0) fwrite(blk, 1, n, b);
+    while ((n = fread(blk, 1, sizeof(blk), a)) > 0)
+        fwrite(blk, 1, n, b);
     fclose(a);
     return fclose(b);
 }
@@ -302,7 +308,8 @@ TT_TEST(finish_run_adds_diagnosis_and_keeps_summary)
 {
     char dir[] = "/tmp/tpf-finish-XXXXXX";
     TT_ASSERT(mkdtemp(dir) != NULL);
-    const char *files[] = {"run.json", "summary.json", "steps.csv", "metrics.csv", "procs.csv", "alerts.jsonl"};
+    const char *files[] = {"run.json",    "summary.json", "steps.csv",
+                           "metrics.csv", "procs.csv",    "alerts.jsonl"};
     char from[PATH_MAX + 128], to[PATH_MAX + 128];
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         snprintf(from, sizeof(from), "%s/%s", fixture("input-bound"), files[i]);
@@ -334,7 +341,8 @@ TT_TEST(finish_run_adds_diagnosis_and_keeps_summary)
     }
     TT_EQ_STR(jr_pstr(now.root, "diagnosis.primary.id"), "input-bound");
     int ndiag = 0;
-    for (const jr_node *c = now.root->child; c; c = c->next) ndiag += strcmp(c->key, "diagnosis") == 0;
+    for (const jr_node *c = now.root->child; c; c = c->next)
+        ndiag += strcmp(c->key, "diagnosis") == 0;
     TT_EQ_INT(ndiag, 1);
     jr_free(&orig);
     jr_free(&now);
@@ -377,7 +385,8 @@ TT_TEST(finish_run_without_summary_writes_one)
     TT_EQ_STR(jr_pstr(d.root, "diagnosis.primary.id"), "compute-bound");
     TT_ASSERT(jr_pnum(d.root, "steps.count") > 100);
     jr_free(&d);
-    const char *all[] = {"run.json", "steps.csv", "metrics.csv", "summary.json", "report.md", "report.html"};
+    const char *all[] = {"run.json",     "steps.csv", "metrics.csv",
+                         "summary.json", "report.md", "report.html"};
     for (size_t i = 0; i < 6; i++) {
         snprintf(to, sizeof(to), "%s/%s", dir, all[i]);
         unlink(to);
@@ -385,4 +394,7 @@ TT_TEST(finish_run_without_summary_writes_one)
     TT_EQ_INT(rmdir(dir), 0);
 }
 
-int main(int argc, char **argv) { return tt_main(argc, argv); }
+int main(int argc, char **argv)
+{
+    return tt_main(argc, argv);
+}
