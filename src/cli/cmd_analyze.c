@@ -55,6 +55,7 @@ int cmd_analyze(int argc, char **argv)
         return CLI_FAIL;
     }
     int rc = CLI_USAGE;
+    char opt[64]; /* "--name" of a "--name=value" argument */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
@@ -80,7 +81,6 @@ int cmd_analyze(int argc, char **argv)
                 cli_error("unknown option '%s' (see `trainperf analyze --help`)", a);
                 goto out;
             }
-            static char opt[64];
             size_t n = (size_t)(eq - a);
             if (n >= sizeof(opt)) n = sizeof(opt) - 1;
             memcpy(opt, a, n);
