@@ -27,16 +27,16 @@ static const char *const status_word[] = {"ok", "limited", "missing"};
 
 /* One finding. Text fields are owned by the check (fixed buffers). */
 typedef struct doc_check {
-    const char *name;    /* json key */
-    const char *label;   /* for people */
+    const char *name;  /* json key */
+    const char *label; /* for people */
     doc_status status;
     char detail[512];
     const char *enables;
-    char fix[320];       /* "" when nothing to fix */
+    char fix[320]; /* "" when nothing to fix */
 } doc_check;
 
 typedef struct doc_py {
-    int ran;             /* the interpreter ran to the end */
+    int ran; /* the interpreter ran to the end */
     int timed_out;
     char exe[256];
     char version[64];
@@ -62,7 +62,8 @@ static int read_text(const char *path, char *b, size_t n)
         return -1;
     }
     b[r] = '\0';
-    while (r > 0 && (b[r - 1] == '\n' || b[r - 1] == ' ')) b[--r] = '\0';
+    while (r > 0 && (b[r - 1] == '\n' || b[r - 1] == ' '))
+        b[--r] = '\0';
     return 0;
 }
 
@@ -84,7 +85,8 @@ static int visible_gpus(const nvml_sys_info *si, int *out)
 {
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     const char *uuids[FRAME_MAX_GPUS];
-    for (int i = 0; i < si->nlisted; i++) uuids[i] = si->dev[i].uuid;
+    for (int i = 0; i < si->nlisted; i++)
+        uuids[i] = si->dev[i].uuid;
     return gpusel_visible(cvd, uuids, si->nlisted, NULL, 0, out, FRAME_MAX_GPUS);
 }
 
@@ -151,8 +153,8 @@ static void check_psi(doc_check *c, int have[3])
         have[i] = read_text(path, b, sizeof(b)) == 0 && strstr(b, "some") != NULL;
         n += have[i];
         if (have[i] && len < sizeof(c->detail)) {
-            int w = snprintf(c->detail + len, sizeof(c->detail) - len, "%s%s", len ? " " : "",
-                             res[i]);
+            int w =
+                snprintf(c->detail + len, sizeof(c->detail) - len, "%s%s", len ? " " : "", res[i]);
             if (w > 0) len += (size_t)w;
         }
     }
@@ -170,10 +172,10 @@ static void check_psi(doc_check *c, int have[3])
 /* ---- cgroup limits ----------------------------------------------------- */
 
 typedef struct doc_cg {
-    int version;          /* 2, 1, or 0 when unknown */
+    int version; /* 2, 1, or 0 when unknown */
     char path[512];
-    double mem_max;       /* bytes; < 0 when unlimited or unknown */
-    double cpu_max;       /* CPUs; < 0 when unlimited or unknown */
+    double mem_max; /* bytes; < 0 when unlimited or unknown */
+    double cpu_max; /* CPUs; < 0 when unlimited or unknown */
 } doc_cg;
 
 /* The tightest memory.max / cpu.max from the current cgroup up to the root. */
@@ -212,7 +214,8 @@ static void cg1_limits(doc_cg *g, const char *mem_path, const char *cpu_path)
     if (v > 0 && v < 4.0e18) g->mem_max = v; /* "no limit" is a page-rounded LLONG_MAX */
     char q[128] = "", per[128] = "";
     snprintf(p, sizeof(p), "/sys/fs/cgroup/cpu%s/cpu.cfs_quota_us", cpu_path);
-    if (read_text(p, q, sizeof(q)) != 0) read_text("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", q, sizeof(q));
+    if (read_text(p, q, sizeof(q)) != 0)
+        read_text("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", q, sizeof(q));
     snprintf(p, sizeof(p), "/sys/fs/cgroup/cpu%s/cpu.cfs_period_us", cpu_path);
     if (read_text(p, per, sizeof(per)) != 0)
         read_text("/sys/fs/cgroup/cpu/cpu.cfs_period_us", per, sizeof(per));
@@ -267,8 +270,8 @@ static void check_cgroup(doc_check *c, doc_cg *g)
                  cpu);
     } else if (g->version == 1) {
         c->status = ST_LIMITED;
-        snprintf(c->detail, sizeof(c->detail),
-                 "v1 only (%.300s): memory limit %s, CPU quota %s", g->path, mem, cpu);
+        snprintf(c->detail, sizeof(c->detail), "v1 only (%.300s): memory limit %s, CPU quota %s",
+                 g->path, mem, cpu);
         snprintf(c->fix, sizeof(c->fix),
                  "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2) for memory.max/cpu.max "
                  "and pressure per group");
@@ -282,8 +285,8 @@ static void check_cgroup(doc_check *c, doc_cg *g)
 /* ---- perf counters ----------------------------------------------------- */
 
 typedef struct doc_perf {
-    int paranoid;        /* -99 when unreadable */
-    int hw, sw;          /* an event of that kind opened */
+    int paranoid; /* -99 when unreadable */
+    int hw, sw;   /* an event of that kind opened */
     int hw_errno;
 } doc_perf;
 
@@ -326,8 +329,10 @@ static void check_perf(doc_check *c, doc_perf *p)
         return;
     }
     c->status = p->sw ? ST_LIMITED : ST_MISSING;
-    snprintf(c->detail, sizeof(c->detail), "cycles counter: %s; software counters %s "
-             "(perf_event_paranoid %s)", strerror(p->hw_errno), p->sw ? "work" : "fail", par);
+    snprintf(c->detail, sizeof(c->detail),
+             "cycles counter: %s; software counters %s "
+             "(perf_event_paranoid %s)",
+             strerror(p->hw_errno), p->sw ? "work" : "fail", par);
     if (p->hw_errno == EACCES || p->hw_errno == EPERM)
         snprintf(c->fix, sizeof(c->fix),
                  "sysctl kernel.perf_event_paranoid=2 (or lower), or grant CAP_PERFMON; in a "
@@ -385,8 +390,8 @@ static int run_python(const char *py, double timeout_s, buf *out, int *timed_out
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
         clock_gettime(CLOCK_MONOTONIC, &now);
-        double left = timeout_s - ((double)(now.tv_sec - t0.tv_sec) +
-                                   (double)(now.tv_nsec - t0.tv_nsec) / 1e9);
+        double left = timeout_s -
+                      ((double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9);
         if (left <= 0) {
             *timed_out = 1;
             break;
@@ -404,7 +409,8 @@ static int run_python(const char *py, double timeout_s, buf *out, int *timed_out
     close(fds[0]);
     if (*timed_out) kill(pid, SIGKILL);
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
@@ -422,12 +428,16 @@ static void probe_python(doc_py *p, const char *py, double timeout_s)
         char *sp = strchr(l, ' ');
         const char *v = sp ? sp + 1 : "";
         if (sp) *sp = '\0';
-        if (strcmp(l, "exe") == 0) snprintf(p->exe, sizeof(p->exe), "%s", v);
-        else if (strcmp(l, "python") == 0) snprintf(p->version, sizeof(p->version), "%s", v);
-        else if (strcmp(l, "torch") == 0) snprintf(p->torch, sizeof(p->torch), "%s", v);
+        if (strcmp(l, "exe") == 0)
+            snprintf(p->exe, sizeof(p->exe), "%s", v);
+        else if (strcmp(l, "python") == 0)
+            snprintf(p->version, sizeof(p->version), "%s", v);
+        else if (strcmp(l, "torch") == 0)
+            snprintf(p->torch, sizeof(p->torch), "%s", v);
         else if (strcmp(l, "torch_cuda") == 0)
             snprintf(p->torch_cuda, sizeof(p->torch_cuda), "%s", v);
-        else if (strcmp(l, "cuda_available") == 0) p->cuda_available = strcmp(v, "1") == 0;
+        else if (strcmp(l, "cuda_available") == 0)
+            p->cuda_available = strcmp(v, "1") == 0;
         else if (strcmp(l, "torch_error") == 0)
             snprintf(p->torch_error, sizeof(p->torch_error), "%s", v);
         else if (strcmp(l, "libdir") == 0 && p->nlibdirs < 8)
@@ -465,8 +475,7 @@ static void check_torch(doc_check *c, const doc_py *p)
     if (p->torch[0]) {
         c->status = ST_OK;
         snprintf(c->detail, sizeof(c->detail), "torch %s (%s%s)", p->torch,
-                 p->torch_cuda[0] ? "CUDA " : "CPU build",
-                 p->torch_cuda[0] ? p->torch_cuda : "");
+                 p->torch_cuda[0] ? "CUDA " : "CPU build", p->torch_cuda[0] ? p->torch_cuda : "");
         if (p->torch_cuda[0] && !p->cuda_available) {
             c->status = ST_LIMITED;
             size_t l = strlen(c->detail);
@@ -481,8 +490,8 @@ static void check_torch(doc_check *c, const doc_py *p)
     if (!p->version[0])
         snprintf(c->detail, sizeof(c->detail), "not checked: no Python");
     else
-        snprintf(c->detail, sizeof(c->detail), "not importable%s%s",
-                 p->torch_error[0] ? ": " : "", p->torch_error);
+        snprintf(c->detail, sizeof(c->detail), "not importable%s%s", p->torch_error[0] ? ": " : "",
+                 p->torch_error);
     snprintf(c->fix, sizeof(c->fix), "pip install torch (in the environment that runs training)");
 }
 
@@ -492,9 +501,13 @@ static void check_torch(doc_check *c, const doc_py *p)
  * Found by path, not dlopen: loading CUDA libraries runs their constructors. */
 static int find_lib(const char *stem, const doc_py *p, char *out, size_t n)
 {
-    const char *fixed[] = {"/usr/local/cuda/lib64", "/usr/local/cuda/extras/CUPTI/lib64",
-                           "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
-                           "/usr/lib64", "/usr/lib", "/usr/local/lib"};
+    const char *fixed[] = {"/usr/local/cuda/lib64",
+                           "/usr/local/cuda/extras/CUPTI/lib64",
+                           "/usr/lib/x86_64-linux-gnu",
+                           "/usr/lib/aarch64-linux-gnu",
+                           "/usr/lib64",
+                           "/usr/lib",
+                           "/usr/local/lib"};
     char dirs[32][512];
     int nd = 0;
     const char *llp = getenv("LD_LIBRARY_PATH");
@@ -563,10 +576,11 @@ static void print_text(const doc_check *cs, int n, const nvml_sys_info *si)
            tpf_version(), cli_c(CLI_RESET));
     for (int i = 0; i < n; i++) {
         const doc_check *c = &cs[i];
-        const char *col = c->status == ST_OK ? CLI_GREEN : c->status == ST_LIMITED ? CLI_YELLOW
-                                                                                  : CLI_RED;
-        printf("%-9s %s%-8s%s %s\n", c->label, cli_c(col), status_word[c->status],
-               cli_c(CLI_RESET), c->detail);
+        const char *col = c->status == ST_OK        ? CLI_GREEN
+                          : c->status == ST_LIMITED ? CLI_YELLOW
+                                                    : CLI_RED;
+        printf("%-9s %s%-8s%s %s\n", c->label, cli_c(col), status_word[c->status], cli_c(CLI_RESET),
+               c->detail);
         if (strcmp(c->name, "nvml") == 0 && c->status != ST_MISSING) {
             for (int d = 0; d < si->nlisted; d++) {
                 char mem[32] = "?";
@@ -584,8 +598,10 @@ static void print_text(const doc_check *cs, int n, const nvml_sys_info *si)
 static void json_opt_num(jw *w, const char *k, double v, int ok)
 {
     jw_key(w, k);
-    if (ok) jw_num(w, v);
-    else jw_null(w);
+    if (ok)
+        jw_num(w, v);
+    else
+        jw_null(w);
 }
 
 static void json_opt_str(jw *w, const char *k, const char *s)
@@ -594,8 +610,8 @@ static void json_opt_str(jw *w, const char *k, const char *s)
 }
 
 static int print_json(const doc_check *cs, int n, const nvml_sys_info *si, const int psi[3],
-                      const doc_cg *cg, const doc_perf *pf, const doc_py *py,
-                      const char *cupti, const char *nccl)
+                      const doc_cg *cg, const doc_perf *pf, const doc_py *py, const char *cupti,
+                      const char *nccl)
 {
     buf b;
     buf_init(&b, 1 << 20);
@@ -624,7 +640,8 @@ static int print_json(const doc_check *cs, int n, const nvml_sys_info *si, const
             jw_arr_begin(&w);
             int vis[FRAME_MAX_GPUS];
             int nv = c->status != ST_MISSING ? visible_gpus(si, vis) : 0;
-            for (int v = 0; v < nv; v++) jw_int(&w, vis[v]);
+            for (int v = 0; v < nv; v++)
+                jw_int(&w, vis[v]);
             jw_arr_end(&w);
             jw_key(&w, "devices");
             jw_arr_begin(&w);
@@ -658,8 +675,10 @@ static int print_json(const doc_check *cs, int n, const nvml_sys_info *si, const
             json_opt_str(&w, "version", py->torch);
             json_opt_str(&w, "cuda", py->torch_cuda);
             jw_key(&w, "cuda_available");
-            if (py->torch[0]) jw_bool(&w, py->cuda_available);
-            else jw_null(&w);
+            if (py->torch[0])
+                jw_bool(&w, py->cuda_available);
+            else
+                jw_null(&w);
         } else if (strcmp(c->name, "cupti") == 0) {
             json_opt_str(&w, "path", cupti);
         } else if (strcmp(c->name, "nccl") == 0) {
@@ -696,8 +715,7 @@ int cmd_doctor(int argc, char **argv)
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (strcmp(argv[i], "--timeout") == 0) {
-            if (i + 1 >= argc || cli_parse_double(argv[i + 1], &timeout_s) != 0 ||
-                timeout_s <= 0) {
+            if (i + 1 >= argc || cli_parse_double(argv[i + 1], &timeout_s) != 0 || timeout_s <= 0) {
                 cli_error("--timeout needs a positive number of seconds");
                 return CLI_USAGE;
             }

@@ -73,24 +73,28 @@ static int resolve_entry(const char *e, size_t len, const char *const *uuids, in
     return match_uuid(e, len, uuids, ndev);
 }
 
-int gpusel_visible(const char *cvd, const char *const *uuids, int ndev,
-                   const gpusel_mig *migs, int nmig, int *out, int max)
+int gpusel_visible(const char *cvd, const char *const *uuids, int ndev, const gpusel_mig *migs,
+                   int nmig, int *out, int max)
 {
     int n = 0;
     if (!cvd) {
-        for (int i = 0; i < ndev && n < max; i++) out[n++] = i;
+        for (int i = 0; i < ndev && n < max; i++)
+            out[n++] = i;
         return n;
     }
     const char *p = cvd;
     while (*p && n < max) {
-        while (*p == ' ' || *p == '\t') p++;
+        while (*p == ' ' || *p == '\t')
+            p++;
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
-        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
         int idx = resolve_entry(p, len, uuids, ndev, migs, nmig);
         if (idx < 0) break; /* CUDA ignores this entry and every one after it */
         int dup = 0;
-        for (int i = 0; i < n; i++) dup |= out[i] == idx;
+        for (int i = 0; i < n; i++)
+            dup |= out[i] == idx;
         if (!dup) out[n++] = idx;
         if (!end) break;
         p = end + 1;

@@ -8,8 +8,8 @@
 
 /* A MIG instance NVML lists under a physical device. */
 typedef struct gpusel_mig {
-    const char *uuid;   /* "MIG-..." */
-    int parent;         /* NVML index of the physical GPU */
+    const char *uuid; /* "MIG-..." */
+    int parent;       /* NVML index of the physical GPU */
 } gpusel_mig;
 
 /* The NVML indices that CUDA_VISIBLE_DEVICES=cvd makes visible, in CUDA's
@@ -19,8 +19,8 @@ typedef struct gpusel_mig {
  * id selects its parent GPU. Like CUDA, parsing stops at the first entry that
  * names no device, so "" and "-1" hide every GPU. Duplicates count once.
  * Returns the count written (0..max). */
-int gpusel_visible(const char *cvd, const char *const *uuids, int ndev,
-                   const gpusel_mig *migs, int nmig, int *out, int max);
+int gpusel_visible(const char *cvd, const char *const *uuids, int ndev, const gpusel_mig *migs,
+                   int nmig, int *out, int max);
 
 /* The pids of process `pid` in each PID namespace, as /proc/<pid>/status
  * "NSpid:" lists them (outermost visible first; out[0] == pid). Returns the

@@ -42,13 +42,21 @@ enum {
     NV_ARGUMENT_VERSION_MISMATCH = 25,
 };
 
-typedef struct { unsigned gpu, memory; } nv_util;
-typedef struct { unsigned long long total, free, used; } nv_mem1;
+typedef struct {
+    unsigned gpu, memory;
+} nv_util;
+typedef struct {
+    unsigned long long total, free, used;
+} nv_mem1;
 typedef struct {
     unsigned version;
     unsigned long long total, reserved, free, used;
 } nv_mem2;
-typedef struct { unsigned version; int sensor; int temperature; } nv_temp;
+typedef struct {
+    unsigned version;
+    int sensor;
+    int temperature;
+} nv_temp;
 typedef struct {
     unsigned pid;
     unsigned long long ts; /* CPU microseconds */
@@ -59,8 +67,15 @@ typedef struct {
     long long ts_us, latency_us;
     int vtype;
     nvmlReturn_t ret;
-    union { double d; unsigned u; unsigned long ul; unsigned long long ull;
-            long long sll; int si; unsigned short us; } v;
+    union {
+        double d;
+        unsigned u;
+        unsigned long ul;
+        unsigned long long ull;
+        long long sll;
+        int si;
+        unsigned short us;
+    } v;
 } nv_field;
 
 _Static_assert(sizeof(nv_mem2) == 40, "nvmlMemory_v2_t is 40 bytes");
@@ -79,9 +94,9 @@ _Static_assert(sizeof(nv_temp) == 12, "nvmlTemperature_t is 12 bytes");
 
 /* Field ids (nvml.h NVML_FI_DEV_*). */
 #define FI_NVLINK_LINK_COUNT 91
-#define FI_NVLINK_TX_KIB 138  /* THROUGHPUT_DATA_TX, cumulative KiB */
+#define FI_NVLINK_TX_KIB 138 /* THROUGHPUT_DATA_TX, cumulative KiB */
 #define FI_NVLINK_RX_KIB 139
-#define FI_PCIE_TX_BYTES 197  /* cumulative bytes */
+#define FI_PCIE_TX_BYTES 197 /* cumulative bytes */
 #define FI_PCIE_RX_BYTES 198
 #define FI_NVLINK5_TX_BYTES 202
 #define FI_NVLINK5_RX_BYTES 204
@@ -124,6 +139,7 @@ struct nv_sym {
     const char *names[3];
 };
 
+/* clang-format off */
 #define SYM(field, req, ...) {offsetof(struct nv_api, field), req, {__VA_ARGS__}}
 static const struct nv_sym nv_syms[] = {
     SYM(init, 1, "nvmlInit_v2", "nvmlInit"),
@@ -159,7 +175,9 @@ static const struct nv_sym nv_syms[] = {
     SYM(mig_handle, 0, "nvmlDeviceGetMigDeviceHandleByIndex"),
 };
 #undef SYM
+/* clang-format on */
 
+/* clang-format off */
 #define NV_CODES(X)                                                        \
     X(0, "SUCCESS") X(1, "UNINITIALIZED") X(2, "INVALID_ARGUMENT")         \
     X(3, "NOT_SUPPORTED") X(4, "NO_PERMISSION") X(5, "ALREADY_INITIALIZED") \
@@ -172,11 +190,13 @@ static const struct nv_sym nv_syms[] = {
     X(25, "ARGUMENT_VERSION_MISMATCH") X(26, "DEPRECATED")                 \
     X(27, "NOT_READY") X(28, "GPU_NOT_FOUND") X(29, "INVALID_STATE")       \
     X(999, "UNKNOWN")
+/* clang-format on */
 
 const char *nvml_code_name(int code)
 {
     switch (code) {
-#define NV_CASE_(c, s) case c: return s;
+#define NV_CASE_(c, s)                                                                             \
+    case c: return s;
         NV_CODES(NV_CASE_)
 #undef NV_CASE_
     }
@@ -217,8 +237,8 @@ static int api_load(struct nv_api *a, char *err, size_t errn)
         for (int k = 0; k < 3 && nv_syms[i].names[k] && !p; k++)
             p = dlsym(a->dl, nv_syms[i].names[k]);
         if (!p && nv_syms[i].required) {
-            snprintf(err, errn, "%s lacks %s: driver too old or not NVML; GPU metrics off",
-                     path, nv_syms[i].names[0]);
+            snprintf(err, errn, "%s lacks %s: driver too old or not NVML; GPU metrics off", path,
+                     nv_syms[i].names[0]);
             api_unload(a);
             return TPF_EUNSUPPORTED;
         }
@@ -237,10 +257,13 @@ static int api_load(struct nv_api *a, char *err, size_t errn)
 
 /* ---- clock-event reasons ----------------------------------------------- */
 
-static const struct { unsigned long long bit; const char *word; } reason_words[] = {
-    {0x2, "applications_clocks"}, {0x4, "sw_power_cap"}, {0x8, "hw_slowdown"},
-    {0x10, "sync_boost"}, {0x20, "sw_thermal"}, {0x40, "hw_thermal"},
-    {0x80, "hw_power_brake"}, {0x100, "display_clocks"},
+static const struct {
+    unsigned long long bit;
+    const char *word;
+} reason_words[] = {
+    {0x2, "applications_clocks"}, {0x4, "sw_power_cap"},     {0x8, "hw_slowdown"},
+    {0x10, "sync_boost"},         {0x20, "sw_thermal"},      {0x40, "hw_thermal"},
+    {0x80, "hw_power_brake"},     {0x100, "display_clocks"},
 };
 
 int nvml_reasons_str(unsigned long long mask, char *out, size_t n)
@@ -267,19 +290,25 @@ int nvml_reasons_str(unsigned long long mask, char *out, size_t n)
 
 /* ---- source state ------------------------------------------------------ */
 
-#define PROC_CAP 512     /* running processes read per device and call */
+#define PROC_CAP 512 /* running processes read per device and call */
 #define PROC_MAX_STRIDE 32
 #define PUTIL_CAP 512
 #define TREE_ID_CAP 4096 /* pids of the tree in every namespace */
 #define PID_CACHE_CAP 1024
 #define NS_DEPTH 4
-#define PMEM_CAP 256     /* tree processes with GPU memory tracked per sample */
+#define PMEM_CAP 256 /* tree processes with GPU memory tracked per sample */
 
 /* Fields of a device that answered NOT_SUPPORTED once: not asked again. */
 enum {
-    UNSUP_UTIL = 1u << 0, UNSUP_MEM = 1u << 1, UNSUP_TEMP = 1u << 2,
-    UNSUP_POWER = 1u << 3, UNSUP_ENERGY = 1u << 4, UNSUP_SM = 1u << 5,
-    UNSUP_MEMCLK = 1u << 6, UNSUP_REASONS = 1u << 7, UNSUP_PUTIL = 1u << 8,
+    UNSUP_UTIL = 1u << 0,
+    UNSUP_MEM = 1u << 1,
+    UNSUP_TEMP = 1u << 2,
+    UNSUP_POWER = 1u << 3,
+    UNSUP_ENERGY = 1u << 4,
+    UNSUP_SM = 1u << 5,
+    UNSUP_MEMCLK = 1u << 6,
+    UNSUP_REASONS = 1u << 7,
+    UNSUP_PUTIL = 1u << 8,
 };
 
 enum { FK_NVL_TX, FK_NVL_RX, FK_PCIE_TX, FK_PCIE_RX, FK_N };
@@ -290,9 +319,9 @@ typedef struct ndev {
     char name[96], uuid[96];
     uint8_t lost, used;
     unsigned unsup;
-    int mem_ver;                 /* 2: try _v2; 1: v1 only */
-    int proc_ver[2];             /* current version slot per kind; 3 = none left */
-    int stride[2][3];            /* detected struct stride; 0 = not yet */
+    int mem_ver;      /* 2: try _v2; 1: v1 only */
+    int proc_ver[2];  /* current version slot per kind; 3 = none left */
+    int stride[2][3]; /* detected struct stride; 0 = not yet */
     /* energy */
     uint8_t energy_base_ok, power_prev_ok;
     unsigned long long energy_base, energy_prev;
@@ -301,12 +330,12 @@ typedef struct ndev {
     int nfield;
     unsigned field_id[FK_N], field_scope[FK_N];
     int field_kind[FK_N];
-    double field_unit[FK_N];     /* bytes per counter unit */
+    double field_unit[FK_N]; /* bytes per counter unit */
     uint8_t field_prev_ok[FK_N];
     unsigned long long field_prev[FK_N];
     long long field_prev_ts[FK_N];
     uint8_t pcie_by_counter;
-    uint8_t unattributed;        /* this sample listed pids we cannot see */
+    uint8_t unattributed; /* this sample listed pids we cannot see */
     /* PCIe from the helper thread (guarded by nvml_state.mu) */
     uint8_t pcie_want, pcie_ok, pcie_lost;
     double pcie_tx_bps, pcie_rx_bps;
@@ -329,7 +358,7 @@ typedef struct nvml_state {
     int visible[FRAME_MAX_GPUS];
     uint8_t cvd_resolved;
     uint8_t any_used;
-    uint8_t child_pidns;         /* we run in a container's PID namespace */
+    uint8_t child_pidns; /* we run in a container's PID namespace */
     pid_t root;
     /* per sample scratch */
     unsigned char procbuf[PROC_CAP * PROC_MAX_STRIDE];
@@ -338,9 +367,13 @@ typedef struct nvml_state {
     pid_t tree_owner[TREE_ID_CAP]; /* the tree pid (as procfs sees it) of each id */
     int ntree_ids;
     /* GPU memory per tree process over all GPUs, as of the last sample */
-    struct pmem { pid_t pid; double bytes; uint8_t ok; } pmem[PMEM_CAP];
+    struct pmem {
+        pid_t pid;
+        double bytes;
+        uint8_t ok;
+    } pmem[PMEM_CAP];
     int npmem;
-    uint8_t pmem_complete;       /* every device's process lists were read */
+    uint8_t pmem_complete; /* every device's process lists were read */
     pid_ids cache[2][PID_CACHE_CAP];
     int ncache[2], cur_cache;
     /* PCIe helper thread */
@@ -388,16 +421,17 @@ static void resolve_visible(nvml_state *st)
     }
     int set = r == 1 || (r < 0 && getenv("CUDA_VISIBLE_DEVICES"));
     const char *uuids[FRAME_MAX_GPUS];
-    for (int d = 0; d < st->ndev; d++) uuids[d] = st->dev[d].uuid;
+    for (int d = 0; d < st->ndev; d++)
+        uuids[d] = st->dev[d].uuid;
     if (set && strstr(cvd, "MIG-")) {
         gpusel_mig migs[64];
         char mig_uuids[64][96];
         int nmig = list_migs(st, migs, mig_uuids, 64);
-        st->nvisible = gpusel_visible(cvd, uuids, st->ndev, migs, nmig, st->visible,
-                                      FRAME_MAX_GPUS);
+        st->nvisible =
+            gpusel_visible(cvd, uuids, st->ndev, migs, nmig, st->visible, FRAME_MAX_GPUS);
     } else {
-        st->nvisible = gpusel_visible(set ? cvd : NULL, uuids, st->ndev, NULL, 0,
-                                      st->visible, FRAME_MAX_GPUS);
+        st->nvisible =
+            gpusel_visible(set ? cvd : NULL, uuids, st->ndev, NULL, 0, st->visible, FRAME_MAX_GPUS);
     }
     st->cvd_resolved = r >= 0;
 }
@@ -415,12 +449,18 @@ static void build_tree_ids(nvml_state *st, const coll_frame *f)
         pid_t p = f->tree_pids[i];
         const pid_ids *e = NULL;
         for (int k = 0; k < st->ncache[old]; k++)
-            if (st->cache[old][k].pid == p) { e = &st->cache[old][k]; break; }
+            if (st->cache[old][k].pid == p) {
+                e = &st->cache[old][k];
+                break;
+            }
         pid_ids fresh;
         if (!e) {
             fresh.pid = p;
             fresh.n = gpusel_nspids(p, fresh.ids, NS_DEPTH);
-            if (fresh.n < 1) { fresh.n = 1; fresh.ids[0] = p; }
+            if (fresh.n < 1) {
+                fresh.n = 1;
+                fresh.ids[0] = p;
+            }
             e = &fresh;
         }
         if (st->ncache[nw] < PID_CACHE_CAP) st->cache[nw][st->ncache[nw]++] = *e;
@@ -440,7 +480,10 @@ static pid_t tree_owner(const nvml_state *st, unsigned pid)
     return 0;
 }
 
-static int in_tree(const nvml_state *st, unsigned pid) { return tree_owner(st, pid) != 0; }
+static int in_tree(const nvml_state *st, unsigned pid)
+{
+    return tree_owner(st, pid) != 0;
+}
 
 /* ---- per device readings ----------------------------------------------- */
 
@@ -459,7 +502,8 @@ static int ok_call(ndev *d, nvmlReturn_t r, unsigned unsup_bit)
 static int probe_stride(const unsigned char *b, unsigned n)
 {
     size_t end = (size_t)n * PROC_MAX_STRIDE;
-    while (end > 0 && b[end - 1] == 0xAA) end--;
+    while (end > 0 && b[end - 1] == 0xAA)
+        end--;
     static const int strides[] = {16, 24, 32};
     for (int i = 0; i < 3; i++)
         if (end == (size_t)n * (size_t)strides[i]) return strides[i];
@@ -499,7 +543,10 @@ static int read_procs(nvml_state *st, ndev *d, int kind, tree_proc *tp, int *ntp
     while (d->proc_ver[kind] < 3) {
         int v = d->proc_ver[kind];
         nv_procs_fn fn = st->api.procs[kind][v];
-        if (!fn) { d->proc_ver[kind]++; continue; }
+        if (!fn) {
+            d->proc_ver[kind]++;
+            continue;
+        }
         unsigned n = PROC_CAP;
         if (!d->stride[kind][v]) memset(st->procbuf, 0xAA, sizeof(st->procbuf));
         nvmlReturn_t r = fn(d->h, &n, st->procbuf);
@@ -514,8 +561,10 @@ static int read_procs(nvml_state *st, ndev *d, int kind, tree_proc *tp, int *ntp
         int stride = d->stride[kind][v];
         if (!stride && n > 0) {
             stride = probe_stride(st->procbuf, n);
-            if (stride) d->stride[kind][v] = stride;
-            else stride = nominal[v];
+            if (stride)
+                d->stride[kind][v] = stride;
+            else
+                stride = nominal[v];
         }
         for (unsigned i = 0; i < n; i++) {
             const unsigned char *e = st->procbuf + (size_t)i * (size_t)stride;
@@ -531,7 +580,8 @@ static int read_procs(nvml_state *st, ndev *d, int kind, tree_proc *tp, int *ntp
                 continue;
             }
             int k = 0;
-            while (k < *ntp && tp[k].pid != pid) k++;
+            while (k < *ntp && tp[k].pid != pid)
+                k++;
             if (k == *ntp) {
                 if (*ntp >= cap) continue;
                 tp[k] = (tree_proc){pid, owner, 0, 0};
@@ -566,11 +616,14 @@ static void scan_procs(nvml_state *st, ndev *d, int *used, fval *mem)
     double sum = 0;
     int all_ok = 1;
     for (int i = 0; i < ntp; i++) {
-        if (tp[i].mem_ok) sum += (double)tp[i].mem;
-        else all_ok = 0;
+        if (tp[i].mem_ok)
+            sum += (double)tp[i].mem;
+        else
+            all_ok = 0;
         /* Per process, summed over GPUs (procs.csv gpu_mem_bytes). */
         int k = 0;
-        while (k < st->npmem && st->pmem[k].pid != tp[i].owner) k++;
+        while (k < st->npmem && st->pmem[k].pid != tp[i].owner)
+            k++;
         if (k == st->npmem) {
             if (k >= PMEM_CAP) continue;
             st->pmem[st->npmem++] = (struct pmem){tp[i].owner, 0, 1};
@@ -655,8 +708,8 @@ static void probe_fields(nvml_state *st, ndev *d)
     if (!st->api.fields) return;
     nv_field q[5];
     memset(q, 0, sizeof(q));
-    unsigned ids[5] = {FI_NVLINK_LINK_COUNT, FI_NVLINK_TX_KIB, FI_NVLINK_RX_KIB,
-                       FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES};
+    unsigned ids[5] = {FI_NVLINK_LINK_COUNT, FI_NVLINK_TX_KIB, FI_NVLINK_RX_KIB, FI_PCIE_TX_BYTES,
+                       FI_PCIE_RX_BYTES};
     for (int i = 0; i < 5; i++) {
         q[i].field = ids[i];
         q[i].scope = i == 1 || i == 2 ? UINT_MAX : 0; /* sum over all links */
@@ -777,7 +830,10 @@ static void read_memory(nvml_state *st, ndev *d, gpu_frame *g)
             }
             return;
         }
-        if (r == NV_GPU_IS_LOST) { d->lost = 1; return; }
+        if (r == NV_GPU_IS_LOST) {
+            d->lost = 1;
+            return;
+        }
         d->mem_ver = 1; /* version word refused or call missing: use v1 */
     }
     if (!st->api.mem1) return;
@@ -878,8 +934,12 @@ static void *pcie_thread(void *arg)
         double s = st->interval_s > 0 ? st->interval_s : 1.0;
         ts.tv_sec += (time_t)s;
         ts.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
-        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
-        while (!st->stop && pthread_cond_timedwait(&st->cv, &st->mu, &ts) == 0) {}
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (!st->stop && pthread_cond_timedwait(&st->cv, &st->mu, &ts) == 0) {
+        }
     }
     pthread_mutex_unlock(&st->mu);
     return NULL;
@@ -888,7 +948,8 @@ static void *pcie_thread(void *arg)
 static void start_pcie_thread(nvml_state *st)
 {
     int need = 0;
-    for (int i = 0; i < st->ndev; i++) need |= !st->dev[i].pcie_by_counter;
+    for (int i = 0; i < st->ndev; i++)
+        need |= !st->dev[i].pcie_by_counter;
     if (!need || !st->api.pcie) return;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -896,8 +957,10 @@ static void start_pcie_thread(nvml_state *st)
     pthread_cond_init(&st->cv, &ca);
     pthread_condattr_destroy(&ca);
     /* Without the thread PCIe is simply unknown. */
-    if (pthread_create(&st->thr, NULL, pcie_thread, st) == 0) st->thr_on = 1;
-    else pthread_cond_destroy(&st->cv);
+    if (pthread_create(&st->thr, NULL, pcie_thread, st) == 0)
+        st->thr_on = 1;
+    else
+        pthread_cond_destroy(&st->cv);
 }
 
 /* ---- the source -------------------------------------------------------- */

@@ -34,14 +34,14 @@ typedef struct nvml_dev_info {
 } nvml_dev_info;
 
 typedef struct nvml_sys_info {
-    char lib[256];            /* the path that was dlopen'ed */
-    char driver_version[96];  /* "" when unknown */
+    char lib[256];           /* the path that was dlopen'ed */
+    char driver_version[96]; /* "" when unknown */
     char nvml_version[96];
-    int cuda_driver_version;  /* e.g. 12040; 0 when unknown */
-    int ndev;                 /* devices NVML counts (may exceed FRAME_MAX_GPUS) */
-    int nlisted;              /* entries filled in dev[] */
+    int cuda_driver_version; /* e.g. 12040; 0 when unknown */
+    int ndev;                /* devices NVML counts (may exceed FRAME_MAX_GPUS) */
+    int nlisted;             /* entries filled in dev[] */
     nvml_dev_info dev[FRAME_MAX_GPUS];
-    char error[256];          /* why NVML is not usable; "" when it is */
+    char error[256]; /* why NVML is not usable; "" when it is */
 } nvml_sys_info;
 
 /* Load NVML, read the driver and device list, shut it down again. Returns 0,

@@ -83,14 +83,31 @@ typedef struct nvmlDevice_st *nvmlDevice_t;
 #define MAXMIG 8
 
 enum {
-    K_UTIL, K_MEM_UTIL, K_MEM_TOTAL, K_MEM_USED, K_MEM_RESERVED, K_TEMP, K_POWER,
-    K_ENERGY, K_SM_MHZ, K_MEM_MHZ, K_REASONS, K_PCIE_TX_KBPS, K_PCIE_RX_KBPS,
-    K_PCIE_TX_BYTES, K_PCIE_RX_BYTES, K_NVL_LINKS, K_NVL_TX, K_NVL_RX, K_N
+    K_UTIL,
+    K_MEM_UTIL,
+    K_MEM_TOTAL,
+    K_MEM_USED,
+    K_MEM_RESERVED,
+    K_TEMP,
+    K_POWER,
+    K_ENERGY,
+    K_SM_MHZ,
+    K_MEM_MHZ,
+    K_REASONS,
+    K_PCIE_TX_KBPS,
+    K_PCIE_RX_KBPS,
+    K_PCIE_TX_BYTES,
+    K_PCIE_RX_BYTES,
+    K_NVL_LINKS,
+    K_NVL_TX,
+    K_NVL_RX,
+    K_N
 };
 static const char *const key_names[K_N] = {
-    "util", "mem_util", "mem_total", "mem_used", "mem_reserved", "temp", "power_mw",
-    "energy_mj", "sm_mhz", "mem_mhz", "reasons", "pcie_tx_kbps", "pcie_rx_kbps",
-    "pcie_tx_bytes", "pcie_rx_bytes", "nvlink_links", "nvlink_tx_kib", "nvlink_rx_kib",
+    "util",         "mem_util",      "mem_total",     "mem_used",      "mem_reserved",
+    "temp",         "power_mw",      "energy_mj",     "sm_mhz",        "mem_mhz",
+    "reasons",      "pcie_tx_kbps",  "pcie_rx_kbps",  "pcie_tx_bytes", "pcie_rx_bytes",
+    "nvlink_links", "nvlink_tx_kib", "nvlink_rx_kib",
 };
 
 typedef struct seq {
@@ -169,12 +186,15 @@ static void parse_seq(seq *q, char *s)
     char *save = NULL;
     q->n = 0;
     for (char *t = strtok_r(s, ",", &save); t && q->n < MAXSEQ; t = strtok_r(NULL, ",", &save)) {
-        while (*t == ' ') t++;
+        while (*t == ' ')
+            t++;
         int code = 0;
         unsigned long long v = 0, rep = 1;
         char *end = t;
-        if (*t == '!') code = (int)strtol(t + 1, &end, 10);
-        else v = parse_num(t, &end);
+        if (*t == '!')
+            code = (int)strtol(t + 1, &end, 10);
+        else
+            v = parse_num(t, &end);
         if (*end == '*') rep = strtoull(end + 1, NULL, 10);
         for (unsigned long long r = 0; r < rep && q->n < MAXSEQ; r++) {
             q->v[q->n] = v;
@@ -194,7 +214,8 @@ static void parse_sets(psets *ps, char *s)
         char *save2 = NULL;
         for (char *e = strtok_r(t, ",", &save2); e && p->n < MAXPROC;
              e = strtok_r(NULL, ",", &save2)) {
-            while (*e == ' ') e++;
+            while (*e == ' ')
+                e++;
             if (*e == '-' || *e == '\0' || *e == '\n') continue;
             char *colon = strchr(e, ':');
             if (strncmp(e, "pidfile=", 8) == 0) {
@@ -207,8 +228,10 @@ static void parse_sets(psets *ps, char *s)
             } else {
                 p->pid[p->n] = (unsigned)strtoul(e, NULL, 10);
             }
-            if (colon && strncmp(colon + 1, "na", 2) == 0) p->val[p->n] = ULLONG_MAX;
-            else p->val[p->n] = colon ? parse_num(colon + 1, NULL) : 0;
+            if (colon && strncmp(colon + 1, "na", 2) == 0)
+                p->val[p->n] = ULLONG_MAX;
+            else
+                p->val[p->n] = colon ? parse_num(colon + 1, NULL) : 0;
             p->n++;
         }
     }
@@ -253,8 +276,10 @@ static void parse_line(char *l)
     char *hash = strchr(l, '#');
     if (hash) *hash = '\0';
     size_t len = strlen(l);
-    while (len && (l[len - 1] == '\n' || l[len - 1] == ' ' || l[len - 1] == '\r')) l[--len] = '\0';
-    while (*l == ' ' || *l == '\t') l++;
+    while (len && (l[len - 1] == '\n' || l[len - 1] == ' ' || l[len - 1] == '\r'))
+        l[--len] = '\0';
+    while (*l == ' ' || *l == '\t')
+        l++;
     if (!*l) return;
     char word[32];
     int off = 0;
@@ -278,15 +303,24 @@ static void parse_line(char *l)
         if (sscanf(rest, "%d %31s %n", &i, key, &off2) < 2 || i < 0 || i >= MAXDEV) return;
         fdev *d = &devs[i];
         char *val = rest + off2;
-        if (strcmp(key, "name") == 0) snprintf(d->name, sizeof(d->name), "%s", val);
-        else if (strcmp(key, "uuid") == 0) snprintf(d->uuid, sizeof(d->uuid), "%s", val);
-        else if (strcmp(key, "procs") == 0) parse_sets(&d->procs, val);
-        else if (strcmp(key, "gprocs") == 0) parse_sets(&d->gprocs, val);
-        else if (strcmp(key, "putil") == 0) parse_sets(&d->putil, val);
-        else if (strcmp(key, "proc_stride") == 0) d->stride = (int)strtol(val, NULL, 10);
-        else if (strcmp(key, "field_dt_us") == 0) d->field_dt_us = strtoll(val, NULL, 10);
-        else if (strcmp(key, "pcie_block_ms") == 0) d->pcie_block_ms = strtol(val, NULL, 10);
-        else if (strcmp(key, "err") == 0) parse_err(i, val);
+        if (strcmp(key, "name") == 0)
+            snprintf(d->name, sizeof(d->name), "%s", val);
+        else if (strcmp(key, "uuid") == 0)
+            snprintf(d->uuid, sizeof(d->uuid), "%s", val);
+        else if (strcmp(key, "procs") == 0)
+            parse_sets(&d->procs, val);
+        else if (strcmp(key, "gprocs") == 0)
+            parse_sets(&d->gprocs, val);
+        else if (strcmp(key, "putil") == 0)
+            parse_sets(&d->putil, val);
+        else if (strcmp(key, "proc_stride") == 0)
+            d->stride = (int)strtol(val, NULL, 10);
+        else if (strcmp(key, "field_dt_us") == 0)
+            d->field_dt_us = strtoll(val, NULL, 10);
+        else if (strcmp(key, "pcie_block_ms") == 0)
+            d->pcie_block_ms = strtol(val, NULL, 10);
+        else if (strcmp(key, "err") == 0)
+            parse_err(i, val);
         else if (strcmp(key, "lost_at") == 0) {
             char buf[64];
             snprintf(buf, sizeof(buf), "* 15 from %ld", strtol(val, NULL, 10));
@@ -321,7 +355,8 @@ static int load_scenario(void)
     nerr = 0;
     ncount = 0;
     npidfile = 0;
-    for (int i = 0; i < MAXDEV; i++) reset_device(i);
+    for (int i = 0; i < MAXDEV; i++)
+        reset_device(i);
     const char *path = getenv("TRAINPERF_FAKE_NVML");
     char line[4096];
     if (!path || !*path) {
@@ -336,7 +371,8 @@ static int load_scenario(void)
     }
     FILE *f = fopen(path, "r");
     if (!f) return 999;
-    while (fgets(line, sizeof(line), f)) parse_line(line);
+    while (fgets(line, sizeof(line), f))
+        parse_line(line);
     fclose(f);
     return 0;
 }
@@ -398,20 +434,29 @@ static fdev *dev_of(nvmlDevice_t h)
 #define FN_NAME (__func__ + 4) /* without "nvml" */
 
 /* Lock, check init and handle, count the call, apply scripted errors. */
-#define DEV_ENTER(h, d)                                                    \
-    pthread_mutex_lock(&mu);                                               \
-    fdev *d = refcount > 0 ? dev_of(h) : NULL;                             \
-    if (refcount == 0) { pthread_mutex_unlock(&mu); return 1; }            \
-    if (!d) { pthread_mutex_unlock(&mu); return 2; }                       \
-    do {                                                                   \
-        int e_ = enter(d->self, FN_NAME);                                  \
-        if (e_) { pthread_mutex_unlock(&mu); return e_; }                  \
+#define DEV_ENTER(h, d)                                                                            \
+    pthread_mutex_lock(&mu);                                                                       \
+    fdev *d = refcount > 0 ? dev_of(h) : NULL;                                                     \
+    if (refcount == 0) {                                                                           \
+        pthread_mutex_unlock(&mu);                                                                 \
+        return 1;                                                                                  \
+    }                                                                                              \
+    if (!d) {                                                                                      \
+        pthread_mutex_unlock(&mu);                                                                 \
+        return 2;                                                                                  \
+    }                                                                                              \
+    do {                                                                                           \
+        int e_ = enter(d->self, FN_NAME);                                                          \
+        if (e_) {                                                                                  \
+            pthread_mutex_unlock(&mu);                                                             \
+            return e_;                                                                             \
+        }                                                                                          \
     } while (0)
-#define LEAVE(rc)                                                          \
-    do {                                                                   \
-        int r_ = (rc);                                                     \
-        pthread_mutex_unlock(&mu);                                         \
-        return r_;                                                         \
+#define LEAVE(rc)                                                                                  \
+    do {                                                                                           \
+        int r_ = (rc);                                                                             \
+        pthread_mutex_unlock(&mu);                                                                 \
+        return r_;                                                                                 \
     } while (0)
 
 /* ---- test hooks -------------------------------------------------------- */
@@ -455,10 +500,16 @@ static nvmlReturn_t do_init(void)
 
 #ifndef FAKE_NVML_LEGACY
 EXPORT nvmlReturn_t nvmlInit_v2(void);
-EXPORT nvmlReturn_t nvmlInit_v2(void) { return do_init(); }
+EXPORT nvmlReturn_t nvmlInit_v2(void)
+{
+    return do_init();
+}
 #endif
 EXPORT nvmlReturn_t nvmlInit(void);
-EXPORT nvmlReturn_t nvmlInit(void) { return do_init(); }
+EXPORT nvmlReturn_t nvmlInit(void)
+{
+    return do_init();
+}
 
 EXPORT nvmlReturn_t nvmlShutdown(void);
 EXPORT nvmlReturn_t nvmlShutdown(void)
@@ -507,7 +558,10 @@ static nvmlReturn_t do_handle(unsigned i, nvmlDevice_t *h)
 
 #ifndef FAKE_NVML_LEGACY
 EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *n);
-EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *n) { return do_count(n); }
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *n)
+{
+    return do_count(n);
+}
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t *h);
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t *h)
 {
@@ -515,7 +569,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t *h)
 }
 #endif
 EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned *n);
-EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned *n) { return do_count(n); }
+EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned *n)
+{
+    return do_count(n);
+}
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned i, nvmlDevice_t *h);
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned i, nvmlDevice_t *h)
 {
@@ -577,7 +634,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *b, unsigned n)
     LEAVE(copy_str(d->uuid, b, n));
 }
 
-typedef struct { unsigned gpu, memory; } f_util;
+typedef struct {
+    unsigned gpu, memory;
+} f_util;
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, f_util *u);
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, f_util *u)
 {
@@ -592,8 +651,13 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, f_util *u)
     LEAVE(0);
 }
 
-typedef struct { unsigned long long total, free, used; } f_mem1;
-typedef struct { unsigned version; unsigned long long total, reserved, free, used; } f_mem2;
+typedef struct {
+    unsigned long long total, free, used;
+} f_mem1;
+typedef struct {
+    unsigned version;
+    unsigned long long total, reserved, free, used;
+} f_mem2;
 
 static int read_mem(fdev *d, unsigned long long *t, unsigned long long *u, unsigned long long *res)
 {
@@ -699,8 +763,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t h, unsig
 #endif
 EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t h,
                                                               unsigned long long *m);
-EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t h,
-                                                              unsigned long long *m)
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t h, unsigned long long *m)
 {
     return simple_ull(h, K_REASONS, m, "DeviceGetCurrentClocksThrottleReasons");
 }
@@ -715,7 +778,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t h, int counter, uns
     pthread_mutex_unlock(&mu);
     /* The real call measures over a 20 ms window; block like it, unlocked. */
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
     return simple_u(h, counter == 0 ? K_PCIE_TX_KBPS : K_PCIE_RX_KBPS, kbps,
                     "DeviceGetPcieThroughput");
 }
@@ -728,7 +792,11 @@ typedef struct {
     long long ts_us, latency_us;
     int vtype;
     nvmlReturn_t ret;
-    union { double d; unsigned u; unsigned long long ull; } v;
+    union {
+        double d;
+        unsigned u;
+        unsigned long long ull;
+    } v;
 } f_field;
 
 EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int n, f_field *v);
@@ -738,17 +806,25 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int n, f_field *v)
     if (n < 0 || (n > 0 && !v)) LEAVE(2);
     unsigned call = ++d->field_calls;
     for (int i = 0; i < n; i++) {
-        int k = v[i].field == 91 ? K_NVL_LINKS : v[i].field == 138 ? K_NVL_TX
-              : v[i].field == 139 ? K_NVL_RX : v[i].field == 197 ? K_PCIE_TX_BYTES
-              : v[i].field == 198 ? K_PCIE_RX_BYTES : -1;
+        int k = v[i].field == 91    ? K_NVL_LINKS
+                : v[i].field == 138 ? K_NVL_TX
+                : v[i].field == 139 ? K_NVL_RX
+                : v[i].field == 197 ? K_PCIE_TX_BYTES
+                : v[i].field == 198 ? K_PCIE_RX_BYTES
+                                    : -1;
         v[i].ts_us = 1700000000000000LL + (long long)call * d->field_dt_us;
         v[i].latency_us = 1;
-        if (k < 0) { v[i].ret = 3; continue; }
+        if (k < 0) {
+            v[i].ret = 3;
+            continue;
+        }
         unsigned long long x = 0;
         v[i].ret = next_val(d, k, &x);
         v[i].vtype = k == K_NVL_LINKS ? 1 : 3;
-        if (k == K_NVL_LINKS) v[i].v.u = (unsigned)x;
-        else v[i].v.ull = x;
+        if (k == K_NVL_LINKS)
+            v[i].v.u = (unsigned)x;
+        else
+            v[i].v.ull = x;
     }
     LEAVE(0);
 }
@@ -811,13 +887,13 @@ static nvmlReturn_t write_procs(fdev *d, int graphics, unsigned *count, void *in
     return 0;
 }
 
-#define PROC_FN(sym, graphics, stride_expr)                                \
-    EXPORT nvmlReturn_t sym(nvmlDevice_t h, unsigned *count, void *infos); \
-    EXPORT nvmlReturn_t sym(nvmlDevice_t h, unsigned *count, void *infos)  \
-    {                                                                      \
-        DEV_ENTER(h, d);                                                   \
-        if (!count) LEAVE(2);                                              \
-        LEAVE(write_procs(d, graphics, count, infos, (stride_expr)));      \
+#define PROC_FN(sym, graphics, stride_expr)                                                        \
+    EXPORT nvmlReturn_t sym(nvmlDevice_t h, unsigned *count, void *infos);                         \
+    EXPORT nvmlReturn_t sym(nvmlDevice_t h, unsigned *count, void *infos)                          \
+    {                                                                                              \
+        DEV_ENTER(h, d);                                                                           \
+        if (!count) LEAVE(2);                                                                      \
+        LEAVE(write_procs(d, graphics, count, infos, (stride_expr)));                              \
     }
 
 #ifndef FAKE_NVML_LEGACY
@@ -835,11 +911,9 @@ typedef struct {
     unsigned sm, mem, enc, dec;
 } f_putil;
 
-EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, f_putil *buf,
-                                                    unsigned *count,
+EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, f_putil *buf, unsigned *count,
                                                     unsigned long long last_seen);
-EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, f_putil *buf,
-                                                    unsigned *count,
+EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, f_putil *buf, unsigned *count,
                                                     unsigned long long last_seen)
 {
     DEV_ENTER(h, d);

@@ -124,7 +124,8 @@ static int rig_sample(rig *r, double dt)
     r->f->dt = dt;
     r->f->tree_pids = r->tree;
     r->f->ntree = r->tree[0] ? 1 : 0;
-    while (r->f->ntree < 4 && r->tree[r->f->ntree]) r->f->ntree++;
+    while (r->f->ntree < 4 && r->tree[r->f->ntree])
+        r->f->ntree++;
     return nvml_source.sample(r->st, &r->ctx, r->f);
 }
 
@@ -264,7 +265,8 @@ TT_TEST(unsupported_fields_are_unknown_not_zero)
     rig r;
     rig_open(&r, c, 1.0);
     TT_EQ_INT(r.init_rc, 0);
-    for (int i = 0; i < 3; i++) TT_EQ_INT(rig_sample(&r, 1.0), 0);
+    for (int i = 0; i < 3; i++)
+        TT_EQ_INT(rig_sample(&r, 1.0), 0);
     const gpu_frame *g = &r.f->gpu[0];
     TT_ASSERT(g->util_pct.ok && g->util_pct.v == 33);
     TT_ASSERT(g->mem_util_pct.ok && g->mem_util_pct.v == 0); /* a real 0 */
@@ -373,8 +375,14 @@ static void check_stride(int stride)
     reap(x);
 }
 
-TT_TEST(process_stride_24) { check_stride(24); }
-TT_TEST(process_stride_32) { check_stride(32); }
+TT_TEST(process_stride_24)
+{
+    check_stride(24);
+}
+TT_TEST(process_stride_32)
+{
+    check_stride(32);
+}
 
 TT_TEST(process_v3_missing_at_runtime_uses_v2)
 {
@@ -540,7 +548,8 @@ TT_TEST(gpu_lost_mid_run)
     TT_ASSERT(!g1->util_pct.ok && !g1->power_w.ok);
     TT_ASSERT(gpu_at(r.f, 0)->util_pct.ok && !gpu_at(r.f, 0)->lost);
     unsigned before = calls(0, 1, "DeviceGetUtilizationRates");
-    for (int i = 0; i < 3; i++) TT_EQ_INT(rig_sample(&r, 1), 0);
+    for (int i = 0; i < 3; i++)
+        TT_EQ_INT(rig_sample(&r, 1), 0);
     /* No more calls to the lost GPU; the other one is still read. */
     TT_EQ_INT(calls(0, 1, "DeviceGetUtilizationRates"), before);
     TT_ASSERT(gpu_at(r.f, 1)->lost);
@@ -744,4 +753,7 @@ TT_TEST(query_system_for_doctor)
     unlink(scen_path);
 }
 
-int main(int argc, char **argv) { return tt_main(argc, argv); }
+int main(int argc, char **argv)
+{
+    return tt_main(argc, argv);
+}
