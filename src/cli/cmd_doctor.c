@@ -227,8 +227,8 @@ static void check_cgroup(doc_check *c, doc_cg *g)
 {
     c->name = "cgroup";
     c->label = "cgroup";
-    c->enables = "memory headroom against the container's limit (memory.max) and its CPU quota "
-                 "(cpu.max) in the report";
+    c->enables = "the container's real limits: trainperf's memory columns are host-wide "
+                 "(/proc/meminfo), so a lower memory.max leaves less headroom than they show";
     memset(g, 0, sizeof(*g));
     g->mem_max = g->cpu_max = -1;
     char b[4096];
@@ -310,7 +310,8 @@ static void check_perf(doc_check *c, doc_perf *p)
 {
     c->name = "perf";
     c->label = "perf";
-    c->enables = "CPU cycle and instruction counters (perf_event_open) of the training process";
+    c->enables = "CPU cycle/instruction counters (perf_event_open) for CPU-side profilers "
+                 "such as perf; trainperf itself does not read them yet";
     char b[32];
     p->paranoid = read_text("/proc/sys/kernel/perf_event_paranoid", b, sizeof(b)) == 0
                       ? (int)strtol(b, NULL, 10)
@@ -747,11 +748,12 @@ int cmd_doctor(int argc, char **argv)
     check_python(&cs[4], &pyi, timeout_s);
     check_torch(&cs[5], &pyi);
     check_lib(&cs[6], "cupti", "CUPTI", "cupti", &pyi, cupti, sizeof(cupti),
-              "GPU kernel and memcpy timelines in profiling windows",
+              "GPU kernels and memcpys in torch.profiler traces, which `trainperf analyze` reads",
               "pip install nvidia-cuda-cupti-cu12 (CUDA wheels of torch bring it), or add the "
               "CUDA toolkit's extras/CUPTI/lib64 to LD_LIBRARY_PATH");
     check_lib(&cs[7], "nccl", "NCCL", "nccl", &pyi, nccl, sizeof(nccl),
-              "communication time per collective in multi-GPU runs",
+              "multi-GPU collectives; their kernels in torch.profiler traces give `trainperf "
+              "analyze` its communication and overlap figures",
               "pip install nvidia-nccl-cu12 (CUDA wheels of torch bring it), or install libnccl2");
     if (json) {
         if (print_json(cs, 8, &si, psi, &cg, &pf, &pyi, cupti, nccl) != 0) {
