@@ -666,6 +666,25 @@ TT_TEST(gpusel_parsing)
     TT_EQ_INT(gpusel_visible("0,1,2", u, 3, NULL, 0, out, 2), 2); /* capped */
 }
 
+TT_TEST(gpusel_odd_values)
+{
+    const char *u[2] = {"GPU-aaaa1111", NULL}; /* a device without UUID */
+    int out[4];
+    char big[8192];
+    memset(big, '0', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    TT_EQ_INT(gpusel_visible(big, u, 2, NULL, 0, out, 4), 1); /* 000...0 is index 0 */
+    big[0] = '9';
+    TT_EQ_INT(gpusel_visible(big, u, 2, NULL, 0, out, 4), 0); /* huge index: none */
+    TT_EQ_INT(gpusel_visible("0,,1", u, 2, NULL, 0, out, 4), 1);
+    TT_EQ_INT(gpusel_visible("GPU-", u, 2, NULL, 0, out, 4), 0);
+    TT_EQ_INT(gpusel_visible("MIG-", u, 2, NULL, 0, out, 4), 0);
+    TT_EQ_INT(gpusel_visible("MIG-GPU-", u, 2, NULL, 0, out, 4), 0);
+    TT_EQ_INT(gpusel_visible("\xff\xfe,0", u, 2, NULL, 0, out, 4), 0);
+    TT_EQ_INT(gpusel_visible("1", u, 2, NULL, 0, out, 4), 1);
+    TT_EQ_INT(out[0], 1);
+}
+
 TT_TEST(gpusel_environ_of_a_real_process)
 {
     pid_t c = child("3,GPU-x");
