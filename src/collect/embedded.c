@@ -20,6 +20,7 @@ static pthread_mutex_t emb_lock = PTHREAD_MUTEX_INITIALIZER;
 static coll *emb_coll;
 static alert_set *emb_alerts;
 static char emb_dir[PATH_MAX];
+static pid_t emb_pid; /* the process whose thread the collector is */
 
 static void program_label(char *out, size_t n)
 {
@@ -72,6 +73,7 @@ int tpf_start(const tpf_options *opt)
     co.alerts = emb_alerts;
     rc = coll_create(&emb_coll, &co);
     if (rc == 0) {
+        emb_pid = getpid();
         rc = coll_start(emb_coll);
         if (rc) {
             coll_free(emb_coll);
@@ -91,7 +93,9 @@ out:
 int tpf_stop(void)
 {
     pthread_mutex_lock(&emb_lock);
-    if (!emb_coll) {
+    /* A forked child (a DataLoader worker) inherits the pointer but not the
+     * thread: the collector is the parent's to stop. */
+    if (!emb_coll || getpid() != emb_pid) {
         pthread_mutex_unlock(&emb_lock);
         return TPF_ESTATE;
     }
