@@ -58,6 +58,8 @@ static void run_usage(FILE *f)
             "  --alerts FILE         alert rules, one per line\n"
             "  --no-default-alerts   only the rules given\n"
             "  --clean-live          delete the shared segments (live/) at the end\n\n"
+            "The status line, the summary and the report go to stderr; CMD's own output\n"
+            "is left as it is. Signals sent to trainperf go to CMD's process group.\n\n"
             "Exit status: CMD's own (128+N when it died of signal N); 2 for bad usage;\n"
             "127 when CMD cannot be found, 126 when it cannot be executed.\n");
 }
