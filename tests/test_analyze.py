@@ -197,6 +197,10 @@ def test_corrupt_gzip_and_unreadable_inputs(run_cli, traces_dir, tmp_path):
     empty.write_bytes(b"")
     p = run_cli("analyze", empty)
     assert p.returncode == 2 and "empty" in one_line_error(p)
+    other = tmp_path / "other.json"
+    other.write_text('{"name": "not a trace", "traceEvents": 5}')
+    p = run_cli("analyze", other)
+    assert p.returncode == 2 and "traceEvents" in one_line_error(p)
 
 
 def test_usage_errors(run_cli, traces_dir):

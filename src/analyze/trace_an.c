@@ -562,6 +562,10 @@ static int pass_a(rankst *r, const char *path, char *err, size_t errlen)
             snprintf(err, errlen, "%s: %s", path, e2[0] ? e2 : tpf_strerror(rc));
         return rc;
     }
+    if (!r->meta.has_events) {
+        snprintf(err, errlen, "%s: not a Chrome/Kineto trace: no \"traceEvents\" array", path);
+        return TPF_EFORMAT;
+    }
     /* The last chunk stays in memory when nothing was spilled. */
     if (r->spill && (rc = spill_chunk(r))) {
         snprintf(err, errlen, "%s: cannot write the spill file", path);

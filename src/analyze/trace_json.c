@@ -847,6 +847,7 @@ static int js_top(jsrc *s, trace_ev_fn fn, void *ud, trace_meta *m)
         rc = s->rc ? s->rc : js_fail(s, TPF_EFORMAT, "empty input: no JSON found");
     } else if (c == '[') {
         m->array_form = 1;
+        m->has_events = 1;
         rc = js_events(s, sc, fn, ud, m, 1);
     } else if (c == '{') {
         s->pos++;
@@ -856,6 +857,7 @@ static int js_top(jsrc *s, trace_ev_fn fn, void *ud, trace_meta *m)
             for (;;) {
                 if ((rc = js_key(s, sc, "the trace object"))) break;
                 if (strcmp(sc->key, "traceEvents") == 0 && js_ws(s) == '[') {
+                    m->has_events = 1;
                     rc = js_events(s, sc, fn, ud, m, 0);
                 } else if (strcmp(sc->key, "distributedInfo") == 0) {
                     rc = js_distinfo(s, sc, m);

@@ -60,6 +60,7 @@ typedef struct trace_meta {
     int has_base;
     int64_t base_ns;          /* baseTimeNanoseconds */
     int array_form;           /* bare array layout */
+    int has_events;           /* an event array was found (either layout) */
     int unterminated;         /* array form without its closing bracket */
     uint64_t bytes;           /* uncompressed bytes read */
     uint64_t events;          /* elements of the event array */

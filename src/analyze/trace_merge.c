@@ -171,6 +171,11 @@ int trace_merge(const char *const *paths, int n, const char *out_path, int align
             else snprintf(err, errlen, "%s: %s", paths[i], e2);
             break;
         }
+        if (!meta.has_events) {
+            snprintf(err, errlen, "%s: not a Chrome/Kineto trace: no \"traceEvents\" array", paths[i]);
+            rc = TPF_EFORMAT;
+            break;
+        }
         long r = meta.has_rank ? meta.rank : trace_rank_from_name(paths[i]);
         ranks[i] = r >= 0 ? r : i;
         for (int j = 0; j < i; j++)
