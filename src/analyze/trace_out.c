@@ -203,8 +203,11 @@ static void short_name(char *dst, size_t n, const char *s)
     if (l < n) {
         memcpy(dst, s, l + 1);
     } else {
-        memcpy(dst, s, n - 4);
-        memcpy(dst + n - 4, "...", 4);
+        size_t cut = n - 4;
+        /* never split a UTF-8 sequence */
+        while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80) cut--;
+        memcpy(dst, s, cut);
+        memcpy(dst + cut, "...", 4);
     }
     for (char *p = dst; *p; p++)
         if (*p == '|' || *p == '\n' || *p == '\t') *p = ' ';
