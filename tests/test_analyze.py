@@ -96,6 +96,20 @@ def test_per_step_and_stragglers_across_ranks(run_cli, traces_dir):
     assert "Step time per rank" in text.stdout and "Stragglers" in text.stdout
 
 
+def test_a_slow_rank_is_named_as_straggler(run_cli, traces_dir, tmp_path):
+    """Rank 1's step 552 made half as long again: it, and only it, is named."""
+    d = load_plain(traces_dir / "trace_filter_sampled_rank-1.json.gz")
+    for e in d["traceEvents"]:
+        if e.get("name") == "ProfilerStep#552":
+            e["dur"] = e["dur"] * 1.5
+    slow = tmp_path / "slow_rank-1.json"
+    slow.write_text(json.dumps(d))
+    out = analyze_json(run_cli, traces_dir / "trace_filter_sampled_rank-0.json.gz", slow)
+    assert [(s["rank"], s["step"]) for s in out["stragglers"]] == [(1, 552)]
+    text = run_cli("analyze", traces_dir / "trace_filter_sampled_rank-0.json.gz", slow).stdout
+    assert "rank 1 is a straggler in step 552" in text
+
+
 def test_steps_filter(run_cli, traces_dir):
     t = traces_dir / "trace_diff_control_control.json.gz"
     full = analyze_json(run_cli, t)["ranks"][0]
