@@ -70,6 +70,20 @@ def test_every_shared_trace_analyzes(run_cli, traces_dir):
             assert r["temporal"] is None
 
 
+def test_a_directory_stands_for_its_traces(run_cli, traces_dir, tmp_path):
+    """As torch's tensorboard_trace_handler leaves them: one directory."""
+    for i in (0, 1):
+        name = f"trace_filter_sampled_rank-{i}.json.gz"
+        (tmp_path / name).write_bytes((traces_dir / name).read_bytes())
+    (tmp_path / "notes.txt").write_text("not a trace")
+    out = analyze_json(run_cli, tmp_path)
+    assert [r["rank"] for r in out["ranks"]] == [0, 1]
+    m = tmp_path / "out" / "merged.json"
+    m.parent.mkdir()
+    assert run_cli("merge", tmp_path, "-o", m).returncode == 0
+    assert json.loads(m.read_text())["traceEvents"]
+
+
 def test_rank_comes_from_distributed_info_or_name(run_cli, traces_dir):
     out = analyze_json(run_cli, *[traces_dir / f"trace_filter_sampled_rank-{i}.json.gz" for i in (1, 0)])
     assert [r["rank"] for r in out["ranks"]] == [0, 1]
@@ -205,8 +219,10 @@ def test_corrupt_gzip_and_unreadable_inputs(run_cli, traces_dir, tmp_path):
     one_line_error(p)
     p = run_cli("analyze", tmp_path / "missing.json")
     assert p.returncode == 2 and "missing.json" in one_line_error(p)
-    p = run_cli("analyze", tmp_path)
-    assert p.returncode == 2 and "directory" in one_line_error(p)
+    emptydir = tmp_path / "nothing"
+    emptydir.mkdir()
+    p = run_cli("analyze", emptydir)
+    assert p.returncode == 2 and "no .json" in one_line_error(p)
     empty = tmp_path / "empty.json"
     empty.write_bytes(b"")
     p = run_cli("analyze", empty)

@@ -56,6 +56,18 @@ int trace_analyze_summary(const char *const *paths, int n, buf *md_out);
 int trace_merge(const char *const *paths, int n, const char *out_path, int align_start,
                 char *err, size_t errlen);
 
+/* The trace files (*.json, *.json.gz) directly inside dir, sorted by name.
+ * On success *paths (n entries, possibly 0) is owned by the caller: free it
+ * with trace_paths_free. TPF_ENOENT/TPF_EACCES/TPF_EIO when dir cannot be
+ * listed, TPF_ETOOBIG beyond 65536 files. */
+int trace_list_dir(const char *dir, char ***paths, int *n);
+void trace_paths_free(char **paths, int n);
+
+/* Command-line arguments to trace files: a directory stands for the traces
+ * in it (an empty one is TPF_ENOENT), anything else is kept as given. *paths
+ * as trace_list_dir. err: one line. */
+int trace_expand_args(const char *const *args, int n, char ***paths, int *np, char *err, size_t errlen);
+
 /* The rank of a file: distributedInfo.rank, else a number after "rank" in the
  * file name ("rank-3", "rank_3", "rank3"), else -1. */
 long trace_rank_from_name(const char *path);

@@ -131,7 +131,11 @@ int cmd_analyze(int argc, char **argv)
     }
     trace_result *r = NULL;
     char err[1024];
-    int e = trace_analyze(paths, np, &o, &r, err, sizeof(err));
+    char **files = NULL;
+    int nf = 0;
+    int e = trace_expand_args(paths, np, &files, &nf, err, sizeof(err));
+    if (!e) e = trace_analyze((const char *const *)files, nf, &o, &r, err, sizeof(err));
+    trace_paths_free(files, nf);
     if (e) {
         cli_error("%s", err);
         /* Unreadable or invalid input is a usage-class error (exit 2). */

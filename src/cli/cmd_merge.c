@@ -65,7 +65,11 @@ int cmd_merge(int argc, char **argv)
         goto done;
     }
     char err[1024];
-    int e = trace_merge(paths, np, out, align_start, err, sizeof(err));
+    char **files = NULL;
+    int nf = 0;
+    int e = trace_expand_args(paths, np, &files, &nf, err, sizeof(err));
+    if (!e) e = trace_merge((const char *const *)files, nf, out, align_start, err, sizeof(err));
+    trace_paths_free(files, nf);
     if (e) {
         cli_error("%s", err);
         rc = (e == TPF_ENOMEM || e == TPF_ETOOBIG) ? CLI_FAIL : CLI_USAGE;

@@ -258,6 +258,42 @@ TT_TEST(missing_file_is_noent)
     TT_ASSERT(strstr(err, "/nonexistent/trace.json") != NULL);
 }
 
+TT_TEST(directory_listing_and_argument_expansion)
+{
+    char dir[] = "/tmp/tpf-test-dir-XXXXXX";
+    TT_ASSERT(mkdtemp(dir) != NULL);
+    const char *names[] = {"b_rank-1.json.gz", "a_rank-0.json", "skip.txt", ".hidden.json"};
+    for (int i = 0; i < 4; i++) {
+        char p[512];
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        FILE *f = fopen(p, "w");
+        TT_ASSERT(f != NULL);
+        fclose(f);
+    }
+    char **v = NULL;
+    int n = 0;
+    TT_EQ_INT(trace_list_dir(dir, &v, &n), 0);
+    TT_EQ_INT(n, 2);
+    TT_ASSERT(strstr(v[0], "/a_rank-0.json") != NULL);
+    TT_ASSERT(strstr(v[1], "/b_rank-1.json.gz") != NULL);
+    trace_paths_free(v, n);
+    const char *args[] = {"x.json", dir};
+    char err[256];
+    TT_EQ_INT(trace_expand_args(args, 2, &v, &n, err, sizeof(err)), 0);
+    TT_EQ_INT(n, 3);
+    TT_EQ_STR(v[0], "x.json");
+    trace_paths_free(v, n);
+    for (int i = 0; i < 4; i++) {
+        char p[512];
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        unlink(p);
+    }
+    TT_EQ_INT(trace_expand_args(args + 1, 1, &v, &n, err, sizeof(err)), TPF_ENOENT);
+    TT_ASSERT(strstr(err, "no .json") != NULL);
+    rmdir(dir);
+    TT_EQ_INT(trace_list_dir(dir, &v, &n), TPF_ENOENT);
+}
+
 TT_TEST(rank_from_file_name)
 {
     TT_EQ_INT(trace_rank_from_name("/x/trace_filter_sampled_rank-12.json.gz"), 12);
