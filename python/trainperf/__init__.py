@@ -168,8 +168,10 @@ def monitor(fn=None, **options):
     """
     if fn is None:
         return lambda f: monitor(f, **options)
+    import atexit
     from ._monitor import StepMonitor
     mon = StepMonitor(fn, **options)
+    atexit.register(mon.close)  # an open profiler window / memory history ends cleanly
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

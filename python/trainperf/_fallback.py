@@ -24,6 +24,9 @@ def _candidates():
     # In-tree: python/trainperf -> repo/build*/libtrainperf.so.
     # Installed by `make install`: PREFIX/share/trainperf/trainperf -> PREFIX/lib.
     root = os.path.dirname(os.path.dirname(pkg))
+    build = os.environ.get("TRAINPERF_BUILD")
+    if build:
+        yield os.path.join(root, build, "libtrainperf.so")
     for pattern in (os.path.join(root, "build", "libtrainperf.so"),
                     os.path.join(root, "build-*", "libtrainperf.so"),
                     os.path.join(os.path.dirname(root), "lib", "libtrainperf.so*")):
@@ -266,12 +269,28 @@ class NoopCore:
         return ESTATE
 
 
+def _sanitized(path):
+    """True for a library built with ASan: loading one into a process without
+    the ASan runtime aborts that process, so such a library is skipped."""
+    try:
+        with open(path, "rb") as f:
+            return b"libasan.so" in f.read()
+    except OSError:
+        return False
+
+
 def load(noop=False):
     """(core, reason): the ctypes core if a library loads, else the no-op."""
     if noop:
         return NoopCore(), "no-op requested"
     tried = []
+    asan_here = "libasan" in os.environ.get("LD_PRELOAD", "")
     for path in _candidates():
+        if not os.path.isabs(path) and os.sep in path:
+            path = os.path.abspath(path)
+        if os.path.exists(path) and not asan_here and _sanitized(path):
+            tried.append(path + ": built with ASan")
+            continue
         try:
             lib = ctypes.CDLL(path)
             if not hasattr(lib, "tpf_step_begin"):

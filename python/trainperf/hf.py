@@ -25,6 +25,7 @@ class TrainperfCallback(TrainerCallback):
         self._interval = interval_s
         self._open = False
         self._samples = self._tokens = 0
+        self._counting = False
         self.steps = 0
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -37,7 +38,9 @@ class TrainperfCallback(TrainerCallback):
             _autohook.hook_forward(model)
             # Count what the model is fed in training mode: the DataLoader
             # side prefetches ahead, so its counts run one batch early.
-            model.register_forward_pre_hook(self._count_inputs, with_kwargs=True)
+            if not self._counting:
+                model.register_forward_pre_hook(self._count_inputs, with_kwargs=True)
+                self._counting = True
 
     def _count_inputs(self, module, args, kwargs):
         if not module.training:
