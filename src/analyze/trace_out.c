@@ -358,8 +358,9 @@ static void render_rank(fmt *f, const trace_result *r, const tr_rank *k)
     }
     if (k->nsteps) {
         heading(f, "Steps");
-        static const int w6[] = {8, 10, 9, 11, 11, 11, 13};
-        const char *h6[] = {"step", "ms", "kernels", "gpu busy", "compute", "comm", "launch delay"};
+        static const int w6[] = {8, 10, 9, 12, 11, 11, 16};
+        const char *h6[] = {"step", "ms", "kernels", "GPU busy ms", "compute ms", "comm ms",
+                            "mean launch us"};
         header(f, 7, w6, h6);
         for (size_t i = 0; i < k->nsteps; i++) {
             const tr_step *s = &k->steps[i];
@@ -370,8 +371,10 @@ static void render_rank(fmt *f, const trace_result *r, const tr_rank *k)
             ms(d, sizeof(d), s->busy);
             ms(e, sizeof(e), s->compute);
             ms(g, sizeof(g), s->comm);
-            snprintf(h, sizeof(h), "%.3f us",
-                     s->launch.count ? (double)s->launch.delay_sum / (double)s->launch.count / 1e3 : 0.0);
+            if (s->launch.count)
+                snprintf(h, sizeof(h), "%.3f", (double)s->launch.delay_sum / (double)s->launch.count / 1e3);
+            else
+                snprintf(h, sizeof(h), "-");
             const char *cells[] = {a, b, c, d, e, g, h};
             row(f, 7, w6, cells);
         }
