@@ -204,9 +204,6 @@ def test_unsupported_fields_are_empty_cells(run_cli, tmp_path):
             assert r[f"gpu0_{col}"] == "", col
 
 
-@pytest.mark.xfail(strict=True, reason="the collector fills gpu<N> columns and summary.json "
-                   "gpus by position in the frame, not by gpu_frame.index: once contexts "
-                   "narrow the run's GPUs, another GPU's values land in a column")
 def test_columns_follow_gpu_index_when_contexts_narrow_the_set(run_cli, tmp_path):
     _need_fake()
     # Three visible GPUs; from the 4th sample the run holds a context on GPU 2

@@ -338,7 +338,7 @@ static void status_line(coll *c, int tty, int color)
     }
     for (int g = 0; g < f.ngpu && g < 4; g++) {
         const gpu_frame *gf = &f.gpu[g];
-        PUT(" | GPU%d", g);
+        PUT(" | GPU%d", gf->index);
         if (gf->lost) {
             PUT(" lost");
             continue;
@@ -395,7 +395,7 @@ static void print_summary(const coll_summary *s, const char *run_dir, const rec_
         char used[32], total[32];
         fmt_bytes(used, sizeof(used), s->gpu_mem_max_bytes[g]);
         fmt_bytes(total, sizeof(total), s->gpu_mem_total_bytes[g]);
-        fprintf(o, "  GPU %-7d util %.0f%% (mean), memory %s of %s (peak)\n", g,
+        fprintf(o, "  GPU %-7d util %.0f%% (mean), memory %s of %s (peak)\n", s->gpu_index[g],
                 s->gpu_util_mean_pct[g], used, total);
     }
     if (s->events_dropped || s->trace_dropped)

@@ -76,6 +76,7 @@ struct coll {
     rec_trace trace;
     coll_out metrics, procs, steps, alerts;
     int ncpu_cols, ngpu_cols, header_done;
+    int gpu_cols[FRAME_MAX_GPUS]; /* NVML index of each gpu<k>_ column group */
 
     coll_seg *segs;
     int nsegs, capsegs;
@@ -406,12 +407,18 @@ static void check_alerts(coll *c, const coll_frame *f)
 
 static void write_procs(coll *c, const coll_frame *f)
 {
+    void *nvml = NULL;
+    for (int i = 0; i < c->nsrc; i++)
+        if (c->src[i].on && c->src[i].ops == &nvml_source) nvml = c->src[i].state;
     for (int i = 0; i < c->nsrc; i++) {
         if (!c->src[i].on || c->src[i].ops != &procfs_source) continue;
         const procfs_proc *pp = NULL;
         int n = procfs_procs(c->src[i].state, &pp);
-        fval unknown = {0, 0};
-        for (int k = 0; k < n; k++) rec_procs_row(&c->procs.b, f->t, &pp[k], unknown);
+        for (int k = 0; k < n; k++) {
+            fval gmem = {0, 0}; /* unknown without the GPU source */
+            if (nvml) gmem = nvml_proc_gpu_mem(nvml, pp[k].pid);
+            rec_procs_row(&c->procs.b, f->t, &pp[k], gmem);
+        }
     }
 }
 
@@ -442,12 +449,13 @@ static void take_sample(coll *c, uint64_t now)
         c->ngpu_cols = f->ngpu < FRAME_MAX_GPUS ? f->ngpu : FRAME_MAX_GPUS;
         c->ngpu0 = c->ngpu_cols;
         memcpy(c->gpu0, f->gpu, sizeof(gpu_frame) * (size_t)c->ngpu0);
+        for (int g = 0; g < c->ngpu_cols; g++) c->gpu_cols[g] = f->gpu[g].index;
         rec_metrics_header(&c->metrics.b, c->ncpu_cols, c->ngpu_cols);
         c->header_done = 1;
     }
-    rec_metrics_row(&c->metrics.b, f, c->ncpu_cols, c->ngpu_cols);
+    rec_metrics_row(&c->metrics.b, f, c->ncpu_cols, c->ngpu_cols, c->gpu_cols);
     write_procs(c, f);
-    rec_trace_frame(&c->trace, f);
+    rec_trace_frame(&c->trace, f, c->ngpu_cols, c->gpu_cols);
     rec_res_add(&c->res, f);
     check_alerts(c, f);
     c->last_sample_ns = now;
@@ -796,6 +804,7 @@ void coll_get_summary(const coll *c, coll_summary *out)
     out->ngpu = c->res.ngpu;
     for (int g = 0; g < c->res.ngpu; g++) {
         const rec_gpu_res *gr = &c->res.gpu[g];
+        out->gpu_index[g] = gr->index;
         out->gpu_util_mean_pct[g] = stat_mean(&gr->util);
         out->gpu_mem_max_bytes[g] = gr->mem_used.n ? gr->mem_used.max : NAN;
         out->gpu_mem_total_bytes[g] = gr->mem_total;

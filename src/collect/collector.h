@@ -63,6 +63,7 @@ typedef struct coll_summary {
     double data_share, data_p95_ms;
     double tree_cpu_mean_pct, tree_rss_max_bytes;
     int ngpu;
+    int gpu_index[FRAME_MAX_GPUS];  /* NVML index */
     double gpu_util_mean_pct[FRAME_MAX_GPUS], gpu_mem_max_bytes[FRAME_MAX_GPUS];
     double gpu_mem_total_bytes[FRAME_MAX_GPUS];
     uint64_t events_dropped, trace_dropped;

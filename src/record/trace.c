@@ -9,6 +9,7 @@
 #include "record/metrics.h"
 #include "record/fmt.h"
 #include "record/trace.h"
+#include "record/writers.h"
 #include "trainperf.h"
 #include "util/err.h"
 #include "util/jsonw.h"
@@ -221,7 +222,7 @@ static void put_args_group(rec_trace *t, const char *counter, const char *name,
     buf_puts(b, "}}");
 }
 
-void rec_trace_frame(rec_trace *t, const coll_frame *f)
+void rec_trace_frame(rec_trace *t, const coll_frame *f, int ngpu, const int *gpu_index)
 {
     if (t->fd < 0) return;
     double ts = f->t * 1e6;
@@ -235,11 +236,13 @@ void rec_trace_frame(rec_trace *t, const coll_frame *f)
         if (j < i) continue;
         put_args_group(t, c, c, metric_table, metric_table_len, f, ts);
     }
-    for (int g = 0; g < f->ngpu && g < FRAME_MAX_GPUS; g++) {
-        if (f->gpu[g].lost) continue;
+    for (int g = 0; g < ngpu && g < FRAME_MAX_GPUS; g++) {
+        const gpu_frame *gf = gpu_index ? rec_frame_gpu(f, gpu_index[g])
+                                        : g < f->ngpu ? &f->gpu[g] : NULL;
+        if (!gf || gf->lost) continue;
         char name[16];
         snprintf(name, sizeof(name), "gpu%d", g);
-        put_args_group(t, "gpu", name, metric_gpu_table, metric_gpu_table_len, &f->gpu[g], ts);
+        put_args_group(t, "gpu", name, metric_gpu_table, metric_gpu_table_len, gf, ts);
     }
 }
 

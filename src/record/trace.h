@@ -33,8 +33,10 @@ void rec_trace_process(rec_trace *t, pid_t pid, int rank);
 void rec_trace_step(rec_trace *t, const agg_step *s);
 /* name: the range's string (NULL: "range <id>"). */
 void rec_trace_range(rec_trace *t, const agg_range *r, const char *name);
-/* Resource and throughput counters of a frame on pid 0 (metric table groups). */
-void rec_trace_frame(rec_trace *t, const coll_frame *f);
+/* Resource and throughput counters of a frame on pid 0 (metric table groups);
+ * GPU counters "gpu<k>" as metrics.csv columns (gpu_index as there, NULL:
+ * frame positions). */
+void rec_trace_frame(rec_trace *t, const coll_frame *f, int ngpu, const int *gpu_index);
 void rec_trace_counter(rec_trace *t, pid_t pid, const char *name, uint64_t ts_ns, double v);
 void rec_trace_mark(rec_trace *t, pid_t pid, pid_t tid, const char *name, uint64_t ts_ns);
 void rec_trace_alert(rec_trace *t, const alert_event *e);

@@ -47,7 +47,14 @@ int rec_metrics_header(buf *b, int ncpu, int ngpu)
     return buf_putc(b, '\n');
 }
 
-int rec_metrics_row(buf *b, const coll_frame *f, int ncpu, int ngpu)
+const gpu_frame *rec_frame_gpu(const coll_frame *f, int idx)
+{
+    for (int g = 0; g < f->ngpu && g < FRAME_MAX_GPUS; g++)
+        if (f->gpu[g].index == idx) return &f->gpu[g];
+    return NULL;
+}
+
+int rec_metrics_row(buf *b, const coll_frame *f, int ncpu, int ngpu, const int *gpu_index)
 {
     buf_printf(b, "%.6f", f->t);
     for (size_t i = 0; i < metric_table_len; i++) {
@@ -60,7 +67,10 @@ int rec_metrics_row(buf *b, const coll_frame *f, int ncpu, int ngpu)
         if (c < f->ncpu && c < FRAME_MAX_CPUS) rec_csv_num(b, f->cpu_core_pct[c], metric_core.decimals);
     }
     for (int g = 0; g < ngpu; g++) {
-        const gpu_frame *gf = g < f->ngpu ? &f->gpu[g] : NULL;
+        /* By NVML index, not position: the set of the run's GPUs can narrow
+         * (contexts appear) and shift positions in the frame. */
+        const gpu_frame *gf = gpu_index ? rec_frame_gpu(f, gpu_index[g])
+                                        : g < f->ngpu ? &f->gpu[g] : NULL;
         for (size_t i = 0; i < metric_gpu_table_len; i++) {
             const metric_def *m = &metric_gpu_table[i];
             buf_putc(b, ',');
@@ -330,10 +340,17 @@ void rec_res_add(rec_res *r, const coll_frame *f)
     size_t nm = metric_table_len < 64 ? metric_table_len : 64;
     for (size_t i = 0; i < nm; i++) stat_add(&r->m[i], *metric_val(&metric_table[i], f));
     int ng = f->ngpu < FRAME_MAX_GPUS ? f->ngpu : FRAME_MAX_GPUS;
-    if (ng > r->ngpu) r->ngpu = ng;
     for (int g = 0; g < ng; g++) {
         const gpu_frame *gf = &f->gpu[g];
-        rec_gpu_res *gr = &r->gpu[g];
+        /* One slot per NVML index, in order of first appearance. */
+        int k;
+        for (k = 0; k < r->ngpu; k++)
+            if (r->gpu[k].index == gf->index) break;
+        if (k == r->ngpu) {
+            if (r->ngpu == FRAME_MAX_GPUS) continue;
+            r->ngpu++;
+        }
+        rec_gpu_res *gr = &r->gpu[k];
         gr->index = gf->index;
         memcpy(gr->name, gf->name, sizeof(gr->name));
         gr->name[sizeof(gr->name) - 1] = 0;

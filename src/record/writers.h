@@ -22,7 +22,12 @@ int rec_csv_str(buf *b, const char *s);
 
 /* ---- metrics.csv: columns fixed for the run by ncpu and ngpu ---- */
 int rec_metrics_header(buf *b, int ncpu, int ngpu);
-int rec_metrics_row(buf *b, const coll_frame *f, int ncpu, int ngpu);
+/* gpu_index[k]: the NVML index whose values go into the gpu<k>_ columns
+ * (the run's GPUs as of the first sample, run.json "gpus" order); a GPU the
+ * frame does not have leaves its cells empty. NULL: frame position k. */
+int rec_metrics_row(buf *b, const coll_frame *f, int ncpu, int ngpu, const int *gpu_index);
+/* The GPU of frame f with NVML index idx, or NULL. */
+const gpu_frame *rec_frame_gpu(const coll_frame *f, int idx);
 
 /* ---- procs.csv ---- */
 int rec_procs_header(buf *b);

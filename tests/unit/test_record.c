@@ -117,12 +117,12 @@ TT_TEST(golden_metrics_csv)
     buf_init(&b, 0);
     rec_metrics_header(&b, 2, 1);
     fill_frame(&f, 0.0001, 0);
-    rec_metrics_row(&b, &f, 2, 1);
+    rec_metrics_row(&b, &f, 2, 1, NULL);
     fill_frame(&f, 1.000002, 1);
-    rec_metrics_row(&b, &f, 2, 1);
+    rec_metrics_row(&b, &f, 2, 1, NULL);
     f.gpu[0].lost = 1; /* a lost GPU: its cells are unknown */
     f.t = 2;
-    rec_metrics_row(&b, &f, 2, 1);
+    rec_metrics_row(&b, &f, 2, 1, NULL);
     TT_EQ_INT(b.err, 0);
     int rc = golden_check("metrics.csv", b.data, b.len);
     buf_free(&b);
@@ -321,7 +321,7 @@ TT_TEST(golden_trace_json)
     TT_EQ_INT(t.dropped, 4);
     static coll_frame f;
     fill_frame(&f, 1.5, 1);
-    rec_trace_frame(&t, &f);
+    rec_trace_frame(&t, &f, f.ngpu, NULL);
     rec_trace_counter(&t, 42, "loss", 1003000000ull, 0.25);
     rec_trace_mark(&t, 42, 44, "epoch", 1004000000ull);
     alert_event e;
@@ -339,6 +339,60 @@ TT_TEST(golden_trace_json)
     int rc = golden_check("trace.json", data, len);
     free(data);
     TT_EQ_INT(rc, 0);
+}
+
+TT_TEST(gpu_columns_follow_the_nvml_index)
+{
+    /* The run's GPUs narrowed from {0, 1, 2} to {2}: GPU 2 stays in gpu2_. */
+    static coll_frame f;
+    fill_frame(&f, 3, 1);
+    f.gpu[0].index = 2;
+    fv_set(&f.gpu[0].util_pct, 12);
+    const int cols[3] = {0, 1, 2};
+    buf b;
+    buf_init(&b, 0);
+    rec_metrics_header(&b, 2, 3);
+    size_t hdr = b.len;
+    rec_metrics_row(&b, &f, 2, 3, cols);
+    TT_EQ_INT(b.err, 0);
+    /* the row's cells, by header position */
+    char *row = b.data + hdr, *cells[200];
+    int n = 0;
+    for (char *p = row; n < 200;) {
+        cells[n++] = p;
+        char *e = strpbrk(p, ",\n");
+        if (!e || *e == '\n') {
+            if (e) *e = 0;
+            break;
+        }
+        *e = 0;
+        p = e + 1;
+    }
+    int base = 1 + (int)metric_table_len + 2; /* t, table, two cores */
+    int per = (int)metric_gpu_table_len;
+    TT_EQ_INT(n, base + 3 * per);
+    TT_EQ_STR(cells[base], "");              /* gpu0_util_pct: not the run's any more */
+    TT_EQ_STR(cells[base + per], "");        /* gpu1_util_pct */
+    TT_EQ_STR(cells[base + 2 * per], "12.00"); /* gpu2_util_pct */
+    buf_free(&b);
+
+    /* Summaries are per NVML index, whatever the frame position. */
+    static rec_res res;
+    rec_res_init(&res);
+    fill_frame(&f, 0, 1);
+    f.ngpu = 2;
+    f.gpu[1] = f.gpu[0];
+    f.gpu[0].index = 1;
+    f.gpu[1].index = 0;
+    rec_res_add(&res, &f);
+    f.ngpu = 1;
+    f.gpu[0].index = 0;
+    rec_res_add(&res, &f);
+    TT_EQ_INT(res.ngpu, 2);
+    TT_EQ_INT(res.gpu[0].index, 1);
+    TT_EQ_INT(res.gpu[0].samples, 1);
+    TT_EQ_INT(res.gpu[1].index, 0);
+    TT_EQ_INT(res.gpu[1].samples, 2);
 }
 
 TT_TEST(metric_table_names_unique_and_documented_order)
