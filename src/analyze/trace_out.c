@@ -360,7 +360,7 @@ static void render_rank(fmt *f, const trace_result *r, const tr_rank *k)
         heading(f, "Steps");
         static const int w6[] = {8, 10, 9, 12, 11, 11, 16};
         const char *h6[] = {"step", "ms", "kernels", "GPU busy ms", "compute ms", "comm ms",
-                            "mean launch us"};
+                            "launch delay us"};
         header(f, 7, w6, h6);
         for (size_t i = 0; i < k->nsteps; i++) {
             const tr_step *s = &k->steps[i];
