@@ -153,7 +153,8 @@ DECORATED = """
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
     @trainperf.monitor(samples=lambda x, y: x.shape[0], tokens=lambda x, y: x.numel(),
-                       flops_steps=[2], cuda_memory_every=2)
+                       flops_steps=[2], cuda_memory_every=2, memory_snapshot_step=3,
+                       profile=dict(wait=1, warmup=1, active=2, top_k=5))
     def train_step(x, y):
         opt.zero_grad()
         with trainperf.phase("forward"):
@@ -168,7 +169,7 @@ DECORATED = """
     s = train_step.stats
     print(json.dumps({"steps": s.steps, "samples": s.samples, "flops": s.flops,
                       "method": s.flops_method, "mfu": s.mfu, "mfu_reason": s.mfu_reason,
-                      "skipped": s.skipped}))
+                      "skipped": s.skipped, "windows": s.profiler_windows}))
 """
 
 
@@ -186,9 +187,15 @@ def test_decorator_records_steps_flops_and_says_why_for_mfu(tmp_path):
     fwd = 2 * B * (D * H + H * 1)
     bwd = 2 * B * (D * H + H * 1) + 2 * B * H * 1
     assert info["flops"] == {"2": fwd + bwd} and info["method"] == "FlopCounterMode"
+    # one profiler window (steps 2-3 active after wait 1 and warmup 1), written to the run dir
+    assert len(info["windows"]) == 1
+    trace, top = info["windows"][0]
+    assert os.path.dirname(trace) == str(out / "profiler")
+    assert os.path.exists(trace) and "aten::" in open(top).read()
     if not torch.cuda.is_available():
         assert info["mfu"] is None and info["mfu_reason"]
         assert "CUDA" in info["skipped"]["cuda_memory"]
+        assert "CUDA" in info["skipped"]["memory_snapshot"]
 
 
 def test_auto_hook_counts_optimizer_steps_and_samples(tmp_path):
@@ -329,3 +336,34 @@ def test_hf_trainer_callback_records_each_optimizer_step(tmp_path, accum):
     assert all(int(r["tokens"]) == 4 * accum * 12 for r in rows)
     for col in ("forward_ns", "backward_ns", "optimizer_ns", "data_ns"):
         assert all(int(r[col]) > 0 for r in rows), col
+
+
+COMPILED = """
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    model = torch.compile(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for i in range(5):
+        loss = model(torch.randn(8, 16)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    print("loss %.17g" % loss.item())
+"""
+
+
+@pytest.mark.slow
+def test_auto_hook_with_torch_compile(tmp_path):
+    # The top-level module is found without global module hooks, which would
+    # make torch.compile warn and fire hooks twice.
+    s = script(tmp_path, COMPILED)
+    plain = run_py([s])
+    assert plain.returncode == 0, plain.stderr
+    res = run_py([script(tmp_path, AUTO_EMBEDDED, "runner.py"), tmp_path / "run", s])
+    assert res.returncode == 0, res.stderr
+    assert "global hooks" not in res.stderr
+    assert res.stdout.split() == plain.stdout.split()
+    rows = steps(tmp_path / "run")
+    assert len(rows) == 5
+    assert all(int(r["forward_ns"]) > 0 and int(r["backward_ns"]) > 0 for r in rows)
