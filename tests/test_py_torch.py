@@ -69,6 +69,21 @@ def test_flops_of_known_models_match_the_analytic_count():
     assert fl == 2 * 2 * 8 * h_out * w_out * 3 * 3 * 3
 
 
+def test_flops_fall_back_to_the_profiler_then_the_user(monkeypatch):
+    import torch.utils.flop_counter as fc
+    from trainperf.torch_helpers import count_flops
+    monkeypatch.delattr(fc, "FlopCounterMode")  # as in a torch without it
+    B = 8
+    lin = torch.nn.Linear(32, 16)
+    _, fl, how = count_flops(lin, torch.randn(B, 32))
+    assert how == "profiler" and fl == 2 * B * 32 * 16
+    # nothing the profiler can count (no matmul/conv): the user's figure, else None
+    _, fl, how = count_flops(torch.relu, torch.randn(4), user_flops=123)
+    assert (fl, how) == (123, "user")
+    _, fl, how = count_flops(torch.relu, torch.randn(4))
+    assert (fl, how) == (None, None)
+
+
 def test_mfu_needs_a_known_device():
     from trainperf import torch_helpers as th
     # unknown or CPU: no number, a reason

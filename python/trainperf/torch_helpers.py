@@ -128,14 +128,20 @@ def count_flops(fn, *args, user_flops=None, **kwargs):
         with mode:
             out = fn(*args, **kwargs)
         return out, int(mode.get_total_flops()), "FlopCounterMode"
+    ran = False
     try:
         import torch.profiler as tp
-        with tp.profile(activities=[tp.ProfilerActivity.CPU], with_flops=True) as prof:
-            out = fn(*args, **kwargs)
+        prof = tp.profile(activities=[tp.ProfilerActivity.CPU], with_flops=True)
+    except Exception:  # no usable profiler: just run the step
+        prof = None
+    if prof is not None:
+        with prof:
+            out = fn(*args, **kwargs)  # the step's own errors propagate
+            ran = True
         total = sum(getattr(e, "flops", 0) or 0 for e in prof.key_averages())
         if total > 0:
             return out, int(total), "profiler"
-    except Exception:
+    if not ran:
         out = fn(*args, **kwargs)
     if user_flops:
         return out, int(user_flops), "user"
