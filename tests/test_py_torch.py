@@ -227,6 +227,31 @@ def test_auto_hook_counts_optimizer_steps_and_samples(tmp_path):
         assert all(int(r[col]) > 0 for r in rows), col
 
 
+TWO_OPTIMIZERS = """
+    import torch
+    from torch import nn
+    g, d = nn.Linear(4, 4), nn.Linear(4, 1)
+    opt_g = torch.optim.SGD(g.parameters(), lr=0.01)
+    opt_d = torch.optim.SGD(d.parameters(), lr=0.01)
+    for i in range(6):          # a GAN: both optimizers step every iteration
+        d(g(torch.randn(2, 4)).detach()).sum().backward(); opt_d.step(); opt_d.zero_grad()
+        d(g(torch.randn(2, 4))).sum().backward(); opt_g.step(); opt_g.zero_grad()
+    opt_2 = torch.optim.Adam(g.parameters())   # a second stage with a new optimizer
+    for i in range(5):
+        g(torch.randn(2, 4)).sum().backward(); opt_2.step(); opt_2.zero_grad()
+"""
+
+
+def test_auto_hook_steps_with_several_optimizers(tmp_path):
+    out = tmp_path / "run"
+    res = run_py([script(tmp_path, AUTO_EMBEDDED, "runner.py"), out,
+                  script(tmp_path, TWO_OPTIMIZERS)])
+    assert res.returncode == 0, res.stderr
+    # 6 GAN iterations = 6 steps; the new optimizer takes over on its second
+    # step in a row, so its 5 steps give 4 boundaries
+    assert len(steps(out)) == 6 + 4
+
+
 EXPLICIT_WITH_LOADER = """
     import sys, torch, trainperf
     from torch.utils.data import DataLoader, TensorDataset

@@ -4,8 +4,10 @@ install() only adds an import hook: nothing is patched and torch is not
 imported until the script imports torch itself. Then:
 
 - step boundaries come from optimizer steps (a global optimizer step post-hook):
-  each step of the primary optimizer (the first one that steps) ends a step and
-  begins the next, so gradient accumulation gives one step per optimizer step;
+  each step of the primary optimizer (the first one that steps; another one
+  takes over when it steps twice in a row, as in a second training stage)
+  ends a step and begins the next, so gradient accumulation gives one step per
+  optimizer step;
   the first step begins at the first DataLoader batch, the first module
   forward or the first optimizer step, whichever comes first;
 - data wait: DataLoader iterators' __next__ runs inside the "data" phase, and
@@ -241,7 +243,9 @@ def patch_torch(torch):
     OPTIMIZER = 4
     st = _st
     handles = {}
-    primary = []  # the optimizer whose steps are step boundaries
+    # [id of the optimizer whose steps are step boundaries, id of another one
+    # stepping, how many times in a row it has]
+    primary = [None, None, 0]
 
     _auto_steps = True
     patch_dataloader(torch)
@@ -256,10 +260,21 @@ def patch_torch(torch):
 
     def opt_post(opt, args, kwargs):
         pop()
-        if not primary:
-            primary.append(id(opt))
-        elif primary[0] != id(opt):
-            return
+        oid = id(opt)
+        if primary[0] is None:
+            primary[0] = oid
+        elif primary[0] != oid:
+            # Another optimizer: a GAN's second one alternates with the primary
+            # (no step), a later training stage's replaces it once it steps
+            # twice in a row.
+            if primary[1] == oid:
+                primary[2] += 1
+            else:
+                primary[1], primary[2] = oid, 1
+            if primary[2] < 2:
+                return
+            primary[0] = oid
+        primary[1], primary[2] = None, 0
         if st.open:
             if auto_end(st.samples, st.tokens):
                 st.samples = st.tokens = 0
