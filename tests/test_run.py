@@ -690,3 +690,45 @@ def test_embedded_default_run_dir(child, tmp_path):
     assert (base / "latest").resolve() == runs[0].resolve()
     check_complete(runs[0])
     assert len(read_steps(runs[0])) == 3
+
+
+def test_ctrl_z_stops_the_job_and_fg_resumes_it(cli, tmp_path):
+    import fcntl
+    import pty
+    import termios
+    master, slave = pty.openpty()
+
+    def take_ctty():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    run = tmp_path / "run"
+    p = subprocess.Popen([cli, "run", "--out", str(run), "--", "sleep", "30"], stdin=slave,
+                         stdout=slave, stderr=slave, env=env_clean(), preexec_fn=take_ctty)
+    os.close(slave)
+
+    def state(pid):
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+    def wait_state(pid, want):
+        for _ in range(200):
+            if state(pid) == want:
+                return True
+            time.sleep(0.05)
+        return False
+
+    try:
+        time.sleep(1.0)
+        child_pid = json.loads((run / "run.json").read_text())["root_pid"]
+        os.write(master, b"\x1a")  # Ctrl-Z: the terminal stops the child's group
+        assert wait_state(child_pid, "T")
+        assert wait_state(p.pid, "T")  # ... and trainperf stops itself, like a shell job
+        os.kill(p.pid, signal.SIGCONT)  # `fg`
+        assert wait_state(child_pid, "S")
+        os.write(master, b"\x03")  # Ctrl-C reaches the resumed child again
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        os.close(master)
+    assert p.returncode == 130

@@ -603,7 +603,16 @@ int cmd_run(int argc, char **argv)
     double period = tty ? 1.0 : 10.0, next_status = mono_s() + period;
     int status = 0, drawn = 0;
     for (;;) {
-        pid_t w = waitpid(child, &status, WNOHANG);
+        pid_t w = waitpid(child, &status, WNOHANG | (tty_fd >= 0 ? WUNTRACED : 0));
+        if (w == child && WIFSTOPPED(status)) {
+            /* Ctrl-Z stopped the child: stop too, so the shell gets its
+             * terminal and job back; on `fg`, hand the terminal over again. */
+            tcsetpgrp(tty_fd, getpgrp());
+            kill(getpid(), SIGSTOP);
+            if (tcgetpgrp(tty_fd) == getpgrp()) tcsetpgrp(tty_fd, child);
+            kill(-child, SIGCONT);
+            continue;
+        }
         if (w == child) break;
         if (w < 0 && errno != EINTR) break;
         struct timespec nap = {0, 50 * 1000000L};
