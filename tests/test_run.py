@@ -239,7 +239,7 @@ def test_command_without_api_gets_resources(cli, tmp_path):
     assert p.returncode == 0, p.stderr
     ri, sm, events = check_complete(run)
     rows = list(csv.DictReader(open(run / "metrics.csv", newline="")))
-    assert len(rows) >= 3
+    assert len(rows) >= 2  # at least the samples at start and at the end
     assert all(r["tree_procs"] != "" for r in rows)
     assert max(float(r["tree_procs"]) for r in rows) >= 1
     assert rows[0]["tree_cpu_pct"] == ""  # a rate needs two samples: unknown, not 0
