@@ -13,7 +13,7 @@ PY=${PYTHON:-python3}
 BUILD_ONLY=0
 [ "${1:-}" = "--build" ] && BUILD_ONLY=1
 debs="gcc make zlib1g-dev"
-[ $BUILD_ONLY = 1 ] || debs="$debs chromium clang pkg-config python3-venv"
+[ $BUILD_ONLY = 1 ] || debs="$debs chromium clang pkg-config time python3-venv"
 
 need_deb=()
 for p in $debs; do
