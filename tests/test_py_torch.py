@@ -205,7 +205,7 @@ def test_decorator_records_steps_flops_and_says_why_for_mfu(tmp_path):
     # one profiler window (steps 2-3 active after wait 1 and warmup 1), written to the run dir
     assert len(info["windows"]) == 1
     trace, top = info["windows"][0]
-    assert os.path.dirname(trace) == str(out / "profiler")
+    assert os.path.dirname(trace) == str(out / "profile")
     assert os.path.exists(trace) and "aten::" in open(top).read()
     if not torch.cuda.is_available():
         assert info["mfu"] is None and info["mfu_reason"]

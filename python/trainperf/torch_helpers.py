@@ -161,7 +161,7 @@ class ProfilerSchedule:
     meaning. Each finished window writes a Chrome/Kineto trace
     (trace-<pid>-<n>.json, readable by `trainperf analyze`) and the top-k
     table of operators (top-<pid>-<n>.txt and .json) into out_dir, by default
-    RUN_DIR/profiler/. A "profiler" mark is recorded when a window ends.
+    RUN_DIR/profile/. A "profiler" mark is recorded when a window ends.
     """
 
     def __init__(self, wait=1, warmup=1, active=3, repeat=1, skip_first=0, out_dir=None,
@@ -183,7 +183,7 @@ class ProfilerSchedule:
         import torch
         import torch.profiler as tp
         if self.out_dir is None:
-            self.out_dir = _default_dir("profiler")
+            self.out_dir = _default_dir("profile")
         os.makedirs(self.out_dir, exist_ok=True)
         acts = self._activities
         if acts is None:
