@@ -121,10 +121,14 @@ static void make_ctx(const diag_run *r, ctx *c)
     c->samples_ok = r->msamples >= MIN_SAMPLES;
     for (int p = 0; p < PH_COUNT; p++)
         c->share[p] = r->sum_interval_ns > 0 ? r->sum_phase_ns[p] / r->sum_interval_ns : NAN;
-    c->p50 = dhist_quantile(&r->h_interval, 0.5);
-    c->p95 = dhist_quantile(&r->h_interval, 0.95);
-    c->p99 = dhist_quantile(&r->h_interval, 0.99);
-    c->data_p50 = dhist_quantile(&r->h_data, 0.5);
+    /* the quantiles the report's tables show (kept inside the observed
+     * range), so evidence and tables print the same numbers */
+    dfig f;
+    diag_figures(r, &f);
+    c->p50 = f.step_p50;
+    c->p95 = f.step_p95;
+    c->p99 = f.step_p99;
+    c->data_p50 = f.data_p50;
     double m = dstat_mean(&r->st_interval);
     double var = r->st_interval.n > 1
                      ? (r->st_interval.sumsq - r->st_interval.n * m * m) / (r->st_interval.n - 1)
@@ -146,8 +150,12 @@ static void make_ctx(const diag_run *r, ctx *c)
     c->tree_cpu = dstat_mean(&r->tree_cpu);
     c->sys_cpu = dstat_mean(&r->cpu);
     c->cpus = r->cpus > 0 ? r->cpus : NAN;
-    c->idle_cores =
-        isfinite(c->cpus) && isfinite(c->sys_cpu) ? c->cpus * (1 - c->sys_cpu / 100) : NAN;
+    /* rounded once to the tenth that the evidence shows, so the advice
+     * derived from it never disagrees with the number printed beside it */
+    c->idle_cores = isfinite(c->cpus) && isfinite(c->sys_cpu)
+                        ? round(10 * c->cpus * (1 - c->sys_cpu / 100)) / 10
+                        : NAN;
+    if (c->idle_cores < 0) c->idle_cores = 0;
     c->iowait = dstat_mean(&r->iowait);
     c->psi_io = dstat_mean(&r->psi_io);
     c->psi_mem = dstat_mean(&r->psi_mem);
@@ -214,9 +222,14 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
             a, b);
         ev(d, "tree_rss_growth_bps", (v1 - v0) / (t1 - t0), "process-tree RSS grew from %s to %s",
            a, b);
-        rec(d, "Find what grows every step: tensors kept across steps (e.g. summing `loss` "
-               "instead of `loss.item()`), lists of outputs, unbounded caches; "
-               "tracemalloc / torch.cuda.memory_snapshot() show the owners.");
+        if (r->python)
+            rec(d, "Find what grows every step: tensors kept across steps (e.g. summing `loss` "
+                   "instead of `loss.item()`), lists of outputs, unbounded caches; "
+                   "tracemalloc / torch.cuda.memory_snapshot() show the owners.");
+        else
+            rec(d, "Find what grows every step: buffers allocated per step and never freed, "
+                   "unbounded caches or queues; heaptrack or valgrind --tool=massif show the "
+                   "owners.");
     } else {
         fmt(d->summary, sizeof(d->summary), "memory ran short during the run");
     }
@@ -224,7 +237,9 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
            "effective batch, activation checkpointing, bf16/fp16 activations.");
     if (isfinite(c->swap_growth) && c->swap_growth > SWAP_GROWTH_BYTES)
         rec(d, "Swapping makes every step slower: keep the working set below physical memory "
-               "(fewer DataLoader workers or a smaller prefetch_factor also cut host memory).");
+               "(%s also cut host memory).",
+            r->python ? "fewer DataLoader workers or a smaller prefetch_factor"
+                      : "fewer loader processes or a shorter prefetch queue");
     return 1;
 }
 
@@ -289,6 +304,88 @@ static void add_io_evidence(const diag_run *r, const ctx *c, dfinding *d)
     }
 }
 
+/* How to load batches in n parallel loaders, in the run's own terms. */
+static const char *loaders(const diag_run *r, int n, char *o, size_t on)
+{
+    if (r->python)
+        fmt(o, on, "DataLoader(num_workers=%d)", n);
+    else if (r->trainer)
+        fmt(o, on, "%d background loaders (the bundled trainer: --workers %d)", n, n);
+    else
+        fmt(o, on, "%d background threads or processes feeding a bounded prefetch queue", n);
+    return o;
+}
+
+/* The fixes for an input-bound run, derived from the same figures the
+ * evidence shows: whether the main process computes or waits while it loads,
+ * the loaders already running and the idle cores (rounded as printed). */
+static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
+{
+    char l[160];
+    double idle = c->idle_cores;
+    int free_cores = isfinite(idle) ? (int)floor(idle) : -1;
+    const char *what = r->python ? "worker processes" : "loaders";
+    if (c->workers <= 0 && isfinite(c->main_cpu) && c->main_cpu < MAIN_WAITS_CPU) {
+        /* the loader waits (network, remote storage, locks, sleeps) rather
+         * than computes: parallel loaders overlap the waits without cores */
+        rec(d,
+            "Load batches in parallel: %s or more. The main process used only %.0f%% CPU while "
+            "waiting for data, so the wait is not computation and parallel loaders overlap it "
+            "even on a busy machine.",
+            loaders(r, 4, l, sizeof(l)), c->main_cpu);
+    } else if (c->workers <= 0 && free_cores >= 1) {
+        int nw = free_cores > 8 ? 8 : free_cores;
+        rec(d,
+            "Load batches in %s: %s. The main process ran at %.0f%% CPU%s while %.1f of %.0f "
+            "cores were idle.",
+            what, loaders(r, nw, l, sizeof(l)), c->main_cpu,
+            c->workers == 0 ? " with no worker processes" : "", idle, c->cpus);
+    } else if (c->workers > 0 && free_cores >= 1) {
+        int to = c->workers * 2 <= c->workers + free_cores ? c->workers * 2
+                                                           : c->workers + free_cores;
+        if (r->python)
+            rec(d,
+                "Raise DataLoader num_workers from %d to %d: the workers averaged %.0f%% CPU "
+                "each and %.1f of %.0f cores were idle.",
+                c->workers, to, isfinite(c->worker_cpu) ? c->worker_cpu : 0.0, idle, c->cpus);
+        else
+            rec(d,
+                "Run more loaders: from %d to %d%s. The %d loader process%s averaged %.0f%% CPU "
+                "each and %.1f of %.0f cores were idle.",
+                c->workers, to, r->trainer ? " (the bundled trainer: --workers)" : "", c->workers,
+                c->workers == 1 ? "" : "es", isfinite(c->worker_cpu) ? c->worker_cpu : 0.0, idle,
+                c->cpus);
+    } else if (free_cores == 0) {
+        /* no idle core: more loaders would take cores from the model */
+        rec(d,
+            "The CPU is saturated (%.1f of %.0f cores idle on average): more loaders would compete "
+            "with the model for cores. Make each batch cheaper instead: %s, or run where cores "
+            "are free.",
+            idle, c->cpus,
+            r->python ? "move augmentation to the GPU, decode with a faster library, or "
+                        "preprocess the dataset offline"
+                      : "decode or augment with faster code, or preprocess the dataset offline");
+    } else {
+        rec(d, "Load batches in parallel: %s, so the next batches load while a step computes.",
+            loaders(r, 2, l, sizeof(l)));
+    }
+    if (c->has_gpu)
+        rec(d, "%s",
+            r->python ? "pin_memory=True in the DataLoader, and .to(device, non_blocking=True): "
+                        "page-locked batches copy to the GPU asynchronously."
+                      : "Copy batches to the GPU from page-locked host memory (cudaHostAlloc) "
+                        "with cudaMemcpyAsync on a separate stream, so copies overlap compute.");
+    if (r->python) {
+        rec(d, "persistent_workers=True keeps the workers alive between epochs instead of "
+               "starting them again (and refilling their prefetch queues) every epoch.");
+        rec(d, "prefetch_factor=4 (default 2) gives each worker more batches in flight to absorb "
+               "slow samples.");
+    } else {
+        rec(d, "Keep the loaders running across epochs, and let the queue hold 2-4 batches per "
+               "loader to absorb slow samples.");
+    }
+}
+
 static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
 {
     double s = c->share[PH_DATA];
@@ -317,57 +414,17 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
         rec(d,
             "Read the data from faster storage: copy the dataset to local NVMe or RAM (/dev/shm) "
             "before training, or cache decoded samples.");
-        rec(d, "Overlap reading with compute: more DataLoader workers (num_workers) and "
-               "prefetch_factor, so reads are in flight while the model runs.");
+        if (r->python)
+            rec(d, "Overlap reading with compute: more DataLoader workers (num_workers) and "
+                   "prefetch_factor, so reads are in flight while the model runs.");
+        else
+            rec(d, "Overlap reading with compute: read ahead on background threads or processes "
+                   "into a bounded queue, so reads are in flight while the model runs.");
         rec(d, "Fewer, larger reads: pack small files into shards (WebDataset, TFRecord, "
                "numpy memmap).");
         return 1;
     }
-    int idle = isfinite(c->idle_cores) ? (int)floor(c->idle_cores) : -1;
-    if (c->workers == 0 && isfinite(c->main_cpu) && c->main_cpu < MAIN_WAITS_CPU) {
-        /* the loader waits (network, remote storage, locks, sleeps) rather
-         * than computes: parallel loaders overlap the waits without cores */
-        rec(d,
-            "Load batches in parallel: DataLoader(num_workers=4) or more. The main process "
-            "used only %.0f%% CPU while waiting for data, so the wait is not computation and "
-            "parallel loaders overlap it even on a busy machine.",
-            c->main_cpu);
-    } else if (c->workers == 0) {
-        int nw = idle > 1 ? idle - 1 : 2;
-        if (nw > 8) nw = 8;
-        if (nw < 2) nw = 2;
-        if (isfinite(c->main_cpu) && idle >= 0)
-            rec(d,
-                "Load batches in worker processes: DataLoader(num_workers=%d). The main process "
-                "ran at %.0f%% CPU with no worker processes while %d of %.0f cores were idle.",
-                nw, c->main_cpu, idle, c->cpus);
-        else
-            rec(d,
-                "Load batches in worker processes: DataLoader(num_workers=%d); no worker "
-                "processes were seen.",
-                nw);
-    } else if (c->workers > 0) {
-        if (idle >= 2)
-            rec(d,
-                "Raise DataLoader num_workers from %d to %d: the workers averaged %.0f%% CPU "
-                "each and %d cores were idle.",
-                c->workers,
-                c->workers * 2 <= c->workers + idle ? c->workers * 2 : c->workers + idle,
-                isfinite(c->worker_cpu) ? c->worker_cpu : 0.0, idle);
-        else
-            rec(d,
-                "The CPU is saturated (%.0f%% busy): make each batch cheaper — move "
-                "augmentation to the GPU, decode with a faster library, or preprocess the "
-                "dataset offline.",
-                isfinite(c->sys_cpu) ? c->sys_cpu : 100.0);
-    }
-    if (c->has_gpu)
-        rec(d, "pin_memory=True in the DataLoader, and .to(device, non_blocking=True): "
-               "page-locked batches copy to the GPU asynchronously.");
-    rec(d, "persistent_workers=True keeps the workers alive between epochs instead of starting "
-           "them again (and refilling their prefetch queues) every epoch.");
-    rec(d, "prefetch_factor=4 (default 2) gives each worker more batches in flight to absorb "
-           "slow samples.");
+    input_recs(r, c, d);
     return 1;
 }
 
@@ -399,9 +456,16 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
     d->score = s;
     ev(d, "comm_share", s, "comm phases are %.0f%% of step time", 100 * s);
     if (r->nranks > 1) ev(d, "ranks", r->nranks, "%d ranks", r->nranks);
-    rec(d, "Overlap gradients' all-reduce with the backward pass (DDP does so by bucket: tune "
-           "bucket_cap_mb) and avoid synchronising calls in the step.");
-    rec(d, "Communicate less often: gradient accumulation with no_sync() on the inner steps.");
+    if (r->python) {
+        rec(d, "Overlap gradients' all-reduce with the backward pass (DDP does so by bucket: "
+               "tune bucket_cap_mb) and avoid synchronising calls in the step.");
+        rec(d, "Communicate less often: gradient accumulation with no_sync() on the inner steps.");
+    } else {
+        rec(d, "Overlap gradients' all-reduce with the backward pass: start it per bucket of "
+               "layers on its own stream as their gradients are ready.");
+        rec(d, "Communicate less often: accumulate gradients over several micro-batches before "
+               "each all-reduce.");
+    }
     rec(d, "Check the interconnect: NCCL_DEBUG=INFO shows whether NVLink/InfiniBand are used "
            "or traffic falls back to TCP sockets.");
     return 1;
@@ -471,12 +535,21 @@ static int cand_host(const diag_run *r, const ctx *c, dfinding *d)
     if (isfinite(c->share[PH_DATA]))
         ev(d, "data_wait_share", c->share[PH_DATA], "data wait only %.0f%% of step time",
            100 * c->share[PH_DATA]);
-    rec(d, "Launch fewer, larger kernels: torch.compile (mode=\"reduce-overhead\" adds CUDA "
-           "graphs), fused optimizers (fused=True), larger batches.");
-    rec(d, "Remove host-device synchronisations from the step: .item(), .cpu(), printing "
-           "tensors, torch.cuda.synchronize(); log every N steps instead.");
-    rec(d, "Profile a few steps (`trainperf run --profile` or torch.profiler) and look for gaps "
-           "between kernels (`trainperf analyze`).");
+    if (r->python) {
+        rec(d, "Launch fewer, larger kernels: torch.compile (mode=\"reduce-overhead\" adds CUDA "
+               "graphs), fused optimizers (fused=True), larger batches.");
+        rec(d, "Remove host-device synchronisations from the step: .item(), .cpu(), printing "
+               "tensors, torch.cuda.synchronize(); log every N steps instead.");
+        rec(d, "Profile a few steps (`trainperf run --profile` or torch.profiler) and look for "
+               "gaps between kernels (`trainperf analyze`).");
+    } else {
+        rec(d, "Launch fewer, larger kernels: fuse small kernels, capture the step in a CUDA "
+               "graph, larger batches.");
+        rec(d, "Remove host-device synchronisations from the step: cudaDeviceSynchronize, "
+               "blocking cudaMemcpy, reading results back every step; log every N steps instead.");
+        rec(d, "Profile a few steps (Nsight Systems: nsys profile) and look for gaps between "
+               "kernels.");
+    }
     return 1;
 }
 
@@ -512,8 +585,9 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
         rec(d, "Distributed runs: a rank that died or skipped a collective leaves the others "
                "waiting; NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 turn hangs into "
                "errors.");
-        rec(d, "DataLoader workers that deadlock (e.g. after fork with threads) stop the input: "
-               "try multiprocessing_context='spawn' or num_workers=0 to confirm.");
+        if (r->python)
+            rec(d, "DataLoader workers that deadlock (e.g. after fork with threads) stop the "
+                   "input: try multiprocessing_context='spawn' or num_workers=0 to confirm.");
         return 1;
     }
     fmt(d->summary, sizeof(d->summary), "step time varies: p99 %.1f ms is %.1fx the median %.1f ms",
@@ -525,8 +599,9 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
     if (regress) ev(d, "step_regression_t", tr, "at %.0f s: %s", tr, mr);
     rec(d, "Look at the slow steps on the timeline (trace.json in Perfetto): periodic evaluation, "
            "checkpoints, logging or garbage collection show up as regular spikes.");
-    rec(d, "Python's GC pauses: gc.freeze() after start-up, or gc.collect() at a fixed step "
-           "interval, makes them predictable.");
+    if (r->python)
+        rec(d, "Python's GC pauses: gc.freeze() after start-up, or gc.collect() at a fixed step "
+               "interval, makes them predictable.");
     rec(d, "Variable-size inputs (sequence lengths) vary the step time: bucket or pad to fixed "
            "sizes.");
     return 1;
@@ -546,8 +621,12 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
         if (isfinite(c->share[PH_DATA]))
             ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time",
                100 * c->share[PH_DATA]);
-        rec(d, "Do less work per sample: bf16 autocast, torch.compile, fused/foreach optimizers, "
-               "flash attention (scaled_dot_product_attention).");
+        if (r->python)
+            rec(d, "Do less work per sample: bf16 autocast, torch.compile, fused/foreach "
+                   "optimizers, flash attention (scaled_dot_product_attention).");
+        else
+            rec(d, "Do less work per sample: bf16/fp16 matrix multiplies on tensor cores, fused "
+                   "kernels, flash attention.");
         double head = NAN;
         for (int i = 0; i < r->ngpu; i++)
             if (r->gpus[i].mem_used.n && r->gpus[i].mem_total > 0) {
@@ -575,11 +654,17 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
     if (isfinite(c->tree_cpu) && isfinite(c->cpus) && c->cpus >= 2 && c->tree_cpu < 60 * c->cpus &&
         isfinite(c->idle_cores) && c->idle_cores >= 1)
         rec(d,
-            "The run used %.1f of %.0f cores: raise the intra-op threads "
-            "(torch.set_num_threads(%.0f) / OMP_NUM_THREADS) if the machine is yours.",
-            c->tree_cpu / 100, c->cpus, c->cpus);
-    rec(d, "Use a GPU or accelerator if one is available; on the CPU, bf16 (on CPUs with "
-           "AMX/AVX512-BF16) and torch.compile cut the compute per step.");
+            "The run used %.1f of %.0f cores: %s if the machine is yours.", c->tree_cpu / 100,
+            c->cpus,
+            r->python ? "raise the intra-op threads (torch.set_num_threads / OMP_NUM_THREADS)"
+                      : "compute each step on more threads (OMP_NUM_THREADS for OpenMP or BLAS "
+                        "code)");
+    if (r->python)
+        rec(d, "Use a GPU or accelerator if one is available; on the CPU, bf16 (on CPUs with "
+               "AMX/AVX512-BF16) and torch.compile cut the compute per step.");
+    else
+        rec(d, "Use a GPU or accelerator if one is available; on the CPU, an optimised BLAS and "
+               "vectorised kernels cut the compute per step.");
 }
 
 static void copy_finding(dfinding *dst, const dfinding *src)

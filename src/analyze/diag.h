@@ -116,6 +116,8 @@ typedef struct diag_run {
 
     /* run.json */
     char command[1024]; /* argv joined by spaces */
+    int python;         /* a Python/PyTorch run: advice may name PyTorch APIs */
+    int trainer;        /* argv[0] is the bundled examples/trainer */
     char host[128];
     int cpus;
     double duration_s, start_unix_s, interval_s;

@@ -118,6 +118,53 @@ int dseries_value(const dseries *s, int k, double *t, double *v)
 
 /* ---- run.json / summary.json -------------------------------------------- */
 
+/* Add the '+'-separated words of src to the '+'-joined list dst, each word
+ * once: samples report combinations ("sw_power_cap+hw_slowdown") and the
+ * list names each reason once, however it was combined. */
+static void add_words(char *dst, size_t cap, const char *src)
+{
+    while (*src) {
+        size_t n = strcspn(src, "+");
+        int seen = 0;
+        for (const char *p = dst; *p && !seen;) {
+            size_t m = strcspn(p, "+");
+            if (m == n && memcmp(p, src, n) == 0) seen = 1;
+            p += m;
+            if (*p == '+') p++;
+        }
+        size_t len = strlen(dst);
+        if (n && !seen && len + n + 2 < cap) {
+            if (len) dst[len++] = '+';
+            memcpy(dst + len, src, n);
+            dst[len + n] = '\0';
+        }
+        src += n;
+        if (*src == '+') src++;
+    }
+}
+
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+/* Whether an argument marks a Python run: argv[0] is python* or a launcher
+ * of Python training (torchrun, accelerate, deepspeed, lightning), or any
+ * argument is a script ending in .py (`env python3 x.py`, `uv run x.py`). */
+static int is_python_arg(const char *a, int first)
+{
+    size_t n = strlen(a);
+    if (n > 3 && strcmp(a + n - 3, ".py") == 0) return 1;
+    if (!first) return 0;
+    static const char *const launchers[] = {"torchrun", "accelerate", "deepspeed", "lightning"};
+    const char *b = base_name(a);
+    if (strncmp(b, "python", 6) == 0) return 1;
+    for (size_t i = 0; i < sizeof(launchers) / sizeof(launchers[0]); i++)
+        if (strcmp(b, launchers[i]) == 0) return 1;
+    return 0;
+}
+
 static void load_run_json(diag_run *r)
 {
     const jr_node *root = r->run.root;
@@ -131,9 +178,12 @@ static void load_run_json(diag_run *r)
     const jr_node *cmd = jr_get(root, "command");
     size_t o = 0;
     r->command[0] = '\0';
+    r->python = r->trainer = 0;
     for (const jr_node *c = cmd && cmd->type == JR_ARR ? cmd->child : NULL; c; c = c->next) {
         const char *a = jr_str(c);
         if (!a) continue;
+        if (is_python_arg(a, c == cmd->child)) r->python = 1;
+        if (c == cmd->child) r->trainer = strcmp(base_name(a), "trainer") == 0;
         int w = snprintf(r->command + o, sizeof(r->command) - o, "%s%s", o ? " " : "", a);
         if (w < 0 || (size_t)w >= sizeof(r->command) - o) break;
         o += (size_t)w;
@@ -409,11 +459,7 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
                 if (strstr(th, "thermal") || strstr(th, "hw") || strstr(th, "slowdown") ||
                     strstr(th, "brake") || strstr(th, "power_cap"))
                     d->slowdown_samples++;
-                if (!strstr(d->throttle_words, th) &&
-                    strlen(d->throttle_words) + strlen(th) + 2 < sizeof(d->throttle_words)) {
-                    if (d->throttle_words[0]) strcat(d->throttle_words, "+");
-                    strcat(d->throttle_words, th);
-                }
+                add_words(d->throttle_words, sizeof(d->throttle_words), th);
             }
         }
     }
