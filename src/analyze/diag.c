@@ -324,7 +324,7 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
     char l[160];
     double idle = c->idle_cores;
     int free_cores = isfinite(idle) ? (int)floor(idle) : -1;
-    const char *what = r->python ? "worker processes" : "loaders";
+    const char *what = r->python ? "worker processes" : "parallel";
     if (c->workers <= 0 && isfinite(c->main_cpu) && c->main_cpu < MAIN_WAITS_CPU) {
         /* the loader waits (network, remote storage, locks, sleeps) rather
          * than computes: parallel loaders overlap the waits without cores */

@@ -8,11 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "analyze/diag.h"
 #include "analyze/report_html.h"
+#include "analyze/trace.h"
 #include "trainperf.h"
+#include "util/jsonr.h"
 #include "util/jsonw.h"
 
 #define REPORT_MAX ((size_t)64 << 20)
@@ -41,21 +44,224 @@ static const char *severity_color(const char *id)
 }
 
 /* ---- profiler traces -------------------------------------------------------
- * The place for `trainperf analyze` results: when the trace-analysis helper
- * writes its summary into the run directory, it is listed here. For now the
- * section says whether trace files are present. */
-static int traces_present(const diag_run *r, char *o, size_t n)
+ * The torch.profiler traces that the Python helpers leave in RUN/profile/
+ * (docs/run-format.md) are analysed once per report, since traces reach
+ * gigabytes, and the one result is rendered in every format. A trace that
+ * cannot be analysed is named with the reason and the others still are. */
+#define PROF_DIR "profile"
+#define PROF_MAX_BAD 8
+
+typedef struct prof {
+    int present;                 /* RUN/profile/ exists */
+    int nfiles;                  /* trace files in it */
+    int nbad;                    /* problems[] in use */
+    char bad[PROF_MAX_BAD][400]; /* one line each: what could not be analysed, and why */
+    trace_result *res;           /* NULL when nothing was analysed */
+} prof;
+
+static void prof_bad(prof *p, const char *run_dir, const char *msg)
 {
-    static const char *const cands[] = {"analysis.json", "profile", "traces"};
-    for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++) {
-        char p[1200];
-        snprintf(p, sizeof(p), "%s/%s", r->dir, cands[i]);
-        if (access(p, F_OK) == 0) {
-            snprintf(o, n, "%s", cands[i]);
-            return 1;
+    if (p->nbad >= PROF_MAX_BAD) return;
+    /* the run directory's path says nothing the reader does not know */
+    size_t n = strlen(run_dir);
+    if (strncmp(msg, run_dir, n) == 0 && msg[n] == '/') msg += n + 1;
+    snprintf(p->bad[p->nbad++], sizeof(p->bad[0]), "%s", msg);
+}
+
+static int is_trace_name(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    /* top-<pid>-<n>.json beside the traces are the helpers' top-k tables */
+    return strncmp(b, "top-", 4) != 0;
+}
+
+static void prof_load(const char *run_dir, prof *p)
+{
+    memset(p, 0, sizeof(*p));
+    char dir[1200], err[512];
+    struct stat st;
+    snprintf(dir, sizeof(dir), "%s/%s", run_dir, PROF_DIR);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return;
+    p->present = 1;
+    char **paths = NULL;
+    int n = 0, rc = trace_list_dir(dir, &paths, &n);
+    if (rc) {
+        snprintf(err, sizeof(err), "%s/: %s", PROF_DIR, tpf_strerror(rc));
+        prof_bad(p, run_dir, err);
+        return;
+    }
+    const char **sel = calloc(n > 0 ? (size_t)n : 1, sizeof(*sel));
+    if (!sel) {
+        prof_bad(p, run_dir, "out of memory listing the traces");
+        trace_paths_free(paths, n);
+        return;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (is_trace_name(paths[i])) sel[k++] = paths[i];
+    p->nfiles = k;
+    trace_opts o;
+    memset(&o, 0, sizeof(o));
+    if (k > 0 && trace_analyze(sel, k, &o, &p->res, err, sizeof(err)) != 0) {
+        /* find the traces that fail on their own and analyse the others */
+        p->res = NULL;
+        int good = 0;
+        for (int i = 0; i < k; i++) {
+            trace_result *one = NULL;
+            char e[512];
+            if (trace_analyze(&sel[i], 1, &o, &one, e, sizeof(e)) != 0)
+                prof_bad(p, run_dir, e);
+            else {
+                sel[good++] = sel[i];
+                trace_result_free(one);
+            }
+        }
+        /* no single trace is to blame (e.g. a table cap over all of them) */
+        if (good == k) prof_bad(p, run_dir, err);
+        if (good > 0 && good < k && trace_analyze(sel, good, &o, &p->res, err, sizeof(err)) != 0) {
+            p->res = NULL;
+            prof_bad(p, run_dir, err);
         }
     }
-    return 0;
+    free(sel);
+    trace_paths_free(paths, n);
+}
+
+static void prof_free(prof *p)
+{
+    trace_result_free(p->res);
+    p->res = NULL;
+}
+
+static void md_esc(buf *b, const char *s);
+
+/* The section in Markdown (also the HTML report's source): the trace
+ * analyser's own Markdown, its headings one level down under ours. */
+static void prof_markdown(const prof *p, buf *b)
+{
+    buf_puts(b, "\n## Profiler traces\n\n");
+    if (!p->present) {
+        buf_puts(b, "None in this run: torch.profiler traces in `" PROF_DIR "/` are analysed "
+                    "here (`trainperf analyze TRACE...` analyses others).\n");
+        return;
+    }
+    if (p->nfiles == 0 && p->nbad == 0) {
+        buf_puts(b, "`" PROF_DIR "/` holds no trace files (*.json, *.json.gz).\n");
+        return;
+    }
+    buf_printf(b, "%d trace file%s in `" PROF_DIR "/`", p->nfiles, p->nfiles == 1 ? "" : "s");
+    buf_puts(b, p->res ? ".\n" : "; none could be analysed.\n");
+    if (p->nbad) {
+        buf_puts(b, "\n**Not analysed**\n\n");
+        for (int i = 0; i < p->nbad; i++) {
+            buf_puts(b, "- ");
+            md_esc(b, p->bad[i]);
+            buf_puts(b, "\n");
+        }
+    }
+    if (!p->res) return;
+    buf t;
+    buf_init(&t, REPORT_MAX);
+    if (trace_result_markdown(p->res, &t) != 0) {
+        buf_printf(b, "\nThe analysis could not be shown: %s.\n", tpf_strerror(t.err));
+        buf_free(&t);
+        return;
+    }
+    const char *s = t.data ? t.data : "";
+    const char *e = s + t.len;
+    static const char own[] = "## Profiler traces\n";
+    if ((size_t)(e - s) >= sizeof(own) - 1 && memcmp(s, own, sizeof(own) - 1) == 0)
+        s += sizeof(own) - 1;
+    while (s < e) {
+        const char *nl = memchr(s, '\n', (size_t)(e - s));
+        size_t n = nl ? (size_t)(nl - s) + 1 : (size_t)(e - s);
+        if (*s == '#') buf_putc(b, '#');
+        buf_append(b, s, n);
+        s += n;
+    }
+    buf_free(&t);
+}
+
+static void prof_text(const prof *p, buf *b, int color)
+{
+    if (!p->present) {
+        buf_puts(b, "  none in this run (torch.profiler traces in " PROF_DIR
+                    "/ are analysed here; `trainperf analyze TRACE...` analyses others)\n");
+        return;
+    }
+    if (p->nfiles == 0 && p->nbad == 0) {
+        buf_puts(b, "  " PROF_DIR "/ holds no trace files (*.json, *.json.gz)\n");
+        return;
+    }
+    buf_printf(b, "  %d trace file%s in " PROF_DIR "/%s\n", p->nfiles, p->nfiles == 1 ? "" : "s",
+               p->res ? "" : "; none could be analysed");
+    for (int i = 0; i < p->nbad; i++)
+        buf_printf(b, "  not analysed: %s\n", p->bad[i]);
+    if (p->res && trace_result_text(p->res, b, color) != 0) return;
+}
+
+/* Copy a parsed JSON value into the writer (integers stay exact). */
+static void json_copy(jw *w, const jr_node *n)
+{
+    switch (n->type) {
+    case JR_NULL: jw_null(w); break;
+    case JR_BOOL: jw_bool(w, n->num != 0); break;
+    case JR_STR: jw_str(w, n->str); break;
+    case JR_NUM:
+        if (isfinite(n->num) && n->num == floor(n->num) && fabs(n->num) < 9007199254740992.0)
+            jw_int(w, (int64_t)n->num);
+        else
+            jw_num(w, n->num);
+        break;
+    case JR_ARR:
+        jw_arr_begin(w);
+        for (const jr_node *c = n->child; c; c = c->next)
+            json_copy(w, c);
+        jw_arr_end(w);
+        break;
+    case JR_OBJ:
+        jw_obj_begin(w);
+        for (const jr_node *c = n->child; c; c = c->next) {
+            jw_key(w, c->key);
+            json_copy(w, c);
+        }
+        jw_obj_end(w);
+        break;
+    }
+}
+
+/* "profiler": null without RUN/profile/, else the files, what could not be
+ * analysed, and the analysis in `trainperf analyze --json`'s schema. */
+static void prof_json(const prof *p, jw *w)
+{
+    jw_key(w, "profiler");
+    if (!p->present) {
+        jw_null(w);
+        return;
+    }
+    jw_obj_begin(w);
+    jw_kstr(w, "dir", PROF_DIR);
+    jw_kint(w, "files", p->nfiles);
+    jw_key(w, "not_analysed");
+    jw_arr_begin(w);
+    for (int i = 0; i < p->nbad; i++)
+        jw_str(w, p->bad[i]);
+    jw_arr_end(w);
+    jw_key(w, "analysis");
+    buf t;
+    buf_init(&t, REPORT_MAX);
+    jr_doc d;
+    char err[160];
+    if (p->res && trace_result_json(p->res, &t) == 0 &&
+        jr_parse(&d, t.data, t.len, 0, err, sizeof(err)) == 0) {
+        json_copy(w, d.root);
+        jr_free(&d);
+    } else {
+        jw_null(w);
+    }
+    buf_free(&t);
+    jw_obj_end(w);
 }
 
 /* ---- text --------------------------------------------------------------------- */
@@ -84,7 +290,7 @@ static void text_finding_body(buf *b, const sty *s, const dfinding *d, int recs)
     }
 }
 
-static void text_report(const diag_run *r, const sty *s, buf *b)
+static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
 {
     dfig f;
     diag_figures(r, &f);
@@ -212,12 +418,7 @@ static void text_report(const diag_run *r, const sty *s, buf *b)
         }
     }
     buf_printf(b, "\n%sPROFILER TRACES%s\n", c_(s, BOLD), c_(s, RESET));
-    if (traces_present(r, a, sizeof(a)))
-        buf_printf(b, "  %s/ found: `trainperf analyze` summarises it\n", a);
-    else
-        buf_puts(
-            b,
-            "  none in this run (`trainperf analyze TRACE...` analyses torch.profiler traces)\n");
+    prof_text(pf, b, s->color);
 }
 
 /* ---- Markdown ------------------------------------------------------------------ */
@@ -267,7 +468,7 @@ static void md_finding(buf *b, const dfinding *d)
     }
 }
 
-static void md_report(const diag_run *r, buf *b)
+static void md_report(const diag_run *r, const prof *pf, buf *b)
 {
     dfig f;
     diag_figures(r, &f);
@@ -398,12 +599,7 @@ static void md_report(const diag_run *r, buf *b)
             buf_puts(b, " |\n");
         }
     }
-    buf_puts(b, "\n## Profiler traces\n\n");
-    if (traces_present(r, a, sizeof(a)))
-        buf_printf(b, "`%s` found: `trainperf analyze` summarises it.\n", a);
-    else
-        buf_puts(
-            b, "None in this run (`trainperf analyze TRACE...` analyses torch.profiler traces).\n");
+    prof_markdown(pf, b);
 }
 
 /* ---- JSON ------------------------------------------------------------------------- */
@@ -424,7 +620,7 @@ static void json_stat(jw *w, const char *k, double mean, double mx)
     jw_obj_end(w);
 }
 
-static void json_report(const diag_run *r, buf *b)
+static void json_report(const diag_run *r, const prof *pf, buf *b)
 {
     dfig f;
     diag_figures(r, &f);
@@ -535,26 +731,29 @@ static void json_report(const diag_run *r, buf *b)
     jw_arr_end(&w);
     jw_key(&w, "diagnosis");
     diag_write_json(r, &w);
-    char a[64];
-    jw_key(&w, "profiler_traces");
-    if (traces_present(r, a, sizeof(a)))
-        jw_str(&w, a);
-    else
-        jw_null(&w);
+    prof_json(pf, &w);
     jw_obj_end(&w);
     buf_putc(b, '\n');
 }
 
 /* ---- entry points -------------------------------------------------------------------- */
 
-static int render(const diag_run *r, report_format fmt, int color, buf *out)
+static int render(const diag_run *r, const prof *pf, report_format fmt, int color, buf *out)
 {
     sty s = {color};
+    buf md;
     switch (fmt) {
-    case REPORT_TEXT: text_report(r, &s, out); break;
-    case REPORT_MD: md_report(r, out); break;
-    case REPORT_HTML: report_html(r, out); break;
-    case REPORT_JSON: json_report(r, out); break;
+    case REPORT_TEXT: text_report(r, pf, &s, out); break;
+    case REPORT_MD: md_report(r, pf, out); break;
+    case REPORT_HTML:
+        /* the HTML shows the profiler section from its Markdown */
+        buf_init(&md, REPORT_MAX);
+        prof_markdown(pf, &md);
+        buf_putc(&md, '\0');
+        report_html(r, md.err ? "" : md.data, out);
+        buf_free(&md);
+        break;
+    case REPORT_JSON: json_report(r, pf, out); break;
     default: return TPF_EINVAL;
     }
     return out->err;
@@ -569,7 +768,10 @@ int report_build(const char *run_dir, report_format fmt, int color, buf *out, ch
     if (rc) return rc;
     diag_compute(r);
     if (!out->max) out->max = REPORT_MAX;
-    rc = render(r, fmt, color, out);
+    prof pf;
+    prof_load(run_dir, &pf);
+    rc = render(r, &pf, fmt, color, out);
+    prof_free(&pf);
     if (rc && err && errlen) snprintf(err, errlen, "building the report: %s", tpf_strerror(rc));
     diag_free(r);
     return rc;
@@ -655,21 +857,24 @@ int report_finish_run(const char *run_dir, int color, buf *terminal, char *err, 
     if (rc) return rc;
     diag_compute(r);
     int first_err = write_summary(r, err, errlen);
+    prof pf;
+    prof_load(run_dir, &pf);
     buf b;
     buf_init(&b, REPORT_MAX);
-    rc = render(r, REPORT_MD, 0, &b);
+    rc = render(r, &pf, REPORT_MD, 0, &b);
     if (rc == 0) rc = write_file(r->dir, "report.md", &b, err, errlen);
     if (rc && !first_err) first_err = rc;
     buf_reset(&b);
-    rc = render(r, REPORT_HTML, 0, &b);
+    rc = render(r, &pf, REPORT_HTML, 0, &b);
     if (rc == 0) rc = write_file(r->dir, "report.html", &b, err, errlen);
     if (rc && !first_err) first_err = rc;
     buf_free(&b);
     if (terminal) {
         if (!terminal->max) terminal->max = REPORT_MAX;
-        rc = render(r, REPORT_TEXT, color, terminal);
+        rc = render(r, &pf, REPORT_TEXT, color, terminal);
         if (rc && !first_err) first_err = rc;
     }
+    prof_free(&pf);
     diag_free(r);
     return first_err;
 }

@@ -3,6 +3,7 @@
  * from the user or the program goes through report_html_esc. */
 #include "analyze/report_html.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -493,6 +494,7 @@ static const char css[] =
     "th,td{padding:5px 9px;border-bottom:1px solid "
     "#eceff3;text-align:left;vertical-align:top}th{background:#f0f2f5}"
     "td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}"
+    ".prof{overflow-x:auto}.prof td{word-break:break-word}.prof p{margin:6px 0}"
     ".muted{color:#6b7480}footer{margin-top:32px;color:#8a94a3;font-size:12px}";
 
 static void tile(buf *b, const char *value, const char *label)
@@ -535,7 +537,124 @@ static void row(buf *b, const char *k, const char *v)
     buf_puts(b, "</td></tr>\n");
 }
 
-void report_html(const diag_run *r, buf *b)
+/* Inline Markdown of one line: `code` spans, backslash escapes; the rest
+ * escaped as text. */
+static void md_inline(buf *b, const char *s, size_t n)
+{
+    int code = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        char one[2] = {ch, '\0'};
+        if (ch == '\\' && i + 1 < n && ispunct((unsigned char)s[i + 1])) {
+            one[0] = s[++i];
+            report_html_esc(b, one);
+        } else if (ch == '`') {
+            buf_puts(b, code ? "</code>" : "<code>");
+            code = !code;
+        } else if (ch == '*' && i + 1 < n && s[i + 1] == '*') {
+            i++; /* bold markers carry no information here */
+        } else {
+            report_html_esc(b, one);
+        }
+    }
+    if (code) buf_puts(b, "</code>");
+}
+
+/* One table row "| a | b |" as <tr>: cells split at unescaped '|'. align:
+ * per-column right alignment from the separator row. */
+static void md_row(buf *b, const char *s, size_t n, int head, const unsigned char *align,
+                   int nalign)
+{
+    buf_puts(b, "<tr>");
+    size_t i = 0;
+    while (i < n && s[i] != '|')
+        i++;
+    int col = 0;
+    while (i < n) {
+        size_t st = ++i;
+        while (i < n && !(s[i] == '|' && s[i - 1] != '\\'))
+            i++;
+        if (i >= n) break; /* text after the last '|' is not a cell */
+        size_t a = st, z = i;
+        while (a < z && s[a] == ' ')
+            a++;
+        while (z > a && s[z - 1] == ' ')
+            z--;
+        const char *tag = head ? "th" : "td";
+        int right = col < nalign && align[col];
+        buf_printf(b, "<%s%s>", tag, right ? " class=\"n\"" : "");
+        md_inline(b, s + a, z - a);
+        buf_printf(b, "</%s>", tag);
+        col++;
+    }
+    buf_puts(b, "</tr>\n");
+}
+
+/* The Markdown of the profiler section (the report's and the trace
+ * analyser's: headings, pipe tables, lists, paragraphs) as HTML. */
+static void md_block(buf *b, const char *md)
+{
+    enum { NONE, TABLE, LIST } open = NONE;
+    unsigned char align[32];
+    int nalign = 0, head = 0;
+    const char *s = md;
+    buf_puts(b, "<div class=\"prof\">\n");
+    while (*s) {
+        size_t n = strcspn(s, "\n");
+        const char *line = s;
+        s += n;
+        if (*s == '\n') s++;
+        int is_row = n > 0 && line[0] == '|';
+        int is_item = n > 1 && line[0] == '-' && line[1] == ' ';
+        if ((open == TABLE && !is_row) || (open == LIST && !is_item)) {
+            buf_puts(b, open == TABLE ? "</table>\n" : "</ul>\n");
+            open = NONE;
+        }
+        if (n == 0) continue;
+        if (is_row) {
+            if (open != TABLE) {
+                buf_puts(b, "<table>\n");
+                open = TABLE;
+                head = 1;
+                nalign = 0;
+                /* the separator row after the header gives the alignment */
+                size_t m = strcspn(s, "\n");
+                if (m && s[0] == '|' && strspn(s, "|-: ") == m) {
+                    for (size_t i = 1; i < m && nalign < 32; i++)
+                        if (s[i] == '|') align[nalign++] = s[i - 1] == ':';
+                    md_row(b, line, n, 1, align, nalign);
+                    s += m;
+                    if (*s == '\n') s++;
+                    head = 0;
+                    continue;
+                }
+            }
+            md_row(b, line, n, head, align, nalign);
+            head = 0;
+        } else if (is_item) {
+            if (open != LIST) buf_puts(b, "<ul>\n");
+            open = LIST;
+            buf_puts(b, "<li>");
+            md_inline(b, line + 2, n - 2);
+            buf_puts(b, "</li>\n");
+        } else if (line[0] == '#') {
+            size_t h = strspn(line, "#");
+            size_t t = h < n && line[h] == ' ' ? h + 1 : h;
+            int lvl = h < 2 ? 2 : h > 4 ? 4 : (int)h;
+            buf_printf(b, "<h%d>", lvl);
+            md_inline(b, line + t, n - t);
+            buf_printf(b, "</h%d>\n", lvl);
+        } else {
+            buf_puts(b, "<p>");
+            md_inline(b, line, n);
+            buf_puts(b, "</p>\n");
+        }
+    }
+    if (open != NONE) buf_puts(b, open == TABLE ? "</table>\n" : "</ul>\n");
+    buf_puts(b, "</div>\n");
+}
+
+void report_html(const diag_run *r, const char *prof_md, buf *b)
 {
     dfig f;
     diag_figures(r, &f);
@@ -710,9 +829,7 @@ void report_html(const diag_run *r, buf *b)
         }
         buf_puts(b, "</table>\n");
     }
-    /* the place for `trainperf analyze` results */
-    buf_puts(b, "<h2>Profiler traces</h2>\n<p class=\"muted\">None in this run "
-                "(<code>trainperf analyze TRACE...</code> analyses torch.profiler traces).</p>\n");
+    md_block(b, prof_md ? prof_md : "");
     buf_printf(b, "<footer>trainperf %s · run directory ", tpf_version());
     report_html_esc(b, r->name);
     buf_puts(b, "</footer>\n</main></body></html>\n");

@@ -4,7 +4,8 @@
 
 #include "analyze/diag.h"
 
-void report_html(const diag_run *r, buf *out);
+/* prof_md: the profiler section in Markdown (report.c), shown as HTML. */
+void report_html(const diag_run *r, const char *prof_md, buf *out);
 /* Append s with &, <, >, " and ' escaped. */
 void report_html_esc(buf *b, const char *s);
 
