@@ -4,6 +4,8 @@ bad input, and real runs of the bundled C trainer under `trainperf run`.
 
 Regenerate the golden files deliberately with TRAINPERF_UPDATE_GOLDEN=1.
 """
+import csv
+import gzip
 import json
 import os
 import pathlib
@@ -15,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, ROOT, SANITIZE
+from conftest import BUILD, ROOT, SANITIZE, TRACES
 
 RUNS = ROOT / "tests" / "data" / "runs"
 GOLDEN = ROOT / "tests" / "data" / "golden"
@@ -180,6 +182,174 @@ def test_torn_last_alert_line_is_tolerated(run_cli, tmp_path):
     assert len(j["alerts"]) == 2
 
 
+# ---- advice in the run's own terms ---------------------------------------------------
+
+def fixture_copy(tmp_path, name, command=None, cpu_pct=None, gpu_throttle=None):
+    """A copy of a fixture run with run.json "command", metrics.csv cpu_pct or
+    gpu0_throttle (a function of the row index) replaced."""
+    run = tmp_path / name
+    shutil.copytree(RUNS / name, run)
+    if command is not None:
+        rj = json.loads((run / "run.json").read_text())
+        rj["command"] = command
+        (run / "run.json").write_text(json.dumps(rj))
+    if cpu_pct is not None or gpu_throttle is not None:
+        with open(run / "metrics.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        for i, row in enumerate(rows):
+            if cpu_pct is not None:
+                row["cpu_pct"] = str(cpu_pct)
+            if gpu_throttle is not None:
+                row["gpu0_throttle"] = gpu_throttle(i)
+        with open(run / "metrics.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+    return run
+
+
+PYTORCH_WORDS = ("DataLoader", "num_workers", "persistent_workers", "prefetch_factor",
+                 "pin_memory")
+
+
+@pytest.mark.parametrize("command,python", [
+    (["python3", "train.py"], True),
+    (["/usr/bin/env", "python", "train.py"], True),
+    (["torchrun", "--nproc_per_node=2", "-m", "mypkg.train"], True),
+    (["/opt/venv/bin/python3.11", "-m", "mypkg.train"], True),
+    (["./build/examples/trainer", "--steps", "9"], False),
+    (["./llm_train", "-b", "4"], False),
+])
+def test_advice_fits_the_command(run_cli, tmp_path, command, python):
+    run = fixture_copy(tmp_path, "input-bound", command=command)
+    j = report_json(run_cli, run)
+    assert j["diagnosis"]["primary"]["id"] == "input-bound"
+    recs = " ".join(j["diagnosis"]["primary"]["recommendations"])
+    text = report(run_cli, run).stdout
+    diag_text = text[text.index("DIAGNOSIS"):text.index("THROUGHPUT")]
+    if python:
+        assert "DataLoader(num_workers=" in recs and "persistent_workers" in recs
+    else:
+        for word in PYTORCH_WORDS:
+            assert word not in recs and word not in diag_text, word
+        assert "prefetch queue" in recs or "--workers" in recs
+        # the bundled trainer's own flag, and only for it
+        assert ("--workers" in recs) == command[0].endswith("/trainer")
+        assert "page-locked" in recs  # the fixture has a GPU: the generic pinned-copy advice
+
+
+def idle_evidence(j):
+    ev = {e["name"]: e for e in j["diagnosis"]["primary"]["evidence"]}
+    return ev["idle_cores"]
+
+
+@pytest.mark.parametrize("cpu_pct", [96.25, 90.0, 50.0])
+def test_idle_cores_agree_between_evidence_and_advice(run_cli, tmp_path, cpu_pct):
+    # input-bound fixture: main process ~99% CPU, no workers, 16 CPUs
+    run = fixture_copy(tmp_path, "input-bound", cpu_pct=cpu_pct)
+    j = report_json(run_cli, run)
+    cpus = j["run"]["cpus"]
+    idle = round(cpus * (1 - cpu_pct / 100), 1)
+    e = idle_evidence(j)
+    assert e["value"] == pytest.approx(idle)
+    shown = f"{idle:.1f} of {cpus} cores"
+    assert e["text"].startswith(shown)
+    first = j["diagnosis"]["primary"]["recommendations"][0]
+    assert shown in first  # the same figure, the same rounding
+    if idle < 1:
+        # no idle core: the advice must not be to start more loaders
+        assert "saturated" in first and "num_workers=" not in first
+    else:
+        n = int(first.split("num_workers=")[1].split(")")[0])
+        assert 1 <= n <= int(idle)
+
+
+def test_throttle_reasons_named_once(run_cli, tmp_path):
+    combos = ["sw_power_cap", "sw_power_cap+hw_slowdown", "hw_slowdown+sw_power_cap", ""]
+    run = fixture_copy(tmp_path, "compute-bound", gpu_throttle=lambda i: combos[i % 4])
+    j = report_json(run_cli, run)
+    words = j["gpus"][0]["clock_events"].split("+")
+    assert sorted(words) == ["hw_slowdown", "sw_power_cap"]
+    md = report(run_cli, run, "--format", "md").stdout
+    row = [l for l in md.splitlines() if l.startswith("| 0 |")][0]
+    assert row.count("sw\\_power\\_cap") == 1 and row.count("hw\\_slowdown") == 1
+
+
+# ---- profiler traces in the report ----------------------------------------------------
+
+SMALL_TRACE = "cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+
+
+def trace_op_count(path, name):
+    with gzip.open(path, "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    return sum(1 for e in ev if e.get("ph") == "X" and e.get("name") == name)
+
+
+def test_report_includes_profiler_traces(run_cli, tmp_path, traces_dir):
+    run = fixture_copy(tmp_path, "input-bound")
+    prof = run / "profile"
+    prof.mkdir()
+    src = traces_dir / SMALL_TRACE
+    shutil.copy(src, prof / SMALL_TRACE)  # a copy at test time, never committed
+    (prof / "top-1-0.json").write_text('{"window": 0, "ops": []}')  # helper table, not a trace
+    calls = trace_op_count(src, "gloo:all_reduce")
+    assert calls > 0
+
+    j = report_json(run_cli, run)
+    pj = j["profiler"]
+    assert pj["dir"] == "profile" and pj["files"] == 1 and pj["not_analysed"] == []
+    # the same analysis as `trainperf analyze --json` on that file
+    a = run_cli("analyze", prof / SMALL_TRACE, "--json")
+    assert a.returncode == 0, a.stderr
+    assert pj["analysis"] == json.loads(a.stdout)
+    ops = {o["name"]: o["count"] for o in pj["analysis"]["ranks"][0]["top_ops_self"]}
+    assert ops["gloo:all_reduce"] == calls
+
+    md = report(run_cli, run, "--format", "md").stdout
+    sec = md[md.index("## Profiler traces"):]
+    assert "1 trace file in `profile/`" in sec
+    assert f"| {calls} |" in sec and "gloo:all\\_reduce" not in sec.split("###")[0]
+    assert "### Rank 34" in sec  # the analyser's headings sit under the report's section
+    text = report(run_cli, run).stdout
+    assert "1 trace file in profile/" in text and "gloo:all_reduce" in text
+    html = report(run_cli, run, "--format", "html").stdout
+    assert "<h3>Rank 34" in html and "<td>gloo:all_reduce</td>" in html
+
+
+def test_damaged_trace_is_named_and_the_report_still_builds(run_cli, tmp_path, traces_dir):
+    run = fixture_copy(tmp_path, "input-bound")
+    prof = run / "profile"
+    prof.mkdir()
+    shutil.copy(traces_dir / SMALL_TRACE, prof / SMALL_TRACE)
+    whole = gzip.decompress((traces_dir / SMALL_TRACE).read_bytes())
+    (prof / "trace-7-0.json").write_bytes(whole[:len(whole) // 2])  # cut mid-write
+    (prof / "trace-7-1.json").write_text('<script>alert(1)</script>')
+    for fmt in ("text", "md", "html", "json"):
+        p = report(run_cli, run, "--format", fmt)
+        assert p.returncode == 0, p.stderr
+    pj = report_json(run_cli, run)["profiler"]
+    assert pj["files"] == 3
+    bad = sorted(pj["not_analysed"])
+    assert len(bad) == 2
+    assert bad[0].startswith("profile/trace-7-0.json: ")
+    assert bad[1].startswith("profile/trace-7-1.json: ")
+    assert pj["analysis"]["ranks"][0]["rank"] == 34  # the good trace is still analysed
+    text = report(run_cli, run).stdout
+    assert "not analysed: profile/trace-7-0.json" in text
+    html = report(run_cli, run, "--format", "html").stdout
+    assert "<script>alert" not in html
+
+
+def test_profile_dir_without_traces(run_cli, tmp_path):
+    run = fixture_copy(tmp_path, "input-bound")
+    (run / "profile").mkdir()
+    pj = report_json(run_cli, run)["profiler"]
+    assert pj["files"] == 0 and pj["analysis"] is None
+    assert "holds no trace files" in report(run_cli, run).stdout
+    assert report_json(run_cli, RUNS / "input-bound")["profiler"] is None
+
+
 # ---- compare ---------------------------------------------------------------------------
 
 def test_compare_deltas_match_reports(run_cli):
@@ -298,7 +468,9 @@ def test_trainer_input_bound(cli, run_cli, tmp_path):
     j = report_json(run_cli, run)
     assert j["diagnosis"]["primary"]["id"] == "input-bound"
     assert j["steps"]["data_wait_share"] > 0.5
-    assert "num_workers" in " ".join(j["diagnosis"]["primary"]["recommendations"])
+    recs = " ".join(j["diagnosis"]["primary"]["recommendations"])
+    # a C program: generic advice with the trainer's own flag, no PyTorch names
+    assert "--workers" in recs and "DataLoader" not in recs
     # the end of the run wrote the reports and the diagnosis into summary.json
     s = json.loads((run / "summary.json").read_text())
     assert s["diagnosis"]["primary"]["id"] == "input-bound"

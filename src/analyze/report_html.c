@@ -494,7 +494,8 @@ static const char css[] =
     "th,td{padding:5px 9px;border-bottom:1px solid "
     "#eceff3;text-align:left;vertical-align:top}th{background:#f0f2f5}"
     "td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}"
-    ".prof{overflow-x:auto}.prof td{word-break:break-word}.prof p{margin:6px 0}"
+    ".prof{overflow-x:auto}.prof table{width:auto;min-width:60%}.prof td{word-break:break-word}.prof td.n,.prof "
+    "th{white-space:nowrap}.prof p{margin:6px 0}"
     ".muted{color:#6b7480}footer{margin-top:32px;color:#8a94a3;font-size:12px}";
 
 static void tile(buf *b, const char *value, const char *label)
@@ -621,7 +622,12 @@ static void md_block(buf *b, const char *md)
                 size_t m = strcspn(s, "\n");
                 if (m && s[0] == '|' && strspn(s, "|-: ") == m) {
                     for (size_t i = 1; i < m && nalign < 32; i++)
-                        if (s[i] == '|') align[nalign++] = s[i - 1] == ':';
+                        if (s[i] == '|') {
+                            size_t k = i - 1;
+                            while (k > 0 && s[k] == ' ')
+                                k--;
+                            align[nalign++] = s[k] == ':';
+                        }
                     md_row(b, line, n, 1, align, nalign);
                     s += m;
                     if (*s == '\n') s++;
