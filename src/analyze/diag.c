@@ -304,15 +304,18 @@ static void add_io_evidence(const diag_run *r, const ctx *c, dfinding *d)
     }
 }
 
-/* How to load batches in n parallel loaders, in the run's own terms. */
-static const char *loaders(const diag_run *r, int n, char *o, size_t on)
+/* How to load batches in n parallel loaders (more: "n or more"), in the
+ * run's own terms. */
+static const char *loaders(const diag_run *r, int n, int more, char *o, size_t on)
 {
     if (r->python)
-        fmt(o, on, "DataLoader(num_workers=%d)", n);
+        fmt(o, on, "DataLoader(num_workers=%d)%s", n, more ? " or more" : "");
     else if (r->trainer)
-        fmt(o, on, "%d background loaders (the bundled trainer: --workers %d)", n, n);
+        fmt(o, on, "%d%s background loaders (the bundled trainer: --workers %d)", n,
+            more ? " or more" : "", n);
     else
-        fmt(o, on, "%d background threads or processes feeding a bounded prefetch queue", n);
+        fmt(o, on, "%d%s background threads or processes feeding a bounded prefetch queue", n,
+            more ? " or more" : "");
     return o;
 }
 
@@ -329,16 +332,16 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
         /* the loader waits (network, remote storage, locks, sleeps) rather
          * than computes: parallel loaders overlap the waits without cores */
         rec(d,
-            "Load batches in parallel: %s or more. The main process used only %.0f%% CPU while "
+            "Load batches in parallel: %s. The main process used only %.0f%% CPU while "
             "waiting for data, so the wait is not computation and parallel loaders overlap it "
             "even on a busy machine.",
-            loaders(r, 4, l, sizeof(l)), c->main_cpu);
+            loaders(r, 4, 1, l, sizeof(l)), c->main_cpu);
     } else if (c->workers <= 0 && free_cores >= 1) {
         int nw = free_cores > 8 ? 8 : free_cores;
         rec(d,
             "Load batches in %s: %s. The main process ran at %.0f%% CPU%s while %.1f of %.0f "
             "cores were idle.",
-            what, loaders(r, nw, l, sizeof(l)), c->main_cpu,
+            what, loaders(r, nw, 0, l, sizeof(l)), c->main_cpu,
             c->workers == 0 ? " with no worker processes" : "", idle, c->cpus);
     } else if (c->workers > 0 && free_cores >= 1) {
         int to = c->workers * 2 <= c->workers + free_cores ? c->workers * 2
@@ -367,7 +370,7 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
                       : "decode or augment with faster code, or preprocess the dataset offline");
     } else {
         rec(d, "Load batches in parallel: %s, so the next batches load while a step computes.",
-            loaders(r, 2, l, sizeof(l)));
+            loaders(r, 2, 0, l, sizeof(l)));
     }
     if (c->has_gpu)
         rec(d, "%s",
@@ -403,8 +406,8 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
     if (isfinite(c->main_cpu))
         ev(d, "main_cpu_pct", c->main_cpu, "main process CPU %.0f%% of one core", c->main_cpu);
     if (c->workers >= 0)
-        ev(d, "worker_processes", c->workers, "%d worker process%s in the tree", c->workers,
-           c->workers == 1 ? "" : "es");
+        ev(d, "worker_processes", c->workers, "%d %s process%s in the tree", c->workers,
+           r->python ? "worker" : "child", c->workers == 1 ? "" : "es");
     if (isfinite(c->idle_cores))
         ev(d, "idle_cores", c->idle_cores, "%.1f of %.0f cores idle on average", c->idle_cores,
            c->cpus);
@@ -735,7 +738,7 @@ void diag_compute(diag_run *r)
 
     /* notes: context a reader should know */
     if (!c.has_gpu)
-        note(g, "GPU metrics were not available (%s): GPU findings are not made for this run.",
+        note(g, "GPU metrics were not available, so this diagnosis makes no GPU findings (%s).",
              r->nvml_source[0] ? r->nvml_source : (r->ngpu_run ? "no samples" : "no GPU used"));
     if (r->exit_known && r->exit_signal > 0)
         note(g, "The command was ended by signal %d%s.", r->exit_signal,

@@ -356,7 +356,7 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
     if (!r->have_metrics)
         buf_puts(b, "  no metrics.csv in this run\n");
     else {
-        buf_printf(b, "  system CPU   mean %s%%  max %s%%\n",
+        buf_printf(b, "  system CPU   mean %s%%  max %s%% (all cores)\n",
                    diag_fmt_num(a, sizeof(a), "%.0f", f.cpu_mean),
                    diag_fmt_num(c, sizeof(c), "%.0f", f.cpu_max));
         buf_printf(
@@ -381,7 +381,7 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
                    diag_fmt_num(a, sizeof(a), "%.1f", f.psi_cpu),
                    diag_fmt_num(c, sizeof(c), "%.1f", f.psi_mem));
     }
-    buf_printf(b, "\n%sGPUS%s\n", c_(s, BOLD), c_(s, RESET));
+    buf_printf(b, "\n%sGPU%s\n", c_(s, BOLD), c_(s, RESET));
     int shown = 0;
     for (int i = 0; i < r->ngpu; i++) {
         const dgpu *gp = &r->gpus[i];

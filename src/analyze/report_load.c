@@ -427,10 +427,13 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         r->msamples++;
         double val[NC];
         int ok[NC];
-        for (int i = 0; i < NC; i++) {
+        for (int i = 0; i < NC; i++)
             ok[i] = csvr_num(&c, idx[i], &val[i]);
+        /* a sample taken after the whole tree exited describes no process:
+         * its zeros would pull the tree's means below the main process's */
+        if (ok[16] && val[16] == 0) ok[13] = ok[15] = ok[17] = ok[18] = 0;
+        for (int i = 0; i < NC; i++)
             if (ok[i]) dstat_add((dstat *)((char *)r + cols[i].off), val[i]);
-        }
         if (ok[5] && isnan(r->swap_first)) r->swap_first = val[5];
         if (ok[0]) dseries_add(&r->s_cpu, t, val[0]);
         if (ok[13]) dseries_add(&r->s_tree_cpu, t, val[13]);
