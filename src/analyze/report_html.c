@@ -331,7 +331,7 @@ static void chart_data_hist(buf *b, const diag_run *r)
     for (int i = 0; i < nb; i++)
         if (cnt[i] > m) m = cnt[i];
     chart c = {1, nice_max(m * 1.05), NULL};
-    chart_begin(b, &c, "Data-wait distribution (steps per bin of wait time, log scale)",
+    chart_begin(b, &c, "Data-wait distribution (steps per bin of wait time; bins log-spaced)",
                 "histogram of data wait per step");
     double bw = (CW - ML - MR) / nb;
     for (int i = 0; i < nb; i++) {
@@ -699,13 +699,14 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
     report_html_esc(b, p->title);
     buf_puts(b, "</div><div class=\"s\">");
     report_html_esc(b, p->summary);
-    buf_puts(b, "</div>\n");
+    buf_puts(b, ".</div>\n"); /* summaries are sentences, as in text and md */
     finding_html(b, p, 1);
     for (int i = 0; i < g->nsec; i++) {
         buf_puts(b, "<div class=\"sec\"><b>Also: ");
         report_html_esc(b, g->sec[i].title);
         buf_puts(b, "</b> — ");
         report_html_esc(b, g->sec[i].summary);
+        buf_puts(b, ".");
         finding_html(b, &g->sec[i], 0);
         buf_puts(b, "</div>\n");
     }
