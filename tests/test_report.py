@@ -341,6 +341,20 @@ def test_damaged_trace_is_named_and_the_report_still_builds(run_cli, tmp_path, t
     assert "<script>alert" not in html
 
 
+def test_end_of_run_report_analyses_the_profile_folder(cli, tmp_path, traces_dir):
+    # a command that leaves a trace where the Python helpers would
+    # (TRAINPERF_RUN_DIR/profile/); report_finish_run writes report.md/html
+    run = tmp_path / "run"
+    src = traces_dir / SMALL_TRACE
+    sh = f'mkdir -p "$TRAINPERF_RUN_DIR/profile" && cp "{src}" "$TRAINPERF_RUN_DIR/profile/"'
+    p = trainperf_run(cli, run, "sh", "-c", sh)
+    assert p.returncode == 0, p.stderr
+    md = (run / "report.md").read_text()
+    assert "1 trace file in `profile/`" in md and "### Rank 34" in md
+    html = (run / "report.html").read_text()
+    assert "<h3>Rank 34" in html
+
+
 def test_profile_dir_without_traces(run_cli, tmp_path):
     run = fixture_copy(tmp_path, "input-bound")
     (run / "profile").mkdir()
