@@ -2,7 +2,7 @@
 # Installs what the build, the tests and the demo need on a fresh Debian 12 machine.
 # Idempotent: what is already there is not installed again.
 #   Debian: gcc make zlib1g-dev (build); chromium (HTML report test); clang (parser fuzzing)
-#   PyPI:   torch==2.13.0 (CPU), pytest, psutil, lightning, transformers
+#   PyPI:   torch==2.13.0 (CPU), pytest, psutil, lightning, transformers, accelerate
 set -euo pipefail
 
 SUDO=""
@@ -38,7 +38,7 @@ if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.
     "$PY" -m pip install -q torch==2.13.0
 fi
 missing=()
-for m in pytest psutil lightning transformers; do
+for m in pytest psutil lightning transformers accelerate; do
     "$PY" -c "import $m" 2>/dev/null || missing+=("$m")
 done
 if [ ${#missing[@]} -gt 0 ]; then
