@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "util/human.h"
 #include "collect/gpusel.h"
 #include "collect/nvml.h"
 #include "trainperf.h"
@@ -65,17 +66,6 @@ static int read_text(const char *path, char *b, size_t n)
     while (r > 0 && (b[r - 1] == '\n' || b[r - 1] == ' '))
         b[--r] = '\0';
     return 0;
-}
-
-static void human_bytes(double v, char *out, size_t n)
-{
-    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    int i = 0;
-    while (v >= 1024 && i < 5) {
-        v /= 1024;
-        i++;
-    }
-    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", v, u[i]);
 }
 
 /* ---- NVML -------------------------------------------------------------- */
@@ -262,7 +252,7 @@ static void check_cgroup(doc_check *c, doc_cg *g)
         cg1_limits(g, mem1, cpu1);
     }
     char mem[48] = "none", cpu[48] = "none";
-    if (g->mem_max > 0) human_bytes(g->mem_max, mem, sizeof(mem));
+    if (g->mem_max > 0) human_bytes(mem, sizeof(mem), g->mem_max);
     if (g->cpu_max > 0) snprintf(cpu, sizeof(cpu), "%.2f CPUs", g->cpu_max);
     if (g->version == 2) {
         c->status = ST_OK;
@@ -586,7 +576,7 @@ static void print_text(const doc_check *cs, int n, const nvml_sys_info *si)
             for (int d = 0; d < si->nlisted; d++) {
                 char mem[32] = "?";
                 if (si->dev[d].mem_total_bytes.ok)
-                    human_bytes(si->dev[d].mem_total_bytes.v, mem, sizeof(mem));
+                    human_bytes(mem, sizeof(mem), si->dev[d].mem_total_bytes.v);
                 printf("%-18s GPU %d: %s, %s, %s\n", "", si->dev[d].index, si->dev[d].name,
                        si->dev[d].uuid[0] ? si->dev[d].uuid : "no UUID", mem);
             }

@@ -21,6 +21,7 @@
 
 #include "analyze/report.h"
 #include "cli/cli.h"
+#include "util/human.h"
 #include "collect/collector.h"
 #include "record/rundir.h"
 #include "trainperf.h"
@@ -295,21 +296,6 @@ static void install_signals(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
-static void fmt_bytes(char *out, size_t n, double b)
-{
-    if (!isfinite(b)) {
-        snprintf(out, n, "?");
-        return;
-    }
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (b >= 1024 && i < 4) {
-        b /= 1024;
-        i++;
-    }
-    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
-}
-
 static void status_line(coll *c, int tty, int color)
 {
     static coll_frame f;
@@ -333,7 +319,7 @@ static void status_line(coll *c, int tty, int color)
     }
     if (f.tree_cpu_pct.ok) PUT(" | CPU %.0f%%", f.tree_cpu_pct.v);
     if (f.tree_rss_bytes.ok) {
-        fmt_bytes(tmp, sizeof(tmp), f.tree_rss_bytes.v);
+        human_bytes(tmp, sizeof(tmp), f.tree_rss_bytes.v);
         PUT(" | RSS %s", tmp);
     }
     for (int g = 0; g < f.ngpu && g < 4; g++) {
@@ -345,7 +331,7 @@ static void status_line(coll *c, int tty, int color)
         }
         if (gf->util_pct.ok) PUT(" %.0f%%", gf->util_pct.v);
         if (gf->mem_used_bytes.ok) {
-            fmt_bytes(tmp, sizeof(tmp), gf->mem_used_bytes.v);
+            human_bytes(tmp, sizeof(tmp), gf->mem_used_bytes.v);
             PUT(" %s", tmp);
         }
         if (gf->power_w.ok) PUT(" %.0fW", gf->power_w.v);
@@ -388,13 +374,13 @@ static void print_summary(const coll_summary *s, const char *run_dir, const rec_
         fprintf(o, "  steps       none recorded (resources only)\n");
     }
     char rss[32];
-    fmt_bytes(rss, sizeof(rss), s->tree_rss_max_bytes);
+    human_bytes(rss, sizeof(rss), s->tree_rss_max_bytes);
     if (isfinite(s->tree_cpu_mean_pct))
         fprintf(o, "  CPU         %.0f%% of one core (mean), peak RSS %s\n", s->tree_cpu_mean_pct, rss);
     for (int g = 0; g < s->ngpu; g++) {
         char used[32], total[32];
-        fmt_bytes(used, sizeof(used), s->gpu_mem_max_bytes[g]);
-        fmt_bytes(total, sizeof(total), s->gpu_mem_total_bytes[g]);
+        human_bytes(used, sizeof(used), s->gpu_mem_max_bytes[g]);
+        human_bytes(total, sizeof(total), s->gpu_mem_total_bytes[g]);
         fprintf(o, "  GPU %-7d util %.0f%% (mean), memory %s of %s (peak)\n", s->gpu_index[g],
                 s->gpu_util_mean_pct[g], used, total);
     }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "util/human.h"
 #include "trainperf.h"
 #include "util/buf.h"
 #include "util/jsonr.h"
@@ -166,21 +167,6 @@ static void read_alerts(const char *dir, top_alerts *a)
         jr_free(&d);
     }
     fclose(f);
-}
-
-static void human_bytes(char *out, size_t n, double b)
-{
-    if (!isfinite(b)) {
-        snprintf(out, n, "?");
-        return;
-    }
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (b >= 1024 && i < 4) {
-        b /= 1024;
-        i++;
-    }
-    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
 }
 
 /* "12.3" or "?" for unknown. */

@@ -1,4 +1,5 @@
 /* Per-thread step state machines and run aggregates (see agg.h). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -294,4 +295,22 @@ void agg_live(agg *a, coll_frame *f, double dt, uint64_t now_ns)
     }
     a->live_count = a->live_interval_ns = a->live_data_ns = 0;
     a->live_samples = a->live_tokens = 0;
+}
+
+void agg_rates(const agg *a, double *steps_per_s, double *samples_per_s, double *tokens_per_s)
+{
+    double sps = 0, smp = 0, tok = 0;
+    int ng = 0;
+    for (int i = 0; i < a->ngroups; i++) {
+        const agg_group *g = a->groups[i];
+        if (!g->count || !g->interval_ns) continue;
+        double secs = (double)g->interval_ns / 1e9;
+        sps += (double)g->count / secs;
+        smp += (double)g->samples / secs;
+        tok += (double)g->tokens / secs;
+        ng++;
+    }
+    *steps_per_s = ng ? sps / ng : NAN;
+    *samples_per_s = ng && a->samples ? smp : NAN;
+    *tokens_per_s = ng && a->tokens ? tok : NAN;
 }

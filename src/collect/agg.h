@@ -94,4 +94,9 @@ void agg_event(agg *a, agg_proc *p, const seg_event *ev);
  * (dt seconds long) and start a new interval. now_ns: CLOCK_MONOTONIC. */
 void agg_live(agg *a, coll_frame *f, double dt, uint64_t now_ns);
 
+/* Run throughput: steps per second of one rank (mean over ranks), samples and
+ * tokens per second summed over ranks; NAN when unknown (no steps, or no
+ * samples/tokens were ever given). */
+void agg_rates(const agg *a, double *steps_per_s, double *samples_per_s, double *tokens_per_s);
+
 #endif

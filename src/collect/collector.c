@@ -778,20 +778,7 @@ void coll_get_summary(const coll *c, coll_summary *out)
     const agg *a = c->agg;
     out->duration_s = c->duration_s;
     out->steps = a->count;
-    double sps = 0, smp = 0, tok = 0;
-    int ng = 0;
-    for (int i = 0; i < a->ngroups; i++) {
-        const agg_group *g = a->groups[i];
-        if (!g->count || !g->interval_ns) continue;
-        double secs = (double)g->interval_ns / 1e9;
-        sps += (double)g->count / secs;
-        smp += (double)g->samples / secs;
-        tok += (double)g->tokens / secs;
-        ng++;
-    }
-    out->steps_per_s = ng ? sps / ng : NAN;
-    out->samples_per_s = ng && a->samples ? smp : NAN;
-    out->tokens_per_s = ng && a->tokens ? tok : NAN;
+    agg_rates(a, &out->steps_per_s, &out->samples_per_s, &out->tokens_per_s);
     out->step_p50_ms = sketch_quantile(&a->step_ns, 0.5) / 1e6;
     out->step_p95_ms = sketch_quantile(&a->step_ns, 0.95) / 1e6;
     out->data_share = a->interval_ns ? (double)a->phase_ns[0] / (double)a->interval_ns : NAN;

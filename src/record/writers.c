@@ -479,22 +479,11 @@ static void put_steps(jw *w, const rec_summary *s)
     jw_arr_end(w);
     jw_knum(w, "first_step_s",
             a->count ? ((double)a->first_end_ns - (double)s->start_mono_ns) / 1e9 : NAN);
-    /* Steps per second of one rank (mean over ranks); samples and tokens
-     * are summed over ranks. */
-    double sps = 0, smp = 0, tok = 0;
-    int ng = 0;
-    for (int i = 0; i < a->ngroups; i++) {
-        const agg_group *g = a->groups[i];
-        if (!g->count || !g->interval_ns) continue;
-        double secs = (double)g->interval_ns / 1e9;
-        sps += (double)g->count / secs;
-        smp += (double)g->samples / secs;
-        tok += (double)g->tokens / secs;
-        ng++;
-    }
-    jw_knum(w, "steps_per_s", ng ? sps / ng : NAN);
-    jw_knum(w, "samples_per_s", ng && a->samples ? smp : NAN);
-    jw_knum(w, "tokens_per_s", ng && a->tokens ? tok : NAN);
+    double sps, smp, tok;
+    agg_rates(a, &sps, &smp, &tok);
+    jw_knum(w, "steps_per_s", sps);
+    jw_knum(w, "samples_per_s", smp);
+    jw_knum(w, "tokens_per_s", tok);
     double mean = ms((double)a->interval_ns) / n;
     double var = a->interval_sq_ms / n - mean * mean;
     jw_key(w, "step_time_ms");

@@ -1,0 +1,19 @@
+#include "util/human.h"
+
+#include <math.h>
+#include <stdio.h>
+
+void human_bytes(char *out, size_t n, double b)
+{
+    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    if (!isfinite(b)) {
+        snprintf(out, n, "?");
+        return;
+    }
+    int i = 0;
+    while (fabs(b) >= 1024 && i < 5) {
+        b /= 1024;
+        i++;
+    }
+    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
