@@ -236,8 +236,9 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
     rec(d, "Reduce the memory per step: smaller batch with gradient accumulation to keep the "
            "effective batch, activation checkpointing, bf16/fp16 activations.");
     if (isfinite(c->swap_growth) && c->swap_growth > SWAP_GROWTH_BYTES)
-        rec(d, "Swapping makes every step slower: keep the working set below physical memory "
-               "(%s also cut host memory).",
+        rec(d,
+            "Swapping makes every step slower: keep the working set below physical memory "
+            "(%s also cut host memory).",
             r->python ? "fewer DataLoader workers or a smaller prefetch_factor"
                       : "fewer loader processes or a shorter prefetch queue");
     return 1;
@@ -344,8 +345,8 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
             what, loaders(r, nw, 0, l, sizeof(l)), c->main_cpu,
             c->workers == 0 ? " with no worker processes" : "", idle, c->cpus);
     } else if (c->workers > 0 && free_cores >= 1) {
-        int to = c->workers * 2 <= c->workers + free_cores ? c->workers * 2
-                                                           : c->workers + free_cores;
+        int to =
+            c->workers * 2 <= c->workers + free_cores ? c->workers * 2 : c->workers + free_cores;
         if (r->python)
             rec(d,
                 "Raise DataLoader num_workers from %d to %d: the workers averaged %.0f%% CPU "
@@ -656,8 +657,7 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
            100 * c->share[PH_DATA]);
     if (isfinite(c->tree_cpu) && isfinite(c->cpus) && c->cpus >= 2 && c->tree_cpu < 60 * c->cpus &&
         isfinite(c->idle_cores) && c->idle_cores >= 1)
-        rec(d,
-            "The run used %.1f of %.0f cores: %s if the machine is yours.", c->tree_cpu / 100,
+        rec(d, "The run used %.1f of %.0f cores: %s if the machine is yours.", c->tree_cpu / 100,
             c->cpus,
             r->python ? "raise the intra-op threads (torch.set_num_threads / OMP_NUM_THREADS)"
                       : "compute each step on more threads (OMP_NUM_THREADS for OpenMP or BLAS "

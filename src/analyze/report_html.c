@@ -494,7 +494,8 @@ static const char css[] =
     "th,td{padding:5px 9px;border-bottom:1px solid "
     "#eceff3;text-align:left;vertical-align:top}th{background:#f0f2f5}"
     "td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}"
-    ".prof{overflow-x:auto}.prof table{width:auto;min-width:60%}.prof td{word-break:break-word}.prof td.n,.prof "
+    ".prof{overflow-x:auto}.prof table{width:auto;min-width:60%}.prof "
+    "td{word-break:break-word}.prof td.n,.prof "
     "th{white-space:nowrap}.prof p{margin:6px 0}"
     ".muted{color:#6b7480}footer{margin-top:32px;color:#8a94a3;font-size:12px}";
 
