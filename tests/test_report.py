@@ -238,6 +238,15 @@ def test_advice_fits_the_command(run_cli, tmp_path, command, python):
         assert "page-locked" in recs  # the fixture has a GPU: the generic pinned-copy advice
 
 
+def test_trainer_with_loader_threads_is_told_more(run_cli, tmp_path):
+    # the trainer's --workers are threads, invisible in the process tree
+    run = fixture_copy(tmp_path, "input-bound", command=["./trainer", "--workers", "3"])
+    recs = " ".join(report_json(run_cli, run)["diagnosis"]["primary"]["recommendations"])
+    assert "this run had 3)" in recs
+    n = int(recs.split("the bundled trainer: --workers ")[1].split(";")[0])
+    assert n >= 6  # at least twice the loaders it had
+
+
 def idle_evidence(j):
     ev = {e["name"]: e for e in j["diagnosis"]["primary"]["evidence"]}
     return ev["idle_cores"]

@@ -311,7 +311,12 @@ static const char *loaders(const diag_run *r, int n, int more, char *o, size_t o
 {
     if (r->python)
         fmt(o, on, "DataLoader(num_workers=%d)%s", n, more ? " or more" : "");
-    else if (r->trainer)
+    else if (r->trainer && r->trainer_workers > 0) {
+        /* it already loads on threads: more of them */
+        int w = 2 * r->trainer_workers > n ? 2 * r->trainer_workers : n;
+        fmt(o, on, "%d%s background loaders (the bundled trainer: --workers %d; this run had %d)",
+            w, more ? " or more" : "", w, r->trainer_workers);
+    } else if (r->trainer)
         fmt(o, on, "%d%s background loaders (the bundled trainer: --workers %d)", n,
             more ? " or more" : "", n);
     else

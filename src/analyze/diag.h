@@ -115,9 +115,10 @@ typedef struct diag_run {
     int have_steps, have_metrics, have_procs, have_alerts;
 
     /* run.json */
-    char command[1024]; /* argv joined by spaces */
-    int python;         /* a Python/PyTorch run: advice may name PyTorch APIs */
-    int trainer;        /* argv[0] is the bundled examples/trainer */
+    char command[1024];  /* argv joined by spaces */
+    int python;          /* a Python/PyTorch run: advice may name PyTorch APIs */
+    int trainer;         /* argv[0] is the bundled examples/trainer */
+    int trainer_workers; /* its --workers N (loader threads), 0 when not given */
     char host[128];
     int cpus;
     double duration_s, start_unix_s, interval_s;

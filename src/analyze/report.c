@@ -514,8 +514,11 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
     buf_puts(b, "\n## Throughput\n\n| | value |\n|---|---|\n");
     buf_printf(b, "| steps | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.steps));
     buf_printf(b, "| steps/s | %s |\n", diag_fmt_num(a, sizeof(a), "%.2f", f.steps_per_s));
-    buf_printf(b, "| samples/s | %s |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.samples_per_s));
-    buf_printf(b, "| tokens/s | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.tokens_per_s));
+    /* as in text: a run that counts no samples or tokens has no such row */
+    if (isfinite(f.samples_per_s))
+        buf_printf(b, "| samples/s | %s |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.samples_per_s));
+    if (isfinite(f.tokens_per_s))
+        buf_printf(b, "| tokens/s | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.tokens_per_s));
     buf_puts(b, "\n| ms | p50 | p95 | p99 | max |\n|---|---|---|---|---|\n");
     buf_printf(b, "| step time | %s | %s | %s | %s |\n",
                diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50),

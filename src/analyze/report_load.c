@@ -178,12 +178,18 @@ static void load_run_json(diag_run *r)
     const jr_node *cmd = jr_get(root, "command");
     size_t o = 0;
     r->command[0] = '\0';
-    r->python = r->trainer = 0;
+    r->python = r->trainer = r->trainer_workers = 0;
     for (const jr_node *c = cmd && cmd->type == JR_ARR ? cmd->child : NULL; c; c = c->next) {
         const char *a = jr_str(c);
         if (!a) continue;
         if (is_python_arg(a, c == cmd->child)) r->python = 1;
         if (c == cmd->child) r->trainer = strcmp(base_name(a), "trainer") == 0;
+        /* its loader threads are invisible in the process tree */
+        if (r->trainer && strcmp(a, "--workers") == 0 && c->next && jr_str(c->next)) {
+            char *end;
+            long w = strtol(jr_str(c->next), &end, 10);
+            if (*end == '\0' && w > 0 && w <= 256) r->trainer_workers = (int)w;
+        }
         int w = snprintf(r->command + o, sizeof(r->command) - o, "%s%s", o ? " " : "", a);
         if (w < 0 || (size_t)w >= sizeof(r->command) - o) break;
         o += (size_t)w;
