@@ -268,6 +268,8 @@ def test_idle_cores_agree_between_evidence_and_advice(run_cli, tmp_path, cpu_pct
     if idle < 1:
         # no idle core: the advice must not be to start more loaders
         assert "saturated" in first and "num_workers=" not in first
+        # no workers and none advised: nothing about keeping workers fed
+        assert "persistent_workers" not in " ".join(j["diagnosis"]["primary"]["recommendations"])
     else:
         n = int(first.split("num_workers=")[1].split(")")[0])
         assert 1 <= n <= int(idle)

@@ -334,6 +334,9 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
     double idle = c->idle_cores;
     int free_cores = isfinite(idle) ? (int)floor(idle) : -1;
     const char *what = r->python ? "worker processes" : "parallel";
+    /* whether the run has, or is told to start, parallel loaders: the
+     * advice on keeping them fed applies only then */
+    int loaders_on = c->workers > 0 || r->trainer_workers > 0;
     if (c->workers <= 0 && isfinite(c->main_cpu) && c->main_cpu < MAIN_WAITS_CPU) {
         /* the loader waits (network, remote storage, locks, sleeps) rather
          * than computes: parallel loaders overlap the waits without cores */
@@ -342,6 +345,7 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
             "waiting for data, so the wait is not computation and parallel loaders overlap it "
             "even on a busy machine.",
             loaders(r, 4, 1, l, sizeof(l)), c->main_cpu);
+        loaders_on = 1;
     } else if (c->workers <= 0 && free_cores >= 1) {
         int nw = free_cores > 8 ? 8 : free_cores;
         rec(d,
@@ -349,6 +353,7 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
             "cores were idle.",
             what, loaders(r, nw, 0, l, sizeof(l)), c->main_cpu,
             c->workers == 0 ? " with no worker processes" : "", idle, c->cpus);
+        loaders_on = 1;
     } else if (c->workers > 0 && free_cores >= 1) {
         int to =
             c->workers * 2 <= c->workers + free_cores ? c->workers * 2 : c->workers + free_cores;
@@ -368,7 +373,7 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
         /* no idle core: more loaders would take cores from the model */
         rec(d,
             "The CPU is saturated (%.1f of %.0f cores idle on average): more loaders would compete "
-            "with the model for cores. Make each batch cheaper instead: %s, or run where cores "
+            "with the model for cores. Make each batch cheaper instead (%s), or run where cores "
             "are free.",
             idle, c->cpus,
             r->python ? "move augmentation to the GPU, decode with a faster library, or "
@@ -377,6 +382,7 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
     } else {
         rec(d, "Load batches in parallel: %s, so the next batches load while a step computes.",
             loaders(r, 2, 0, l, sizeof(l)));
+        loaders_on = 1;
     }
     if (c->has_gpu)
         rec(d, "%s",
@@ -384,6 +390,7 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
                         "page-locked batches copy to the GPU asynchronously."
                       : "Copy batches to the GPU from page-locked host memory (cudaHostAlloc) "
                         "with cudaMemcpyAsync on a separate stream, so copies overlap compute.");
+    if (!loaders_on) return;
     if (r->python) {
         rec(d, "persistent_workers=True keeps the workers alive between epochs instead of "
                "starting them again (and refilling their prefetch queues) every epoch.");
