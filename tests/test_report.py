@@ -366,6 +366,47 @@ def test_end_of_run_report_analyses_the_profile_folder(cli, tmp_path, traces_dir
     assert "<h3>Rank 34" in html
 
 
+PROFILED_SCRIPT = """
+import torch, trainperf
+from trainperf.torch_helpers import ProfilerSchedule
+m = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+with ProfilerSchedule(wait=1, warmup=1, active=3, repeat=1) as ps:
+    for i in range(12):
+        with trainperf.step():
+            loss = m(torch.randn(32, 64)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        ps.step()
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_real_torch_profiler_window_lands_in_the_report(cli, run_cli, tmp_path):
+    from pyhelp import clean_env
+    script = tmp_path / "prof.py"
+    script.write_text(PROFILED_SCRIPT)
+    run = tmp_path / "run"
+    p = subprocess.run([cli, "run", "--quiet", "--out", str(run), "--", sys.executable,
+                        str(script)], capture_output=True, text=True, timeout=300,
+                       env=clean_env())
+    assert p.returncode == 0, p.stderr[-2000:]
+    traces = sorted((run / "profile").glob("trace-*.json"))
+    assert len(traces) == 1
+    # the profiled steps, counted in the trace itself
+    ev = json.loads(traces[0].read_text())["traceEvents"]
+    steps = {e["name"] for e in ev if e.get("ph") == "X" and
+             e.get("name", "").startswith("ProfilerStep#")}
+    assert len(steps) == 3  # active=3
+    pj = report_json(run_cli, run)["profiler"]
+    assert pj["files"] == 1 and pj["not_analysed"] == []
+    got = {s["step"] for s in pj["analysis"]["ranks"][0]["steps"]}
+    assert {f"ProfilerStep#{n}" for n in got} == steps
+    assert "#### Top CPU operators by self time" in (run / "report.md").read_text()
+
+
 def test_profile_dir_without_traces(run_cli, tmp_path):
     run = fixture_copy(tmp_path, "input-bound")
     (run / "profile").mkdir()
