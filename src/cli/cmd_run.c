@@ -353,7 +353,11 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void print_summary(const coll_summary *s, const char *run_dir, const rec_exit *ex, int color)
+/* The short end-of-run summary. With the report following it (full), the
+ * percentiles are left to the report, so the terminal never shows two
+ * definitions of the same figure. */
+static void print_summary(const coll_summary *s, const char *run_dir, const rec_exit *ex, int color,
+                          int full)
 {
     const char *b = color ? CLI_BOLD : "", *r = color ? CLI_RESET : "";
     FILE *o = stderr;
@@ -367,9 +371,12 @@ static void print_summary(const coll_summary *s, const char *run_dir, const rec_
         fprintf(o, "  steps       %llu (%.2f steps/s", (unsigned long long)s->steps, s->steps_per_s);
         if (isfinite(s->samples_per_s)) fprintf(o, ", %.1f samples/s", s->samples_per_s);
         if (isfinite(s->tokens_per_s)) fprintf(o, ", %.0f tokens/s", s->tokens_per_s);
-        fprintf(o, ")\n  step time   p50 %.2f ms, p95 %.2f ms\n", s->step_p50_ms, s->step_p95_ms);
-        fprintf(o, "  data wait   %.0f%% of step time, p95 %.2f ms\n", 100 * s->data_share,
-                s->data_p95_ms);
+        fprintf(o, ")\n");
+        if (full) {
+            fprintf(o, "  step time   p50 %.2f ms, p95 %.2f ms\n", s->step_p50_ms, s->step_p95_ms);
+            fprintf(o, "  data wait   %.0f%% of step time, p95 %.2f ms\n", 100 * s->data_share,
+                    s->data_p95_ms);
+        }
     } else {
         fprintf(o, "  steps       none recorded (resources only)\n");
     }
@@ -628,18 +635,18 @@ int cmd_run(int argc, char **argv)
         coll_get_summary(c, &s);
         coll_free(c);
         if (a.clean_live) clean_live(absdir);
-        if (a.quiet) {
-            fprintf(stderr, "trainperf: run directory %s\n", run_dir);
-        } else {
-            print_summary(&s, run_dir, &ex, color);
-        }
         buf term;
         buf_init(&term, 4u << 20);
         err[0] = 0;
         int r2 = report_finish_run(absdir, color, a.quiet ? NULL : &term, err, sizeof(err));
+        int have_report = r2 >= 0 && term.len > 0;
+        if (a.quiet)
+            fprintf(stderr, "trainperf: run directory %s\n", run_dir);
+        else
+            print_summary(&s, run_dir, &ex, color, !have_report);
         if (r2 < 0)
             cli_warn("report: %s", err[0] ? err : tpf_strerror(r2));
-        else if (!a.quiet && term.len)
+        else if (have_report)
             fprintf(stderr, "\n%s", term.data);
         buf_free(&term);
     }

@@ -969,13 +969,18 @@ totals:;
         if (pp->pid == s->root_pid) f->main_cpu_pct = pp->cpu_pct;
     }
     f->tree_procs = fv((double)(s->nmem + s->overflow));
-    f->tree_threads = fv(threads);
-    f->tree_rss_bytes = fv(rss);
+    f->tree_threads.ok = f->tree_rss_bytes.ok = 0;
     f->tree_cpu_pct.ok = 0;
     f->tree_read_bps.ok = f->tree_write_bps.ok = 0;
-    if (dt > 0) {
-        if (cpu_known || s->nmem == 0) fv_set(&f->tree_cpu_pct, cpu);
-        if (io_known || s->nmem == 0) {
+    /* With no live process (the tree has exited) the tree's figures are
+     * unknown, not 0: what it used after the last sample was not seen. */
+    if (s->nmem > 0) {
+        fv_set(&f->tree_threads, threads);
+        fv_set(&f->tree_rss_bytes, rss);
+    }
+    if (dt > 0 && s->nmem > 0) {
+        if (cpu_known) fv_set(&f->tree_cpu_pct, cpu);
+        if (io_known) {
             fv_set(&f->tree_read_bps, rd / dt);
             fv_set(&f->tree_write_bps, wr / dt);
         }
