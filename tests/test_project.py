@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, ROOT
+from conftest import BUILD, ROOT, SANITIZE
 
 BANNED = re.compile(r"(?<![\w.>])(sprintf|strcpy|strtok|atoi|gets)\s*\(")
 
@@ -62,7 +62,9 @@ def test_make_install_and_pkg_config(tmp_path, build):
                    'int main(void) { tpf_step_begin(); tpf_step_end(1, 0);'
                    ' printf("%s %d\\n", tpf_version(), tpf_attached()); return 0; }\n')
     exe = tmp_path / "app"
-    subprocess.run(["cc", str(src), "-o", str(exe), *flags], check=True)
+    # A library built with ASan loads only into a program built with it.
+    san = ["-fsanitize=address,undefined"] if SANITIZE else []
+    subprocess.run(["cc", *san, str(src), "-o", str(exe), *flags], check=True)
     out = subprocess.run([str(exe)], env=dict(env, LD_LIBRARY_PATH=str(prefix / "lib")),
                          capture_output=True, text=True, check=True).stdout
     assert out.split() == ["0.1.0", "0"]
