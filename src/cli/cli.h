@@ -50,6 +50,11 @@ int cli_parse_long(const char *s, long *out);
 /* report/compare: "text|md|html|json" to a report_format (0, or -1 when
  * unknown); write b to out (NULL: stdout), returning an exit code. */
 int cli_parse_format(const char *s, int *fmt);
+/* The output options report and compare share: --format F / -f F / --format=F,
+ * --json, --out FILE / -o FILE / --out=FILE at argv[*i] (advances *i past a
+ * value). Returns 1 when consumed, 0 when argv[*i] is none of them, -1 after
+ * printing the error (exit 2). */
+int cli_output_opt(int argc, char **argv, int *i, int *fmt, const char **out);
 struct buf;
 int cli_write_out(const char *out, const struct buf *b);
 

@@ -18,29 +18,14 @@ int cmd_compare(int argc, char **argv)
 {
     const char *dirs[2] = {NULL, NULL}, *out = NULL;
     int nd = 0, fmt = REPORT_TEXT;
+    int k;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             compare_usage(stdout);
             return CLI_OK;
-        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0 ||
-                   strncmp(a, "--format=", 9) == 0) {
-            const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!v || cli_parse_format(v, &fmt)) {
-                cli_error("--format wants text, md, html or json%s%s", v ? ", not " : "",
-                          v ? v : "");
-                return CLI_USAGE;
-            }
-        } else if (strcmp(a, "--json") == 0) {
-            fmt = REPORT_JSON;
-        } else if (strcmp(a, "--out") == 0 || strcmp(a, "-o") == 0 ||
-                   strncmp(a, "--out=", 6) == 0) {
-            const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!v || !*v) {
-                cli_error("--out wants a file name");
-                return CLI_USAGE;
-            }
-            out = v;
+        } else if ((k = cli_output_opt(argc, argv, &i, &fmt, &out)) != 0) {
+            if (k < 0) return CLI_USAGE;
         } else if (a[0] == '-' && a[1]) {
             cli_error("compare: unknown option '%s' (see `trainperf compare --help`)", a);
             return CLI_USAGE;

@@ -35,6 +35,43 @@ int cli_parse_format(const char *s, int *fmt)
     return -1;
 }
 
+int cli_output_opt(int argc, char **argv, int *i, int *fmt, const char **out)
+{
+    const char *a = argv[*i];
+    if (strcmp(a, "--json") == 0) {
+        *fmt = REPORT_JSON;
+        return 1;
+    }
+    int is_fmt = strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0;
+    int is_out = strcmp(a, "--out") == 0 || strcmp(a, "-o") == 0;
+    const char *v = NULL;
+    if (strncmp(a, "--format=", 9) == 0) {
+        is_fmt = 1;
+        v = a + 9;
+    } else if (strncmp(a, "--out=", 6) == 0) {
+        is_out = 1;
+        v = a + 6;
+    } else if (is_fmt || is_out) {
+        v = *i + 1 < argc ? argv[++*i] : NULL;
+    }
+    if (is_fmt) {
+        if (!v || cli_parse_format(v, fmt)) {
+            cli_error("--format wants text, md, html or json%s%s", v ? ", not " : "", v ? v : "");
+            return -1;
+        }
+        return 1;
+    }
+    if (is_out) {
+        if (!v || !*v) {
+            cli_error("--out wants a file name");
+            return -1;
+        }
+        *out = v;
+        return 1;
+    }
+    return 0;
+}
+
 int cli_write_out(const char *out, const buf *b)
 {
     FILE *f = out ? fopen(out, "wb") : stdout;
@@ -56,29 +93,14 @@ int cmd_report(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL;
     int fmt = REPORT_TEXT, force_color = 0;
+    int k;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             report_usage(stdout);
             return CLI_OK;
-        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0 ||
-                   strncmp(a, "--format=", 9) == 0) {
-            const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!v || cli_parse_format(v, &fmt)) {
-                cli_error("--format wants text, md, html or json%s%s", v ? ", not " : "",
-                          v ? v : "");
-                return CLI_USAGE;
-            }
-        } else if (strcmp(a, "--json") == 0) {
-            fmt = REPORT_JSON;
-        } else if (strcmp(a, "--out") == 0 || strcmp(a, "-o") == 0 ||
-                   strncmp(a, "--out=", 6) == 0) {
-            const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!v || !*v) {
-                cli_error("--out wants a file name");
-                return CLI_USAGE;
-            }
-            out = v;
+        } else if ((k = cli_output_opt(argc, argv, &i, &fmt, &out)) != 0) {
+            if (k < 0) return CLI_USAGE;
         } else if (strcmp(a, "--color") == 0) {
             force_color = 1;
         } else if (a[0] == '-' && a[1]) {
