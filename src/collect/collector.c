@@ -478,7 +478,8 @@ static void take_sample(coll *c, uint64_t now)
     out_flush(c, &c->metrics);
     out_flush(c, &c->procs);
     out_flush(c, &c->steps);
-    if (rec_trace_flush(&c->trace) && !c->first_err) note_err(c, "trace.json", c->trace.err);
+    int terr = rec_trace_flush(&c->trace);
+    if (terr && !c->first_err) note_err(c, "trace.json", terr);
 }
 
 /* ---- run.json ---- */

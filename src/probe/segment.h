@@ -52,7 +52,7 @@
 #define SEG_NAME_MAX 128u   /* bytes per name incl. NUL: 127 kept */
 #define SEG_MAX_NAMES 1024u /* ids 1..1023 */
 #define SEG_MAX_RINGS 256u
-#define SEG_RING_DEFAULT 131072u
+#define SEG_RING_DEFAULT 262144u
 #define SEG_RING_MIN 1024u
 #define SEG_RING_MAX (1u << 22)
 #define SEG_PAGE 4096u

@@ -14,8 +14,11 @@
 #include "util/err.h"
 #include "util/jsonw.h"
 
-/* Pending events beyond this are written out at once (bounded memory). */
+/* Pending events beyond this go to the writer (bounded memory). While the
+ * writer is busy, range and step events stop at TRACE_PENDING_SOFT (dropped,
+ * counted); counters, marks and alerts may use the rest up to the hard cap. */
 #define TRACE_PENDING_FLUSH (1u << 20)
+#define TRACE_PENDING_SOFT (32u << 20)
 #define TRACE_PENDING_MAX (64u << 20)
 
 static int write_all(int fd, const char *p, size_t n)
@@ -32,6 +35,26 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
+static void *trace_writer(void *arg)
+{
+    rec_trace *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (!t->busy && !t->quit) pthread_cond_wait(&t->cv, &t->mu);
+        if (!t->busy) break; /* quit, nothing left */
+        pthread_mutex_unlock(&t->mu);
+        /* A failed write (disk full) loses these events, never the run. */
+        int rc = write_all(t->fd, t->inflight.data, t->inflight.len);
+        pthread_mutex_lock(&t->mu);
+        if (rc && !t->err) t->err = rc;
+        buf_reset(&t->inflight);
+        t->busy = 0;
+        pthread_cond_broadcast(&t->cv);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
 int rec_trace_open(rec_trace *t, const char *path, uint64_t start_mono_ns, uint64_t max_events)
 {
     memset(t, 0, sizeof(*t));
@@ -39,11 +62,30 @@ int rec_trace_open(rec_trace *t, const char *path, uint64_t start_mono_ns, uint6
     t->start_mono_ns = start_mono_ns;
     t->max_events = max_events ? max_events : REC_TRACE_MAX_EVENTS;
     buf_init(&t->pending, TRACE_PENDING_MAX);
+    buf_init(&t->inflight, TRACE_PENDING_MAX);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return t->err = err_from_errno(errno);
     t->fd = fd;
+    /* Without the thread (no resources) the writes are made in place. */
+    if (pthread_mutex_init(&t->mu, NULL) == 0) {
+        if (pthread_cond_init(&t->cv, NULL) == 0) {
+            if (pthread_create(&t->writer, NULL, trace_writer, t) == 0)
+                t->has_writer = 1;
+            else
+                pthread_cond_destroy(&t->cv);
+        }
+        if (!t->has_writer) pthread_mutex_destroy(&t->mu);
+    }
     buf_puts(&t->pending, "[");
     return rec_trace_flush(t);
+}
+
+/* Range and step events wait for no one: with the writer behind, drop them. */
+static int backlogged(rec_trace *t)
+{
+    if (t->pending.len < TRACE_PENDING_SOFT) return 0;
+    rec_trace_flush(t);
+    return t->pending.len >= TRACE_PENDING_SOFT;
 }
 
 static double us(const rec_trace *t, uint64_t ns)
@@ -124,7 +166,7 @@ static void put_sep(rec_trace *t, fmt_line *l)
 void rec_trace_step(rec_trace *t, const agg_step *s)
 {
     if (t->fd < 0) return;
-    if (t->written >= t->max_events) {
+    if (t->written >= t->max_events || backlogged(t)) {
         t->dropped++;
         return;
     }
@@ -149,7 +191,7 @@ void rec_trace_range(rec_trace *t, const agg_range *r, const char *name)
 {
     if (t->fd < 0) return;
     /* Steps matter more than ranges: the last tenth is kept for them. */
-    if (t->written >= t->max_events - t->max_events / 10) {
+    if (t->written >= t->max_events - t->max_events / 10 || backlogged(t)) {
         t->dropped++;
         return;
     }
@@ -280,24 +322,55 @@ void rec_trace_alert(rec_trace *t, const alert_event *e)
 int rec_trace_flush(rec_trace *t)
 {
     if (t->fd < 0) return t->err;
-    if (t->pending.err && !t->err) t->err = t->pending.err;
-    if (t->pending.len > 0) {
-        int rc = write_all(t->fd, t->pending.data, t->pending.len);
-        /* A failed write (disk full) loses these events, never the run. */
-        if (rc && !t->err) t->err = rc;
+    if (!t->has_writer) {
+        if (t->pending.err && !t->err) t->err = t->pending.err;
+        if (t->pending.len > 0) {
+            int rc = write_all(t->fd, t->pending.data, t->pending.len);
+            /* A failed write (disk full) loses these events, never the run. */
+            if (rc && !t->err) t->err = rc;
+        }
+        buf_reset(&t->pending);
+        return t->err;
     }
-    buf_reset(&t->pending);
-    return t->err;
+    pthread_mutex_lock(&t->mu);
+    if (t->pending.err && !t->err) t->err = t->pending.err;
+    if (!t->busy && t->pending.len > 0) {
+        buf tmp = t->inflight;
+        t->inflight = t->pending;
+        t->pending = tmp;
+        buf_reset(&t->pending);
+        t->busy = 1;
+        pthread_cond_broadcast(&t->cv);
+    }
+    int err = t->err;
+    pthread_mutex_unlock(&t->mu);
+    return err;
 }
 
 int rec_trace_close(rec_trace *t)
 {
     if (t->fd >= 0) {
         buf_puts(&t->pending, "\n]\n");
-        rec_trace_flush(t);
+        if (t->has_writer) {
+            pthread_mutex_lock(&t->mu);
+            while (t->busy) pthread_cond_wait(&t->cv, &t->mu);
+            pthread_mutex_unlock(&t->mu);
+            rec_trace_flush(t);
+            pthread_mutex_lock(&t->mu);
+            t->quit = 1;
+            pthread_cond_broadcast(&t->cv);
+            pthread_mutex_unlock(&t->mu);
+            pthread_join(t->writer, NULL);
+            pthread_cond_destroy(&t->cv);
+            pthread_mutex_destroy(&t->mu);
+            t->has_writer = 0;
+        } else {
+            rec_trace_flush(t);
+        }
         if (close(t->fd) != 0 && !t->err) t->err = err_from_errno(errno);
         t->fd = -1;
     }
     buf_free(&t->pending);
+    buf_free(&t->inflight);
     return t->err;
 }

@@ -1,10 +1,15 @@
 /* trace.json: Chrome/Perfetto trace in JSON array form, written as the run
  * goes (docs/run-format.md). Events gather in a capped buffer and go to the
- * file at each rec_trace_flush, whole lines at a time, so a run that dies
- * still leaves a loadable file (a missing ']' is legal in array form). */
+ * file whole lines at a time, so a run that dies still leaves a loadable file
+ * (a missing ']' is legal in array form). The writing is done by a thread of
+ * its own: the collector's drain, which keeps the probes' rings from filling,
+ * must never wait on the disk (a trace can take 200 MB/s, and the kernel
+ * throttles such writers for 100 ms and more). When that thread falls behind,
+ * range and step events are dropped and counted, never the run's data. */
 #ifndef TPF_RECORD_TRACE_H
 #define TPF_RECORD_TRACE_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -23,7 +28,12 @@ typedef struct rec_trace {
     uint64_t other_written, other_dropped; /* counters, marks, metadata */
     int nevents;             /* any event written yet (comma placement) */
     int err;                 /* first write error (sticky); writing goes on */
-    buf pending;
+    buf pending;             /* being filled by the collector thread */
+    buf inflight;            /* being written by the writer thread */
+    pthread_t writer;
+    pthread_mutex_t mu;      /* guards busy, quit, err, inflight */
+    pthread_cond_t cv;
+    int has_writer, busy, quit;
 } rec_trace;
 
 /* Create path and write the opening '['. max_events 0: REC_TRACE_MAX_EVENTS. */
@@ -40,9 +50,12 @@ void rec_trace_frame(rec_trace *t, const coll_frame *f, int ngpu, const int *gpu
 void rec_trace_counter(rec_trace *t, pid_t pid, const char *name, uint64_t ts_ns, double v);
 void rec_trace_mark(rec_trace *t, pid_t pid, pid_t tid, const char *name, uint64_t ts_ns);
 void rec_trace_alert(rec_trace *t, const alert_event *e);
-/* Write what is pending to the file. Returns 0 or the sticky error. */
+/* Hand what is pending to the writer thread (or write it, when the thread
+ * could not start); returns at once when the writer is still busy. Returns 0
+ * or the sticky error. */
 int rec_trace_flush(rec_trace *t);
-/* Flush, write the closing ']', close. Returns 0 or the sticky error. */
+/* Write everything, the closing ']', stop the writer, close. Returns 0 or
+ * the sticky error. */
 int rec_trace_close(rec_trace *t);
 
 #endif
