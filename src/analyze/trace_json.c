@@ -621,15 +621,23 @@ static int js_next_member(jsrc *s, const char *ctx)
                    (unsigned long long)(js_off(s) - 1), ctx);
 }
 
-static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
+/* Enter an object whose members the caller reads: 1 when there are members,
+ * 0 when it was empty or not an object (skipped), or an error. */
+static int js_obj_open(jsrc *s)
 {
-    int rc, c = js_ws(s);
-    if (c != '{') return js_skip(s, 1);
+    if (js_ws(s) != '{') return js_skip(s, 1);
     s->pos++;
     if (js_ws(s) == '}') {
         s->pos++;
         return 0;
     }
+    return 1;
+}
+
+static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
+{
+    int rc = js_obj_open(s);
+    if (rc <= 0) return rc;
     for (;;) {
         if ((rc = js_key(s, sc, "event args"))) return rc;
         int isnum;
@@ -812,13 +820,8 @@ static int js_events(jsrc *s, jscratch *sc, trace_ev_fn fn, void *ud, trace_meta
 
 static int js_distinfo(jsrc *s, jscratch *sc, trace_meta *m)
 {
-    int rc, c = js_ws(s);
-    if (c != '{') return js_skip(s, 1);
-    s->pos++;
-    if (js_ws(s) == '}') {
-        s->pos++;
-        return 0;
-    }
+    int rc = js_obj_open(s);
+    if (rc <= 0) return rc;
     for (;;) {
         if ((rc = js_key(s, sc, "distributedInfo"))) return rc;
         if (strcmp(sc->key, "rank") == 0) {
