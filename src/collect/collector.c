@@ -484,6 +484,17 @@ static void take_sample(coll *c, uint64_t now)
 
 /* ---- run.json ---- */
 
+/* Write a JSON document built into b (rc: the builder's result) as
+ * RUN/name, atomically; record a failure; free b. */
+static void put_doc(coll *c, const char *name, buf *b, int rc)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/%s", c->run_dir, name);
+    if (rc == 0) rc = rec_write_atomic(path, b);
+    if (rc) note_err(c, name, rc);
+    buf_free(b);
+}
+
 static void read_cmdline(coll *c)
 {
     /* Embedded mode has no argv from the caller: take this process's own. */
@@ -537,12 +548,7 @@ static void write_run_json(coll *c)
     ri.alert_rules = c->alert_rules;
     buf b;
     buf_init(&b, 1u << 20);
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof(path), "%s/run.json", c->run_dir);
-    int rc = rec_run_json(&b, &ri);
-    if (rc == 0) rc = rec_write_atomic(path, &b);
-    if (rc) note_err(c, "run.json", rc);
-    buf_free(&b);
+    put_doc(c, "run.json", &b, rec_run_json(&b, &ri));
 }
 
 /* ---- life cycle ---- */
@@ -748,12 +754,7 @@ int coll_finish(coll *c, const rec_exit *ex)
     s.sources = c->status;
     buf b;
     buf_init(&b, 4u << 20);
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof(path), "%s/summary.json", c->run_dir);
-    int rc = rec_summary_json(&b, &s);
-    if (rc == 0) rc = rec_write_atomic(path, &b);
-    if (rc) note_err(c, "summary.json", rc);
-    buf_free(&b);
+    put_doc(c, "summary.json", &b, rec_summary_json(&b, &s));
     write_run_json(c);
     c->dropped_closed = dropped; /* for coll_get_summary */
     return c->first_err;
