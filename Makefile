@@ -32,7 +32,7 @@ LIB_CFLAGS := $(CFLAGS_ALL) -fvisibility=hidden -DTPF_BUILDING_LIBRARY
 LDLIBS_ALL := -lz -lpthread -lm -ldl
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
-LIB_MODULES := probe collect watch record analyze util
+LIB_MODULES := probe collect watch record report trace util
 LIB_SRC := $(sort $(foreach m,$(LIB_MODULES),$(wildcard src/$(m)/*.c)))
 LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
@@ -100,7 +100,7 @@ $(BUILD)/bench/%: bench/%.c $(STATIC)
 
 # libFuzzer target for the trace parser (clang from Debian's `clang` package).
 FUZZ_CC ?= clang
-FUZZ_LIB_SRC := src/analyze/trace_json.c src/analyze/trace_an.c src/analyze/trace_out.c \
+FUZZ_LIB_SRC := src/trace/trace_json.c src/trace/trace_an.c src/trace/trace_out.c \
         src/util/buf.c src/util/jsonw.c src/util/err.c
 fuzz: $(BUILD)/fuzz/fuzz_trace
 $(BUILD)/fuzz/fuzz_trace: $(FUZZ_SRC) $(FUZZ_LIB_SRC)

@@ -1,9 +1,9 @@
-/* trainperf analyze TRACE... : torch.profiler trace analysis (src/analyze/trace.h). */
+/* trainperf analyze TRACE... : torch.profiler trace analysis (src/trace/trace.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyze/trace.h"
+#include "trace/trace.h"
 #include "cli/cli.h"
 #include "trainperf.h"
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyze/compare.h"
+#include "report/compare.h"
 #include "cli/cli.h"
 #include "trainperf.h"
 

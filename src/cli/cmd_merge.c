@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyze/trace.h"
+#include "trace/trace.h"
 #include "cli/cli.h"
 #include "trainperf.h"
 

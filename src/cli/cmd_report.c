@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyze/report.h"
+#include "report/report.h"
 #include "cli/cli.h"
 #include "trainperf.h"
 

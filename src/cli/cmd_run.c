@@ -19,7 +19,7 @@
 #include <unistd.h>
 #include <dirent.h>
 
-#include "analyze/report.h"
+#include "report/report.h"
 #include "cli/cli.h"
 #include "util/human.h"
 #include "collect/collector.h"

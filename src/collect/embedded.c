@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "analyze/report.h"
+#include "report/report.h"
 #include "collect/collector.h"
 #include "probe/reader.h"
 #include "record/rundir.h"

@@ -12,8 +12,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "analyze/trace.h"
-#include "analyze/trace_json.h"
+#include "trace/trace.h"
+#include "trace/trace_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

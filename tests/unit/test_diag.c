@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "analyze/diag.h"
-#include "analyze/report.h"
+#include "report/diag.h"
+#include "report/report.h"
 #include "trainperf.h"
 #include "tt.h"
 #include "util/csvr.h"

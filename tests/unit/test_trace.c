@@ -6,9 +6,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "analyze/trace.h"
-#include "analyze/trace_int.h"
-#include "analyze/trace_json.h"
+#include "trace/trace.h"
+#include "trace/trace_int.h"
+#include "trace/trace_json.h"
 #include "trainperf.h"
 #include "tt.h"
 

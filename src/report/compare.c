@@ -1,11 +1,11 @@
-#include "analyze/compare.h"
+#include "report/compare.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "analyze/diag.h"
-#include "analyze/report_html.h"
+#include "report/diag.h"
+#include "report/report_html.h"
 #include "trainperf.h"
 #include "util/jsonw.h"
 

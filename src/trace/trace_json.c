@@ -1,6 +1,6 @@
 /* Streaming tokenizer for Chrome/Kineto traces: one fixed read buffer, events
  * decoded in place and handed out one by one (see trace_json.h). */
-#include "analyze/trace_json.h"
+#include "trace/trace_json.h"
 
 #include <errno.h>
 #include <fcntl.h>

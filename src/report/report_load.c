@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "analyze/diag.h"
+#include "report/diag.h"
 #include "trainperf.h"
 #include "util/csvr.h"
 

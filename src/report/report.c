@@ -1,7 +1,7 @@
 /* Reports from a run directory: terminal text, Markdown, JSON (HTML in
  * report_html.c), and the end-of-run step that adds the diagnosis to
  * summary.json and writes report.md / report.html. */
-#include "analyze/report.h"
+#include "report/report.h"
 
 #include <errno.h>
 #include <math.h>
@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "analyze/diag.h"
-#include "analyze/report_html.h"
-#include "analyze/trace.h"
+#include "report/diag.h"
+#include "report/report_html.h"
+#include "trace/trace.h"
 #include "trainperf.h"
 #include "util/jsonr.h"
 #include "util/jsonw.h"

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "analyze/trace_int.h"
+#include "trace/trace_int.h"
 #include "util/jsonw.h"
 
 static double pct(int64_t part, int64_t whole)

@@ -2,7 +2,7 @@
 #ifndef TPF_ANALYZE_REPORT_HTML_H
 #define TPF_ANALYZE_REPORT_HTML_H
 
-#include "analyze/diag.h"
+#include "report/diag.h"
 
 /* prof_md: the profiler section in Markdown (report.c), shown as HTML. */
 void report_html(const diag_run *r, const char *prof_md, buf *out);

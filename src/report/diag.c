@@ -1,7 +1,7 @@
 /* The diagnosis: one primary bottleneck with its evidence and ranked fixes,
  * secondary findings and notes. Rules and thresholds: docs/diagnosis.md
  * (keep the two in step). */
-#include "analyze/diag.h"
+#include "report/diag.h"
 
 #include <ctype.h>
 #include <math.h>

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "analyze/trace.h"
-#include "analyze/trace_json.h"
+#include "trace/trace.h"
+#include "trace/trace_json.h"
 #include "trainperf.h"
 #include "util/jsonw.h"
 

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "analyze/trace.h"
+#include "trace/trace.h"
 
 /* Kernel types; as bits they label overlaps (HTA's weights). */
 enum { KT_COMP = 1, KT_COMM = 2, KT_MEM = 4, KT_OTHER = 8 };

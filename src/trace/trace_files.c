@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "analyze/trace.h"
+#include "trace/trace.h"
 #include "trainperf.h"
 #include "util/err.h"
 

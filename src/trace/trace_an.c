@@ -17,8 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "analyze/trace_int.h"
-#include "analyze/trace_json.h"
+#include "trace/trace_int.h"
+#include "trace/trace_json.h"
 #include "trainperf.h"
 
 #define CHUNK_RECS 65536                 /* records sorted in memory per run */

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "analyze/report.h"
+#include "report/report.h"
 #include "util/buf.h"
 
 /* fmt: a report_format. TPF_ENOENT / TPF_EFORMAT with one line in err when

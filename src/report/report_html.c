@@ -1,7 +1,7 @@
 /* report.html: one self-contained file. Charts are inline SVG drawn here; no
  * script at all and nothing loaded from anywhere. Every string that came
  * from the user or the program goes through report_html_esc. */
-#include "analyze/report_html.h"
+#include "report/report_html.h"
 
 #include <ctype.h>
 #include <math.h>
