@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the build, the tests and the demo need on a fresh Debian 12 machine.
 # Idempotent: what is already there is not installed again.
-#   Debian: gcc make zlib1g-dev (build); chromium (HTML report test); clang (parser fuzzing)
-#   PyPI:   torch==2.13.0 (CPU), pytest, psutil, lightning, transformers, accelerate
+#   Debian: gcc make zlib1g-dev (build); chromium (HTML report test); clang (parser fuzzing);
+#           prometheus (promtool and a real scraper for the exporter tests)
+#   PyPI:   torch==2.13.0 (CPU), pytest, psutil, lightning, transformers, accelerate,
+#           tensorboard (its reader checks our event files), wandb and mlflow (offline/sqlite tests)
 set -euo pipefail
 
 SUDO=""
@@ -13,7 +15,7 @@ PY=${PYTHON:-python3}
 BUILD_ONLY=0
 [ "${1:-}" = "--build" ] && BUILD_ONLY=1
 debs="gcc make zlib1g-dev"
-[ $BUILD_ONLY = 1 ] || debs="$debs chromium clang pkg-config time python3-venv"
+[ $BUILD_ONLY = 1 ] || debs="$debs chromium clang pkg-config time python3-venv prometheus"
 
 need_deb=()
 for p in $debs; do
@@ -38,7 +40,7 @@ if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.
     "$PY" -m pip install -q torch==2.13.0
 fi
 missing=()
-for m in pytest psutil lightning transformers accelerate; do
+for m in pytest psutil lightning transformers accelerate tensorboard wandb mlflow; do
     "$PY" -c "import $m" 2>/dev/null || missing+=("$m")
 done
 if [ ${#missing[@]} -gt 0 ]; then

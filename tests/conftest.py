@@ -19,6 +19,7 @@ SANITIZE = os.environ.get("TRAINPERF_SANITIZE") == "1"
 def pytest_configure(config):
     config.addinivalue_line("markers", "torch: needs PyTorch (skipped in the sanitizer pass)")
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
+    config.addinivalue_line("markers", "once: a real-workload scenario (torchrun, servers, exporters' readers): run in the normal pass only, not again under the sanitizers")
 
 
 @pytest.fixture(scope="session")
