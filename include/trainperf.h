@@ -47,7 +47,8 @@ extern "C" {
     X(UNSUPPORTED, -12, "not supported on this system")                    \
     X(VERSION, -13, "incompatible version")                                \
     X(SYS, -14, "system call failed")                                      \
-    X(CHILD, -15, "child process failed")
+    X(CHILD, -15, "child process failed")                                  \
+    X(NOSPC, -16, "no space left on device")
 
 typedef enum tpf_err {
     TPF_OK = 0,

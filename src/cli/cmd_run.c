@@ -35,7 +35,7 @@ extern char **environ;
 typedef struct run_args {
     const char *out;
     double interval_s;
-    int quiet, no_auto, no_default_alerts, clean_live;
+    int quiet, no_auto, no_default_alerts, clean_live, force;
     const char *alert_rules[RUN_MAX_ALERT_ARGS];
     int nalert_rules;
     const char *alerts_file;
@@ -52,6 +52,7 @@ static void run_usage(FILE *f)
             "Run CMD, show a live status line, write a run directory and end with a report.\n\n"
             "  --out DIR             run directory (default ./trainperf-runs/<time>-<cmd>,\n"
             "                        with a `latest` link beside it)\n"
+            "  --force               replace the earlier run already in --out DIR\n"
             "  --interval SECONDS    resource sampling interval (default 1)\n"
             "  --quiet               no status line, no report text\n"
             "  --no-auto             do not inject the Python auto-instrumentation\n"
@@ -132,6 +133,8 @@ static int parse_args(int argc, char **argv, run_args *a)
             a->no_auto = 1;
         } else if (strcmp(opt, "--no-default-alerts") == 0) {
             a->no_default_alerts = 1;
+        } else if (strcmp(opt, "--force") == 0 || strcmp(opt, "-f") == 0) {
+            a->force = 1;
         } else if (strcmp(opt, "--clean-live") == 0) {
             a->clean_live = 1;
         } else if (strcmp(opt, "--alert") == 0) {
@@ -468,13 +471,34 @@ int cmd_run(int argc, char **argv)
     char run_dir[PATH_MAX];
     int rc;
     if (a.out) {
+        if (strlen(a.out) >= sizeof(run_dir) - 64) {
+            cli_error("--out: path longer than %d bytes", (int)sizeof(run_dir) - 64);
+            alerts_free(alerts);
+            return CLI_USAGE;
+        }
         snprintf(run_dir, sizeof(run_dir), "%s", a.out);
-        rc = rec_rundir_prepare(run_dir);
     } else {
         const char *base = strrchr(a.cmd[0], '/');
         rc = rec_rundir_create("trainperf-runs", base ? base + 1 : a.cmd[0], run_dir,
                                sizeof(run_dir));
+        if (rc) {
+            cli_error("cannot write the run directory under ./trainperf-runs: %s",
+                      tpf_strerror(rc));
+            alerts_free(alerts);
+            return CLI_USAGE;
+        }
     }
+    /* One run per directory, locked for the whole run (rundir.h). */
+    int lock_fd = rc = rec_rundir_claim(run_dir, a.force ? REC_CLAIM_FORCE : 0);
+    if (rc == TPF_EBUSY || rc == TPF_EEXIST) {
+        if (rc == TPF_EBUSY)
+            cli_error("run directory %s is in use by another run", run_dir);
+        else
+            cli_error("run directory %s already holds a run (--force replaces it)", run_dir);
+        alerts_free(alerts);
+        return CLI_USAGE;
+    }
+    if (rc > 0) rc = 0;
     if (rc) {
         cli_error("cannot write the run directory %s: %s", a.out ? a.out : "under ./trainperf-runs",
                   tpf_strerror(rc));
@@ -651,5 +675,6 @@ int cmd_run(int argc, char **argv)
         buf_free(&term);
     }
     alerts_free(alerts);
+    close(lock_fd);
     return ex.code;
 }

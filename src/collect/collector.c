@@ -22,6 +22,7 @@
 #include "record/trace.h"
 #include "record/writers.h"
 #include "trainperf.h"
+#include "util/afile.h"
 #include "util/err.h"
 
 /* The sources, in sampling order: procfs first, so tree_pids is set when
@@ -145,13 +146,18 @@ static void note_err(coll *c, const char *what, int err)
 
 static int out_open(coll *c, coll_out *o, const char *name)
 {
-    char path[PATH_MAX + 32];
     o->name = name;
     o->err = 0;
     buf_init(&o->b, COLL_OUT_MAX);
-    snprintf(path, sizeof(path), "%s/%s", c->run_dir, name);
-    o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    if (o->fd < 0) return err_from_errno(errno);
+    /* A fresh file, never through a planted link (util/afile.h). */
+    int dfd = afile_dir_open(c->run_dir);
+    o->fd = dfd < 0 ? dfd : afile_create_at(dfd, name, O_WRONLY | O_APPEND);
+    if (dfd >= 0) close(dfd);
+    if (o->fd < 0) {
+        int rc = o->fd;
+        o->fd = -1;
+        return rc;
+    }
     return 0;
 }
 

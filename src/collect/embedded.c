@@ -21,6 +21,7 @@ static coll *emb_coll;
 static alert_set *emb_alerts;
 static char emb_dir[PATH_MAX];
 static pid_t emb_pid; /* the process whose thread the collector is */
+static int emb_lock_fd = -1; /* the run directory's lock (rundir.h) */
 
 static void program_label(char *out, size_t n)
 {
@@ -52,15 +53,25 @@ int tpf_start(const tpf_options *opt)
     }
     if (o.run_dir) {
         snprintf(emb_dir, sizeof(emb_dir), "%s", o.run_dir);
-        rc = rec_rundir_prepare(emb_dir);
     } else {
         char label[32];
         program_label(label, sizeof(label));
         rc = rec_rundir_create("trainperf-runs", label, emb_dir, sizeof(emb_dir));
     }
     if (rc) goto out;
+    /* A directory another run holds is refused (TPF_EBUSY); an earlier,
+     * finished run in it is replaced: a script started again with the same
+     * run_dir is the common case in embedded mode (docs/python.md). */
+    rc = rec_rundir_claim(emb_dir, REC_CLAIM_FORCE);
+    if (rc < 0) goto out;
+    emb_lock_fd = rc;
+    rc = 0;
     rc = probe_attach(emb_dir);
-    if (rc) goto out;
+    if (rc) {
+        close(emb_lock_fd);
+        emb_lock_fd = -1;
+        goto out;
+    }
     if (alerts_create(&emb_alerts, 1) < 0) emb_alerts = NULL; /* the run goes on without */
     coll_opts co;
     memset(&co, 0, sizeof(co));
@@ -84,6 +95,8 @@ int tpf_start(const tpf_options *opt)
         probe_detach();
         alerts_free(emb_alerts);
         emb_alerts = NULL;
+        close(emb_lock_fd);
+        emb_lock_fd = -1;
     }
 out:
     pthread_mutex_unlock(&emb_lock);
@@ -109,6 +122,8 @@ int tpf_stop(void)
     /* The report is extra: the run directory is complete without it. */
     char err[256];
     (void)report_finish_run(emb_dir, 0, NULL, err, sizeof(err));
+    if (emb_lock_fd >= 0) close(emb_lock_fd);
+    emb_lock_fd = -1;
     pthread_mutex_unlock(&emb_lock);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include "record/trace.h"
 #include "record/writers.h"
 #include "trainperf.h"
+#include "util/afile.h"
 #include "util/err.h"
 #include "util/jsonw.h"
 
@@ -63,8 +64,11 @@ int rec_trace_open(rec_trace *t, const char *path, uint64_t start_mono_ns, uint6
     t->max_events = max_events ? max_events : REC_TRACE_MAX_EVENTS;
     buf_init(&t->pending, TRACE_PENDING_MAX);
     buf_init(&t->inflight, TRACE_PENDING_MAX);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return t->err = err_from_errno(errno);
+    char base[256];
+    int dfd = afile_dir_of(path, base, sizeof(base));
+    int fd = dfd < 0 ? dfd : afile_create_at(dfd, base, O_WRONLY);
+    if (dfd >= 0) close(dfd);
+    if (fd < 0) return t->err = fd;
     t->fd = fd;
     /* Without the thread (no resources) the writes are made in place. */
     if (pthread_mutex_init(&t->mu, NULL) == 0) {

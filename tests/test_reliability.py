@@ -1,0 +1,158 @@
+"""Issue 11: never hurt the run, never lose its data. Full file systems (real
+tmpfs mounts: root only), planted links, two runs into one directory, a
+killed collector, bad options. Each case of the issue is a test here."""
+import contextlib
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import BUILD
+
+TRAINER = str(BUILD / "examples" / "trainer")
+
+
+def env_clean(**extra):
+    e = dict(os.environ)
+    e.pop("TRAINPERF_RUN_DIR", None)
+    e.update(extra)
+    return e
+
+
+@contextlib.contextmanager
+def small_fs(path, size):
+    """A tmpfs of `size` at path: a real full file system, no fakes."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    path.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def run(cli, out, *cmd, extra=(), timeout=120, **kw):
+    return subprocess.run([cli, "run", "--quiet", *extra, "--out", str(out), "--", *map(str, cmd)],
+                          capture_output=True, text=True, timeout=timeout, env=env_clean(), **kw)
+
+
+def steps_rows(d):
+    with open(d / "steps.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# ---- 1. full file system under the run directory: never SIGBUS ----
+
+def test_full_fs_at_start_never_kills_the_trainee(cli, tmp_path):
+    with small_fs(tmp_path / "m", "200k") as m:
+        p = run(cli, m / "r", TRAINER, "--steps", "3000", "--quiet")
+        assert p.returncode == 0, p.stderr  # was 135 (SIGBUS) on main
+        sm = json.loads((m / "r" / "summary.json").read_text())
+        # No ring could be had: the probe went quiet and counted every event.
+        assert sm["steps"]["events_dropped"] > 0
+
+
+def test_segment_space_is_reserved_not_sparse(cli, tmp_path):
+    d = tmp_path / "r"
+    p = run(cli, d, TRAINER, "--steps", "20", "--quiet")
+    assert p.returncode == 0, p.stderr
+    for seg in (d / "live").glob("seg-*.tpf"):
+        st = seg.stat()
+        assert st.st_blocks * 512 >= st.st_size  # every byte has its block
+
+
+# ---- 3. planted links are never followed ----
+
+PLANTED = ["procs.csv", "alerts.jsonl", ".trainperf-write-test", ".run.json.tmp",
+           "run.json.tmp", "summary.json.tmp", "report.md.tmp", "report.html.tmp"]
+PLANTED_FORCE = ["steps.csv", "metrics.csv", "trace.json", "run.json", "summary.json",
+                 "report.md", "report.html"]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_planted_symlinks_are_not_followed(cli, tmp_path, force):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    d = tmp_path / "r"
+    (d / "live").mkdir(parents=True)
+    names = PLANTED + (PLANTED_FORCE if force else [])
+    for n in names:
+        (d / n).symlink_to(victim)
+    pid_guess = [f"live/seg-{i}.tpf.tmp" for i in range(os.getpid(), os.getpid() + 50)]
+    for n in pid_guess:
+        (d / n).symlink_to(victim)
+    p = run(cli, d, TRAINER, "--steps", "20", "--quiet", extra=["--force"] if force else [])
+    assert p.returncode == 0, p.stderr
+    assert victim.read_text() == "precious\n"
+    assert len(steps_rows(d)) == 20
+    for n in ["steps.csv", "metrics.csv", "trace.json", "summary.json", "run.json"]:
+        assert not (d / n).is_symlink() and (d / n).is_file(), n
+
+
+def test_planted_hard_link_is_not_written_through(cli, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    d = tmp_path / "r"
+    d.mkdir()
+    os.link(victim, d / "procs.csv")
+    os.link(victim, d / "alerts.jsonl")
+    p = run(cli, d, TRAINER, "--steps", "5", "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert victim.read_text() == "precious\n"
+
+
+# ---- 4. one run per directory ----
+
+def test_directory_in_use_is_refused_whatever_the_flags(cli, tmp_path):
+    d = tmp_path / "r"
+    first = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                              "100000", "--quiet"], env=env_clean(), stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            if (d / "run.json").exists():
+                break
+            time.sleep(0.05)
+        for extra in ([], ["--force"]):
+            p = run(cli, d, "sh", "-c", "touch started", extra=extra, cwd=tmp_path)
+            assert p.returncode == 2, p.stderr
+            assert "in use by another run" in p.stderr and len(p.stderr.splitlines()) == 1
+            assert not (tmp_path / "started").exists()  # nothing started
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert first.returncode in (130, 0)
+    rows = steps_rows(d)
+    assert rows and all(r["step"] for r in rows)
+
+
+def test_existing_run_needs_force(cli, tmp_path):
+    d = tmp_path / "r"
+    assert run(cli, d, TRAINER, "--steps", "7", "--quiet").returncode == 0
+    (d / "extra-file").write_text("left by the first run")
+    p = run(cli, d, TRAINER, "--steps", "3", "--quiet")
+    assert p.returncode == 2 and "--force" in p.stderr
+    assert len(steps_rows(d)) == 7  # the earlier run is untouched
+    p = run(cli, d, TRAINER, "--steps", "3", "--quiet", extra=["--force"])
+    assert p.returncode == 0, p.stderr
+    assert len(steps_rows(d)) == 3
+    assert not (d / "extra-file").exists()  # replaced, not mixed
+
+
+def test_force_in_a_non_run_directory_keeps_the_users_files(cli, tmp_path):
+    d = tmp_path / "proj"
+    d.mkdir()
+    (d / "train.py").write_text("print(1)\n")
+    (d / "steps.csv").write_text("mine\n")
+    p = run(cli, d, TRAINER, "--steps", "3", "--quiet")
+    assert p.returncode == 2  # steps.csv there: someone's run data
+    p = run(cli, d, TRAINER, "--steps", "3", "--quiet", extra=["--force"])
+    assert p.returncode == 0, p.stderr
+    assert (d / "train.py").read_text() == "print(1)\n"
