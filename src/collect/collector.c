@@ -592,6 +592,8 @@ int coll_create(coll **out, const coll_opts *o)
 {
     if (!out || !o || !o->run_dir || !*o->run_dir || strlen(o->run_dir) >= PATH_MAX - 64)
         return TPF_EINVAL;
+    /* NaN and huge values would make undefined conversions to ns. */
+    if (!(o->interval_s <= 3600) || !(o->drain_s <= 60)) return TPF_EINVAL;
     coll *c = calloc(1, sizeof(*c));
     if (!c) return TPF_ENOMEM;
     c->o = *o;

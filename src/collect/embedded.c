@@ -36,13 +36,19 @@ int tpf_start(const tpf_options *opt)
 {
     tpf_options o = TPF_OPTIONS_INIT;
     if (opt) {
+        /* A newer struct than this library knows: refuse, never guess. */
+        if (opt->version > TPF_OPTIONS_VERSION) return TPF_EVERSION;
         /* Older, smaller structs are fine: take the fields they have. */
-        if (opt->version < 1 || opt->size < offsetof(tpf_options, flags) + sizeof(uint32_t))
+        if (opt->version < 1 || opt->size < offsetof(tpf_options, flags) + sizeof(uint32_t) ||
+            opt->size > sizeof(o))
             return TPF_EINVAL;
-        size_t n = opt->size < sizeof(o) ? opt->size : sizeof(o);
-        memcpy(&o, opt, n);
+        memcpy(&o, opt, opt->size);
     }
     if (o.run_dir && (!*o.run_dir || strlen(o.run_dir) >= PATH_MAX - 64)) return TPF_EINVAL;
+    /* Every field checked: 1e300 is no interval (its conversion to
+     * nanoseconds is undefined and the thread would spin in the trainee). */
+    if (o.interval_s != 0 && !(o.interval_s >= 0.01 && o.interval_s <= 3600)) return TPF_EINVAL;
+    if (o.flags & ~(TPF_START_NO_PROCFS | TPF_START_NO_GPU)) return TPF_EINVAL;
     pthread_mutex_lock(&emb_lock);
     int rc = 0;
     const char *env = getenv("TRAINPERF_RUN_DIR");
