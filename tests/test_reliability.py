@@ -156,3 +156,48 @@ def test_force_in_a_non_run_directory_keeps_the_users_files(cli, tmp_path):
     p = run(cli, d, TRAINER, "--steps", "3", "--quiet", extra=["--force"])
     assert p.returncode == 0, p.stderr
     assert (d / "train.py").read_text() == "print(1)\n"
+
+
+# ---- 2. the disk fills up mid-run ----
+
+def test_full_disk_mid_run_keeps_whole_rows_and_the_exit_status(cli, tmp_path):
+    with small_fs(tmp_path / "m", "500k") as m:
+        d = m / "r"
+        p = subprocess.run([cli, "run", "--out", str(d), "--", TRAINER, "--steps", "800",
+                            "--quiet"], capture_output=True, text=True, timeout=300,
+                           env=env_clean(TRAINPERF_RING_EVENTS="4096"))
+        assert p.returncode == 0, p.stderr  # the trainee's status, never ours
+        warn = [l for l in p.stderr.splitlines() if l.startswith("trainperf: warning")]
+        assert len(warn) == 1 and "not written" in warn[0], p.stderr
+        raw = (d / "steps.csv").read_text()
+        assert raw.endswith("\n")
+        rows = steps_rows(d)
+        head = raw.splitlines()[0].split(",")
+        assert all(len(r) == len(head) and None not in r.values() for r in rows)  # whole rows
+        events = json.loads((d / "trace.json").read_text())  # loads as it is
+        assert isinstance(events, list) and events
+        sm = json.loads((d / "summary.json").read_text())
+        assert sm["steps"]["count"] == 800  # the aggregates saw every step
+        lost = sm["io"]["lost"]
+        assert lost["steps"] == 800 - len(rows) > 0
+        assert lost["trace_events"] > 0 and "no space" in sm["io"]["error"]
+        ri = json.loads((d / "run.json").read_text())
+        assert ri["exit"] == {"code": 0, "signal": None}
+        assert "were not written" in (d / "report.md").read_text()
+        assert not (d / ".trainperf-reserve").exists()
+
+
+def test_whole_rows_when_the_disk_is_full_from_the_start(cli, tmp_path):
+    # Room for the segment and little else: headers may go, half rows never.
+    with small_fs(tmp_path / "m", "300k") as m:
+        d = m / "r"
+        p = subprocess.run([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                            "300", "--quiet"], capture_output=True, text=True, timeout=300,
+                           env=env_clean(TRAINPERF_RING_EVENTS="1024"))
+        assert p.returncode == 0, p.stderr
+        for name in ("steps.csv", "metrics.csv", "procs.csv"):
+            raw = (d / name).read_text()
+            assert raw == "" or raw.endswith("\n"), name
+        json.loads((d / "trace.json").read_text())
+        json.loads((d / "summary.json").read_text())
+        assert json.loads((d / "run.json").read_text())["exit"]["code"] == 0

@@ -401,8 +401,6 @@ static void print_summary(const coll_summary *s, const char *run_dir, const rec_
     for (int i = 0; i < s->nsources; i++)
         if (strcmp(s->sources[i].status, "ok") != 0 && strcmp(s->sources[i].status, "disabled") != 0)
             fprintf(o, "  %-11s %s\n", s->sources[i].name, s->sources[i].status);
-    if (s->io_error[0]) fprintf(o, "  %swarning%s     writing the run directory: %s\n",
-                                color ? CLI_YELLOW : "", r, s->io_error);
     fprintf(o, "  run dir     %s\n", run_dir);
 }
 
@@ -664,6 +662,10 @@ int cmd_run(int argc, char **argv)
         err[0] = 0;
         int r2 = report_finish_run(absdir, color, a.quiet ? NULL : &term, err, sizeof(err));
         int have_report = r2 >= 0 && term.len > 0;
+        /* A full disk: one line, whatever the verbosity, saying what was lost. */
+        char lost[400];
+        rec_loss_text(&s.loss, lost, sizeof(lost));
+        if (lost[0]) cli_warn("%s", lost);
         if (a.quiet)
             fprintf(stderr, "trainperf: run directory %s\n", run_dir);
         else

@@ -19,6 +19,7 @@
 #include "collect/procfs.h"
 #include "probe/reader.h"
 #include "record/metrics.h"
+#include "record/safeout.h"
 #include "record/trace.h"
 #include "record/writers.h"
 #include "trainperf.h"
@@ -56,6 +57,8 @@ typedef struct coll_out {
     int fd;
     buf b;
     int err;
+    uint64_t size, lost; /* bytes on disk (whole rows); rows not written */
+    int dead;            /* its header never got out: no rows after it */
 } coll_out;
 
 typedef struct coll_src {
@@ -108,6 +111,7 @@ struct coll {
 
     int first_err;
     char err_text[200];
+    rec_loss loss;
 
     /* run.json */
     char **own_argv;
@@ -168,19 +172,15 @@ static void out_flush(coll *c, coll_out *o)
         note_err(c, o->name, o->err);
     }
     if (o->fd >= 0 && o->b.len) {
-        const char *p = o->b.data;
-        size_t n = o->b.len;
-        while (n > 0) {
-            ssize_t w = write(o->fd, p, n);
-            if (w < 0 && errno == EINTR) continue;
-            if (w < 0) {
-                /* Disk full and the like: these lines are lost, the run goes on. */
-                if (!o->err) o->err = err_from_errno(errno);
-                note_err(c, o->name, o->err);
-                break;
-            }
-            p += w;
-            n -= (size_t)w;
+        /* Disk full and the like: whole rows or none (record/safeout.h);
+         * the lost rows are counted, the run goes on. */
+        int rc = o->dead ? TPF_EIO : rec_append_whole(o->fd, &o->size, o->b.data, o->b.len, &o->lost);
+        if (o->dead) {
+            for (size_t i = 0; i < o->b.len; i++) o->lost += o->b.data[i] == '\n';
+        } else if (rc) {
+            if (!o->err) o->err = rc;
+            note_err(c, o->name, rc);
+            if (o->size == 0) o->dead = 1;
         }
     }
     buf_reset(&o->b);
@@ -368,6 +368,10 @@ static void drain_all(coll *c, int check_dead)
             seg_drain(c, s);
     }
     pend_flush(c);
+    /* Drained is on disk within one drain period: a collector killed now
+     * loses only what it had not drained (that stays in the rings). */
+    if (c->steps.b.len) out_flush(c, &c->steps);
+    if (c->trace.pending.len) rec_trace_flush(&c->trace);
 }
 
 static uint64_t dropped_now(const coll *c)
@@ -486,6 +490,17 @@ static void take_sample(coll *c, uint64_t now)
     out_flush(c, &c->steps);
     int terr = rec_trace_flush(&c->trace);
     if (terr && !c->first_err) note_err(c, "trace.json", terr);
+}
+
+static void coll_loss(const coll *c, rec_loss *l)
+{
+    memset(l, 0, sizeof(*l));
+    l->steps = c->steps.lost;
+    l->metrics = c->metrics.lost;
+    l->procs = c->procs.lost;
+    l->alerts = c->alerts.lost;
+    l->trace_events = c->trace.lost_events;
+    snprintf(l->error, sizeof(l->error), "%s", c->err_text);
 }
 
 /* ---- run.json ---- */
@@ -634,6 +649,8 @@ int coll_create(coll **out, const coll_opts *o)
         coll_free(c);
         return rc;
     }
+    /* Room for summary.json, run.json and the reports should the disk fill. */
+    rec_reserve_make(c->run_dir);
     rec_procs_header(&c->procs.b);
     rec_steps_header(&c->steps.b);
     rec_trace_process(&c->trace, 0, -1);
@@ -739,6 +756,9 @@ int coll_finish(coll *c, const rec_exit *ex)
     c->duration_s = ((double)now - (double)c->o.start_mono_ns) / 1e9;
     c->ended = 1;
     if (ex) c->exit = *ex;
+    /* The reserve goes back now: the last rows, the trace's ']' and the
+     * documents below get the space kept for them. */
+    rec_reserve_release(c->run_dir);
 
     out_close(c, &c->metrics);
     out_close(c, &c->procs);
@@ -760,6 +780,8 @@ int coll_finish(coll *c, const rec_exit *ex)
     s.trace_dropped = c->trace.dropped;
     s.nsources = c->nsrc;
     s.sources = c->status;
+    coll_loss(c, &c->loss);
+    s.loss = &c->loss;
     buf b;
     buf_init(&b, 4u << 20);
     put_doc(c, "summary.json", &b, rec_summary_json(&b, &s));
@@ -810,6 +832,7 @@ void coll_get_summary(const coll *c, coll_summary *out)
     out->trace_dropped = c->trace.dropped;
     out->nalerts = c->nnotes;
     snprintf(out->io_error, sizeof(out->io_error), "%s", c->err_text);
+    out->loss = c->loss;
     out->nsources = c->nsrc;
     memcpy(out->sources, c->status, sizeof(out->sources));
 }

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "collect/frame.h"
+#include "record/safeout.h"
 #include "record/writers.h"
 #include "watch/alerts.h"
 
@@ -69,6 +70,7 @@ typedef struct coll_summary {
     uint64_t events_dropped, trace_dropped;
     int nalerts;
     char io_error[200];      /* "" or the first file error of the run */
+    rec_loss loss;           /* what a full disk cost (record/safeout.h) */
     int nsources;
     rec_source sources[REC_MAX_SOURCES];
 } coll_summary;

@@ -562,6 +562,7 @@ int rec_summary_json(buf *b, const rec_summary *s)
     jw_kuint(&w, "events_written", s->trace_written);
     jw_kuint(&w, "events_dropped", s->trace_dropped);
     jw_obj_end(&w);
+    rec_loss_json(&w, s->loss);
     put_sources(&w, s->nsources, s->sources);
     /* Filled by the diagnosis (report_finish_run). */
     jw_key(&w, "diagnosis");

@@ -10,6 +10,7 @@
 #include "collect/agg.h"
 #include "collect/frame.h"
 #include "collect/procfs.h"
+#include "record/safeout.h"
 #include "util/buf.h"
 #include "watch/alerts.h"
 
@@ -133,6 +134,7 @@ typedef struct rec_summary {
     uint64_t trace_written, trace_dropped;
     int nsources;
     const rec_source *sources;
+    const rec_loss *loss;      /* may be NULL: "io" written as nothing lost */
 } rec_summary;
 
 int rec_summary_json(buf *b, const rec_summary *s);

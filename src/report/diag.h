@@ -162,6 +162,10 @@ typedef struct diag_run {
 
     /* summary.json extras */
     double events_dropped, trace_events;
+    /* summary.json "io": what a full disk cost; run.json "recovered" */
+    double lost_steps, lost_rows, lost_trace;
+    char io_error[200];
+    int recovered;
 
     diag_result diag;
 } diag_run;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "report/diag.h"
@@ -641,6 +642,11 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
         if (isnan(r->duration_s)) r->duration_s = jr_pnum(r->summary.root, "duration_s");
         r->events_dropped = jr_pnum(r->summary.root, "steps.events_dropped");
         r->trace_events = jr_pnum(r->summary.root, "trace.events_written");
+        r->lost_steps = jr_pnum(r->summary.root, "io.lost.steps");
+        r->lost_trace = jr_pnum(r->summary.root, "io.lost.trace_events");
+        r->lost_rows = jr_pnum(r->summary.root, "io.lost.metrics");
+        const char *ioe = jr_pstr(r->summary.root, "io.error");
+        copy_str(r->io_error, sizeof(r->io_error), ioe ? ioe : "");
         double td = jr_pnum(r->summary.root, "trace.events_dropped");
         if (!isnan(td)) r->events_dropped = (isnan(r->events_dropped) ? 0 : r->events_dropped) + td;
     } else if (rc == 0) {
@@ -653,6 +659,8 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
         diag_free(r);
         return TPF_EFORMAT;
     }
+    snprintf(path, sizeof(path), "%s/recovered.json", r->dir);
+    r->recovered = access(path, F_OK) == 0; /* written by a recovery (record/recover.c) */
     snprintf(path, sizeof(path), "%s/steps.csv", r->dir);
     if ((rc = load_steps(r, path, e, sizeof(e))) != 0) goto damaged;
     snprintf(path, sizeof(path), "%s/metrics.csv", r->dir);
