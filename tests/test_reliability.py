@@ -201,3 +201,73 @@ def test_whole_rows_when_the_disk_is_full_from_the_start(cli, tmp_path):
         json.loads((d / "trace.json").read_text())
         json.loads((d / "summary.json").read_text())
         assert json.loads((d / "run.json").read_text())["exit"]["code"] == 0
+
+
+# ---- 5. SIGKILL on `trainperf run`: nothing published is lost ----
+
+def _children(pid):
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def _wait_gone(pid, timeout=120):
+    for _ in range(int(timeout / 0.05)):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"pid {pid} still alive")
+
+
+def test_killed_collector_loses_no_published_step(cli, tmp_path):
+    d = tmp_path / "r"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps", "400",
+                           "--quiet"], env=env_clean(), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    for _ in range(2000):
+        if (d / "steps.csv").exists() and len((d / "steps.csv").read_text().splitlines()) > 30:
+            break
+        time.sleep(0.01)
+    kids = _children(tp.pid)
+    tp.kill()  # the OOM killer's way: no handler runs
+    tp.wait()
+    assert kids, "the trainee was not found"
+    _wait_gone(kids[0])  # the trainee keeps running and finishes its 400 steps
+    on_disk = len(steps_rows(d))
+    assert 30 <= on_disk < 400 and not (d / "summary.json").exists()
+    p = subprocess.run([cli, "report", str(d)], capture_output=True, text=True, timeout=120,
+                       env=env_clean())
+    assert p.returncode == 0, p.stderr
+    assert "recovered an interrupted run" in p.stderr
+    rows = steps_rows(d)
+    assert len(rows) == 400  # drained + still in the rings = every step
+    assert len({(r["tid"], r["step"]) for r in rows}) == 400
+    assert sorted(int(r["step"]) for r in rows) == list(range(400))
+    json.loads((d / "trace.json").read_text())  # closed by the recovery
+    sm = json.loads((d / "summary.json").read_text())
+    assert sm["steps"]["count"] == 400
+    assert json.loads((d / "recovered.json").read_text())["steps_from_rings"] == 400 - on_disk
+    assert "recovered" in (d / "report.md").read_text()
+    # A second report does not recover twice.
+    p = subprocess.run([cli, "report", str(d)], capture_output=True, text=True, timeout=120)
+    assert "recovered" not in p.stderr and len(steps_rows(d)) == 400
+
+
+def test_report_leaves_a_live_run_alone(cli, tmp_path):
+    d = tmp_path / "r"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                           "100000", "--quiet"], env=env_clean(), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(2000):
+            if (d / "steps.csv").exists() and len((d / "steps.csv").read_text().splitlines()) > 5:
+                break
+            time.sleep(0.01)
+        p = subprocess.run([cli, "report", str(d)], capture_output=True, text=True, timeout=120)
+        assert "recovered" not in p.stderr
+        assert not (d / "recovered.json").exists() and not (d / "summary.json").exists()
+    finally:
+        tp.send_signal(signal.SIGINT)
+        tp.wait(timeout=60)
+    assert (d / "summary.json").exists()

@@ -6,6 +6,7 @@
 
 #include "report/report.h"
 #include "cli/cli.h"
+#include "record/recover.h"
 #include "trainperf.h"
 
 static void report_usage(FILE *f)
@@ -127,9 +128,25 @@ int cmd_report(int argc, char **argv)
             color = !(nc && *nc);
         }
     }
+    char err[512];
+    /* A run whose collector was killed is finished here first. */
+    rec_recovery rv;
+    int rrc = rec_recover(dir, &rv, err, sizeof(err));
+    if (rrc < 0) {
+        cli_error("recovering %s: %s", dir, err[0] ? err : tpf_strerror(rrc));
+        return CLI_FAIL;
+    }
+    if (rrc == 1) {
+        int frc = report_finish_run(dir, 0, NULL, err, sizeof(err));
+        fprintf(stderr,
+                "trainperf: recovered an interrupted run: %llu steps drained from live/ "
+                "(%llu were on disk)%s\n",
+                (unsigned long long)rv.steps, (unsigned long long)rv.steps_before,
+                frc == 0 ? "; summary.json and the reports written" : "");
+        if (frc) cli_warn("%s", err[0] ? err : tpf_strerror(frc));
+    }
     buf b;
     buf_init(&b, 0);
-    char err[512];
     int rc = report_build(dir, (report_format)fmt, color, &b, err, sizeof(err));
     if (rc) {
         cli_error("%s", err[0] ? err : tpf_strerror(rc));
