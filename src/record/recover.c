@@ -231,20 +231,31 @@ int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen)
         close(dfd);
         return 0;
     }
+    /* Only a run.json the collector wrote at its start (no end, no exit):
+     * a damaged one is the report's to explain, and nothing is touched. */
+    char path[4200], e[200];
+    snprintf(path, sizeof(path), "%s/run.json", dir);
+    jr_doc run;
+    uint64_t start_ns = 0;
+    int ok = 0;
+    if (jr_load_file(&run, path, 0, e, sizeof(e)) == 0) {
+        double s0 = jr_pnum(run.root, "start_mono_ns");
+        const jr_node *ex = jr_get(run.root, "exit");
+        ok = run.root->type == JR_OBJ && s0 > 0 && s0 < 1.8e19 && (!ex || ex->type == JR_NULL);
+        if (ok) start_ns = (uint64_t)s0;
+        jr_free(&run);
+    }
+    if (!ok) {
+        close(dfd);
+        return 0;
+    }
     rcv *v = calloc(1, sizeof(*v));
     if (!v) {
         close(dfd);
         return TPF_ENOMEM;
     }
     buf_init(&v->rows, 256u << 20);
-    char path[4200], e[200];
-    snprintf(path, sizeof(path), "%s/run.json", dir);
-    jr_doc run;
-    if (jr_load_file(&run, path, 0, e, sizeof(e)) == 0) {
-        double s0 = jr_pnum(run.root, "start_mono_ns");
-        if (s0 > 0 && s0 < 1.8e19) v->start_mono_ns = (uint64_t)s0;
-        jr_free(&run);
-    }
+    v->start_mono_ns = start_ns;
     /* The space kept for the last words goes to them now. */
     unlinkat(dfd, REC_RESERVE_NAME, 0);
     for (const char *const *n = (const char *const[]){"steps.csv", "metrics.csv", "procs.csv",
