@@ -649,34 +649,35 @@ static void json_report(const diag_run *r, const prof *pf, buf *b)
     }
     jw_obj_end(&w);
 
+    /* Step figures unrounded: the same values summary.json has. */
     jw_key(&w, "steps");
     jw_obj_begin(&w);
     jw_knum(&w, "count", f.steps);
-    jw_knum(&w, "steps_per_s", rnd(f.steps_per_s, 4));
-    jw_knum(&w, "samples_per_s", rnd(f.samples_per_s, 3));
-    jw_knum(&w, "tokens_per_s", rnd(f.tokens_per_s, 3));
+    jw_knum(&w, "steps_per_s", f.steps_per_s);
+    jw_knum(&w, "samples_per_s", f.samples_per_s);
+    jw_knum(&w, "tokens_per_s", f.tokens_per_s);
     jw_key(&w, "step_time_ms");
     jw_obj_begin(&w);
-    jw_knum(&w, "mean", rnd(f.step_mean, 3));
-    jw_knum(&w, "p50", rnd(f.step_p50, 3));
-    jw_knum(&w, "p95", rnd(f.step_p95, 3));
-    jw_knum(&w, "p99", rnd(f.step_p99, 3));
-    jw_knum(&w, "max", rnd(f.step_max, 3));
-    jw_knum(&w, "cv", rnd(f.step_cv, 4));
+    jw_knum(&w, "mean", f.step_mean);
+    jw_knum(&w, "p50", f.step_p50);
+    jw_knum(&w, "p95", f.step_p95);
+    jw_knum(&w, "p99", f.step_p99);
+    jw_knum(&w, "max", f.step_max);
+    jw_knum(&w, "cv", f.step_cv);
     jw_obj_end(&w);
     jw_key(&w, "data_wait_ms");
     jw_obj_begin(&w);
-    jw_knum(&w, "mean", rnd(f.data_mean, 3));
-    jw_knum(&w, "p50", rnd(f.data_p50, 3));
-    jw_knum(&w, "p95", rnd(f.data_p95, 3));
-    jw_knum(&w, "p99", rnd(f.data_p99, 3));
-    jw_knum(&w, "max", rnd(f.data_max, 3));
+    jw_knum(&w, "mean", f.data_mean);
+    jw_knum(&w, "p50", f.data_p50);
+    jw_knum(&w, "p95", f.data_p95);
+    jw_knum(&w, "p99", f.data_p99);
+    jw_knum(&w, "max", f.data_max);
     jw_obj_end(&w);
-    jw_knum(&w, "data_wait_share", rnd(f.data_share, 4));
+    jw_knum(&w, "data_wait_share", f.data_share);
     jw_key(&w, "phase_share");
     jw_obj_begin(&w);
     for (int k = 0; k < PH_COUNT; k++)
-        jw_knum(&w, diag_phase_names[k], rnd(f.share[k], 4));
+        jw_knum(&w, diag_phase_names[k], f.share[k]);
     jw_obj_end(&w);
     jw_obj_end(&w);
 
