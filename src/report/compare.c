@@ -72,7 +72,7 @@ static const char *show(char *o, size_t n, int unit, double v)
     case U_MS: return diag_fmt_num(o, n, "%.1f ms", v);
     case U_PCT: return diag_fmt_num(o, n, "%.1f%%", v);
     case U_SHARE: return diag_fmt_num(o, n, "%.1f%%", isfinite(v) ? 100 * v : v);
-    case U_BYTES: return diag_fmt_bytes(o, n, v);
+    case U_BYTES: return human_bytes(o, n, v);
     case U_C: return diag_fmt_num(o, n, "%.0f C", v);
     case U_W: return diag_fmt_num(o, n, "%.0f W", v);
     default: return diag_fmt_num(o, n, fabs(v) >= 100 ? "%.0f" : "%.3g", v);
@@ -92,7 +92,7 @@ static const char *show_delta(char *o, size_t n, int unit, double d)
     else if (unit == U_PCT)
         snprintf(o, n, "%+.1f pp", d);
     else if (unit == U_BYTES)
-        snprintf(o, n, "%s%s", d >= 0 ? "+" : "-", diag_fmt_bytes(t, sizeof(t), fabs(d)));
+        snprintf(o, n, "%s%s", d >= 0 ? "+" : "-", human_bytes(t, sizeof(t), fabs(d)));
     else if (unit == U_MS)
         snprintf(o, n, "%+.1f ms", d);
     else if (unit == U_W)

@@ -76,18 +76,6 @@ static void note(diag_result *g, const char *f, ...)
     va_end(ap);
 }
 
-static void human_bytes(char *o, size_t n, double b)
-{
-    if (!isfinite(b))
-        fmt(o, n, "?");
-    else if (fabs(b) >= 1073741824.0)
-        fmt(o, n, "%.1f GiB", b / 1073741824.0);
-    else if (fabs(b) >= 1048576.0)
-        fmt(o, n, "%.0f MiB", b / 1048576.0);
-    else
-        fmt(o, n, "%.0f KiB", b / 1024.0);
-}
-
 /* Figures the rules share. */
 typedef struct ctx {
     int steps_ok, samples_ok, has_gpu;

@@ -11,6 +11,7 @@
 
 #include "core/figs.h"
 #include "util/buf.h"
+#include "util/human.h"
 #include "util/jsonr.h"
 #include "util/jsonw.h"
 
@@ -175,8 +176,8 @@ typedef struct dfig {
 
 void diag_figures(const diag_run *r, dfig *f);
 
-/* Formatting for people; "?" for NAN (unknown is never shown as 0). */
-const char *diag_fmt_bytes(char *o, size_t n, double v);
+/* Formatting for people; "?" for NAN (unknown is never shown as 0). Bytes:
+ * human_bytes (util/human.h). */
 const char *diag_fmt_dur(char *o, size_t n, double s);                /* 1h 02m, 3m 20s, 4.2 s */
 const char *diag_fmt_num(char *o, size_t n, const char *f, double v); /* f: one %f/%g */
 /* The command's exit as words: "0", "1", "signal 9 (SIGKILL)", "unknown". */

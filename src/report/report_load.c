@@ -738,24 +738,6 @@ void diag_figures(const diag_run *r, dfig *f)
 
 /* ---- formatting ------------------------------------------------------------- */
 
-const char *diag_fmt_bytes(char *o, size_t n, double v)
-{
-    double a = fabs(v);
-    if (!isfinite(v))
-        msg(o, n, "?");
-    else if (a >= 1099511627776.0)
-        msg(o, n, "%.1f TiB", v / 1099511627776.0);
-    else if (a >= 1073741824.0)
-        msg(o, n, "%.1f GiB", v / 1073741824.0);
-    else if (a >= 1048576.0)
-        msg(o, n, "%.1f MiB", v / 1048576.0);
-    else if (a >= 1024.0)
-        msg(o, n, "%.1f KiB", v / 1024.0);
-    else
-        msg(o, n, "%.0f B", v);
-    return o;
-}
-
 const char *diag_fmt_dur(char *o, size_t n, double s)
 {
     if (!isfinite(s))
