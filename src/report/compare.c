@@ -6,6 +6,7 @@
 
 #include "report/diag.h"
 #include "report/report_html.h"
+#include "report/table.h"
 #include "trainperf.h"
 #include "util/jsonw.h"
 
@@ -122,29 +123,43 @@ static int row_known(const dfig *fa, const dfig *fb, const crow *r)
     return isfinite(val(fa, r)) || isfinite(val(fb, r));
 }
 
-static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb,
-                     int color, buf *o)
+/* The rows as tables, one per section, in any of the table formats. */
+static void rows_out(const dfig *fa, const dfig *fb, report_format fmt, int color, buf *o)
 {
-    const char *B = color ? "\033[1m" : "", *R = color ? "\033[0m" : "";
-    const char *G = color ? "\033[32m" : "", *Y = color ? "\033[31m" : "";
-    buf_printf(o, "%strainperf compare%s  A: %s   B: %s\n", B, R, a->name, b->name);
+    static const tbl_col cols[] = {
+        {"", 24, 0}, {"A", 14, 1}, {"B", 14, 1}, {"delta", 14, 1}, {"%", 9, 1}, {NULL, 0, 0},
+    };
+    tbl t = {0};
     const char *sec = "";
     char s1[48], s2[48], s3[48], s4[48];
     for (int i = 0; i < NROWS; i++) {
         const crow *r = &rows[i];
         if (!row_known(fa, fb, r)) continue;
         if (strcmp(sec, r->section) != 0) {
+            tbl_end(&t);
             sec = r->section;
-            buf_printf(o, "\n%s%-26s %14s %14s %14s %9s%s\n", B, sec, "A", "B", "delta", "%", R);
+            tbl_begin(&t, o, fmt, color, sec, cols, (int)(sizeof(cols) / sizeof(cols[0])));
         }
         double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
         const char *v = verdict(r, va, vb);
-        buf_printf(o, "  %-24s %14s %14s %14s %9s %s%s%s\n", r->name,
-                   show(s1, sizeof(s1), r->unit, va), show(s2, sizeof(s2), r->unit, vb),
-                   show_delta(s3, sizeof(s3), r->unit, vb - va),
-                   isfinite(p) ? (snprintf(s4, sizeof(s4), "%+.1f%%", p), s4) : "?",
-                   *v ? (strcmp(v, "better") == 0 ? G : Y) : "", v, *v ? R : "");
+        if (isfinite(p))
+            snprintf(s4, sizeof(s4), "%+.1f%%", p);
+        else
+            snprintf(s4, sizeof(s4), "?");
+        const char *cells[] = {r->name, show(s1, sizeof(s1), r->unit, va),
+                               show(s2, sizeof(s2), r->unit, vb),
+                               show_delta(s3, sizeof(s3), r->unit, vb - va), s4, v};
+        tbl_row(&t, cells, !*v ? TBL_PLAIN : strcmp(v, "better") == 0 ? TBL_GOOD : TBL_BAD);
     }
+    tbl_end(&t);
+}
+
+static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb,
+                     int color, buf *o)
+{
+    const char *B = color ? "\033[1m" : "", *R = color ? "\033[0m" : "";
+    buf_printf(o, "%strainperf compare%s  A: %s   B: %s\n", B, R, a->name, b->name);
+    rows_out(fa, fb, REPORT_TEXT, color, o);
     buf_printf(o, "\n%sDiagnosis%s\n  A: %s — %s\n  B: %s — %s\n", B, R, a->diag.primary.title,
                a->diag.primary.summary, b->diag.primary.title, b->diag.primary.summary);
 }
@@ -174,25 +189,7 @@ static void md_out(const diag_run *a, const diag_run *b, const dfig *fa, const d
     buf_puts(o, "\n- B: ");
     md_cell(o, b->name);
     buf_puts(o, "\n");
-    const char *sec = "";
-    char s1[48], s2[48], s3[48];
-    for (int i = 0; i < NROWS; i++) {
-        const crow *r = &rows[i];
-        if (!row_known(fa, fb, r)) continue;
-        if (strcmp(sec, r->section) != 0) {
-            sec = r->section;
-            buf_printf(o, "\n## %s\n\n| | A | B | delta | %% | |\n|---|---|---|---|---|---|\n",
-                       sec);
-        }
-        double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
-        buf_printf(o, "| %s | %s | %s | %s | ", r->name, show(s1, sizeof(s1), r->unit, va),
-                   show(s2, sizeof(s2), r->unit, vb), show_delta(s3, sizeof(s3), r->unit, vb - va));
-        if (isfinite(p))
-            buf_printf(o, "%+.1f%%", p);
-        else
-            buf_puts(o, "?");
-        buf_printf(o, " | %s |\n", verdict(r, va, vb));
-    }
+    rows_out(fa, fb, REPORT_MD, 0, o);
     buf_puts(o, "\n## Diagnosis\n\n| | A | B |\n|---|---|---|\n| primary | ");
     md_cell(o, a->diag.primary.title);
     buf_puts(o, " | ");
@@ -203,6 +200,7 @@ static void md_out(const diag_run *a, const diag_run *b, const dfig *fa, const d
     md_cell(o, b->diag.primary.summary);
     buf_puts(o, " |\n");
 }
+
 
 static void json_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb, buf *o)
 {
@@ -258,33 +256,7 @@ static void html_out(const diag_run *a, const diag_run *b, const dfig *fa, const
     buf_puts(o, "</code> &nbsp; B: <code>");
     report_html_esc(o, b->name);
     buf_puts(o, "</code></p>\n");
-    const char *sec = "";
-    char s1[48], s2[48], s3[48];
-    for (int i = 0; i < NROWS; i++) {
-        const crow *r = &rows[i];
-        if (!row_known(fa, fb, r)) continue;
-        if (strcmp(sec, r->section) != 0) {
-            if (*sec) buf_puts(o, "</table>\n");
-            sec = r->section;
-            buf_printf(o,
-                       "<h2>%s</h2><table><tr><th></th><th>A</th><th>B</th><th>delta</th><th>%%</"
-                       "th><th></th></tr>\n",
-                       sec);
-        }
-        double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
-        const char *v = verdict(r, va, vb);
-        buf_printf(o,
-                   "<tr><th>%s</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td "
-                   "class=\"n\">%s</td><td class=\"n\">",
-                   r->name, show(s1, sizeof(s1), r->unit, va), show(s2, sizeof(s2), r->unit, vb),
-                   show_delta(s3, sizeof(s3), r->unit, vb - va));
-        if (isfinite(p))
-            buf_printf(o, "%+.1f%%", p);
-        else
-            buf_puts(o, "?");
-        buf_printf(o, "</td><td class=\"%s\">%s</td></tr>\n", v, v);
-    }
-    if (*sec) buf_puts(o, "</table>\n");
+    rows_out(fa, fb, REPORT_HTML, 0, o);
     buf_puts(
         o,
         "<h2>Diagnosis</h2><table><tr><th></th><th>A</th><th>B</th></tr><tr><th>primary</th><td>");
