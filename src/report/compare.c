@@ -154,6 +154,19 @@ static void rows_out(const dfig *fa, const dfig *fb, report_format fmt, int colo
     tbl_end(&t);
 }
 
+/* The primary findings side by side (md, html). */
+static void diag_table(const diag_run *a, const diag_run *b, report_format fmt, buf *o)
+{
+    static const tbl_col cols[] = {{"", 0, 0}, {"A", 0, 0}, {"B", 0, 0}};
+    tbl t;
+    tbl_begin(&t, o, fmt, 0, "Diagnosis", cols, 3);
+    const char *r1[] = {"primary", a->diag.primary.title, b->diag.primary.title};
+    const char *r2[] = {"summary", a->diag.primary.summary, b->diag.primary.summary};
+    tbl_row(&t, r1, TBL_PLAIN);
+    tbl_row(&t, r2, TBL_PLAIN);
+    tbl_end(&t);
+}
+
 static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb,
                      int color, buf *o)
 {
@@ -164,43 +177,17 @@ static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const
                a->diag.primary.summary, b->diag.primary.title, b->diag.primary.summary);
 }
 
-static void md_cell(buf *o, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '|')
-            buf_puts(o, "\\|");
-        else if (*s == '<')
-            buf_puts(o, "&lt;");
-        else if (*s == '>')
-            buf_puts(o, "&gt;");
-        else if (*s == '&')
-            buf_puts(o, "&amp;");
-        else if (*s == '\n')
-            buf_putc(o, ' ');
-        else
-            buf_putc(o, *s);
-    }
-}
-
 static void md_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb, buf *o)
 {
+    const char *names[] = {"", a->name, b->name};
     buf_puts(o, "# trainperf compare\n\n- A: ");
-    md_cell(o, a->name);
+    tbl_cells(o, REPORT_MD, &names[1], 1);
     buf_puts(o, "\n- B: ");
-    md_cell(o, b->name);
+    tbl_cells(o, REPORT_MD, &names[2], 1);
     buf_puts(o, "\n");
     rows_out(fa, fb, REPORT_MD, 0, o);
-    buf_puts(o, "\n## Diagnosis\n\n| | A | B |\n|---|---|---|\n| primary | ");
-    md_cell(o, a->diag.primary.title);
-    buf_puts(o, " | ");
-    md_cell(o, b->diag.primary.title);
-    buf_puts(o, " |\n| summary | ");
-    md_cell(o, a->diag.primary.summary);
-    buf_puts(o, " | ");
-    md_cell(o, b->diag.primary.summary);
-    buf_puts(o, " |\n");
+    diag_table(a, b, REPORT_MD, o);
 }
-
 
 static void json_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb, buf *o)
 {
@@ -257,17 +244,8 @@ static void html_out(const diag_run *a, const diag_run *b, const dfig *fa, const
     report_html_esc(o, b->name);
     buf_puts(o, "</code></p>\n");
     rows_out(fa, fb, REPORT_HTML, 0, o);
-    buf_puts(
-        o,
-        "<h2>Diagnosis</h2><table><tr><th></th><th>A</th><th>B</th></tr><tr><th>primary</th><td>");
-    report_html_esc(o, a->diag.primary.title);
-    buf_puts(o, "</td><td>");
-    report_html_esc(o, b->diag.primary.title);
-    buf_puts(o, "</td></tr><tr><th>summary</th><td>");
-    report_html_esc(o, a->diag.primary.summary);
-    buf_puts(o, "</td><td>");
-    report_html_esc(o, b->diag.primary.summary);
-    buf_puts(o, "</td></tr></table></main></body></html>\n");
+    diag_table(a, b, REPORT_HTML, o);
+    buf_puts(o, "</main></body></html>\n");
 }
 
 int compare_build(const char *run_a, const char *run_b, report_format fmt, int color, buf *out,

@@ -120,3 +120,15 @@ void tbl_end(tbl *t)
     if (t->open && t->fmt == REPORT_HTML) buf_puts(t->b, "</table>\n");
     t->open = 0;
 }
+
+void tbl_cells(buf *b, report_format fmt, const char *const *cells, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (fmt == REPORT_MD)
+            md_cell(b, cells[i]);
+        else if (fmt == REPORT_HTML)
+            report_html_esc(b, cells[i]);
+        else
+            buf_puts(b, cells[i]);
+    }
+}

@@ -37,5 +37,7 @@ void tbl_begin(tbl *t, buf *b, report_format fmt, int color, const char *title,
  * (TBL_GOOD / TBL_BAD / TBL_PLAIN) says how the last cell reads. */
 void tbl_row(tbl *t, const char *const *cells, int mark);
 void tbl_end(tbl *t);
+/* n cells as text escaped for fmt (md, html), without table markup. */
+void tbl_cells(buf *b, report_format fmt, const char *const *cells, int n);
 
 #endif
