@@ -362,11 +362,14 @@ class Tuner:
         if meas:
             times = [(r["intv"] if r["intv"] else r["dur"]) for r in meas]
             res["step_times"] = times
-            med = statistics.median(times)
-            res["step_s_p50"] = med
-            res["steps_per_s"] = 1.0 / med if med > 0 else None
-            spb = statistics.median([r["samples"] for r in meas])
-            res["samples_per_s"] = spb / med if med > 0 and spb else None
+            # Throughput is a mean: with loader workers batches arrive in
+            # bursts, and the median of such a bimodal series jumps around.
+            mean = statistics.fmean(times)
+            res["step_s_mean"] = mean
+            res["step_s_p50"] = statistics.median(times)
+            res["steps_per_s"] = 1.0 / mean if mean > 0 else None
+            spb = statistics.fmean([r["samples"] for r in meas])
+            res["samples_per_s"] = spb / mean if mean > 0 and spb else None
             tot = sum(r["dur"] for r in meas)
             res["data_share"] = (sum(r["data"] for r in meas) / tot) if tot > 0 else None
         res["rss_bytes"] = peak_rss(run_dir)
@@ -397,13 +400,13 @@ class Tuner:
 T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
 
-def boot_ratio(base, cand, n=300, rng=None):
-    """95% bootstrap interval of median(base)/median(cand) (a speedup)."""
+def boot_ratio(base, cand, n=400, rng=None):
+    """95% bootstrap interval of mean(base)/mean(cand) (a speedup)."""
     rng = rng or random.Random(1)
     vals = []
     for _ in range(n):
-        b = statistics.median(rng.choices(base, k=len(base)))
-        c = statistics.median(rng.choices(cand, k=len(cand)))
+        b = statistics.fmean(rng.choices(base, k=len(base)))
+        c = statistics.fmean(rng.choices(cand, k=len(cand)))
         if c > 0:
             vals.append(b / c)
     vals.sort()
@@ -418,7 +421,7 @@ def speedup(base_runs, cand_runs):
              if b and c and b["status"] == "ok" and c["status"] == "ok"]
     if not pairs:
         return None
-    logs = [math.log(b["step_s_p50"] / c["step_s_p50"]) for b, c in pairs]
+    logs = [math.log(b["step_s_mean"] / c["step_s_mean"]) for b, c in pairs]
     est = math.exp(statistics.mean(logs))
     lo, hi = est, est
     # inside each round: the step-to-step noise
@@ -578,7 +581,8 @@ def summarise(trial, base):
     row = {"label": trial.label, "kind": trial.kind, "knobs": trial.knobs,
            "run_dirs": [r["run_dir"] for r in trial.runs],
            "status": "ok" if ok else (trial.runs[-1]["status"] if trial.runs else "not run"),
-           "reason": None if ok else (trial.runs[-1]["reason"] if trial.runs else None),
+           "reason": None if ok else (trial.runs[-1]["reason"] if trial.runs
+                                      else "the budget ran out before it"),
            "steps_per_s": None, "samples_per_s": None, "speedup": None, "interval": None,
            "verdict": None, "rss_bytes": None, "memory_change": None, "loss_check": None}
     if ok:
@@ -625,8 +629,9 @@ def print_table(result, out):
     lines = []
     for r in rows:
         if r["status"] != "ok":
-            lines.append((r["label"], "-", "-", "-", "%s: %s" % (r["status"], r["reason"] or ""),
-                          "-", "-"))
+            why = "not run (budget)" if r["status"] == "not run" else \
+                "%s: %s" % (r["status"], r["reason"] or "")
+            lines.append((r["label"], "-", "-", "-", why, "-", "-"))
             continue
         if r is result["baseline"]:
             sp, verdict, mem = "1.00 (baseline)", "", fmt_bytes(r["rss_bytes"])
@@ -692,7 +697,7 @@ def main(argv):
         for t in order:
             est = tu.base_wall * (3.0 if t.knobs.get("compile") else 1.3)
             if tu.left() < est:
-                if t is not base and not t.runs:
+                if t is not base and not t.runs and t.label not in skipped:
                     skipped.append(t.label)
                 continue
             if t is not base:
