@@ -686,7 +686,12 @@ def main(argv):
             sys.stdout.write("\n")
         return 1
     tu.base_wall = b0["wall_s"]
-    cands = [Trial(label, knobs) for label, knobs in candidates(b0, o["only"])]
+    if not b0.get("facts"):
+        tu.say("the auto hook saw no PyTorch in this command (not a Python script, or torch "
+               "never imported): knobs cannot be applied, only the baseline is measured")
+        cands = []
+    else:
+        cands = [Trial(label, knobs) for label, knobs in candidates(b0, o["only"])]
     tu.say("baseline %.2f steps/s; trying %s" % (
         b0["steps_per_s"], ", ".join(c.label for c in cands) or "nothing (no knob applies)"))
 
