@@ -24,6 +24,8 @@
 #include "util/human.h"
 #include "collect/collector.h"
 #include "record/rundir.h"
+#include "record/safeout.h"
+#include "record/sinks.h"
 #include "trainperf.h"
 #include "util/buf.h"
 #include "watch/alerts.h"
@@ -189,9 +191,7 @@ static int resolve_cmd(const char *cmd, char *out, size_t n)
     return found_noexec ? 126 : 127;
 }
 
-/* The auto-hook dir: TRAINPERF_PYTHON_DIR, else <exe>/../python when it holds
- * the package, else <exe>/../share/trainperf. "" when none exists. */
-static void python_dir(char *out, size_t n)
+void cli_python_dir(char *out, size_t n)
 {
     out[0] = 0;
     const char *env = getenv("TRAINPERF_PYTHON_DIR");
@@ -359,7 +359,7 @@ static double mono_s(void)
 /* The short end-of-run summary. With the report following it (full), the
  * percentiles are left to the report, so the terminal never shows two
  * definitions of the same figure. */
-static void print_summary(const coll_summary *s, const char *run_dir, const rec_exit *ex, int color,
+static void print_summary(const coll_summary *s, const char *run_dir, const run_exit *ex, int color,
                           int full)
 {
     const char *b = color ? CLI_BOLD : "", *r = color ? CLI_RESET : "";
@@ -508,7 +508,7 @@ int cmd_run(int argc, char **argv)
     if (!realpath(run_dir, absdir)) snprintf(absdir, sizeof(absdir), "%s", run_dir);
 
     char pydir[PATH_MAX];
-    python_dir(pydir, sizeof(pydir));
+    cli_python_dir(pydir, sizeof(pydir));
     child_envp cenv;
     if (child_env(&cenv, absdir, pydir, a.no_auto) != 0) {
         cli_error("out of memory");
@@ -604,6 +604,8 @@ int cmd_run(int argc, char **argv)
     co.auto_hook = !a.no_auto;
     co.alerts = alerts;
     co.start_mono_ns = start_mono;
+    co.sinks = rec_sinks;
+    co.nsinks = rec_nsinks;
     coll *c = NULL;
     rc = coll_create(&c, &co);
     if (rc == 0) rc = coll_start(c);
@@ -644,7 +646,7 @@ int cmd_run(int argc, char **argv)
     if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
     if (drawn) fputs("\r\033[K", stderr);
 
-    rec_exit ex = {1, 0, 0};
+    run_exit ex = {1, 0, 0};
     if (WIFEXITED(status)) {
         ex.code = WEXITSTATUS(status);
     } else if (WIFSIGNALED(status)) {
@@ -664,7 +666,7 @@ int cmd_run(int argc, char **argv)
         int have_report = r2 >= 0 && term.len > 0;
         /* A full disk: one line, whatever the verbosity, saying what was lost. */
         char lost[400];
-        rec_loss_text(&s.loss, lost, sizeof(lost));
+        rec_loss_text(&s.lost, lost, sizeof(lost));
         if (lost[0]) cli_warn("%s", lost);
         if (a.quiet)
             fprintf(stderr, "trainperf: run directory %s\n", run_dir);

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/sink.h"
+
 /* Append len bytes of whole lines to fd (opened O_APPEND), all or nothing:
  * a write that fails part way (ENOSPC, EIO) is cut back with ftruncate to
  * *size, the file's length before, so a reader never sees half a row.
@@ -23,12 +25,9 @@ uint64_t rec_reserve_make(const char *run_dir);
 /* Give the reserved space back (before the last files are written). */
 void rec_reserve_release(const char *run_dir);
 
-/* What a full (or failing) file system cost the run, for summary.json "io". */
-typedef struct rec_loss {
-    uint64_t steps, metrics, procs, alerts; /* rows not written */
-    uint64_t trace_events;                  /* trace events not written */
-    char error[200];                        /* first write error, "" when none */
-} rec_loss;
+/* What a full (or failing) file system cost the run, for summary.json "io"
+ * (core/sink.h: the sinks count it in their tally). */
+typedef sink_lost rec_loss;
 
 /* summary.json "io": {"error": null|"...", "lost": {"steps": n, ...}}. l may
  * be NULL (nothing lost). */
