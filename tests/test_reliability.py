@@ -271,3 +271,88 @@ def test_report_leaves_a_live_run_alone(cli, tmp_path):
         tp.send_signal(signal.SIGINT)
         tp.wait(timeout=60)
     assert (d / "summary.json").exists()
+
+
+# ---- 7. smaller cases ----
+
+def test_children_that_outlive_the_root_keep_their_steps(cli, tmp_path):
+    d = tmp_path / "r"
+    # The root shell exits at once; its (double-forked) trainer goes on.
+    p = run(cli, d, "sh", "-c", f"( {TRAINER} --steps 150 --quiet >/dev/null & ); exit 3")
+    assert p.returncode == 3, p.stderr  # the root's status
+    assert len(steps_rows(d)) == 150  # was 10 of 30 on main
+
+
+def test_bad_ring_events_is_refused(cli, tmp_path):
+    for bad in ("-1", "abc", "0", "99999999999", "1e6"):
+        p = subprocess.run([cli, "run", "--out", str(tmp_path / "r"), "--", "true"],
+                           capture_output=True, text=True, timeout=60,
+                           env=env_clean(TRAINPERF_RING_EVENTS=bad))
+        assert p.returncode == 2 and "TRAINPERF_RING_EVENTS" in p.stderr, (bad, p.stderr)
+        assert not (tmp_path / "r").exists()
+
+
+def test_alerts_file_must_be_a_file(cli, tmp_path):
+    p = subprocess.run([cli, "run", "--alerts", "/etc", "--out", str(tmp_path / "r"), "--",
+                        "true"], capture_output=True, text=True, timeout=60, env=env_clean())
+    assert p.returncode == 2 and "is a directory" in p.stderr
+    assert len(p.stderr.splitlines()) == 1
+
+
+def test_corrupt_segment_is_named_not_skipped_silently(cli, tmp_path):
+    d = tmp_path / "r"
+    p = subprocess.run([cli, "run", "--out", str(d), "--", "sh", "-c",
+                        'head -c 8192 /dev/urandom > "$TRAINPERF_RUN_DIR/live/seg-99999.tpf"'],
+                       capture_output=True, text=True, timeout=60, env=env_clean())
+    assert p.returncode == 0
+    assert "seg-99999.tpf: not a readable trainperf segment" in p.stderr
+
+
+def test_long_run_dir_path_keeps_its_reports(cli, tmp_path):
+    d = tmp_path
+    for i in range(14):
+        d = d / ("d" * 100)
+    d = d / "r"
+    assert len(str(d)) > 1400
+    p = run(cli, d, TRAINER, "--steps", "5", "--quiet")
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+    assert (d / "report.md").is_file() and (d / "report.html").is_file()
+
+
+def test_control_bytes_never_reach_the_terminal(cli, tmp_path):
+    d = tmp_path / "r"
+    assert run(cli, d, TRAINER, "--steps", "5", "--quiet").returncode == 0
+    ri = json.loads((d / "run.json").read_text())
+    ri["host"] = "evil\x1b]0;pwned\x07\x1b[2J"
+    ri["command"] = ["train\x1b[31m.py"]
+    (d / "run.json").write_text(json.dumps(ri))
+    p = subprocess.run([cli, "report", str(d)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "\x1b" not in p.stdout and "\x07" not in p.stdout
+    p = subprocess.run([cli, "report", "--format", "md", str(d)], capture_output=True, text=True,
+                       timeout=60)
+    assert "\x1b" not in p.stdout
+
+
+def test_huge_start_time_in_steps_csv_does_not_crash_report(cli, tmp_path):
+    d = tmp_path / "r"
+    assert run(cli, d, TRAINER, "--steps", "5", "--quiet").returncode == 0
+    lines = (d / "steps.csv").read_text().splitlines()
+    head = lines[0].split(",")
+    row = lines[1].split(",")
+    row[head.index("start_s")] = "1e19"
+    (d / "steps.csv").write_text("\n".join([lines[0], ",".join(row)] + lines[2:]) + "\n")
+    p = subprocess.run([cli, "report", str(d)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+
+
+def test_truncated_gzip_trace_is_named_as_such(cli, tmp_path):
+    import gzip
+    ev = [{"ph": "X", "name": f"op{i}", "ts": i, "dur": 1, "pid": 1, "tid": 1}
+          for i in range(3000)]
+    g = gzip.compress(json.dumps({"traceEvents": ev}).encode())
+    f = tmp_path / "t.json.gz"
+    f.write_bytes(g[:len(g) // 2])
+    p = subprocess.run([cli, "analyze", str(f)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert "truncated gzip" in p.stderr and "<fd:" not in p.stderr and "JSON" not in p.stderr

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -23,6 +24,8 @@
 #include "cli/cli.h"
 #include "util/human.h"
 #include "collect/collector.h"
+#include "probe/probe.h"
+#include "probe/segment.h"
 #include "record/rundir.h"
 #include "record/safeout.h"
 #include "record/sinks.h"
@@ -349,6 +352,29 @@ static void status_line(coll *c, int tty, int color)
     fflush(stderr);
 }
 
+/* Reap the tree's orphans (they are ours as subreaper) without touching
+ * the root, whose status the main loop takes. */
+static void reap_orphans(pid_t root)
+{
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0 ||
+            si.si_pid == root)
+            return;
+        waitpid(si.si_pid, NULL, 0);
+    }
+}
+
+/* 1 while a process other than the (reaped) root is still our child. */
+static int orphans_left(pid_t root)
+{
+    reap_orphans(root);
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
 static double mono_s(void)
 {
     struct timespec ts;
@@ -431,6 +457,16 @@ int cmd_run(int argc, char **argv)
         return CLI_OK;
     }
     if (pr < 0) return CLI_USAGE;
+
+    /* The probes would quietly take the default for a bad value: say so
+     * here, before anything starts. */
+    const char *rev = getenv("TRAINPERF_RING_EVENTS");
+    uint32_t ring_ev;
+    if (rev && *rev && probe_ring_events_parse(rev, &ring_ev) != 0) {
+        cli_error("TRAINPERF_RING_EVENTS='%s': expected a whole number of events, 1..%u", rev,
+                  (unsigned)SEG_RING_MAX);
+        return CLI_USAGE;
+    }
 
     /* Alerts first: a malformed rule must not leave a run directory behind. */
     alert_set *alerts = NULL;
@@ -527,6 +563,9 @@ int cmd_run(int argc, char **argv)
         return CLI_FAIL;
     }
     install_signals();
+    /* Processes of the tree that outlive its root come to us (not to init),
+     * so the run goes on while any of them lives (orphans_wait). */
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     sigset_t block, old;
     /* No forwarding until the child has its group. */
     sigemptyset(&block);
@@ -632,6 +671,7 @@ int cmd_run(int argc, char **argv)
         }
         if (w == child) break;
         if (w < 0 && errno != EINTR) break;
+        reap_orphans(child);
         struct timespec nap = {0, 50 * 1000000L};
         nanosleep(&nap, NULL);
         double now = mono_s();
@@ -639,6 +679,25 @@ int cmd_run(int argc, char **argv)
             status_line(c, tty, color);
             drawn = tty;
             next_status = now + period;
+        }
+    }
+    /* Children that outlive the root still publish steps: keep collecting
+     * until the last one exits (signals still go to the tree's group). */
+    if (orphans_left(child)) {
+        if (!a.quiet) {
+            if (drawn) fputs("\r\033[K", stderr);
+            fprintf(stderr, "trainperf: the command exited; waiting for the processes it left "
+                            "running (Ctrl-C ends them)\n");
+        }
+        while (orphans_left(child)) {
+            struct timespec nap = {0, 50 * 1000000L};
+            nanosleep(&nap, NULL);
+            double now = mono_s();
+            if (c && !a.quiet && now >= next_status) {
+                status_line(c, tty, color);
+                drawn = tty;
+                next_status = now + period;
+            }
         }
     }
     run_child_pgid = 0;
@@ -668,6 +727,10 @@ int cmd_run(int argc, char **argv)
         char lost[400];
         rec_loss_text(&s.lost, lost, sizeof(lost));
         if (lost[0]) cli_warn("%s", lost);
+        if (s.bad_segments)
+            cli_warn("live/%s%s: not a readable trainperf segment (corrupt header); its events "
+                     "were skipped",
+                     s.bad_segment, s.bad_segments > 1 ? " and others" : "");
         if (a.quiet)
             fprintf(stderr, "trainperf: run directory %s\n", run_dir);
         else

@@ -81,6 +81,8 @@ struct coll {
     agg_step *pend;
     int npend;
     uint64_t dropped_closed;     /* probe drops of closed segments */
+    int nbad_segs;               /* segments skipped as unreadable */
+    char bad_seg[64];            /* the first of them */
 
     coll_frame frame;            /* the collector thread's working frame */
     uint64_t last_sample_ns, next_sample_ns, last_scan_ns;
@@ -305,6 +307,14 @@ static coll_seg *seg_slot(coll *c, const char *file, ino_t ino)
     return s;
 }
 
+/* A segment we cannot read (corrupt header, another layout) is skipped,
+ * but never without a word: counted and named in coll_summary. */
+static void seg_bad(coll *c, coll_seg *s)
+{
+    s->state = SEG_BAD;
+    if (c->nbad_segs++ == 0) snprintf(c->bad_seg, sizeof(c->bad_seg), "%s", s->file);
+}
+
 static void seg_try_open(coll *c, coll_seg *s)
 {
     char path[PATH_MAX + 80];
@@ -312,13 +322,13 @@ static void seg_try_open(coll *c, coll_seg *s)
     seg_reader *r = NULL;
     int rc = seg_reader_open(&r, path);
     if (rc == TPF_EVERSION) {
-        s->state = SEG_BAD; /* another layout: never readable by us */
+        seg_bad(c, s); /* another layout: never readable by us */
         return;
     }
     if (rc < 0) {
         /* A producer still setting its segment up shows a short file or no
          * magic yet: try again at the next scans, then give up. */
-        if (++s->retries > COLL_OPEN_RETRIES) s->state = SEG_BAD;
+        if (++s->retries > COLL_OPEN_RETRIES || c->finished) seg_bad(c, s);
         return;
     }
     const seg_proc_info *pi = seg_reader_info(r);
@@ -774,6 +784,8 @@ void coll_get_summary(const coll *c, coll_summary *out)
     out->nalerts = c->nnotes;
     snprintf(out->io_error, sizeof(out->io_error), "%s", c->err_text);
     out->lost = c->tally.lost;
+    out->bad_segments = c->nbad_segs;
+    snprintf(out->bad_segment, sizeof(out->bad_segment), "%s", c->bad_seg);
     out->nsources = c->nsrc;
     memcpy(out->sources, c->status, sizeof(out->sources));
 }

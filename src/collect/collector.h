@@ -77,6 +77,8 @@ typedef struct coll_summary {
     int nalerts;
     char io_error[200];      /* "" or the first file error of the run */
     sink_lost lost;          /* what a full disk cost (record/safeout.h) */
+    int bad_segments;        /* live/ segments skipped as unreadable */
+    char bad_segment[64];    /* the first one's file name */
     int nsources;
     run_source sources[RUN_MAX_SOURCES];
 } coll_summary;

@@ -178,20 +178,31 @@ static int env_int(const char *a, const char *b)
     return (int)v;
 }
 
+int probe_ring_events_parse(const char *s, uint32_t *out)
+{
+    /* strtoull takes "-1" as 2^64-1: a sign is refused, never read as the
+     * largest ring. */
+    if (!s || *s < '0' || *s > '9') return TPF_EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v == 0 || v > SEG_RING_MAX) return TPF_EINVAL;
+    if (v < SEG_RING_MIN) v = SEG_RING_MIN;
+    uint32_t p = SEG_RING_MIN;
+    while (p < v)
+        p <<= 1; /* round up to a power of two */
+    *out = p;
+    return 0;
+}
+
 uint32_t probe_ring_events(void)
 {
     const char *s = getenv("TRAINPERF_RING_EVENTS");
     if (!s || !*s) return SEG_RING_DEFAULT;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v == 0) return SEG_RING_DEFAULT;
-    if (v < SEG_RING_MIN) v = SEG_RING_MIN;
-    if (v > SEG_RING_MAX) v = SEG_RING_MAX;
-    uint32_t p = SEG_RING_MIN;
-    while (p < v)
-        p <<= 1; /* round up to a power of two */
-    return p;
+    /* The probe cannot say anything: a bad value means the default
+     * (`trainperf run` refuses it before starting anything). */
+    uint32_t p;
+    return probe_ring_events_parse(s, &p) == 0 ? p : SEG_RING_DEFAULT;
 }
 
 static pid_t probe_gettid(void)

@@ -7,6 +7,7 @@
 #ifndef TPF_ANALYZE_DIAG_H
 #define TPF_ANALYZE_DIAG_H
 
+#include <limits.h>
 #include <stddef.h>
 
 #include "core/figs.h"
@@ -103,7 +104,7 @@ typedef struct diag_result {
 } diag_result;
 
 typedef struct diag_run {
-    char dir[1024];
+    char dir[PATH_MAX]; /* a run dir path of any legal length */
     char name[256]; /* last path component, for titles */
     jr_doc run, summary;
     int have_run, have_summary;

@@ -80,7 +80,7 @@ static int is_trace_name(const char *path)
 static void prof_load(const char *run_dir, prof *p)
 {
     memset(p, 0, sizeof(*p));
-    char dir[1200], err[512];
+    char dir[PATH_MAX + 16], err[512];
     struct stat st;
     snprintf(dir, sizeof(dir), "%s/%s", run_dir, PROF_DIR);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return;

@@ -39,6 +39,33 @@ static void copy_str(char *dst, size_t n, const char *src)
     dst[l] = '\0';
 }
 
+/* Control bytes in a run's strings (ESC, BEL: a hostile run.json or
+ * alerts.jsonl) become '?': no report format passes them to a terminal. */
+static void unctrl(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
+static void unctrl_run(diag_run *r)
+{
+    unctrl(r->name);
+    unctrl(r->command);
+    unctrl(r->host);
+    unctrl(r->nvml_source);
+    unctrl(r->io_error);
+    for (int i = 0; i < r->ngpu && i < DIAG_MAX_GPUS; i++) {
+        unctrl(r->gpus[i].name);
+        unctrl(r->gpus[i].throttle_words);
+    }
+    for (int i = 0; i < r->nalerts && i < DIAG_MAX_ALERTS; i++) {
+        unctrl(r->alerts[i].rule);
+        unctrl(r->alerts[i].state);
+        unctrl(r->alerts[i].severity);
+        unctrl(r->alerts[i].message);
+    }
+}
+
 /* ---- small statistics -------------------------------------------------- */
 
 static void dstat_add(dstat *s, double v)
@@ -92,6 +119,10 @@ static void dseries_add(dseries *s, double t, double v)
 {
     if (!isfinite(t) || !isfinite(v)) return;
     if (t < s->t0) t = s->t0;
+    /* Doubling the width until the point fits: a time of 1e19 s (a
+     * hostile steps.csv) must neither overflow the conversion to long (UB)
+     * nor loop for ever; 1e15 bucket widths past the start is not a time. */
+    if (!(s->width > 0) || (t - s->t0) / s->width > 1e15) return;
     long k = (long)((t - s->t0) / s->width);
     while (k >= DIAG_SERIES_CAP) {
         for (int i = 0; i < DIAG_SERIES_CAP / 2; i++) {
@@ -580,7 +611,7 @@ void diag_free(diag_run *r)
 
 int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
 {
-    char path[1200], e[400];
+    char path[PATH_MAX + 32], e[400];
     *out = NULL;
     if (err && errlen) err[0] = '\0';
     struct stat st;
@@ -666,6 +697,7 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     }
     if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s))
         r->duration_s = r->last_end_s;
+    unctrl_run(r);
     *out = r;
     return 0;
 damaged:

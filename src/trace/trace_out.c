@@ -220,8 +220,27 @@ static void short_name(char *dst, size_t n, const char *s)
         memcpy(dst, s, cut);
         memcpy(dst + cut, "...", 4);
     }
+    /* Control bytes (ESC, BEL...) from a trace never reach a terminal. */
     for (char *p = dst; *p; p++)
         if (*p == '|' || *p == '\n' || *p == '\t') *p = ' ';
+        else if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
+/* A Markdown table cell as text: nothing in a name turns into markup. */
+static void md_cell(buf *b, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': buf_puts(b, "&lt;"); break;
+        case '>': buf_puts(b, "&gt;"); break;
+        case '&': buf_puts(b, "&amp;"); break;
+        case '|': case '*': case '_': case '`': case '[': case ']': case '\\':
+            buf_putc(b, '\\');
+            buf_putc(b, *s);
+            break;
+        default: buf_putc(b, *s);
+        }
+    }
 }
 
 static void heading(fmt *f, const char *text)
@@ -235,7 +254,11 @@ static void row(fmt *f, int ncell, const int *wid, const char *const *cells)
 {
     if (f->md) {
         buf_puts(f->out, "|");
-        for (int i = 0; i < ncell; i++) buf_printf(f->out, " %s |", cells[i]);
+        for (int i = 0; i < ncell; i++) {
+            buf_putc(f->out, ' ');
+            md_cell(f->out, cells[i]);
+            buf_puts(f->out, " |");
+        }
         buf_puts(f->out, "\n");
         return;
     }
