@@ -1,5 +1,6 @@
 /* Loading a run directory into bounded aggregates (diag.h). */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,6 +38,18 @@ static void copy_str(char *dst, size_t n, const char *src)
     if (l >= n) l = n - 1;
     if (l) memcpy(dst, src, l);
     dst[l] = '\0';
+}
+
+/* A count from a file as uint64_t: 0 when negative, NaN or past the type. */
+static uint64_t u64_or_0(double v)
+{
+    return v > 0 && v < 1.8e19 ? (uint64_t)v : 0;
+}
+
+/* A number from a file as int: dflt when NaN or out of int range. */
+static int int_or(double v, int dflt)
+{
+    return v >= INT_MIN && v <= INT_MAX ? (int)v : dflt;
 }
 
 /* Control bytes in a run's strings (ESC, BEL: a hostile run.json or
@@ -89,7 +102,8 @@ static void dhist_add(dhist *h, double ms)
         h->zero++;
         return;
     }
-    int k = (int)(log(ms / HIST_MIN_MS) / HIST_LOG_STEP);
+    double kd = log(ms / HIST_MIN_MS) / HIST_LOG_STEP; /* inf for ms = inf */
+    int k = kd < DIAG_HIST_BINS ? (int)kd : DIAG_HIST_BINS - 1;
     if (k < 0) k = 0;
     if (k >= DIAG_HIST_BINS) k = DIAG_HIST_BINS - 1;
     h->bins[k]++;
@@ -200,11 +214,11 @@ static int is_python_arg(const char *a, int first)
 static void load_run_json(diag_run *r)
 {
     const jr_node *root = r->run.root;
-    r->cpus = (int)(isnan(jr_pnum(root, "cpus")) ? 0 : jr_pnum(root, "cpus"));
+    r->cpus = int_or(jr_pnum(root, "cpus"), 0);
     r->duration_s = jr_pnum(root, "duration_s");
     r->start_unix_s = jr_pnum(root, "start_unix_s");
     r->interval_s = jr_pnum(root, "interval_s");
-    r->root_pid = (int)(isnan(jr_pnum(root, "root_pid")) ? -1 : jr_pnum(root, "root_pid"));
+    r->root_pid = int_or(jr_pnum(root, "root_pid"), -1);
     const char *h = jr_pstr(root, "host");
     snprintf(r->host, sizeof(r->host), "%s", h ? h : "");
     const jr_node *cmd = jr_get(root, "command");
@@ -232,7 +246,7 @@ static void load_run_json(diag_run *r)
         const jr_node *gi = jr_at(g, i);
         dgpu *d = &r->gpus[i];
         double idx = jr_pnum(gi, "index");
-        d->index = isnan(idx) ? i : (int)idx;
+        d->index = int_or(idx, i);
         const char *nm = jr_pstr(gi, "name");
         snprintf(d->name, sizeof(d->name), "%s", nm ? nm : "");
         d->mem_total = jr_pnum(gi, "mem_total_bytes");
@@ -248,8 +262,8 @@ static void load_exit(diag_run *r, const jr_node *ex)
     if (!ex || ex->type != JR_OBJ) return;
     double c = jr_pnum(ex, "code"), s = jr_pnum(ex, "signal");
     r->exit_known = 1;
-    r->exit_code = isnan(c) ? -1 : (int)c;
-    r->exit_signal = isnan(s) ? -1 : (int)s;
+    r->exit_code = int_or(c, -1);
+    r->exit_signal = int_or(s, -1);
 }
 
 /* ---- steps.csv ------------------------------------------------------------ */
@@ -294,6 +308,16 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         csvr_num(&c, c_pid, &pid);
         csvr_num(&c, c_tid, &tid);
         csvr_num(&c, c_step, &stepno);
+        /* A hostile or damaged row must not make an undefined conversion:
+         * times and counts out of any real range skip the row, ids out of
+         * int range are unknown (fuzzed, tests/test_rundir_fuzz.py). */
+        if (!(start > -1e9 && start < 1e9) || !(dur >= 0 && dur < 1e17) ||
+            !(iv >= 0 && iv < 1e17))
+            continue;
+        if (!(rank >= -1 && rank <= INT_MAX)) rank = -1;
+        if (!(pid >= -1 && pid <= INT_MAX)) pid = -1;
+        if (!(tid >= -1 && tid <= INT_MAX)) tid = -1;
+        if (!(stepno >= -1 && stepno < 1e18)) stepno = -1;
         double end = start + dur / 1e9;
         r->steps++;
         if (isnan(r->first_end_s) || end < r->first_end_s) r->first_end_s = end;
@@ -340,12 +364,12 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         s.step = stepno >= 0 ? (uint64_t)stepno : 1; /* unknown: not a warm-up step */
         s.duration_ns = dur > 0 ? (uint64_t)dur : 0;
         s.interval_ns = iv > 0 ? (uint64_t)iv : 0;
-        s.end_ns = end > 0 ? (uint64_t)(end * 1e9) : 1;
+        s.end_ns = u64_or_0(end * 1e9) ? u64_or_0(end * 1e9) : 1;
         for (int p = 0; p < AGG_NPHASES && p < PH_OTHER; p++)
-            if (csvr_num(&c, c_ph[p], &v) && v > 0) s.phase_ns[p] = (uint64_t)v;
-        s.other_ns = other > 0 ? (uint64_t)other : 0;
-        s.samples = sm > 0 ? (uint64_t)sm : 0;
-        if (csvr_num(&c, c_tokens, &v) && v > 0) s.tokens = (uint64_t)v;
+            if (csvr_num(&c, c_ph[p], &v)) s.phase_ns[p] = u64_or_0(v);
+        s.other_ns = u64_or_0(other);
+        s.samples = u64_or_0(sm);
+        if (csvr_num(&c, c_tokens, &v)) s.tokens = u64_or_0(v);
         figs_add(&r->sf, &s);
         /* the data-wait chart leaves out warm-up steps as the figures do */
         double data = 0;
@@ -520,6 +544,7 @@ static int load_procs(diag_run *r, const char *path, char *err, size_t errlen)
     while ((rc = csvr_next(&c)) == 1) {
         double t, pid, v;
         if (!csvr_num(&c, c_t, &t) || !csvr_num(&c, c_pid, &pid)) continue;
+        if (!(pid >= 0 && pid <= INT_MAX)) continue; /* not a pid */
         /* no run.json: the first process listed stands for the root */
         if (root < 0) root = (int)pid;
         if (t != cur_t) {
@@ -782,6 +807,8 @@ const char *diag_fmt_dur(char *o, size_t n, double s)
 {
     if (!isfinite(s))
         msg(o, n, "?");
+    else if (s >= 3600 * 1e6)
+        msg(o, n, "%.3g h", s / 3600); /* no int holds it: not a real run */
     else if (s >= 3600)
         msg(o, n, "%dh %02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
     else if (s >= 60)
