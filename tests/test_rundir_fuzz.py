@@ -29,6 +29,7 @@ def _seed(d):
 
 
 @pytest.mark.slow
+@pytest.mark.once  # the fuzzer is sanitized itself: no second pass
 def test_fuzz_rundir_readers(tmp_path):
     if not shutil.which("clang"):
         pytest.skip("clang is not installed (Debian package `clang`): libFuzzer unavailable")
