@@ -18,6 +18,7 @@
 #include "collect/nvml.h"
 #include "collect/procfs.h"
 #include "probe/reader.h"
+#include "record/exporter.h"
 #include "record/metrics.h"
 #include "record/trace.h"
 #include "record/writers.h"
@@ -107,6 +108,12 @@ struct coll {
 
     int first_err;
     char err_text[200];
+
+    exp_set exp;                 /* live exporters (Prometheus, TensorBoard) */
+    uint64_t exp_lost;
+    int nexp;
+    const char *exp_names[EXP_MAX];
+    char exp_status[EXP_MAX][160];
 
     /* run.json */
     char **own_argv;
@@ -214,6 +221,7 @@ static void sink_step(void *ctx, const agg_step *s)
     if (c->npend == COLL_PEND_MAX) pend_flush(c);
     c->pend[c->npend++] = *s;
     rec_trace_step(&c->trace, s);
+    exp_step(&c->exp, s);
 }
 
 static const char *cur_name(coll *c, tpf_name n)
@@ -231,6 +239,7 @@ static void sink_counter(void *ctx, pid_t pid, pid_t tid, tpf_name name, uint64_
 {
     coll *c = ctx;
     rec_trace_counter(&c->trace, pid, cur_name(c, name), ts, v);
+    if (c->cur && c->cur->r) exp_counter(&c->exp, seg_reader_info(c->cur->r)->rank, pid, cur_name(c, name), v);
 }
 
 static void sink_mark(void *ctx, pid_t pid, pid_t tid, tpf_name name, uint64_t ts)
@@ -391,6 +400,7 @@ static void check_alerts(coll *c, const coll_frame *f)
         const alert_event *e = &c->aev[i];
         rec_alert_line(&c->alerts.b, e);
         rec_trace_alert(&c->trace, e);
+        exp_alert(&c->exp, e);
         active_update(c, e);
         if (e->fired && c->nnotes < REC_MAX_ALERTS) {
             rec_alert_note *nt = &c->notes[c->nnotes++];
@@ -458,6 +468,8 @@ static void take_sample(coll *c, uint64_t now)
     rec_trace_frame(&c->trace, f, c->ngpu_cols, c->gpu_cols);
     rec_res_add(&c->res, f);
     check_alerts(c, f);
+    exp_view ev = {f, c->agg, c->active, c->nactive, c->finished};
+    exp_sample(&c->exp, &ev);
     c->last_sample_ns = now;
     c->nsamples++;
 
@@ -623,6 +635,7 @@ int coll_create(coll **out, const coll_opts *o)
         rc = rec_trace_open(&c->trace, path, c->o.start_mono_ns, 0);
     }
     if (rc) {
+        if (o->prom_on && o->prom_fd >= 0) close(o->prom_fd); /* ours from here on */
         coll_free(c);
         return rc;
     }
@@ -651,6 +664,9 @@ int coll_create(coll **out, const coll_opts *o)
         }
     }
     init_sources(c);
+    exp_ctx ec = {c->run_dir, c->host, c->o.start_unix_s, c->o.start_mono_ns, c->o.interval_s,
+                  c->o.alerts, c->o.prom_on ? c->o.prom_fd : -1, !c->o.no_tensorboard};
+    exp_open(&c->exp, &ec);
     *out = c;
     return 0;
 }
@@ -732,6 +748,12 @@ int coll_finish(coll *c, const rec_exit *ex)
     c->ended = 1;
     if (ex) c->exit = *ex;
 
+    c->nexp = c->exp.nnames;
+    for (int i = 0; i < c->nexp; i++) {
+        c->exp_names[i] = c->exp.names[i];
+        snprintf(c->exp_status[i], sizeof(c->exp_status[i]), "%s", c->exp.status[i]);
+    }
+    exp_close(&c->exp, &c->exp_lost);
     out_close(c, &c->metrics);
     out_close(c, &c->procs);
     out_close(c, &c->steps);
@@ -804,12 +826,19 @@ void coll_get_summary(const coll *c, coll_summary *out)
     snprintf(out->io_error, sizeof(out->io_error), "%s", c->err_text);
     out->nsources = c->nsrc;
     memcpy(out->sources, c->status, sizeof(out->sources));
+    out->exporter_lost = c->exp_lost;
+    out->nexporters = c->nexp;
+    for (int i = 0; i < c->nexp; i++) {
+        out->exporters[i] = c->exp_names[i];
+        snprintf(out->exporter_status[i], sizeof(out->exporter_status[i]), "%s", c->exp_status[i]);
+    }
 }
 
 void coll_free(coll *c)
 {
     if (!c) return;
     if (c->running) coll_finish(c, NULL);
+    exp_close(&c->exp, NULL);
     for (int i = 0; i < c->nsegs; i++) seg_close(c, &c->segs[i]);
     free(c->segs);
     for (int i = 0; i < c->nsrc; i++)

@@ -31,6 +31,11 @@ typedef struct coll_opts {
     alert_set *alerts;       /* may be NULL; borrowed, used only by the collector thread */
     uint64_t start_mono_ns;  /* t = 0 (CLOCK_MONOTONIC); 0: now */
     double start_unix_s;     /* wall clock at t = 0; 0: now */
+    /* Exporters (record/exporter.h): a listening socket for Prometheus when
+     * prom_on (owned by the collector from coll_create on); TensorBoard event
+     * files unless no_tensorboard. */
+    int prom_on, prom_fd;
+    int no_tensorboard;
 } coll_opts;
 
 typedef struct coll coll;
@@ -71,6 +76,11 @@ typedef struct coll_summary {
     char io_error[200];      /* "" or the first file error of the run */
     int nsources;
     rec_source sources[REC_MAX_SOURCES];
+    /* live exporters: name, "ok" or why it could not start; updates lost */
+    int nexporters;
+    const char *exporters[4];
+    char exporter_status[4][160];
+    uint64_t exporter_lost;
 } coll_summary;
 
 void coll_get_summary(const coll *c, coll_summary *out);
