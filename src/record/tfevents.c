@@ -396,8 +396,11 @@ static void tfev_sample(void *st, const exp_view *v)
     /* System and process-tree figures straight from the metric table. */
     for (size_t i = 0; i < metric_table_len; i++) {
         const metric_def *m = &metric_table[i];
-        if (m->kind == METRIC_TEXT || !m->counter) continue;
-        snprintf(tag, sizeof(tag), "%s/%s", m->counter, m->name);
+        if (m->kind == METRIC_TEXT || !m->counter || !strcmp(m->counter, "throughput") ||
+            !strcmp(m->counter, "data_wait"))
+            continue; /* the step figures are above, under their own names */
+        int proc = !strncmp(m->name, "tree_", 5) || !strncmp(m->name, "main_", 5);
+        snprintf(tag, sizeof(tag), "%s/%s", proc ? "process" : "host", m->name);
         putf(t, metric_val(m, f), tag, 1);
     }
     for (int g = 0; g < f->ngpu && g < FRAME_MAX_GPUS; g++) {
