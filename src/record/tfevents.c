@@ -184,15 +184,19 @@ static int frame_record(buf *out, const void *data, size_t n)
 int tfev_event(buf *out, double wall_time, int64_t step, const char *file_version,
                const tfev_value *v, int nv)
 {
-    static __thread unsigned char ev[TFEV_REC_MAX], sm[TFEV_REC_MAX - 64];
-    pb e = {ev, 0, sizeof(ev), 0};
+    /* Scratch on the heap, not in TLS: the library is dlopen'd by Python,
+     * where large static TLS blocks cannot be allocated. */
+    unsigned char *ev = malloc(2 * TFEV_REC_MAX);
+    if (!ev) return TPF_ENOMEM;
+    unsigned char *sm = ev + TFEV_REC_MAX;
+    pb e = {ev, 0, TFEV_REC_MAX, 0};
     pb_double(&e, 1, wall_time);
     if (file_version) {
         pb_bytes(&e, 3, file_version, strlen(file_version));
     } else {
         pb_tag(&e, 2, 0);
         pb_varint(&e, (uint64_t)step);
-        pb s = {sm, 0, sizeof(sm), 0};
+        pb s = {sm, 0, TFEV_REC_MAX - 64, 0};
         for (int i = 0; i < nv; i++) {
             if (v[i].text)
                 value_text(&s, v[i].tag, v[i].text);
@@ -201,8 +205,9 @@ int tfev_event(buf *out, double wall_time, int64_t step, const char *file_versio
         }
         pb_msg(&e, 5, &s);
     }
-    if (e.err) return e.err;
-    return frame_record(out, e.d, e.len);
+    int rc = e.err ? e.err : frame_record(out, e.d, e.len);
+    free(ev);
+    return rc;
 }
 
 /* ---- the exporter ---- */
