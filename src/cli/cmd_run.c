@@ -25,6 +25,8 @@
 #include "collect/collector.h"
 #include "cli/run_export.h"
 #include "record/rundir.h"
+#include "record/exporter.h"
+#include "record/sinks.h"
 #include "trainperf.h"
 #include "util/buf.h"
 #include "watch/alerts.h"
@@ -367,7 +369,7 @@ static double mono_s(void)
 /* The short end-of-run summary. With the report following it (full), the
  * percentiles are left to the report, so the terminal never shows two
  * definitions of the same figure. */
-static void print_summary(const coll_summary *s, const char *run_dir, const rec_exit *ex, int color,
+static void print_summary(const coll_summary *s, const char *run_dir, const run_exit *ex, int color,
                           int full)
 {
     const char *b = color ? CLI_BOLD : "", *r = color ? CLI_RESET : "";
@@ -409,9 +411,6 @@ static void print_summary(const coll_summary *s, const char *run_dir, const rec_
     for (int i = 0; i < s->nsources; i++)
         if (strcmp(s->sources[i].status, "ok") != 0 && strcmp(s->sources[i].status, "disabled") != 0)
             fprintf(o, "  %-11s %s\n", s->sources[i].name, s->sources[i].status);
-    for (int i = 0; i < s->nexporters; i++)
-        if (strcmp(s->exporter_status[i], "ok") != 0)
-            fprintf(o, "  %-11s %s\n", s->exporters[i], s->exporter_status[i]);
     if (s->exporter_lost)
         fprintf(o, "  exporters   %llu updates lost to slow consumers\n",
                 (unsigned long long)s->exporter_lost);
@@ -609,9 +608,10 @@ int cmd_run(int argc, char **argv)
     co.auto_hook = !a.no_auto;
     co.alerts = alerts;
     co.start_mono_ns = start_mono;
-    co.prom_on = prom_fd >= 0;
-    co.prom_fd = prom_fd;
-    co.no_tensorboard = a.no_tensorboard;
+    co.sinks = rec_sinks;
+    co.nsinks = rec_nsinks;
+    rec_export_config xc = {prom_fd, !a.no_tensorboard};
+    co.sink_config = &xc;
     coll *c = NULL;
     rc = coll_create(&c, &co);
     if (rc == 0) rc = coll_start(c);
@@ -652,7 +652,7 @@ int cmd_run(int argc, char **argv)
     if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
     if (drawn) fputs("\r\033[K", stderr);
 
-    rec_exit ex = {1, 0, 0};
+    run_exit ex = {1, 0, 0};
     if (WIFEXITED(status)) {
         ex.code = WEXITSTATUS(status);
     } else if (WIFSIGNALED(status)) {

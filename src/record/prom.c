@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/metrics.h"
 #include "record/exporter.h"
 #include "trainperf.h"
 #include "util/buf.h"
@@ -34,12 +35,12 @@
 #define PROM_MAX_COUNTERS 64       /* probe counters exported (name x rank) */
 #define PROM_MAX_RULES 64
 
-typedef struct prom_counter {
+typedef struct prom_counter_t {
     char name[64];
     int rank;
     pid_t pid;
     double v;
-} prom_counter;
+} prom_counter_t;
 
 typedef struct prom_rank_prev {
     int rank;
@@ -58,12 +59,16 @@ typedef struct prom {
 
     /* collector side */
     buf work;
-    prom_counter ctr[PROM_MAX_COUNTERS];
+    prom_counter_t ctr[PROM_MAX_COUNTERS];
     int nctr;
     uint64_t ctr_dropped;
     char rules[PROM_MAX_RULES][64];
     int rule_sev[PROM_MAX_RULES];
+    int rule_on[PROM_MAX_RULES];
     int nrules;
+    pid_t rank_pid[AGG_MAX_GROUPS];   /* pid -> rank, from the segments */
+    int rank_of[AGG_MAX_GROUPS];
+    int nranks;
     uint64_t alerts_fired;
     prom_rank_prev prev[AGG_MAX_GROUPS];
     int nprev;
@@ -539,7 +544,7 @@ static prom_rank_prev *prev_of(prom *p, int rank, pid_t pid)
     return r;
 }
 
-static const prom_counter *counter_of(const prom *p, const char *name, int rank, pid_t pid)
+static const prom_counter_t *counter_of(const prom *p, const char *name, int rank, pid_t pid)
 {
     for (int i = 0; i < p->nctr; i++)
         if (p->ctr[i].rank == rank && (rank >= 0 || p->ctr[i].pid == pid) &&
@@ -548,7 +553,7 @@ static const prom_counter *counter_of(const prom *p, const char *name, int rank,
     return NULL;
 }
 
-static void render_steps(buf *b, prom *p, const agg *a, double t)
+static void render_steps(buf *b, prom *p, const figs *a, double t)
 {
     char lab[64];
     family(b, "steps_total", "counter", "Steps completed, per rank.");
@@ -609,7 +614,7 @@ static void render_steps(buf *b, prom *p, const agg *a, double t)
         if (pr->t > 0 && t > pr->t) {
             double rate = (double)(g->count - pr->count) / (t - pr->t);
             sample(b, p, "rank_steps_per_second", lab, rate);
-            const prom_counter *c = counter_of(p, "flops", g->rank, g->pid);
+            const prom_counter_t *c = counter_of(p, "flops", g->rank, g->pid);
             if (c) sample(&fl, p, "flops_per_second", lab, c->v * rate);
         }
         pr->count = g->count;
@@ -647,30 +652,27 @@ static const char *sev_name(int s)
     return s == ALERT_CRITICAL ? "critical" : s == ALERT_WARNING ? "warning" : "info";
 }
 
-static void render_alerts(buf *b, const prom *p, const exp_view *v)
+static void render_alerts(buf *b, const prom *p)
 {
     family(b, "alert_firing", "gauge", "1 while the alert rule is firing (trainperf's own rules).");
     char lab[256];
     for (int i = 0; i < p->nrules; i++) {
-        int on = 0;
-        for (int k = 0; k < v->nactive; k++)
-            if (v->active[k] && strcmp(v->active[k], p->rules[i]) == 0) on = 1;
         buf lb;
         buf_init(&lb, sizeof(lab));
         buf_puts(&lb, "rule=\"");
         esc(&lb, p->rules[i]);
         buf_printf(&lb, "\",severity=\"%s\"", p->rule_sev[i] >= 0 ? sev_name(p->rule_sev[i]) : "unknown");
-        if (!lb.err) sample(b, p, "alert_firing", lb.data, on);
+        if (!lb.err) sample(b, p, "alert_firing", lb.data, p->rule_on[i]);
         buf_free(&lb);
     }
     family(b, "alerts_fired_total", "counter", "Alerts fired since the run started.");
     sample(b, p, "alerts_fired_total", NULL, (double)p->alerts_fired);
 }
 
-static void render(prom *p, const exp_view *v, uint64_t lost, uint64_t scrapes, uint64_t errs)
+static void render(prom *p, const coll_frame *f, const figs *steps, uint64_t lost, uint64_t scrapes,
+                   uint64_t errs)
 {
     buf *b = &p->work;
-    const coll_frame *f = v->f;
     buf_reset(b);
     family(b, "build_info", "gauge", "trainperf version; always 1.");
     sample(b, p, "build_info", "version=\"" TPF_VERSION_STRING "\"", 1);
@@ -678,12 +680,10 @@ static void render(prom *p, const exp_view *v, uint64_t lost, uint64_t scrapes, 
     sample(b, p, "start_time_seconds", NULL, p->start_unix_s);
     family(b, "run_seconds", "gauge", "Time since the run started.");
     sample(b, p, "run_seconds", NULL, f->t);
-    family(b, "run_ended", "gauge", "1 once the watched command has ended (last sample).");
-    sample(b, p, "run_ended", NULL, v->final ? 1 : 0);
-    if (v->a) render_steps(b, p, v->a, f->t);
+    if (steps) render_steps(b, p, steps, f->t);
     render_frame(b, p, f);
     render_gpus(b, p, f);
-    render_alerts(b, p, v);
+    render_alerts(b, p);
     family(b, "exporter_updates_lost_total", "counter",
            "Page updates not published because a scrape was copying the page at that instant.");
     sample(b, p, "exporter_updates_lost_total", "exporter=\"prometheus\"", (double)lost);
@@ -693,61 +693,65 @@ static void render(prom *p, const exp_view *v, uint64_t lost, uint64_t scrapes, 
     sample(b, p, "scrape_errors_total", NULL, (double)errs);
 }
 
-/* ---- the exporter ---- */
+/* ---- the sink ---- */
 
-static void prom_close(void *st);
+static void prom_close(void *st, const sink_run *run);
 
-static int prom_init(void **st, const exp_ctx *ctx, char *err, size_t errlen)
+static int prom_init(void **st, const sink_ctx *ctx)
 {
-    if (ctx->prom_fd < 0) return 1;
+    const rec_export_config *cfg = ctx->config;
+    if (!cfg || cfg->prom_fd < 0) return 1;
     prom *p = calloc(1, sizeof(*p));
     if (!p) {
-        close(ctx->prom_fd);
-        return TPF_ENOMEM;
+        close(cfg->prom_fd);
+        return 1; /* the run goes on without the endpoint */
     }
-    p->lfd = ctx->prom_fd;
+    p->lfd = cfg->prom_fd;
     p->wake[0] = p->wake[1] = -1;
-    snprintf(p->host, sizeof(p->host), "%s", ctx->host && *ctx->host ? ctx->host : "localhost");
+    const char *host = ctx->meta && ctx->meta->host && *ctx->meta->host ? ctx->meta->host : "localhost";
+    snprintf(p->host, sizeof(p->host), "%s", host);
     p->start_unix_s = ctx->start_unix_s;
     buf_init(&p->work, PROM_PAGE_MAX);
     buf_init(&p->page, PROM_PAGE_MAX);
     pthread_mutex_init(&p->mu, NULL);
-    /* Every rule gets a firing gauge from the start (0), so an alert rule
-     * over it sees the series before it first fires. */
-    for (int i = 0; ctx->alerts && p->nrules < PROM_MAX_RULES; i++) {
-        const char *t = alerts_rule_text(ctx->alerts, i);
-        if (!t) break;
-        const char *c = strstr(t, ": ");
+    /* Every rule gets a firing gauge from the start (0), so an alerting rule
+     * over it sees the series before it first fires. Texts are "name: expr". */
+    for (int i = 0; ctx->meta && i < ctx->meta->nalert_rules && p->nrules < PROM_MAX_RULES; i++) {
+        const char *t = ctx->meta->alert_rules[i];
+        const char *c = t ? strstr(t, ": ") : NULL;
         if (!c || strcmp(c + 2, "off") == 0 || (size_t)(c - t) >= sizeof(p->rules[0])) continue;
         memcpy(p->rules[p->nrules], t, (size_t)(c - t));
         p->rules[p->nrules][c - t] = 0;
         p->rule_sev[p->nrules] = -1;
         p->nrules++;
     }
+    int rc = 0;
     if (pipe2(p->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-        snprintf(err, errlen, "pipe: %s", strerror(errno));
-        prom_close(p);
-        return TPF_ESYS;
+        rc = err_from_errno(errno);
+    } else {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int e = pthread_create(&p->th, NULL, prom_main, p);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (e != 0)
+            rc = err_from_errno(e);
+        else
+            p->has_thread = 1;
     }
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&p->th, NULL, prom_main, p);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot start the server thread: %s", strerror(rc));
-        prom_close(p);
-        return TPF_ESYS;
+    if (rc) {
+        if (ctx->error) ctx->error(ctx->error_arg, "prometheus endpoint", rc);
+        prom_close(p, NULL);
+        return 1;
     }
-    p->has_thread = 1;
     *st = p;
     return 0;
 }
 
-static void prom_sample(void *st, const exp_view *v)
+static void prom_sample(void *st, const coll_frame *f, const sink_run *run)
 {
     prom *p = st;
-    render(p, v, __atomic_load_n(&p->lost, __ATOMIC_RELAXED),
+    render(p, f, run ? run->steps : NULL, __atomic_load_n(&p->lost, __ATOMIC_RELAXED),
            __atomic_load_n(&p->scrapes, __ATOMIC_RELAXED),
            __atomic_load_n(&p->scrape_errors, __ATOMIC_RELAXED));
     if (p->work.err) {
@@ -755,11 +759,9 @@ static void prom_sample(void *st, const exp_view *v)
         __atomic_add_fetch(&p->lost, 1, __ATOMIC_RELAXED);
         return;
     }
-    /* The last page must be seen: it may wait for a scrape's copy. */
-    if (v->final)
-        pthread_mutex_lock(&p->mu);
-    else if (pthread_mutex_trylock(&p->mu) != 0) {
-        /* A scrape is copying the page; the lost count goes out next time. */
+    if (pthread_mutex_trylock(&p->mu) != 0) {
+        /* A scrape is copying the page: this update is lost (counted), the
+         * next sample publishes again. */
         __atomic_add_fetch(&p->lost, 1, __ATOMIC_RELAXED);
         return;
     }
@@ -775,23 +777,29 @@ static void prom_alert(void *st, const alert_event *e)
     prom *p = st;
     if (e->fired) p->alerts_fired++;
     if (!e->rule) return;
-    for (int i = 0; i < p->nrules; i++) {
-        if (strcmp(p->rules[i], e->rule) == 0) {
-            p->rule_sev[i] = e->severity;
-            return;
-        }
+    int i;
+    for (i = 0; i < p->nrules; i++)
+        if (strcmp(p->rules[i], e->rule) == 0) break;
+    if (i == p->nrules) {
+        if (p->nrules == PROM_MAX_RULES) return;
+        snprintf(p->rules[i], sizeof(p->rules[0]), "%s", e->rule);
+        p->nrules++;
     }
-    if (p->nrules < PROM_MAX_RULES) {
-        snprintf(p->rules[p->nrules], sizeof(p->rules[0]), "%s", e->rule);
-        p->rule_sev[p->nrules++] = e->severity;
-    }
+    p->rule_sev[i] = e->severity;
+    p->rule_on[i] = e->fired ? 1 : 0;
 }
 
-static void prom_counter_cb(void *st, int rank, pid_t pid, const char *name, double v)
+static int rank_of_pid(const prom *p, pid_t pid)
 {
-    prom *p = st;
+    for (int i = 0; i < p->nranks; i++)
+        if (p->rank_pid[i] == pid) return p->rank_of[i];
+    return -1;
+}
+
+static void prom_counter(prom *p, int rank, pid_t pid, const char *name, double v)
+{
     for (int i = 0; i < p->nctr; i++) {
-        prom_counter *c = &p->ctr[i];
+        prom_counter_t *c = &p->ctr[i];
         if (c->rank == rank && (rank >= 0 || c->pid == pid) && strcmp(c->name, name) == 0) {
             c->v = v;
             return;
@@ -801,23 +809,29 @@ static void prom_counter_cb(void *st, int rank, pid_t pid, const char *name, dou
         p->ctr_dropped++; /* a capped label set: Prometheus wants few series */
         return;
     }
-    prom_counter *c = &p->ctr[p->nctr++];
+    prom_counter_t *c = &p->ctr[p->nctr++];
     snprintf(c->name, sizeof(c->name), "%s", name);
     c->rank = rank;
     c->pid = pid;
     c->v = v;
 }
 
-static uint64_t prom_lost(void *st)
+static void prom_probe(void *st, const sink_probe *e)
 {
     prom *p = st;
-    return __atomic_load_n(&p->lost, __ATOMIC_RELAXED);
+    if (e->kind == SINK_PROCESS && e->rank >= 0 && p->nranks < AGG_MAX_GROUPS) {
+        p->rank_pid[p->nranks] = e->pid;
+        p->rank_of[p->nranks++] = e->rank;
+    } else if (e->kind == SINK_COUNTER && e->name) {
+        prom_counter(p, rank_of_pid(p, e->pid), e->pid, e->name, e->value);
+    }
 }
 
-static void prom_close(void *st)
+static void prom_close(void *st, const sink_run *run)
 {
     prom *p = st;
     if (!p) return;
+    if (run && run->tally) run->tally->exporter_lost += __atomic_load_n(&p->lost, __ATOMIC_RELAXED);
     if (p->has_thread) {
         pthread_mutex_lock(&p->mu);
         p->quit = 1;
@@ -835,14 +849,11 @@ static void prom_close(void *st)
     free(p);
 }
 
-const exp_ops prom_exporter = {
+const sink_ops rec_sink_prometheus = {
     .name = "prometheus",
     .init = prom_init,
     .on_sample = prom_sample,
-    .on_step = NULL,
+    .on_probe = prom_probe,
     .on_alert = prom_alert,
-    .on_counter = prom_counter_cb,
-    .flush = NULL,
-    .lost = prom_lost,
     .close = prom_close,
 };

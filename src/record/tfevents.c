@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "record/exporter.h"
-#include "record/metrics.h"
+#include "core/metrics.h"
 #include "record/tfevents.h"
 #include "trainperf.h"
 #include "util/buf.h"
@@ -247,6 +247,9 @@ typedef struct tfev {
     int64_t step;           /* the step of the last record */
     char alert_text[16][1024];
     int nalert;
+    pid_t rank_pid[AGG_MAX_GROUPS]; /* pid -> rank, from the segments */
+    int rank_of[AGG_MAX_GROUPS];
+    int nranks;
 } tfev;
 
 static void write_fd(tfev *t, const buf *b)
@@ -285,7 +288,7 @@ static void *tfev_writer(void *arg)
 }
 
 /* Hand pending to the writer if it is idle; never wait for it. */
-static void tfev_flush(void *st)
+static void tfev_flush(void *st, const sink_run *run)
 {
     tfev *t = st;
     if (!t->pending.len) return;
@@ -341,11 +344,10 @@ static void emit(tfev *t, double wall, int64_t step, const tfev_value *v, int nv
     }
 }
 
-static void tfev_sample(void *st, const exp_view *v)
+static void tfev_sample(void *st, const coll_frame *f, const sink_run *run)
 {
     tfev *t = st;
-    const coll_frame *f = v->f;
-    const agg *a = v->a;
+    const figs *a = run ? run->steps : NULL;
     char tag[96];
     t->nv = 0;
     /* The step axis: the leading rank's completed steps. */
@@ -438,9 +440,8 @@ static void tfev_alert(void *st, const alert_event *e)
              e->message);
 }
 
-static void tfev_counter(void *st, int rank, pid_t pid, const char *name, double v)
+static void tfev_counter(tfev *t, int rank, pid_t pid, const char *name, double v)
 {
-    tfev *t = st;
     for (int i = 0; i < t->nctr; i++) {
         tfev_ctr *c = &t->ctr[i];
         if (c->rank == rank && (rank >= 0 || c->pid == pid) && strcmp(c->name, name) == 0) {
@@ -458,12 +459,26 @@ static void tfev_counter(void *st, int rank, pid_t pid, const char *name, double
     c->fresh = 1;
 }
 
-static uint64_t tfev_lost(void *st) { return ((tfev *)st)->lost; }
+static void tfev_probe(void *st, const sink_probe *e)
+{
+    tfev *t = st;
+    if (e->kind == SINK_PROCESS && e->rank >= 0 && t->nranks < AGG_MAX_GROUPS) {
+        t->rank_pid[t->nranks] = e->pid;
+        t->rank_of[t->nranks++] = e->rank;
+    } else if (e->kind == SINK_COUNTER && e->name) {
+        int rank = -1;
+        for (int i = 0; i < t->nranks; i++)
+            if (t->rank_pid[i] == e->pid) rank = t->rank_of[i];
+        tfev_counter(t, rank, e->pid, e->name, e->value);
+    }
+}
 
-static void tfev_close(void *st)
+static void tfev_close(void *st, const sink_run *run)
 {
     tfev *t = st;
     if (!t) return;
+    tfev_flush(t, run);
+    if (run && run->tally) run->tally->exporter_lost += t->lost;
     if (t->has_thread) {
         pthread_mutex_lock(&t->mu);
         while (t->busy) pthread_cond_wait(&t->cv, &t->mu);
@@ -484,9 +499,12 @@ static void tfev_close(void *st)
     free(t);
 }
 
-static int tfev_init(void **st, const exp_ctx *ctx, char *err, size_t errlen)
+static int tfev_init(void **st, const sink_ctx *ctx)
 {
-    if (!ctx->tensorboard || !ctx->run_dir) return 1;
+    /* On unless the caller's export config turns it off (embedded mode has
+     * none: on). */
+    const rec_export_config *cfg = ctx->config;
+    if ((cfg && !cfg->tensorboard) || !ctx->run_dir) return 1;
     tfev *t = calloc(1, sizeof(*t));
     if (!t) return TPF_ENOMEM;
     t->start_unix_s = ctx->start_unix_s;
@@ -499,7 +517,8 @@ static int tfev_init(void **st, const exp_ctx *ctx, char *err, size_t errlen)
     /* Host names may hold what a file name cannot. */
     char host[64];
     size_t k = 0;
-    for (const char *h = ctx->host ? ctx->host : "localhost"; *h && k + 1 < sizeof(host); h++)
+    const char *hn = ctx->meta && ctx->meta->host && *ctx->meta->host ? ctx->meta->host : "localhost";
+    for (const char *h = hn; *h && k + 1 < sizeof(host); h++)
         host[k++] = (*h == '/' || *h == ' ') ? '_' : *h;
     host[k] = 0;
     snprintf(path, sizeof(path), "%s/events.out.tfevents.%.0f.%s", ctx->run_dir,
@@ -507,9 +526,9 @@ static int tfev_init(void **st, const exp_ctx *ctx, char *err, size_t errlen)
     t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     if (t->fd < 0) {
         int e = errno;
-        snprintf(err, errlen, "%s: %s", path, strerror(e));
-        tfev_close(t);
-        return err_from_errno(e);
+        if (ctx->error) ctx->error(ctx->error_arg, "TensorBoard event file", err_from_errno(e));
+        tfev_close(t, NULL);
+        return 1; /* the run goes on without it */
     }
     tfev_event(&t->pending, ctx->start_unix_s, 0, "brain.Event:2", NULL, 0);
     write_fd(t, &t->pending);
@@ -523,14 +542,12 @@ static int tfev_init(void **st, const exp_ctx *ctx, char *err, size_t errlen)
     return 0;
 }
 
-const exp_ops tfev_exporter = {
+const sink_ops rec_sink_tensorboard = {
     .name = "tensorboard",
     .init = tfev_init,
     .on_sample = tfev_sample,
-    .on_step = NULL,
+    .on_probe = tfev_probe,
     .on_alert = tfev_alert,
-    .on_counter = tfev_counter,
     .flush = tfev_flush,
-    .lost = tfev_lost,
     .close = tfev_close,
 };
