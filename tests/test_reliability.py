@@ -53,11 +53,15 @@ def steps_rows(d):
 
 def test_full_fs_at_start_never_kills_the_trainee(cli, tmp_path):
     with small_fs(tmp_path / "m", "200k") as m:
-        p = run(cli, m / "r", TRAINER, "--steps", "3000", "--quiet")
+        p = run(cli, m / "r", TRAINER, "--steps", "400", "--quiet")
         assert p.returncode == 0, p.stderr  # was 135 (SIGBUS) on main
         sm = json.loads((m / "r" / "summary.json").read_text())
-        # No ring could be had: the probe went quiet and counted every event.
-        assert sm["steps"]["events_dropped"] > 0
+        assert sm["steps"]["count"] < 400
+        # Either the segment fitted and no ring could be had (the probe went
+        # quiet and counted its events), or not even the segment fitted (the
+        # process ran uninstrumented): which one depends on who wrote first.
+        if list((m / "r" / "live").glob("seg-*.tpf")):
+            assert sm["steps"]["events_dropped"] > 0
 
 
 def test_segment_space_is_reserved_not_sparse(cli, tmp_path):

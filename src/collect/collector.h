@@ -81,6 +81,7 @@ typedef struct coll_summary {
     char bad_segment[64];    /* the first one's file name */
     int nsources;
     run_source sources[RUN_MAX_SOURCES];
+    uint64_t exporter_lost;  /* updates Prometheus/TensorBoard dropped */
 } coll_summary;
 
 void coll_get_summary(const coll *c, coll_summary *out);

@@ -86,6 +86,7 @@ typedef struct sink_lost {
 
 typedef struct sink_tally {
     uint64_t trace_written, trace_dropped;
+    uint64_t exporter_lost;   /* updates exporters dropped (slow consumers) */
     sink_lost lost;
 } sink_tally;
 
