@@ -772,6 +772,6 @@ int cmd_run(int argc, char **argv)
         buf_free(&term);
     }
     alerts_free(alerts);
-    close(lock_fd);
+    rec_rundir_release(lock_fd);
     return ex.code;
 }

@@ -23,6 +23,10 @@ int rec_rundir_prepare(const char *dir);
 int rec_rundir_mkdirs(const char *dir);
 int rec_rundir_claim(const char *dir, unsigned flags);
 
+/* Drop the lock (for every process sharing it: forked workers inherit the
+ * fd) and close fd. fd < 0 is ignored. */
+void rec_rundir_release(int fd);
+
 /* 1 when a live collector holds dir's lock, 0 when none does, or an error. */
 int rec_rundir_in_use(const char *dir);
 

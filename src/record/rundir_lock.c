@@ -119,6 +119,13 @@ int rec_rundir_claim(const char *dir, unsigned flags)
     return dfd;
 }
 
+void rec_rundir_release(int fd)
+{
+    if (fd < 0) return;
+    flock(fd, LOCK_UN);
+    close(fd);
+}
+
 int rec_rundir_in_use(const char *dir)
 {
     int dfd = afile_dir_open(dir);

@@ -80,7 +80,7 @@ int tpf_start(const tpf_options *opt)
     rc = 0;
     rc = probe_attach(emb_dir);
     if (rc) {
-        close(emb_lock_fd);
+        rec_rundir_release(emb_lock_fd);
         emb_lock_fd = -1;
         goto out;
     }
@@ -109,7 +109,7 @@ int tpf_start(const tpf_options *opt)
         probe_detach();
         alerts_free(emb_alerts);
         emb_alerts = NULL;
-        close(emb_lock_fd);
+        rec_rundir_release(emb_lock_fd);
         emb_lock_fd = -1;
     }
 out:
@@ -136,7 +136,7 @@ int tpf_stop(void)
     /* The report is extra: the run directory is complete without it. */
     char err[256];
     (void)report_finish_run(emb_dir, 0, NULL, err, sizeof(err));
-    if (emb_lock_fd >= 0) close(emb_lock_fd);
+    rec_rundir_release(emb_lock_fd);
     emb_lock_fd = -1;
     pthread_mutex_unlock(&emb_lock);
     return rc;

@@ -5,7 +5,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "trainperf.h"
@@ -54,6 +56,29 @@ TT_TEST(start_rejects_bad_options)
     o.flags = TPF_START_NO_GPU | TPF_START_NO_PROCFS;
     TT_EQ_INT(tpf_start(&o), 0);
     TT_EQ_INT(tpf_stop(), 0);
+    rmrf(d);
+}
+
+TT_TEST(lock_released_at_stop_despite_forked_workers)
+{
+    char d[64];
+    tmpdir(d, sizeof(d));
+    unsetenv("TRAINPERF_RUN_DIR");
+    tpf_options o = TPF_OPTIONS_INIT;
+    o.run_dir = d;
+    o.flags = TPF_START_NO_GPU | TPF_START_NO_PROCFS;
+    TT_EQ_INT(tpf_start(&o), 0);
+    pid_t kid = fork(); /* a DataLoader worker: inherits the lock's fd */
+    if (kid == 0) {
+        sleep(3);
+        _exit(0);
+    }
+    TT_EQ_INT(tpf_stop(), 0);
+    /* The same directory again, worker still alive: the lock went at stop. */
+    TT_EQ_INT(tpf_start(&o), 0);
+    TT_EQ_INT(tpf_stop(), 0);
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
     rmrf(d);
 }
 
