@@ -57,6 +57,9 @@ typedef struct agg_group {
     int rank;             /* -1 when the process had none */
     pid_t pid;            /* the first process seen in the group */
     uint64_t count, interval_ns, samples, tokens;
+    uint64_t data_ns, comm_ns; /* data wait, comm wait (exclusive of other phases) */
+    /* since the watch last took them (agg_group_take_live) */
+    uint64_t live_count, live_interval_ns, live_data_ns, live_comm_ns;
     sketch step_ns;
 } agg_group;
 

@@ -8,6 +8,7 @@
 
 #include "record/fmt.h"
 #include "record/metrics.h"
+#include "record/ranks_json.h"
 #include "record/writers.h"
 #include "trainperf.h"
 #include "util/err.h"
@@ -472,6 +473,7 @@ static void put_steps(jw *w, const rec_summary *s)
     jw_key(w, "steps");
     jw_obj_begin(w);
     jw_kuint(w, "count", a->count);
+    rec_global_steps(w, a);
     jw_key(w, "ranks");
     jw_arr_begin(w);
     for (int i = 0; i < a->ngroups; i++)
@@ -526,6 +528,7 @@ static void put_steps(jw *w, const rec_summary *s)
         jw_knum(w, "step_time_ms_p95", ms(sketch_quantile(&g->step_ns, 0.95)));
         jw_knum(w, "steps_per_s",
                 g->interval_ns ? (double)g->count / ((double)g->interval_ns / 1e9) : NAN);
+        rec_rank_extra(w, g);
         jw_obj_end(w);
     }
     jw_arr_end(w);
