@@ -2,6 +2,7 @@
  * script at all and nothing loaded from anywhere. Every string that came
  * from the user or the program goes through report_html_esc. */
 #include "report/report_html.h"
+#include "report/report_ranks.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -742,6 +743,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
     chart_throughput(b, r);
     chart_breakdown(b, r);
     chart_data_hist(b, r);
+    rr_html(r, b);
     buf_puts(b, "<table><tr><th>ms</th><th class=\"n\">p50</th><th class=\"n\">p95</th><th "
                 "class=\"n\">p99</th><th class=\"n\">max</th></tr>\n");
     buf_printf(b,

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "report/diag.h"
+#include "report/report_ranks.h"
 #include "trainperf.h"
 #include "util/csvr.h"
 
@@ -234,6 +235,8 @@ static int rank_slot(diag_run *r, int rank, int pid, int tid)
     k->rank = rank;
     k->pid = pid;
     k->tid = tid;
+    k->node = r->cur_node;
+    dseries_init(&k->s_step, r->s_step_rate.width > 0 ? r->s_step_rate.width : 1.0);
     return r->nranks++;
 }
 
@@ -259,18 +262,21 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         csvr_close(&c);
         return TPF_EFORMAT;
     }
-    double width = r->duration_s > 0 ? r->duration_s / DIAG_SERIES_CAP : 1.0;
-    if (width < 0.1) width = 0.1;
-    dseries_init(&r->s_sample_rate, width);
-    dseries_init(&r->s_step_rate, width);
-    for (int p = 0; p < PH_COUNT; p++)
-        dseries_init(&r->s_phase[p], width);
-    r->first_end_s = r->last_end_s = r->first_start_s = NAN;
+    if (!r->cur_node) { /* later nodes add to node 0's figures */
+        double width = r->duration_s > 0 ? r->duration_s / DIAG_SERIES_CAP : 1.0;
+        if (width < 0.1) width = 0.1;
+        dseries_init(&r->s_sample_rate, width);
+        dseries_init(&r->s_step_rate, width);
+        for (int p = 0; p < PH_COUNT; p++)
+            dseries_init(&r->s_phase[p], width);
+        r->first_end_s = r->last_end_s = r->first_start_s = NAN;
+    }
     int streams[DIAG_MAX_RANKS * 4][2];
     int nstreams = 0;
     while ((rc = csvr_next(&c)) == 1) {
         double start, dur, iv, v;
         if (!csvr_num(&c, c_start, &start) || !csvr_num(&c, c_dur, &dur)) continue;
+        start += r->cur_offset_s;
         if (!csvr_num(&c, c_int, &iv)) iv = dur;
         double rank = -1, pid = -1, tid = -1, stepno = -1;
         csvr_num(&c, c_rank, &rank);
@@ -317,6 +323,19 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
          * compilation): kept in sums, left out of the distribution */
         double data = 0;
         int have_data = csvr_num(&c, c_ph[PH_DATA], &data);
+        int k = rank_slot(r, (int)rank, (int)pid, (int)tid);
+        if (k >= 0) {
+            double comm = 0;
+            csvr_num(&c, c_ph[PH_COMM], &comm);
+            drank *dk = &r->ranks[k];
+            dk->rows++;
+            dk->sum_interval_ns += iv;
+            dk->sum_data_ns += have_data ? data : 0;
+            dk->sum_comm_ns += comm;
+            dk->samples += sm;
+            if (csvr_num(&c, c_tokens, &v)) dk->tokens += v;
+            dseries_add(&dk->s_step, end, iv / 1e6);
+        }
         if (stepno == 0) continue;
         r->steps_warm++;
         dhist_add(&r->h_interval, iv / 1e6);
@@ -326,7 +345,6 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
             dhist_add(&r->h_data, data / 1e6);
             dstat_add(&r->st_data, data / 1e6);
         }
-        int k = rank_slot(r, (int)rank, (int)pid, (int)tid);
         if (k >= 0) {
             r->ranks[k].count++;
             dhist_add(&r->ranks[k].interval, iv / 1e6);
@@ -669,12 +687,22 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     }
     if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s))
         r->duration_s = r->last_end_s;
+    rr_load_comm(r, r->dir);
     *out = r;
     return 0;
 damaged:
     msg(err, errlen, "damaged run directory: %s", e);
     diag_free(r);
     return rc == TPF_ENOMEM ? rc : TPF_EFORMAT;
+}
+
+int diag_load_node_steps(diag_run *r, const char *run_dir, double offset_s, char *err,
+                         size_t errlen)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/steps.csv", run_dir);
+    r->cur_offset_s = offset_s;
+    return load_steps(r, path, err, errlen);
 }
 
 /* ---- headline figures -------------------------------------------------------- */
@@ -695,7 +723,7 @@ static double min_or_nan(const dstat *s)
 void diag_figures(const diag_run *r, dfig *f)
 {
     f->duration_s = r->duration_s;
-    f->steps = r->have_steps ? r->steps : NAN;
+    f->steps = r->have_steps ? rr_global_steps(r) : NAN;
     double span = r->last_end_s - r->first_start_s;
     int ok = r->steps > 0 && span > 0;
     f->steps_per_s = ok ? r->steps / (r->nstreams > 0 ? r->nstreams : 1) / span : NAN;
