@@ -15,8 +15,8 @@ void ranks_live(agg *a, coll_frame *f)
 {
     double cw[AGG_MAX_GROUPS], dw[AGG_MAX_GROUPS], iv[AGG_MAX_GROUPS];
     int rk[AGG_MAX_GROUPS], n = 0;
-    for (int i = 0; i < a->ngroups; i++) {
-        agg_group *g = a->groups[i];
+    for (int i = 0; i < a->f.ngroups; i++) {
+        agg_group *g = a->f.groups[i];
         if (g->rank >= 0 && g->live_count > 0) {
             double c = (double)g->live_count;
             cw[n] = (double)g->live_comm_ns / c / 1e6;

@@ -3,7 +3,7 @@
 #define TPF_COLLECT_RANKS_H
 
 #include "collect/agg.h"
-#include "collect/frame.h"
+#include "core/frame.h"
 
 /* Fill f's straggler fields from the ranks' figures since the previous call
  * and start a new interval. Leaves them unknown with fewer than two ranks. */

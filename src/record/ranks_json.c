@@ -18,7 +18,7 @@ void rec_rank_extra(jw *w, const agg_group *g)
     jw_knum(w, "tokens_per_s", g->tokens && secs > 0 ? (double)g->tokens / secs : NAN);
 }
 
-void rec_global_steps(jw *w, const agg *a)
+void rec_global_steps(jw *w, const figs *a)
 {
     /* a step of data-parallel training is one step of every rank: the job's
      * (optimizer) steps are the most any rank made, not the sum */
