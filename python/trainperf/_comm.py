@@ -64,7 +64,7 @@ _log_max = 200000
 _log_steps = set()      # steps whose every op is logged beyond the cap
 _log_only = [False]     # log only _log_steps
 _step = [0]             # optimizer steps seen in this process
-_steps_acc = {}         # step -> [ops, bytes, comm_ns, wait_ns, by_op dict]
+_steps_acc = {}         # step -> [ops, bytes, busy_ns, wait_ns, by_op dict, busy_end_ns]
 _STEPS_CAP = 4096
 _start_mono = [None]
 _writer = [None]
@@ -181,10 +181,15 @@ def _finish(o, end_ns):
             if len(_steps_acc) >= _STEPS_CAP:
                 _dropped[0] += 1
                 return
-            acc = _steps_acc[o.step] = [0, 0, 0, 0, {}]
+            acc = _steps_acc[o.step] = [0, 0, 0, 0, {}, 0]
         acc[0] += 1
         acc[1] += o.bytes
-        acc[2] += end_ns - o.issue_ns
+        # time with a collective in flight: the union of the ops' spans
+        # (they complete in issue order on one process group)
+        start = o.issue_ns if o.issue_ns > acc[5] else acc[5]
+        if end_ns > start:
+            acc[2] += end_ns - start
+            acc[5] = end_ns
         acc[3] += o.wait_ns
         acc[4][o.op] = acc[4].get(o.op, 0) + 1
         keep = o.step in _log_steps or (not _log_only[0] and _logged[0] < _log_max)
@@ -424,7 +429,7 @@ def _tail_done(ns):
         if acc is None:
             if len(_steps_acc) >= _STEPS_CAP:
                 return
-            acc = _steps_acc[_step[0]] = [0, 0, 0, 0, {}]
+            acc = _steps_acc[_step[0]] = [0, 0, 0, 0, {}, 0]
         acc[3] += ns
 
 

@@ -30,15 +30,19 @@ void ranks_live(agg *a, coll_frame *f)
     int s = 0;
     for (int i = 1; i < n; i++)
         if (cw[i] < cw[s]) s = i;
-    double others = 0, others_data = 0, step = 0;
+    double others = 0, others_data = 0, others_own = 0, step = 0;
     for (int i = 0; i < n; i++) {
         step += iv[i] / n;
         if (i == s) continue;
         others += cw[i] / (n - 1);
         others_data += dw[i] / (n - 1);
+        others_own += (iv[i] - cw[i]) / (n - 1);
     }
     double gap = others - cw[s];
     if (!(step > 0) || !(gap >= 0)) return;
+    /* the others' wait must show up as the straggler's own time (compute or
+     * data): noise in the collectives alone is no straggler */
+    if (iv[s] - cw[s] - others_own < 0.5 * gap) gap = 0;
     fv_set(&f->straggler_pct, 100.0 * gap / step);
     fv_set(&f->straggler_wait_ms, gap);
     fv_set(&f->straggler_data_ms, dw[s] - others_data);

@@ -473,7 +473,18 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
     d->score = s;
     ev(d, "comm_share", s, "comm phases are %.0f%% of step time", 100 * s);
     if (r->nranks > 1) ev(d, "ranks", r->nranks, "%d ranks", r->nranks);
-    if (r->python) {
+    rr_overlap_t ov;
+    if (rr_overlap(r, &ov))
+        ev(d, "comm_exposed_ms", ov.exposed_ms,
+           "per rank and step: %.1f ms of collectives in flight, %.1f ms exposed, %.1f ms "
+           "overlapped with compute",
+           ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
+    char fsdp[600];
+    rr_fsdp_advice(r, fsdp, sizeof(fsdp));
+    if (fsdp[0]) rec(d, "%s", fsdp);
+    if (fsdp[0]) {
+        /* FSDP: the all-reduce advice below is DDP's */
+    } else if (r->python) {
         rec(d, "Overlap gradients' all-reduce with the backward pass (DDP does so by bucket: "
                "tune bucket_cap_mb) and avoid synchronising calls in the step.");
         rec(d, "Communicate less often: gradient accumulation with no_sync() on the inner steps.");

@@ -60,11 +60,13 @@ typedef struct drank {
     int pid, tid;
     double count; /* steps past the warm-up one (those in interval) */
     dhist interval;
-    /* every step (report_ranks.c): sums in ns, for the per-rank table */
+    /* report_ranks.c: rows = every step; sums (ns) over the steps in count
+     * (the warm-up step left out, as in the quantiles) */
     double rows, sum_interval_ns, sum_data_ns, sum_comm_ns, samples, tokens;
     int node;              /* index of its run directory in a many-node report */
     char top_op[32];       /* its most frequent collective (comm/), "" unknown */
     double comm_bytes, comm_ops, comm_busbw_sum, comm_busbw_n;
+    double comm_busy_ns;   /* time with a collective in flight (union of ops) */
     dseries s_step;        /* step time (ms) over time: the html heatmap */
 } drank;
 

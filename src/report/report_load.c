@@ -324,11 +324,11 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         double data = 0;
         int have_data = csvr_num(&c, c_ph[PH_DATA], &data);
         int k = rank_slot(r, (int)rank, (int)pid, (int)tid);
-        if (k >= 0) {
+        if (k >= 0) r->ranks[k].rows++;
+        if (k >= 0 && stepno != 0) {
             double comm = 0;
             csvr_num(&c, c_ph[PH_COMM], &comm);
             drank *dk = &r->ranks[k];
-            dk->rows++;
             dk->sum_interval_ns += iv;
             dk->sum_data_ns += have_data ? data : 0;
             dk->sum_comm_ns += comm;

@@ -50,7 +50,7 @@ typedef struct rrow {
 
 static void rank_row(const drank *k, rrow *o)
 {
-    double n = k->rows > 0 ? k->rows : NAN;
+    double n = k->count > 0 ? k->count : NAN;
     o->steps = k->rows;
     o->p50 = dhist_quantile(&k->interval, 0.5);
     o->p95 = dhist_quantile(&k->interval, 0.95);
@@ -77,7 +77,7 @@ int rr_straggler(const diag_run *r, rr_strag *s)
     double any_comm = 0;
     for (int i = 0; i < n; i++) {
         rank_row(k[i], &row[i]);
-        if (!(row[i].steps >= 3)) return 0;
+        if (!(k[i]->count >= 3)) return 0;
         any_comm += row[i].comm;
         if (least < 0 || row[i].comm < row[least].comm) least = i;
     }
@@ -103,7 +103,64 @@ int rr_straggler(const diag_run *r, rr_strag *s)
     s->extra_compute_ms = row[least].compute - oc;
     s->loader = s->extra_data_ms >= 0.5 * s->gap_ms;
     snprintf(s->op, sizeof(s->op), "%s", k[most]->top_op[0] ? k[most]->top_op : "collectives");
-    return s->share >= RR_STRAGGLER_SHARE;
+    /* the others' wait must be the straggler's own time: noise in the
+     * collectives alone (a loaded host) is not a straggler */
+    int own = s->extra_data_ms + s->extra_compute_ms >= 0.5 * s->gap_ms;
+    return s->share >= RR_STRAGGLER_SHARE && own;
+}
+
+/* ---- overlap and FSDP ------------------------------------------------------- */
+
+int rr_overlap(const diag_run *r, rr_overlap_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    double busy = 0, waited = 0, steps = 0;
+    int n = 0;
+    for (int i = 0; i < r->nranks; i++) {
+        const drank *k = &r->ranks[i];
+        if (!(k->comm_ops > 0) || !(k->rows > 0) || !(k->count > 0)) continue;
+        busy += k->comm_busy_ns / k->count;
+        waited += k->sum_comm_ns / k->count;
+        steps += (k->sum_interval_ns - k->sum_comm_ns - k->sum_data_ns) / k->count;
+        n++;
+    }
+    if (!n) return 0;
+    o->busy_ms = busy / n / 1e6;
+    o->exposed_ms = waited / n / 1e6;
+    o->overlapped_ms = o->busy_ms > o->exposed_ms ? o->busy_ms - o->exposed_ms : 0;
+    o->compute_ms = steps / n / 1e6;
+    double ag = 0, agw = 0, rs = 0, rsw = 0;
+    for (int i = 0; i < r->ncommops; i++) {
+        const dcommop *c = &r->commops[i];
+        if (strstr(c->op, "all_gather")) ag += c->dur_ns, agw += c->wait_ns;
+        if (strstr(c->op, "reduce_scatter")) rs += c->dur_ns, rsw += c->wait_ns;
+    }
+    double gsteps = rr_global_steps(r) * n;
+    o->fsdp = ag > 0 && rs > 0 && gsteps > 0;
+    if (o->fsdp) {
+        o->ag_ms = ag / gsteps / 1e6;
+        o->ag_exposed_ms = agw / gsteps / 1e6;
+        o->rs_ms = rs / gsteps / 1e6;
+        o->rs_exposed_ms = rsw / gsteps / 1e6;
+        /* prefetching the next all-gather hides it under the current
+         * layer's compute: at most the exposed all-gather time, at most
+         * the compute there is to hide it under */
+        o->prefetch_gain_ms = o->ag_exposed_ms < o->compute_ms ? o->ag_exposed_ms : o->compute_ms;
+    }
+    return 1;
+}
+
+void rr_fsdp_advice(const diag_run *r, char *out, size_t n)
+{
+    rr_overlap_t o;
+    out[0] = 0;
+    if (!rr_overlap(r, &o) || !o.fsdp) return;
+    snprintf(out, n,
+             "FSDP: all-gathers take %.1f ms a step, %.1f ms exposed; forward/backward "
+             "prefetch (set_modules_to_forward_prefetch / set_modules_to_backward_prefetch) "
+             "could hide up to %.1f ms a step (bounded by %.1f ms of compute); reduce-scatters "
+             "%.1f ms, %.1f ms exposed.",
+             o.ag_ms, o.ag_exposed_ms, o.prefetch_gain_ms, o.compute_ms, o.rs_ms, o.rs_exposed_ms);
 }
 
 /* ---- comm/ ------------------------------------------------------------------ */
@@ -136,6 +193,9 @@ static void load_ops_file(diag_run *r, const char *path)
     int c_rank = csvr_col(&c, "rank"), c_op = csvr_col(&c, "op"), c_bytes = csvr_col(&c, "bytes");
     int c_dur = csvr_col(&c, "duration_ns"), c_wait = csvr_col(&c, "wait_ns");
     int c_bus = csvr_col(&c, "busbw_bps");
+    int c_is = csvr_col(&c, "issue_mono_ns"), c_end = csvr_col(&c, "end_mono_ns");
+    int c_step = csvr_col(&c, "step");
+    double last_end = 0;
     if (c_op < 0 || c_dur < 0) {
         csvr_close(&c);
         return;
@@ -163,6 +223,15 @@ static void load_ops_file(diag_run *r, const char *path)
         if (o && have_bus) {
             o->busbw_sum += bus;
             o->busbw_n++;
+        }
+        double is, en, stepno = -1;
+        csvr_num(&c, c_step, &stepno);
+        /* the warm-up step is left out, as in the per-rank step figures */
+        if (k && stepno != 0 && csvr_num(&c, c_is, &is) && csvr_num(&c, c_end, &en)) {
+            /* rows come in completion order: the union of [issue, end] */
+            double from = is > last_end ? is : last_end;
+            if (en > from) k->comm_busy_ns += en - from;
+            if (en > last_end) last_end = en;
         }
         if (k) {
             k->comm_ops++;
@@ -538,6 +607,14 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
             buf_printf(b, "  %-24s %8.0f %10s %10.1f %10.1f %10s/s\n", o->op, o->n, by,
                        o->dur_ns / 1e6, o->wait_ns / 1e6, bw);
         }
+        rr_overlap_t ov;
+        if (rr_overlap(r, &ov))
+            buf_printf(b, "  per rank and step: collectives in flight %.1f ms, exposed (waited on) "
+                          "%.1f ms, overlapped with compute %.1f ms\n",
+                       ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
+        char adv[600];
+        rr_fsdp_advice(r, adv, sizeof(adv));
+        if (adv[0]) buf_printf(b, "  %s\n", adv);
     }
     if (r->nnodes > 1) {
         buf_printf(b, "\n%sNODES%s\n", bold, reset);
@@ -598,6 +675,14 @@ void rr_md(const diag_run *r, buf *b)
             buf_printf(b, "| %s | %.0f | %s | %.1f | %.1f | %s |\n", o->op, o->n, a[0],
                        o->dur_ns / 1e6, o->wait_ns / 1e6, a[1]);
         }
+        rr_overlap_t ov;
+        if (rr_overlap(r, &ov))
+            buf_printf(b, "\nPer rank and step: collectives in flight %.1f ms, exposed (waited on) "
+                          "%.1f ms, overlapped with compute %.1f ms.\n",
+                       ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
+        char adv[600];
+        rr_fsdp_advice(r, adv, sizeof(adv));
+        if (adv[0]) buf_printf(b, "\n%s\n", adv);
     }
     if (r->nnodes > 1) {
         buf_puts(b, "\n### Nodes\n\n| node | host | CPUs | ranks | CPU mean % | RSS max | clock "
@@ -744,6 +829,24 @@ void rr_json(const diag_run *r, jw *w)
         jw_obj_end(w);
     }
     jw_arr_end(w);
+    jw_key(w, "comm_overlap");
+    rr_overlap_t ov;
+    if (!rr_overlap(r, &ov)) {
+        jw_null(w);
+    } else {
+        jw_obj_begin(w);
+        jw_knum(w, "in_flight_ms_per_step", ov.busy_ms);
+        jw_knum(w, "exposed_ms_per_step", ov.exposed_ms);
+        jw_knum(w, "overlapped_ms_per_step", ov.overlapped_ms);
+        if (ov.fsdp) {
+            jw_knum(w, "fsdp_all_gather_ms_per_step", ov.ag_ms);
+            jw_knum(w, "fsdp_all_gather_exposed_ms_per_step", ov.ag_exposed_ms);
+            jw_knum(w, "fsdp_reduce_scatter_ms_per_step", ov.rs_ms);
+            jw_knum(w, "fsdp_reduce_scatter_exposed_ms_per_step", ov.rs_exposed_ms);
+            jw_knum(w, "fsdp_prefetch_gain_ms_per_step", ov.prefetch_gain_ms);
+        }
+        jw_obj_end(w);
+    }
     jw_key(w, "nodes");
     jw_arr_begin(w);
     for (int i = 0; i < r->nnodes; i++) {

@@ -31,6 +31,19 @@ int rr_straggler(const diag_run *r, rr_strag *s);
 /* The straggler as one sentence of evidence into o ("" when none). */
 void rr_evidence(const diag_run *r, char *o, size_t n);
 
+/* Communication per rank and step (mean over ranks with a comm log): in
+ * flight (union of the collectives' issue-to-completion spans), exposed
+ * (the comm wait of steps.csv) and overlapped (the rest); for FSDP (all-gathers
+ * and reduce-scatters) their time, exposed part and what prefetch could buy. */
+typedef struct rr_overlap_t {
+    double busy_ms, exposed_ms, overlapped_ms, compute_ms;
+    int fsdp;
+    double ag_ms, ag_exposed_ms, rs_ms, rs_exposed_ms, prefetch_gain_ms;
+} rr_overlap_t;
+int rr_overlap(const diag_run *r, rr_overlap_t *o); /* 0: no comm log */
+/* The FSDP recommendation as one sentence ("" when not FSDP). */
+void rr_fsdp_advice(const diag_run *r, char *out, size_t n);
+
 /* Read run_dir/comm/ops-*.csv into r (per op kind totals, per rank bytes and
  * bus bandwidth). Missing or damaged files are skipped. */
 void rr_load_comm(diag_run *r, const char *run_dir);
