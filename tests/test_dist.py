@@ -177,7 +177,9 @@ def test_two_nodes_under_their_own_runs_report_as_one_job(tmp_path):
         assert p.returncode == 0, e[-3000:]
     for parent_or_dirs in ([tmp_path / "job"], runs):
         rep = report_json(*parent_or_dirs)
-        assert [(r["rank"], r["node"]) for r in rep["ranks"]] == [(0, 0), (1, 1)]
+        # c10d rendezvous, not --node-rank, decides which node gets rank 0
+        assert [r["rank"] for r in rep["ranks"]] == [0, 1]
+        assert sorted(r["node"] for r in rep["ranks"]) == [0, 1]
         assert rep["steps"]["count"] == 12
         nodes = rep["nodes"]
         assert len(nodes) == 2 and nodes[1]["collectives_matched"] >= 12
