@@ -127,6 +127,12 @@ def test_slow_rank_is_named_live_and_in_the_report(tmp_path):
     text = subprocess.run([str(BUILD / "trainperf"), "report", str(out)], capture_output=True,
                           text=True, timeout=60).stdout
     assert "rank 0 waits" in text and "in all_reduce for rank 1" in text
+    cmp = subprocess.run([str(BUILD / "trainperf"), "compare", str(out), str(out), "--format",
+                          "json"], capture_output=True, text=True, timeout=60)
+    assert cmp.returncode == 0, cmp.stderr
+    c = json.loads(cmp.stdout)
+    assert [r["rank"] for r in c["ranks"]] == [0, 1] and c["straggler_a"] == 1
+    assert c["ranks"][1]["a"]["compute_ms"] == c["ranks"][1]["b"]["compute_ms"] > 0
 
 
 def test_slow_loader_of_one_of_four_ranks_is_named(tmp_path):

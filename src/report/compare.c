@@ -6,6 +6,7 @@
 
 #include "report/diag.h"
 #include "report/report_html.h"
+#include "report/report_ranks.h"
 #include "trainperf.h"
 #include "util/jsonw.h"
 
@@ -145,6 +146,7 @@ static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const
                    isfinite(p) ? (snprintf(s4, sizeof(s4), "%+.1f%%", p), s4) : "?",
                    *v ? (strcmp(v, "better") == 0 ? G : Y) : "", v, *v ? R : "");
     }
+    rr_compare(a, b, 0, o, B, R);
     buf_printf(o, "\n%sDiagnosis%s\n  A: %s — %s\n  B: %s — %s\n", B, R, a->diag.primary.title,
                a->diag.primary.summary, b->diag.primary.title, b->diag.primary.summary);
 }
@@ -193,6 +195,7 @@ static void md_out(const diag_run *a, const diag_run *b, const dfig *fa, const d
             buf_puts(o, "?");
         buf_printf(o, " | %s |\n", verdict(r, va, vb));
     }
+    rr_compare(a, b, 1, o, "", "");
     buf_puts(o, "\n## Diagnosis\n\n| | A | B |\n|---|---|---|\n| primary | ");
     md_cell(o, a->diag.primary.title);
     buf_puts(o, " | ");
@@ -228,6 +231,7 @@ static void json_out(const diag_run *a, const diag_run *b, const dfig *fa, const
         jw_obj_end(&w);
     }
     jw_obj_end(&w);
+    rr_compare_json(a, b, &w);
     jw_key(&w, "diagnosis");
     jw_obj_begin(&w);
     jw_key(&w, "a");

@@ -881,3 +881,123 @@ double rr_global_steps(const diag_run *r)
         }
     return n >= 2 ? most : r->steps;
 }
+
+/* ---- compare ---------------------------------------------------------------- */
+
+/* Rank k of run x, or NULL. */
+static const drank *find_rank(const diag_run *x, int rank)
+{
+    for (int i = 0; i < x->nranks; i++)
+        if (x->ranks[i].rank == rank) return &x->ranks[i];
+    return NULL;
+}
+
+/* The ranks of a and b, merged in rank order. */
+static int union_ranks(const diag_run *a, const diag_run *b, int *out)
+{
+    int n = 0;
+    const diag_run *xs[2] = {a, b};
+    for (int x = 0; x < 2; x++)
+        for (int i = 0; i < xs[x]->nranks; i++) {
+            int rk = xs[x]->ranks[i].rank, j;
+            if (rk < 0) continue;
+            for (j = 0; j < n; j++)
+                if (out[j] == rk) break;
+            if (j == n && n < DIAG_MAX_RANKS) out[n++] = rk;
+        }
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && out[j] < out[j - 1]; j--) {
+            int t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    return n;
+}
+
+static void cmp_row(const diag_run *x, int rank, rrow *w)
+{
+    const drank *k = find_rank(x, rank);
+    if (k)
+        rank_row(k, w);
+    else
+        w->steps = w->p50 = w->p95 = w->data = w->compute = w->comm = w->sps = w->busbw = NAN;
+}
+
+void rr_compare(const diag_run *a, const diag_run *b, int md, buf *o, const char *bold,
+                const char *reset)
+{
+    int ranks[DIAG_MAX_RANKS];
+    int n = union_ranks(a, b, ranks);
+    if (n < 2) return;
+    char c[8][32];
+    if (md)
+        buf_puts(o, "\n## Ranks (A → B, ms per step)\n\n| rank | step p50 | compute | data wait | "
+                    "comm wait |\n|---|---|---|---|---|\n");
+    else
+        buf_printf(o, "\n%sRanks%s (A -> B, ms per step)\n  %-9s %-22s %-22s %-22s %-22s\n", bold,
+                   reset, "", "   step p50", "   compute", "   data wait", "   comm wait");
+    for (int i = 0; i < n; i++) {
+        rrow x, y;
+        cmp_row(a, ranks[i], &x);
+        cmp_row(b, ranks[i], &y);
+        num(c[0], 32, "%.1f", x.p50), num(c[1], 32, "%.1f", y.p50);
+        num(c[2], 32, "%.1f", x.compute), num(c[3], 32, "%.1f", y.compute);
+        num(c[4], 32, "%.1f", x.data), num(c[5], 32, "%.1f", y.data);
+        num(c[6], 32, "%.1f", x.comm), num(c[7], 32, "%.1f", y.comm);
+        if (md)
+            buf_printf(o, "| %d | %s → %s | %s → %s | %s → %s | %s → %s |\n", ranks[i], c[0], c[1],
+                       c[2], c[3], c[4], c[5], c[6], c[7]);
+        else
+            buf_printf(o, "  rank %-4d %9s -> %-9s %9s -> %-9s %9s -> %-9s %9s -> %-9s\n", ranks[i],
+                       c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
+    }
+    const diag_run *xs[2] = {a, b};
+    for (int x = 0; x < 2; x++) {
+        rr_strag s;
+        int hit = rr_straggler(xs[x], &s);
+        buf_printf(o, md ? "\n- %s: " : "  %s: ", x ? "B" : "A");
+        if (hit)
+            strag_words(&s, o);
+        else
+            buf_puts(o, "no straggler");
+        buf_puts(o, "\n");
+    }
+}
+
+void rr_compare_json(const diag_run *a, const diag_run *b, jw *w)
+{
+    int ranks[DIAG_MAX_RANKS];
+    int n = union_ranks(a, b, ranks);
+    jw_key(w, "ranks");
+    jw_arr_begin(w);
+    for (int i = 0; i < n; i++) {
+        rrow x[2];
+        cmp_row(a, ranks[i], &x[0]);
+        cmp_row(b, ranks[i], &x[1]);
+        jw_obj_begin(w);
+        jw_kint(w, "rank", ranks[i]);
+        for (int k = 0; k < 2; k++) {
+            jw_key(w, k ? "b" : "a");
+            jw_obj_begin(w);
+            jw_knum(w, "steps", x[k].steps);
+            jw_knum(w, "step_time_ms_p50", x[k].p50);
+            jw_knum(w, "compute_ms", x[k].compute);
+            jw_knum(w, "data_wait_ms", x[k].data);
+            jw_knum(w, "comm_wait_ms", x[k].comm);
+            jw_obj_end(w);
+        }
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    rr_strag s;
+    jw_key(w, "straggler_a");
+    if (rr_straggler(a, &s))
+        jw_int(w, s.rank);
+    else
+        jw_null(w);
+    jw_key(w, "straggler_b");
+    if (rr_straggler(b, &s))
+        jw_int(w, s.rank);
+    else
+        jw_null(w);
+}
