@@ -200,6 +200,20 @@ def test_two_nodes_under_their_own_runs_report_as_one_job(tmp_path):
     assert abs(n1["wall_clock_offset_s"] - true_offset) > 4.5
     assert abs(n1["clock_offset_s"] - true_offset) < n1["alignment_error_s"] + 0.05
     assert rep["straggler"]["rank"] == 1
+    # merge puts the nodes' traces on the same aligned clock: the ranks' steps
+    # end together (they leave the same all-reduce), not 5 s apart
+    job = tmp_path / "job.json"
+    p = subprocess.run([str(BUILD / "trainperf"), "merge", *map(str, runs), "-o", str(job)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "aligned on collectives" in p.stderr
+    ends = {}
+    for e in json.load(open(job))["traceEvents"]:
+        if e.get("cat") == "step":
+            ends.setdefault(e["pid"] // 1000, {})[e["name"]] = e["ts"] + e["dur"]
+    a, b = ends.values()
+    diffs = sorted(abs(a[k] - b[k]) / 1e6 for k in a if k in b and k != "step 0")
+    assert diffs and diffs[len(diffs) // 2] < 0.1
 
 
 IN_FLIGHT = r"""

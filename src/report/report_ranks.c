@@ -1001,3 +1001,17 @@ void rr_compare_json(const diag_run *a, const diag_run *b, jw *w)
     else
         jw_null(w);
 }
+
+int rr_job_offsets(const char *const *dirs, int n, double *offsets_s, double *errs_s, char *err,
+                   size_t errlen)
+{
+    diag_run *r;
+    int rc = rr_load_job(dirs, n, &r, err, errlen);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) {
+        offsets_s[i] = i < r->nnodes ? r->nodes[i].offset_s : 0;
+        errs_s[i] = i < r->nnodes ? r->nodes[i].align_err_s : NAN;
+    }
+    diag_free(r);
+    return 0;
+}

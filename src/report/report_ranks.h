@@ -56,6 +56,12 @@ int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char 
  * 0's run plus every other node's steps and collectives, clocks aligned. */
 int rr_load_job(const char *const *dirs, int n, diag_run **out, char *err, size_t errlen);
 
+/* The clock offset (seconds to add) and alignment error of each of n run
+ * directories against the first, as the report aligns them (errs_s NAN when
+ * no collectives matched). */
+int rr_job_offsets(const char *const *dirs, int n, double *offsets_s, double *errs_s, char *err,
+                   size_t errlen);
+
 /* Optimizer steps of the job: most steps of any rank (not a sum over ranks). */
 double rr_global_steps(const diag_run *r);
 
