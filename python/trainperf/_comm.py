@@ -117,9 +117,16 @@ def current_step():
 
 # --- per-op bookkeeping ---------------------------------------------------
 
+_dtypes = {}
+
+
 def _numel_bytes(t):
     n = t.numel()
-    return n, n * t.element_size(), str(t.dtype).replace("torch.", "")
+    dt = t.dtype
+    name = _dtypes.get(dt)
+    if name is None:
+        name = _dtypes[dt] = str(dt).replace("torch.", "")
+    return n, n * t.element_size(), name
 
 
 def _sum_tensors(ts):
@@ -133,6 +140,9 @@ def _sum_tensors(ts):
 
 
 def _group(dist, group):
+    hit = _gsize.get(id(group)) if group is not None else None
+    if hit is not None:
+        return hit
     g = group if group is not None else dist.group.WORLD
     hit = _gsize.get(id(g))
     if hit is None:
@@ -153,12 +163,15 @@ def _group(dist, group):
 def _begin(dist, name, group, elements, nbytes, dtype, factor, is_async):
     o = _Op()
     key, size = _group(dist, group)
-    o.op, o.group, o.group_size = name, key, size
-    o.elements, o.bytes, o.dtype = elements, nbytes, dtype
+    o.op = name
+    o.group = key
+    o.group_size = size
+    o.elements = elements
+    o.bytes = nbytes
+    o.dtype = dtype
     o.factor = factor(size) if callable(factor) else factor
-    o.is_async = bool(is_async)
-    o.wait_ns = 0
-    o.end_ns = 0
+    o.is_async = is_async
+    o.wait_ns = o.end_ns = 0
     o.done = False
     o.step = _step[0]
     with _lock:
@@ -175,7 +188,7 @@ def _finish(o, end_ns):
             return
         o.done = True
         o.end_ns = end_ns
-        _inflight.pop(id(o), None)
+        del _inflight[id(o)]
         acc = _steps_acc.get(o.step)
         if acc is None:
             if len(_steps_acc) >= _STEPS_CAP:
@@ -191,13 +204,14 @@ def _finish(o, end_ns):
             acc[2] += end_ns - start
             acc[5] = end_ns
         acc[3] += o.wait_ns
-        acc[4][o.op] = acc[4].get(o.op, 0) + 1
-        keep = o.step in _log_steps or (not _log_only[0] and _logged[0] < _log_max)
-        if keep and len(_pending_ops) < _PENDING_CAP:
-            _logged[0] += 1
-            _pending_ops.append(o)
-        elif keep:
-            _dropped[0] += 1
+        by = acc[4]
+        by[o.op] = by.get(o.op, 0) + 1
+        if (not _log_only[0] and _logged[0] < _log_max) or o.step in _log_steps:
+            if len(_pending_ops) < _PENDING_CAP:
+                _logged[0] += 1
+                _pending_ops.append(o)
+            else:
+                _dropped[0] += 1
 
 
 def _add_wait(o, ns):
@@ -225,9 +239,13 @@ def _arg(names, args, kwargs, name, default=None):
     return kwargs.get(name, default)
 
 
-# name -> (sizing function over (arg getter) -> (elements, bytes, dtype), busbw factor, blocking-only)
+def _ONE(g):
+    return _numel_bytes(g("tensor"))
+
+
+# name -> (sizing function over (arg getter) -> (elements, bytes, dtype), busbw factor)
 def _specs():
-    one = lambda g: _numel_bytes(g("tensor"))
+    one = _ONE
     return {
         "all_reduce": (one, _ring),
         "all_reduce_coalesced": (lambda g: _sum_tensors(g("tensors")), _ring),
@@ -263,15 +281,24 @@ def _wrap(dist, name, orig, sizing, factor, push, pop):
     names = {p: i for i, p in enumerate(params)}
     tls = _tls
     always_async = name in ("isend", "irecv")
+    gi = names.get("group", 10 ** 6)
+    ai = names.get("async_op", 10 ** 6)
+    # the common case, one tensor first: sized without the generic getter
+    first = sizing is _ONE and params[:1] == ["tensor"]
 
     def timed(*args, **kwargs):
-        if getattr(tls, "depth", 0):
+        if tls.__dict__.get("depth"):
             return orig(*args, **kwargs)  # called from another wrapped op
         try:
-            get = lambda n, d=None: _arg(names, args, kwargs, n, d)
-            elements, nbytes, dtype = sizing(get)
-            is_async = always_async or bool(get("async_op", False))
-            o = _begin(dist, name, get("group"), elements, nbytes, dtype, factor, is_async)
+            na = len(args)
+            if first and na:
+                elements, nbytes, dtype = _numel_bytes(args[0])
+            else:
+                elements, nbytes, dtype = sizing(
+                    lambda n, d=None: _arg(names, args, kwargs, n, d))
+            is_async = always_async or bool(args[ai] if na > ai else kwargs.get("async_op"))
+            o = _begin(dist, name, args[gi] if na > gi else kwargs.get("group"), elements,
+                       nbytes, dtype, factor, is_async)
         except Exception:
             return orig(*args, **kwargs)
         tls.depth = 1
@@ -289,8 +316,8 @@ def _wrap(dist, name, orig, sizing, factor, push, pop):
             tls.depth = 0
             if not is_async:
                 pop()
-        end = _mono()
         if not is_async or res is None:
+            end = _mono()
             if not is_async:
                 o.wait_ns = end - o.issue_ns
             _finish(o, end)
@@ -305,19 +332,17 @@ def _wrap(dist, name, orig, sizing, factor, push, pop):
 
 
 def _track(o, work):
+    # Completion is taken when wait() returns: a future callback per op would
+    # cost more than the op itself on gloo (get_future alone is tens of us).
     with _lock:
         if len(_works) >= _WORKS_CAP:
-            # a program that never waits: forget the oldest
-            _works.pop(next(iter(_works)))
+            # a program that never waits: forget the oldest, ended now
+            old = _works.pop(next(iter(_works)))
+        else:
+            old = None
         _works[id(work)] = o
-    try:
-        fut = work.get_future()
-    except Exception:
-        return  # no future (gloo point-to-point): completion is the wait's end
-    try:
-        fut.add_done_callback(lambda f, o=o: _finish(o, _mono()))
-    except Exception:
-        pass
+    if old is not None:
+        _finish(old, _mono())
 
 
 def _patch_work(dist, push, pop):
@@ -356,6 +381,8 @@ def _patch_ddp(torch, dist, push, pop):
     orig_builtin = getattr(DDP, "_register_builtin_comm_hook", None)
     orig_forward = DDP.forward
     tls = _tls
+    from torch.distributed import distributed_c10d as c10d
+    orig_allreduce = [getattr(c10d.all_reduce, "__wrapped__", c10d.all_reduce)]
 
     def register_comm_hook(self, state, hook):
         self._trainperf_has_hook = True
@@ -376,8 +403,22 @@ def _patch_ddp(torch, dist, push, pop):
             tls.tail = 1
             tls.tail_t0 = _mono()
             push(COMM)
-        fut = dist.all_reduce(t, group=g, async_op=True).get_future()
-        return fut.then(lambda f: f.value()[0])
+        n, nbytes, dtype = _numel_bytes(t)
+        o = _begin(dist, "all_reduce", g, n, nbytes, dtype, _ring, True)
+        tls.depth = 1
+        try:
+            fut = orig_allreduce[0](t, group=g, async_op=True).get_future()
+        except BaseException:
+            _finish(o, _mono())
+            raise
+        finally:
+            tls.depth = 0
+
+        def done(f):
+            # on the backend's thread when the all-reduce completes
+            _finish(o, _mono())
+            return f.value()[0]
+        return fut.then(done)
 
     def forward(self, *args, **kwargs):
         if not getattr(self, "_trainperf_has_hook", False):
