@@ -9,9 +9,9 @@ What is measured, per op (issued through the Python functions of
 torch.distributed, which is also how FSDP2 and DDP comm hooks issue theirs):
 
 - duration: from issue to completion. A blocking call completes when it
-  returns; async work (async_op=True) when its future completes (a callback on
-  the backend's thread) or, where the backend has no future (gloo send/recv),
-  when wait() returns;
+  returns; async work (async_op=True) when wait() returns (a future callback
+  per op costs more than a small gloo op); DDP's buckets when the future DDP
+  waits on completes;
 - wait: the time the calling thread spends blocked on it (the whole blocking
   call, or Work.wait()). Only this is the "comm" phase of the step (a range on
   the calling thread), so async comm overlapped with compute is not counted

@@ -348,7 +348,7 @@ static int node_ends(const char *run_dir, aend **out)
         a[n++].end_s = end;
     }
     csvr_close(&c);
-    qsort(a, (size_t)n, sizeof(*a), cmp_aend);
+    if (n > 1) qsort(a, (size_t)n, sizeof(*a), cmp_aend);
     *out = a;
     return n;
 }
