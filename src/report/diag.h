@@ -9,7 +9,9 @@
 
 #include <stddef.h>
 
+#include "core/figs.h"
 #include "util/buf.h"
+#include "util/human.h"
 #include "util/jsonr.h"
 #include "util/jsonw.h"
 
@@ -55,18 +57,15 @@ enum {
 };
 extern const char *const diag_phase_names[PH_COUNT];
 
+/* The rank view of the reports (report_ranks.c): what the step figures
+ * (r->sf groups, core/figs.h) do not hold. */
 typedef struct drank {
     int rank; /* -1: none */
     int pid, tid;
-    double count; /* steps past the warm-up one (those in interval) */
-    dhist interval;
-    /* report_ranks.c: rows = every step; sums (ns) over the steps in count
-     * (the warm-up step left out, as in the quantiles) */
-    double rows, sum_interval_ns, sum_data_ns, sum_comm_ns, samples, tokens;
     int node;              /* index of its run directory in a many-node report */
     char top_op[32];       /* its most frequent collective (comm/), "" unknown */
     double comm_bytes, comm_ops, comm_busbw_sum, comm_busbw_n;
-    double comm_busy_ns;   /* time with a collective in flight (union of ops) */
+    double comm_busy_ns;   /* time with a collective in flight (union of ops), warm steps */
     dseries s_step;        /* step time (ms) over time: the html heatmap */
 } drank;
 
@@ -156,15 +155,13 @@ typedef struct diag_run {
     char nvml_source[160];                  /* run.json sources.nvml */
 
     /* steps.csv */
-    double steps, steps_warm; /* rows; rows used for quantiles (warm-up excluded) */
+    double steps;             /* rows */
+    figs sf;                  /* the rows through the collector's own aggregation (core/figs.h) */
     double first_end_s, last_end_s, first_start_s;
     double sum_interval_ns, sum_duration_ns, sum_phase_ns[PH_COUNT];
     double samples, tokens;
     int nstreams;
-    dhist h_interval, h_data, h_duration;
-    dstat st_interval, st_data;
-    int nranks;
-    drank ranks[DIAG_MAX_RANKS];
+    dhist h_data;                       /* for the data-wait chart */
     dseries s_sample_rate, s_step_rate; /* from steps: per bucket counts */
     dseries s_phase[PH_COUNT];          /* phase ms per step over time */
 
@@ -192,7 +189,9 @@ typedef struct diag_run {
     /* summary.json extras */
     double events_dropped, trace_events;
 
-    /* comm/ and many nodes (report_ranks.c) */
+    /* ranks, comm/ and many nodes (report_ranks.c) */
+    int nranks;
+    drank ranks[DIAG_MAX_RANKS];
     int have_comm;
     int ncommops;
     dcommop commops[DIAG_MAX_COMM_OPS];
@@ -205,7 +204,9 @@ typedef struct diag_run {
 } diag_run;
 
 /* Headline figures of a run (NAN when unknown), shared by every format and
- * by compare. Step figures leave out each thread's first (warm-up) step. */
+ * by compare. Step figures are figs_headline's (core/figs.h), the same code
+ * summary.json is written with: they leave out each thread's first
+ * (warm-up) step. */
 typedef struct dfig {
     double duration_s, steps, steps_per_s, samples_per_s, tokens_per_s;
     double step_p50, step_p95, step_p99, step_mean, step_max, step_cv;
@@ -219,8 +220,8 @@ typedef struct dfig {
 
 void diag_figures(const diag_run *r, dfig *f);
 
-/* Formatting for people; "?" for NAN (unknown is never shown as 0). */
-const char *diag_fmt_bytes(char *o, size_t n, double v);
+/* Formatting for people; "?" for NAN (unknown is never shown as 0). Bytes:
+ * human_bytes (util/human.h). */
 const char *diag_fmt_dur(char *o, size_t n, double s);                /* 1h 02m, 3m 20s, 4.2 s */
 const char *diag_fmt_num(char *o, size_t n, const char *f, double v); /* f: one %f/%g */
 /* The command's exit as words: "0", "1", "signal 9 (SIGKILL)", "unknown". */

@@ -14,6 +14,7 @@
 #include "report/report_ranks.h"
 #include "trainperf.h"
 #include "util/csvr.h"
+#include "util/human.h"
 
 #define RR_MAX_ALIGN_OPS 50000 /* collectives kept per node for clock alignment */
 
@@ -45,22 +46,50 @@ static int sorted_ranks(const diag_run *r, const drank **out)
 }
 
 typedef struct rrow {
-    double steps, p50, p95, data, compute, comm, sps, busbw;
+    double steps, warm, p50, p95, data, compute, comm, sps, busbw;
 } rrow;
 
-static void rank_row(const drank *k, rrow *o)
+/* The step figures of a rank (core/figs.h groups: the owner of the figure),
+ * NULL when the run has none. */
+static const agg_group *group_of_rank(const diag_run *r, int rank)
 {
-    double n = k->count > 0 ? k->count : NAN;
-    o->steps = k->rows;
-    o->p50 = dhist_quantile(&k->interval, 0.5);
-    o->p95 = dhist_quantile(&k->interval, 0.95);
-    o->data = k->sum_data_ns / n / 1e6;
-    o->comm = k->sum_comm_ns / n / 1e6;
-    double w = k->sum_data_ns + k->sum_comm_ns;
-    o->compute = (k->sum_interval_ns > w ? k->sum_interval_ns - w : 0) / n / 1e6;
-    o->sps = k->samples > 0 && k->sum_interval_ns > 0 ? k->samples / (k->sum_interval_ns / 1e9)
-                                                       : NAN;
-    o->busbw = k->comm_busbw_n > 0 ? k->comm_busbw_sum / k->comm_busbw_n : NAN;
+    for (int i = 0; i < r->sf.ngroups; i++)
+        if (r->sf.groups[i]->rank == rank) return r->sf.groups[i];
+    return NULL;
+}
+
+static const drank *find_rank(const diag_run *x, int rank)
+{
+    for (int i = 0; i < x->nranks; i++)
+        if (x->ranks[i].rank == rank) return &x->ranks[i];
+    return NULL;
+}
+
+/* Per step means over warm steps (each thread's first left out, as the
+ * quantiles); steps and samples/s over every step. */
+static void rank_row(const diag_run *r, int rank, rrow *o)
+{
+    const agg_group *g = group_of_rank(r, rank);
+    const drank *k = find_rank(r, rank);
+    o->busbw = k && k->comm_busbw_n > 0 ? k->comm_busbw_sum / k->comm_busbw_n : NAN;
+    if (!g) {
+        o->steps = o->warm = o->p50 = o->p95 = o->data = o->compute = o->comm = o->sps = NAN;
+        return;
+    }
+    double n = g->warm_count > 0 ? (double)g->warm_count : NAN;
+    o->steps = (double)g->count;
+    o->warm = (double)g->warm_count;
+    o->p50 = g->warm_count ? sketch_quantile(&g->step_ns, 0.5) / 1e6 : NAN;
+    o->p95 = g->warm_count ? sketch_quantile(&g->step_ns, 0.95) / 1e6 : NAN;
+    if (g->warm_count && o->p95 > g->step_ns.max / 1e6) o->p95 = g->step_ns.max / 1e6;
+    if (g->warm_count && o->p50 > g->step_ns.max / 1e6) o->p50 = g->step_ns.max / 1e6;
+    o->data = (double)g->warm_data_ns / n / 1e6;
+    o->comm = (double)g->warm_comm_ns / n / 1e6;
+    double w = (double)(g->warm_data_ns + g->warm_comm_ns), iv = (double)g->warm_interval_ns;
+    o->compute = (iv > w ? iv - w : 0) / n / 1e6;
+    o->sps = g->samples > 0 && g->interval_ns > 0
+                 ? (double)g->samples / ((double)g->interval_ns / 1e9)
+                 : NAN;
 }
 
 /* ---- the straggler ----------------------------------------------------------- */
@@ -76,8 +105,8 @@ int rr_straggler(const diag_run *r, rr_strag *s)
     int least = -1;
     double any_comm = 0;
     for (int i = 0; i < n; i++) {
-        rank_row(k[i], &row[i]);
-        if (!(k[i]->count >= 3)) return 0;
+        rank_row(r, k[i]->rank, &row[i]);
+        if (!(row[i].warm >= 3)) return 0;
         any_comm += row[i].comm;
         if (least < 0 || row[i].comm < row[least].comm) least = i;
     }
@@ -118,10 +147,13 @@ int rr_overlap(const diag_run *r, rr_overlap_t *o)
     int n = 0;
     for (int i = 0; i < r->nranks; i++) {
         const drank *k = &r->ranks[i];
-        if (!(k->comm_ops > 0) || !(k->rows > 0) || !(k->count > 0)) continue;
-        busy += k->comm_busy_ns / k->count;
-        waited += k->sum_comm_ns / k->count;
-        steps += (k->sum_interval_ns - k->sum_comm_ns - k->sum_data_ns) / k->count;
+        const agg_group *g = k->rank >= 0 ? group_of_rank(r, k->rank) : NULL;
+        if (!(k->comm_ops > 0) || !g || !g->warm_count) continue;
+        double c = (double)g->warm_count;
+        busy += k->comm_busy_ns / c;
+        waited += (double)g->warm_comm_ns / c;
+        steps += ((double)g->warm_interval_ns - (double)g->warm_comm_ns -
+                  (double)g->warm_data_ns) / c;
         n++;
     }
     if (!n) return 0;
@@ -581,7 +613,7 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
                "p95 ms", "data ms", "compute", "comm ms", "samples/s");
     for (int i = 0; i < n; i++) {
         rrow w;
-        rank_row(k[i], &w);
+        rank_row(r, k[i]->rank, &w);
         buf_printf(b, "  %4d %5d %6.0f %8s %8s %8s %8s %8s %10s\n", k[i]->rank, k[i]->node,
                    w.steps, num(a[0], 32, "%.1f", w.p50), num(a[1], 32, "%.1f", w.p95),
                    num(a[2], 32, "%.1f", w.data), num(a[3], 32, "%.1f", w.compute),
@@ -602,8 +634,8 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
         for (int i = 0; i < r->ncommops; i++) {
             const dcommop *o = &r->commops[i];
             char by[32], bw[32];
-            diag_fmt_bytes(by, sizeof(by), o->bytes);
-            diag_fmt_bytes(bw, sizeof(bw), o->busbw_n ? o->busbw_sum / o->busbw_n : NAN);
+            human_bytes(by, sizeof(by), o->bytes);
+            human_bytes(bw, sizeof(bw), o->busbw_n ? o->busbw_sum / o->busbw_n : NAN);
             buf_printf(b, "  %-24s %8.0f %10s %10.1f %10.1f %10s/s\n", o->op, o->n, by,
                        o->dur_ns / 1e6, o->wait_ns / 1e6, bw);
         }
@@ -624,7 +656,7 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
             buf_printf(b, "  node %d  %s (%d CPUs), %d ranks, CPU mean %s%%, tree CPU %s%%, RSS max %s",
                        i, nd->host[0] ? nd->host : "?", nd->cpus, nd->nranks,
                        num(a[0], 32, "%.0f", nd->cpu_mean), num(a[1], 32, "%.0f", nd->tree_cpu_mean),
-                       diag_fmt_bytes(rss, sizeof(rss), nd->rss_max));
+                       human_bytes(rss, sizeof(rss), nd->rss_max));
             if (i == 0)
                 buf_puts(b, "; reference clock\n");
             else if (isfinite(nd->align_err_s))
@@ -653,7 +685,7 @@ void rr_md(const diag_run *r, buf *b)
                 "samples/s |\n|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
         rrow w;
-        rank_row(k[i], &w);
+        rank_row(r, k[i]->rank, &w);
         buf_printf(b, "| %d | %d | %.0f | %s | %s | %s | %s | %s | %s |\n", k[i]->rank, k[i]->node,
                    w.steps, num(a[0], 32, "%.1f", w.p50), num(a[1], 32, "%.1f", w.p95),
                    num(a[2], 32, "%.1f", w.data), num(a[3], 32, "%.1f", w.compute),
@@ -670,8 +702,8 @@ void rr_md(const diag_run *r, buf *b)
                     "|\n|---|---|---|---|---|---|\n");
         for (int i = 0; i < r->ncommops; i++) {
             const dcommop *o = &r->commops[i];
-            diag_fmt_bytes(a[0], 32, o->bytes);
-            diag_fmt_bytes(a[1], 32, o->busbw_n ? o->busbw_sum / o->busbw_n : NAN);
+            human_bytes(a[0], 32, o->bytes);
+            human_bytes(a[1], 32, o->busbw_n ? o->busbw_sum / o->busbw_n : NAN);
             buf_printf(b, "| %s | %.0f | %s | %.1f | %.1f | %s |\n", o->op, o->n, a[0],
                        o->dur_ns / 1e6, o->wait_ns / 1e6, a[1]);
         }
@@ -692,7 +724,7 @@ void rr_md(const diag_run *r, buf *b)
             const dnode *nd = &r->nodes[i];
             buf_printf(b, "| %d | %s | %d | %d | %s | %s | %+.3f | %s | %.0f |\n", i,
                        nd->host[0] ? nd->host : "?", nd->cpus, nd->nranks,
-                       num(a[0], 32, "%.0f", nd->cpu_mean), diag_fmt_bytes(a[1], 32, nd->rss_max),
+                       num(a[0], 32, "%.0f", nd->cpu_mean), human_bytes(a[1], 32, nd->rss_max),
                        nd->offset_s, num(a[2], 32, "%.2f", nd->align_err_s * 1e3), nd->align_n);
         }
     }
@@ -711,7 +743,7 @@ void rr_html(const diag_run *r, buf *b)
                 "<th>samples/s</th></tr>\n");
     for (int i = 0; i < n; i++) {
         rrow w;
-        rank_row(k[i], &w);
+        rank_row(r, k[i]->rank, &w);
         buf_printf(b,
                    "<tr><td>%d</td><td>%d</td><td>%.0f</td><td>%s</td><td>%s</td><td>%s</td>"
                    "<td>%s</td><td>%s</td><td>%s</td></tr>\n",
@@ -783,7 +815,7 @@ void rr_json(const diag_run *r, jw *w)
     jw_arr_begin(w);
     for (int i = 0; i < n; i++) {
         rrow x;
-        rank_row(k[i], &x);
+        rank_row(r, k[i]->rank, &x);
         jw_obj_begin(w);
         jw_kint(w, "rank", k[i]->rank);
         jw_kint(w, "node", k[i]->node);
@@ -874,23 +906,15 @@ double rr_global_steps(const diag_run *r)
     /* one step of data-parallel training is a step of every rank */
     double most = 0;
     int n = 0;
-    for (int i = 0; i < r->nranks; i++)
-        if (r->ranks[i].rank >= 0) {
+    for (int i = 0; i < r->sf.ngroups; i++)
+        if (r->sf.groups[i]->rank >= 0) {
             n++;
-            if (r->ranks[i].rows > most) most = r->ranks[i].rows;
+            if ((double)r->sf.groups[i]->count > most) most = (double)r->sf.groups[i]->count;
         }
     return n >= 2 ? most : r->steps;
 }
 
 /* ---- compare ---------------------------------------------------------------- */
-
-/* Rank k of run x, or NULL. */
-static const drank *find_rank(const diag_run *x, int rank)
-{
-    for (int i = 0; i < x->nranks; i++)
-        if (x->ranks[i].rank == rank) return &x->ranks[i];
-    return NULL;
-}
 
 /* The ranks of a and b, merged in rank order. */
 static int union_ranks(const diag_run *a, const diag_run *b, int *out)
@@ -916,11 +940,7 @@ static int union_ranks(const diag_run *a, const diag_run *b, int *out)
 
 static void cmp_row(const diag_run *x, int rank, rrow *w)
 {
-    const drank *k = find_rank(x, rank);
-    if (k)
-        rank_row(k, w);
-    else
-        w->steps = w->p50 = w->p95 = w->data = w->compute = w->comm = w->sps = w->busbw = NAN;
+    rank_row(x, rank, w);
 }
 
 void rr_compare(const diag_run *a, const diag_run *b, int md, buf *o, const char *bold,
