@@ -77,6 +77,10 @@ def test_compare_shows_ranks_side_by_side(run_cli):
     assert [x["rank"] for x in c["ranks"]] == [0, 1]
     # rank 0 lives in node0's run only
     assert c["ranks"][0]["a"]["steps"] == 12 and c["ranks"][0]["b"]["steps"] is None
+    for fmt, head in (("text", "Ranks (A → B, per step)"), ("md", "## Ranks (A → B"),
+                      ("html", "<h2>Ranks (A → B")):
+        p = run_cli("compare", JOB / "node0", JOB / "node1", "--format", fmt)
+        assert p.returncode == 0 and head in p.stdout, (fmt, p.stdout[-2000:])
 
 
 def test_bad_job_directories_are_refused_clearly(run_cli, tmp_path):

@@ -174,7 +174,7 @@ static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const
     const char *B = color ? "\033[1m" : "", *R = color ? "\033[0m" : "";
     buf_printf(o, "%strainperf compare%s  A: %s   B: %s\n", B, R, a->name, b->name);
     rows_out(fa, fb, REPORT_TEXT, color, o);
-    rr_compare(a, b, 0, o, B, R);
+    rr_compare(a, b, REPORT_TEXT, color, o);
     buf_printf(o, "\n%sDiagnosis%s\n  A: %s — %s\n  B: %s — %s\n", B, R, a->diag.primary.title,
                a->diag.primary.summary, b->diag.primary.title, b->diag.primary.summary);
 }
@@ -188,7 +188,7 @@ static void md_out(const diag_run *a, const diag_run *b, const dfig *fa, const d
     tbl_cells(o, REPORT_MD, &names[2], 1);
     buf_puts(o, "\n");
     rows_out(fa, fb, REPORT_MD, 0, o);
-    rr_compare(a, b, 1, o, "", "");
+    rr_compare(a, b, REPORT_MD, 0, o);
     diag_table(a, b, REPORT_MD, o);
 }
 
@@ -248,6 +248,7 @@ static void html_out(const diag_run *a, const diag_run *b, const dfig *fa, const
     report_html_esc(o, b->name);
     buf_puts(o, "</code></p>\n");
     rows_out(fa, fb, REPORT_HTML, 0, o);
+    rr_compare(a, b, REPORT_HTML, 0, o);
     diag_table(a, b, REPORT_HTML, o);
     buf_puts(o, "</main></body></html>\n");
 }

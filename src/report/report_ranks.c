@@ -12,6 +12,7 @@
 
 #include "report/report_html.h"
 #include "report/report_ranks.h"
+#include "report/table.h"
 #include "trainperf.h"
 #include "util/csvr.h"
 #include "util/human.h"
@@ -943,45 +944,47 @@ static void cmp_row(const diag_run *x, int rank, rrow *w)
     rank_row(x, rank, w);
 }
 
-void rr_compare(const diag_run *a, const diag_run *b, int md, buf *o, const char *bold,
-                const char *reset)
+void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int color, buf *o)
 {
     int ranks[DIAG_MAX_RANKS];
     int n = union_ranks(a, b, ranks);
     if (n < 2) return;
-    char c[8][32];
-    if (md)
-        buf_puts(o, "\n## Ranks (A → B, ms per step)\n\n| rank | step p50 | compute | data wait | "
-                    "comm wait |\n|---|---|---|---|---|\n");
-    else
-        buf_printf(o, "\n%sRanks%s (A -> B, ms per step)\n  %-9s %-22s %-22s %-22s %-22s\n", bold,
-                   reset, "", "   step p50", "   compute", "   data wait", "   comm wait");
+    static const tbl_col cols[] = {{"rank", 6, 0},      {"step p50 ms", 16, 1},
+                                   {"compute ms", 16, 1}, {"data wait ms", 16, 1},
+                                   {"comm wait ms", 16, 1}};
+    tbl t;
+    tbl_begin(&t, o, fmt, color, "Ranks (A → B, per step)", cols, 5);
     for (int i = 0; i < n; i++) {
         rrow x, y;
         cmp_row(a, ranks[i], &x);
         cmp_row(b, ranks[i], &y);
-        num(c[0], 32, "%.1f", x.p50), num(c[1], 32, "%.1f", y.p50);
-        num(c[2], 32, "%.1f", x.compute), num(c[3], 32, "%.1f", y.compute);
-        num(c[4], 32, "%.1f", x.data), num(c[5], 32, "%.1f", y.data);
-        num(c[6], 32, "%.1f", x.comm), num(c[7], 32, "%.1f", y.comm);
-        if (md)
-            buf_printf(o, "| %d | %s → %s | %s → %s | %s → %s | %s → %s |\n", ranks[i], c[0], c[1],
-                       c[2], c[3], c[4], c[5], c[6], c[7]);
-        else
-            buf_printf(o, "  rank %-4d %9s -> %-9s %9s -> %-9s %9s -> %-9s %9s -> %-9s\n", ranks[i],
-                       c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
+        char c[5][64], u[2][32];
+        snprintf(c[0], sizeof(c[0]), "%d", ranks[i]);
+        const double va[4] = {x.p50, x.compute, x.data, x.comm}, vb[4] = {y.p50, y.compute, y.data, y.comm};
+        for (int k = 0; k < 4; k++)
+            snprintf(c[k + 1], sizeof(c[k + 1]), "%s → %s", num(u[0], 32, "%.1f", va[k]),
+                     num(u[1], 32, "%.1f", vb[k]));
+        const char *cells[] = {c[0], c[1], c[2], c[3], c[4]};
+        tbl_row(&t, cells, TBL_PLAIN);
     }
+    tbl_end(&t);
     const diag_run *xs[2] = {a, b};
+    buf line;
+    buf_init(&line, 2048);
     for (int x = 0; x < 2; x++) {
         rr_strag s;
-        int hit = rr_straggler(xs[x], &s);
-        buf_printf(o, md ? "\n- %s: " : "  %s: ", x ? "B" : "A");
-        if (hit)
-            strag_words(&s, o);
+        buf_reset(&line);
+        buf_printf(&line, "%s: ", x ? "B" : "A");
+        if (rr_straggler(xs[x], &s))
+            strag_words(&s, &line);
         else
-            buf_puts(o, "no straggler");
-        buf_puts(o, "\n");
+            buf_puts(&line, "no straggler");
+        const char *cell[] = {line.data ? line.data : ""};
+        buf_puts(o, fmt == REPORT_HTML ? "<p>" : fmt == REPORT_MD ? "\n- " : "  ");
+        tbl_cells(o, fmt, cell, 1);
+        buf_puts(o, fmt == REPORT_HTML ? "</p>\n" : "\n");
     }
+    buf_free(&line);
 }
 
 void rr_compare_json(const diag_run *a, const diag_run *b, jw *w)

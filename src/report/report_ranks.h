@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "report/diag.h"
+#include "report/report.h"
 #include "util/buf.h"
 #include "util/jsonw.h"
 
@@ -72,10 +73,10 @@ void rr_md(const diag_run *r, buf *b);
 void rr_html(const diag_run *r, buf *b);
 void rr_json(const diag_run *r, jw *w); /* keys ranks, straggler, collectives, nodes */
 
-/* compare: per-rank rows of A and B side by side (text, or md when md),
- * and the straggler of each; json keys ranks, straggler_a, straggler_b. */
-void rr_compare(const diag_run *a, const diag_run *b, int md, buf *o, const char *bold,
-                const char *reset);
+/* compare: per-rank rows of A and B side by side (text, md or html through
+ * report/table.h) and the straggler of each; json keys ranks, straggler_a,
+ * straggler_b. */
+void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int color, buf *o);
 void rr_compare_json(const diag_run *a, const diag_run *b, jw *w);
 
 #endif
