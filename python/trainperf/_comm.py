@@ -515,7 +515,7 @@ class _Writer(object):
         self.who, self.rank = _who()
         self.ops_f = self.steps_f = None
         self.stop = threading.Event()
-        self.last_step_written = -1
+        self.pid = os.getpid()
 
     def _open(self):
         if self.ops_f is None:
@@ -532,6 +532,8 @@ class _Writer(object):
                 self.steps_f.write(STEPS_HEADER)
 
     def flush(self, final=False):
+        if os.getpid() != self.pid:
+            return  # a forked child (DataLoader worker): the parent writes
         with _lock:
             ops = _pending_ops[:]
             del _pending_ops[:]
