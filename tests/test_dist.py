@@ -264,3 +264,17 @@ def test_in_flight_and_comm_log_of_one_step(tmp_path):
     assert ops and {o["step"] for o in ops} == {"2"}  # log_step(2): only that step's ops
     per_step = rows(out / "comm" / "steps-rank0.csv")
     assert [r["step"] for r in per_step] == ["0", "1", "2", "3"]  # the summary keeps every step
+
+
+def test_ddp_results_are_unchanged_by_the_hooks(tmp_path):
+    # trainperf replaces DDP's built-in reduction with a hook that does the
+    # same (mean over the group): the trained weights must not move
+    args = ["--steps", 6, "--print-checksum"]
+    plain = subprocess.run(torchrun(2, *args), capture_output=True, text=True, timeout=300,
+                           env=clean_env(OMP_NUM_THREADS=1), cwd=str(ROOT))
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    hooked = trainperf_run(tmp_path / "run", torchrun(2, *args))
+    want = [l for l in plain.stdout.splitlines() if l.startswith("checksum")]
+    got = [l for l in hooked.splitlines() if l.startswith("checksum")]
+    assert want and got == want
+    assert (tmp_path / "run" / "comm" / "ops-rank0.csv").exists()  # the hook did run
