@@ -293,22 +293,9 @@ static void put_doc(const sink_ctx *ctx, const char *name, buf *b, int rc)
 
 static void write_run_json(const sink_ctx *ctx, const sink_run *run)
 {
-    const run_meta *m = ctx->meta;
     rec_runinfo ri;
     memset(&ri, 0, sizeof(ri));
-    ri.mode = m && m->mode ? m->mode : "run";
-    if (m) {
-        ri.argv = m->argv;
-        ri.cwd = m->cwd;
-        ri.host = m->host;
-        ri.kernel = m->kernel;
-        ri.cpus = m->cpus;
-        ri.mem_total_bytes = m->mem_total_bytes;
-        ri.root_pid = m->root_pid;
-        ri.auto_hook = m->auto_hook;
-        ri.nalerts = m->nalert_rules;
-        ri.alert_rules = m->alert_rules;
-    }
+    ri.meta = ctx->meta;
     ri.start_unix_s = ctx->start_unix_s;
     ri.start_mono_ns = ctx->start_mono_ns;
     ri.interval_s = ctx->interval_s;
@@ -338,25 +325,9 @@ static void summary_close(void *state, const sink_run *run)
 {
     summary_sink *s = state;
     if (run && run->ended) {
-        rec_summary sm;
-        memset(&sm, 0, sizeof(sm));
-        sm.duration_s = run->duration_s;
-        sm.exit = run->exit;
-        sm.start_mono_ns = s->ctx->start_mono_ns;
-        sm.steps = run->steps;
-        sm.events_dropped = run->events_dropped;
-        sm.res = run->res;
-        sm.nalerts = run->nalerts;
-        sm.alerts = run->alerts;
-        if (run->tally) {
-            sm.trace_written = run->tally->trace_written;
-            sm.trace_dropped = run->tally->trace_dropped;
-        }
-        sm.nsources = run->nsources;
-        sm.sources = run->sources;
         buf b;
         buf_init(&b, 4u << 20);
-        put_doc(s->ctx, "summary.json", &b, rec_summary_json(&b, &sm));
+        put_doc(s->ctx, "summary.json", &b, rec_summary_json(&b, run, s->ctx->start_mono_ns));
         write_run_json(s->ctx, run);
     }
     free(s);

@@ -80,7 +80,7 @@ static void note(diag_result *g, const char *f, ...)
 typedef struct ctx {
     int steps_ok, samples_ok, has_gpu;
     double share[PH_COUNT];
-    double p50, p95, p99, cv, data_p50;
+    dfig f;
     double gpu_util, gpu_util_min;
     double main_cpu, tree_cpu, sys_cpu, cpus, idle_cores;
     double iowait, psi_io, psi_mem, psi_mem_full;
@@ -107,17 +107,9 @@ static void make_ctx(const diag_run *r, ctx *c)
     memset(c, 0, sizeof(*c));
     c->steps_ok = r->steps >= MIN_STEPS;
     c->samples_ok = r->msamples >= MIN_SAMPLES;
-    for (int p = 0; p < PH_COUNT; p++)
-        c->share[p] = r->sum_interval_ns > 0 ? r->sum_phase_ns[p] / r->sum_interval_ns : NAN;
-    /* the quantiles the report's tables show (kept inside the observed
-     * range), so evidence and tables print the same numbers */
-    dfig f;
-    diag_figures(r, &f);
-    c->p50 = f.step_p50;
-    c->p95 = f.step_p95;
-    c->p99 = f.step_p99;
-    c->data_p50 = f.data_p50;
-    c->cv = f.step_cv;
+    /* the figures the report's tables show: evidence prints the same numbers */
+    diag_figures(r, &c->f);
+    memcpy(c->share, c->f.share, sizeof(c->share));
     double su = 0;
     int ng = 0;
     c->gpu_util_min = NAN;
@@ -397,9 +389,9 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
         "waiting for the next batch", 100 * s, io ? ", and the data comes slowly off storage" : "");
     d->score = s;
     ev(d, "data_wait_share", s, "data wait is %.0f%% of step time", 100 * s);
-    if (isfinite(c->data_p50) && isfinite(c->p50))
-        ev(d, "data_wait_p50_ms", c->data_p50, "median data wait %.1f ms per step of %.1f ms",
-           c->data_p50, c->p50);
+    if (isfinite(c->f.data_p50) && isfinite(c->f.step_p50))
+        ev(d, "data_wait_p50_ms", c->f.data_p50, "median data wait %.1f ms per step of %.1f ms",
+           c->f.data_p50, c->f.step_p50);
     if (isfinite(c->main_cpu))
         ev(d, "main_cpu_pct", c->main_cpu, "main process CPU %.0f%% of one core", c->main_cpu);
     if (c->workers >= 0)
@@ -560,8 +552,8 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
     double t;
     char m[256];
     int hang = fired(r, "hang", &t, m, sizeof(m));
-    double tail = isfinite(c->p99) && c->p50 > 0 ? c->p99 / c->p50 : NAN;
-    int noisy = r->sf.step_ns.count >= 10 && ((isfinite(c->cv) && c->cv >= UNSTABLE_CV) ||
+    double tail = isfinite(c->f.step_p99) && c->f.step_p50 > 0 ? c->f.step_p99 / c->f.step_p50 : NAN;
+    int noisy = r->sf.step_ns.count >= 10 && ((isfinite(c->f.step_cv) && c->f.step_cv >= UNSTABLE_CV) ||
                                         (isfinite(tail) && tail >= UNSTABLE_TAIL));
     double tr;
     char mr[256];
@@ -593,10 +585,10 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
         return 1;
     }
     fmt(d->summary, sizeof(d->summary), "step time varies: p99 %.1f ms is %.1fx the median %.1f ms",
-        c->p99, tail, c->p50);
-    d->score = noisy ? (isfinite(c->cv) && c->cv / 2 < 0.6 ? c->cv / 2 : 0.6) : 0.3;
+        c->f.step_p99, tail, c->f.step_p50);
+    d->score = noisy ? (isfinite(c->f.step_cv) && c->f.step_cv / 2 < 0.6 ? c->f.step_cv / 2 : 0.6) : 0.3;
     if (d->score < 0.2) d->score = 0.2;
-    if (isfinite(c->cv)) ev(d, "step_time_cv", c->cv, "coefficient of variation %.2f", c->cv);
+    if (isfinite(c->f.step_cv)) ev(d, "step_time_cv", c->f.step_cv, "coefficient of variation %.2f", c->f.step_cv);
     if (isfinite(tail)) ev(d, "p99_over_p50", tail, "p99/p50 = %.1f", tail);
     if (regress) ev(d, "step_regression_t", tr, "at %.0f s: %s", tr, mr);
     rec(d, "Look at the slow steps on the timeline (trace.json in Perfetto): periodic evaluation, "
