@@ -293,23 +293,9 @@ static void put_doc(const sink_ctx *ctx, const char *name, buf *b, int rc)
 
 static void write_run_json(const sink_ctx *ctx, const sink_run *run)
 {
-    rec_runinfo ri;
-    memset(&ri, 0, sizeof(ri));
-    ri.meta = ctx->meta;
-    ri.start_unix_s = ctx->start_unix_s;
-    ri.start_mono_ns = ctx->start_mono_ns;
-    ri.interval_s = ctx->interval_s;
-    ri.ended = run->ended;
-    ri.end_unix_s = run->end_unix_s;
-    ri.duration_s = run->duration_s;
-    ri.exit = run->exit;
-    ri.ngpu = run->ngpu_cols;
-    ri.gpus = run->gpus0;
-    ri.nsources = run->nsources;
-    ri.sources = run->sources;
     buf b;
     buf_init(&b, 1u << 20);
-    put_doc(ctx, "run.json", &b, rec_run_json(&b, &ri));
+    put_doc(ctx, "run.json", &b, rec_run_json(&b, ctx, run));
 }
 
 static void summary_flush(void *state, const sink_run *run)

@@ -208,10 +208,10 @@ static void put_fval(jw *w, const char *k, fval v)
         jw_null(w);
 }
 
-int rec_run_json(buf *b, const rec_runinfo *ri)
+int rec_run_json(buf *b, const sink_ctx *ctx, const sink_run *ri)
 {
     static const run_meta none = {.mode = "run", .mem_total_bytes = NAN, .auto_hook = -1};
-    const run_meta *m = ri->meta ? ri->meta : &none;
+    const run_meta *m = ctx->meta ? ctx->meta : &none;
     jw w;
     jw_init(&w, b, 1);
     jw_obj_begin(&w);
@@ -232,8 +232,8 @@ int rec_run_json(buf *b, const rec_runinfo *ri)
         jw_null(&w);
     jw_knum(&w, "mem_total_bytes", m->mem_total_bytes);
     jw_key(&w, "start_unix_s");
-    jw_numf(&w, ri->start_unix_s, 6);
-    jw_kuint(&w, "start_mono_ns", ri->start_mono_ns);
+    jw_numf(&w, ctx->start_unix_s, 6);
+    jw_kuint(&w, "start_mono_ns", ctx->start_mono_ns);
     jw_key(&w, "end_unix_s");
     if (ri->ended)
         jw_numf(&w, ri->end_unix_s, 6);
@@ -244,13 +244,13 @@ int rec_run_json(buf *b, const rec_runinfo *ri)
         jw_numf(&w, ri->duration_s, 6);
     else
         jw_null(&w);
-    jw_knum(&w, "interval_s", ri->interval_s);
+    jw_knum(&w, "interval_s", ctx->interval_s);
     jw_kint(&w, "root_pid", m->root_pid);
     put_exit(&w, &ri->exit);
     jw_key(&w, "gpus");
     jw_arr_begin(&w);
-    for (int i = 0; i < ri->ngpu; i++) {
-        const gpu_frame *g = &ri->gpus[i];
+    for (int i = 0; i < ri->ngpu_cols; i++) {
+        const gpu_frame *g = &ri->gpus0[i];
         jw_obj_begin(&w);
         jw_kint(&w, "index", g->index);
         jw_kstr(&w, "uuid", g->uuid);
@@ -262,7 +262,7 @@ int rec_run_json(buf *b, const rec_runinfo *ri)
     put_sources(&w, ri->nsources, ri->sources);
     jw_key(&w, "options");
     jw_obj_begin(&w);
-    jw_knum(&w, "interval_s", ri->interval_s);
+    jw_knum(&w, "interval_s", ctx->interval_s);
     jw_key(&w, "auto");
     if (m->auto_hook >= 0)
         jw_bool(&w, m->auto_hook);

@@ -41,21 +41,10 @@ int rec_steps_row(buf *b, const agg_step *s, uint64_t start_mono_ns);
 int rec_alert_line(buf *b, const alert_event *e);
 
 /* ---- run.json ---- */
-typedef struct rec_runinfo {
-    const run_meta *meta; /* the run's fixed facts (core/sink.h) */
-    double start_unix_s;
-    uint64_t start_mono_ns;
-    int ended;
-    double end_unix_s, duration_s;
-    double interval_s;
-    run_exit exit;
-    int ngpu;
-    const gpu_frame *gpus; /* ngpu entries: index, uuid, name, mem_total_bytes */
-    int nsources;
-    const run_source *sources;
-} rec_runinfo;
-
-int rec_run_json(buf *b, const rec_runinfo *ri);
+/* ctx: the run's fixed facts (meta, start, interval); run: what is known
+ * so far (GPUs of the first sample, sources, and once ended the exit and
+ * duration). */
+int rec_run_json(buf *b, const sink_ctx *ctx, const sink_run *run);
 
 /* ---- summary.json ---- */
 

@@ -203,22 +203,22 @@ TT_TEST(golden_alerts_and_run_json)
                      .auto_hook = 1,
                      .nalert_rules = 1,
                      .alert_rules = rules};
-    rec_runinfo ri;
+    sink_ctx ctx = {.start_unix_s = 1763710000.123456,
+                    .start_mono_ns = 123456789000ull,
+                    .interval_s = 1,
+                    .meta = &meta};
+    sink_run ri;
     memset(&ri, 0, sizeof(ri));
-    ri.meta = &meta;
-    ri.start_unix_s = 1763710000.123456;
-    ri.start_mono_ns = 123456789000ull;
-    ri.interval_s = 1;
-    ri.ngpu = 1;
-    ri.gpus = f.gpu;
+    ri.ngpu_cols = 1;
+    ri.gpus0 = f.gpu;
     ri.nsources = 2;
     ri.sources = src;
-    rec_run_json(&b, &ri); /* while running */
+    rec_run_json(&b, &ctx, &ri); /* while running */
     ri.ended = 1;
     ri.end_unix_s = 1763710100.5;
     ri.duration_s = 100.376544;
     ri.exit = (run_exit){1, 143, 15};
-    rec_run_json(&b, &ri);
+    rec_run_json(&b, &ctx, &ri);
     TT_EQ_INT(b.err, 0);
     int rc = golden_check("alerts_run.json", b.data, b.len);
     buf_free(&b);
