@@ -320,17 +320,19 @@ static void put_resources(jw *w, const run_res *r)
     put_res_stat(w, "swap_used_bytes", r, "swap_used_bytes", S_MAX);
     jw_key(w, "psi");
     jw_obj_begin(w);
-    put_res_stat(w, "cpu_some_pct", r, "psi_cpu_some_pct", S_MEAN | S_MAX);
-    put_res_stat(w, "mem_some_pct", r, "psi_mem_some_pct", S_MEAN | S_MAX);
-    put_res_stat(w, "mem_full_pct", r, "psi_mem_full_pct", S_MEAN | S_MAX);
-    put_res_stat(w, "io_some_pct", r, "psi_io_some_pct", S_MEAN | S_MAX);
-    put_res_stat(w, "io_full_pct", r, "psi_io_full_pct", S_MEAN | S_MAX);
+    static const char *const psi[] = {"cpu_some_pct", "mem_some_pct", "mem_full_pct",
+                                      "io_some_pct", "io_full_pct"};
+    for (size_t i = 0; i < sizeof(psi) / sizeof(psi[0]); i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "psi_%s", psi[i]);
+        put_res_stat(w, psi[i], r, name, S_MEAN | S_MAX);
+    }
     jw_obj_end(w);
-    put_res_stat(w, "cpu_iowait_pct", r, "cpu_iowait_pct", S_MEAN | S_MAX);
-    put_res_stat(w, "disk_read_bps", r, "disk_read_bps", S_MEAN | S_MAX);
-    put_res_stat(w, "disk_write_bps", r, "disk_write_bps", S_MEAN | S_MAX);
-    put_res_stat(w, "net_rx_bps", r, "net_rx_bps", S_MEAN | S_MAX);
-    put_res_stat(w, "net_tx_bps", r, "net_tx_bps", S_MEAN | S_MAX);
+    /* metrics shown by mean and max under their own name */
+    static const char *const plain[] = {"cpu_iowait_pct", "disk_read_bps", "disk_write_bps",
+                                        "net_rx_bps", "net_tx_bps"};
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+        put_res_stat(w, plain[i], r, plain[i], S_MEAN | S_MAX);
     jw_key(w, "cpus");
     if (r->cpus > 0)
         jw_int(w, r->cpus);

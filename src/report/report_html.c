@@ -742,22 +742,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
     chart_throughput(b, r);
     chart_breakdown(b, r);
     chart_data_hist(b, r);
-    buf_puts(b, "<table><tr><th>ms</th><th class=\"n\">p50</th><th class=\"n\">p95</th><th "
-                "class=\"n\">p99</th><th class=\"n\">max</th></tr>\n");
-    buf_printf(b,
-               "<tr><th>step time</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td "
-               "class=\"n\">%s</td><td class=\"n\">%s</td></tr>\n",
-               diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50),
-               diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95),
-               diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99),
-               diag_fmt_num(e, sizeof(e), "%.1f", f.step_max));
-    buf_printf(b,
-               "<tr><th>data wait</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td "
-               "class=\"n\">%s</td><td class=\"n\">%s</td></tr></table>\n",
-               diag_fmt_num(a, sizeof(a), "%.1f", f.data_p50),
-               diag_fmt_num(c, sizeof(c), "%.1f", f.data_p95),
-               diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99),
-               diag_fmt_num(e, sizeof(e), "%.1f", f.data_max));
+    report_quantiles(b, REPORT_HTML, &f);
 
     buf_puts(b, "<h2>GPUs</h2>\n");
     if (!r->ngpu) {
