@@ -658,32 +658,7 @@ static void json_report(const diag_run *r, const prof *pf, buf *b)
     jw_key(&w, "steps");
     jw_obj_begin(&w);
     jw_knum(&w, "count", f.steps);
-    jw_knum(&w, "steps_per_s", f.steps_per_s);
-    jw_knum(&w, "samples_per_s", f.samples_per_s);
-    jw_knum(&w, "tokens_per_s", f.tokens_per_s);
-    jw_key(&w, "step_time_ms");
-    jw_obj_begin(&w);
-    jw_knum(&w, "mean", f.step_mean);
-    jw_knum(&w, "p50", f.step_p50);
-    jw_knum(&w, "p95", f.step_p95);
-    jw_knum(&w, "p99", f.step_p99);
-    jw_knum(&w, "max", f.step_max);
-    jw_knum(&w, "cv", f.step_cv);
-    jw_obj_end(&w);
-    jw_key(&w, "data_wait_ms");
-    jw_obj_begin(&w);
-    jw_knum(&w, "mean", f.data_mean);
-    jw_knum(&w, "p50", f.data_p50);
-    jw_knum(&w, "p95", f.data_p95);
-    jw_knum(&w, "p99", f.data_p99);
-    jw_knum(&w, "max", f.data_max);
-    jw_obj_end(&w);
-    jw_knum(&w, "data_wait_share", f.data_share);
-    jw_key(&w, "phase_share");
-    jw_obj_begin(&w);
-    for (int k = 0; k < PH_COUNT; k++)
-        jw_knum(&w, diag_phase_names[k], f.share[k]);
-    jw_obj_end(&w);
+    figs_view_json(&w, &f.v);
     jw_obj_end(&w);
 
     jw_key(&w, "resources");

@@ -685,8 +685,8 @@ void diag_figures(const diag_run *r, dfig *f)
 {
     f->duration_s = r->duration_s;
     f->steps = r->have_steps ? r->steps : NAN;
-    figs_view v;
-    figs_headline(&r->sf, &v);
+    figs_headline(&r->sf, &f->v);
+    const figs_view v = f->v;
     f->steps_per_s = v.steps_per_s;
     f->samples_per_s = v.samples_per_s;
     f->tokens_per_s = v.tokens_per_s;
