@@ -101,11 +101,8 @@ static void metrics_sample(void *state, const coll_frame *f, const sink_run *run
 }
 
 const sink_ops rec_sink_metrics = {
-    .name = "metrics.csv",
-    .init = metrics_init,
-    .on_sample = metrics_sample,
-    .flush = stream_flush,
-    .close = stream_close,
+    .name = "metrics.csv", .init = metrics_init, .on_sample = metrics_sample,
+    .flush = stream_flush, .close = stream_close,
 };
 
 /* ---- procs.csv ---- */
@@ -124,10 +121,7 @@ static void procs_sample(void *state, const coll_frame *f, const sink_run *run)
 }
 
 const sink_ops rec_sink_procs = {
-    .name = "procs.csv",
-    .init = procs_init,
-    .on_sample = procs_sample,
-    .flush = stream_flush,
+    .name = "procs.csv", .init = procs_init, .on_sample = procs_sample, .flush = stream_flush,
     .close = stream_close,
 };
 
@@ -148,10 +142,7 @@ static void steps_step(void *state, const agg_step *s)
 }
 
 const sink_ops rec_sink_steps = {
-    .name = "steps.csv",
-    .init = steps_init,
-    .on_step = steps_step,
-    .flush = stream_flush,
+    .name = "steps.csv", .init = steps_init, .on_step = steps_step, .flush = stream_flush,
     .close = stream_close,
 };
 
@@ -169,10 +160,7 @@ static void alerts_alert(void *state, const alert_event *e)
 }
 
 const sink_ops rec_sink_alerts = {
-    .name = "alerts.jsonl",
-    .init = alerts_init,
-    .on_alert = alerts_alert,
-    .flush = stream_flush,
+    .name = "alerts.jsonl", .init = alerts_init, .on_alert = alerts_alert, .flush = stream_flush,
     .close = stream_close,
 };
 
@@ -254,14 +242,8 @@ static void trace_close(void *state, const sink_run *run)
 }
 
 const sink_ops rec_sink_trace = {
-    .name = "trace.json",
-    .init = trace_init,
-    .on_sample = trace_sample,
-    .on_step = trace_step,
-    .on_probe = trace_probe,
-    .on_alert = trace_alert,
-    .flush = trace_flush,
-    .close = trace_close,
+    .name = "trace.json", .init = trace_init, .on_sample = trace_sample, .on_step = trace_step,
+    .on_probe = trace_probe, .on_alert = trace_alert, .flush = trace_flush, .close = trace_close,
 };
 
 /* ---- run.json and summary.json ---- */
@@ -320,10 +302,7 @@ static void summary_close(void *state, const sink_run *run)
 }
 
 const sink_ops rec_sink_summary = {
-    .name = "summary.json",
-    .init = summary_init,
-    .flush = summary_flush,
-    .close = summary_close,
+    .name = "summary.json", .init = summary_init, .flush = summary_flush, .close = summary_close,
 };
 
 /* The run's sinks, in call and close order. Exporters add a line here. */
