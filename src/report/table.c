@@ -80,7 +80,7 @@ void tbl_row(tbl *t, const char *const *cells, int mark)
     int last = t->ncols - 1;
     switch (t->fmt) {
     case REPORT_TEXT:
-        buf_printf(b, "  %-*s", t->cols[0].width, cells[0]);
+        buf_printf(b, "  %*s", t->cols[0].right ? t->cols[0].width : -t->cols[0].width, cells[0]);
         for (int i = 1; i < t->ncols; i++) {
             const tbl_col *c = &t->cols[i];
             if (i == last && mark && t->color) {
@@ -101,9 +101,10 @@ void tbl_row(tbl *t, const char *const *cells, int mark)
         buf_putc(b, '\n');
         break;
     case REPORT_HTML:
-        buf_puts(b, "<tr><th>");
+        /* the first cell heads its row, unless it is a number (a time) */
+        buf_puts(b, t->cols[0].right ? "<tr><td class=\"n\">" : "<tr><th>");
         report_html_esc(b, cells[0]);
-        buf_puts(b, "</th>");
+        buf_puts(b, t->cols[0].right ? "</td>" : "</th>");
         for (int i = 1; i < t->ncols; i++) {
             if (i == last && mark != TBL_PLAIN)
                 buf_printf(b, "<td class=\"%s\">", mark_class(mark));
