@@ -432,3 +432,51 @@ def test_top_shows_per_rank_rows_of_a_live_torchrun_job(cli, tmp_path):
         subprocess.run(t + ["kill-server"], capture_output=True, timeout=30)
     # The interrupted job still left a finished run directory.
     assert json.loads((run / "run.json").read_text()).get("duration_s") is not None
+
+
+EMBEDDED = r"""
+import re, sys, time, urllib.request
+import trainperf
+out = sys.argv[1]
+assert trainperf.start(out, interval_s=0.1) == out
+url = None
+for i in range(400):
+    with trainperf.step(samples=4):
+        time.sleep(0.002)
+    if url is None:
+        try:
+            url = open(out + "/prometheus.url").read().strip()
+        except OSError:
+            pass
+    if i > 150 and url:
+        try:
+            page = urllib.request.urlopen(url, timeout=10).read().decode()
+        except OSError:
+            continue
+        m = re.search(r'^trainperf_steps_total\{[^}]*\} (\d+)', page, re.M)
+        if m and int(m.group(1)) > 0:
+            print("STEPS", m.group(1))
+            break
+trainperf.stop()
+"""
+
+
+def test_embedded_mode_prometheus_and_tensorboard(tmp_path):
+    """trainperf.start() in the training process: TRAINPERF_PROMETHEUS asks for
+    the endpoint (its URL in RUN/prometheus.url), the event file is on."""
+    from pyhelp import require_extension, run_py
+    require_extension()
+    prog = tmp_path / "emb.py"
+    prog.write_text(EMBEDDED)
+    out = tmp_path / "run"
+    p = run_py([prog, out], TRAINPERF_PROMETHEUS="127.0.0.1:0")
+    assert p.returncode == 0, p.stderr
+    assert "STEPS" in p.stdout, (p.stdout, p.stderr)
+    assert (out / "prometheus.url").read_text().startswith("http://127.0.0.1:")
+    assert list(out.glob("events.out.tfevents.*"))
+    # A bad address: the run goes on without the endpoint, the error recorded.
+    out2 = tmp_path / "run2"
+    p = run_py([prog, out2], TRAINPERF_PROMETHEUS="127.0.0.1:99999")
+    assert p.returncode == 0, p.stderr
+    assert not (out2 / "prometheus.url").exists()
+    assert (out2 / "steps.csv").read_text().count("\n") > 100

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -760,16 +761,49 @@ static void render(prom *p, const coll_frame *f, const figs *steps, uint64_t los
 
 static void prom_close(void *st, const sink_run *run);
 
+/* Embedded mode (no caller config): TRAINPERF_PROMETHEUS=[HOST:]PORT asks
+ * for the endpoint; its URL goes to RUN/prometheus.url as with the CLI.
+ * Returns the listening fd or -1 (not asked, or failed: ctx->error told). */
+static int env_listen(const sink_ctx *ctx)
+{
+    const char *spec = getenv("TRAINPERF_PROMETHEUS");
+    if (!spec || !*spec) return -1;
+    char host[256], err[256];
+    int port = 0, bound = 0;
+    if (prom_parse_addr(spec, host, sizeof(host), &port, err, sizeof(err)) != 0) {
+        if (ctx->error) ctx->error(ctx->error_arg, "TRAINPERF_PROMETHEUS", TPF_EINVAL);
+        return -1;
+    }
+    int fd = prom_listen(host, port, &bound, err, sizeof(err));
+    if (fd < 0) {
+        if (ctx->error) ctx->error(ctx->error_arg, "prometheus endpoint", fd);
+        return -1;
+    }
+    char path[PATH_MAX + 32], url[400];
+    snprintf(path, sizeof(path), "%s/prometheus.url", ctx->run_dir);
+    const char *shown = strcmp(host, "0.0.0.0") == 0 ? "127.0.0.1" : strcmp(host, "::") == 0 ? "::1" : host;
+    int n = snprintf(url, sizeof(url), strchr(shown, ':') ? "http://[%s]:%d/metrics\n" : "http://%s:%d/metrics\n",
+                     shown, bound);
+    int uf = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (uf >= 0) {
+        ssize_t w = n > 0 ? write(uf, url, (size_t)n) : 0;
+        (void)w;
+        close(uf);
+    }
+    return fd;
+}
+
 static int prom_init(void **st, const sink_ctx *ctx)
 {
     const rec_export_config *cfg = ctx->config;
-    if (!cfg || cfg->prom_fd < 0) return 1;
+    int lfd = cfg ? cfg->prom_fd : env_listen(ctx);
+    if (lfd < 0) return 1;
     prom *p = calloc(1, sizeof(*p));
     if (!p) {
-        close(cfg->prom_fd);
+        close(lfd);
         return 1; /* the run goes on without the endpoint */
     }
-    p->lfd = cfg->prom_fd;
+    p->lfd = lfd;
     p->wake[0] = p->wake[1] = -1;
     const char *host = ctx->meta && ctx->meta->host && *ctx->meta->host ? ctx->meta->host : "localhost";
     snprintf(p->host, sizeof(p->host), "%s", host);
