@@ -47,14 +47,18 @@ def hta_python():
 
 
 def _traces():
+    """The shared traces and the fixtures made from HTA's own test data
+    (tests/data/hta: MTIA DMA without correlation, ns timestamps, Context
+    Sync on stream 4294967295, event syncs, a before/after pair)."""
     from conftest import TRACES
-    return sorted(TRACES.glob("*.json.gz")) if TRACES.is_dir() else []
+    shared = sorted(TRACES.glob("*.json.gz")) if TRACES.is_dir() else []
+    return shared + sorted((ROOT / "tests" / "data" / "hta").glob("*.json.gz"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("trace", _traces(), ids=lambda p: p.name.split(".")[0])
 def test_compat_hta_matches_hta(hta_python, run_cli, trace):
-    p = subprocess.run([str(hta_python), str(ROOT / "scripts" / "hta_run.py"), str(trace)],
+    p = subprocess.run([str(hta_python), str(ROOT / "scripts" / "hta_run.py"), str(trace.resolve())],
                        capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         pytest.skip(f"HTA cannot load {trace.name}: {p.stderr.strip().splitlines()[-1:]}")

@@ -142,6 +142,9 @@ int cmd_analyze(int argc, char **argv)
         rc = (e == TPF_ENOMEM || e == TPF_ETOOBIG) ? CLI_FAIL : CLI_USAGE;
         goto out;
     }
+    const char *const *warns;
+    size_t nw = trace_result_warnings(r, &warns);
+    for (size_t i = 0; i < nw; i++) cli_warn("%s", warns[i]);
     buf b;
     buf_init(&b, 0);
     int we = json ? trace_result_json(r, &b) : trace_result_text(r, &b, cli_color(stdout));

@@ -35,6 +35,10 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
                   char *err, size_t errlen);
 void trace_result_free(trace_result *r);
 
+/* Warnings of an analysis (two files claiming one rank, events skipped for
+ * numbers out of range, ...): *lines points into r, valid while r is. */
+size_t trace_result_warnings(const trace_result *r, const char *const **lines);
+
 /* Render: machine JSON (times as integer nanoseconds, *_ns), terminal text
  * (aligned tables; ANSI colour when color), or markdown. 0 or buf's error. */
 int trace_result_json(const trace_result *r, buf *out);

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,15 +40,22 @@ enum {
     C_GPU_ANN, C_PYTHON, C_MTIA, C_SYNC
 };
 
-enum { F_TSFRAC = 1, F_STEP = 2 };
+/* F_SU32: the stream was above INT32_MAX and fits 32 bits unsigned (CUPTI
+ * writes "Context Sync" on stream 4294967295, -1 as uint32; HTA keeps it). */
+enum { F_TSFRAC = 1, F_STEP = 2, F_SU32 = 4 };
 
 typedef struct trec {
     int64_t ts, dur, corr;
     uint32_t name, thread;
     int32_t stream;
     uint8_t cat, flags;
-    uint16_t pad;
+    int16_t rdelta;         /* --compat hta: HTA's rounded duration minus dur */
 } trec;
+
+static inline int64_t rec_stream(const trec *t)
+{
+    return (t->flags & F_SU32) ? (int64_t)(uint32_t)t->stream : (int64_t)t->stream;
+}
 
 /* Per distinct name. */
 typedef struct nstat {
@@ -74,6 +82,7 @@ typedef struct tstep {
     long num;
     int64_t ts, dur;
     uint32_t name;
+    int32_t rdelta;
 } tstep;
 
 typedef struct thread_key {
@@ -94,9 +103,29 @@ typedef struct tstack {
     uint32_t n, cap;
 } tstack;
 
+/* --compat hta's label sweep: HTA sums +type at each merged interval's start
+ * and -type at its end and labels the time by the bits of the running sum.
+ * A merged interval that ends before it starts (HTA's rounding turns a
+ * sub-microsecond kernel into dur = -1) subtracts its type over [end, start),
+ * which shows as e.g. "COMPUTATION overlapping COMMUNICATION" under a memory
+ * copy. Such a region lies just behind the sweep's frontier, so the last
+ * slices are kept to be relabelled. */
+#define HIST_N 32
+typedef struct hslice {
+    int64_t a, b;
+    int r;                  /* running sum over [a, b) */
+} hslice;
+
+typedef struct sweep_hist {
+    hslice s[HIST_N];
+    unsigned head, n;       /* ring: newest at head - 1 */
+    int64_t th[8];          /* time per running sum 1..7 (HTA's labels) */
+} sweep_hist;
+
 /* Union/overlap sweep over intervals arriving sorted by start, with HTA's
  * merge rule (a new group starts when ts > running max end). */
 typedef struct sweep {
+    sweep_hist *h;          /* only for --compat hta's whole-trace sweep */
     int any;
     int64_t first, last_end;
     int has[4];
@@ -148,6 +177,8 @@ typedef struct rankst {
     size_t nruns, runcap;
     uint64_t nrec;
     int any_tsfrac;
+    int compat;             /* opts->compat_hta */
+    uint64_t badnum;        /* events dropped for a time out of range */
     char last_cat[64];
     size_t last_cat_len;
     int last_code;
@@ -484,9 +515,15 @@ static int on_event(void *ud, const trace_ev *ev)
     int rc;
     if (!(ev->has & TEV_TS) || (ev->has & TEV_TS_FRAC)) r->any_tsfrac = 1;
     /* HTA keeps rows that have both dur and cat, minus cat "Trace"; so do we. */
-    if (!(ev->has & TEV_DUR) || !(ev->has & TEV_CAT) || !(ev->has & TEV_TS)) return 0;
-    if (ev->ts_ns > TS_LIMIT || ev->ts_ns < -TS_LIMIT || ev->dur_ns > DUR_LIMIT || ev->dur_ns < -DUR_LIMIT)
+    if (ev->has & TEV_BADNUM) {
+        r->badnum++; /* said in the result: a vanished event is never silent */
         return 0;
+    }
+    if (!(ev->has & TEV_DUR) || !(ev->has & TEV_CAT) || !(ev->has & TEV_TS)) return 0;
+    if (ev->ts_ns > TS_LIMIT || ev->ts_ns < -TS_LIMIT || ev->dur_ns > DUR_LIMIT || ev->dur_ns < -DUR_LIMIT) {
+        r->badnum++;
+        return 0;
+    }
     /* Categories repeat: remember the last one instead of comparing names. */
     if (ev->cat_len != r->last_cat_len || memcmp(ev->cat, r->last_cat, ev->cat_len) != 0) {
         if (ev->cat_len < sizeof(r->last_cat)) {
@@ -503,8 +540,31 @@ static int on_event(void *ud, const trace_ev *ev)
     t.ts = ev->ts_ns;
     t.dur = ev->dur_ns;
     t.corr = (ev->has & TEV_CORR) ? ev->corr : -1;
-    t.stream = (ev->has & TEV_STREAM) && ev->stream >= INT32_MIN && ev->stream <= INT32_MAX
-                   ? (int32_t)ev->stream : -1;
+    t.stream = -1;
+    if ((ev->has & TEV_STREAM) && ev->stream >= INT32_MIN && ev->stream <= INT32_MAX) {
+        t.stream = (int32_t)ev->stream;
+    } else if ((ev->has & TEV_STREAM) && ev->stream > INT32_MAX && ev->stream <= (int64_t)UINT32_MAX) {
+        t.stream = (int32_t)(uint32_t)ev->stream;
+        t.flags |= F_SU32;
+    }
+    if (r->compat) {
+        /* HTA's rounding, from the literals as pandas holds them (one
+         * rounding, not ns -> double -> us): ts = ceil(ts), end = floor(ts +
+         * dur). A fractional ts means the whole file is rounded, so the
+         * rounded ts can stand; an integer ts is exact either way, and only
+         * the duration differs, kept as a delta for when the file is. */
+        double c = ceil(ev->ts_us), f = floor(ev->ts_us + ev->dur_us);
+        if (fabs(c) < 9e15 && fabs(f) < 9e15) {
+            int64_t rts = (int64_t)c * 1000, rend = (int64_t)f * 1000;
+            if (ev->has & TEV_TS_FRAC) {
+                t.ts = rts;
+                t.dur = rend - rts;
+            } else {
+                int64_t d = rend - rts - t.dur;
+                t.rdelta = (int16_t)(d < -32768 ? -32768 : d > 32767 ? 32767 : d);
+            }
+        }
+    }
     t.cat = (uint8_t)r->last_code;
     if (ev->has & TEV_TS_FRAC) t.flags |= F_TSFRAC;
     const char *nm = (ev->has & TEV_NAME) ? ev->name : "";
@@ -514,7 +574,7 @@ static int on_event(void *ud, const trace_ev *ev)
                             &t.thread)))
         return rc;
     long num;
-    if (t.stream < 0 && step_number(nm, &num)) {
+    if (rec_stream(&t) < 0 && step_number(nm, &num)) {
         if (r->nsteps >= MAX_STEPS) return TPF_ETOOBIG;
         if (r->nsteps == r->stepcap) {
             uint32_t nc = r->stepcap ? r->stepcap * 2 : 64;
@@ -523,7 +583,7 @@ static int on_event(void *ud, const trace_ev *ev)
             r->steps = ns;
             r->stepcap = nc;
         }
-        r->steps[r->nsteps++] = (tstep){num, t.ts, t.dur, t.name};
+        r->steps[r->nsteps++] = (tstep){num, t.ts, t.dur, t.name, t.rdelta};
         t.flags |= F_STEP;
     }
     r->chunk[r->nchunk++] = t;
@@ -544,14 +604,15 @@ static void rank_free(rankst *r)
     memset(r, 0, sizeof(*r));
 }
 
-static int pass_a(rankst *r, const char *path, char *err, size_t errlen)
+static int pass_a(rankst *r, const char *path, int compat, char *err, size_t errlen)
 {
     r->path = path;
+    r->compat = compat;
     buf_init(&r->names.arena, MAX_NAME_BYTES);
     r->chunk = malloc(CHUNK_RECS * sizeof(trec));
     if (!r->chunk) return TPF_ENOMEM;
     char e2[256];
-    int rc = trace_read(path, on_event, r, 0, &r->meta, e2, sizeof(e2));
+    int rc = trace_read(path, on_event, r, r->compat ? TRACE_DOUBLE : 0, &r->meta, e2, sizeof(e2));
     if (rc == TPF_ETOOBIG && !e2[0])
         snprintf(e2, sizeof(e2), "too many distinct names, threads or steps");
     if (rc == TPF_EIO && !e2[0]) snprintf(e2, sizeof(e2), "cannot write the spill file: %s", strerror(errno));
@@ -693,7 +754,32 @@ static void sweep_advance(sweep *w, int64_t to)
             }
         }
         w->t[mask] += next - w->frontier;
+        if (w->h && next > w->frontier) {
+            sweep_hist *h = w->h;
+            int r = mask & 7;
+            if (r) h->th[r] += next - w->frontier;
+            h->s[h->head] = (hslice){w->frontier, next, r};
+            h->head = (h->head + 1) % HIST_N;
+            if (h->n < HIST_N) h->n++;
+        }
         w->frontier = next;
+    }
+}
+
+/* HTA: a merged interval [s, e) with e < s takes its type off [e, s). */
+static void sweep_negative(sweep *w, int k, int64_t e, int64_t s)
+{
+    sweep_hist *h = w->h;
+    if (k > 2) return; /* OTHER is not in HTA's label sweep */
+    for (unsigned i = 0; i < h->n; i++) {
+        hslice *x = &h->s[(h->head + HIST_N - 1 - i) % HIST_N];
+        if (x->b <= e) break;
+        int64_t lo = x->a > e ? x->a : e, hi = x->b < s ? x->b : s;
+        if (hi <= lo) continue;
+        int r2 = x->r - (1 << k);
+        if (x->r > 0) h->th[x->r] -= hi - lo;
+        if (r2 > 0 && r2 < 8) h->th[r2] += hi - lo;
+        if (lo == x->a && hi == x->b) x->r = r2; /* slices are whole microseconds here */
     }
 }
 
@@ -706,6 +792,7 @@ static void sweep_add(sweep *w, int type, int64_t s, int64_t e)
         w->frontier = s;
     }
     sweep_advance(w, s);
+    if (w->h && e < s && !(w->has[k] && s <= w->e[k])) sweep_negative(w, k, e, s);
     if (w->has[k] && s <= w->e[k]) {
         if (e > w->e[k]) w->e[k] = e;
     } else {
@@ -975,24 +1062,45 @@ static int in_steps(const bstate *b, int32_t si)
     return n >= b->o->step_lo && n <= b->o->step_hi;
 }
 
+static int is_device_cat(int cat) { return cat == C_KERNEL || cat == C_MEMCPY || cat == C_MEMSET || cat == C_MTIA; }
+
+/* Idle time per stream (HTA's kernel categories only): the gap before each
+ * kernel is host wait when its launch began after the previous kernel ended,
+ * else kernel wait under 30 us, else other. HTA takes the gap from the
+ * previous kernel's end as is, negative when work overlaps on the stream
+ * (DMA engines); by default overlapping work is merged, so no gap is
+ * negative. ce: the launch, or NULL. */
+static int idle_account(bstate *b, int64_t stream, int64_t ts, int64_t end, const corr_ent *ce)
+{
+    stream_st *s = stream_get(b, stream);
+    if (!s) return TPF_ETOOBIG;
+    s->kernels++;
+    if (s->has_prev) {
+        int64_t gap = ts - s->prev_end;
+        if (!b->hta && gap < 0) gap = 0;
+        if (ce && ce->ts > s->prev_end) s->host = sadd(s->host, gap);
+        else if (gap < HTA_KERNEL_WAIT_NS) s->kwait = sadd(s->kwait, gap);
+        else s->other = sadd(s->other, gap);
+    }
+    if (b->hta || !s->has_prev || end > s->prev_end) s->prev_end = end;
+    s->has_prev = 1;
+    return 0;
+}
+
 static int process(bstate *b, trec *t)
 {
+    const int64_t stream = rec_stream(t);
     rankst *r = b->r;
     nstat *ns = &r->names.v[t->name];
     const char *name = st_str(&r->names, t->name);
-    if (b->hta && r->any_tsfrac) {
-        /* HTA: ts = ceil(ts), end = floor(ts + dur) in float microseconds. */
-        double tsu = (double)t->ts / 1000.0, du = (double)t->dur / 1000.0;
-        double c = ceil(tsu), f = floor(tsu + du);
-        t->ts = (int64_t)c * 1000;
-        t->dur = (int64_t)f * 1000 - t->ts;
-    }
+    /* HTA rounds when any ts of the file is fractional (pass A kept the
+     * rounded duration as a delta). */
+    if (b->hta && r->any_tsfrac) t->dur += t->rdelta;
     b->now = t->ts;
     if (ns->sync < 0) ns->sync = strcmp(name, "Event Sync") == 0 || strcmp(name, "Context Sync") == 0;
-    int hta_gpu = (t->stream >= 0 && t->corr >= 0) || ns->sync;
+    int hta_gpu = (stream >= 0 && t->corr >= 0) || ns->sync;
     int gpu = b->hta ? hta_gpu
-                     : t->stream >= 0 && (t->cat == C_KERNEL || t->cat == C_MEMCPY ||
-                                          t->cat == C_MEMSET || t->cat == C_MTIA);
+                     : stream >= 0 && is_device_cat(t->cat);
     if (!gpu) {
         int32_t si = step_of(b, t->ts);
         int kept = b->trim ? t->ts < b->cutoff : 1;
@@ -1003,10 +1111,16 @@ static int process(bstate *b, trec *t)
             if (rc) return rc;
         }
         if (!kept || !in_steps(b, si)) return 0;
-        if (b->hta && t->stream != -1) {
-            /* HTA puts any kept row with a stream into the GPU set (triton). */
+        if (b->hta && stream != -1) {
+            /* HTA puts any kept row with a stream into the GPU set (triton),
+             * and device rows with no correlation (MTIA DMA) into the idle
+             * analysis too, with no launch to join. */
             if (ns->ktype < 0) ns->ktype = (int8_t)(b->hta == 2 ? ktype_hta06(name) : ktype_hta(name));
             sweep_add(&b->all, ns->ktype, t->ts, t->ts + t->dur);
+            if (is_device_cat(t->cat)) {
+                int rc = idle_account(b, stream, t->ts, t->ts + t->dur, NULL);
+                if (rc) return rc;
+            }
         }
         if (t->cat == C_CPU_OP || t->cat == C_USER_ANN || t->cat == C_RUNTIME || t->cat == C_DRIVER)
             return cpu_nest(b, t);
@@ -1019,7 +1133,7 @@ static int process(bstate *b, trec *t)
     if (b->trim && !(ce && ce->kept)) return 0;
     if (!in_steps(b, si)) return 0;
     if (!ce) b->unmatched++;
-    if (t->stream == -1) return 0; /* device-wide sync rows: not on a stream */
+    if (stream == -1) return 0; /* device-wide sync rows: not on a stream */
     b->gpu_events++;
     if (ns->ktype < 0)
         ns->ktype = (int8_t)(b->hta == 2 ? ktype_hta06(name)
@@ -1037,19 +1151,9 @@ static int process(bstate *b, trec *t)
         sweep_add(&b->ssw[si], ns->ktype, t->ts, end);
         b->skern[si]++;
     }
-    /* Idle time per stream (HTA's kernel categories only). */
-    if (t->cat == C_KERNEL || t->cat == C_MEMCPY || t->cat == C_MEMSET || t->cat == C_MTIA) {
-        stream_st *s = stream_get(b, t->stream);
-        if (!s) return TPF_ETOOBIG;
-        s->kernels++;
-        if (s->has_prev) {
-            int64_t gap = t->ts - s->prev_end;
-            if (ce && ce->ts > s->prev_end) s->host = sadd(s->host, gap);
-            else if (gap < HTA_KERNEL_WAIT_NS) s->kwait = sadd(s->kwait, gap);
-            else s->other = sadd(s->other, gap);
-        }
-        s->has_prev = 1;
-        s->prev_end = end;
+    if (is_device_cat(t->cat)) {
+        int rc = idle_account(b, stream, t->ts, end, ce);
+        if (rc) return rc;
     }
     if (ce) {
         nstat *ln = &r->names.v[ce->name];
@@ -1155,6 +1259,9 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
     b.ssw = calloc(ns ? ns : 1, sizeof(sweep));
     b.skern = calloc(ns ? ns : 1, sizeof(uint64_t));
     b.slaunch = calloc(ns ? ns : 1, sizeof(tr_launch));
+    sweep_hist hist;
+    memset(&hist, 0, sizeof(hist));
+    if (b.hta) b.all.h = &hist;
     b.ccap = 1024;
     b.cmap = malloc(b.ccap * sizeof(corr_ent));
     b.streams = calloc(MAX_STREAMS, sizeof(stream_st));
@@ -1165,14 +1272,8 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
     }
     for (uint32_t i = 0; i < b.ccap; i++) b.cmap[i].corr = -1;
     if (ns) memcpy(b.ssorted, r->steps, ns * sizeof(tstep));
-    if (b.hta && r->any_tsfrac) {
-        for (uint32_t i = 0; i < ns; i++) {
-            double tsu = (double)b.ssorted[i].ts / 1000.0, du = (double)b.ssorted[i].dur / 1000.0;
-            int64_t c = (int64_t)ceil(tsu) * 1000;
-            b.ssorted[i].dur = (int64_t)floor(tsu + du) * 1000 - c;
-            b.ssorted[i].ts = c;
-        }
-    }
+    if (b.hta && r->any_tsfrac)
+        for (uint32_t i = 0; i < ns; i++) b.ssorted[i].dur += b.ssorted[i].rdelta;
     qsort(b.ssorted, ns, sizeof(tstep), step_cmp);
     if (trim && ns) {
         b.trim = 1;
@@ -1209,7 +1310,7 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
                 int mm = (q & 1 ? KT_COMP : 0) | (q & 2 ? KT_COMM : 0) | (q & 4 ? KT_MEM : 0);
                 if (mm == mk) v += b.all.t[q];
             }
-            out->label_time[mk] = v;
+            out->label_time[mk] = b.hta ? hist.th[mk] : v;
         }
     }
     out->launch = b.launch;
@@ -1329,6 +1430,8 @@ void trace_result_free(trace_result *r)
     }
     free(r->ranks);
     free(r->stragglers);
+    for (size_t i = 0; i < r->nwarnings; i++) free(r->warnings[i]);
+    free(r->warnings);
     free(r);
 }
 
@@ -1360,7 +1463,7 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
     int rc = res->ranks ? 0 : TPF_ENOMEM;
     /* Pass A over every file first: HTA trims the last step only when the
      * traces together name at least two distinct ProfilerSteps. */
-    for (int i = 0; i < n && !rc; i++) rc = pass_a(&rs[i], paths[i], err, errlen);
+    for (int i = 0; i < n && !rc; i++) rc = pass_a(&rs[i], paths[i], opts->compat_hta, err, errlen);
     int trim = 0;
     if (!rc && opts->compat_hta) {
         long first = 0;
@@ -1371,6 +1474,8 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
                 else if (rs[i].steps[j].num != first) { trim = 1; break; }
             }
     }
+    long step_min = 0, step_max = 0;
+    int have_steps = 0, steps_in_range = 0;
     for (int i = 0; i < n && !rc; i++) {
         tr_rank *k = &res->ranks[res->nranks];
         long rank = rs[i].meta.has_rank ? rs[i].meta.rank : trace_rank_from_name(paths[i]);
@@ -1387,6 +1492,14 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
         k->records = rs[i].nrec;
         k->array_form = rs[i].meta.array_form;
         k->unterminated = rs[i].meta.unterminated;
+        k->bad_numbers = rs[i].badnum;
+        for (uint32_t j = 0; j < rs[i].nsteps; j++) {
+            long sn = rs[i].steps[j].num;
+            if (!have_steps || sn < step_min) step_min = sn;
+            if (!have_steps || sn > step_max) step_max = sn;
+            have_steps = 1;
+            if (sn >= opts->step_lo && sn <= opts->step_hi) steps_in_range = 1;
+        }
         res->nranks++;
         if (!k->path) rc = TPF_ENOMEM;
         else rc = pass_b(&rs[i], opts, trim, k, err, errlen);
@@ -1398,16 +1511,59 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
         snprintf(err, errlen, "no trace of rank %ld among the %d file(s)", opts->rank, n);
         rc = TPF_EINVAL;
     }
+    if (!rc && opts->has_steps && !steps_in_range) {
+        /* Say what the traces have, not "no GPU activity". */
+        if (have_steps)
+            snprintf(err, errlen, "no steps in that range: --steps %ld:%ld, the trace%s %ld..%ld",
+                     opts->step_lo, opts->step_hi, n > 1 ? "s have ProfilerStep#" : " has ProfilerStep#",
+                     step_min, step_max);
+        else
+            snprintf(err, errlen, "no steps in that range: --steps %ld:%ld, the trace%s no ProfilerStep#N",
+                     opts->step_lo, opts->step_hi, n > 1 ? "s name" : " names");
+        rc = TPF_EINVAL;
+    }
     if (!rc) {
         qsort(res->ranks, (size_t)res->nranks, sizeof(tr_rank), rank_cmp);
         rc = find_stragglers(res);
     }
+    /* Two files that claim one rank: usually a directory holding two runs. */
+    for (int i = 1; !rc && i < res->nranks; i++)
+        if (res->ranks[i].rank == res->ranks[i - 1].rank)
+            rc = trace_warn(res, "rank %ld claimed by two files (%s from %s, %s from %s): analysed both as rank %ld",
+                            res->ranks[i].rank, res->ranks[i - 1].path, res->ranks[i - 1].rank_from,
+                            res->ranks[i].path, res->ranks[i].rank_from, res->ranks[i].rank);
+    for (int i = 0; !rc && i < res->nranks; i++)
+        if (res->ranks[i].bad_numbers)
+            rc = trace_warn(res, "%s: %llu event(s) skipped: a ts or dur out of range (such as 1e999)",
+                            res->ranks[i].path, (unsigned long long)res->ranks[i].bad_numbers);
     if (rc) {
         if (err && errlen && !err[0]) snprintf(err, errlen, "%s", tpf_strerror(rc));
         trace_result_free(res);
         return rc;
     }
     *out = res;
+    return 0;
+}
+
+size_t trace_result_warnings(const trace_result *r, const char *const **lines)
+{
+    *lines = (const char *const *)r->warnings;
+    return r->nwarnings;
+}
+
+int trace_warn(trace_result *r, const char *fmt, ...)
+{
+    if (r->nwarnings >= 64) return 0;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    char **nw = realloc(r->warnings, (r->nwarnings + 1) * sizeof(*nw));
+    if (!nw) return TPF_ENOMEM;
+    r->warnings = nw;
+    if (!(nw[r->nwarnings] = dupstr(line))) return TPF_ENOMEM;
+    r->nwarnings++;
     return 0;
 }
 

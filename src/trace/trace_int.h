@@ -50,6 +50,7 @@ typedef struct tr_rank {
     uint64_t bytes, events, records;
     int array_form, unterminated, ts_rounded, trimmed;
     uint64_t gpu_events, unmatched;
+    uint64_t bad_numbers;   /* events dropped: ts/dur out of range (1e999) */
     int64_t kernel_time, idle, compute, non_compute, busy;
     int64_t label_time[8];  /* by mask of KT_COMP|KT_COMM|KT_MEM */
     int64_t comm_total, overlap;
@@ -75,7 +76,12 @@ struct trace_result {
     int nranks;
     tr_straggler *stragglers;
     size_t nstragglers;
+    char **warnings;        /* one line each, e.g. two files of one rank */
+    size_t nwarnings;
 };
+
+/* Append a warning line to r (at most 64 are kept). 0 or TPF_ENOMEM. */
+int trace_warn(trace_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 const char *trace_type_name(int mask);
 
