@@ -1514,7 +1514,7 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
     if (!rc && opts->has_steps && !steps_in_range) {
         /* Say what the traces have, not "no GPU activity". */
         if (have_steps)
-            snprintf(err, errlen, "no steps in that range: --steps %ld:%ld, the trace%s %ld..%ld",
+            snprintf(err, errlen, "no steps in that range: --steps %ld:%ld, the trace%s%ld..%ld",
                      opts->step_lo, opts->step_hi, n > 1 ? "s have ProfilerStep#" : " has ProfilerStep#",
                      step_min, step_max);
         else

@@ -1,0 +1,127 @@
+"""`trainperf analyze` on the traces made from HTA's test data (tests/data/hta)
+and on small hand-made ones: what the default mode says where device work
+overlaps on a stream, what happens to numbers out of range, two files of one
+rank, a --steps range outside the trace."""
+import gzip
+import json
+
+import pytest
+
+from conftest import ROOT
+
+HTA = ROOT / "tests" / "data" / "hta"
+
+
+def analyze(run_cli, *args):
+    p = run_cli("analyze", "--json", *args)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout), p.stderr
+
+
+def write(path, events, **top):
+    path.write_text(json.dumps({"traceEvents": events, **top}))
+    return path
+
+
+def kernel(ts, dur, stream=7, corr=None, name="k"):
+    args = {"stream": stream}
+    if corr is not None:
+        args["correlation"] = corr
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": args}
+
+
+def launch(ts, dur, corr):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts,
+            "dur": dur, "args": {"correlation": corr}}
+
+
+@pytest.mark.parametrize("name", ["mtia_rank_0", "mtia_inference_rank_0"])
+def test_overlapping_dma_never_makes_idle_negative(run_cli, name):
+    """MTIA DMA events overlap on one stream: HTA takes the gap from the
+    previous event's end as is (negative); the default merges the work."""
+    trace = HTA / f"{name}.json.gz"
+    out, _ = analyze(run_cli, trace)
+    (r,) = out["ranks"]
+    assert r["idle_streams"], "the DMA streams are analysed"
+    for s in r["idle_streams"]:
+        for k in ("host_wait_ns", "kernel_wait_ns", "other_ns"):
+            assert s[k] >= 0, (s["stream"], k, s[k])
+    t = r["temporal"]
+    assert t["idle_ns"] >= 0 and t["idle_ns"] + t["compute_ns"] + t["non_compute_ns"] == t["kernel_ns"]
+    if name == "mtia_rank_0":
+        hta, _ = analyze(run_cli, "--compat", "hta", trace)
+        worst = min(min(s["kernel_wait_ns"], s["other_ns"]) for s in hta["ranks"][0]["idle_streams"])
+        assert worst < 0, "HTA's arithmetic (compat) does go negative on this trace"
+
+
+def test_device_rows_without_correlation_count_in_idle_time(run_cli, tmp_path):
+    """A DMA row with a stream but no correlation is device work: both modes
+    put it on its stream (HTA does), so the gap after it is not idle."""
+    ev = [launch(0, 2, 1), kernel(10, 10, corr=1),
+          {"ph": "X", "cat": "mtia_ccp_events", "name": "dma_request", "pid": 0, "tid": 7, "ts": 25,
+           "dur": 50, "args": {"stream": 7}},
+          launch(60, 2, 2), kernel(80, 10, corr=2)]
+    t = write(tmp_path / "dma.json", ev)
+    for mode in ([], ["--compat", "hta"]):
+        out, _ = analyze(run_cli, *mode, t)
+        (s,) = out["ranks"][0]["idle_streams"]
+        assert s["kernels"] == 3, mode
+        assert s["kernel_wait_ns"] + s["other_ns"] + s["host_wait_ns"] == 10_000, (mode, s)
+
+
+def test_context_sync_on_stream_4294967295_is_kept(run_cli):
+    """CUPTI writes Context Sync on stream 0xffffffff (-1 as uint32); HTA
+    counts it in the GPU window, so --compat hta does too."""
+    trace = HTA / "critical_path_simple_add.json.gz"
+    with gzip.open(trace, "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    syncs = [e for e in ev if (e.get("args") or {}).get("stream") == 4294967295]
+    assert syncs and all(e["name"] == "Context Sync" for e in syncs)
+    out, _ = analyze(run_cli, "--compat", "hta", trace)
+    t = out["ranks"][0]["temporal"]
+    last_sync_end = max(e["ts"] + e["dur"] for e in syncs)
+    first = min(e["ts"] for e in ev if "dur" in e and "cat" in e and e["cat"] != "Trace"
+                and (e.get("args") or {}).get("stream", -1) != -1)
+    assert t["kernel_ns"] >= round((last_sync_end - first) * 1000) - 1000
+
+
+def test_numbers_out_of_range_are_counted_and_said(run_cli, tmp_path):
+    raw = json.dumps({"traceEvents": [launch(0, 2, 1), kernel(10, 10, corr=1)]})
+    raw = raw[:-2] + ', {"ph": "X", "cat": "kernel", "name": "huge", "ts": 1e999, "dur": 1, ' \
+        '"args": {"stream": 7, "correlation": 2}}, {"ph": "X", "cat": "kernel", "name": "long", ' \
+        '"ts": 123456789012345678901234567890123, "dur": 1, "args": {"stream": 7}}]}'
+    t = tmp_path / "range.json"
+    t.write_text(raw)
+    out, err = analyze(run_cli, t)
+    assert out["ranks"][0]["events_out_of_range"] == 2
+    assert out["ranks"][0]["gpu_events"] == 1
+    assert "2 event(s) skipped: a ts or dur out of range" in err
+    assert any("out of range" in w for w in out["warnings"])
+
+
+def test_two_files_claiming_one_rank_are_warned_about(run_cli, tmp_path):
+    ev = [launch(0, 2, 1), kernel(10, 10, corr=1)]
+    a = write(tmp_path / "a.json", ev, distributedInfo={"rank": 3})
+    b = write(tmp_path / "b.json", ev, distributedInfo={"rank": 3})
+    out, err = analyze(run_cli, a, b)
+    assert [r["rank"] for r in out["ranks"]] == [3, 3]
+    assert "rank 3 claimed by two files" in err and "a.json" in err and "b.json" in err
+    out, err = analyze(run_cli, a)
+    assert out["warnings"] == [] and "warning" not in err
+
+
+def test_steps_outside_the_trace_say_so(run_cli, tmp_path):
+    ev = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+           "ts": 100 * i, "dur": 90} for i in (4, 5, 6)]
+    ev += [launch(100 * i + 1, 2, i) for i in (4, 5, 6)] + [kernel(100 * i + 10, 10, corr=i) for i in (4, 5, 6)]
+    t = write(tmp_path / "steps.json", ev)
+    p = run_cli("analyze", "--steps", "10:12", t)
+    assert p.returncode == 2
+    assert p.stderr.strip() == ("trainperf: error: no steps in that range: --steps 10:12, "
+                                "the trace has ProfilerStep#4..6")
+    out, _ = analyze(run_cli, "--steps", "5", t)
+    assert [s["step"] for s in out["ranks"][0]["steps"]] == [5]
+    t2 = write(tmp_path / "nosteps.json", [launch(0, 2, 1), kernel(10, 10, corr=1)])
+    p = run_cli("analyze", "--steps", "1:2", t2)
+    assert p.returncode == 2 and "no ProfilerStep" in p.stderr
