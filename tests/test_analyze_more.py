@@ -125,3 +125,16 @@ def test_steps_outside_the_trace_say_so(run_cli, tmp_path):
     t2 = write(tmp_path / "nosteps.json", [launch(0, 2, 1), kernel(10, 10, corr=1)])
     p = run_cli("analyze", "--steps", "1:2", t2)
     assert p.returncode == 2 and "no ProfilerStep" in p.stderr
+
+
+def test_ranks_in_parallel_give_the_same_result(run_cli, traces_dir):
+    files = sorted(traces_dir.glob("trace_filter_sampled_rank-*.json.gz")) + [HTA / "mtia_inference_rank_0.json.gz"]
+    one = run_cli("analyze", "--json", "--jobs", "1", *files)
+    many = run_cli("analyze", "--json", "--jobs", "3", *files)
+    assert one.returncode == 0 and many.returncode == 0, one.stderr + many.stderr
+    assert one.stdout == many.stdout
+    assert len(json.loads(one.stdout)["ranks"]) == 3
+    # an error in one file is reported the same way whichever thread met it
+    bad = run_cli("analyze", "--jobs", "3", files[0], "/nonexistent/x.json", files[1])
+    assert bad.returncode == 2 and "/nonexistent/x.json" in bad.stderr
+    assert run_cli("analyze", "--jobs", "0", files[0]).returncode == 2

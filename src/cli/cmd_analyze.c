@@ -20,7 +20,8 @@ static void analyze_usage(FILE *f)
             "  --steps A:B    only ProfilerStep#A..#B (inclusive; A: or :B leave a side open)\n"
             "  --compat hta   reproduce HolisticTraceAnalysis 0.5's numbers (hta-0.6: its\n"
             "                 successor traceinsight; see docs/analyze.md)\n"
-            "  --top K        rows in the top tables (default 10)\n");
+            "  --top K        rows in the top tables (default 10)\n"
+            "  --jobs N       files analysed at once (default: one per CPU)\n");
 }
 
 static int parse_steps(const char *s, long *lo, long *hi)
@@ -69,7 +70,7 @@ int cmd_analyze(int argc, char **argv)
             continue;
         }
         if (strcmp(a, "--rank") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--compat") == 0 ||
-            strcmp(a, "--top") == 0) {
+            strcmp(a, "--top") == 0 || strcmp(a, "--jobs") == 0) {
             if (i + 1 >= argc) {
                 cli_error("%s needs a value (see `trainperf analyze --help`)", a);
                 goto out;
@@ -114,6 +115,12 @@ int cmd_analyze(int argc, char **argv)
                 cli_error("--compat takes 'hta' (= hta-0.5) or 'hta-0.6', not '%s'", val);
                 goto out;
             }
+        } else if (strcmp(a, "--jobs") == 0) {
+            if (cli_parse_long(val, &v) || v < 1 || v > TRACE_MAX_JOBS) {
+                cli_error("--jobs needs a count between 1 and %d, not '%s'", TRACE_MAX_JOBS, val);
+                goto out;
+            }
+            o.jobs = (int)v;
         } else if (strcmp(a, "--top") == 0) {
             if (cli_parse_long(val, &v) || v < 1 || v > 100000) {
                 cli_error("--top needs a count between 1 and 100000, not '%s'", val);

@@ -21,7 +21,13 @@ typedef struct trace_opts {
     long rank;
     int has_steps;      /* restrict to ProfilerStep#lo..#hi (inclusive) */
     long step_lo, step_hi;
+    int jobs;           /* files analysed at once; 0 = one per online CPU */
 } trace_opts;
+
+#define TRACE_MAX_JOBS 64
+
+/* The number of threads trace_analyze uses for n files with these options. */
+int trace_jobs(const trace_opts *o, int n);
 
 /* The result (opaque; built by trace_analyze, freed by trace_result_free). */
 typedef struct trace_result trace_result;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "trace/trace_int.h"
@@ -1435,6 +1436,66 @@ void trace_result_free(trace_result *r)
     free(r);
 }
 
+/* ---- ranks in parallel ---------------------------------------------------- */
+
+/* Ranks are independent: pass A over all files, then (after HTA's trim
+ * decision, which needs every file's steps) pass B, each on a pool of
+ * threads taking the next file; every rank's state is its own. */
+typedef struct pool {
+    rankst *rs;
+    const char *const *paths;
+    const trace_opts *o;
+    tr_rank *outs;
+    int *sel, *rcs;
+    char (*errs)[512];
+    int n, trim, phase, next;
+} pool;
+
+static void *pool_main(void *arg)
+{
+    pool *p = arg;
+    for (;;) {
+        int i = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
+        if (i >= p->n) return NULL;
+        if (p->phase == 0) {
+            p->rcs[i] = pass_a(&p->rs[i], p->paths[i], p->o->compat_hta, p->errs[i], sizeof(p->errs[i]));
+        } else if (p->sel[i]) {
+            p->rcs[i] = pass_b(&p->rs[i], p->o, p->trim, &p->outs[i], p->errs[i], sizeof(p->errs[i]));
+            rank_free(&p->rs[i]); /* what stays is the summary */
+        }
+    }
+}
+
+int trace_jobs(const trace_opts *o, int n)
+{
+    long j = o->jobs;
+    if (j <= 0) j = sysconf(_SC_NPROCESSORS_ONLN);
+    if (j < 1) j = 1;
+    if (j > TRACE_MAX_JOBS) j = TRACE_MAX_JOBS;
+    if (j > n) j = n;
+    return (int)j;
+}
+
+/* Run one phase over all files; the first failing file's error (by file
+ * order, so the message does not depend on scheduling) is returned. */
+static int pool_run(pool *p, int phase, int jobs, char *err, size_t errlen)
+{
+    pthread_t th[TRACE_MAX_JOBS];
+    int started = 0;
+    p->phase = phase;
+    p->next = 0;
+    for (int k = 1; k < jobs; k++)
+        if (pthread_create(&th[started], NULL, pool_main, p) == 0) started++;
+    pool_main(p); /* the caller works too; with no thread it does it all */
+    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+    for (int i = 0; i < p->n; i++)
+        if (p->rcs[i]) {
+            snprintf(err, errlen, "%s", p->errs[i]);
+            return p->rcs[i];
+        }
+    return 0;
+}
+
 static int rank_cmp(const void *a, const void *b)
 {
     const tr_rank *x = a, *y = b;
@@ -1460,10 +1521,20 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
     }
     res->opts = *opts;
     res->ranks = calloc((size_t)n, sizeof(tr_rank));
-    int rc = res->ranks ? 0 : TPF_ENOMEM;
+    pool pl;
+    memset(&pl, 0, sizeof(pl));
+    pl.rs = rs;
+    pl.paths = paths;
+    pl.o = opts;
+    pl.n = n;
+    pl.sel = calloc((size_t)n, sizeof(int));
+    pl.rcs = calloc((size_t)n, sizeof(int));
+    pl.errs = calloc((size_t)n, sizeof(*pl.errs));
+    int rc = res->ranks && pl.sel && pl.rcs && pl.errs ? 0 : TPF_ENOMEM;
+    int jobs = trace_jobs(opts, n);
     /* Pass A over every file first: HTA trims the last step only when the
      * traces together name at least two distinct ProfilerSteps. */
-    for (int i = 0; i < n && !rc; i++) rc = pass_a(&rs[i], paths[i], opts->compat_hta, err, errlen);
+    if (!rc) rc = pool_run(&pl, 0, jobs, err, errlen);
     int trim = 0;
     if (!rc && opts->compat_hta) {
         long first = 0;
@@ -1477,7 +1548,7 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
     long step_min = 0, step_max = 0;
     int have_steps = 0, steps_in_range = 0;
     for (int i = 0; i < n && !rc; i++) {
-        tr_rank *k = &res->ranks[res->nranks];
+        tr_rank *k = &res->ranks[i];
         long rank = rs[i].meta.has_rank ? rs[i].meta.rank : trace_rank_from_name(paths[i]);
         k->rank_from = rs[i].meta.has_rank ? "distributedInfo" : rank >= 0 ? "file name" : "order";
         if (rank < 0) rank = i;
@@ -1485,8 +1556,10 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
             rank_free(&rs[i]);
             continue;
         }
+        pl.sel[i] = 1;
         k->rank = rank;
         k->path = dupstr(paths[i]);
+        if (!k->path) rc = TPF_ENOMEM;
         k->bytes = rs[i].meta.bytes;
         k->events = rs[i].meta.events;
         k->records = rs[i].nrec;
@@ -1500,11 +1573,18 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
             have_steps = 1;
             if (sn >= opts->step_lo && sn <= opts->step_hi) steps_in_range = 1;
         }
-        res->nranks++;
-        if (!k->path) rc = TPF_ENOMEM;
-        else rc = pass_b(&rs[i], opts, trim, k, err, errlen);
-        rank_free(&rs[i]);
     }
+    pl.trim = trim;
+    pl.outs = res->ranks;
+    if (!rc) rc = pool_run(&pl, 1, jobs, err, errlen);
+    /* Keep the selected ranks, in file order (sorted by rank below). */
+    for (int i = 0; res->ranks && i < n; i++) {
+        if (pl.sel[i]) res->ranks[res->nranks++] = res->ranks[i];
+        else free(res->ranks[i].path);
+    }
+    free(pl.sel);
+    free(pl.rcs);
+    free(pl.errs);
     for (int i = 0; i < n; i++) rank_free(&rs[i]);
     free(rs);
     if (!rc && opts->has_rank && res->nranks == 0) {
