@@ -138,3 +138,54 @@ def test_ranks_in_parallel_give_the_same_result(run_cli, traces_dir):
     bad = run_cli("analyze", "--jobs", "3", files[0], "/nonexistent/x.json", files[1])
     assert bad.returncode == 2 and "/nonexistent/x.json" in bad.stderr
     assert run_cli("analyze", "--jobs", "0", files[0]).returncode == 2
+
+
+def kernel_totals(path):
+    with gzip.open(path, "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    tot = {}
+    for e in ev:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and isinstance((e.get("args") or {}).get("stream"), int):
+            c, t = tot.get(e["name"], (0, 0))
+            tot[e["name"]] = (c + 1, t + round(e["dur"] * 1000))
+    return tot
+
+
+def test_diff_joins_kernels_and_ops_by_name(run_cli):
+    base, test = HTA / "trace_compare_base.json.gz", HTA / "trace_compare_test.json.gz"
+    p = run_cli("analyze", "--diff", "--json", base, test)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    ka, kb = kernel_totals(base), kernel_totals(test)
+    rows = {r["name"]: r for r in d["rows"] if r["kind"] == "kernel"}
+    assert set(rows) == set(ka) | set(kb)
+    for name, r in rows.items():
+        assert (r["count_baseline"], r["total_baseline_ns"]) == ka.get(name, (0, 0)), name
+        assert (r["count_test"], r["total_test_ns"]) == kb.get(name, (0, 0)), name
+        want = ("added" if name not in ka else "removed" if name not in kb else
+                "same" if abs(r["delta_ns"]) < max(1000, 0.05 * r["total_baseline_ns"]) else
+                "slower" if r["delta_ns"] > 0 else "faster")
+        assert r["status"] == want, (name, r)
+    added_ops = {r["name"] for r in d["rows"] if r["kind"] == "op" and r["status"] == "added"}
+    assert "All2All_Pooled_Req" in added_ops
+    deltas = [abs(r["delta_ns"]) for r in d["rows"]]
+    assert deltas == sorted(deltas, reverse=True)
+    s = d["summary"]
+    assert sum(s["counts"].values()) == len(d["rows"])
+    text = run_cli("analyze", "--diff", base, test)
+    assert text.returncode == 0 and "added" in text.stdout and "All2All_Pooled_Req" in text.stdout
+
+
+def test_diff_of_a_trace_with_itself_is_all_unchanged(run_cli):
+    t = HTA / "critical_path_alexnet.json.gz"
+    d = json.loads(run_cli("analyze", "--diff", "--json", t, t).stdout)
+    assert d["rows"] and all(r["status"] == "same" and r["delta_ns"] == 0 for r in d["rows"])
+    assert d["summary"]["baseline"] == d["summary"]["test"]
+
+
+def test_diff_usage_errors(run_cli, tmp_path):
+    t = HTA / "trace_compare_base.json.gz"
+    p = run_cli("analyze", "--diff", t)
+    assert p.returncode == 2 and "--diff takes two traces" in p.stderr
+    p = run_cli("analyze", "--diff", t, tmp_path / "missing.json")
+    assert p.returncode == 2 and "missing.json" in p.stderr and len(p.stderr.strip().splitlines()) == 1

@@ -4,13 +4,15 @@
 #include <string.h>
 
 #include "trace/trace.h"
+#include "trace/trace_diff.h"
 #include "cli/cli.h"
 #include "trainperf.h"
 
 static void analyze_usage(FILE *f)
 {
     fprintf(f,
-            "usage: trainperf analyze TRACE... [--json] [--rank N] [--steps A:B] [--compat hta] [--top K]\n\n"
+            "usage: trainperf analyze TRACE... [--json] [--rank N] [--steps A:B] [--compat hta] [--top K]\n"
+            "       trainperf analyze --diff BASELINE TEST [--json] [--top K] ...\n\n"
             "Analyse torch.profiler (Kineto/Chrome) traces, .json or .json.gz, one file per rank:\n"
             "GPU time breakdown, kernel types and overlaps, top kernels, idle time per stream,\n"
             "communication/computation overlap, launch delays, top CPU operators, per-step\n"
@@ -21,6 +23,8 @@ static void analyze_usage(FILE *f)
             "  --compat hta   reproduce HolisticTraceAnalysis 0.5's numbers (hta-0.6: its\n"
             "                 successor traceinsight; see docs/analyze.md)\n"
             "  --top K        rows in the top tables (default 10)\n"
+            "  --diff         compare two traces (files, or directories of per-rank files):\n"
+            "                 operators and kernels added, removed, slower, faster\n"
             "  --jobs N       files analysed at once (default: one per CPU)\n");
 }
 
@@ -44,11 +48,47 @@ static int parse_steps(const char *s, long *lo, long *hi)
     return 0;
 }
 
+/* --diff BASELINE TEST: each a file or a directory of per-rank files. */
+static int analyze_diff(const char **paths, int np, const trace_opts *o, int json)
+{
+    if (np != 2) {
+        cli_error("--diff takes two traces (or directories), baseline then test, not %d", np);
+        return CLI_USAGE;
+    }
+    char err[1024];
+    char **fa = NULL, **fb = NULL;
+    int na = 0, nb = 0;
+    trace_diff_result *d = NULL;
+    int e = trace_expand_args(&paths[0], 1, &fa, &na, err, sizeof(err));
+    if (!e) e = trace_expand_args(&paths[1], 1, &fb, &nb, err, sizeof(err));
+    if (!e) e = trace_diff((const char *const *)fa, na, (const char *const *)fb, nb, o, &d, err, sizeof(err));
+    trace_paths_free(fa, na);
+    trace_paths_free(fb, nb);
+    if (e) {
+        cli_error("%s", err);
+        return (e == TPF_ENOMEM || e == TPF_ETOOBIG) ? CLI_FAIL : CLI_USAGE;
+    }
+    buf b;
+    buf_init(&b, 0);
+    int we = json ? trace_diff_json(d, &b) : trace_diff_text(d, &b, cli_color(stdout));
+    trace_diff_free(d);
+    int rc = CLI_OK;
+    if (we) {
+        cli_error("cannot format the result: %s", tpf_strerror(we));
+        rc = CLI_FAIL;
+    } else if (fwrite(b.data, 1, b.len, stdout) != b.len || fflush(stdout) != 0) {
+        cli_error("cannot write the output");
+        rc = CLI_FAIL;
+    }
+    buf_free(&b);
+    return rc;
+}
+
 int cmd_analyze(int argc, char **argv)
 {
     trace_opts o;
     memset(&o, 0, sizeof(o));
-    int json = 0;
+    int json = 0, diff = 0;
     const char **paths = calloc((size_t)argc, sizeof(*paths));
     int np = 0;
     if (!paths) {
@@ -67,6 +107,10 @@ int cmd_analyze(int argc, char **argv)
         }
         if (strcmp(a, "--json") == 0) {
             json = 1;
+            continue;
+        }
+        if (strcmp(a, "--diff") == 0) {
+            diff = 1;
             continue;
         }
         if (strcmp(a, "--rank") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--compat") == 0 ||
@@ -134,6 +178,10 @@ int cmd_analyze(int argc, char **argv)
     }
     if (!np) {
         cli_error("no trace files given (see `trainperf analyze --help`)");
+        goto out;
+    }
+    if (diff) {
+        rc = analyze_diff(paths, np, &o, json);
         goto out;
     }
     trace_result *r = NULL;
