@@ -189,3 +189,76 @@ def test_diff_usage_errors(run_cli, tmp_path):
     assert p.returncode == 2 and "--diff takes two traces" in p.stderr
     p = run_cli("analyze", "--diff", t, tmp_path / "missing.json")
     assert p.returncode == 2 and "missing.json" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.torch
+def test_memory_timeline_and_annotations_of_a_real_profile(run_cli, tmp_path):
+    """torch.profiler with profile_memory: the peak equals the largest
+    'Total Allocated' PyTorch wrote, allocations are put under the
+    record_function range they were made in, and each range's CPU time and
+    count are the trace's."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 64)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        for _ in range(3):
+            with record_function("fwd_bwd"):
+                opt.zero_grad()
+                model(x).sum().backward()
+            with record_function("opt_step"):
+                opt.step()
+    trace = tmp_path / "mem.pt.trace.json"
+    prof.export_chrome_trace(str(trace))
+    ev = json.loads(trace.read_text())["traceEvents"]
+    mem = [e for e in ev if e.get("name") == "[memory]"]
+    assert mem, "profile_memory wrote [memory] events"
+    out, _ = analyze(run_cli, "--top", "50", trace)
+    (r,) = out["ranks"]
+    (cpu,) = [m for m in r["memory"] if m["device"] == "CPU"]
+    assert cpu["peak_allocated_bytes"] == max(e["args"]["Total Allocated"] for e in mem
+                                              if e["args"].get("Device Type") == 0)
+    assert cpu["allocations"] == sum(1 for e in mem if e["args"]["Bytes"] >= 0 and e["args"].get("Device Type") == 0)
+    cats = {c["category"]: c for c in cpu["allocated_by_category"]}
+    assert "fwd_bwd" in cats and cats["fwd_bwd"]["bytes"] > 0
+    assert sum(c["bytes"] for c in cpu["allocated_by_category"]) <= cpu["allocated_bytes"]
+    anns = {a["name"]: a for a in r["annotations"]}
+    for name in ("fwd_bwd", "opt_step"):
+        ranges = [e for e in ev if e.get("name") == name and e.get("cat") == "user_annotation"]
+        assert anns[name]["ranges"] == len(ranges) == 3
+        assert abs(anns[name]["cpu_ns"] - sum(round(e["dur"] * 1000) for e in ranges)) <= 3
+    text = run_cli("analyze", trace)
+    assert "Memory timeline: CPU" in text.stdout and "fwd_bwd" in text.stdout
+
+
+def test_kernel_sequences_queue_and_bandwidth(run_cli):
+    """On a real CUDA trace: sequences counted per stream from the kernels in
+    order, the queue never longer than the kernels launched, memcpy bandwidth
+    = bytes / time of the copies."""
+    trace = HTA / "critical_path_alexnet.json.gz"
+    with gzip.open(trace, "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    out, _ = analyze(run_cli, "--top", "1000", trace)
+    (r,) = out["ranks"]
+    seqs = r["kernel_sequences"]
+    assert seqs["length"] == 3 and seqs["top"]
+    by_stream = {}
+    for e in sorted((e for e in ev if e.get("cat") == "kernel"), key=lambda e: (e["ts"], -e["dur"])):
+        by_stream.setdefault(e["args"]["stream"], []).append(e["name"])
+    counts = {}
+    for names in by_stream.values():
+        for i in range(len(names) - 2):
+            counts[tuple(names[i:i + 3])] = counts.get(tuple(names[i:i + 3]), 0) + 1
+    for s in seqs["top"]:
+        assert counts[tuple(s["kernels"])] == s["count"]
+    assert seqs["top"][0]["count"] == max(counts.values())
+    for q in r["queue_length"]:
+        assert 1 <= q["max"] <= q["kernels"]
+    copies = [e for e in ev if e.get("cat") == "gpu_memcpy"]
+    (bw,) = [b for b in r["memcpy_bandwidth"] if b["name"].startswith("Memcpy HtoD")]
+    assert bw["bytes"] == sum(e["args"]["bytes"] for e in copies if e["name"] == bw["name"])
+    assert bw["count"] == sum(1 for e in copies if e["name"] == bw["name"])
+    p = run_cli("analyze", "--seq-len", "2", "--json", trace)
+    assert p.returncode == 0 and json.loads(p.stdout)["ranks"][0]["kernel_sequences"]["length"] == 2

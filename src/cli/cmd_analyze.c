@@ -25,7 +25,8 @@ static void analyze_usage(FILE *f)
             "  --top K        rows in the top tables (default 10)\n"
             "  --diff         compare two traces (files, or directories of per-rank files):\n"
             "                 operators and kernels added, removed, slower, faster\n"
-            "  --jobs N       files analysed at once (default: one per CPU)\n");
+            "  --jobs N       files analysed at once (default: one per CPU)\n"
+            "  --seq-len N    length of the frequent kernel sequences (2..8, default 3)\n");
 }
 
 static int parse_steps(const char *s, long *lo, long *hi)
@@ -114,7 +115,7 @@ int cmd_analyze(int argc, char **argv)
             continue;
         }
         if (strcmp(a, "--rank") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--compat") == 0 ||
-            strcmp(a, "--top") == 0 || strcmp(a, "--jobs") == 0) {
+            strcmp(a, "--top") == 0 || strcmp(a, "--jobs") == 0 || strcmp(a, "--seq-len") == 0) {
             if (i + 1 >= argc) {
                 cli_error("%s needs a value (see `trainperf analyze --help`)", a);
                 goto out;
@@ -159,6 +160,12 @@ int cmd_analyze(int argc, char **argv)
                 cli_error("--compat takes 'hta' (= hta-0.5) or 'hta-0.6', not '%s'", val);
                 goto out;
             }
+        } else if (strcmp(a, "--seq-len") == 0) {
+            if (cli_parse_long(val, &v) || v < 2 || v > 8) {
+                cli_error("--seq-len needs a length between 2 and 8, not '%s'", val);
+                goto out;
+            }
+            o.seq_len = (int)v;
         } else if (strcmp(a, "--jobs") == 0) {
             if (cli_parse_long(val, &v) || v < 1 || v > TRACE_MAX_JOBS) {
                 cli_error("--jobs needs a count between 1 and %d, not '%s'", TRACE_MAX_JOBS, val);

@@ -22,6 +22,7 @@ typedef struct trace_opts {
     int has_steps;      /* restrict to ProfilerStep#lo..#hi (inclusive) */
     long step_lo, step_hi;
     int jobs;           /* files analysed at once; 0 = one per online CPU */
+    int seq_len;        /* kernel sequence length; 0 = 3 */
 } trace_opts;
 
 #define TRACE_MAX_JOBS 64

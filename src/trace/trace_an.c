@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "trace/trace_extra.h"
 #include "trace/trace_int.h"
 #include "trace/trace_json.h"
 #include "trainperf.h"
@@ -38,7 +39,8 @@
 
 enum {
     C_OTHER = 0, C_CPU_OP, C_USER_ANN, C_RUNTIME, C_DRIVER, C_KERNEL, C_MEMCPY, C_MEMSET,
-    C_GPU_ANN, C_PYTHON, C_MTIA, C_SYNC
+    C_GPU_ANN, C_PYTHON, C_MTIA, C_SYNC,
+    C_MEMEV /* a "[memory]" instant event of profile_memory (no dur; made a record) */
 };
 
 /* F_SU32: the stream was above INT32_MAX and fits 32 bits unsigned (CUPTI
@@ -69,6 +71,12 @@ typedef struct nstat {
     double kmean, km2;      /* Welford, for the standard deviation */
     uint64_t ccount;
     int64_t ctotal, cself;
+    uint8_t is_ann;         /* seen as a user_annotation */
+    uint64_t akern, gann_n; /* kernels launched under it; gpu_user_annotation ranges */
+    int64_t agpu, gann;
+    uint64_t mcount;        /* memory copies/sets with a byte count */
+    int64_t mbytes, mtime;
+    double mpeak;           /* GB/s (bytes per ns) of the fastest */
 } nstat;
 
 typedef struct strtab {
@@ -97,6 +105,7 @@ typedef struct frame {
      * drops an only child named like its parent (_remove_dup_nodes). */
     int pend;
     int64_t pend_dur, pend_child;
+    uint8_t cat;
 } frame;
 
 typedef struct tstack {
@@ -144,6 +153,7 @@ typedef struct corr_ent {
     uint32_t name;
     int32_t step;
     uint8_t kept, used;
+    uint32_t ann;           /* innermost user annotation at the launch: name id + 1 */
 } corr_ent;
 
 typedef struct stream_st {
@@ -152,6 +162,8 @@ typedef struct stream_st {
     int64_t prev_end;
     uint64_t kernels;
     int64_t host, kwait, other;
+    seq_ring ring;
+    queue_st q;
 } stream_st;
 
 typedef struct run_rd {
@@ -179,6 +191,7 @@ typedef struct rankst {
     uint64_t nrec;
     int any_tsfrac;
     int compat;             /* opts->compat_hta */
+    mem_st mem;             /* profile_memory: per device */
     uint64_t badnum;        /* events dropped for a time out of range */
     char last_cat[64];
     size_t last_cat_len;
@@ -510,6 +523,36 @@ static int spill_chunk(rankst *r)
     return 0;
 }
 
+/* A "[memory]" event: remembered for the timeline as a zero-length record
+ * (corr = bytes, rdelta = device), so the sweep sees it in time order. */
+static int on_memory(rankst *r, const trace_ev *ev)
+{
+    if (ev->ts_ns > TS_LIMIT || ev->ts_ns < -TS_LIMIT) {
+        r->badnum++;
+        return 0;
+    }
+    int64_t type = ev->devtype, id = (ev->has & TEV_DEV) ? ev->dev : -1;
+    if (type < 0 || type > 127 || id < -1 || id > 254) type = 127, id = -1;
+    int64_t key = (type << 8) | (id + 1);
+    int64_t bytes = (ev->has & TEV_BYTES) ? ev->bytes : 0;
+    mem_seen(&r->mem, key, ev->ts_ns, bytes, ev->mem_alloc, ev->mem_reserved);
+    trec t;
+    memset(&t, 0, sizeof(t));
+    t.ts = ev->ts_ns;
+    t.corr = bytes;
+    t.stream = -1;
+    t.cat = C_MEMEV;
+    t.rdelta = (int16_t)key;
+    int rc = st_intern(&r->names, "[memory]", 8, &t.name);
+    if (!rc)
+        rc = thread_intern(r, (ev->has & TEV_PID) ? ev->pid : -1, (ev->has & TEV_TID) ? ev->tid : -1, &t.thread);
+    if (rc) return rc;
+    r->chunk[r->nchunk++] = t;
+    r->nrec++;
+    if (r->nchunk == CHUNK_RECS) return spill_chunk(r);
+    return 0;
+}
+
 static int on_event(void *ud, const trace_ev *ev)
 {
     rankst *r = ud;
@@ -520,6 +563,8 @@ static int on_event(void *ud, const trace_ev *ev)
         r->badnum++; /* said in the result: a vanished event is never silent */
         return 0;
     }
+    if ((ev->has & TEV_MEM) && (ev->has & TEV_TS) && (ev->has & TEV_NAME) && strcmp(ev->name, "[memory]") == 0)
+        return on_memory(r, ev);
     if (!(ev->has & TEV_DUR) || !(ev->has & TEV_CAT) || !(ev->has & TEV_TS)) return 0;
     if (ev->ts_ns > TS_LIMIT || ev->ts_ns < -TS_LIMIT || ev->dur_ns > DUR_LIMIT || ev->dur_ns < -DUR_LIMIT) {
         r->badnum++;
@@ -571,6 +616,14 @@ static int on_event(void *ud, const trace_ev *ev)
     const char *nm = (ev->has & TEV_NAME) ? ev->name : "";
     size_t nl = (ev->has & TEV_NAME) ? ev->name_len : 0;
     if ((rc = st_intern(&r->names, nm, nl, &t.name))) return rc;
+    if ((ev->has & TEV_BYTES) && (t.cat == C_MEMCPY || t.cat == C_MEMSET) && ev->bytes >= 0) {
+        /* Bandwidth per kind of copy, over the whole file. */
+        nstat *e = &r->names.v[t.name];
+        e->mcount++;
+        e->mbytes = sadd(e->mbytes, ev->bytes);
+        e->mtime = sadd(e->mtime, t.dur > 0 ? t.dur : 0);
+        if (t.dur > 0 && (double)ev->bytes / (double)t.dur > e->mpeak) e->mpeak = (double)ev->bytes / (double)t.dur;
+    }
     if ((rc = thread_intern(r, (ev->has & TEV_PID) ? ev->pid : -1, (ev->has & TEV_TID) ? ev->tid : -1,
                             &t.thread)))
         return rc;
@@ -595,6 +648,7 @@ static int on_event(void *ud, const trace_ev *ev)
 
 static void rank_free(rankst *r)
 {
+    mem_free_st(&r->mem);
     st_free(&r->names);
     free(r->threads);
     free(r->tslots);
@@ -859,6 +913,7 @@ typedef struct bstate {
     tstack *stacks;
     tr_launch launch;
     uint64_t gpu_events, unmatched;
+    seqtab seq;
 } bstate;
 
 static int step_cmp(const void *a, const void *b)
@@ -1038,7 +1093,7 @@ static int cpu_nest(bstate *b, const trec *t)
             st->cap = nc;
         }
     }
-    st->f[st->n++] = (frame){t->ts, end, t->dur, 0, t->name, 0, 0, 0, 0};
+    st->f[st->n++] = (frame){t->ts, end, t->dur, 0, t->name, 0, 0, 0, 0, t->cat};
     return 0;
 }
 
@@ -1061,6 +1116,24 @@ static int in_steps(const bstate *b, int32_t si)
     if (si < 0) return 0;
     long n = b->ssorted[si].num;
     return n >= b->o->step_lo && n <= b->o->step_hi;
+}
+
+/* The innermost user annotation (record_function range, not ProfilerStep)
+ * around ts on a thread, or with any_op the outermost operator when there
+ * is none: name id + 1, 0 for none. Frames that ended are skipped, not
+ * popped (the caller's own event may still nest there). */
+static uint32_t scope_of(bstate *b, uint32_t thread, int64_t ts, int any_op)
+{
+    const tstack *st = &b->stacks[thread];
+    uint32_t outer = 0;
+    for (uint32_t i = st->n; i-- > 0;) {
+        const frame *f = &st->f[i];
+        if (f->end <= ts || f->ts > ts) continue;
+        if (f->cat == C_USER_ANN && strncmp(st_str(&b->r->names, f->name), "ProfilerStep", 12) != 0)
+            return f->name + 1;
+        if (f->cat == C_CPU_OP) outer = f->name + 1;
+    }
+    return any_op ? outer : 0;
 }
 
 static int is_device_cat(int cat) { return cat == C_KERNEL || cat == C_MEMCPY || cat == C_MEMSET || cat == C_MTIA; }
@@ -1092,6 +1165,8 @@ static int process(bstate *b, trec *t)
 {
     const int64_t stream = rec_stream(t);
     rankst *r = b->r;
+    if (t->cat == C_MEMEV) /* profile_memory: allocation (+) or free (-) */
+        return mem_event(&r->mem, t->rdelta, t->ts, t->corr, scope_of(b, t->thread, t->ts, 1));
     nstat *ns = &r->names.v[t->name];
     const char *name = st_str(&r->names, t->name);
     /* HTA rounds when any ts of the file is fractional (pass A kept the
@@ -1106,8 +1181,14 @@ static int process(bstate *b, trec *t)
         int32_t si = step_of(b, t->ts);
         int kept = b->trim ? t->ts < b->cutoff : 1;
         if (ns->launch == 0) ns->launch = is_launch_name(name, b->hta) ? 1 : no_device_work(name) ? 3 : 2;
+        if (t->cat == C_GPU_ANN) {
+            ns->gann_n++;
+            ns->gann = sadd(ns->gann, t->dur);
+        }
+        if (t->cat == C_USER_ANN) ns->is_ann = 1;
         if (t->corr != -1 && (!b->hta || !hta_gpu) && ns->launch != 3) {
-            corr_ent e = {t->corr, t->ts, t->dur, t->name, si, (uint8_t)kept, 0};
+            corr_ent e = {t->corr, t->ts, t->dur, t->name, si, (uint8_t)kept, 0,
+                          scope_of(b, t->thread, t->ts, 0)};
             int rc = corr_put(b, &e);
             if (rc) return rc;
         }
@@ -1155,6 +1236,14 @@ static int process(bstate *b, trec *t)
     if (is_device_cat(t->cat)) {
         int rc = idle_account(b, stream, t->ts, end, ce);
         if (rc) return rc;
+        stream_st *s = stream_get(b, stream);
+        if (s && ns->ktype == KT_COMP && (rc = seq_add(&b->seq, &s->ring, t->name, t->dur))) return rc;
+        if (s && ce && (rc = queue_add(&s->q, ce->ts, end))) return rc;
+    }
+    if (ce && ce->ann) {
+        nstat *an = &r->names.v[ce->ann - 1];
+        an->akern++;
+        an->agpu = sadd(an->agpu, t->dur);
     }
     if (ce) {
         nstat *ln = &r->names.v[ce->name];
@@ -1239,6 +1328,146 @@ nomem:
     return TPF_ENOMEM;
 }
 
+static int seq_cmp(const void *a, const void *b)
+{
+    const seq_ent *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    if (x->total != y->total) return x->total > y->total ? -1 : 1;
+    return memcmp(x->ids, y->ids, sizeof(x->ids));
+}
+
+static int queue_cmp(const void *a, const void *b)
+{
+    const tr_queue *x = a, *y = b;
+    return x->stream < y->stream ? -1 : x->stream > y->stream;
+}
+
+static int memcat_cmp(const void *a, const void *b)
+{
+    const tr_memcat *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev - y->dev;
+    if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* The tables of trace_extra.h for one rank, top k rows each. */
+static int collect_extras(bstate *b, tr_rank *out, int k)
+{
+    rankst *r = b->r;
+    strtab *t = &r->names;
+    keyidx *ki = malloc((size_t)(t->n ? t->n : 1) * sizeof(*ki));
+    if (!ki) return TPF_ENOMEM;
+    int rc = TPF_ENOMEM;
+    /* annotations by GPU kernel time, then by GPU range time */
+    size_t n = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        if ((t->v[i].is_ann || t->v[i].gann_n) && strncmp(st_str(t, i), "ProfilerStep", 12) != 0)
+            ki[n++] = (keyidx){t->v[i].agpu ? t->v[i].agpu : t->v[i].gann, i};
+    qsort(ki, n, sizeof(*ki), keyidx_cmp);
+    size_t m = n < (size_t)k ? n : (size_t)k;
+    out->anns = calloc(m ? m : 1, sizeof(tr_ann));
+    if (!out->anns) goto done;
+    for (size_t i = 0; i < m; i++) {
+        const nstat *e = &t->v[ki[i].id];
+        tr_ann *a = &out->anns[i];
+        if (!(a->name = dupstr(st_str(t, ki[i].id)))) goto done;
+        a->ranges = e->ccount ? e->ccount : e->gann_n;
+        a->cpu = e->ctotal;
+        a->kernels = e->akern;
+        a->gpu = e->agpu;
+        a->gpu_ann = e->gann;
+        out->nanns = i + 1;
+    }
+    /* memory copies by bytes */
+    n = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        if (t->v[i].mcount) ki[n++] = (keyidx){t->v[i].mbytes, i};
+    qsort(ki, n, sizeof(*ki), keyidx_cmp);
+    m = n < (size_t)k ? n : (size_t)k;
+    out->bws = calloc(m ? m : 1, sizeof(tr_bw));
+    if (!out->bws) goto done;
+    for (size_t i = 0; i < m; i++) {
+        const nstat *e = &t->v[ki[i].id];
+        tr_bw *w = &out->bws[i];
+        if (!(w->name = dupstr(st_str(t, ki[i].id)))) goto done;
+        w->count = e->mcount;
+        w->bytes = e->mbytes;
+        w->time = e->mtime;
+        w->peak = e->mpeak;
+        out->nbws = i + 1;
+    }
+    /* kernel sequences by count */
+    out->seq_len = b->seq.len;
+    out->seq_dropped = b->seq.dropped;
+    qsort(b->seq.v, b->seq.n, sizeof(seq_ent), seq_cmp);
+    m = b->seq.n < (uint32_t)k ? b->seq.n : (size_t)k;
+    out->seqs = calloc(m ? m : 1, sizeof(tr_seq));
+    if (!out->seqs) goto done;
+    for (size_t i = 0; i < m; i++) {
+        const seq_ent *e = &b->seq.v[i];
+        if (e->count < 2) break; /* once is not a pattern */
+        tr_seq *q = &out->seqs[i];
+        out->nseqs = i + 1;
+        q->count = e->count;
+        q->total = e->total;
+        for (int j = 0; j < b->seq.len; j++)
+            if (!(q->names[j] = dupstr(st_str(t, e->ids[j])))) goto done;
+    }
+    /* queue length per stream */
+    out->queues = calloc(b->nstreams_used ? b->nstreams_used : 1, sizeof(tr_queue));
+    if (!out->queues) goto done;
+    for (uint32_t i = 0; i < MAX_STREAMS; i++) {
+        const stream_st *s = &b->streams[i];
+        if (!s->used || !s->q.max) continue;
+        tr_queue *q = &out->queues[out->nqueues++];
+        q->stream = s->stream;
+        q->kernels = s->kernels;
+        q->max = s->q.max;
+        q->mean = s->q.last > s->q.first ? (double)s->q.area / (double)(s->q.last - s->q.first) : 0.0;
+    }
+    qsort(out->queues, out->nqueues, sizeof(tr_queue), queue_cmp);
+    /* memory timeline */
+    mem_st *ms = &r->mem;
+    out->mem = calloc(ms->ndev ? (size_t)ms->ndev : 1, sizeof(tr_memdev));
+    out->memcats = calloc(ms->ncats ? ms->ncats : 1, sizeof(tr_memcat));
+    if (!out->mem || !out->memcats) goto done;
+    for (int i = 0; i < ms->ndev; i++) {
+        const mem_dev *d = &ms->dev[i];
+        tr_memdev *o = &out->mem[out->nmem++];
+        o->key = d->key;
+        o->peak = d->peak;
+        o->peak_ts = d->peak_ts;
+        o->reserved_peak = d->reserved_peak;
+        o->allocs = d->allocs;
+        o->frees = d->frees;
+        o->alloc_bytes = d->alloc_bytes;
+        o->free_bytes = d->free_bytes;
+        if (d->peak_cat && !(o->peak_cat = dupstr(st_str(t, d->peak_cat - 1)))) goto done;
+    }
+    for (uint32_t i = 0; i < ms->ncats; i++) {
+        tr_memcat *c = &out->memcats[out->nmemcats];
+        if (!(c->name = dupstr(st_str(t, ms->cats[i].cat - 1)))) goto done;
+        c->dev = ms->cats[i].dev;
+        c->bytes = ms->cats[i].bytes;
+        c->count = ms->cats[i].count;
+        out->nmemcats++;
+    }
+    qsort(out->memcats, out->nmemcats, sizeof(tr_memcat), memcat_cmp);
+    { /* top k per device */
+        size_t w = 0;
+        for (size_t i = 0, run = 0; i < out->nmemcats; i++) {
+            run = (i && out->memcats[i].dev == out->memcats[i - 1].dev) ? run + 1 : 0;
+            if (run < (size_t)k) out->memcats[w++] = out->memcats[i];
+            else free(out->memcats[i].name);
+        }
+        out->nmemcats = w;
+    }
+    rc = 0;
+done:
+    free(ki);
+    return rc;
+}
+
 static int stream_cmp(const void *a, const void *b)
 {
     const tr_stream *x = a, *y = b;
@@ -1272,6 +1501,7 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
         goto out;
     }
     for (uint32_t i = 0; i < b.ccap; i++) b.cmap[i].corr = -1;
+    if ((rc = seq_init(&b.seq, o->seq_len > 0 ? o->seq_len : 3))) goto out;
     if (ns) memcpy(b.ssorted, r->steps, ns * sizeof(tstep));
     if (b.hta && r->any_tsfrac)
         for (uint32_t i = 0; i < ns; i++) b.ssorted[i].dur += b.ssorted[i].rdelta;
@@ -1347,6 +1577,7 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
         d->launch = b.slaunch[i];
     }
     rc = collect_tops(r, out, o->top_k > 0 ? o->top_k : 10);
+    if (!rc) rc = collect_extras(&b, out, o->top_k > 0 ? o->top_k : 10);
 out:
     if (rc == TPF_EIO) snprintf(err, errlen, "%s: cannot read back the spill file", r->path);
     else if (rc == TPF_ETOOBIG) snprintf(err, errlen, "%s: more than %d GPU streams", r->path, MAX_STREAMS);
@@ -1355,7 +1586,10 @@ out:
     if (b.stacks)
         for (uint32_t i = 0; i < r->nthreads; i++) free(b.stacks[i].f);
     free(b.stacks);
+    if (b.streams)
+        for (uint32_t i = 0; i < MAX_STREAMS; i++) queue_free(&b.streams[i].q);
     free(b.streams);
+    seq_free(&b.seq);
     free(b.cmap);
     free(b.slaunch);
     free(b.skern);
@@ -1428,6 +1662,7 @@ void trace_result_free(trace_result *r)
         free(k->ops_total);
         free(k->streams);
         free(k->steps);
+        trace_extra_rank_free(k);
     }
     free(r->ranks);
     free(r->stragglers);

@@ -43,6 +43,49 @@ typedef struct tr_step {
     tr_launch launch;
 } tr_step;
 
+/* GPU time per user annotation (record_function): kernels launched while it
+ * was the innermost annotation on the launching thread, and the time of the
+ * matching gpu_user_annotation ranges. */
+typedef struct tr_ann {
+    char *name;
+    uint64_t ranges, kernels;
+    int64_t cpu, gpu, gpu_ann;
+} tr_ann;
+
+typedef struct tr_seq {
+    char *names[8];         /* SEQ_MAX_LEN */
+    uint64_t count;
+    int64_t total;
+} tr_seq;
+
+typedef struct tr_queue {
+    int64_t stream;
+    uint64_t kernels;
+    uint32_t max;
+    double mean;            /* time-weighted over the stream's span */
+} tr_queue;
+
+typedef struct tr_bw {
+    char *name;
+    uint64_t count;
+    int64_t bytes, time;
+    double peak;            /* GB/s of the fastest copy */
+} tr_bw;
+
+typedef struct tr_memdev {
+    int64_t key;            /* device type << 8 | (id + 1) */
+    int64_t peak, peak_ts, reserved_peak, alloc_bytes, free_bytes;
+    uint64_t allocs, frees;
+    char *peak_cat;         /* annotation/op innermost at the peak, or NULL */
+} tr_memdev;
+
+typedef struct tr_memcat {
+    char *name;
+    int dev;                /* index into mem */
+    int64_t bytes;
+    uint64_t count;
+} tr_memcat;
+
 typedef struct tr_rank {
     char *path;
     long rank;
@@ -63,6 +106,20 @@ typedef struct tr_rank {
     size_t nstreams;
     tr_step *steps;
     size_t nsteps;
+    tr_ann *anns;
+    size_t nanns;
+    tr_seq *seqs;
+    size_t nseqs;
+    int seq_len;
+    uint64_t seq_dropped;
+    tr_queue *queues;
+    size_t nqueues;
+    tr_bw *bws;
+    size_t nbws;
+    tr_memdev *mem;
+    size_t nmem;
+    tr_memcat *memcats;
+    size_t nmemcats;
 } tr_rank;
 
 typedef struct tr_straggler {
@@ -84,5 +141,12 @@ struct trace_result {
 int trace_warn(trace_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 const char *trace_type_name(int mask);
+
+/* trace_extra.c: render the annotation, sequence, queue, bandwidth and
+ * memory tables of a rank. */
+struct jw;
+void trace_extra_json(struct jw *w, const tr_rank *k);
+void trace_extra_text(buf *o, const tr_rank *k, int md, int color);
+void trace_extra_rank_free(tr_rank *k);
 
 #endif

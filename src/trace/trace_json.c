@@ -672,6 +672,9 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
         } else if (strcmp(sc->key, "Total Reserved") == 0) {
             if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
             if (isnum) ev->mem_reserved = v;
+        } else if (strcmp(sc->key, "Device Type") == 0) {
+            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
+            if (isnum) ev->devtype = v;
         } else if (strcmp(sc->key, "Device Id") == 0 || strcmp(sc->key, "device") == 0) {
             if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
             if (isnum) { ev->dev = v; ev->has |= TEV_DEV; }

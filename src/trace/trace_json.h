@@ -58,6 +58,7 @@ typedef struct trace_ev {
     int64_t bytes;            /* args.bytes, or "Bytes" of a [memory] event */
     int64_t mem_alloc, mem_reserved; /* "Total Allocated"/"Total Reserved" */
     int64_t dev;              /* args."Device Id" */
+    int64_t devtype;          /* args."Device Type" (0 CPU, 1 CUDA, ...) */
     double ts_us, dur_us;     /* TRACE_DOUBLE: the literals as doubles (HTA's pandas) */
     /* Raw text of the event object when capture is on (merge), with the byte
      * spans of some values inside it (offset, length; length 0 = absent). */

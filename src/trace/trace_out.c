@@ -131,6 +131,7 @@ int trace_result_json(const trace_result *r, buf *out)
         jw_arr_end(&w);
         j_ops(&w, "top_ops_self", k->ops_self, k->nops_self);
         j_ops(&w, "top_ops_total", k->ops_total, k->nops_total);
+        trace_extra_json(&w, k);
         jw_key(&w, "steps");
         jw_arr_begin(&w);
         for (size_t j = 0; j < k->nsteps; j++) {
@@ -361,6 +362,7 @@ static void render_rank(fmt *f, const trace_result *r, const tr_rank *k)
             row(f, 4, w5, cells);
         }
     }
+    trace_extra_text(f->out, k, f->md, f->color);
     if (k->nsteps) {
         heading(f, "Steps");
         static const int w6[] = {8, 10, 9, 12, 11, 11, 16};
