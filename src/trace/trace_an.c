@@ -1897,3 +1897,196 @@ int trace_analyze_summary(const char *const *paths, int n, buf *md_out)
     trace_result_free(r);
     return rc;
 }
+
+/* ---- one window's events (critical path) --------------------------------- */
+
+static int tw_kind(int cat)
+{
+    switch (cat) {
+    case C_CPU_OP: return TW_CPU; /* user annotations are ranges, not work (as HTA) */
+    case C_RUNTIME: case C_DRIVER: return TW_RUNTIME;
+    case C_KERNEL: case C_MTIA: return TW_KERNEL;
+    case C_MEMCPY: return TW_MEMCPY;
+    case C_MEMSET: return TW_MEMSET;
+    case C_SYNC: return TW_SYNC;
+    default: return TW_OTHER;
+    }
+}
+
+void trace_window_free(tr_window *w)
+{
+    free(w->ev);
+    free(w->arena);
+    free(w->noff);
+    free(w->threads);
+    memset(w, 0, sizeof(*w));
+}
+
+/* Correlation ids launched inside the window (open addressing, grows). */
+typedef struct cset {
+    int64_t *v;
+    size_t n, cap;
+} cset;
+
+static int cset_add(cset *s, int64_t c)
+{
+    if ((s->n + 1) * 2 > s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 1024;
+        int64_t *nv = malloc(nc * sizeof(*nv));
+        if (!nv) return TPF_ENOMEM;
+        for (size_t i = 0; i < nc; i++) nv[i] = -1;
+        for (size_t i = 0; i < s->cap; i++) {
+            if (s->v[i] == -1) continue;
+            size_t j = corr_hash(s->v[i]) & (nc - 1);
+            while (nv[j] != -1) j = (j + 1) & (nc - 1);
+            nv[j] = s->v[i];
+        }
+        free(s->v);
+        s->v = nv;
+        s->cap = nc;
+    }
+    size_t j = corr_hash(c) & (s->cap - 1);
+    while (s->v[j] != -1) {
+        if (s->v[j] == c) return 0;
+        j = (j + 1) & (s->cap - 1);
+    }
+    s->v[j] = c;
+    s->n++;
+    return 0;
+}
+
+static int cset_has(const cset *s, int64_t c)
+{
+    if (!s->cap) return 0;
+    size_t j = corr_hash(c) & (s->cap - 1);
+    while (s->v[j] != -1) {
+        if (s->v[j] == c) return 1;
+        j = (j + 1) & (s->cap - 1);
+    }
+    return 0;
+}
+
+int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err, size_t errlen)
+{
+    memset(w, 0, sizeof(*w));
+    rankst r;
+    memset(&r, 0, sizeof(r));
+    merger m;
+    memset(&m, 0, sizeof(m));
+    cset cs = {0};
+    int rc = pass_a(&r, path, 0, err, errlen);
+    if (rc) goto out;
+    trec t;
+    int found = 0;
+    if (sel->ann) {
+        /* the index-th range of that annotation, in time order; a name that
+         * no range has exactly matches as a part of names (HTA:
+         * "ProfilerStep" stands for every ProfilerStep#N) */
+        long k = 0;
+        int exact = 0;
+        for (uint32_t i = 0; i < r.names.n && !exact; i++) exact = strcmp(st_str(&r.names, i), sel->ann) == 0;
+        if ((rc = merger_open(&m, &r))) goto io;
+        while ((rc = merger_next(&m, &t)) > 0) {
+            if (t.cat != C_USER_ANN) continue;
+            const char *an = st_str(&r.names, t.name);
+            if (exact ? strcmp(an, sel->ann) != 0 : !strstr(an, sel->ann)) continue;
+            if (k++ == sel->ann_index) {
+                w->lo = t.ts;
+                w->hi = t.ts + t.dur;
+                found = 1;
+                break;
+            }
+        }
+        merger_close(&m);
+        memset(&m, 0, sizeof(m));
+        if (rc < 0) goto io;
+        if (!found) {
+            snprintf(err, errlen, "%s: no range #%ld of annotation '%s' (it occurs %ld time%s)", path,
+                     sel->ann_index, sel->ann, k, k == 1 ? "" : "s");
+            rc = TPF_EINVAL;
+            goto out;
+        }
+        snprintf(w->what, sizeof(w->what), "%.200s #%ld", sel->ann, sel->ann_index);
+    } else if (r.nsteps) {
+        tstep *s = NULL;
+        qsort(r.steps, r.nsteps, sizeof(tstep), step_cmp);
+        if (sel->has_step) {
+            for (uint32_t i = 0; i < r.nsteps; i++)
+                if (r.steps[i].num == sel->step) s = &r.steps[i];
+            if (!s) {
+                snprintf(err, errlen, "no steps in that range: %s has ProfilerStep#%ld..%ld, not #%ld", path,
+                         r.steps[0].num, r.steps[r.nsteps - 1].num, sel->step);
+                rc = TPF_EINVAL;
+                goto out;
+            }
+        } else {
+            s = &r.steps[r.nsteps >= 2 ? r.nsteps - 2 : 0];
+        }
+        w->lo = s->ts;
+        w->hi = s->ts + s->dur;
+        snprintf(w->what, sizeof(w->what), "ProfilerStep#%ld", s->num);
+    } else if (sel->has_step) {
+        snprintf(err, errlen, "no steps in that range: %s names no ProfilerStep#N", path);
+        rc = TPF_EINVAL;
+        goto out;
+    } else {
+        w->lo = INT64_MIN;
+        w->hi = INT64_MAX;
+        snprintf(w->what, sizeof(w->what), "the whole trace");
+    }
+    /* Collect: CPU events inside the window, then the device work whose
+     * launch is among them (it may run after the window ends). */
+    size_t cap = 0;
+    if ((rc = merger_open(&m, &r))) goto io;
+    while ((rc = merger_next(&m, &t)) > 0) {
+        int kind = tw_kind(t.cat);
+        int64_t stream = rec_stream(&t);
+        int device = (kind == TW_KERNEL || kind == TW_MEMCPY || kind == TW_MEMSET) && stream >= 0;
+        if (t.cat == C_MEMEV || kind == TW_OTHER) continue;
+        if (device || kind == TW_SYNC) {
+            if (t.corr < 0 || !cset_has(&cs, t.corr)) continue;
+        } else {
+            if (t.ts < w->lo || t.ts + t.dur > w->hi) continue;
+            if (kind == TW_RUNTIME && t.corr >= 0 && (rc = cset_add(&cs, t.corr))) goto out;
+        }
+        if (w->n >= TW_MAX_EVENTS) {
+            snprintf(err, errlen, "%s: %s has more than %u events: choose a shorter range", path, w->what,
+                     TW_MAX_EVENTS);
+            rc = TPF_ETOOBIG;
+            goto out;
+        }
+        if (w->n == cap) {
+            size_t nc = cap ? cap * 2 : 4096;
+            tw_ev *nv = realloc(w->ev, nc * sizeof(*nv));
+            if (!nv) { rc = TPF_ENOMEM; goto out; }
+            w->ev = nv;
+            cap = nc;
+        }
+        w->ev[w->n++] = (tw_ev){t.ts, t.dur, t.corr, stream, t.name, t.thread, (uint8_t)(device ? kind : kind == TW_SYNC ? TW_SYNC : kind)};
+    }
+    if (rc < 0) goto io;
+    rc = 0;
+    /* names and threads outlive the rank state */
+    w->nnames = r.names.n;
+    w->noff = malloc((r.names.n ? r.names.n : 1) * sizeof(uint32_t));
+    w->arena = malloc(r.names.arena.len ? r.names.arena.len : 1);
+    w->nthreads = r.nthreads;
+    w->threads = malloc((r.nthreads ? r.nthreads : 1) * sizeof(*w->threads));
+    if (!w->noff || !w->arena || !w->threads) { rc = TPF_ENOMEM; goto out; }
+    memcpy(w->arena, r.names.arena.data, r.names.arena.len);
+    for (uint32_t i = 0; i < r.names.n; i++) w->noff[i] = r.names.v[i].off;
+    for (uint32_t i = 0; i < r.nthreads; i++) {
+        w->threads[i][0] = r.threads[i].pid;
+        w->threads[i][1] = r.threads[i].tid;
+    }
+    goto out;
+io:
+    if (rc < 0 && !err[0]) snprintf(err, errlen, "%s: cannot read back the spill file", path);
+out:
+    if (rc && rc != TPF_EINVAL && !err[0]) snprintf(err, errlen, "%s: %s", path, tpf_strerror(rc));
+    merger_close(&m);
+    free(cs.v);
+    rank_free(&r);
+    if (rc) trace_window_free(w);
+    return rc;
+}

@@ -142,6 +142,46 @@ int trace_warn(trace_result *r, const char *fmt, ...) __attribute__((format(prin
 
 const char *trace_type_name(int mask);
 
+/* ---- one iteration's events, for the critical path (trace_cpath.c) ---- */
+
+enum { TW_CPU = 0, TW_RUNTIME, TW_KERNEL, TW_MEMCPY, TW_MEMSET, TW_SYNC, TW_OTHER };
+
+typedef struct tw_ev {
+    int64_t ts, dur, corr, stream;
+    uint32_t name, thread;
+    uint8_t kind;           /* TW_* */
+} tw_ev;
+
+typedef struct tr_window {
+    tw_ev *ev;              /* time order (ts, then longer first) */
+    size_t n;
+    char *arena;            /* names: arena + noff[id] */
+    uint32_t *noff;
+    uint32_t nnames;
+    int64_t (*threads)[2];  /* pid, tid per thread id */
+    uint32_t nthreads;
+    int64_t lo, hi;         /* the window, ns */
+    char what[256];         /* "ProfilerStep#5", "[param|...] #1", "the whole trace" */
+} tr_window;
+
+/* What to take: a ProfilerStep number (has_step), the index-th range of a
+ * user annotation (ann), or by default the last step but one (the last is
+ * often cut short), or the whole trace without steps. */
+typedef struct tw_select {
+    int has_step;
+    long step;
+    const char *ann;
+    long ann_index;
+} tw_select;
+
+#define TW_MAX_EVENTS (4u << 20)
+
+/* The events of one window of path: CPU events inside it and the GPU work
+ * they launched (joined by correlation). 0, or an error with err set.
+ * *w owned by the caller: trace_window_free. */
+int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err, size_t errlen);
+void trace_window_free(tr_window *w);
+
 /* trace_extra.c: render the annotation, sequence, queue, bandwidth and
  * memory tables of a rank. */
 struct jw;
