@@ -262,3 +262,47 @@ def test_kernel_sequences_queue_and_bandwidth(run_cli):
     assert bw["count"] == sum(1 for e in copies if e["name"] == bw["name"])
     p = run_cli("analyze", "--seq-len", "2", "--json", trace)
     assert p.returncode == 0 and json.loads(p.stdout)["ranks"][0]["kernel_sequences"]["length"] == 2
+
+
+def test_critical_path_summary_and_overlay(run_cli, tmp_path):
+    trace = HTA / "critical_path_simple_add.json.gz"
+    rng = "[param|pytorch.model.alex_net|0|0|0|measure|forward]#1"
+    p = run_cli("analyze", "--critical-path", "--json", "--cp-range", rng, trace)
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)
+    assert 0 < c["path_ns"] <= c["window_ns"]
+    assert sum(t["ns"] for t in c["by_type"].values()) == c["path_ns"]
+    assert c["by_type"]["dependency"]["ns"] == 0 and c["by_type"]["sync"]["ns"] == 0
+    assert c["top"][0]["name"] == "cudaMalloc" and c["top"][0]["type"] == "cpu"
+    assert sum(r["ns"] for r in c["top"]) <= c["path_ns"]
+    ov = tmp_path / "overlay.json"
+    p = run_cli("analyze", "--critical-path", "--cp-range", rng, "--overlay", ov, trace)
+    assert p.returncode == 0 and "overlay written" in p.stdout
+    with gzip.open(trace, "rt") as f:
+        orig = json.load(f)["traceEvents"]
+    out = json.loads(ov.read_text())["traceEvents"]
+    assert out[:len(orig)] == orig, "the original events come through unchanged"
+    added = out[len(orig):]
+    spans = [e for e in added if e["ph"] == "X"]
+    assert spans and all(e["cat"] == "critical_path" for e in spans)
+    assert abs(sum(round(e["dur"] * 1000) for e in spans) - c["path_ns"]) <= len(spans)
+    starts = {e["id"] for e in added if e["ph"] == "s"}
+    assert starts and starts == {e["id"] for e in added if e["ph"] == "f"}
+    assert not starts & {e.get("id") for e in orig if e.get("ph") in ("s", "f")}
+
+
+def test_critical_path_of_a_profiler_step_and_errors(run_cli, tmp_path):
+    trace = HTA / "cuda_event_sync.json.gz"
+    out = json.loads(run_cli("analyze", "--critical-path", "--json", trace).stdout)
+    assert out["window"] == "ProfilerStep#100"
+    assert json.loads(run_cli("analyze", "--critical-path", "--json", "--steps", "100", trace).stdout) == out
+    p = run_cli("analyze", "--critical-path", "--steps", "7", trace)
+    assert p.returncode == 2 and "no steps in that range" in p.stderr and "#100..100" in p.stderr
+    p = run_cli("analyze", "--critical-path", "--cp-range", "nope", trace)
+    assert p.returncode == 2 and "no range #0 of annotation 'nope'" in p.stderr
+    p = run_cli("analyze", "--critical-path", trace, trace)
+    assert p.returncode == 2 and "one trace" in p.stderr
+    p = run_cli("analyze", "--overlay", tmp_path / "x.json", trace)
+    assert p.returncode == 2 and "--critical-path" in p.stderr
+    p = run_cli("analyze", "--critical-path", "--overlay", tmp_path / "no" / "x.json", trace)
+    assert p.returncode == 2 and "cannot write" in p.stderr
