@@ -140,8 +140,6 @@ struct trace_result {
 /* Append a warning line to r (at most 64 are kept). 0 or TPF_ENOMEM. */
 int trace_warn(trace_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-const char *trace_type_name(int mask);
-
 /* ---- one iteration's events, for the critical path (trace_cpath.c) ---- */
 
 enum { TW_CPU = 0, TW_RUNTIME, TW_KERNEL, TW_MEMCPY, TW_MEMSET, TW_SYNC, TW_OTHER };
