@@ -84,6 +84,13 @@ def main():
         }
     except Exception as e:  # noqa: BLE001
         out["launch_error"] = repr(e)
+    try:
+        from hta.analyzers.trace_counters import TraceCounters
+        q = TraceCounters.get_queue_length_summary(ta.t, ranks=[rank])
+        if q is not None:
+            out["queue_max"] = {str(int(s)): num(row[("queue_length", "max")]) for (_, s), row in q.iterrows()}
+    except Exception as e:  # noqa: BLE001
+        out["queue_error"] = repr(e)
     json.dump(out, sys.stdout)
     sys.stdout.write("\n")
 

@@ -72,6 +72,7 @@ typedef struct nstat {
     uint64_t ccount;
     int64_t ctotal, cself;
     uint8_t is_ann;         /* seen as a user_annotation */
+    int8_t qlaunch;         /* enqueues work for the queue length; -1 = not looked at */
     uint64_t akern, gann_n; /* kernels launched under it; gpu_user_annotation ranges */
     int64_t agpu, gann;
     uint64_t mcount;        /* memory copies/sets with a byte count */
@@ -275,6 +276,7 @@ static int st_intern(strtab *t, const char *s, size_t n, uint32_t *id)
     e->hash = h;
     e->ktype = -1;
     e->sync = -1;
+    e->qlaunch = -1;
     e->kmin = INT64_MAX;
     e->kmax = INT64_MIN;
     t->slots[j] = t->n + 1;
@@ -1125,6 +1127,29 @@ static uint32_t scope_of(bstate *b, uint32_t thread, int64_t ts, int any_op)
     return any_op ? outer : 0;
 }
 
+/* Calls that enqueue work, for the queue length: HTA's list (its
+ * runtime-launch query) under --compat hta, the default launch set else. */
+static int queue_launch(bstate *b, uint32_t name)
+{
+    nstat *e = &b->r->names.v[name];
+    if (e->qlaunch < 0) {
+        static const char *const hta[] = {
+            "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync",
+            "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel", "hipExtModuleLaunchKernel",
+            "hipMemsetAsync", "hipMemcpyAsync", "hipMemcpyWithStream",
+        };
+        const char *n = st_str(&b->r->names, name);
+        int q = 0;
+        if (b->hta) {
+            for (size_t i = 0; i < sizeof(hta) / sizeof(hta[0]) && !q; i++) q = strcmp(n, hta[i]) == 0;
+        } else {
+            q = is_launch_name(n, 0) || strcmp(n, "hipMemcpyWithStream") == 0;
+        }
+        e->qlaunch = (int8_t)q;
+    }
+    return e->qlaunch;
+}
+
 static int is_device_cat(int cat) { return cat == C_KERNEL || cat == C_MEMCPY || cat == C_MEMSET || cat == C_MTIA; }
 
 /* Idle time per stream (HTA's kernel categories only): the gap before each
@@ -1227,7 +1252,7 @@ static int process(bstate *b, trec *t)
         if (rc) return rc;
         stream_st *s = stream_get(b, stream);
         if (s && ns->ktype == KT_COMP && (rc = seq_add(&b->seq, &s->ring, t->name, t->dur))) return rc;
-        if (s && ce && (rc = queue_add(&s->q, ce->ts, end))) return rc;
+        if (s && ce && queue_launch(b, ce->name) && (rc = queue_add(&s->q, ce->ts, t->ts))) return rc;
     }
     if (ce && ce->ann) {
         nstat *an = &r->names.v[ce->ann - 1];

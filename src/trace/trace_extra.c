@@ -105,15 +105,17 @@ static void heap_pop(queue_st *q)
     if (q->n) q->end[i] = v;
 }
 
-int queue_add(queue_st *q, int64_t enq, int64_t end)
+int queue_add(queue_st *q, int64_t enq, int64_t start)
 {
-    if (end < enq) end = enq;
+    if (start < enq) start = enq;
     if (!q->first || enq < q->first) q->first = enq;
-    if (end > q->last) q->last = end;
-    q->area += end - enq;
-    /* Kernels arrive in start order on their stream, so launches do too:
-     * what ended before this launch is no longer queued. */
-    while (q->n && q->end[0] <= enq) heap_pop(q);
+    if (start > q->last) q->last = start;
+    q->area += start - enq;
+    /* Kernels arrive in start order on their stream, and a stream runs its
+     * work in launch order: what started before this launch is no longer
+     * waiting. A start at the launch's very time still counts (HTA orders
+     * the +1 of a launch before the -1 of a start at the same time). */
+    while (q->n && q->end[0] < enq) heap_pop(q);
     if (q->n == q->cap) {
         if (q->cap >= QUEUE_CAP) {
             q->saturated++;
@@ -126,7 +128,7 @@ int queue_add(queue_st *q, int64_t enq, int64_t end)
             q->cap = nc;
         }
     }
-    heap_push(q, end);
+    heap_push(q, start);
     if (q->n > q->max) q->max = q->n;
     return 0;
 }
@@ -401,7 +403,7 @@ void trace_extra_text(buf *o, const tr_rank *k, int md, int color)
         }
     }
     if (k->nqueues) {
-        ehead(o, md, color, "Queue length per stream (kernels launched, not finished)");
+        ehead(o, md, color, "Queue length per stream (kernels launched, not yet started)");
         if (md) buf_puts(o, "| stream | kernels | max | mean |\n| ---: | ---: | ---: | ---: |\n");
         else buf_printf(o, "  %8s %9s %6s %8s\n", "stream", "kernels", "max", "mean");
         for (size_t i = 0; i < k->nqueues; i++) {

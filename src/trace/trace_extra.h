@@ -51,17 +51,19 @@ int seq_add(seqtab *t, seq_ring *r, uint32_t id, int64_t dur);
 
 /* ---- queue length -------------------------------------------------------- */
 
+/* HTA's definition: work launched on a stream and not yet started (+1 at
+ * the launch call, -1 when the kernel starts). */
 typedef struct queue_st {
-    int64_t *end;                /* min-heap of pending kernels' ends */
+    int64_t *end;                /* min-heap of waiting kernels' starts */
     uint32_t n, cap;
     uint32_t max;
-    int64_t area;                /* sum over kernels of (end - enqueue): mean = area / span */
+    int64_t area;                /* sum over kernels of (start - launch): mean = area / span */
     int64_t first, last;
     uint64_t saturated;          /* kernels seen with the heap full */
 } queue_st;
 
-/* A kernel enqueued at enq (its launch call's start) that ends at end. */
-int queue_add(queue_st *q, int64_t enq, int64_t end);
+/* A kernel launched at enq (its launch call's start) that starts at start. */
+int queue_add(queue_st *q, int64_t enq, int64_t start);
 void queue_free(queue_st *q);
 
 /* ---- memory timeline ------------------------------------------------------- */
