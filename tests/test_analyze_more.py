@@ -306,3 +306,30 @@ def test_critical_path_of_a_profiler_step_and_errors(run_cli, tmp_path):
     assert p.returncode == 2 and "--critical-path" in p.stderr
     p = run_cli("analyze", "--critical-path", "--overlay", tmp_path / "no" / "x.json", trace)
     assert p.returncode == 2 and "cannot write" in p.stderr
+
+
+def test_gpu_time_per_annotation_on_a_cuda_trace(run_cli):
+    """Kernels are charged to the innermost record_function range around
+    their launch on the launching thread; computed here from the raw events."""
+    trace = HTA / "critical_path_alexnet.json.gz"
+    with gzip.open(trace, "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    anns = [e for e in ev if e.get("cat") == "user_annotation" and not e["name"].startswith("ProfilerStep")]
+    runtime = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    want = {}
+    for k in ev:
+        if k.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        rt = runtime.get(k["args"].get("correlation"))
+        if rt is None:
+            continue
+        around = [a for a in anns if a["pid"] == rt["pid"] and a["tid"] == rt["tid"]
+                  and a["ts"] <= rt["ts"] < a["ts"] + a["dur"]]
+        if not around:
+            continue
+        inner = max(around, key=lambda a: (a["ts"], -a["dur"]))
+        n, t = want.get(inner["name"], (0, 0))
+        want[inner["name"]] = (n + 1, t + round(k["dur"] * 1000))
+    out, _ = analyze(run_cli, "--top", "100", trace)
+    got = {a["name"]: (a["kernels"], a["gpu_kernel_ns"]) for a in out["ranks"][0]["annotations"] if a["kernels"]}
+    assert want and got == want
