@@ -2041,6 +2041,8 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
         int64_t stream = rec_stream(&t);
         int device = (kind == TW_KERNEL || kind == TW_MEMCPY || kind == TW_MEMSET) && stream >= 0;
         if (t.cat == C_MEMEV || kind == TW_OTHER) continue;
+        /* device kinds without a stream are not device work: CPU side, ignored */
+        if (!device && kind != TW_SYNC && kind != TW_CPU && kind != TW_RUNTIME) continue;
         if (device || kind == TW_SYNC) {
             if (t.corr < 0 || !cset_has(&cs, t.corr)) continue;
         } else {
@@ -2060,7 +2062,7 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
             w->ev = nv;
             cap = nc;
         }
-        w->ev[w->n++] = (tw_ev){t.ts, t.dur, t.corr, stream, t.name, t.thread, (uint8_t)(device ? kind : kind == TW_SYNC ? TW_SYNC : kind)};
+        w->ev[w->n++] = (tw_ev){t.ts, t.dur, t.corr, stream, t.name, t.thread, (uint8_t)kind};
     }
     if (rc < 0) goto io;
     rc = 0;
