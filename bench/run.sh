@@ -46,5 +46,6 @@ done
 py bench/bench_analyze.py
 py bench/bench_python.py
 py bench/bench_comm.py
+py bench/bench_exporters_e2e.py
 
 exit $status
