@@ -19,7 +19,6 @@
 
 #define RR_MAX_ALIGN_OPS 50000 /* collectives kept per node for clock alignment */
 
-static double nz(double v) { return v > 0 ? v : NAN; }
 
 /* Ranks that had a rank number (torchrun, srun, mpirun). */
 static int nranked(const diag_run *r)
@@ -899,7 +898,6 @@ void rr_json(const diag_run *r, jw *w)
         jw_obj_end(w);
     }
     jw_arr_end(w);
-    (void)nz;
 }
 
 double rr_global_steps(const diag_run *r)
