@@ -19,7 +19,6 @@
 
 #define RR_MAX_ALIGN_OPS 50000 /* collectives kept per node for clock alignment */
 
-
 /* Ranks that had a rank number (torchrun, srun, mpirun). */
 static int nranked(const diag_run *r)
 {
