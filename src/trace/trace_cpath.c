@@ -505,7 +505,7 @@ int trace_cpath_run(const char *path, int has_step, long step, const char *ann, 
         char e2[512];
         rc = trace_read(path, on_wait, c, 0, NULL, e2, sizeof(e2));
         if (rc) snprintf(err, errlen, "%s", e2[0] ? e2 : tpf_strerror(rc));
-        else qsort(c->waits, c->nwaits, sizeof(*c->waits), wait_cmp);
+        else if (c->nwaits) qsort(c->waits, c->nwaits, sizeof(*c->waits), wait_cmp);
     }
     if (!rc) rc = build_cpu(c);
     if (!rc) rc = build_gpu(c);
