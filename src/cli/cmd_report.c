@@ -9,11 +9,14 @@
 #include "record/recover.h"
 #include "trainperf.h"
 
+#define REPORT_MAX_DIRS 16
+
 static void report_usage(FILE *f)
 {
-    fprintf(f, "usage: trainperf report RUN_DIR [--format text|md|html|json] [--out FILE]\n\n"
+    fprintf(f, "usage: trainperf report RUN_DIR... [--format text|md|html|json] [--out FILE]\n\n"
                "Diagnosis and report from a run directory (works on old runs and runs copied\n"
-               "from other machines).\n\n"
+               "from other machines). Several run directories (or their parent) are the nodes\n"
+               "of one job: reported as one, clocks aligned on their collectives.\n\n"
                "  --format F   text (default on a terminal), md, html or json\n"
                "  --out FILE   write to FILE instead of stdout\n"
                "  --color      force ANSI colour in text; NO_COLOR turns it off\n");
@@ -90,9 +93,24 @@ int cli_write_out(const char *out, const buf *b)
     return CLI_OK;
 }
 
+int cli_put_doc(int rc, buf *b, const char *err, const char *out)
+{
+    if (rc) {
+        cli_error("%s", err && err[0] ? err : tpf_strerror(rc));
+        /* a missing or damaged run directory is bad input: nothing was made */
+        rc = rc == TPF_ENOENT || rc == TPF_EFORMAT || rc == TPF_EIO ? CLI_USAGE : CLI_FAIL;
+    } else {
+        rc = cli_write_out(out, b);
+    }
+    buf_free(b);
+    return rc;
+}
+
 int cmd_report(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL;
+    const char *dirs[REPORT_MAX_DIRS];
+    int ndirs = 0;
     int fmt = REPORT_TEXT, force_color = 0;
     int k;
     for (int i = 1; i < argc; i++) {
@@ -107,12 +125,13 @@ int cmd_report(int argc, char **argv)
         } else if (a[0] == '-' && a[1]) {
             cli_error("report: unknown option '%s' (see `trainperf report --help`)", a);
             return CLI_USAGE;
-        } else if (!dir) {
-            dir = a;
+        } else if (ndirs < REPORT_MAX_DIRS) {
+            /* several: the run directories of one job's nodes */
+            dirs[ndirs++] = a;
+            dir = dirs[0];
         } else {
-            cli_error("report: one run directory at a time (got '%s' and '%s'); "
-                      "`trainperf compare` takes two",
-                      dir, a);
+            cli_error("report: at most %d run directories (one per node of a job)",
+                      REPORT_MAX_DIRS);
             return CLI_USAGE;
         }
     }
@@ -128,32 +147,28 @@ int cmd_report(int argc, char **argv)
             color = !(nc && *nc);
         }
     }
-    char err[512];
+    char err[512] = "";
     /* A run whose collector was killed is finished here first. */
-    rec_recovery rv;
-    int rrc = rec_recover(dir, &rv, err, sizeof(err));
-    if (rrc < 0) {
-        cli_error("recovering %s: %s", dir, err[0] ? err : tpf_strerror(rrc));
-        return CLI_FAIL;
-    }
-    if (rrc == 1) {
-        int frc = report_finish_run(dir, 0, NULL, err, sizeof(err));
-        fprintf(stderr,
-                "trainperf: recovered an interrupted run: %llu steps drained from live/ "
-                "(%llu were on disk)%s\n",
-                (unsigned long long)rv.steps, (unsigned long long)rv.steps_before,
-                frc == 0 ? "; summary.json and the reports written" : "");
-        if (frc) cli_warn("%s", err[0] ? err : tpf_strerror(frc));
+    for (int i = 0; i < ndirs; i++) {
+        rec_recovery rv;
+        int rrc = rec_recover(dirs[i], &rv, err, sizeof(err));
+        if (rrc < 0) {
+            cli_error("recovering %s: %s", dirs[i], err[0] ? err : tpf_strerror(rrc));
+            return CLI_FAIL;
+        }
+        if (rrc == 1) {
+            int frc = report_finish_run(dirs[i], 0, NULL, err, sizeof(err));
+            fprintf(stderr,
+                    "trainperf: recovered an interrupted run in %s: %llu steps drained from live/ "
+                    "(%llu were on disk)%s\n",
+                    dirs[i], (unsigned long long)rv.steps, (unsigned long long)rv.steps_before,
+                    frc == 0 ? "; summary.json and the reports written" : "");
+            if (frc) cli_warn("%s", err[0] ? err : tpf_strerror(frc));
+        }
+        err[0] = 0;
     }
     buf b;
     buf_init(&b, 0);
-    int rc = report_build(dir, (report_format)fmt, color, &b, err, sizeof(err));
-    if (rc) {
-        cli_error("%s", err[0] ? err : tpf_strerror(rc));
-        buf_free(&b);
-        return rc == TPF_ENOENT || rc == TPF_EFORMAT || rc == TPF_EIO ? CLI_USAGE : CLI_FAIL;
-    }
-    rc = cli_write_out(out, &b);
-    buf_free(&b);
-    return rc;
+    int rc = report_build_job(dirs, ndirs, (report_format)fmt, color, &b, err, sizeof(err));
+    return cli_put_doc(rc, &b, err, out);
 }
