@@ -127,6 +127,7 @@ CP_CASES = [
     ("critical_path_simple_add", "[param|pytorch.model.alex_net|0|0|0|measure|forward]", 1),
     ("critical_path_alexnet", "[param|pytorch.model.alex_net|0|0|0|measure|forward]", 1),
     ("cuda_event_sync", "ProfilerStep", 0),
+    ("cuda_event_sync_multi_stream", "", None),  # the whole trace; cudaStreamWaitEvent across streams
 ]
 
 
@@ -137,11 +138,13 @@ def test_critical_path_length_matches_hta(hta_python, run_cli, name, annotation,
     same range (HTA sums integer microseconds per edge: 2 us of slack)."""
     trace = (ROOT / "tests" / "data" / "hta" / f"{name}.json.gz").resolve()
     p = subprocess.run([str(hta_python), str(ROOT / "scripts" / "hta_run.py"), str(trace), "--critical-path",
-                        annotation, str(instance)], capture_output=True, text=True, timeout=900)
+                        annotation, "none" if instance is None else str(instance)],
+                       capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
     hta = json.loads(p.stdout)
     assert hta["ok"]
-    q = run_cli("analyze", "--critical-path", "--json", "--cp-range", f"{annotation}#{instance}", trace)
+    rng = [] if instance is None else ["--cp-range", f"{annotation}#{instance}"]
+    q = run_cli("analyze", "--critical-path", "--json", *rng, trace)
     assert q.returncode == 0, q.stderr
     ours = json.loads(q.stdout)
     assert abs(ours["path_ns"] / 1000 - hta["path_us"]) <= 2, (ours["path_ns"], hta)
