@@ -132,6 +132,7 @@ CP_CASES = [
 
 
 @pytest.mark.slow
+@pytest.mark.once  # HTA is the external reader; test_analyze_more covers the C side under the sanitizers
 @pytest.mark.parametrize("name,annotation,instance", CP_CASES, ids=[c[0] for c in CP_CASES])
 def test_critical_path_length_matches_hta(hta_python, run_cli, name, annotation, instance):
     """The longest path's length equals HTA's critical_path_analysis on the
