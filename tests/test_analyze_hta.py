@@ -56,6 +56,7 @@ def _traces():
 
 
 @pytest.mark.slow
+@pytest.mark.once  # HTA is the reference; the sanitizer pass covers the C parser through test_analyze*
 @pytest.mark.parametrize("trace", _traces(), ids=lambda p: p.name.split(".")[0])
 def test_compat_hta_matches_hta(hta_python, run_cli, trace):
     p = subprocess.run([str(hta_python), str(ROOT / "scripts" / "hta_run.py"), str(trace.resolve())],
