@@ -159,15 +159,21 @@ class ProfilerSchedule:
 
     wait/warmup/active/repeat/skip_first have torch.profiler.schedule's
     meaning. Each finished window writes a Chrome/Kineto trace
-    (trace-<pid>-<n>.json, readable by `trainperf analyze`) and the top-k
-    table of operators (top-<pid>-<n>.txt and .json) into out_dir, by default
-    RUN_DIR/profile/. A "profiler" mark is recorded when a window ends.
+    (trace-rank<R>-step<S>.json, S the window's first recorded step counted
+    from the first .step(); readable by `trainperf analyze`) and the top-k
+    table of operators (top-rank<R>-step<S>.txt and .json) into out_dir, by
+    default RUN_DIR/profile/ (-pid<pid> is added when a name is taken). rank:
+    default torch.distributed's rank, else $RANK, else 0. on_window(trace
+    path, key_averages, sort_by) is called after each window. A "profiler"
+    mark is recorded when a window ends.
     """
 
     def __init__(self, wait=1, warmup=1, active=3, repeat=1, skip_first=0, out_dir=None,
                  top_k=20, activities=None, record_shapes=False, profile_memory=False,
-                 with_stack=False, with_flops=False, sort_by=None):
+                 with_stack=False, with_flops=False, sort_by=None, rank=None, on_window=None):
         self.wait, self.warmup, self.active = wait, warmup, active
+        self.rank = rank
+        self.on_window = on_window
         self.repeat, self.skip_first = repeat, skip_first
         self.out_dir = out_dir
         self.top_k = top_k
@@ -201,11 +207,16 @@ class ProfilerSchedule:
         return self
 
     def _ready(self, prof):
+        from ._profile_hooks import rank as _rank, unique_path
         n = len(self.windows)
-        pid = os.getpid()
-        trace = os.path.join(self.out_dir, "trace-%d-%d.json" % (pid, n))
+        r = self.rank if self.rank is not None else _rank()
+        # on_trace_ready runs in the .step() that follows the last active step
+        first = max(0, self.steps - self.active)
+        stem = "rank%d-step%d" % (r, first)
+        trace = unique_path(os.path.join(self.out_dir, "trace-%s.json" % stem))
+        stem = os.path.basename(trace)[len("trace-"):-len(".json")]
         prof.export_chrome_trace(trace)
-        top_txt = os.path.join(self.out_dir, "top-%d-%d.txt" % (pid, n))
+        top_txt = os.path.join(self.out_dir, "top-%s.txt" % stem)
         avgs = prof.key_averages()
         try:
             table = avgs.table(sort_by=self._sort_by, row_limit=self.top_k)
@@ -221,10 +232,13 @@ class ProfilerSchedule:
                          "cpu_total_us": e.cpu_time_total,
                          "self_device_us": getattr(e, "self_device_time_total", None),
                          "flops": getattr(e, "flops", None) or None})
-        with open(os.path.join(self.out_dir, "top-%d-%d.json" % (pid, n)), "w") as f:
-            json.dump({"window": n, "sort_by": self._sort_by, "ops": rows}, f, indent=1)
+        with open(os.path.join(self.out_dir, "top-%s.json" % stem), "w") as f:
+            json.dump({"window": n, "rank": r, "first_step": first, "sort_by": self._sort_by,
+                       "ops": rows}, f, indent=1)
         self.windows.append((trace, top_txt))
         trainperf.mark("profiler")
+        if self.on_window is not None:
+            self.on_window(trace, avgs, self._sort_by)
 
     def step(self):
         if self._prof is None:
@@ -312,8 +326,9 @@ class MemorySnapshot:
     https://pytorch.org/memory_viz) on a chosen step and, where torch supports
     an OOM observer, when an allocation fails."""
 
-    def __init__(self, out_dir=None, max_entries=100000, on_oom=True):
+    def __init__(self, out_dir=None, max_entries=100000, on_oom=True, rank=None):
         self.out_dir = out_dir
+        self.rank = rank
         self.max_entries = max_entries
         self.on_oom = on_oom
         self.reason = None
@@ -344,8 +359,9 @@ class MemorySnapshot:
         import torch
         if not self._on:
             return None
-        path = os.path.join(self.out_dir, "snapshot-%d-%s-%d.pickle"
-                            % (os.getpid(), tag, len(self.paths)))
+        from ._profile_hooks import rank as _rank, unique_path
+        r = self.rank if self.rank is not None else _rank()
+        path = unique_path(os.path.join(self.out_dir, "snapshot-rank%d-%s.pickle" % (r, tag)))
         torch.cuda.memory._dump_snapshot(path)
         self.paths.append(path)
         trainperf.mark("memory_snapshot")

@@ -21,6 +21,7 @@
 
 #include "report/report.h"
 #include "cli/cli.h"
+#include "cli/run_prof.h"
 #include "util/human.h"
 #include "collect/collector.h"
 #include "record/rundir.h"
@@ -39,6 +40,7 @@ typedef struct run_args {
     const char *alert_rules[RUN_MAX_ALERT_ARGS];
     int nalert_rules;
     const char *alerts_file;
+    run_prof prof; /* profiling hook settings (run_prof.c) */
     char **cmd;
 } run_args;
 
@@ -58,8 +60,10 @@ static void run_usage(FILE *f)
             "  --alert RULE          add an alert rule, e.g. 'gpu.util < 50 for 30s' (repeatable)\n"
             "  --alerts FILE         alert rules, one per line\n"
             "  --no-default-alerts   only the rules given\n"
-            "  --clean-live          delete the shared segments (live/) at the end\n\n"
-            "The status line, the summary and the report go to stderr; CMD's own output\n"
+            "  --clean-live          delete the shared segments (live/) at the end\n\n");
+    runprof_usage(f);
+    fprintf(f,
+            "\nThe status line, the summary and the report go to stderr; CMD's own output\n"
             "is left as it is. Signals sent to trainperf go to CMD's process group.\n\n"
             "Exit status: CMD's own (128+N when it died of signal N); 2 for bad usage;\n"
             "127 when CMD cannot be found, 126 when it cannot be executed.\n");
@@ -99,7 +103,8 @@ static int parse_args(int argc, char **argv, run_args *a)
             snprintf(opt, sizeof(opt), "%s", s);
         }
         int takes = strcmp(opt, "--out") == 0 || strcmp(opt, "--interval") == 0 ||
-                    strcmp(opt, "--alert") == 0 || strcmp(opt, "--alerts") == 0;
+                    strcmp(opt, "--alert") == 0 || strcmp(opt, "--alerts") == 0 ||
+                    runprof_takes_value(opt) == 1;
         const char *val = NULL;
         if (takes) {
             if (eq) {
@@ -143,8 +148,12 @@ static int parse_args(int argc, char **argv, run_args *a)
         } else if (strcmp(opt, "--alerts") == 0) {
             a->alerts_file = val;
         } else {
-            cli_error("unknown option '%s' for run (see `trainperf run --help`)", s);
-            return -1;
+            int r = runprof_option(&a->prof, opt, val);
+            if (r < 0) return -1;
+            if (r == 0) {
+                cli_error("unknown option '%s' for run (see `trainperf run --help`)", s);
+                return -1;
+            }
         }
     }
     if (i >= argc) {
@@ -237,12 +246,13 @@ static void env_free(child_envp *e)
     memset(e, 0, sizeof(*e));
 }
 
-static int child_env(child_envp *e, const char *run_dir, const char *pydir, int no_auto)
+static int child_env(child_envp *e, const char *run_dir, const char *pydir, int no_auto,
+                     const run_prof *prof)
 {
     memset(e, 0, sizeof(*e));
     size_t n = 0;
     while (environ[n]) n++;
-    e->env = calloc(n + 4, sizeof(char *));
+    e->env = calloc(n + 5 + RUNPROF_MAX_ENV, sizeof(char *));
     if (!e->env) return -1;
     size_t k = 0;
     const char *oldpp = getenv("PYTHONPATH");
@@ -251,6 +261,7 @@ static int child_env(child_envp *e, const char *run_dir, const char *pydir, int 
         if (has_key(environ[i], "TRAINPERF_RUN_DIR") || has_key(environ[i], "TRAINPERF_AUTO"))
             continue;
         if (set_pp && has_key(environ[i], "PYTHONPATH")) continue;
+        if (runprof_overrides(prof, environ[i])) continue;
         e->env[k++] = environ[i];
     }
     if (asprintf(&e->own[0], "TRAINPERF_RUN_DIR=%s", run_dir) < 0) {
@@ -259,7 +270,9 @@ static int child_env(child_envp *e, const char *run_dir, const char *pydir, int 
         return -1;
     }
     e->env[k++] = e->own[0];
-    if (!no_auto) e->env[k++] = "TRAINPERF_AUTO=1";
+    e->env[k++] = no_auto ? "TRAINPERF_AUTO=0" : "TRAINPERF_AUTO=1";
+    for (int i = 0; i < prof->nenv; i++)
+        e->env[k++] = (char *)prof->env[i];
     if (set_pp) {
         int w = oldpp && *oldpp ? asprintf(&e->own[1], "PYTHONPATH=%s:%s", pydir, oldpp)
                                 : asprintf(&e->own[1], "PYTHONPATH=%s", pydir);
@@ -430,6 +443,14 @@ int cmd_run(int argc, char **argv)
         return CLI_OK;
     }
     if (pr < 0) return CLI_USAGE;
+    /* TRAINPERF_AUTO=0 in the user's environment is the documented opt-out. */
+    const char *user_auto = getenv("TRAINPERF_AUTO");
+    if (user_auto && strcmp(user_auto, "0") == 0) a.no_auto = 1;
+    if (a.prof.any && a.no_auto) {
+        cli_error("%s needs the Python auto-instrumentation, which %s turns off", a.prof.first,
+                  user_auto && strcmp(user_auto, "0") == 0 ? "TRAINPERF_AUTO=0" : "--no-auto");
+        return CLI_USAGE;
+    }
 
     /* Alerts first: a malformed rule must not leave a run directory behind. */
     alert_set *alerts = NULL;
@@ -488,7 +509,7 @@ int cmd_run(int argc, char **argv)
     char pydir[PATH_MAX];
     python_dir(pydir, sizeof(pydir));
     child_envp cenv;
-    if (child_env(&cenv, absdir, pydir, a.no_auto) != 0) {
+    if (child_env(&cenv, absdir, pydir, a.no_auto, &a.prof) != 0) {
         cli_error("out of memory");
         alerts_free(alerts);
         return CLI_FAIL;
