@@ -258,7 +258,9 @@ static int child_env(child_envp *e, const char *run_dir, const char *pydir, int 
     const char *oldpp = getenv("PYTHONPATH");
     int set_pp = !no_auto && pydir[0];
     for (size_t i = 0; i < n; i++) {
-        if (has_key(environ[i], "TRAINPERF_RUN_DIR") || has_key(environ[i], "TRAINPERF_AUTO"))
+        /* with --no-auto the user's own TRAINPERF_AUTO (an opt-out) stays */
+        if (has_key(environ[i], "TRAINPERF_RUN_DIR") ||
+            (!no_auto && has_key(environ[i], "TRAINPERF_AUTO")))
             continue;
         if (set_pp && has_key(environ[i], "PYTHONPATH")) continue;
         if (runprof_overrides(prof, environ[i])) continue;
@@ -270,7 +272,7 @@ static int child_env(child_envp *e, const char *run_dir, const char *pydir, int 
         return -1;
     }
     e->env[k++] = e->own[0];
-    e->env[k++] = no_auto ? "TRAINPERF_AUTO=0" : "TRAINPERF_AUTO=1";
+    if (!no_auto) e->env[k++] = "TRAINPERF_AUTO=1";
     for (int i = 0; i < prof->nenv; i++)
         e->env[k++] = (char *)prof->env[i];
     if (set_pp) {
