@@ -23,7 +23,7 @@ import warnings
 __all__ = [
     "start", "stop", "step", "phase", "counter", "mark", "timed", "monitor",
     "attached", "dropped", "run_dir", "name", "step_begin", "step_end",
-    "range_push", "range_pop", "TrainperfWarning", "IMPL",
+    "range_push", "range_pop", "TrainperfWarning", "IMPL", "performance_monitor",
 ]
 __version__ = "0.1.0"
 
@@ -158,25 +158,53 @@ def monitor(fn=None, **options):
 
     Options (all optional): samples / tokens — an int, or a callable taking the
     step function's arguments; flops_steps — step indices on which FLOPs are
-    counted (FlopCounterMode) and recorded as the "flops" counter, with "mfu"
-    when the device's peak is known; flops — a user-given FLOP count per step
-    (used when counting is not possible); profile — a dict for
-    torch_helpers.ProfilerSchedule (or a ProfilerSchedule); memory_snapshot_step
-    — step index on which a CUDA memory snapshot is written; cuda_memory_every
-    — N: CUDA allocator stats as counters every N steps. The wrapper exposes
-    .stats (a torch_helpers.MonitorStats) with what was measured.
+    counted by module (FlopCounterMode) and recorded as the "flops" counter,
+    with "tflops_per_s" and "mfu" (when the device's peak is known) from the
+    step after; flops — a user-given FLOP count per step (used when counting
+    is not possible); profile — a dict for torch_helpers.ProfilerSchedule (or
+    a ProfilerSchedule); memory_snapshot_step — step index on which a CUDA
+    memory snapshot is written; cuda_memory_every — N: CUDA allocator stats as
+    counters every N steps; comm_log_step — the step whose collectives are
+    logged; model — the model (names the FLOP table's root, gives the device);
+    verbose — print what performance_monitor prints (rank 0); start — start
+    an embedded collector when nothing watches the process (None: only then).
+    performance_monitor's own names are accepted too: enabled (False: the
+    function is returned unchanged), flop_counter_step, comm_logger_step,
+    wait / warmup / active / repeat. The wrapper exposes .stats (a
+    MonitorStats) with what was measured, and .close().
     """
+    if fn is not None and not callable(fn) or _looks_like_module(fn):
+        options.setdefault("model", fn)
+        fn = None
     if fn is None:
         return lambda f: monitor(f, **options)
-    import atexit
-    from ._monitor import StepMonitor
-    mon = StepMonitor(fn, **options)
-    atexit.register(mon.close)  # an open profiler window / memory history ends cleanly
+    from ._monitor import _wrap
+    if not options.pop("enabled", True):
+        return fn
+    if "flop_counter_step" in options:
+        n = options.pop("flop_counter_step")
+        options["flops_steps"] = list(options.get("flops_steps") or ()) + \
+            ([n] if n is not None else [])
+    if "comm_logger_step" in options:
+        options["comm_log_step"] = options.pop("comm_logger_step")
+    sched = {k: options.pop(k) for k in ("wait", "warmup", "active", "repeat", "skip_first")
+             if k in options}
+    if sched and "profile" not in options:
+        options["profile"] = sched
+    return _wrap(fn, options)
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return mon(args, kwargs)
 
-    wrapper.stats = mon.stats
-    wrapper.monitor = mon
-    return wrapper
+def _looks_like_module(obj):
+    import sys
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
+def performance_monitor(model=None, enabled=True, flop_counter_step=5, comm_logger_step=2,
+                        wait=1, warmup=1, active=3, repeat=1, **options):
+    """The profiling guides' step decorator (see trainperf._monitor.performance_monitor
+    and docs/python.md): schedule, FLOP table by module with TFLOP/s, top-10
+    operators and per-rank traces; a no-op with enabled=False."""
+    from ._monitor import performance_monitor as pm
+    return pm(model, enabled, flop_counter_step, comm_logger_step, wait, warmup, active,
+              repeat, **options)

@@ -113,11 +113,17 @@ class StepHooks:
 
     def __init__(self, profile=None, profile_kwargs=None, flops_step=None, memory_every=None,
                  snapshot_step=None, comm_log_step=None, say=None, out_dir=None, device=None,
-                 dtype=None, top_k_print=0, module_root=None):
+                 dtype=None, top_k_print=0, module_root=None, oom_snapshot=None):
         self.profile = profile
         self.profile_kwargs = dict(profile_kwargs or {})
-        self.flops_step = flops_step
+        if flops_step is None:
+            self.flops_steps = frozenset()
+        elif isinstance(flops_step, int):
+            self.flops_steps = frozenset([flops_step])
+        else:
+            self.flops_steps = frozenset(flops_step)
         self.memory_every = memory_every
+        self.oom_snapshot = bool(memory_every) if oom_snapshot is None else oom_snapshot
         self.snapshot_step = snapshot_step
         self.comm_log_step = comm_log_step
         self._say = say
@@ -131,7 +137,8 @@ class StepHooks:
         self.snapshot = None
         self._flop_mode = None
         self._flop_t0 = None
-        self.flops = None       # dict written for the FLOP step, once known
+        self.flops = None       # the last FLOP step's figures (dict), once known
+        self.flops_by_step = {}  # step -> those figures
         self.flop_files = []
         self.skipped = {}       # feature -> why it did not run
         self._comm = None
@@ -146,12 +153,17 @@ class StepHooks:
             except Exception:
                 pass
 
+    _LABELS = {"profile": "profiler window", "cuda_memory": "CUDA memory stats",
+               "memory_snapshot": "memory snapshot", "oom_snapshot": "memory snapshot on OOM",
+               "flops": "FLOP count", "flops_file": "FLOP table file",
+               "comm_log": "communication log"}
+
     def skip(self, feature, why):
         """Record (and say once) why a feature does not run."""
         if feature in self.skipped:
             return
         self.skipped[feature] = why
-        self.say("trainperf: %s skipped: %s" % (feature, why))
+        self.say("trainperf: %s skipped: %s" % (self._LABELS.get(feature, feature), why))
 
     # -- lifecycle -----------------------------------------------------------
     def start(self):
@@ -160,11 +172,25 @@ class StepHooks:
         if self.profile is not None:
             try:
                 from .torch_helpers import ProfilerSchedule
-                kw = dict(self.profile)
-                kw.update(self.profile_kwargs)
-                self.prof = ProfilerSchedule(out_dir=_out_dir("profile", self.out_dir),
-                                             rank=rank(), on_window=self._window, **kw)
+                if isinstance(self.profile, ProfilerSchedule):
+                    self.prof = self.profile
+                    if self.prof.on_window is None:
+                        self.prof.on_window = self._window
+                else:
+                    kw = dict(self.profile)
+                    kw.update(self.profile_kwargs)
+                    kw.setdefault("out_dir", _out_dir("profile", self.out_dir))
+                    self.prof = ProfilerSchedule(rank=rank(), on_window=self._window, **kw)
                 self.prof.start()
+                p = self.prof
+                first = p.skip_first + p.wait + p.warmup
+                self.say("trainperf: profiler schedule: skip_first %d, wait %d, warmup %d, "
+                         "active %d, repeat %s: steps %d-%d recorded%s; traces in %s"
+                         % (p.skip_first, p.wait, p.warmup, p.active,
+                            p.repeat if p.repeat else "until the end", first,
+                            first + p.active - 1,
+                            " (then every %d steps)" % (p.wait + p.warmup + p.active)
+                            if p.repeat != 1 else "", p.out_dir))
             except Exception as exc:
                 self.prof = None
                 self.skip("profile", "torch.profiler could not start: %s" % (exc,))
@@ -172,16 +198,17 @@ class StepHooks:
             from .torch_helpers import CudaMemoryStats, cuda_memory_stats
             stats, why = cuda_memory_stats()
             if stats is None:
-                self.skip("CUDA memory stats", why)
+                self.skip("cuda_memory", why)
             else:
                 self.cuda_mem = CudaMemoryStats(self.memory_every, self.device)
-                self._start_snapshot()
-        elif self.snapshot_step is not None:
+        # an OOM snapshot goes with the CUDA stats (skipped, with them, on a CPU)
+        if (self.oom_snapshot and self.cuda_mem is not None) or self.snapshot_step is not None:
             self._start_snapshot()
 
     def _start_snapshot(self):
         from .torch_helpers import MemorySnapshot
-        snap = MemorySnapshot(out_dir=_out_dir("memory", self.out_dir), rank=rank())
+        snap = MemorySnapshot(out_dir=_out_dir("memory", self.out_dir), rank=rank(),
+                              on_oom=self.oom_snapshot)
         try:
             ok = snap.start()
         except Exception as exc:
@@ -189,15 +216,15 @@ class StepHooks:
         if ok:
             self.snapshot = snap
             if snap.reason:
-                self.skip("memory snapshot on OOM", snap.reason)
+                self.skip("oom_snapshot", snap.reason)
         else:
-            self.skip("memory snapshot", snap.reason)
+            self.skip("memory_snapshot", snap.reason)
 
     def begin(self, i):
         """Step i is about to begin."""
         if not self.started:
             self.start()
-        if i == self.flops_step:
+        if i in self.flops_steps:
             self._flops_begin()
         if i == self.comm_log_step:
             self._comm_begin(i)
@@ -207,7 +234,7 @@ class StepHooks:
         """Step i has ended."""
         dt = time.perf_counter() - self._t_begin if self._t_begin is not None else None
         self._t_begin = None
-        if self._flop_mode is not None and i == self.flops_step:
+        if self._flop_mode is not None and i in self.flops_steps:
             self._flops_end(i)
         elif self.flops is not None and self.flops.get("step_time_s") is None \
                 and i == self.flops["step"] + 1 and dt:
@@ -225,7 +252,7 @@ class StepHooks:
                 self.cuda_mem.step()
             except Exception as exc:
                 self.cuda_mem = None
-                self.skip("CUDA memory stats", str(exc))
+                self.skip("cuda_memory", str(exc))
         if self.snapshot is not None and i == self.snapshot_step:
             self.snapshot.dump("step%d" % i)
 
@@ -237,7 +264,7 @@ class StepHooks:
             except Exception:
                 pass
             self._flop_mode = None
-            self.skip("FLOP count", "the step raised before it ended")
+            self.skip("flops", "the step raised before it ended")
 
     def close(self):
         if self.closed:
@@ -246,6 +273,8 @@ class StepHooks:
         self.abort_step()
         if self.flops is not None and self.flops.get("step_time_s") is None:
             self._flops_write()  # no uninstrumented step followed: no rate
+            self.say("trainperf: step %d: %s per step; no uncounted step followed it: no "
+                     "TFLOP/s" % (self.flops["step"], _fmt_flops(self.flops["total_flops"])))
         if self.prof is not None:
             try:
                 self.prof.stop()
@@ -273,13 +302,13 @@ class StepHooks:
         try:
             from torch.utils.flop_counter import FlopCounterMode
         except ImportError:
-            self.skip("FLOP count", "this torch has no torch.utils.flop_counter")
+            self.skip("flops", "this torch has no torch.utils.flop_counter")
             return
         try:
             mode = FlopCounterMode(display=False)
             mode.__enter__()
         except Exception as exc:
-            self.skip("FLOP count", "FlopCounterMode failed: %s" % (exc,))
+            self.skip("flops", "FlopCounterMode failed: %s" % (exc,))
             return
         self._flop_mode = mode
         self._flop_t0 = time.perf_counter()
@@ -294,9 +323,11 @@ class StepHooks:
             for ops in (mode.get_flop_counts().get("Global") or {}).items():
                 by_op[str(ops[0])] = int(ops[1])
         except Exception as exc:
-            self.skip("FLOP count", "FlopCounterMode failed: %s" % (exc,))
+            self.skip("flops", "FlopCounterMode failed: %s" % (exc,))
             return
-        self.flops = {"step": i, "rank": rank(), "method": "FlopCounterMode",
+        if self.flops is not None and self.flops.get("step_time_s") is None:
+            self._flops_write()  # the previous FLOP step was followed by this one
+        self.flops = self.flops_by_step[i] = {"step": i, "rank": rank(), "method": "FlopCounterMode",
                       "total_flops": total, "by_module": by_mod, "by_op": by_op,
                       "counted_step_time_s": time.perf_counter() - self._flop_t0,
                       "step_time_s": None, "tflops_per_s": None, "mfu": None,
@@ -347,25 +378,33 @@ class StepHooks:
                 fh.write(flop_table(f["by_module"], f["total_flops"], self.module_root) + "\n")
             self.flop_files = [base, txt]
         except OSError as exc:
-            self.skip("FLOP table file", str(exc))
+            self.skip("flops_file", str(exc))
 
     # -- communication log -----------------------------------------------------
     def _comm_begin(self, i):
+        dist = sys.modules.get("torch.distributed")
+        try:
+            on = dist is not None and dist.is_available() and dist.is_initialized()
+        except Exception:
+            on = False
+        if not on:
+            self.skip("comm_log", "not a distributed run (torch.distributed is not initialised)")
+            return
         # The distributed work owns trainperf._comm; until it is there, say so.
         try:
             from . import _comm
         except ImportError:
-            self.skip("communication log", "this trainperf has no communication logger yet")
+            self.skip("comm_log", "this trainperf has no communication logger yet")
             return
         fn = getattr(_comm, "log_step_begin", None)
         if fn is None:
-            self.skip("communication log", "trainperf._comm has no log_step_begin()")
+            self.skip("comm_log", "trainperf._comm has no log_step_begin()")
             return
         try:
             fn(i)
             self._comm = _comm
         except Exception as exc:
-            self.skip("communication log", str(exc))
+            self.skip("comm_log", str(exc))
 
     def _comm_end(self, i):
         comm, self._comm = self._comm, None
@@ -375,7 +414,7 @@ class StepHooks:
             if path:
                 self.say("trainperf: collectives of step %d logged in %s" % (i, path))
         except Exception as exc:
-            self.skip("communication log", str(exc))
+            self.skip("comm_log", str(exc))
 
 
 def _env_int(name, minimum):
