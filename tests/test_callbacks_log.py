@@ -1,0 +1,118 @@
+"""Framework callbacks that log: Lightning (trainer.logger, thresholds as
+alerts, a profiler window, the warn-once), Hugging Face (on_log), and the
+graph-break finder. Real training in child processes."""
+import csv
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pyhelp import clean_env, require_extension, steps
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(autouse=True)
+def _ext():
+    require_extension()
+
+
+def run_script(tmp_path, body, *args):
+    p = tmp_path / "s.py"
+    p.write_text(textwrap.dedent(body))
+    return subprocess.run([sys.executable, str(p), *map(str, args)], capture_output=True,
+                          text=True, timeout=300, env=clean_env(), cwd=str(tmp_path))
+
+
+LIGHTNING = """
+    import sys, time, torch, warnings, lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+    from torch.utils.data import DataLoader, Dataset
+    from trainperf.lightning import TrainperfCallback
+    out, mode = sys.argv[1], sys.argv[2]
+
+    class Slow(Dataset):
+        def __len__(self): return 256
+        def __getitem__(self, i):
+            time.sleep(0.002)  # a slow decoder: the batch load time is real
+            g = torch.Generator().manual_seed(i)
+            return torch.randn(8, generator=g), torch.randn(1, generator=g)
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                           torch.nn.Linear(16, 1))
+        def training_step(self, batch, i):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    torch.manual_seed(0)
+    if mode == "full":
+        cb = TrainperfCallback(start=True, run_dir=out, interval_s=0.1, log_every_n_steps=2,
+                               memory_threshold=0.001, data_wait_threshold=0.05,
+                               profile=dict(wait=1, warmup=1, active=2), verbose=False)
+    else:
+        cb = TrainperfCallback(log_every_n_steps=2)
+    logger = CSVLogger(out + "-logs", name="csv")
+    trainer = L.Trainer(max_steps=8, callbacks=[cb], logger=logger, log_every_n_steps=2,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        trainer.fit(Tiny(), DataLoader(Slow(), batch_size=4))
+    mine = [str(x.message) for x in w if "trainperf" in str(x.message)]
+    print(json.dumps({"log_dir": logger.log_dir, "warnings": mine, "alerts": cb.alerts,
+                      "logged": len(cb.logged)}) if True else "")
+""".replace("import sys,", "import json, sys,")
+
+
+def test_lightning_figures_reach_the_csv_logger_and_thresholds_fire(cli, tmp_path):
+    pytest.importorskip("lightning")
+    out = tmp_path / "run"
+    res = run_script(tmp_path, LIGHTNING, out, "full")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    assert info["logged"] == 4  # steps 2, 4, 6, 8
+    with open(f'{info["log_dir"]}/metrics.csv', newline="") as f:
+        rows = list(csv.DictReader(f))
+    got = [r for r in rows if r.get("trainperf/samples_per_s")]
+    assert [int(r["step"]) for r in got] == [2, 4, 6, 8]
+    for r in got:
+        assert float(r["trainperf/samples_per_s"]) > 0
+        # each batch of 4 sleeps 4 x 2 ms in the dataset
+        assert float(r["trainperf/batch_load_ms_p50"]) >= 8.0
+        assert float(r["trainperf/batch_load_ms_p99"]) >= float(r["trainperf/batch_load_ms_p50"])
+    # the collector's resources too (one owner: its metrics.csv)
+    assert any(r.get("trainperf/host_memory_used") for r in got)
+    # thresholds became alert rules: fired, warned, in the run's alerts.jsonl
+    fired = {a["rule"] for a in info["alerts"] if a["state"] == "fired"}
+    assert {"memory_threshold", "data_wait_threshold"} <= fired
+    assert any("trainperf alert: memory_threshold" in w for w in info["warnings"])
+    lines = [json.loads(ln) for ln in (out / "alerts.jsonl").read_text().splitlines()]
+    assert {"memory_threshold", "data_wait_threshold"} <= {a["rule"] for a in lines}
+    summ = json.loads((out / "summary.json").read_text())
+    assert len(steps(out)) == 8 and summ
+    # the profiler window: a trace per rank and step, analysed by the report
+    assert (out / "profile" / "trace-rank0-step2.json").exists()
+    rep = subprocess.run([cli, "report", str(out), "--format", "json"], capture_output=True,
+                         text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    assert json.loads(rep.stdout)["profiler"]["files"] == 1
+
+
+def test_lightning_warns_once_when_nothing_collects(tmp_path):
+    pytest.importorskip("lightning")
+    res = run_script(tmp_path, LIGHTNING, tmp_path / "run", "bare")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    idle = [w for w in info["warnings"] if "nothing is collecting" in w]
+    assert len(idle) == 1
+    # its own figures are still logged
+    with open(f'{info["log_dir"]}/metrics.csv', newline="") as f:
+        assert any(r.get("trainperf/samples_per_s") for r in csv.DictReader(f))
