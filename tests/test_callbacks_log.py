@@ -116,3 +116,58 @@ def test_lightning_warns_once_when_nothing_collects(tmp_path):
     # its own figures are still logged
     with open(f'{info["log_dir"]}/metrics.csv', newline="") as f:
         assert any(r.get("trainperf/samples_per_s") for r in csv.DictReader(f))
+
+
+HF = """
+    import json, sys, torch, warnings
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+    from transformers import TrainerCallback
+    from trainperf.hf import attach
+    out, tmp = sys.argv[1], sys.argv[2]
+
+    class Toks(torch.utils.data.Dataset):
+        def __init__(self, n, seq):
+            g = torch.Generator().manual_seed(0)
+            self.ids = torch.randint(0, 100, (n, seq), generator=g)
+            self.lab = torch.randint(0, 2, (n,), generator=g)
+        def __len__(self): return len(self.ids)
+        def __getitem__(self, i):
+            return {"input_ids": self.ids[i], "labels": self.lab[i]}
+
+    class Seen(TrainerCallback):  # stands where report_to integrations stand
+        def __init__(self): self.logs = []
+        def on_log(self, args, state, control, logs=None, **kw): self.logs.append(dict(logs))
+
+    cfg = BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=32, num_labels=2)
+    args = TrainingArguments(output_dir=tmp, max_steps=6, per_device_train_batch_size=4,
+                             report_to=[], save_strategy="no", logging_steps=2, use_cpu=True,
+                             dataloader_num_workers=0, disable_tqdm=True)
+    seen = Seen()
+    tr = Trainer(model=BertForSequenceClassification(cfg), args=args,
+                 train_dataset=Toks(64, 12), callbacks=[seen])
+    cb = attach(tr, start=True, run_dir=out, interval_s=0.1, memory_threshold=0.001)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        tr.train()
+    hist = [h for h in tr.state.log_history if "trainperf/samples_per_s" in h]
+    print(json.dumps({"hist_steps": [h["step"] for h in hist],
+                      "seen": [l for l in seen.logs if "trainperf/samples_per_s" in l],
+                      "alerts": [a["rule"] for a in cb.alerts],
+                      "warned": any("memory_threshold" in str(x.message) for x in w)}))
+"""
+
+
+def test_hf_on_log_carries_the_figures_and_thresholds_fire(tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "run"
+    res = run_script(tmp_path, HF, out, tmp_path / "hf")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    assert info["hist_steps"] == [2, 4, 6]
+    assert len(info["seen"]) == 3  # a later callback (an integration) sees them
+    assert all(s["trainperf/samples_per_s"] > 0 and "trainperf/batch_load_ms_p95" in s
+               for s in info["seen"])
+    assert "memory_threshold" in info["alerts"] and info["warned"]
+    assert "memory_threshold" in (out / "alerts.jsonl").read_text()
+    assert len(steps(out)) == 6
