@@ -171,3 +171,54 @@ def test_hf_on_log_carries_the_figures_and_thresholds_fire(tmp_path):
     assert "memory_threshold" in info["alerts"] and info["warned"]
     assert "memory_threshold" in (out / "alerts.jsonl").read_text()
     assert len(steps(out)) == 6
+
+
+GRAPH_BREAKS = """
+    import json, sys, torch, lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+    from trainperf.lightning import FindGraphBreaks
+    root = sys.argv[1]
+
+    class Net(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 1)
+        def forward(self, x):
+            y = self.lin(x)
+            scale = y.abs().max().item()  # PLANTED BREAK
+            return y / (1.0 + scale)
+        def training_step(self, batch, i):
+            x, t = batch
+            return torch.nn.functional.mse_loss(self(x), t)
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    cb = FindGraphBreaks(fullgraph=True)
+    trainer = L.Trainer(max_steps=2, callbacks=[cb], logger=False, default_root_dir=root,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    data = TensorDataset(torch.randn(32, 8), torch.randn(32, 1))
+    trainer.fit(Net(), DataLoader(data, batch_size=4))
+    print(json.dumps({"n": cb.report["graph_break_count"], "log": cb.report["log_path"],
+                      "fullgraph": cb.report["fullgraph"]["ok"], "steps": trainer.global_step}))
+"""
+
+
+def test_find_graph_breaks_names_the_planted_break(tmp_path):
+    pytest.importorskip("lightning")
+    res = run_script(tmp_path, GRAPH_BREAKS, tmp_path / "root")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    # (torch 2.13 captures .item() under fullgraph=True: the explain pass breaks, fullgraph holds)
+    assert info["steps"] == 2 and info["n"] >= 1 and info["fullgraph"] in (True, False)
+    log = open(info["log"]).read()
+    planted = next(i for i, ln in enumerate(GRAPH_BREAKS.splitlines())
+                   if "PLANTED BREAK" in ln)
+    line_no = planted + 1  # splitlines() is 0-based; the file keeps the leading newline
+    assert f"s.py:{line_no} in forward" in log
+    assert "scale = y.abs().max().item()" in log
+    assert "Tensor.item()" in log
+    assert "fix: " in log and "capture_scalar_outputs" in log
+    assert ("fullgraph=True: fails" in log) == (not info["fullgraph"])
+    assert "fullgraph=True: " in log
+    assert "graph break" in res.stdout

@@ -35,7 +35,8 @@ import trainperf
 from . import _autohook
 from ._figures import MetricsTail, StepWindow, Thresholds
 
-__all__ = ["TrainperfCallback", "ThroughputMonitor", "ProfilerMonitor", "ResourceMonitor"]
+__all__ = ["TrainperfCallback", "ThroughputMonitor", "ProfilerMonitor", "ResourceMonitor",
+           "FindGraphBreaks"]
 
 _FORWARD, _BACKWARD, _OPTIMIZER, _EVAL = 2, 3, 4, 6
 
@@ -243,3 +244,48 @@ class ResourceMonitor(TrainperfCallback):
         super().__init__(gpu_util_threshold=gpu_util_threshold,
                          memory_threshold=memory_threshold, io_wait_threshold=io_wait_threshold,
                          **kw)
+
+
+class FindGraphBreaks(Callback):
+    """Find torch.compile graph breaks in the training step once, at the first
+    batch, and write them readably (location, reason, suggested fix) to
+    log_path (default RUN_DIR/graph_breaks.log, else
+    <trainer.default_root_dir>/graph_breaks.log); fullgraph=True also tries
+    torch.compile(..., fullgraph=True). target: "training_step" (default) or
+    "forward". The report dict is kept as .report. The extra pass runs the
+    step's forward once more (no backward, no optimizer step)."""
+
+    def __init__(self, log_path=None, fullgraph=False, target="training_step", verbose=True):
+        super().__init__()
+        if target not in ("training_step", "forward"):
+            raise ValueError("target must be 'training_step' or 'forward'")
+        self.log_path = log_path
+        self.fullgraph = fullgraph
+        self.target = target
+        self.verbose = verbose
+        self.report = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.report is not None:
+            return
+        import os
+        from .torch_helpers import graph_break_report
+        path = self.log_path
+        if path is None and not trainperf.run_dir():
+            path = os.path.join(trainer.default_root_dir, "graph_breaks.log")
+        if self.target == "forward":
+            x = batch[0] if isinstance(batch, (list, tuple)) else batch
+            fn, args = pl_module.forward, (x,)
+        else:
+            fn, args = pl_module.training_step, (batch, batch_idx)
+        try:
+            self.report = graph_break_report(fn, *args, fullgraph=self.fullgraph,
+                                             log_path=path)
+        except Exception as exc:  # finding breaks must never stop the training
+            self.report = {"error": "%s: %s" % (type(exc).__name__, exc)}
+        if self.verbose and trainer.is_global_zero:
+            n = self.report.get("graph_break_count")
+            print("trainperf: %s graph break%s in %s%s" % (
+                n if n is not None else "?", "" if n == 1 else "s", self.target,
+                "; details in %s" % self.report["log_path"] if self.report.get("log_path")
+                else ""), flush=True)

@@ -374,15 +374,20 @@ class MemorySnapshot:
             self._on = False
 
 
-def graph_break_report(fn, *args, out_path=None, **kwargs):
+def graph_break_report(fn, *args, out_path=None, fullgraph=False, log_path=None, **kwargs):
     """Run torch._dynamo.explain over fn(*args, **kwargs): graphs, graph
-    breaks with their reasons and source lines, and the compile time.
+    breaks with their reasons, source lines and suggested fixes, and the
+    compile time. fullgraph=True also compiles fn with fullgraph=True and
+    runs it once, recording whether it holds as one graph (and the error).
 
     Returns a dict (also written as JSON to out_path, default
-    RUN_DIR/compile.json when a run directory is known), or a dict with
-    "error" when this torch has no torch.compile."""
+    RUN_DIR/compile.json when a run directory is known, and as a readable log
+    to log_path, default RUN_DIR/graph_breaks.log), or a dict with "error"
+    when this torch has no torch.compile."""
     import torch
-    rep = {"torch": torch.__version__}
+    from ._graph_breaks import parse_reason, suggest, write_log
+    rep = {"torch": torch.__version__,
+           "target": getattr(fn, "__qualname__", None) or repr(fn)}
     dynamo = getattr(torch, "_dynamo", None)
     if dynamo is None or not hasattr(dynamo, "explain"):
         rep["error"] = "this torch has no torch._dynamo.explain (torch.compile)"
@@ -393,10 +398,16 @@ def graph_break_report(fn, *args, out_path=None, **kwargs):
     rep["compile_s"] = time.perf_counter() - t0
     breaks = []
     for r in getattr(out, "break_reasons", []) or []:
-        where = []
-        for fr in (getattr(r, "user_stack", None) or [])[-3:]:
+        where, code = [], None
+        stack = getattr(r, "user_stack", None) or []
+        for fr in stack[-3:]:
             where.append("%s:%s in %s" % (fr.filename, fr.lineno, fr.name))
-        breaks.append({"reason": str(getattr(r, "reason", r)), "where": where})
+        if stack:
+            code = (getattr(stack[-1], "line", None) or "").strip() or None
+        text = str(getattr(r, "reason", r))
+        summary, expl, _ = parse_reason(text)
+        breaks.append({"reason": text, "summary": summary, "explanation": expl,
+                       "where": where, "code": code, "fixes": suggest(text)})
     rep.update({
         "graph_count": getattr(out, "graph_count", None),
         "graph_break_count": getattr(out, "graph_break_count", None),
@@ -404,13 +415,24 @@ def graph_break_report(fn, *args, out_path=None, **kwargs):
         "breaks": breaks,
         "compile_times": str(getattr(out, "compile_times", "") or ""),
     })
-    if out_path is None:
-        d = trainperf.run_dir() or os.environ.get("TRAINPERF_RUN_DIR")
-        if d:
-            out_path = os.path.join(d, "compile.json")
+    if fullgraph:
+        dynamo.reset()
+        try:
+            torch.compile(fn, fullgraph=True)(*args, **kwargs)
+            rep["fullgraph"] = {"ok": True}
+        except Exception as exc:
+            msg = "%s: %s" % (type(exc).__name__, exc)
+            rep["fullgraph"] = {"ok": False, "error": msg, "fixes": suggest(str(exc))}
+    d = trainperf.run_dir() or os.environ.get("TRAINPERF_RUN_DIR")
+    if out_path is None and d:
+        out_path = os.path.join(d, "compile.json")
+    if log_path is None and d:
+        log_path = os.path.join(d, "graph_breaks.log")
     if out_path:
         with open(out_path, "w") as f:
             json.dump(rep, f, indent=1)
         rep["path"] = out_path
+    if log_path:
+        rep["log_path"] = write_log(rep, log_path)
     dynamo.reset()
     return rep
