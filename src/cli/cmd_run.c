@@ -446,6 +446,13 @@ int cmd_run(int argc, char **argv)
         return CLI_OK;
     }
     if (pr < 0) return CLI_USAGE;
+    /* The probe cannot say that its clock setting is wrong (the library never
+     * prints): say it here, before anything starts. */
+    const char *clk = getenv("TRAINPERF_CLOCK");
+    if (clk && *clk && strcmp(clk, "mono") != 0 && strcmp(clk, "tsc") != 0) {
+        cli_error("TRAINPERF_CLOCK='%s': expected mono or tsc", clk);
+        return CLI_USAGE;
+    }
     /* TRAINPERF_AUTO=0 in the user's environment is the documented opt-out. */
     const char *user_auto = getenv("TRAINPERF_AUTO");
     if (user_auto && strcmp(user_auto, "0") == 0) a.no_auto = 1;
