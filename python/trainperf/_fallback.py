@@ -266,7 +266,8 @@ class NoopCore:
         return 0
 
     def version(self):
-        return "0.1.0"
+        from ._version import version
+        return version()
 
     def run_dir(self):
         return None

@@ -9,8 +9,13 @@ import json
 import os
 import re
 import time
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import trainperf
+
+__all__ = ["PEAK_FLOPS", "CUDA_MEM_COUNTERS", "device_key", "math_type", "peak_flops", "mfu",
+           "count_flops", "ProfilerSchedule", "cuda_memory_stats", "CudaMemoryStats",
+           "memory_history_supported", "MemorySnapshot", "graph_break_report"]
 
 # Dense (no structured sparsity) peak FLOP/s of one GPU, per math type, from
 # NVIDIA's datasheets (sources in docs/python.md; the datasheets print the
@@ -54,7 +59,7 @@ _DEVICE_PATTERNS = [
 ]
 
 
-def device_key(name):
+def device_key(name: str) -> Optional[str]:
     """The PEAK_FLOPS key for a device name, or None when the device is unknown."""
     for pat, key in _DEVICE_PATTERNS:
         if re.search(pat, name, re.IGNORECASE):
@@ -62,7 +67,7 @@ def device_key(name):
     return None
 
 
-def math_type(dtype=None):
+def math_type(dtype: Any = None) -> str:
     """The PEAK_FLOPS math type for a torch dtype (fp32 matmuls on TF32 tensor
     cores count as tf32 when torch allows it)."""
     import torch
@@ -79,7 +84,7 @@ def math_type(dtype=None):
     return str(dtype).replace("torch.", "")
 
 
-def peak_flops(device=None, dtype=None):
+def peak_flops(device: Any = None, dtype: Any = None) -> Tuple[Optional[float], str]:
     """(peak FLOP/s or None, reason). device: a torch.device, an index or a
     device name string; dtype: the training math dtype."""
     import torch
@@ -101,7 +106,8 @@ def peak_flops(device=None, dtype=None):
     return peak, "%s %s dense peak %.1f TFLOP/s" % (key, mt, peak / 1e12)
 
 
-def mfu(flops_per_step, step_time_s, device=None, dtype=None, n_devices=1):
+def mfu(flops_per_step: Optional[float], step_time_s: Optional[float], device: Any = None,
+        dtype: Any = None, n_devices: int = 1) -> Tuple[Optional[float], str]:
     """Model FLOPs utilisation: (value in 0..1 or None, reason)."""
     if not flops_per_step or flops_per_step <= 0:
         return None, "no FLOP count for the step"
@@ -113,7 +119,8 @@ def mfu(flops_per_step, step_time_s, device=None, dtype=None, n_devices=1):
     return flops_per_step / step_time_s / (peak * n_devices), why
 
 
-def count_flops(fn, *args, user_flops=None, **kwargs):
+def count_flops(fn: Callable[..., Any], *args: Any, user_flops: Optional[int] = None,
+                **kwargs: Any) -> Tuple[Any, Optional[int], Optional[str]]:
     """Run fn(*args, **kwargs) once, counting its FLOPs.
 
     Returns (result, flops, method): method is "FlopCounterMode", "profiler"
@@ -265,7 +272,7 @@ CUDA_MEM_COUNTERS = ("cuda_mem_allocated_bytes", "cuda_mem_reserved_bytes",
                      "cuda_alloc_retries", "cuda_ooms")
 
 
-def cuda_memory_stats(device=None):
+def cuda_memory_stats(device: Any = None) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
     """(dict of CUDA_MEM_COUNTERS, None) or (None, reason)."""
     import torch
     if not torch.cuda.is_available():
@@ -310,7 +317,7 @@ class CudaMemoryStats:
         return stats
 
 
-def memory_history_supported():
+def memory_history_supported() -> Tuple[bool, Optional[str]]:
     """(True, None) or (False, reason)."""
     import torch
     if not torch.cuda.is_available():
@@ -374,7 +381,9 @@ class MemorySnapshot:
             self._on = False
 
 
-def graph_break_report(fn, *args, out_path=None, fullgraph=False, log_path=None, **kwargs):
+def graph_break_report(fn: Callable[..., Any], *args: Any, out_path: Optional[str] = None,
+                       fullgraph: bool = False, log_path: Optional[str] = None,
+                       **kwargs: Any) -> Dict[str, Any]:
     """Run torch._dynamo.explain over fn(*args, **kwargs): graphs, graph
     breaks with their reasons, source lines and suggested fixes, and the
     compile time. fullgraph=True also compiles fn with fullgraph=True and

@@ -7,6 +7,7 @@
  * (128 + N after signal N). */
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -223,6 +224,21 @@ static void python_dir(char *out, size_t n)
             w = snprintf(out, n, "%s", probe);
     }
     if (w < 0 || (size_t)w >= n) out[0] = 0;
+    /* pip's layout: PREFIX/bin/trainperf, the hook in
+     * PREFIX/lib/pythonX.Y/site-packages/trainperf/_hook (setup.py) */
+    if (!out[0]) {
+        w = snprintf(probe, sizeof(probe), "%s/../lib/python3*/site-packages/trainperf/_hook/sitecustomize.py", exe);
+        glob_t g;
+        if (w > 0 && (size_t)w < sizeof(probe) && glob(probe, 0, NULL, &g) == 0) {
+            if (g.gl_pathc > 0) {
+                w = snprintf(out, n, "%s", g.gl_pathv[g.gl_pathc - 1]);
+                char *sl = w > 0 && (size_t)w < n ? strrchr(out, '/') : NULL;
+                if (sl) *sl = 0;
+                else out[0] = 0;
+            }
+            globfree(&g);
+        }
+    }
     char real[PATH_MAX];
     if (out[0] && realpath(out, real)) snprintf(out, n, "%s", real);
 }
