@@ -74,3 +74,41 @@ def test_top_once_on_a_finished_run_shows_its_summary(cli, tmp_path):
     assert "ended after" in out
     assert "steps %d  %.2f steps/s" % (sm["steps"]["count"], sm["steps"]["steps_per_s"]) in out
     assert "(whole run)" in out and "?%" not in out
+
+
+def test_status_line_keeps_to_its_row_on_a_terminal(cli, tmp_path):
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal of 24 x 80 rows, trainperf in it
+        fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINPERF_")}
+        env.pop("NO_COLOR", None)
+        env["TERM"] = "xterm"
+        os.execve(cli, [cli, "run", "--out", str(tmp_path / "run"), "--", "sh", "-c",
+                        "sleep 2.5; echo CHILD-LINE; sleep 1.5"], env)
+    out = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], 1.0)
+        if not r:
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    text = out.decode("utf-8", "replace")
+    assert "\x1b[1;23r" in text  # the rows above the status line scroll
+    assert "\x1b7\x1b[24;1H\x1b[K" in text  # the status line is drawn on the last row
+    assert "\x1b[r" in text  # and the region is given back at the end
+    before = text[:text.index("CHILD-LINE")]
+    line_start = max(before.rfind("\n"), before.rfind("\x1b8"))
+    assert "trainperf" not in before[line_start:]  # the child's line starts clean

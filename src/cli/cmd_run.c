@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -328,6 +329,61 @@ static void install_signals(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
+/* On a terminal the status line lives on the last row, below a scrolling
+ * region that holds CMD's own output (as apt draws its progress bar), so the
+ * two never run into each other. status_rows is the terminal's height while
+ * the region is set, 0 otherwise. Each update is one write(): CMD writes to
+ * the same terminal at the same time. */
+static int status_rows;
+
+static void status_put(const char *s, int n)
+{
+    if (n <= 0) return;
+    ssize_t w = write(STDERR_FILENO, s, (size_t)n);
+    (void)w;
+}
+
+static void status_reserve(void)
+{
+    struct winsize ws;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_row < 4) return;
+    status_rows = ws.ws_row;
+    char seq[64];
+    /* a free row first, so that the cursor is never on the reserved one */
+    int n = snprintf(seq, sizeof(seq), "\n\0337\033[1;%dr\0338\033[1A", status_rows - 1);
+    status_put(seq, n);
+}
+
+static void status_release(void)
+{
+    if (!status_rows) return;
+    char seq[64];
+    int n = snprintf(seq, sizeof(seq), "\0337\033[r\033[%d;1H\033[K\0338", status_rows);
+    status_put(seq, n);
+    status_rows = 0;
+}
+
+static void status_draw(const char *line)
+{
+    struct winsize ws;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row != status_rows) {
+        status_release(); /* resized: reserve the new last row */
+        status_reserve();
+    }
+    char out[1200];
+    int n;
+    if (status_rows) {
+        /* cut to the width: a wrapped status line would scroll the screen */
+        int width = ws.ws_col > 1 && ws.ws_col < 1024 ? ws.ws_col - 1 : 1023;
+        n = snprintf(out, sizeof(out), "\0337\033[%d;1H\033[K%.*s\0338", status_rows, width,
+                     line);
+    } else {
+        n = snprintf(out, sizeof(out), "\r%s\033[K", line);
+    }
+    if (n >= (int)sizeof(out)) n = (int)sizeof(out) - 1;
+    status_put(out, n);
+}
+
 static void status_line(coll *c, int tty, int color)
 {
     static coll_frame f;
@@ -372,7 +428,7 @@ static void status_line(coll *c, int tty, int color)
         PUT(" | %salerts: %s%s", color ? CLI_YELLOW : "", alerts, color ? CLI_RESET : "");
 #undef PUT
     if (tty)
-        fprintf(stderr, "\r%s\033[K", line);
+        status_draw(line);
     else
         fprintf(stderr, "%s\n", line);
     fflush(stderr);
@@ -650,6 +706,7 @@ int cmd_run(int argc, char **argv)
             /* Ctrl-Z stopped the child: stop too, so the shell gets its
              * terminal and job back; on `fg`, hand the terminal over again. */
             tcsetpgrp(tty_fd, getpgrp());
+            status_release(); /* the shell gets a normal terminal back */
             kill(getpid(), SIGSTOP);
             if (tcgetpgrp(tty_fd) == getpgrp()) tcsetpgrp(tty_fd, child);
             kill(-child, SIGCONT);
@@ -669,7 +726,10 @@ int cmd_run(int argc, char **argv)
     run_child_pgid = 0;
     /* The terminal comes back for the summary; a Ctrl-C now only counts. */
     if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
-    if (drawn) fputs("\r\033[K", stderr);
+    if (drawn && status_rows)
+        status_release();
+    else if (drawn)
+        fputs("\r\033[K", stderr);
 
     run_exit ex = {1, 0, 0};
     if (WIFEXITED(status)) {
