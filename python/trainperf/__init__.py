@@ -26,7 +26,7 @@ _T = TypeVar("_T")
 __all__ = [
     "start", "stop", "step", "phase", "counter", "mark", "timed", "monitor",
     "attached", "dropped", "run_dir", "name", "step_begin", "step_end",
-    "range_push", "range_pop", "TrainperfWarning", "IMPL", "performance_monitor",
+    "range_push", "range_pop", "TrainperfWarning", "IMPL", "performance_monitor", "benchmark",
 ]
 
 
@@ -101,6 +101,8 @@ def start(run_dir: "Optional[Union[str, os.PathLike]]" = None, interval_s: float
     rc = _core.start(run_dir, float(interval_s), flags)
     if rc == 0:
         _started_here = True
+        from . import _exporters  # W&B / MLflow, only when the script has a run
+        _exporters.start(_core.run_dir())
         return _core.run_dir()
     if rc == _ERR_BUSY:
         # Under `trainperf run` the probe attaches on its first event.
@@ -219,3 +221,12 @@ def performance_monitor(model: Any = None, enabled: bool = True,
     from ._monitor import performance_monitor as pm
     return pm(model, enabled, flop_counter_step, comm_logger_step, wait, warmup, active,
               repeat, **options)
+
+
+def benchmark(model, dataloader, steps=50, warmup=5, optimizer=None, loss_fn=None, device=None):
+    """Throughput, step-time quantiles and memory of model on dataloader
+    (docs/tune.md). Forward only without an optimizer; a training step with
+    one."""
+    from ._bench import benchmark as _benchmark
+    return _benchmark(model, dataloader, steps=steps, warmup=warmup, optimizer=optimizer,
+                      loss_fn=loss_fn, device=device)

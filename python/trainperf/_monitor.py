@@ -133,6 +133,8 @@ class StepMonitor:
             st.mfu, st.mfu_reason = mfu(self.user_flops, dt, self.device, self.dtype)
             if st.mfu is not None:
                 trainperf.counter("mfu", st.mfu)
+                from ._profile_hooks import _note
+                _note("mfu", st.mfu)
         if h.prof is not None:
             st.profiler_windows = list(h.prof.windows)
         if h.cuda_mem is not None:

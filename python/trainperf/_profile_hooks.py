@@ -30,6 +30,18 @@ ENV_VARS = ("TRAINPERF_PROFILE", "TRAINPERF_PROFILE_MEMORY", "TRAINPERF_RECORD_S
 _TABLE_ROWS = 40
 
 
+def _note(name, value):
+    """Hand a figure to the W&B/MLflow exporter (trainperf._exporters), if any."""
+    try:
+        from . import _exporters
+    except ImportError:
+        return
+    try:
+        _exporters.note(name, value)
+    except Exception:
+        pass
+
+
 def rank():
     """This process's rank: torch.distributed's when initialised, else RANK
     (torchrun, before init), else SLURM_PROCID, else 0."""
@@ -336,6 +348,7 @@ class StepHooks:
             trainperf.counter("flops", float(total))
         except Exception:
             pass
+        _note("flops", float(total))
         self.say("trainperf: FLOPs by module on step %d (rank %d):\n%s"
                  % (i, self.flops["rank"], flop_table(by_mod, total, self.module_root)))
 
@@ -356,6 +369,8 @@ class StepHooks:
                 trainperf.counter("mfu", f["mfu"])
         except Exception:
             pass
+        if f["mfu"] is not None:
+            _note("mfu", f["mfu"])
         line = "trainperf: step %d: %s per step, %.3g TFLOP/s at %.1f ms per step" % (
             f["step"], _fmt_flops(f["total_flops"]), f["tflops_per_s"], dt * 1e3)
         if f["mfu"] is not None:

@@ -741,11 +741,15 @@ void coll_get_summary(const coll *c, coll_summary *out)
     const figs *a = &c->agg->f;
     out->duration_s = c->duration_s;
     out->steps = a->count;
-    figs_rates(a, &out->steps_per_s, &out->samples_per_s, &out->tokens_per_s);
-    out->step_p50_ms = sketch_quantile(&a->step_ns, 0.5) / 1e6;
-    out->step_p95_ms = sketch_quantile(&a->step_ns, 0.95) / 1e6;
-    out->data_share = a->interval_ns ? (double)a->phase_ns[0] / (double)a->interval_ns : NAN;
-    out->data_p95_ms = sketch_quantile(&a->data_ns, 0.95) / 1e6;
+    figs_view v;
+    figs_headline(a, &v);
+    out->steps_per_s = v.steps_per_s;
+    out->samples_per_s = v.samples_per_s;
+    out->tokens_per_s = v.tokens_per_s;
+    out->step_p50_ms = v.step_p50_ms;
+    out->step_p95_ms = v.step_p95_ms;
+    out->data_share = v.data_wait_share;
+    out->data_p95_ms = v.data_wait_p95_ms;
     const metric_def *m = metric_find("tree_cpu_pct");
     out->tree_cpu_mean_pct = m ? run_stat_mean(&c->res.m[m - metric_table]) : NAN;
     m = metric_find("tree_rss_bytes");
@@ -761,6 +765,7 @@ void coll_get_summary(const coll *c, coll_summary *out)
     }
     out->events_dropped = c->events_dropped;
     out->trace_dropped = c->tally.trace_dropped;
+    out->exporter_lost = c->tally.exporter_lost;
     out->nalerts = c->nnotes;
     snprintf(out->io_error, sizeof(out->io_error), "%s", c->err_text);
     out->nsources = c->nsrc;
