@@ -222,3 +222,50 @@ def test_find_graph_breaks_names_the_planted_break(tmp_path):
     assert ("fullgraph=True: fails" in log) == (not info["fullgraph"])
     assert "fullgraph=True: " in log
     assert "graph break" in res.stdout
+
+
+HF_BREAKS = """
+    import json, sys, torch
+    from transformers import Trainer, TrainingArguments
+    from trainperf.hf import FindGraphBreaks
+    tmp = sys.argv[1]
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 1)
+        def forward(self, x, labels=None):
+            y = self.lin(x)
+            print("forward")  # PLANTED BREAK
+            loss = torch.nn.functional.mse_loss(y.squeeze(-1), labels)
+            return {"loss": loss}
+
+    class Data(torch.utils.data.Dataset):
+        def __len__(self): return 32
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(i)
+            return {"x": torch.randn(8, generator=g), "labels": torch.randn((), generator=g)}
+
+    cb = FindGraphBreaks(fullgraph=True)
+    args = TrainingArguments(output_dir=tmp, max_steps=2, per_device_train_batch_size=4,
+                             report_to=[], save_strategy="no", use_cpu=True,
+                             dataloader_num_workers=0, disable_tqdm=True,
+                             remove_unused_columns=False)
+    tr = Trainer(model=Net(), args=args, train_dataset=Data(), callbacks=[cb])
+    tr.train()
+    print(json.dumps({"n": cb.report["graph_break_count"], "log": cb.report["log_path"],
+                      "fullgraph": cb.report["fullgraph"]["ok"], "steps": tr.state.global_step}))
+"""
+
+
+def test_hf_find_graph_breaks_names_the_planted_break(tmp_path):
+    pytest.importorskip("transformers")
+    res = run_script(tmp_path, HF_BREAKS, tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    assert info["steps"] == 2 and info["n"] >= 1 and info["fullgraph"] is False
+    log = open(info["log"]).read()
+    line_no = next(i for i, ln in enumerate(HF_BREAKS.splitlines()) if "PLANTED" in ln) + 1
+    assert f"s.py:{line_no} in forward" in log and 'print("forward")' in log
+    assert "print" in log and "fix: " in log
+    assert "fullgraph=True: fails" in log

@@ -32,7 +32,7 @@ import trainperf
 from . import _autohook
 from ._figures import MetricsTail, StepWindow, Thresholds
 
-__all__ = ["TrainperfCallback", "TrainperfArguments", "attach"]
+__all__ = ["TrainperfCallback", "TrainperfArguments", "attach", "FindGraphBreaks"]
 
 
 @dataclasses.dataclass
@@ -216,3 +216,53 @@ class TrainperfCallback(TrainerCallback):
             self._hooks = None
         if self._start:
             trainperf.stop()
+
+
+class FindGraphBreaks(TrainerCallback):
+    """Find torch.compile graph breaks in the model's forward once, on the
+    first training batch (the Trainer gives callbacks no batch, so a one-shot
+    forward pre-hook catches it), and write them readably (location, reason,
+    suggested fix) to log_path (default RUN_DIR/graph_breaks.log, else
+    <output_dir>/graph_breaks.log); fullgraph=True also tries
+    torch.compile(..., fullgraph=True). The report dict is kept as .report."""
+
+    def __init__(self, log_path=None, fullgraph=False, verbose=True):
+        self.log_path = log_path
+        self.fullgraph = fullgraph
+        self.verbose = verbose
+        self.report = None
+        self._handle = None
+        self._busy = False
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if model is None or self.report is not None:
+            return
+        import os
+        path = self.log_path
+        if path is None and not trainperf.run_dir():
+            path = os.path.join(args.output_dir, "graph_breaks.log")
+
+        def pre(module, a, kw):
+            if self._busy or not module.training or self.report is not None:
+                return None
+            self._busy = True
+            try:
+                from .torch_helpers import graph_break_report
+                self.report = graph_break_report(module.forward, *a, fullgraph=self.fullgraph,
+                                                 log_path=path, **kw)
+            except Exception as exc:  # finding breaks must never stop the training
+                self.report = {"error": "%s: %s" % (type(exc).__name__, exc)}
+            finally:
+                self._busy = False
+                if self._handle is not None:
+                    self._handle.remove()
+                    self._handle = None
+            if self.verbose and state.is_world_process_zero:
+                n = self.report.get("graph_break_count")
+                print("trainperf: %s graph break%s in forward%s" % (
+                    n if n is not None else "?", "" if n == 1 else "s",
+                    "; details in %s" % self.report["log_path"]
+                    if self.report.get("log_path") else ""), flush=True)
+            return None
+
+        self._handle = model.register_forward_pre_hook(pre, with_kwargs=True)
