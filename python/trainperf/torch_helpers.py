@@ -223,6 +223,8 @@ class ProfilerSchedule:
         trace = unique_path(os.path.join(self.out_dir, "trace-%s.json" % stem))
         stem = os.path.basename(trace)[len("trace-"):-len(".json")]
         prof.export_chrome_trace(trace)
+        from . import _exporters
+        _exporters.tensorboard_profile(trace)  # where TensorBoard's profiler plugin looks
         top_txt = os.path.join(self.out_dir, "top-%s.txt" % stem)
         avgs = prof.key_averages()
         try:
