@@ -341,6 +341,13 @@ def patch_torch(torch):
     handles["opt_pre"] = optmod.register_optimizer_step_pre_hook(opt_pre)
     handles["opt_post"] = optmod.register_optimizer_step_post_hook(opt_post)
 
+    # collectives as the comm phase; before patch_backward, whose "backward"
+    # range must enclose the comm wrapper's (python/trainperf/_comm.py)
+    try:
+        from . import _comm
+        _comm.install(torch)
+    except Exception as exc:  # never break the watched program
+        sys.stderr.write("trainperf: communication not timed: %r\n" % (exc,))
     patch_backward(torch)
 
     # --- forward: find the top-level module once, then hook only it --------

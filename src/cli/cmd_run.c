@@ -619,8 +619,10 @@ int cmd_run(int argc, char **argv)
         return CLI_FAIL;
     }
 
-    struct timespec ts0;
+    struct timespec ts0, tw0;
     clock_gettime(CLOCK_MONOTONIC, &ts0);
+    /* the wall-clock anchor at the same instant: hosts' runs are aligned on it */
+    clock_gettime(CLOCK_REALTIME, &tw0);
     uint64_t start_mono = (uint64_t)ts0.tv_sec * 1000000000ull + (uint64_t)ts0.tv_nsec;
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) != 0) {
@@ -707,6 +709,7 @@ int cmd_run(int argc, char **argv)
     co.auto_hook = !a.no_auto;
     co.alerts = alerts;
     co.start_mono_ns = start_mono;
+    co.start_unix_s = (double)tw0.tv_sec + (double)tw0.tv_nsec / 1e9;
     co.sinks = rec_sinks;
     co.nsinks = rec_nsinks;
     rec_export_config xc = {prom_fd, !a.no_tensorboard};

@@ -46,6 +46,11 @@ typedef struct agg_group {
     int rank;             /* -1 when the process had none */
     pid_t pid;            /* the first process seen in the group */
     uint64_t count, interval_ns, samples, tokens; /* every step */
+    uint64_t data_ns, comm_ns; /* data wait, comm wait (comm exclusive of other phases), every step */
+    /* warm steps (each thread's first left out): the per-rank means of the reports */
+    uint64_t warm_count, warm_interval_ns, warm_data_ns, warm_comm_ns;
+    /* since collect/ranks.c last took them (the live straggler figures) */
+    uint64_t live_count, live_interval_ns, live_data_ns, live_comm_ns;
     sketch step_ns;       /* warm steps */
 } agg_group;
 
