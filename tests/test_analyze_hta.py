@@ -56,6 +56,7 @@ def _traces():
 
 
 @pytest.mark.slow
+@pytest.mark.once  # HTA is the reference; the sanitizer pass covers the C parser through test_analyze*
 @pytest.mark.parametrize("trace", _traces(), ids=lambda p: p.name.split(".")[0])
 def test_compat_hta_matches_hta(hta_python, run_cli, trace):
     p = subprocess.run([str(hta_python), str(ROOT / "scripts" / "hta_run.py"), str(trace.resolve())],
@@ -132,6 +133,7 @@ CP_CASES = [
 
 
 @pytest.mark.slow
+@pytest.mark.once  # HTA is the external reader; test_analyze_more covers the C side under the sanitizers
 @pytest.mark.parametrize("name,annotation,instance", CP_CASES, ids=[c[0] for c in CP_CASES])
 def test_critical_path_length_matches_hta(hta_python, run_cli, name, annotation, instance):
     """The longest path's length equals HTA's critical_path_analysis on the

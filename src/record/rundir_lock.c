@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "record/rundir.h"
+#include "record/safeout.h"
 #include "trainperf.h"
 #include "util/afile.h"
 #include "util/err.h"
@@ -116,12 +117,18 @@ int rec_rundir_claim(const char *dir, unsigned flags)
         close(dfd);
         return rc;
     }
+    /* The space for the run's last files is taken now, before the command
+     * starts and its probes take theirs (record/safeout.h). */
+    rec_reserve_make(dir);
     return dfd;
 }
 
 void rec_rundir_release(int fd)
 {
     if (fd < 0) return;
+    /* A run that never got to its end (the command could not start) leaves
+     * no reserve behind; at a normal end it is gone already. */
+    unlinkat(fd, REC_RESERVE_NAME, 0);
     flock(fd, LOCK_UN);
     close(fd);
 }

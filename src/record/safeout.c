@@ -61,7 +61,7 @@ uint64_t rec_reserve_make(const char *run_dir)
         if (free_b / 8 < cap) cap = free_b / 8;
     }
     if (fd >= 0) {
-        for (uint64_t want = cap; want >= (16u << 10); want /= 2) {
+        for (uint64_t want = cap; want >= (4u << 10); want /= 2) {
             if (posix_fallocate(fd, 0, (off_t)want) == 0) {
                 got = want;
                 break;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "record/exporter.h"
@@ -353,7 +354,12 @@ static int reserve_init(void **state, const sink_ctx *ctx)
 {
     /* Room for the last rows, the trace's ']', summary.json, run.json and
      * the reports, should the disk fill during the run (record/safeout.h). */
-    rec_reserve_make(ctx->run_dir);
+    struct stat st;
+    int dfd = afile_dir_open(ctx->run_dir);
+    /* Usually made already when the directory was claimed (rundir.h). */
+    if (dfd >= 0 && fstatat(dfd, REC_RESERVE_NAME, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        rec_reserve_make(ctx->run_dir);
+    if (dfd >= 0) close(dfd);
     *state = (void *)ctx->run_dir;
     return 0;
 }
