@@ -142,3 +142,11 @@ def test_seed_script_under_torchrun_writes_per_rank_traces(cli, tmp_path):
     # rank 0 prints, once
     assert res.stdout.count("FLOPs by module on step 3 (rank 0)") == 1
     assert "rank 1)" not in res.stdout
+    # comm_logger_step=2: every op of step 2 in the distributed hooks' log, on each rank
+    assert "every collective of step 2 is logged" in res.stdout
+    import csv
+    for r in (0, 1):
+        with open(out / "comm" / ("ops-rank%d.csv" % r), newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert {int(x["step"]) for x in rows} == {2}  # only the chosen step is kept
+        assert any("all_reduce" in x["op"] for x in rows)

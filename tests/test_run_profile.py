@@ -109,8 +109,8 @@ def test_torchrun_ranks_each_leave_a_trace_the_report_analyses(cli, tmp_path):
     if torchrun is None:
         pytest.skip("torchrun not on PATH")
     out = tmp_path / "run"
-    res = run(cli, "run", "--quiet", "--out", out, "--profile", "1,1,3", "--",
-              torchrun, "--nproc-per-node", "2", DATA / "ddp_train.py", "--steps", "8")
+    res = run(cli, "run", "--quiet", "--out", out, "--profile", "1,1,3", "--comm-log-step", "5",
+              "--", torchrun, "--nproc-per-node", "2", DATA / "ddp_train.py", "--steps", "8")
     assert res.returncode == 0, res.stderr
     traces = sorted(p.name for p in (out / "profile").glob("trace-*.json"))
     assert traces == ["trace-rank0-step2.json", "trace-rank1-step2.json"]
@@ -121,3 +121,9 @@ def test_torchrun_ranks_each_leave_a_trace_the_report_analyses(cli, tmp_path):
     p = json.loads(rep.stdout)["profiler"]
     assert p["files"] == 2 and p["not_analysed"] == []
     assert sorted(r["rank"] for r in p["analysis"]["ranks"]) == [0, 1]
+    # --comm-log-step 5: every collective of that step, per rank (trainperf._comm)
+    import csv
+    for r in (0, 1):
+        with open(out / "comm" / ("ops-rank%d.csv" % r), newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert rows and {int(x["step"]) for x in rows} == {5}

@@ -238,7 +238,7 @@ class StepHooks:
             self.start()
         if i in self.flops_steps:
             self._flops_begin()
-        if i == self.comm_log_step:
+        if self.comm_log_step is not None and self._comm is None and i <= self.comm_log_step:
             self._comm_begin(i)
         self._t_begin = time.perf_counter()
 
@@ -252,7 +252,10 @@ class StepHooks:
                 and i == self.flops["step"] + 1 and dt:
             self._flops_rate(dt)
         if self._comm is not None and i == self.comm_log_step:
-            self._comm_end(i)
+            try:
+                self._comm_end(i)
+            except Exception:
+                pass
         if self.prof is not None:
             try:
                 self.prof.step()
@@ -397,6 +400,11 @@ class StepHooks:
 
     # -- communication log -----------------------------------------------------
     def _comm_begin(self, i):
+        """Ask the distributed hooks (trainperf._comm) to log every op of
+        step i; installed here when the auto hook has not (a decorator outside
+        `trainperf run`), before the model's first forward so DDP is covered."""
+        if self._comm is not None:
+            return
         dist = sys.modules.get("torch.distributed")
         try:
             on = dist is not None and dist.is_available() and dist.is_initialized()
@@ -405,31 +413,23 @@ class StepHooks:
         if not on:
             self.skip("comm_log", "not a distributed run (torch.distributed is not initialised)")
             return
-        # The distributed work owns trainperf._comm; until it is there, say so.
         try:
             from . import _comm
         except ImportError:
-            self.skip("comm_log", "this trainperf has no communication logger yet")
-            return
-        fn = getattr(_comm, "log_step_begin", None)
-        if fn is None:
-            self.skip("comm_log", "trainperf._comm has no log_step_begin()")
+            self.skip("comm_log", "this trainperf has no communication hooks (trainperf._comm)")
             return
         try:
-            fn(i)
+            if not getattr(_comm, "_installed", False):
+                _comm.install(sys.modules["torch"])
+            _comm.log_step(self.comm_log_step)
             self._comm = _comm
         except Exception as exc:
             self.skip("comm_log", str(exc))
 
     def _comm_end(self, i):
-        comm, self._comm = self._comm, None
-        fn = getattr(comm, "log_step_end", None)
-        try:
-            path = fn(i) if fn is not None else None
-            if path:
-                self.say("trainperf: collectives of step %d logged in %s" % (i, path))
-        except Exception as exc:
-            self.skip("comm_log", str(exc))
+        d = trainperf.run_dir() or os.environ.get("TRAINPERF_RUN_DIR") or "RUN"
+        self.say("trainperf: every collective of step %d is logged in %s (rank %d)"
+                 % (i, os.path.join(d, "comm", "ops-rank%d.csv" % rank()), rank()))
 
 
 def _env_int(name, minimum):
