@@ -29,6 +29,8 @@ import importlib.machinery
 import sys
 import threading
 
+from trainperf import _evalhooks
+
 _installed = False
 _patched = False
 
@@ -128,6 +130,9 @@ def _begin_if_closed():
     if _auto_steps and not _st.open and not core.explicit_steps():
         if core.auto_step_begin():
             _st.open = True
+            if not _evalhooks.ev.training_started:
+                _evalhooks.ev.training_started = True
+                _start_sampler()
 
 
 def patch_dataloader(torch=None):
@@ -200,19 +205,42 @@ def patch_backward(torch=None):
     autograd.backward = backward_timed
 
 
+def _start_sampler():
+    try:
+        from trainperf import _sampler
+        _sampler.start()
+    except Exception as exc:  # never break the watched program
+        sys.stderr.write("trainperf: stack sampler off: %r\n" % (exc,))
+
+
 def hook_forward(module):
     """Time module's forward calls as the "forward" phase (hooks on this one
-    module, not its children). Returns False when hooks cannot be added."""
+    module, not its children); a call with grad off or the module in eval
+    mode is evaluation (_evalhooks). Returns False when hooks cannot be
+    added."""
     if getattr(module, "_trainperf_forward_hooked", False):
         return False
     import trainperf
+    import torch
     core = trainperf._core
     push, pop = core.range_push, core.range_pop
+    grad_on = torch.is_grad_enabled
+    ev = _evalhooks.ev
+    eval_enter, eval_leave = _evalhooks.eval_enter, _evalhooks.eval_leave
 
     def fwd_pre(mod, args):
-        push(2)  # TPF_PHASE_FORWARD
+        if mod.training and grad_on():
+            if ev.active:
+                eval_leave()
+            push(2)  # TPF_PHASE_FORWARD
+        else:
+            if not ev.active:
+                eval_enter()
+            push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
+        ev.in_fwd += 1
 
     def fwd_post(mod, args, output):
+        ev.in_fwd -= 1
         pop()
 
     try:
@@ -253,7 +281,11 @@ def patch_torch(torch):
     # --- optimizer: step boundaries and the optimizer phase ---------------
     from torch.optim import optimizer as optmod
 
+    ev = _evalhooks.ev
+
     def opt_pre(opt, args, kwargs):
+        if ev.active:
+            _evalhooks.eval_leave()
         if not st.open:
             _begin_if_closed()
         push(OPTIMIZER)
@@ -286,6 +318,7 @@ def patch_torch(torch):
     handles["opt_post"] = optmod.register_optimizer_step_post_hook(opt_post)
 
     patch_backward(torch)
+    _evalhooks.install(torch)
 
     # --- forward: find the top-level module once, then hook only it --------
     # Module.__call__ is swapped for one call only (not a global module hook:

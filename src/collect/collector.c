@@ -17,6 +17,7 @@
 #include "collect/collector.h"
 #include "collect/nvml.h"
 #include "collect/procfs.h"
+#include "collect/sched.h"
 #include "probe/reader.h"
 #include "record/metrics.h"
 #include "record/trace.h"
@@ -26,7 +27,7 @@
 
 /* The sources, in sampling order: procfs first, so tree_pids is set when
  * nvml looks for the tree's GPU processes. */
-static const src_ops *const coll_sources[] = {&procfs_source, &nvml_source};
+static const src_ops *const coll_sources[] = {&procfs_source, &sched_source, &nvml_source};
 #define COLL_NSOURCES (int)(sizeof(coll_sources) / sizeof(coll_sources[0]))
 
 #define COLL_MAX_SEGS 65536      /* segment files remembered over a run */
@@ -562,7 +563,7 @@ static void init_sources(coll *c)
         c->nsrc++;
         s->ops = ops;
         st->name = ops->name;
-        int off = (ops == &procfs_source && (c->o.flags & TPF_START_NO_PROCFS)) ||
+        int off = ((ops == &procfs_source || ops == &sched_source) && (c->o.flags & TPF_START_NO_PROCFS)) ||
                   (ops == &nvml_source && (c->o.flags & TPF_START_NO_GPU));
         if (off) {
             snprintf(st->status, sizeof(st->status), "disabled");

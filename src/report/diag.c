@@ -195,7 +195,17 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
            "the run was killed (SIGKILL) while memory was low: likely the OOM killer");
         strong = 1;
     }
-    if (fired(r, "host_mem_growth", &t, m, sizeof(m))) {
+    /* growth of the tree only, from after warm-up (the first sample once a
+     * step ended: imports and model state are in place) to the end, and
+     * only when it persists: growing in both halves of the run */
+    double t0 = r->cause.rss_warm_t, v0 = r->cause.rss_warm, t1 = r->cause.rss_last_t,
+           v1 = r->cause.rss_last, vm = NAN, tt, vv, best = INFINITY;
+    for (int k = 0; k < r->s_tree_rss.n && isfinite(v0); k++)
+        if (dseries_value(&r->s_tree_rss, k, &tt, &vv) && fabs(tt - (t0 + t1) / 2) < best)
+            best = fabs(tt - (t0 + t1) / 2), vm = vv;
+    int grew = isfinite(v0) && isfinite(v1) && isfinite(vm) && t1 > t0 && v1 > v0 * 1.2 &&
+               v1 - v0 > 64.0 * 1048576.0 && vm > v0 + 0.2 * (v1 - v0) && v1 > vm + 0.2 * (v1 - v0);
+    if (fired(r, "host_mem_growth", &t, m, sizeof(m)) && grew) {
         ev(d, "alert_host_mem_growth", t, "at %.0f s: %s", t, m);
         weak = 1;
     }
@@ -203,23 +213,17 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
         ev(d, "alert_gpu_mem_growth", t, "at %.0f s: %s", t, m);
         weak = 1;
     }
+    if (grew) weak = 1;
     if (!strong && !weak) return 0;
     fmt(d->id, sizeof(d->id), "memory-capacity");
     fmt(d->title, sizeof(d->title), "Memory capacity");
     d->score = strong ? 0.9 : 0.5;
-    /* growth of the tree between the first and last chart buckets */
-    double t0 = 0, v0 = NAN, t1 = 0, v1 = NAN, tt, vv;
-    for (int k = 0; k < r->s_tree_rss.n; k++)
-        if (dseries_value(&r->s_tree_rss, k, &tt, &vv)) {
-            if (isnan(v0)) t0 = tt, v0 = vv;
-            t1 = tt, v1 = vv;
-        }
-    int grew = isfinite(v0) && isfinite(v1) && v1 > v0 * 1.2 && t1 > t0;
     if (grew) {
         human_bytes(a, sizeof(a), v0);
         human_bytes(b, sizeof(b), v1);
-        fmt(d->summary, sizeof(d->summary), "memory ran short: the process tree grew from %s to %s",
-            a, b);
+        fmt(d->summary, sizeof(d->summary),
+            "the process tree grew from %s after warm-up to %s and kept growing%s", a, b,
+            strong ? "; memory ran short" : "");
         ev(d, "tree_rss_growth_bps", (v1 - v0) / (t1 - t0), "process-tree RSS grew from %s to %s",
            a, b);
         if (r->python)
@@ -613,13 +617,28 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
     if (isfinite(c->cv)) ev(d, "step_time_cv", c->cv, "coefficient of variation %.2f", c->cv);
     if (isfinite(tail)) ev(d, "p99_over_p50", tail, "p99/p50 = %.1f", tail);
     if (regress) ev(d, "step_regression_t", tr, "at %.0f s: %s", tr, mr);
+    /* name the measured cause of the slowest steps; one-off causes
+     * (compiling, epoch boundaries) are not instability of the training */
+    double oneoff = dc_explain_variability(r, d, c->p50);
+    if (oneoff >= 0.5 && !regress) {
+        fmt(d->id, sizeof(d->id), "step-spikes");
+        fmt(d->title, sizeof(d->title), "A few slow steps");
+        fmt(d->summary, sizeof(d->summary),
+            "the slowest steps (p99 %.1f ms, median %.1f ms) are one-off events: compiling or "
+            "epoch boundaries",
+            c->p99, c->p50);
+        d->score = 0.05;
+    }
     rec(d, "Look at the slow steps on the timeline (trace.json in Perfetto): periodic evaluation, "
            "checkpoints, logging or garbage collection show up as regular spikes.");
-    if (r->python)
-        rec(d, "Python's GC pauses: gc.freeze() after start-up, or gc.collect() at a fixed step "
-               "interval, makes them predictable.");
-    rec(d, "Variable-size inputs (sequence lengths) vary the step time: bucket or pad to fixed "
-           "sizes.");
+    if (!r->cause.have_pyprof) {
+        /* nothing measured the causes (not a zero-code Python run) */
+        if (r->python)
+            rec(d, "Python's GC pauses (not measured in this run): gc.freeze() after start-up "
+                   "makes them rarer.");
+        rec(d, "Variable-size inputs (sequence lengths) vary the step time: bucket or pad to "
+               "fixed sizes.");
+    }
     return 1;
 }
 
@@ -656,10 +675,46 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
         }
         return;
     }
+    /* no verdict without positive evidence: compute-bound needs the step
+     * to be mostly model compute (forward, backward, optimizer) */
+    double compute = 0;
+    int known = 0;
+    for (int p = PH_FORWARD; p <= PH_OPTIMIZER; p++)
+        if (isfinite(c->share[p])) compute += c->share[p], known = 1;
+    if (!known || compute < 0.5) {
+        fmt(d->id, sizeof(d->id), "undetermined");
+        fmt(d->title, sizeof(d->title), "No bottleneck identified");
+        if (known)
+            fmt(d->summary, sizeof(d->summary),
+                "model compute is only %.0f%% of step time and no measured cause explains the "
+                "rest",
+                100 * compute);
+        else
+            fmt(d->summary, sizeof(d->summary),
+                "the steps carry no phases and no measured cause limits them");
+        if (known)
+            ev(d, "compute_share", compute, "forward + backward + optimizer %.0f%% of step time",
+               100 * compute);
+        if (isfinite(c->share[PH_OTHER]))
+            ev(d, "other_share", c->share[PH_OTHER], "%.0f%% of step time outside known phases",
+               100 * c->share[PH_OTHER]);
+        if (isfinite(c->tree_cpu))
+            ev(d, "tree_cpu_pct", c->tree_cpu, "the process tree used %.1f of %.0f cores",
+               c->tree_cpu / 100, isfinite(c->cpus) ? c->cpus : 0.0);
+        rec(d, "%s",
+            r->python ? "Label the rest of the step: trainperf.phase(\"name\") around the code "
+                        "between optimizer steps, or run under `trainperf run` (zero-code mode "
+                        "samples the training thread's stacks)."
+                      : "Label the rest of the step with tpf_range_push/pop so the report can "
+                        "attribute it.");
+        return;
+    }
     fmt(d->title, sizeof(d->title), "Compute-bound on the CPU");
     fmt(d->summary, sizeof(d->summary),
-        "steps spend their time computing on the CPU; "
-        "no input or memory limit found");
+        "model compute is %.0f%% of step time; no input, host-code or memory limit found",
+        100 * compute);
+    ev(d, "compute_share", compute, "forward + backward + optimizer %.0f%% of step time",
+       100 * compute);
     if (isfinite(c->tree_cpu))
         ev(d, "tree_cpu_pct", c->tree_cpu,
            "the process tree used %.0f%% CPU (%.1f cores) of %.0f cores", c->tree_cpu,
@@ -682,6 +737,13 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
                "vectorised kernels cut the compute per step.");
 }
 
+/* the cause rules that need no resource samples (dc_cand_hostcode, _gc,
+ * _compile: indices in diag_compute's causes[]) */
+static int dc_step_level_rule(size_t i)
+{
+    return i == 0 || i == 3 || i == 4;
+}
+
 static void copy_finding(dfinding *dst, const dfinding *src)
 {
     memcpy(dst, src, sizeof(*dst));
@@ -694,7 +756,7 @@ void diag_compute(diag_run *r)
     ctx c;
     make_ctx(r, &c);
 
-    dfinding cand[10];
+    dfinding cand[16];
     int nc = 0;
     int (*rules[])(const diag_run *, const ctx *, dfinding *) = {
         cand_memory, cand_throttle,  cand_input, cand_storage_ckpt,
@@ -703,6 +765,14 @@ void diag_compute(diag_run *r)
     for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
         memset(&cand[nc], 0, sizeof(cand[nc]));
         if (rules[i](r, &c, &cand[nc])) nc++;
+    }
+    /* causes measured by the zero-code hook and the sched source */
+    int (*causes[])(const diag_run *, dfinding *) = {
+        dc_cand_hostcode, dc_cand_contention, dc_cand_oversub, dc_cand_gc, dc_cand_compile,
+    };
+    for (size_t i = 0; i < sizeof(causes) / sizeof(causes[0]); i++) {
+        memset(&cand[nc], 0, sizeof(cand[nc]));
+        if ((c.samples_ok || dc_step_level_rule(i)) && causes[i](r, &cand[nc])) nc++;
     }
     /* rank by score; stable for equal scores (rule order = priority) */
     for (int i = 1; i < nc; i++)
@@ -713,7 +783,22 @@ void diag_compute(diag_run *r)
             copy_finding(&cand[j - 1], &t);
         }
 
-    if (!c.steps_ok || !c.samples_ok) {
+    /* a short run: step evidence alone carries the step-level findings;
+     * resource-based ones need samples (docs/diagnosis.md) */
+    int nstep = 0;
+    for (int i = 0; i < nc; i++)
+        if (dc_step_level(cand[i].id)) nstep++;
+    if (c.steps_ok && !c.samples_ok && nstep > 0) {
+        int k = 0;
+        for (int i = 0; i < nc; i++)
+            if (dc_step_level(cand[i].id)) copy_finding(&cand[k++], &cand[i]);
+        nc = k;
+        copy_finding(&g->primary, &cand[0]);
+        for (int i = 1; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++)
+            copy_finding(&g->sec[g->nsec++], &cand[i]);
+        note(g, "A short run: %.0f resource sample%s, so only findings from the steps are made.",
+             r->msamples, r->msamples == 1 ? "" : "s");
+    } else if (!c.steps_ok || !c.samples_ok) {
         g->insufficient = 1;
         if (r->steps == 0)
             fmt(g->insufficient_why, sizeof(g->insufficient_why),
@@ -735,6 +820,11 @@ void diag_compute(diag_run *r)
             if (strcmp(cand[i].id, "memory-capacity") == 0 ||
                 strcmp(cand[i].id, "throttling") == 0 || strcmp(cand[i].id, "unstable") == 0)
                 copy_finding(&g->sec[g->nsec++], &cand[i]);
+    } else if (nc > 0 && cand[0].score < 0.1) {
+        /* only minor findings: the healthy verdict leads, they follow */
+        healthy(r, &c, &g->primary);
+        for (int i = 0; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++)
+            copy_finding(&g->sec[g->nsec++], &cand[i]);
     } else if (nc > 0) {
         copy_finding(&g->primary, &cand[0]);
         for (int i = 1; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++)

@@ -12,6 +12,7 @@
 #include "util/buf.h"
 #include "util/jsonr.h"
 #include "util/jsonw.h"
+#include "report/diag_cause.h"
 
 #define DIAG_SERIES_CAP 240 /* points per chart series */
 #define DIAG_HIST_BINS 1200 /* log-spaced, 2% apart: 1 us .. ~3e4 s */
@@ -162,6 +163,8 @@ typedef struct diag_run {
 
     /* summary.json extras */
     double events_dropped, trace_events;
+
+    dcause cause; /* pyprof/ and the sched columns (diag_cause.h) */
 
     diag_result diag;
 } diag_run;

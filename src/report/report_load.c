@@ -317,6 +317,15 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
          * compilation): kept in sums, left out of the distribution */
         double data = 0;
         int have_data = csvr_num(&c, c_ph[PH_DATA], &data);
+        /* evaluation and checkpointing are not training: out of step time */
+        double evn = 0, ckn = 0;
+        if (!csvr_num(&c, c_ph[PH_EVAL], &evn) || evn < 0) evn = 0;
+        if (!csvr_num(&c, c_ph[PH_CHECKPOINT], &ckn) || ckn < 0) ckn = 0;
+        if (evn + ckn > 0) {
+            iv = iv - evn - ckn > 0 ? iv - evn - ckn : 0;
+            dur = dur - evn - ckn > 0 ? dur - evn - ckn : 0;
+        }
+        if (stepno != 0) dc_step(r, begin, end, iv, evn, ckn);
         if (stepno == 0) continue;
         r->steps_warm++;
         dhist_add(&r->h_interval, iv / 1e6);
@@ -426,6 +435,12 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         dseries_init(&r->gpus[i].s_mem, width);
     }
     int c_sr = csvr_col(&c, "sample_rate");
+    static const char *const ccols[] = {"tree_runq_pct", "tree_runnable", "cpus_usable",
+                                        "cg_throttled_pct", "tree_rss_bytes"};
+    int cidx[5];
+    for (int i = 0; i < 5; i++)
+        cidx[i] = csvr_col(&c, ccols[i]);
+    r->cause.rss_warm = NAN;
     r->swap_first = NAN;
     while ((rc = csvr_next(&c)) == 1) {
         double t, v;
@@ -448,6 +463,14 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         if (ok[21]) dseries_add(&r->s_data_wait_pct, t, val[21]);
         if (ok[2] && ok[4] && val[4] > 0) dseries_add(&r->s_mem_used_pct, t, 100 * val[2] / val[4]);
         if (csvr_num(&c, c_sr, &v)) dseries_add(&r->s_metric_sample_rate, t, v);
+        {
+            double cv[5];
+            int cok[5];
+            for (int i = 0; i < 5; i++)
+                cok[i] = csvr_num(&c, cidx[i], &cv[i]);
+            if (ok[16] && val[16] == 0) cok[4] = 0;
+            dc_metric(r, t, cv, cok);
+        }
         for (int g = 0; g < ng; g++) {
             if (gslot[g] < 0) continue;
             dgpu *d = &r->gpus[gslot[g]];
@@ -669,6 +692,7 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     }
     if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s))
         r->duration_s = r->last_end_s;
+    dc_load_pyprof(r);
     *out = r;
     return 0;
 damaged:
