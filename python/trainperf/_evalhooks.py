@@ -116,6 +116,9 @@ _gc_t0 = [0.0]
 
 
 def _gc_cb(phase, info):
+    # collections during imports and set-up are not the training's
+    if not ev.training_started:
+        return
     if phase == "start":
         _gc_t0[0] = time.perf_counter()
         return

@@ -656,6 +656,17 @@ int coll_create(coll **out, const coll_opts *o)
     return 0;
 }
 
+/* Faster in the first seconds, so a short run (a tune trial) still has the
+ * resource samples a diagnosis needs (docs/diagnosis.md, "Too little data"). */
+#define COLL_EARLY_NS 3000000000ull
+#define COLL_EARLY_IV_NS 250000000ull
+static uint64_t coll_interval_ns(const coll *c, uint64_t now)
+{
+    uint64_t iv = (uint64_t)(c->o.interval_s * 1e9);
+    if (now < c->o.start_mono_ns + COLL_EARLY_NS && iv > COLL_EARLY_IV_NS) iv = COLL_EARLY_IV_NS;
+    return iv;
+}
+
 static void *coll_main(void *arg)
 {
     coll *c = arg;
@@ -671,7 +682,7 @@ static void *coll_main(void *arg)
         drain_all(c, scan);
         if (now >= c->next_sample_ns) {
             take_sample(c, now);
-            uint64_t iv = (uint64_t)(c->o.interval_s * 1e9);
+            uint64_t iv = coll_interval_ns(c, now);
             c->next_sample_ns += iv;
             /* Late (suspended, overloaded): skip ahead, never burst. */
             if (c->next_sample_ns <= now) c->next_sample_ns = now + iv;
@@ -695,7 +706,7 @@ int coll_start(coll *c)
     c->last_scan_ns = now;
     drain_all(c, 0);
     take_sample(c, now);
-    c->next_sample_ns = now + (uint64_t)(c->o.interval_s * 1e9);
+    c->next_sample_ns = now + coll_interval_ns(c, now);
     write_run_json(c);
     sigset_t all, old;
     /* The thread takes no signals: the CLI handles them on its main thread. */

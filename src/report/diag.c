@@ -774,6 +774,25 @@ void diag_compute(diag_run *r)
         memset(&cand[nc], 0, sizeof(cand[nc]));
         if ((c.samples_ok || dc_step_level_rule(i)) && causes[i](r, &cand[nc])) nc++;
     }
+    /* contention explains irregular steps: the unstable finding (unless a
+     * hang or regression) folds into it */
+    int ic = -1, iu = -1;
+    for (int i = 0; i < nc; i++) {
+        if (strcmp(cand[i].id, "cpu-contention") == 0) ic = i;
+        if (strcmp(cand[i].id, "unstable") == 0 && strstr(cand[i].title, "stopped") == NULL &&
+            !fired(r, "step_regression", NULL, NULL, 0))
+            iu = i;
+    }
+    if (ic >= 0 && iu >= 0) {
+        if (isfinite(c.cv))
+            ev(&cand[ic], "step_time_cv", c.cv,
+               "step time varies (coefficient of variation %.2f): waiting for a CPU makes steps "
+               "irregular",
+               c.cv);
+        for (int i = iu; i + 1 < nc; i++)
+            copy_finding(&cand[i], &cand[i + 1]);
+        nc--;
+    }
     /* rank by score; stable for equal scores (rule order = priority) */
     for (int i = 1; i < nc; i++)
         for (int j = i; j > 0 && cand[j].score > cand[j - 1].score; j--) {
@@ -829,6 +848,16 @@ void diag_compute(diag_run *r)
         copy_finding(&g->primary, &cand[0]);
         for (int i = 1; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++)
             copy_finding(&g->sec[g->nsec++], &cand[i]);
+        /* contention is about the machine: say what the run itself is
+         * limited by once it gets its cores */
+        int only_env = 1;
+        for (int i = 0; i < nc; i++)
+            if (strcmp(cand[i].id, "cpu-contention") != 0 && cand[i].score >= 0.1) only_env = 0;
+        if (only_env && strcmp(cand[0].id, "cpu-contention") == 0 && g->nsec < DIAG_MAX_FINDINGS) {
+            dfinding *h = &g->sec[g->nsec++];
+            memset(h, 0, sizeof(*h));
+            healthy(r, &c, h);
+        }
     } else {
         healthy(r, &c, &g->primary);
     }

@@ -284,6 +284,8 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
         "%.0f%% of training time is outside the model and the DataLoader: %.0f%% in %s "
         "(%s:%d), %s",
         100 * share, 100 * fshare, f->func, f->file, f->line, kind_words(f->kind));
+    /* (GC pauses hold the GIL, so the sampler never sees them: they are
+     * not in this share) */
     d->score = share;
     ev(d, "unlabelled_share", share,
        "%.0f%% of %.0f stack samples of the training thread fell outside known phases", 100 * share,
