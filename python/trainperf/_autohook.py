@@ -252,6 +252,60 @@ def hook_forward(module):
     return True
 
 
+def hook_forward_fast(module):
+    """Like hook_forward, without module hooks: any forward hook sends every
+    call of the module down nn.Module's slow path (several µs a step), so
+    the auto hook wraps the forward of the top module's class instead and
+    times only calls on that one instance (others of the class pass
+    straight through). A class wrapper keeps the module picklable and
+    deep-copyable (an EMA copy is simply not timed). Falls back to hooks
+    when the instance has its own `forward` attribute."""
+    import functools
+    import trainperf
+    import torch
+    cls = type(module)
+    if "forward" in module.__dict__ or getattr(module, "_trainperf_forward_hooked", False):
+        return hook_forward(module)
+    orig = getattr(cls, "forward", None)
+    if orig is None or getattr(orig, "_trainperf_fwd", False) or not callable(orig):
+        return hook_forward(module)
+    core = trainperf._core
+    push, pop = core.range_push, core.range_pop
+    grad_on = torch.is_grad_enabled
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (
+        lambda: False)
+    ev = _evalhooks.ev
+    eval_enter, eval_leave = _evalhooks.eval_enter, _evalhooks.eval_leave
+    top = module
+
+    @functools.wraps(orig)
+    def forward(self, *args, **kwargs):
+        if self is not top or is_compiling():
+            return orig(self, *args, **kwargs)
+        if self.training and grad_on():
+            if ev.active:
+                eval_leave()
+            push(2)  # TPF_PHASE_FORWARD
+        else:
+            if not ev.active:
+                eval_enter()
+            push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
+        ev.in_fwd += 1
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            ev.in_fwd -= 1
+            pop()
+
+    forward._trainperf_fwd = True
+    try:
+        cls.forward = forward
+        module._trainperf_forward_hooked = True
+    except Exception:
+        return hook_forward(module)
+    return True
+
+
 def patch_torch(torch):
     """Install the hooks on a loaded torch module. Idempotent."""
     global _patched, _auto_steps
@@ -334,7 +388,7 @@ def patch_torch(torch):
         Module.__call__ = orig_call
         if not st.open:
             _begin_if_closed()
-        hook_forward(self)  # its hooks already apply to this call
+        hook_forward_fast(self)  # already applies to this call
         return orig_call(self, *args, **kwargs)
 
     Module.__call__ = first_call

@@ -101,9 +101,14 @@ def run(name, cli=None, out=None, timeout=300):
         cmd = [sys.executable, script]
     bg = _background(s["background"])
     try:
+      try:
         res = subprocess.run([cli, "run", "--quiet", "--out", str(out), "--interval", "0.5", "--",
                               *cmd], capture_output=True, text=True, timeout=timeout, env=env,
                              cwd=str(HERE))
+      except subprocess.TimeoutExpired:
+        return {"name": name, "expected": s["primary"], "rc": None, "out": str(out),
+                "got": "(timed out)", "ids": [], "ok": False,
+                "why": ["timed out after %d s" % timeout]}
     finally:
         for p in bg:
             p.kill()

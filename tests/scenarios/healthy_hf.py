@@ -15,7 +15,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 class Tokens(torch.utils.data.Dataset):
     def __init__(self, n):
         g = torch.Generator().manual_seed(0)
-        self.x = torch.randint(0, 512, (n, 64), generator=g)
+        self.x = torch.randint(0, 512, (n, 32), generator=g)
 
     def __len__(self):
         return len(self.x)
@@ -25,10 +25,10 @@ class Tokens(torch.utils.data.Dataset):
 
 
 if __name__ == "__main__":
-    cfg = GPT2Config(vocab_size=512, n_positions=64, n_embd=128, n_layer=2, n_head=4)
+    cfg = GPT2Config(vocab_size=512, n_positions=32, n_embd=64, n_layer=2, n_head=4)
     model = GPT2LMHeadModel(cfg)
     args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=16,
-                             per_device_eval_batch_size=16, max_steps=80, eval_strategy="steps",
-                             eval_steps=40, logging_steps=20, save_strategy="no", report_to=[],
+                             per_device_eval_batch_size=16, max_steps=40, eval_strategy="steps",
+                             eval_steps=20, logging_steps=10, save_strategy="no", report_to=[],
                              use_cpu=True, disable_tqdm=True)
-    Trainer(model=model, args=args, train_dataset=Tokens(1280), eval_dataset=Tokens(160)).train()
+    Trainer(model=model, args=args, train_dataset=Tokens(640), eval_dataset=Tokens(64)).train()
