@@ -163,7 +163,14 @@ static void make_ctx(const diag_run *r, ctx *c)
     double tot = r->mem_total.n ? r->mem_total.max : NAN;
     c->avail_min_pct = r->mem_avail.n && tot > 0 ? 100 * r->mem_avail.min / tot : NAN;
     c->swap_growth = r->swap.n && isfinite(r->swap_first) ? r->swap.max - r->swap_first : NAN;
-    c->workers = r->have_procs ? r->nworkers : (r->tree_procs.n ? (int)r->tree_procs.max - 1 : -1);
+    /* workers at once (the most child processes alive together), not the
+     * distinct PIDs over the run: loaders restarted every epoch are new PIDs */
+    c->workers = r->have_procs ? (r->max_procs > 0 ? (int)r->max_procs - 1 : 0)
+                               : (r->tree_procs.n ? (int)r->tree_procs.max - 1 : -1);
+    if (c->workers < 0 && r->have_procs) c->workers = 0;
+    /* the zero-code hook knows the DataLoader's own count */
+    if (r->cause.have_pyprof && r->cause.loader_iters > 0)
+        c->workers = (int)r->cause.loader_workers * (r->nranks > 1 ? r->nranks : 1);
     c->worker_cpu = dstat_mean(&r->worker_cpu);
 }
 
@@ -313,7 +320,9 @@ static void add_io_evidence(const diag_run *r, const ctx *c, dfinding *d)
  * run's own terms. */
 static const char *loaders(const diag_run *r, int n, int more, char *o, size_t on)
 {
-    if (r->python)
+    if (r->python && strcmp(r->cause.framework, "hf") == 0)
+        fmt(o, on, "TrainingArguments(dataloader_num_workers=%d)%s", n, more ? " or more" : "");
+    else if (r->python)
         fmt(o, on, "DataLoader(num_workers=%d)%s", n, more ? " or more" : "");
     else if (r->trainer && r->trainer_workers > 0) {
         /* it already loads on threads: more of them */
@@ -363,8 +372,10 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
             c->workers * 2 <= c->workers + free_cores ? c->workers * 2 : c->workers + free_cores;
         if (r->python)
             rec(d,
-                "Raise DataLoader num_workers from %d to %d: the workers averaged %.0f%% CPU "
+                "Raise %s from %d to %d: the workers averaged %.0f%% CPU "
                 "each and %.1f of %.0f cores were idle.",
+                strcmp(r->cause.framework, "hf") == 0 ? "TrainingArguments(dataloader_num_workers)"
+                                                      : "DataLoader num_workers",
                 c->workers, to, isfinite(c->worker_cpu) ? c->worker_cpu : 0.0, idle, c->cpus);
         else
             rec(d,
@@ -396,10 +407,13 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
                         "with cudaMemcpyAsync on a separate stream, so copies overlap compute.");
     if (!loaders_on) return;
     if (r->python) {
-        rec(d, "persistent_workers=True keeps the workers alive between epochs instead of "
-               "starting them again (and refilling their prefetch queues) every epoch.");
-        rec(d, "prefetch_factor=4 (default 2) gives each worker more batches in flight to absorb "
-               "slow samples.");
+        int hf = strcmp(r->cause.framework, "hf") == 0;
+        rec(d, "%s keeps the workers alive between epochs instead of "
+               "starting them again (and refilling their prefetch queues) every epoch.",
+            hf ? "TrainingArguments(dataloader_persistent_workers=True)" : "persistent_workers=True");
+        rec(d, "%s (default 2) gives each worker more batches in flight to absorb "
+               "slow samples.",
+            hf ? "TrainingArguments(dataloader_prefetch_factor=4)" : "prefetch_factor=4");
     } else {
         rec(d, "Keep the loaders running across epochs, and let the queue hold 2-4 batches per "
                "loader to absorb slow samples.");
@@ -422,9 +436,16 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
            c->data_p50, c->p50);
     if (isfinite(c->main_cpu))
         ev(d, "main_cpu_pct", c->main_cpu, "main process CPU %.0f%% of one core", c->main_cpu);
-    if (c->workers >= 0)
-        ev(d, "worker_processes", c->workers, "%d %s process%s in the tree", c->workers,
-           r->python ? "worker" : "child", c->workers == 1 ? "" : "es");
+    if (c->workers >= 0 && r->cause.have_pyprof && r->cause.loader_iters > 0)
+        ev(d, "worker_processes", c->workers,
+           "%d DataLoader worker%s at once%s", c->workers, c->workers == 1 ? "" : "s",
+           r->nworkers > c->workers && !r->cause.loader_persistent
+               ? " (started again with every new iterator: persistent_workers is off)"
+               : "");
+    else if (c->workers >= 0)
+        ev(d, "worker_processes", c->workers, "%d %s process%s at once in the tree%s", c->workers,
+           r->python ? "worker" : "child", c->workers == 1 ? "" : "es",
+           r->nworkers > c->workers ? " (more were started and ended over the run)" : "");
     if (isfinite(c->idle_cores))
         ev(d, "idle_cores", c->idle_cores, "%.1f of %.0f cores idle on average", c->idle_cores,
            c->cpus);

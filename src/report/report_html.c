@@ -759,6 +759,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
                diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99),
                diag_fmt_num(e, sizeof(e), "%.1f", f.data_max));
 
+    report_html_profile(b, r);
     buf_puts(b, "<h2>GPUs</h2>\n");
     if (!r->ngpu) {
         buf_puts(b, "<p class=\"muted\">No GPU metrics: ");
