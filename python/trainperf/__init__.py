@@ -23,7 +23,7 @@ import warnings
 __all__ = [
     "start", "stop", "step", "phase", "counter", "mark", "timed", "monitor",
     "attached", "dropped", "run_dir", "name", "step_begin", "step_end",
-    "range_push", "range_pop", "TrainperfWarning", "IMPL",
+    "range_push", "range_pop", "TrainperfWarning", "IMPL", "benchmark",
 ]
 __version__ = "0.1.0"
 
@@ -93,6 +93,8 @@ def start(run_dir=None, interval_s=1.0, procfs=True, gpu=True):
     rc = _core.start(run_dir, float(interval_s), flags)
     if rc == 0:
         _started_here = True
+        from . import _exporters  # W&B / MLflow, only when the script has a run
+        _exporters.start(_core.run_dir())
         return _core.run_dir()
     if rc == _ERR_BUSY:
         # Under `trainperf run` the probe attaches on its first event.
@@ -180,3 +182,12 @@ def monitor(fn=None, **options):
     wrapper.stats = mon.stats
     wrapper.monitor = mon
     return wrapper
+
+
+def benchmark(model, dataloader, steps=50, warmup=5, optimizer=None, loss_fn=None, device=None):
+    """Throughput, step-time quantiles and memory of model on dataloader
+    (docs/tune.md). Forward only without an optimizer; a training step with
+    one."""
+    from ._bench import benchmark as _benchmark
+    return _benchmark(model, dataloader, steps=steps, warmup=warmup, optimizer=optimizer,
+                      loss_fn=loss_fn, device=device)

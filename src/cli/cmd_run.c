@@ -23,7 +23,10 @@
 #include "cli/cli.h"
 #include "util/human.h"
 #include "collect/collector.h"
+#include "cli/run_export.h"
 #include "record/rundir.h"
+#include "record/exporter.h"
+#include "record/sinks.h"
 #include "trainperf.h"
 #include "util/buf.h"
 #include "watch/alerts.h"
@@ -39,6 +42,8 @@ typedef struct run_args {
     const char *alert_rules[RUN_MAX_ALERT_ARGS];
     int nalert_rules;
     const char *alerts_file;
+    const char *prometheus; /* [HOST:]PORT or NULL */
+    int no_tensorboard;
     char **cmd;
 } run_args;
 
@@ -58,7 +63,10 @@ static void run_usage(FILE *f)
             "  --alert RULE          add an alert rule, e.g. 'gpu.util < 50 for 30s' (repeatable)\n"
             "  --alerts FILE         alert rules, one per line\n"
             "  --no-default-alerts   only the rules given\n"
-            "  --clean-live          delete the shared segments (live/) at the end\n\n"
+            "  --clean-live          delete the shared segments (live/) at the end\n"
+            "  --prometheus [HOST:]PORT  serve /metrics for Prometheus while the run lasts\n"
+            "                        (HOST defaults to 127.0.0.1; docs/exporters.md)\n"
+            "  --no-tensorboard      no TensorBoard event file in the run directory\n\n"
             "The status line, the summary and the report go to stderr; CMD's own output\n"
             "is left as it is. Signals sent to trainperf go to CMD's process group.\n\n"
             "Exit status: CMD's own (128+N when it died of signal N); 2 for bad usage;\n"
@@ -99,7 +107,8 @@ static int parse_args(int argc, char **argv, run_args *a)
             snprintf(opt, sizeof(opt), "%s", s);
         }
         int takes = strcmp(opt, "--out") == 0 || strcmp(opt, "--interval") == 0 ||
-                    strcmp(opt, "--alert") == 0 || strcmp(opt, "--alerts") == 0;
+                    strcmp(opt, "--alert") == 0 || strcmp(opt, "--alerts") == 0 ||
+                    strcmp(opt, "--prometheus") == 0;
         const char *val = NULL;
         if (takes) {
             if (eq) {
@@ -142,6 +151,10 @@ static int parse_args(int argc, char **argv, run_args *a)
             a->alert_rules[a->nalert_rules++] = val;
         } else if (strcmp(opt, "--alerts") == 0) {
             a->alerts_file = val;
+        } else if (strcmp(opt, "--prometheus") == 0) {
+            a->prometheus = val;
+        } else if (strcmp(opt, "--no-tensorboard") == 0) {
+            a->no_tensorboard = 1;
         } else {
             cli_error("unknown option '%s' for run (see `trainperf run --help`)", s);
             return -1;
@@ -186,9 +199,7 @@ static int resolve_cmd(const char *cmd, char *out, size_t n)
     return found_noexec ? 126 : 127;
 }
 
-/* The auto-hook dir: TRAINPERF_PYTHON_DIR, else <exe>/../python when it holds
- * the package, else <exe>/../share/trainperf. "" when none exists. */
-static void python_dir(char *out, size_t n)
+void cli_python_dir(char *out, size_t n)
 {
     out[0] = 0;
     const char *env = getenv("TRAINPERF_PYTHON_DIR");
@@ -356,7 +367,7 @@ static double mono_s(void)
 /* The short end-of-run summary. With the report following it (full), the
  * percentiles are left to the report, so the terminal never shows two
  * definitions of the same figure. */
-static void print_summary(const coll_summary *s, const char *run_dir, const rec_exit *ex, int color,
+static void print_summary(const coll_summary *s, const char *run_dir, const run_exit *ex, int color,
                           int full)
 {
     const char *b = color ? CLI_BOLD : "", *r = color ? CLI_RESET : "";
@@ -398,6 +409,9 @@ static void print_summary(const coll_summary *s, const char *run_dir, const rec_
     for (int i = 0; i < s->nsources; i++)
         if (strcmp(s->sources[i].status, "ok") != 0 && strcmp(s->sources[i].status, "disabled") != 0)
             fprintf(o, "  %-11s %s\n", s->sources[i].name, s->sources[i].status);
+    if (s->exporter_lost)
+        fprintf(o, "  exporters   %llu updates lost to slow consumers\n",
+                (unsigned long long)s->exporter_lost);
     if (s->io_error[0]) fprintf(o, "  %swarning%s     writing the run directory: %s\n",
                                 color ? CLI_YELLOW : "", r, s->io_error);
     fprintf(o, "  run dir     %s\n", run_dir);
@@ -465,6 +479,14 @@ int cmd_run(int argc, char **argv)
         return rr;
     }
 
+    /* Listen before the run directory exists: a port in use leaves nothing. */
+    int prom_fd = -1;
+    char prom_url[400] = "";
+    if (a.prometheus && run_export_listen(a.prometheus, &prom_fd, prom_url, sizeof(prom_url)) != CLI_OK) {
+        alerts_free(alerts);
+        return CLI_USAGE;
+    }
+
     char run_dir[PATH_MAX];
     int rc;
     if (a.out) {
@@ -485,8 +507,10 @@ int cmd_run(int argc, char **argv)
     /* The child may chdir: give it an absolute path. */
     if (!realpath(run_dir, absdir)) snprintf(absdir, sizeof(absdir), "%s", run_dir);
 
+    if (prom_fd >= 0) run_export_note(absdir, prom_url, a.quiet);
+
     char pydir[PATH_MAX];
-    python_dir(pydir, sizeof(pydir));
+    cli_python_dir(pydir, sizeof(pydir));
     child_envp cenv;
     if (child_env(&cenv, absdir, pydir, a.no_auto) != 0) {
         cli_error("out of memory");
@@ -582,6 +606,10 @@ int cmd_run(int argc, char **argv)
     co.auto_hook = !a.no_auto;
     co.alerts = alerts;
     co.start_mono_ns = start_mono;
+    co.sinks = rec_sinks;
+    co.nsinks = rec_nsinks;
+    rec_export_config xc = {prom_fd, !a.no_tensorboard};
+    co.sink_config = &xc;
     coll *c = NULL;
     rc = coll_create(&c, &co);
     if (rc == 0) rc = coll_start(c);
@@ -622,7 +650,7 @@ int cmd_run(int argc, char **argv)
     if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
     if (drawn) fputs("\r\033[K", stderr);
 
-    rec_exit ex = {1, 0, 0};
+    run_exit ex = {1, 0, 0};
     if (WIFEXITED(status)) {
         ex.code = WEXITSTATUS(status);
     } else if (WIFSIGNALED(status)) {

@@ -5,7 +5,7 @@
 #ifndef TPF_COLLECT_SCHED_H
 #define TPF_COLLECT_SCHED_H
 
-#include "collect/frame.h"
+#include "core/frame.h"
 
 extern const src_ops sched_source;
 

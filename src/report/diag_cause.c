@@ -375,7 +375,7 @@ int dc_cand_oversub(const diag_run *r, dfinding *d)
     const dcause *c = &r->cause;
     double cores = c->usable_n ? c->usable_min : (r->cpus > 0 ? r->cpus : NAN);
     if (!isfinite(cores) || cores <= 0) return 0;
-    double procs = r->nranks > 1 ? r->nranks : 1;
+    double procs = c->nprocs_py > 1 ? c->nprocs_py : 1;
     double threads = isfinite(c->torch_threads) && c->torch_threads > 0 ? c->torch_threads : NAN;
     double workers = c->loader_workers * procs;
     double want = isfinite(threads) ? threads * procs + workers : NAN;

@@ -1,0 +1,150 @@
+/* Step figures (see figs.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/figs.h"
+
+const char *const agg_phase_names[AGG_NPHASES] = {
+    "data", "forward", "backward", "optimizer", "comm", "eval", "checkpoint",
+};
+
+void figs_init(figs *f)
+{
+    memset(f, 0, sizeof(*f));
+    sketch_init(&f->step_ns);
+    sketch_init(&f->data_ns);
+}
+
+void figs_free(figs *f)
+{
+    for (int i = 0; i < f->ngroups; i++) free(f->groups[i]);
+    f->ngroups = 0;
+}
+
+static agg_group *group_of(figs *f, int rank, pid_t pid)
+{
+    for (int i = 0; i < f->ngroups; i++) {
+        agg_group *g = f->groups[i];
+        if (rank >= 0 ? g->rank == rank : (g->rank < 0 && g->pid == pid)) return g;
+    }
+    if (f->ngroups >= AGG_MAX_GROUPS) return NULL;
+    agg_group *g = calloc(1, sizeof(*g));
+    if (!g) return NULL;
+    g->rank = rank;
+    g->pid = pid;
+    sketch_init(&g->step_ns);
+    f->groups[f->ngroups++] = g;
+    return g;
+}
+
+void figs_add(figs *f, const agg_step *s)
+{
+    int warm = s->step > 0;
+    /* evaluation and checkpointing are not training: the step-time
+     * distribution leaves them out (docs/diagnosis.md, "Causes") */
+    uint64_t evck = s->phase_ns[TPF_PHASE_EVAL - 1] + s->phase_ns[TPF_PHASE_CHECKPOINT - 1];
+    uint64_t train = s->interval_ns > evck ? s->interval_ns - evck : 0;
+    f->count++;
+    f->interval_ns += s->interval_ns;
+    if (warm) f->interval_sq_ms += ((double)train / 1e6) * ((double)train / 1e6);
+    f->duration_ns += s->duration_ns;
+    f->other_ns += s->other_ns;
+    f->samples += s->samples;
+    f->tokens += s->tokens;
+    for (int i = 0; i < AGG_NPHASES; i++) f->phase_ns[i] += s->phase_ns[i];
+    if (!f->first_end_ns || s->end_ns < f->first_end_ns) f->first_end_ns = s->end_ns;
+    if (s->end_ns > f->last_end_ns) f->last_end_ns = s->end_ns;
+    if (warm) {
+        sketch_add(&f->step_ns, (double)train);
+        sketch_add(&f->data_ns, (double)s->phase_ns[0]);
+    }
+    agg_group *g = group_of(f, s->rank, s->pid);
+    if (!g) {
+        f->untracked_groups++;
+        return;
+    }
+    g->count++;
+    g->interval_ns += s->interval_ns;
+    g->samples += s->samples;
+    g->tokens += s->tokens;
+    if (warm) sketch_add(&g->step_ns, (double)train);
+}
+
+void figs_merge(figs *dst, const figs *src)
+{
+    dst->count += src->count;
+    dst->interval_ns += src->interval_ns;
+    dst->duration_ns += src->duration_ns;
+    dst->other_ns += src->other_ns;
+    dst->samples += src->samples;
+    dst->tokens += src->tokens;
+    for (int i = 0; i < AGG_NPHASES; i++) dst->phase_ns[i] += src->phase_ns[i];
+    dst->interval_sq_ms += src->interval_sq_ms;
+    if (src->first_end_ns && (!dst->first_end_ns || src->first_end_ns < dst->first_end_ns))
+        dst->first_end_ns = src->first_end_ns;
+    if (src->last_end_ns > dst->last_end_ns) dst->last_end_ns = src->last_end_ns;
+    dst->unmatched_pops += src->unmatched_pops;
+    dst->untracked_threads += src->untracked_threads;
+    dst->untracked_groups += src->untracked_groups;
+    sketch_merge(&dst->step_ns, &src->step_ns);
+    sketch_merge(&dst->data_ns, &src->data_ns);
+    for (int i = 0; i < src->ngroups; i++) {
+        const agg_group *sg = src->groups[i];
+        agg_group *g = group_of(dst, sg->rank, sg->pid);
+        if (!g) {
+            dst->untracked_groups++;
+            continue;
+        }
+        g->count += sg->count;
+        g->interval_ns += sg->interval_ns;
+        g->samples += sg->samples;
+        g->tokens += sg->tokens;
+        sketch_merge(&g->step_ns, &sg->step_ns);
+    }
+}
+
+void figs_rates(const figs *f, double *steps_per_s, double *samples_per_s, double *tokens_per_s)
+{
+    double sps = 0, smp = 0, tok = 0;
+    int ng = 0;
+    for (int i = 0; i < f->ngroups; i++) {
+        const agg_group *g = f->groups[i];
+        if (!g->count || !g->interval_ns) continue;
+        double secs = (double)g->interval_ns / 1e9;
+        sps += (double)g->count / secs;
+        smp += (double)g->samples / secs;
+        tok += (double)g->tokens / secs;
+        ng++;
+    }
+    *steps_per_s = ng ? sps / ng : NAN;
+    *samples_per_s = ng && f->samples ? smp : NAN;
+    *tokens_per_s = ng && f->tokens ? tok : NAN;
+}
+
+static double ms(double ns) { return ns / 1e6; }
+
+void figs_headline(const figs *f, figs_view *v)
+{
+    figs_rates(f, &v->steps_per_s, &v->samples_per_s, &v->tokens_per_s);
+    const sketch *st = &f->step_ns, *dt = &f->data_ns;
+    double n = (double)st->count;
+    v->step_mean_ms = ms(sketch_mean(st));
+    v->step_p50_ms = ms(sketch_quantile(st, 0.5));
+    v->step_p95_ms = ms(sketch_quantile(st, 0.95));
+    v->step_p99_ms = ms(sketch_quantile(st, 0.99));
+    v->step_min_ms = st->count ? ms(st->min) : NAN;
+    v->step_max_ms = st->count ? ms(st->max) : NAN;
+    double m = v->step_mean_ms;
+    double var = n > 1 ? (f->interval_sq_ms - n * m * m) / (n - 1) : NAN;
+    v->step_cv = m > 0 && isfinite(var) ? sqrt(var > 0 ? var : 0) / m : NAN;
+    v->data_wait_mean_ms = ms(sketch_mean(dt));
+    v->data_wait_p50_ms = ms(sketch_quantile(dt, 0.5));
+    v->data_wait_p95_ms = ms(sketch_quantile(dt, 0.95));
+    v->data_wait_p99_ms = ms(sketch_quantile(dt, 0.99));
+    v->data_wait_max_ms = dt->count ? ms(dt->max) : NAN;
+    double iv = f->interval_ns ? (double)f->interval_ns : NAN;
+    for (int i = 0; i < AGG_NPHASES; i++) v->phase_share[i] = (double)f->phase_ns[i] / iv;
+    v->data_wait_share = v->phase_share[0];
+    v->other_share = (double)f->other_ns / iv;
+}
