@@ -208,7 +208,8 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
     if (!strong && !weak) return 0;
     fmt(d->id, sizeof(d->id), "memory-capacity");
     fmt(d->title, sizeof(d->title), "Memory capacity");
-    d->score = strong ? 0.9 : 0.5;
+    /* a leak that persists outgrows any memory: ahead of a bare alert */
+    d->score = strong ? 0.9 : grew ? 0.6 : 0.5;
     if (grew) {
         human_bytes(a, sizeof(a), v0);
         human_bytes(b, sizeof(b), v1);

@@ -96,7 +96,9 @@ void dc_metric(diag_run *r, double t, const double *v, const int *ok)
          * (imports, model and optimizer state are in place by then) */
         if (isnan(c->rss_warm) && isfinite(r->first_end_s) && t >= r->first_end_s)
             c->rss_warm = v[4], c->rss_warm_t = t;
-        c->rss_last = v[4], c->rss_last_t = t;
+        /* up to the last step: a process tearing down frees its memory */
+        if (!isfinite(r->last_end_s) || t <= r->last_end_s + 0.5)
+            c->rss_last = v[4], c->rss_last_t = t;
     }
 }
 
@@ -381,11 +383,12 @@ int dc_cand_oversub(const diag_run *r, dfinding *d)
     double want = isfinite(threads) ? threads * procs + workers : NAN;
     double runnable = c->runnable_n ? c->runnable_sum / c->runnable_n : NAN;
     double wait = c->runq_n ? c->runq_sum / c->runq_n : NAN;
-    int cfg = isfinite(want) && want > cores * 1.25;
-    int meas = isfinite(runnable) && runnable > cores * 1.25 && isfinite(wait) && wait >= 20;
-    if (!cfg && !meas) return 0;
-    /* a configuration that asks for more only matters if the run waited */
-    if (cfg && !meas && !(isfinite(wait) && wait >= 10)) return 0;
+    double used = r->tree_cpu.n ? r->tree_cpu.sum / r->tree_cpu.n / 100 : NAN; /* cores */
+    /* the run itself keeps more threads runnable than it has cores, and
+     * fills them: waiting because others hold the cores is contention */
+    int meas = isfinite(runnable) && runnable > cores * 1.25 && isfinite(wait) && wait >= 20 &&
+               isfinite(used) && used >= 0.7 * cores;
+    if (!meas) return 0;
     fmt(d->id, sizeof(d->id), "oversubscription");
     fmt(d->title, sizeof(d->title), "CPU oversubscription");
     if (isfinite(want))

@@ -5,6 +5,8 @@
 sample records), so the cyclic garbage collector runs full collections."""
 import torch
 
+torch.set_num_threads(1)  # one intra-op thread (a shared CPU box)
+
 keep = []
 
 

@@ -125,6 +125,8 @@ def run(name, cli=None, out=None, timeout=300):
     compared = [i for i in ids if not (contention and i in ENV_FINDINGS)]
     got = compared[0] if compared else ids[0]
     why = []
+    if res.returncode != 0:
+        why.append("the script exited with %d: %s" % (res.returncode, res.stderr[-300:]))
     if got != s["primary"]:
         why.append("primary %s, expected %s" % (got, s["primary"]))
     for m in s["must"]:

@@ -33,7 +33,7 @@ class LitModel(L.LightningModule):
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    tr = torch.utils.data.TensorDataset(torch.randn(1600, 256), torch.randint(0, 10, (3200,)))
+    tr = torch.utils.data.TensorDataset(torch.randn(1600, 256), torch.randint(0, 10, (1600,)))
     va = torch.utils.data.TensorDataset(torch.randn(640, 256), torch.randint(0, 10, (640,)))
     trainer = L.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False,

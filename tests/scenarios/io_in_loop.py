@@ -9,6 +9,8 @@ import tempfile
 import numpy as np
 import torch
 
+torch.set_num_threads(1)  # one intra-op thread (a shared CPU box)
+
 d = tempfile.mkdtemp()
 for i in range(8):
     np.save(os.path.join(d, "shard%d.npy" % i), np.random.randn(20000, 64).astype(np.float32))
