@@ -226,7 +226,9 @@ def _flush():
     try:
         _write()
     except Exception:
-        pass
+        if os.environ.get("TRAINPERF_DEBUG"):
+            import traceback
+            traceback.print_exc()
 
 
 def _loop(tid):

@@ -383,12 +383,16 @@ int dc_cand_oversub(const diag_run *r, dfinding *d)
     double want = isfinite(threads) ? threads * procs + workers : NAN;
     double runnable = c->runnable_n ? c->runnable_sum / c->runnable_n : NAN;
     double wait = c->runq_n ? c->runq_sum / c->runq_n : NAN;
-    double used = r->tree_cpu.n ? r->tree_cpu.sum / r->tree_cpu.n / 100 : NAN; /* cores */
-    /* the run itself keeps more threads runnable than it has cores, and
-     * fills them: waiting because others hold the cores is contention */
-    int meas = isfinite(runnable) && runnable > cores * 1.25 && isfinite(wait) && wait >= 20 &&
-               isfinite(used) && used >= 0.7 * cores;
-    if (!meas) return 0;
+    /* loader workers count when they compute (sleeping ones wait on I/O) */
+    double wcpu = r->worker_cpu.n ? r->worker_cpu.sum / r->worker_cpu.n : NAN;
+    double busy_workers = isfinite(wcpu) && wcpu >= 40 ? workers : 0;
+    want = isfinite(threads) ? threads * procs + busy_workers : NAN;
+    /* the run asks for more busy threads than its cores, and its threads
+     * were seen queueing: the configuration, confirmed by the scheduler */
+    int cfg = isfinite(want) && want > cores * 1.25;
+    int meas = isfinite(runnable) && runnable > cores && isfinite(wait) && wait >= 20;
+    if (!cfg || !meas) return 0;
+    workers = busy_workers;
     fmt(d->id, sizeof(d->id), "oversubscription");
     fmt(d->title, sizeof(d->title), "CPU oversubscription");
     if (isfinite(want))
@@ -401,8 +405,7 @@ int dc_cand_oversub(const diag_run *r, dfinding *d)
         fmt(d->summary, sizeof(d->summary),
             "%.1f threads of the run were runnable on average for %.0f usable cores", runnable,
             cores);
-    double s = isfinite(wait) && isfinite(runnable) && runnable > 0 ? (runnable - cores) / runnable
-                                                                     : 0.3;
+    double s = (want - cores) / want;
     d->score = s < 0.2 ? 0.2 : s > 0.8 ? 0.8 : s;
     if (isfinite(runnable))
         ev(d, "runnable_threads", runnable, "%.1f runnable threads on average (max %.0f)", runnable,
@@ -429,14 +432,28 @@ int dc_cand_gc(const diag_run *r, dfinding *d)
     const dcause *c = &r->cause;
     double train_s = r->sum_interval_ns / 1e9;
     if (!c->have_pyprof || !(train_s > 0) || !(c->gc_pause_s > 0)) return 0;
-    double share = c->gc_pause_s / train_s;
-    if (!(share >= GC_SHARE)) return 0;
+    /* pauses inside a compile are the compile's (dynamo allocates a lot);
+     * a finding needs repeated pauses, not one full collection */
+    double pause = c->gc_pause_s;
+    int npause = 0;
+    for (int i = 0; i < c->ngc; i++) {
+        int in_compile = 0;
+        for (int k = 0; k < c->ncomp && !in_compile; k++)
+            if (c->gc[i].t >= c->comp[k].t && c->gc[i].t <= c->comp[k].t + c->comp[k].dur)
+                in_compile = 1;
+        if (in_compile)
+            pause -= c->gc[i].dur;
+        else
+            npause++;
+    }
+    double share = pause / train_s;
+    if (!(share >= GC_SHARE) || npause < 3) return 0;
     fmt(d->id, sizeof(d->id), "gc-pauses");
     fmt(d->title, sizeof(d->title), "Garbage-collection pauses");
     fmt(d->summary, sizeof(d->summary),
         "Python's garbage collector paused the run %.2f s (%.0f%% of step time), up to %.0f ms "
         "at once",
-        c->gc_pause_s, 100 * share, 1000 * c->gc_max_s);
+        pause, 100 * share, 1000 * c->gc_max_s);
     d->score = share;
     ev(d, "gc_pause_share", share, "GC pauses %.0f%% of step time (gc.callbacks)", 100 * share);
     ev(d, "gc_collections", c->gc_n[0] + c->gc_n[1] + c->gc_n[2],
@@ -466,7 +483,7 @@ int dc_cand_compile(const diag_run *r, dfinding *d)
         if (c->comp[i].what[0]) recomp_s += c->comp[i].dur;
     fmt(d->id, sizeof(d->id), "recompile");
     fmt(d->title, sizeof(d->title), "torch.compile recompiles");
-    fmt(d->summary, sizeof(d->summary), "torch.compile recompiled %.0f time%s (%.1f s)%s%s",
+    fmt(d->summary, sizeof(d->summary), "the model was recompiled %.0f time%s (%.1f s)%s%s",
         c->recompiles, c->recompiles == 1 ? "" : "s", recomp_s,
         c->recompile_reason[0] ? ": " : "", c->recompile_reason);
     d->score = isfinite(total_s) ? recomp_s / total_s : 0.2;
