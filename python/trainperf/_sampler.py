@@ -39,6 +39,7 @@ FLUSH_EVERY_S = 3.0
 _pid = os.getpid()
 _started = False
 _stop = threading.Event()
+_thread = [None]
 _stacks = {}            # tuple of (code, line) outer->inner, phase -> count
 _by_phase = {}
 _truncated = [0]
@@ -55,6 +56,8 @@ _HERE = os.path.dirname(os.path.realpath(__file__)) + os.sep
 
 def _classify(code):
     """(phase or None, is_user_code) of one code object, cached."""
+    if code is None:
+        return (None, False)
     r = _cls_cache.get(code)
     if r is not None:
         return r
@@ -99,10 +102,9 @@ def _sample_once(frames, tid):
     stack = []
     outer = special = None
     depth = 0
-    while f is not None and depth < 256:
+    while f is not None and depth < 512:
         code = f.f_code
-        if depth < MAX_DEPTH:
-            stack.append((code, f.f_lineno))
+        stack.append((code, f.f_lineno))
         ph = _classify(code)[0]
         if ph is not None:
             # the outermost known frame names the phase, unless an inner one
@@ -112,6 +114,9 @@ def _sample_once(frames, tid):
                 special = ph
         f = f.f_back
         depth += 1
+    if len(stack) > MAX_DEPTH:
+        # keep the outer frames (the user's code) and the innermost few
+        stack = stack[:12] + [(None, 0)] + stack[-(MAX_DEPTH - 12):]
     phase = special or outer
     if _evalhooks.ev.active and phase in (None, "forward", "data"):
         phase = "eval"
@@ -131,6 +136,8 @@ def _sample_once(frames, tid):
 
 
 def _frame_label(code, line):
+    if code is None:
+        return "..."
     return "%s (%s:%d)" % (code.co_name, os.path.basename(code.co_filename), line)
 
 
@@ -147,7 +154,7 @@ _IO_FILES = ("/pickle.py", "/json/", "/io.py", "/_pyio.py", "/numpy/lib/_npyio",
 
 def _kind(stack, ui):
     """What kind of host work a stack of 'other' time is."""
-    files = [c.co_filename.replace("\\", "/") for c, _ in stack]
+    files = [c.co_filename.replace("\\", "/") if c is not None else "" for c, _ in stack]
     leaf_code, leaf_line = stack[ui]
     src = linecache.getline(leaf_code.co_filename, leaf_line) if ui == len(stack) - 1 else ""
     inner = files[ui + 1:]
@@ -158,7 +165,7 @@ def _kind(stack, ui):
     if src and _WAIT.search(src) or any(fn.endswith("/threading.py") or
                                         fn.endswith("/queue.py") for fn in inner):
         return "wait"
-    user_names = [c.co_name for c, _ in stack[:ui + 1] if _classify(c)[1]]
+    user_names = [c.co_name for c, _ in stack[:ui + 1] if c is not None and _classify(c)[1]]
     if any(_INPUT.search(n) for n in user_names[-3:]) or \
             any("/numpy/" in fn or "/tokenizers/" in fn or "/PIL/" in fn for fn in inner):
         return "input"
@@ -222,9 +229,15 @@ def _write():
     _evalhooks.write_json(os.path.join(d, "events-%d.json" % _pid), ev)
 
 
+_flush_lock = threading.Lock()
+
+
 def _flush():
+    # the sampler thread and atexit may flush at once: one at a time, or one
+    # os.replace loses the other's file
     try:
-        _write()
+        with _flush_lock:
+            _write()
     except Exception:
         if os.environ.get("TRAINPERF_DEBUG"):
             import traceback
@@ -267,9 +280,13 @@ def start():
         return
     _hz[0] = min(hz, 1000.0)
     t = threading.Thread(target=_loop, args=(tid,), name="trainperf-sampler", daemon=True)
+    _thread[0] = t
     t.start()
 
 
 def _at_exit():
     _stop.set()
+    t = _thread[0]
+    if t is not None and t.is_alive():
+        t.join(2.0)
     _flush()
