@@ -428,9 +428,10 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
                ? " (started again with every new iterator: persistent_workers is off)"
                : "");
     else if (c->workers >= 0)
-        ev(d, "worker_processes", c->workers, "%d %s process%s at once in the tree%s", c->workers,
+        ev(d, "worker_processes", c->workers, "%d %s process%s in the tree%s", c->workers,
            r->python ? "worker" : "child", c->workers == 1 ? "" : "es",
-           r->nworkers > c->workers ? " (more were started and ended over the run)" : "");
+           r->nworkers > c->workers ? " at once (more were started and ended over the run)"
+                                    : "");
     if (isfinite(c->idle_cores))
         ev(d, "idle_cores", c->idle_cores, "%.1f of %.0f cores idle on average", c->idle_cores,
            c->cpus);
@@ -787,8 +788,7 @@ void diag_compute(diag_run *r)
     int ic = -1, iu = -1;
     for (int i = 0; i < nc; i++) {
         if (strcmp(cand[i].id, "cpu-contention") == 0) ic = i;
-        if (strcmp(cand[i].id, "unstable") == 0 && strstr(cand[i].title, "stopped") == NULL &&
-            !fired(r, "step_regression", NULL, NULL, 0))
+        if (strcmp(cand[i].id, "unstable") == 0 && strstr(cand[i].title, "stopped") == NULL)
             iu = i;
     }
     if (ic >= 0 && iu >= 0) {
