@@ -690,6 +690,10 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
     int known = 0;
     for (int p = PH_FORWARD; p <= PH_OPTIMIZER; p++)
         if (isfinite(c->share[p])) compute += c->share[p], known = 1;
+    /* of training time: evaluation and checkpoints are not training */
+    double notrain = (isfinite(c->share[PH_EVAL]) ? c->share[PH_EVAL] : 0) +
+                     (isfinite(c->share[PH_CHECKPOINT]) ? c->share[PH_CHECKPOINT] : 0);
+    if (known && notrain < 0.99) compute /= 1 - notrain;
     if (!known || compute < 0.5) {
         fmt(d->id, sizeof(d->id), "undetermined");
         fmt(d->title, sizeof(d->title), "No bottleneck identified");
