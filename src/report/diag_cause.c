@@ -89,7 +89,9 @@ void dc_metric(diag_run *r, double t, const double *v, const int *ok)
         c->runnable_n++, c->runnable_sum += v[1];
         if (v[1] > c->runnable_max) c->runnable_max = v[1];
     }
-    if (ok[2] && (c->usable_n++ == 0 || v[2] < c->usable_min)) c->usable_min = v[2];
+    /* the usable CPUs as the run mostly saw them (a child's narrower
+     * affinity or a failed read at exit does not define the run) */
+    if (ok[2] && v[2] > 0) c->usable_n++, c->usable_sum += v[2];
     if (ok[3]) c->thr_n++, c->thr_sum += v[3];
     if (ok[4] && v[4] > 0) {
         /* the baseline is after warm-up: the first sample once a step ended
@@ -341,7 +343,7 @@ int dc_cand_contention(const diag_run *r, dfinding *d)
     if (!isfinite(used)) return 0;
     double share = wait + used > 0 ? wait / (wait + used) : 0;
     if (!(wait >= CONTEND_MIN_WAIT && share >= CONTEND_WAIT_SHARE)) return 0;
-    double cpus = c->usable_n ? c->usable_min : (r->cpus > 0 ? r->cpus : NAN);
+    double cpus = c->usable_n ? round(c->usable_sum / c->usable_n) : (r->cpus > 0 ? r->cpus : NAN);
     double sys = r->cpu.n ? r->cpu.sum / r->cpu.n : NAN; /* % of all cores */
     double outside = isfinite(sys) && r->cpus > 0 ? sys / 100 * r->cpus - used / 100 : NAN;
     if (outside < 0) outside = 0;
@@ -375,7 +377,7 @@ int dc_cand_contention(const diag_run *r, dfinding *d)
 int dc_cand_oversub(const diag_run *r, dfinding *d)
 {
     const dcause *c = &r->cause;
-    double cores = c->usable_n ? c->usable_min : (r->cpus > 0 ? r->cpus : NAN);
+    double cores = c->usable_n ? round(c->usable_sum / c->usable_n) : (r->cpus > 0 ? r->cpus : NAN);
     if (!isfinite(cores) || cores <= 0) return 0;
     double procs = c->nprocs_py > 1 ? c->nprocs_py : 1;
     double threads = isfinite(c->torch_threads) && c->torch_threads > 0 ? c->torch_threads : NAN;

@@ -55,7 +55,7 @@ typedef struct dcause {
     dc_slow slow[DC_MAX_SLOW];
 
     /* metrics.csv, sched source */
-    double runq_n, runq_sum, runnable_n, runnable_sum, runnable_max, usable_n, usable_min,
+    double runq_n, runq_sum, runnable_n, runnable_sum, runnable_max, usable_n, usable_sum,
         thr_n, thr_sum;
     double rss_warm; /* tree RSS at the first sample after the first step ended */
     double rss_warm_t, rss_last, rss_last_t, rss_mid;

@@ -13,7 +13,7 @@ class Remote(torch.utils.data.Dataset):
         return 640
 
     def __getitem__(self, i):
-        time.sleep(0.004)  # fetch one sample from a slow store
+        time.sleep(0.012)  # fetch one sample from a slow store
         return torch.randn(64), i % 10
 
 
