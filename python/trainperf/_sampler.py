@@ -104,7 +104,7 @@ def _sample_once(frames, tid):
     depth = 0
     while f is not None and depth < 512:
         code = f.f_code
-        stack.append((code, f.f_lineno))
+        stack.append((code, f.f_lineno or 0))  # None while a frame is being set up
         ph = _classify(code)[0]
         if ph is not None:
             # the outermost known frame names the phase, unless an inner one
@@ -138,7 +138,7 @@ def _sample_once(frames, tid):
 def _frame_label(code, line):
     if code is None:
         return "..."
-    return "%s (%s:%d)" % (code.co_name, os.path.basename(code.co_filename), line)
+    return "%s (%s:%d)" % (code.co_name, os.path.basename(code.co_filename), line or 0)
 
 
 _SYNC = re.compile(r"\.item\(\)|\.cpu\(\)|\.tolist\(\)|\.numpy\(\)|synchronize\(|\.to\(['\"]cpu")
