@@ -9,9 +9,15 @@
 
 static void compare_usage(FILE *f)
 {
-    fprintf(f, "usage: trainperf compare RUN_A RUN_B [--format text|md|html|json] [--out FILE]\n\n"
+    fprintf(f, "usage: trainperf compare RUN_A RUN_B [--format text|md|html|json] [--json]\n"
+               "                         [--out FILE]\n\n"
                "Throughput, step breakdown, data wait, resources and diagnosis of two runs side\n"
-               "by side; deltas are B - A (absolute, and %% of A).\n");
+               "by side; deltas are B - A (absolute, and %% of A).\n\n"
+               "  -f, --format F   text (the default), md, html or json\n"
+               "  --json           the same as --format json\n"
+               "  -o, --out FILE   write to FILE instead of stdout\n\n"
+               "Exit status: 0 written; 1 the comparison could not be built or written;\n"
+               "2 bad usage or a missing/unreadable run directory.\n");
 }
 
 int cmd_compare(int argc, char **argv)
@@ -45,12 +51,5 @@ int cmd_compare(int argc, char **argv)
     char err[512] = "";
     int color = fmt == REPORT_TEXT && !out && cli_color(stdout);
     int rc = compare_build(dirs[0], dirs[1], (report_format)fmt, color, &b, err, sizeof(err));
-    if (rc) {
-        cli_error("%s", err[0] ? err : tpf_strerror(rc));
-        buf_free(&b);
-        return rc == TPF_ENOENT || rc == TPF_EFORMAT || rc == TPF_EIO ? CLI_USAGE : CLI_FAIL;
-    }
-    rc = cli_write_out(out, &b);
-    buf_free(&b);
-    return rc;
+    return cli_put_doc(rc, &b, err, out);
 }

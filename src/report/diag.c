@@ -2,6 +2,7 @@
  * secondary findings and notes. Rules and thresholds: docs/diagnosis.md
  * (keep the two in step). */
 #include "report/diag.h"
+#include "report/report_ranks.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -56,6 +57,21 @@ static void ev(dfinding *d, const char *name, double v, const char *f, ...)
     va_end(ap);
 }
 
+/* A finding's id, title, score and one-sentence summary (printf format). */
+static void finding_head(dfinding *d, const char *id, const char *title, double score,
+                         const char *f, ...) __attribute__((format(printf, 5, 6)));
+static void finding_head(dfinding *d, const char *id, const char *title, double score,
+                         const char *f, ...)
+{
+    fmt(d->id, sizeof(d->id), "%s", id);
+    fmt(d->title, sizeof(d->title), "%s", title);
+    d->score = score;
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(d->summary, sizeof(d->summary), f, ap);
+    va_end(ap);
+}
+
 static void rec(dfinding *d, const char *f, ...) __attribute__((format(printf, 2, 3)));
 static void rec(dfinding *d, const char *f, ...)
 {
@@ -80,7 +96,7 @@ static void note(diag_result *g, const char *f, ...)
 typedef struct ctx {
     int steps_ok, samples_ok, has_gpu;
     double share[PH_COUNT];
-    double p50, p95, p99, cv, data_p50;
+    dfig f;
     double gpu_util, gpu_util_min;
     double main_cpu, tree_cpu, sys_cpu, cpus, idle_cores;
     double iowait, psi_io, psi_mem, psi_mem_full;
@@ -107,17 +123,9 @@ static void make_ctx(const diag_run *r, ctx *c)
     memset(c, 0, sizeof(*c));
     c->steps_ok = r->steps >= MIN_STEPS;
     c->samples_ok = r->msamples >= MIN_SAMPLES;
-    for (int p = 0; p < PH_COUNT; p++)
-        c->share[p] = r->sum_interval_ns > 0 ? r->sum_phase_ns[p] / r->sum_interval_ns : NAN;
-    /* the quantiles the report's tables show (kept inside the observed
-     * range), so evidence and tables print the same numbers */
-    dfig f;
-    diag_figures(r, &f);
-    c->p50 = f.step_p50;
-    c->p95 = f.step_p95;
-    c->p99 = f.step_p99;
-    c->data_p50 = f.data_p50;
-    c->cv = f.step_cv;
+    /* the figures the report's tables show: evidence prints the same numbers */
+    diag_figures(r, &c->f);
+    memcpy(c->share, c->f.share, sizeof(c->share));
     double su = 0;
     int ng = 0;
     c->gpu_util_min = NAN;
@@ -251,11 +259,9 @@ static int cand_throttle(const diag_run *r, const ctx *c, dfinding *d)
         if (s > worst) worst = s, w = g;
     }
     if (!w || worst < THROTTLE_SHARE) return 0;
-    fmt(d->id, sizeof(d->id), "throttling");
-    fmt(d->title, sizeof(d->title), "GPU throttling");
-    fmt(d->summary, sizeof(d->summary), "GPU %d ran with slowed clocks %.0f%% of the time (%s)",
-        w->index, 100 * worst, w->throttle_words);
-    d->score = 0.8 * worst;
+    finding_head(d, "throttling", "GPU throttling", 0.8 * worst,
+                 "GPU %d ran with slowed clocks %.0f%% of the time (%s)", w->index, 100 * worst,
+                 w->throttle_words);
     ev(d, "throttled_share", worst, "GPU %d clocks slowed in %.0f%% of samples: %s", w->index,
        100 * worst, w->throttle_words);
     if (w->temp.n)
@@ -410,15 +416,13 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
     double s = c->share[PH_DATA];
     if (!c->steps_ok || !(s >= INPUT_SHARE)) return 0;
     int io = io_evidence(r, c);
-    fmt(d->id, sizeof(d->id), io ? "storage-io" : "input-bound");
-    fmt(d->title, sizeof(d->title), io ? "Storage I/O" : "Input-bound");
-    fmt(d->summary, sizeof(d->summary), "%s takes %.0f%% of step time%s",
-        "waiting for the next batch", 100 * s, io ? ", and the data comes slowly off storage" : "");
-    d->score = s;
+    finding_head(d, io ? "storage-io" : "input-bound", io ? "Storage I/O" : "Input-bound", s,
+                 "%s takes %.0f%% of step time%s", "waiting for the next batch", 100 * s,
+                 io ? ", and the data comes slowly off storage" : "");
     ev(d, "data_wait_share", s, "data wait is %.0f%% of step time", 100 * s);
-    if (isfinite(c->data_p50) && isfinite(c->p50))
-        ev(d, "data_wait_p50_ms", c->data_p50, "median data wait %.1f ms per step of %.1f ms",
-           c->data_p50, c->p50);
+    if (isfinite(c->f.data_p50) && isfinite(c->f.step_p50))
+        ev(d, "data_wait_p50_ms", c->f.data_p50, "median data wait %.1f ms per step of %.1f ms",
+           c->f.data_p50, c->f.step_p50);
     if (isfinite(c->main_cpu))
         ev(d, "main_cpu_pct", c->main_cpu, "main process CPU %.0f%% of one core", c->main_cpu);
     if (c->workers >= 0 && r->cause.have_pyprof && r->cause.loader_iters > 0)
@@ -455,16 +459,25 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
     return 1;
 }
 
+/* The head of a rule on one phase's share of step time; 0 when the share
+ * is below thr (or too few steps). */
+static int phase_rule(const ctx *c, dfinding *d, int ph, double thr, const char *id,
+                      const char *title, const char *doing, const char *of)
+{
+    double s = c->share[ph];
+    if (!c->steps_ok || !(s >= thr)) return 0;
+    finding_head(d, id, title, s, "%s takes %.0f%% of %s", doing, 100 * s, of);
+    char nm[40];
+    fmt(nm, sizeof(nm), "%s_share", diag_phase_names[ph]);
+    ev(d, nm, s, "%s phases are %.0f%% of step time", diag_phase_names[ph], 100 * s);
+    return 1;
+}
+
 static int cand_storage_ckpt(const diag_run *r, const ctx *c, dfinding *d)
 {
-    double s = c->share[PH_CHECKPOINT];
-    if (!c->steps_ok || !(s >= CKPT_SHARE)) return 0;
-    fmt(d->id, sizeof(d->id), "storage-io");
-    fmt(d->title, sizeof(d->title), "Storage I/O (checkpoints)");
-    fmt(d->summary, sizeof(d->summary), "checkpointing takes %.0f%% of the run's step time",
-        100 * s);
-    d->score = s;
-    ev(d, "checkpoint_share", s, "checkpoint phases are %.0f%% of step time", 100 * s);
+    if (!phase_rule(c, d, PH_CHECKPOINT, CKPT_SHARE, "storage-io", "Storage I/O (checkpoints)",
+                    "checkpointing", "the run's step time"))
+        return 0;
     add_io_evidence(r, c, d);
     rec(d, "Checkpoint less often, or asynchronously (torch.distributed.checkpoint async_save, "
            "or copy the state to host memory and write it from a thread).");
@@ -474,16 +487,22 @@ static int cand_storage_ckpt(const diag_run *r, const ctx *c, dfinding *d)
 
 static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
 {
-    double s = c->share[PH_COMM];
-    if (!c->steps_ok || !(s >= COMM_SHARE)) return 0;
-    fmt(d->id, sizeof(d->id), "communication");
-    fmt(d->title, sizeof(d->title), "Communication");
-    fmt(d->summary, sizeof(d->summary), "collective communication takes %.0f%% of step time",
-        100 * s);
-    d->score = s;
-    ev(d, "comm_share", s, "comm phases are %.0f%% of step time", 100 * s);
+    if (!phase_rule(c, d, PH_COMM, COMM_SHARE, "communication", "Communication",
+                    "collective communication", "step time"))
+        return 0;
     if (r->sf.ngroups > 1) ev(d, "ranks", r->sf.ngroups, "%d ranks", r->sf.ngroups);
-    if (r->python) {
+    rr_overlap_t ov;
+    if (rr_overlap(r, &ov))
+        ev(d, "comm_exposed_ms", ov.exposed_ms,
+           "per rank and step: %.1f ms of collectives in flight, %.1f ms exposed, %.1f ms "
+           "overlapped with compute",
+           ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
+    char fsdp[600];
+    rr_fsdp_advice(r, fsdp, sizeof(fsdp));
+    if (fsdp[0]) rec(d, "%s", fsdp);
+    if (fsdp[0]) {
+        /* FSDP: the all-reduce advice below is DDP's */
+    } else if (r->python) {
         rec(d, "Overlap gradients' all-reduce with the backward pass (DDP does so by bucket: "
                "tune bucket_cap_mb) and avoid synchronising calls in the step.");
         rec(d, "Communicate less often: gradient accumulation with no_sync() on the inner steps.");
@@ -498,8 +517,48 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
     return 1;
 }
 
+/* The rank the others wait for in collectives (synchronous training evens
+ * the step times out, so their medians cannot show it). */
+static int cand_waited_for(const diag_run *r, dfinding *d)
+{
+    rr_strag s;
+    if (!rr_straggler(r, &s)) return 0;
+    char why[320];
+    rr_evidence(r, why, sizeof(why));
+    fmt(d->id, sizeof(d->id), "straggler");
+    fmt(d->title, sizeof(d->title), "Straggler");
+    fmt(d->summary, sizeof(d->summary),
+        "the other ranks wait %.1f ms a step (%.0f%% of step time) for rank %d, which spends "
+        "it in its own %s",
+        s.gap_ms, 100 * s.share, s.rank, s.loader ? "data loader" : "step");
+    d->score = s.share + 0.3 > 0.9 ? 0.9 : s.share + 0.3;
+    ev(d, "straggler_rank", s.rank, "%s", why);
+    ev(d, "others_comm_wait_ms", s.others_wait_ms,
+       "the other ranks wait %.1f ms a step in %s, rank %d %.1f ms", s.others_wait_ms, s.op, s.rank,
+       s.own_wait_ms);
+    if (s.loader) {
+        ev(d, "extra_data_wait_ms", s.extra_data_ms, "rank %d waits %.1f ms a step more for data",
+           s.rank, s.extra_data_ms);
+        rec(d,
+            "Speed up rank %d's input: more DataLoader workers (num_workers), pinned memory, "
+            "prefetching; check its shard's storage and sample sizes.",
+            s.rank);
+    } else {
+        ev(d, "extra_compute_ms", s.extra_compute_ms, "rank %d computes %.1f ms a step more",
+           s.rank, s.extra_compute_ms);
+        rec(d,
+            "Look at rank %d: its device clocks and temperature, other work on its host or CPU "
+            "cores, work only it does (logging, checkpointing, evaluation on rank 0), uneven "
+            "shards or sample lengths.",
+            s.rank);
+    }
+    rec(d, "Balance the work across ranks: equal-sized shards, samples bucketed by length.");
+    return 1;
+}
+
 static int cand_straggler(const diag_run *r, const ctx *c, dfinding *d)
 {
+    if (cand_waited_for(r, d)) return 1;
     double p[DIAG_MAX_RANKS];
     int n = 0, slow = -1;
     double worst = 0;
@@ -587,8 +646,8 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
     double t;
     char m[256];
     int hang = fired(r, "hang", &t, m, sizeof(m));
-    double tail = isfinite(c->p99) && c->p50 > 0 ? c->p99 / c->p50 : NAN;
-    int noisy = r->sf.step_ns.count >= 10 && ((isfinite(c->cv) && c->cv >= UNSTABLE_CV) ||
+    double tail = isfinite(c->f.step_p99) && c->f.step_p50 > 0 ? c->f.step_p99 / c->f.step_p50 : NAN;
+    int noisy = r->sf.step_ns.count >= 10 && ((isfinite(c->f.step_cv) && c->f.step_cv >= UNSTABLE_CV) ||
                                         (isfinite(tail) && tail >= UNSTABLE_TAIL));
     double tr;
     char mr[256];
@@ -620,22 +679,22 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
         return 1;
     }
     fmt(d->summary, sizeof(d->summary), "step time varies: p99 %.1f ms is %.1fx the median %.1f ms",
-        c->p99, tail, c->p50);
-    d->score = noisy ? (isfinite(c->cv) && c->cv / 2 < 0.6 ? c->cv / 2 : 0.6) : 0.3;
+        c->f.step_p99, tail, c->f.step_p50);
+    d->score = noisy ? (isfinite(c->f.step_cv) && c->f.step_cv / 2 < 0.6 ? c->f.step_cv / 2 : 0.6) : 0.3;
     if (d->score < 0.2) d->score = 0.2;
-    if (isfinite(c->cv)) ev(d, "step_time_cv", c->cv, "coefficient of variation %.2f", c->cv);
+    if (isfinite(c->f.step_cv)) ev(d, "step_time_cv", c->f.step_cv, "coefficient of variation %.2f", c->f.step_cv);
     if (isfinite(tail)) ev(d, "p99_over_p50", tail, "p99/p50 = %.1f", tail);
     if (regress) ev(d, "step_regression_t", tr, "at %.0f s: %s", tr, mr);
     /* name the measured cause of the slowest steps; one-off causes
      * (compiling, epoch boundaries) are not instability of the training */
-    double oneoff = dc_explain_variability(r, d, c->p50);
+    double oneoff = dc_explain_variability(r, d, c->f.step_p50);
     if (oneoff >= 0.5 && !regress) {
         fmt(d->id, sizeof(d->id), "step-spikes");
         fmt(d->title, sizeof(d->title), "A few slow steps");
         fmt(d->summary, sizeof(d->summary),
             "the slowest steps (p99 %.1f ms, median %.1f ms) are one-off events: compiling or "
             "epoch boundaries",
-            c->p99, c->p50);
+            c->f.step_p99, c->f.step_p50);
         d->score = 0.05;
     }
     rec(d, "Look at the slow steps on the timeline (trace.json in Perfetto): periodic evaluation, "
@@ -796,11 +855,11 @@ void diag_compute(diag_run *r)
             iu = i;
     }
     if (ic >= 0 && iu >= 0) {
-        if (isfinite(c.cv))
-            ev(&cand[ic], "step_time_cv", c.cv,
+        if (isfinite(c.f.step_cv))
+            ev(&cand[ic], "step_time_cv", c.f.step_cv,
                "step time varies (coefficient of variation %.2f): waiting for a CPU makes steps "
                "irregular",
-               c.cv);
+               c.f.step_cv);
         for (int i = iu; i + 1 < nc; i++)
             copy_finding(&cand[i], &cand[i + 1]);
         nc--;
