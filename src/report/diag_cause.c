@@ -262,8 +262,15 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
 {
     const dcause *c = &r->cause;
     double train = c->ph_train + c->ph_compile;
-    if (!c->have_pyprof || train < HOSTCODE_MIN_SAMPLES || c->nfunc == 0) return 0;
+    if (!c->have_pyprof || train < 5 || c->nfunc == 0) return 0;
     double share = c->ph_other / train;
+    /* a run too short for many samples: the steps' own unlabelled share
+     * carries the size, the few samples still name the function */
+    if (train < HOSTCODE_MIN_SAMPLES) {
+        double so = r->sum_interval_ns > 0 ? r->sum_phase_ns[PH_OTHER] / r->sum_interval_ns : NAN;
+        if (!(so >= HOSTCODE_SHARE) || !(share >= HOSTCODE_SHARE)) return 0;
+        share = so;
+    }
     if (!(share >= HOSTCODE_SHARE)) return 0;
     const dc_func *f = &c->funcs[0];
     double fshare = f->samples / train;

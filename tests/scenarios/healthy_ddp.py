@@ -12,9 +12,9 @@ dist.init_process_group("gloo")
 torch.manual_seed(dist.get_rank())
 ds = torch.utils.data.TensorDataset(torch.randn(2048, 256), torch.randint(0, 10, (2048,)))
 sampler = torch.utils.data.distributed.DistributedSampler(ds)
-dl = torch.utils.data.DataLoader(ds, batch_size=32, sampler=sampler)
-model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.ReLU(),
-                                torch.nn.Linear(384, 10)))
+dl = torch.utils.data.DataLoader(ds, batch_size=64, sampler=sampler)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 10)))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for epoch in range(2):
     sampler.set_epoch(epoch)

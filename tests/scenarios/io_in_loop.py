@@ -24,7 +24,7 @@ def load_shard_batch(it):
 
 model = torch.nn.Linear(64, 10)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for it in range(150):
+for it in range(600):
     x, y = load_shard_batch(it)
     loss = torch.nn.functional.cross_entropy(model(x), y)
     opt.zero_grad()
