@@ -8,7 +8,12 @@ the same run; exit 1 when a target is missed, 2 when the bench cannot run).
     on) vs the same loop without, runs interleaved A B A B ..., each run
     reporting its median step time. Target: median ratio <= 1.02.
 
-    python3 bench/bench_python.py [--pairs N] [--steps N] [--skip-run]
+(c) the fixed zero-code cost per step: a near-empty step (Linear(8, 1),
+    batch 8, SGD: ~0.5 ms) under `trainperf run` and without, interleaved;
+    the difference of the p10 step times, in µs. Target: <= 10 µs (stack
+    sampler included).
+
+    python3 bench/bench_python.py [--pairs N] [--steps N] [--skip-run] [--fixed-steps N]
 Environment: TRAINPERF_BUILD (default build) names the build with the CLI.
 """
 import argparse
@@ -23,18 +28,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 
-def loop_child(steps, warmup):
+def loop_child(steps, warmup, tiny=False):
     """The measured training loop (runs in a child process)."""
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
     torch.manual_seed(0)
     torch.set_num_threads(1)  # the machine is shared: keep each run on one core
-    B, D, H = 64, 256, 512
+    B, D, H = (8, 8, 0) if tiny else (64, 256, 512)
     n = (steps + warmup) * B
     data = TensorDataset(torch.randn(n, D), torch.randn(n, 1))
-    model = nn.Sequential(nn.Linear(D, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(),
-                          nn.Linear(H, 1))
+    model = nn.Linear(D, 1) if tiny else nn.Sequential(
+        nn.Linear(D, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(), nn.Linear(H, 1))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     times = []
     t_prev = time.perf_counter()
@@ -99,13 +104,15 @@ def bench_phase(chunks=21, n=20000):
     return out
 
 
-def bench_run(cli, pairs, steps, warmup):
+def bench_run(cli, pairs, steps, warmup, tiny=False):
     me = os.path.abspath(__file__)
     env = dict(os.environ)
     for k in list(env):
         if k.startswith("TRAINPERF_") or k == "PYTHONPATH":
             del env[k]
     child = [sys.executable, me, "--child", "--steps", str(steps), "--warmup", str(warmup)]
+    if tiny:
+        child.append("--tiny")
 
     def one(watched):
         if watched:
@@ -145,10 +152,12 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--skip-run", action="store_true", help="only (a)")
+    ap.add_argument("--fixed-steps", type=int, default=2000, help="(c) steps; 0 skips (c)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        loop_child(args.steps, args.warmup)
+        loop_child(args.steps, args.warmup, args.tiny)
         return 0
     try:
         import torch  # noqa: F401  (needed by both parts)
@@ -203,6 +212,20 @@ def main():
               % statistics.median(pratios))
         if med > 1.02:
             status = 1
+        if args.fixed_steps > 0:
+            ab, bb = bench_run(cli, args.pairs, args.fixed_steps, args.warmup, tiny=True)
+            d10 = [(y[2] - x[2]) * 1e6 for x, y in zip(ab, bb)]
+            dmed = [(y[0] - x[0]) * 1e6 for x, y in zip(ab, bb)]
+            print("(c) fixed zero-code cost per step (Linear(8,1), batch 8, %d steps, %d pairs)"
+                  % (args.fixed_steps, args.pairs))
+            print("    p10 step without %s us" % " ".join("%.1f" % (x[2] * 1e6) for x in ab))
+            print("    p10 step with    %s us" % " ".join("%.1f" % (y[2] * 1e6) for y in bb))
+            f = statistics.median(d10)
+            print("    added per step: p10 %.1f us (median of pairs), median step %.1f us; "
+                  "target <= 10 us at p10: %s" % (f, statistics.median(dmed),
+                                                  "met" if f <= 10 else "MISSED"))
+            if f > 10:
+                status = 1
     return status
 
 

@@ -554,7 +554,12 @@ def test_trainer_compute_bound_healthy_no_false_alarm(cli, run_cli, tmp_path):
     p = trainperf_run(cli, run, TRAINER, "--steps", "100", "--hidden", "512")
     assert p.returncode == 0, p.stderr
     j = report_json(run_cli, run)
-    assert j["diagnosis"]["primary"]["id"] in ("compute-bound", "unstable")
+    d = j["diagnosis"]
+    # on a shared machine other jobs' CPU use is a true finding; the run's
+    # own verdict then follows it
+    ids = [d["primary"]["id"]] + [f["id"] for f in d["secondary"]]
+    own = [i for i in ids if i != "cpu-contention"]
+    assert own and own[0] in ("compute-bound", "unstable"), ids
     assert j["steps"]["data_wait_share"] < 0.2
     fired = [a["rule"] for a in alerts_of(run) if a["state"] == "fired"]
     for rule in ("hang", "data_wait", "step_regression", "host_mem_growth", "gpu_underused"):

@@ -29,6 +29,8 @@ import importlib.machinery
 import sys
 import threading
 
+from trainperf import _evalhooks
+
 _installed = False
 _patched = False
 
@@ -129,6 +131,9 @@ def _begin_if_closed():
     if _auto_steps and not _st.open and not core.explicit_steps():
         if core.auto_step_begin():
             _st.open = True
+            if not _evalhooks.ev.training_started:
+                _evalhooks.ev.training_started = True
+                _start_sampler()
             if _hooks is not None:
                 _hooks_call("begin")
 
@@ -244,19 +249,42 @@ def patch_backward(torch=None):
     autograd.backward = backward_timed
 
 
+def _start_sampler():
+    try:
+        from trainperf import _sampler
+        _sampler.start()
+    except Exception as exc:  # never break the watched program
+        sys.stderr.write("trainperf: stack sampler off: %r\n" % (exc,))
+
+
 def hook_forward(module):
     """Time module's forward calls as the "forward" phase (hooks on this one
-    module, not its children). Returns False when hooks cannot be added."""
+    module, not its children); a call with grad off or the module in eval
+    mode is evaluation (_evalhooks). Returns False when hooks cannot be
+    added."""
     if getattr(module, "_trainperf_forward_hooked", False):
         return False
     import trainperf
+    import torch
     core = trainperf._core
     push, pop = core.range_push, core.range_pop
+    grad_on = torch.is_grad_enabled
+    ev = _evalhooks.ev
+    eval_enter, eval_leave = _evalhooks.eval_enter, _evalhooks.eval_leave
 
     def fwd_pre(mod, args):
-        push(2)  # TPF_PHASE_FORWARD
+        if mod.training and grad_on():
+            if ev.active:
+                eval_leave()
+            push(2)  # TPF_PHASE_FORWARD
+        else:
+            if not ev.active:
+                eval_enter()
+            push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
+        ev.in_fwd += 1
 
     def fwd_post(mod, args, output):
+        ev.in_fwd -= 1
         pop()
 
     try:
@@ -265,6 +293,60 @@ def hook_forward(module):
         module._trainperf_forward_hooked = True
     except Exception:
         return False
+    return True
+
+
+def hook_forward_fast(module):
+    """Like hook_forward, without module hooks: any forward hook sends every
+    call of the module down nn.Module's slow path (several µs a step), so
+    the auto hook wraps the forward of the top module's class instead and
+    times only calls on that one instance (others of the class pass
+    straight through). A class wrapper keeps the module picklable and
+    deep-copyable (an EMA copy is simply not timed). Falls back to hooks
+    when the instance has its own `forward` attribute."""
+    import functools
+    import trainperf
+    import torch
+    cls = type(module)
+    if "forward" in module.__dict__ or getattr(module, "_trainperf_forward_hooked", False):
+        return hook_forward(module)
+    orig = getattr(cls, "forward", None)
+    if orig is None or getattr(orig, "_trainperf_fwd", False) or not callable(orig):
+        return hook_forward(module)
+    core = trainperf._core
+    push, pop = core.range_push, core.range_pop
+    grad_on = torch.is_grad_enabled
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (
+        lambda: False)
+    ev = _evalhooks.ev
+    eval_enter, eval_leave = _evalhooks.eval_enter, _evalhooks.eval_leave
+    top = module
+
+    @functools.wraps(orig)
+    def forward(self, *args, **kwargs):
+        if self is not top or is_compiling():
+            return orig(self, *args, **kwargs)
+        if self.training and grad_on():
+            if ev.active:
+                eval_leave()
+            push(2)  # TPF_PHASE_FORWARD
+        else:
+            if not ev.active:
+                eval_enter()
+            push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
+        ev.in_fwd += 1
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            ev.in_fwd -= 1
+            pop()
+
+    forward._trainperf_fwd = True
+    try:
+        cls.forward = forward
+        module._trainperf_forward_hooked = True
+    except Exception:
+        return hook_forward(module)
     return True
 
 
@@ -303,7 +385,11 @@ def patch_torch(torch):
     # --- optimizer: step boundaries and the optimizer phase ---------------
     from torch.optim import optimizer as optmod
 
+    ev = _evalhooks.ev
+
     def opt_pre(opt, args, kwargs):
+        if ev.active:
+            _evalhooks.eval_leave()
         if not st.open:
             _begin_if_closed()
         push(OPTIMIZER)
@@ -349,6 +435,7 @@ def patch_torch(torch):
     except Exception as exc:  # never break the watched program
         sys.stderr.write("trainperf: communication not timed: %r\n" % (exc,))
     patch_backward(torch)
+    _evalhooks.install(torch)
 
     # --- forward: find the top-level module once, then hook only it --------
     # Module.__call__ is swapped for one call only (not a global module hook:
@@ -366,7 +453,7 @@ def patch_torch(torch):
             _begin_if_closed()
         if _tune is not None:
             _tune.on_model(self)
-        hook_forward(self)  # its hooks already apply to this call
+        hook_forward_fast(self)  # already applies to this call
         return orig_call(self, *args, **kwargs)
 
     Module.__call__ = first_call

@@ -17,6 +17,7 @@
 #include "collect/collector.h"
 #include "collect/nvml.h"
 #include "collect/procfs.h"
+#include "collect/sched.h"
 #include "probe/reader.h"
 #include "core/metrics.h"
 #include "trainperf.h"
@@ -24,7 +25,7 @@
 
 /* The sources, in sampling order: procfs first, so tree_pids is set when
  * nvml looks for the tree's GPU processes. */
-static const src_ops *const coll_sources[] = {&procfs_source, &nvml_source};
+static const src_ops *const coll_sources[] = {&procfs_source, &sched_source, &nvml_source};
 #define COLL_NSOURCES (int)(sizeof(coll_sources) / sizeof(coll_sources[0]))
 
 #define COLL_MAX_SEGS 65536      /* segment files remembered over a run */
@@ -541,7 +542,7 @@ static void init_sources(coll *c)
         c->nsrc++;
         s->ops = ops;
         st->name = ops->name;
-        int off = (ops == &procfs_source && (c->o.flags & TPF_START_NO_PROCFS)) ||
+        int off = ((ops == &procfs_source || ops == &sched_source) && (c->o.flags & TPF_START_NO_PROCFS)) ||
                   (ops == &nvml_source && (c->o.flags & TPF_START_NO_GPU));
         if (off) {
             snprintf(st->status, sizeof(st->status), "disabled");
@@ -658,6 +659,17 @@ int coll_create(coll **out, const coll_opts *o)
     return 0;
 }
 
+/* Faster in the first seconds, so a short run (a tune trial) still has the
+ * resource samples a diagnosis needs (docs/diagnosis.md, "Too little data"). */
+#define COLL_EARLY_NS 3000000000ull
+#define COLL_EARLY_IV_NS 250000000ull
+static uint64_t coll_interval_ns(const coll *c, uint64_t now)
+{
+    uint64_t iv = (uint64_t)(c->o.interval_s * 1e9);
+    if (now < c->o.start_mono_ns + COLL_EARLY_NS && iv > COLL_EARLY_IV_NS) iv = COLL_EARLY_IV_NS;
+    return iv;
+}
+
 static void *coll_main(void *arg)
 {
     coll *c = arg;
@@ -673,7 +685,7 @@ static void *coll_main(void *arg)
         drain_all(c, scan);
         if (now >= c->next_sample_ns) {
             take_sample(c, now);
-            uint64_t iv = (uint64_t)(c->o.interval_s * 1e9);
+            uint64_t iv = coll_interval_ns(c, now);
             c->next_sample_ns += iv;
             /* Late (suspended, overloaded): skip ahead, never burst. */
             if (c->next_sample_ns <= now) c->next_sample_ns = now + iv;
@@ -697,7 +709,7 @@ int coll_start(coll *c)
     c->last_scan_ns = now;
     drain_all(c, 0);
     take_sample(c, now); /* run.json goes out with the first sample */
-    c->next_sample_ns = now + (uint64_t)(c->o.interval_s * 1e9);
+    c->next_sample_ns = now + coll_interval_ns(c, now);
     sigset_t all, old;
     /* The thread takes no signals: the CLI handles them on its main thread. */
     sigfillset(&all);

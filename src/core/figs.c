@@ -42,9 +42,13 @@ static agg_group *group_of(figs *f, int rank, pid_t pid)
 void figs_add(figs *f, const agg_step *s)
 {
     int warm = s->step > 0;
+    /* evaluation and checkpointing are not training: the step-time
+     * distribution leaves them out (docs/diagnosis.md, "Causes") */
+    uint64_t evck = s->phase_ns[TPF_PHASE_EVAL - 1] + s->phase_ns[TPF_PHASE_CHECKPOINT - 1];
+    uint64_t train = s->interval_ns > evck ? s->interval_ns - evck : 0;
     f->count++;
     f->interval_ns += s->interval_ns;
-    if (warm) f->interval_sq_ms += ((double)s->interval_ns / 1e6) * ((double)s->interval_ns / 1e6);
+    if (warm) f->interval_sq_ms += ((double)train / 1e6) * ((double)train / 1e6);
     f->duration_ns += s->duration_ns;
     f->other_ns += s->other_ns;
     f->samples += s->samples;
@@ -53,7 +57,7 @@ void figs_add(figs *f, const agg_step *s)
     if (!f->first_end_ns || s->end_ns < f->first_end_ns) f->first_end_ns = s->end_ns;
     if (s->end_ns > f->last_end_ns) f->last_end_ns = s->end_ns;
     if (warm) {
-        sketch_add(&f->step_ns, (double)s->interval_ns);
+        sketch_add(&f->step_ns, (double)train);
         sketch_add(&f->data_ns, (double)s->phase_ns[0]);
     }
     agg_group *g = group_of(f, s->rank, s->pid);
@@ -76,7 +80,7 @@ void figs_add(figs *f, const agg_step *s)
         g->warm_interval_ns += s->interval_ns;
         g->warm_data_ns += s->phase_ns[TPF_PHASE_DATA - 1];
         g->warm_comm_ns += s->phase_ns[TPF_PHASE_COMM - 1];
-        sketch_add(&g->step_ns, (double)s->interval_ns);
+        sketch_add(&g->step_ns, (double)train);
     }
 }
 

@@ -71,6 +71,11 @@ typedef struct coll_frame {
     /* the watched process tree (procfs) */
     fval tree_procs, tree_threads, tree_cpu_pct, tree_rss_bytes, tree_read_bps, tree_write_bps;
     fval main_cpu_pct;
+    /* who got the CPU (sched source) */
+    fval tree_runq_pct;    /* run-queue wait of the tree's threads, % of one core */
+    fval tree_runnable;    /* threads of the tree runnable (state R) at the sample */
+    fval cpus_usable;      /* CPUs the root may use: affinity, capped by cgroup cpu.max */
+    fval cg_throttled_pct; /* cgroup CPU throttled time over the interval, % */
     const pid_t *tree_pids; /* valid during this sample only */
     int ntree;
     const frame_proc *procs; /* the tree's processes; valid during this sample only */

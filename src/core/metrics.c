@@ -34,6 +34,10 @@ const metric_def metric_table[] = {
     {"sample_rate", "samples/s", "samples per second", METRIC_RATE, 3, F(sample_rate), "throughput"},
     {"token_rate", "tokens/s", "tokens per second", METRIC_RATE, 3, F(token_rate), "throughput"},
     {"data_wait_pct", "%", "data-wait share of step time", METRIC_GAUGE, 2, F(data_wait_pct), "data_wait"},
+    {"tree_runq_pct", "% of one core", "run-queue wait of the tree's threads (schedstat)", METRIC_GAUGE, 2, F(tree_runq_pct), "tree"},
+    {"tree_runnable", "count", "runnable threads of the tree", METRIC_GAUGE, 0, F(tree_runnable), "tree"},
+    {"cpus_usable", "count", "CPUs the run may use (affinity, cgroup quota)", METRIC_GAUGE, 2, F(cpus_usable), NULL},
+    {"cg_throttled_pct", "%", "cgroup CPU throttled time", METRIC_GAUGE, 2, F(cg_throttled_pct), "pressure"},
 };
 const size_t metric_table_len = sizeof(metric_table) / sizeof(metric_table[0]);
 

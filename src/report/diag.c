@@ -155,7 +155,14 @@ static void make_ctx(const diag_run *r, ctx *c)
     double tot = r->mem_total.n ? r->mem_total.max : NAN;
     c->avail_min_pct = r->mem_avail.n && tot > 0 ? 100 * r->mem_avail.min / tot : NAN;
     c->swap_growth = r->swap.n && isfinite(r->swap_first) ? r->swap.max - r->swap_first : NAN;
-    c->workers = r->have_procs ? r->nworkers : (r->tree_procs.n ? (int)r->tree_procs.max - 1 : -1);
+    /* workers at once (the most child processes alive together), not the
+     * distinct PIDs over the run: loaders restarted every epoch are new PIDs */
+    c->workers = r->have_procs ? (r->max_procs > 0 ? (int)r->max_procs - 1 : 0)
+                               : (r->tree_procs.n ? (int)r->tree_procs.max - 1 : -1);
+    if (c->workers < 0 && r->have_procs) c->workers = 0;
+    /* the zero-code hook knows the DataLoader's own count */
+    if (r->cause.have_pyprof && r->cause.loader_iters > 0)
+        c->workers = (int)r->cause.loader_workers * (r->cause.nprocs_py > 1 ? r->cause.nprocs_py : 1);
     c->worker_cpu = dstat_mean(&r->worker_cpu);
 }
 
@@ -187,7 +194,17 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
            "the run was killed (SIGKILL) while memory was low: likely the OOM killer");
         strong = 1;
     }
-    if (fired(r, "host_mem_growth", &t, m, sizeof(m))) {
+    /* growth of the tree only, from after warm-up (the first sample once a
+     * step ended: imports and model state are in place) to the end, and
+     * only when it persists: growing in both halves of the run */
+    double t0 = r->cause.rss_warm_t, v0 = r->cause.rss_warm, t1 = r->cause.rss_last_t,
+           v1 = r->cause.rss_last, vm = NAN, tt, vv, best = INFINITY;
+    for (int k = 0; k < r->s_tree_rss.n && isfinite(v0); k++)
+        if (dseries_value(&r->s_tree_rss, k, &tt, &vv) && fabs(tt - (t0 + t1) / 2) < best)
+            best = fabs(tt - (t0 + t1) / 2), vm = vv;
+    int grew = isfinite(v0) && isfinite(v1) && isfinite(vm) && t1 > t0 && v1 > v0 * 1.2 &&
+               v1 - v0 > 64.0 * 1048576.0 && vm > v0 + 0.2 * (v1 - v0) && v1 > vm + 0.2 * (v1 - v0);
+    if (fired(r, "host_mem_growth", &t, m, sizeof(m)) && grew) {
         ev(d, "alert_host_mem_growth", t, "at %.0f s: %s", t, m);
         weak = 1;
     }
@@ -195,23 +212,18 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
         ev(d, "alert_gpu_mem_growth", t, "at %.0f s: %s", t, m);
         weak = 1;
     }
+    if (grew) weak = 1;
     if (!strong && !weak) return 0;
     fmt(d->id, sizeof(d->id), "memory-capacity");
     fmt(d->title, sizeof(d->title), "Memory capacity");
-    d->score = strong ? 0.9 : 0.5;
-    /* growth of the tree between the first and last chart buckets */
-    double t0 = 0, v0 = NAN, t1 = 0, v1 = NAN, tt, vv;
-    for (int k = 0; k < r->s_tree_rss.n; k++)
-        if (dseries_value(&r->s_tree_rss, k, &tt, &vv)) {
-            if (isnan(v0)) t0 = tt, v0 = vv;
-            t1 = tt, v1 = vv;
-        }
-    int grew = isfinite(v0) && isfinite(v1) && v1 > v0 * 1.2 && t1 > t0;
+    /* a leak that persists outgrows any memory: ahead of a bare alert */
+    d->score = strong ? 0.9 : grew ? 0.6 : 0.5;
     if (grew) {
         human_bytes(a, sizeof(a), v0);
         human_bytes(b, sizeof(b), v1);
-        fmt(d->summary, sizeof(d->summary), "memory ran short: the process tree grew from %s to %s",
-            a, b);
+        fmt(d->summary, sizeof(d->summary),
+            "the process tree grew from %s after warm-up to %s and kept growing%s", a, b,
+            strong ? "; memory ran short" : "");
         ev(d, "tree_rss_growth_bps", (v1 - v0) / (t1 - t0), "process-tree RSS grew from %s to %s",
            a, b);
         if (r->python)
@@ -299,7 +311,9 @@ static void add_io_evidence(const diag_run *r, const ctx *c, dfinding *d)
  * run's own terms. */
 static const char *loaders(const diag_run *r, int n, int more, char *o, size_t on)
 {
-    if (r->python)
+    if (r->python && strcmp(r->cause.framework, "hf") == 0)
+        fmt(o, on, "TrainingArguments(dataloader_num_workers=%d)%s", n, more ? " or more" : "");
+    else if (r->python)
         fmt(o, on, "DataLoader(num_workers=%d)%s", n, more ? " or more" : "");
     else if (r->trainer && r->trainer_workers > 0) {
         /* it already loads on threads: more of them */
@@ -349,8 +363,10 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
             c->workers * 2 <= c->workers + free_cores ? c->workers * 2 : c->workers + free_cores;
         if (r->python)
             rec(d,
-                "Raise DataLoader num_workers from %d to %d: the workers averaged %.0f%% CPU "
+                "Raise %s from %d to %d: the workers averaged %.0f%% CPU "
                 "each and %.1f of %.0f cores were idle.",
+                strcmp(r->cause.framework, "hf") == 0 ? "TrainingArguments(dataloader_num_workers)"
+                                                      : "DataLoader num_workers",
                 c->workers, to, isfinite(c->worker_cpu) ? c->worker_cpu : 0.0, idle, c->cpus);
         else
             rec(d,
@@ -382,10 +398,13 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
                         "with cudaMemcpyAsync on a separate stream, so copies overlap compute.");
     if (!loaders_on) return;
     if (r->python) {
-        rec(d, "persistent_workers=True keeps the workers alive between epochs instead of "
-               "starting them again (and refilling their prefetch queues) every epoch.");
-        rec(d, "prefetch_factor=4 (default 2) gives each worker more batches in flight to absorb "
-               "slow samples.");
+        int hf = strcmp(r->cause.framework, "hf") == 0;
+        rec(d, "%s keeps the workers alive between epochs instead of "
+               "starting them again (and refilling their prefetch queues) every epoch.",
+            hf ? "TrainingArguments(dataloader_persistent_workers=True)" : "persistent_workers=True");
+        rec(d, "%s (default 2) gives each worker more batches in flight to absorb "
+               "slow samples.",
+            hf ? "TrainingArguments(dataloader_prefetch_factor=4)" : "prefetch_factor=4");
     } else {
         rec(d, "Keep the loaders running across epochs, and let the queue hold 2-4 batches per "
                "loader to absorb slow samples.");
@@ -406,9 +425,17 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
            c->f.data_p50, c->f.step_p50);
     if (isfinite(c->main_cpu))
         ev(d, "main_cpu_pct", c->main_cpu, "main process CPU %.0f%% of one core", c->main_cpu);
-    if (c->workers >= 0)
-        ev(d, "worker_processes", c->workers, "%d %s process%s in the tree", c->workers,
-           r->python ? "worker" : "child", c->workers == 1 ? "" : "es");
+    if (c->workers >= 0 && r->cause.have_pyprof && r->cause.loader_iters > 0)
+        ev(d, "worker_processes", c->workers,
+           "%d DataLoader worker%s at once%s", c->workers, c->workers == 1 ? "" : "s",
+           r->nworkers > c->workers && !r->cause.loader_persistent
+               ? " (started again with every new iterator: persistent_workers is off)"
+               : "");
+    else if (c->workers >= 0)
+        ev(d, "worker_processes", c->workers, "%d %s process%s in the tree%s", c->workers,
+           r->python ? "worker" : "child", c->workers == 1 ? "" : "es",
+           r->nworkers > c->workers ? " at once (more were started and ended over the run)"
+                                    : "");
     if (isfinite(c->idle_cores))
         ev(d, "idle_cores", c->idle_cores, "%.1f of %.0f cores idle on average", c->idle_cores,
            c->cpus);
@@ -658,13 +685,28 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
     if (isfinite(c->f.step_cv)) ev(d, "step_time_cv", c->f.step_cv, "coefficient of variation %.2f", c->f.step_cv);
     if (isfinite(tail)) ev(d, "p99_over_p50", tail, "p99/p50 = %.1f", tail);
     if (regress) ev(d, "step_regression_t", tr, "at %.0f s: %s", tr, mr);
+    /* name the measured cause of the slowest steps; one-off causes
+     * (compiling, epoch boundaries) are not instability of the training */
+    double oneoff = dc_explain_variability(r, d, c->f.step_p50);
+    if (oneoff >= 0.5 && !regress) {
+        fmt(d->id, sizeof(d->id), "step-spikes");
+        fmt(d->title, sizeof(d->title), "A few slow steps");
+        fmt(d->summary, sizeof(d->summary),
+            "the slowest steps (p99 %.1f ms, median %.1f ms) are one-off events: compiling or "
+            "epoch boundaries",
+            c->f.step_p99, c->f.step_p50);
+        d->score = 0.05;
+    }
     rec(d, "Look at the slow steps on the timeline (trace.json in Perfetto): periodic evaluation, "
            "checkpoints, logging or garbage collection show up as regular spikes.");
-    if (r->python)
-        rec(d, "Python's GC pauses: gc.freeze() after start-up, or gc.collect() at a fixed step "
-               "interval, makes them predictable.");
-    rec(d, "Variable-size inputs (sequence lengths) vary the step time: bucket or pad to fixed "
-           "sizes.");
+    if (!r->cause.have_pyprof) {
+        /* nothing measured the causes (not a zero-code Python run) */
+        if (r->python)
+            rec(d, "Python's GC pauses (not measured in this run): gc.freeze() after start-up "
+                   "makes them rarer.");
+        rec(d, "Variable-size inputs (sequence lengths) vary the step time: bucket or pad to "
+               "fixed sizes.");
+    }
     return 1;
 }
 
@@ -701,10 +743,50 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
         }
         return;
     }
+    /* no verdict without positive evidence: compute-bound needs the step
+     * to be mostly model compute (forward, backward, optimizer) */
+    double compute = 0;
+    int known = 0;
+    for (int p = PH_FORWARD; p <= PH_OPTIMIZER; p++)
+        if (isfinite(c->share[p])) compute += c->share[p], known = 1;
+    /* of training time: evaluation and checkpoints are not training */
+    double notrain = (isfinite(c->share[PH_EVAL]) ? c->share[PH_EVAL] : 0) +
+                     (isfinite(c->share[PH_CHECKPOINT]) ? c->share[PH_CHECKPOINT] : 0);
+    if (known && notrain < 0.99) compute /= 1 - notrain;
+    if (!known || compute < 0.5) {
+        fmt(d->id, sizeof(d->id), "undetermined");
+        fmt(d->title, sizeof(d->title), "No bottleneck identified");
+        if (known)
+            fmt(d->summary, sizeof(d->summary),
+                "model compute is only %.0f%% of step time and no measured cause explains the "
+                "rest",
+                100 * compute);
+        else
+            fmt(d->summary, sizeof(d->summary),
+                "the steps carry no phases and no measured cause limits them");
+        if (known)
+            ev(d, "compute_share", compute, "forward + backward + optimizer %.0f%% of step time",
+               100 * compute);
+        if (isfinite(c->share[PH_OTHER]))
+            ev(d, "other_share", c->share[PH_OTHER], "%.0f%% of step time outside known phases",
+               100 * c->share[PH_OTHER]);
+        if (isfinite(c->tree_cpu))
+            ev(d, "tree_cpu_pct", c->tree_cpu, "the process tree used %.1f of %.0f cores",
+               c->tree_cpu / 100, isfinite(c->cpus) ? c->cpus : 0.0);
+        rec(d, "%s",
+            r->python ? "Label the rest of the step: trainperf.phase(\"name\") around the code "
+                        "between optimizer steps, or run under `trainperf run` (zero-code mode "
+                        "samples the training thread's stacks)."
+                      : "Label the rest of the step with tpf_range_push/pop so the report can "
+                        "attribute it.");
+        return;
+    }
     fmt(d->title, sizeof(d->title), "Compute-bound on the CPU");
     fmt(d->summary, sizeof(d->summary),
-        "steps spend their time computing on the CPU; "
-        "no input or memory limit found");
+        "model compute is %.0f%% of step time; no input, host-code or memory limit found",
+        100 * compute);
+    ev(d, "compute_share", compute, "forward + backward + optimizer %.0f%% of step time",
+       100 * compute);
     if (isfinite(c->tree_cpu))
         ev(d, "tree_cpu_pct", c->tree_cpu,
            "the process tree used %.0f%% CPU (%.1f cores) of %.0f cores", c->tree_cpu,
@@ -727,6 +809,13 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
                "vectorised kernels cut the compute per step.");
 }
 
+/* the cause rules that need no resource samples (dc_cand_hostcode, _gc,
+ * _compile: indices in diag_compute's causes[]) */
+static int dc_step_level_rule(size_t i)
+{
+    return i == 0 || i == 3 || i == 4;
+}
+
 static void copy_finding(dfinding *dst, const dfinding *src)
 {
     memcpy(dst, src, sizeof(*dst));
@@ -739,7 +828,7 @@ void diag_compute(diag_run *r)
     ctx c;
     make_ctx(r, &c);
 
-    dfinding cand[10];
+    dfinding cand[16];
     int nc = 0;
     int (*rules[])(const diag_run *, const ctx *, dfinding *) = {
         cand_memory, cand_throttle,  cand_input, cand_storage_ckpt,
@@ -748,6 +837,32 @@ void diag_compute(diag_run *r)
     for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
         memset(&cand[nc], 0, sizeof(cand[nc]));
         if (rules[i](r, &c, &cand[nc])) nc++;
+    }
+    /* causes measured by the zero-code hook and the sched source */
+    int (*causes[])(const diag_run *, dfinding *) = {
+        dc_cand_hostcode, dc_cand_contention, dc_cand_oversub, dc_cand_gc, dc_cand_compile,
+    };
+    for (size_t i = 0; i < sizeof(causes) / sizeof(causes[0]); i++) {
+        memset(&cand[nc], 0, sizeof(cand[nc]));
+        if ((c.samples_ok || dc_step_level_rule(i)) && causes[i](r, &cand[nc])) nc++;
+    }
+    /* contention explains irregular steps: the unstable finding (unless a
+     * hang or regression) folds into it */
+    int ic = -1, iu = -1;
+    for (int i = 0; i < nc; i++) {
+        if (strcmp(cand[i].id, "cpu-contention") == 0) ic = i;
+        if (strcmp(cand[i].id, "unstable") == 0 && strstr(cand[i].title, "stopped") == NULL)
+            iu = i;
+    }
+    if (ic >= 0 && iu >= 0) {
+        if (isfinite(c.f.step_cv))
+            ev(&cand[ic], "step_time_cv", c.f.step_cv,
+               "step time varies (coefficient of variation %.2f): waiting for a CPU makes steps "
+               "irregular",
+               c.f.step_cv);
+        for (int i = iu; i + 1 < nc; i++)
+            copy_finding(&cand[i], &cand[i + 1]);
+        nc--;
     }
     /* rank by score; stable for equal scores (rule order = priority) */
     for (int i = 1; i < nc; i++)
@@ -758,7 +873,22 @@ void diag_compute(diag_run *r)
             copy_finding(&cand[j - 1], &t);
         }
 
-    if (!c.steps_ok || !c.samples_ok) {
+    /* a short run: step evidence alone carries the step-level findings;
+     * resource-based ones need samples (docs/diagnosis.md) */
+    int nstep = 0;
+    for (int i = 0; i < nc; i++)
+        if (dc_step_level(cand[i].id)) nstep++;
+    if (c.steps_ok && !c.samples_ok && nstep > 0) {
+        int k = 0;
+        for (int i = 0; i < nc; i++)
+            if (dc_step_level(cand[i].id)) copy_finding(&cand[k++], &cand[i]);
+        nc = k;
+        copy_finding(&g->primary, &cand[0]);
+        for (int i = 1; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++)
+            copy_finding(&g->sec[g->nsec++], &cand[i]);
+        note(g, "A short run: %.0f resource sample%s, so only findings from the steps are made.",
+             r->msamples, r->msamples == 1 ? "" : "s");
+    } else if (!c.steps_ok || !c.samples_ok) {
         g->insufficient = 1;
         if (r->steps == 0)
             fmt(g->insufficient_why, sizeof(g->insufficient_why),
@@ -780,10 +910,25 @@ void diag_compute(diag_run *r)
             if (strcmp(cand[i].id, "memory-capacity") == 0 ||
                 strcmp(cand[i].id, "throttling") == 0 || strcmp(cand[i].id, "unstable") == 0)
                 copy_finding(&g->sec[g->nsec++], &cand[i]);
+    } else if (nc > 0 && cand[0].score < 0.1) {
+        /* only minor findings: the healthy verdict leads, they follow */
+        healthy(r, &c, &g->primary);
+        for (int i = 0; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++)
+            copy_finding(&g->sec[g->nsec++], &cand[i]);
     } else if (nc > 0) {
         copy_finding(&g->primary, &cand[0]);
         for (int i = 1; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++)
             copy_finding(&g->sec[g->nsec++], &cand[i]);
+        /* contention is about the machine: say what the run itself is
+         * limited by once it gets its cores */
+        int only_env = 1;
+        for (int i = 0; i < nc; i++)
+            if (strcmp(cand[i].id, "cpu-contention") != 0 && cand[i].score >= 0.1) only_env = 0;
+        if (only_env && strcmp(cand[0].id, "cpu-contention") == 0 && g->nsec < DIAG_MAX_FINDINGS) {
+            dfinding *h = &g->sec[g->nsec++];
+            memset(h, 0, sizeof(*h));
+            healthy(r, &c, h);
+        }
     } else {
         healthy(r, &c, &g->primary);
     }

@@ -15,6 +15,7 @@
 #include "util/human.h"
 #include "util/jsonr.h"
 #include "util/jsonw.h"
+#include "report/diag_cause.h"
 
 #define DIAG_SERIES_CAP 240 /* points per chart series */
 #define DIAG_HIST_BINS 1200 /* log-spaced, 2% apart: 1 us .. ~3e4 s */
@@ -194,6 +195,7 @@ typedef struct diag_run {
     char io_error[200];
     int recovered;
 
+    dcause cause; /* pyprof/ and the sched columns (diag_cause.h) */
     /* ranks, comm/ and many nodes (report_ranks.c) */
     int nranks;
     drank ranks[DIAG_MAX_RANKS];

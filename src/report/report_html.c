@@ -747,6 +747,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
     rr_html(r, b);
     report_quantiles(b, REPORT_HTML, &f);
 
+    report_html_profile(b, r);
     buf_puts(b, "<h2>GPUs</h2>\n");
     if (!r->ngpu) {
         buf_puts(b, "<p class=\"muted\">No GPU metrics: ");

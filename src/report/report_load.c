@@ -396,6 +396,12 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         /* the data-wait chart leaves out warm-up steps as the figures do */
         double data = 0;
         if (stepno != 0 && csvr_num(&c, c_ph[PH_DATA], &data)) dhist_add(&r->h_data, data / 1e6);
+        /* evaluation and checkpointing are not training (figs_add leaves
+         * them out of step time); the slowest steps feed cause matching */
+        double evn = 0, ckn = 0;
+        if (!csvr_num(&c, c_ph[PH_EVAL], &evn) || evn < 0) evn = 0;
+        if (!csvr_num(&c, c_ph[PH_CHECKPOINT], &ckn) || ckn < 0) ckn = 0;
+        if (stepno != 0) dc_step(r, begin, end, iv - evn - ckn > 0 ? iv - evn - ckn : 0, evn, ckn);
         /* the rank view's own extras (report_ranks.c): node, heatmap series */
         int k = rank_slot(r, (int)rank, (int)pid, (int)tid);
         if (k >= 0) dseries_add(&r->ranks[k].s_step, end, iv / 1e6);
@@ -524,6 +530,12 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         dseries_init(&r->gpus[i].s_mem, width);
     }
     int c_sr = csvr_col(&c, "sample_rate");
+    static const char *const ccols[] = {"tree_runq_pct", "tree_runnable", "cpus_usable",
+                                        "cg_throttled_pct", "tree_rss_bytes"};
+    int cidx[5];
+    for (int i = 0; i < 5; i++)
+        cidx[i] = csvr_col(&c, ccols[i]);
+    r->cause.rss_warm = NAN;
     r->swap_first = NAN;
     while ((rc = csvr_next(&c)) == 1) {
         double t, v;
@@ -548,6 +560,14 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         if (ok[M_MEM_USED] && ok[M_MEM_TOTAL] && val[M_MEM_TOTAL] > 0)
             dseries_add(&r->s_mem_used_pct, t, 100 * val[M_MEM_USED] / val[M_MEM_TOTAL]);
         if (csvr_num(&c, c_sr, &v)) dseries_add(&r->s_metric_sample_rate, t, v);
+        {
+            double cv[5];
+            int cok[5];
+            for (int i = 0; i < 5; i++)
+                cok[i] = csvr_num(&c, cidx[i], &cv[i]);
+            if (ok[16] && val[16] == 0) cok[4] = 0;
+            dc_metric(r, t, cv, cok);
+        }
         for (int g = 0; g < ng; g++) {
             if (gslot[g] < 0) continue;
             dgpu *d = &r->gpus[gslot[g]];
@@ -780,6 +800,7 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     }
     if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s))
         r->duration_s = r->last_end_s;
+    dc_load_pyprof(r);
     rr_load_comm(r, r->dir);
     unctrl_run(r);
     *out = r;

@@ -1,0 +1,285 @@
+"""Zero-code labels the diagnosis needs beyond steps and data wait.
+
+Installed by the auto hook (_autohook.patch_torch); everything here stays off
+the per-step path except two attribute reads in the forward pre-hook:
+
+- evaluation: a top-level forward with grad disabled or the module in eval
+  mode (plain `model.eval()` / `torch.no_grad()` loops, Lightning validation,
+  HF evaluate) opens the "eval" phase; `model.eval()` opens it too, and the
+  next training forward, optimizer step or `model.train()` closes it, so the
+  whole evaluation (its loader included) is eval time, not training time;
+- GC pauses: gc.callbacks times every collection (count, total, largest);
+- torch.compile: each frame compile timed, recompiles counted with the guard
+  failure that caused them (wrapped only once torch.compile is called);
+- DataLoader iterators: each new iterator (an epoch) and the time to its
+  first batch (worker start-up), with its worker count.
+
+What is measured goes to pyprof/events-<pid>.json in the run directory,
+written by the stack sampler's thread every few seconds and at exit
+(docs/run-format.md). Nothing here raises into the training script.
+"""
+import gc
+import json
+import os
+import sys
+import threading
+import time
+
+EVAL = 6  # TPF_PHASE_EVAL
+
+_pid = os.getpid()
+_lock = threading.Lock()
+_MAX_EVENTS = 2000  # every list here is capped
+
+
+class _Ev:
+    active = False          # the eval phase is open on the training thread
+    entries = 0
+    time_s = 0.0
+    t_enter = 0.0
+    in_fwd = 0              # forward depth on the training thread
+    training_started = False
+    thread = None           # ident of the thread running steps
+
+
+ev = _Ev()
+gc_stats = {"collections": [0, 0, 0], "pause_s": 0.0, "max_s": 0.0, "pauses": []}
+compile_stats = {"frames": 0, "compile_s": 0.0, "recompiles": 0, "events": []}
+loader_stats = {"iterators": 0, "workers": 0, "persistent": False, "epochs": []}
+_push = _pop = None
+
+
+def _now():
+    return time.monotonic()
+
+
+def eval_enter():
+    """Open the eval phase (only at the top level of the training thread)."""
+    if ev.active or ev.in_fwd or _push is None:
+        return
+    if ev.thread is not None and threading.get_ident() != ev.thread:
+        return
+    from trainperf import _autohook
+    if _autohook._st.in_data:
+        return
+    ev.active = True
+    ev.entries += 1
+    ev.t_enter = _now()
+    _push(EVAL)
+
+
+def eval_leave():
+    if not ev.active or ev.in_fwd:
+        return
+    if ev.thread is not None and threading.get_ident() != ev.thread:
+        return
+    from trainperf import _autohook
+    if _autohook._st.in_data:
+        return
+    ev.active = False
+    ev.time_s += _now() - ev.t_enter
+    _pop()
+
+
+# --- model.eval() / model.train() ------------------------------------------
+
+def _patch_train(torch):
+    Module = torch.nn.Module
+    orig_train = Module.train
+    depth = [0]
+
+    def train(self, mode=True):
+        depth[0] += 1
+        try:
+            return orig_train(self, mode)
+        finally:
+            depth[0] -= 1
+            # the outermost call only (train() recurses into children); a
+            # submodule frozen in eval mode at set-up is not an evaluation
+            if depth[0] == 0 and ev.training_started:
+                try:
+                    if mode:
+                        eval_leave()
+                    elif len(self._modules) or getattr(self, "_trainperf_forward_hooked", False):
+                        eval_enter()
+                except Exception:
+                    pass
+
+    train.__wrapped__ = orig_train
+    train.__doc__ = orig_train.__doc__
+    Module.train = train
+
+
+# --- GC --------------------------------------------------------------------
+
+_gc_t0 = [0.0]
+
+
+def _gc_cb(phase, info):
+    # collections during imports and set-up are not the training's
+    if not ev.training_started:
+        return
+    if phase == "start":
+        _gc_t0[0] = time.perf_counter()
+        return
+    dt = time.perf_counter() - _gc_t0[0]
+    g = info.get("generation", 0)
+    if 0 <= g <= 2:
+        gc_stats["collections"][g] += 1
+    gc_stats["pause_s"] += dt
+    if dt > gc_stats["max_s"]:
+        gc_stats["max_s"] = dt
+    # only pauses long enough to show in a step time are kept with their time
+    if dt >= 0.002 and len(gc_stats["pauses"]) < _MAX_EVENTS:
+        gc_stats["pauses"].append([round(_now(), 6), round(dt, 6), g])
+
+
+# --- torch.compile ----------------------------------------------------------
+
+_compile_hooked = [False]
+_last_reason = [None]
+
+
+def _hook_compile():
+    if _compile_hooked[0]:
+        return
+    _compile_hooked[0] = True
+    try:
+        from torch._dynamo import convert_frame as cf
+    except Exception:
+        return
+    orig_reasons = getattr(cf, "get_and_maybe_log_recompilation_reasons", None)
+    orig_compile = getattr(cf, "_compile", None)
+    if orig_reasons is not None:
+        def reasons_hook(*a, **k):
+            r = orig_reasons(*a, **k)
+            try:
+                _last_reason[0] = str(r[0]) if r else "unknown guard failure"
+            except Exception:
+                pass
+            return r
+        cf.get_and_maybe_log_recompilation_reasons = reasons_hook
+    if orig_compile is not None:
+        def compile_hook(*a, **k):
+            _last_reason[0] = None
+            t0 = _now()
+            try:
+                return orig_compile(*a, **k)
+            finally:
+                dt = _now() - t0
+                reason = _last_reason[0]
+                name = "?"
+                try:
+                    code = a[0] if a else k.get("code")
+                    name = "%s (%s:%d)" % (code.co_name, os.path.basename(code.co_filename),
+                                           code.co_firstlineno)
+                except Exception:
+                    pass
+                compile_stats["frames"] += 1
+                compile_stats["compile_s"] += dt
+                if reason is not None:
+                    compile_stats["recompiles"] += 1
+                if (dt >= 0.001 or reason) and len(compile_stats["events"]) < _MAX_EVENTS:
+                    compile_stats["events"].append(
+                        {"t": round(t0, 6), "dur_s": round(dt, 6), "frame": name,
+                         "reason": (reason or "")[:300]})
+        cf._compile = compile_hook
+
+
+def _patch_compile(torch):
+    orig = getattr(torch, "compile", None)
+    if orig is None:
+        return
+
+    def compile_(*a, **k):
+        try:
+            _hook_compile()
+        except Exception:
+            pass
+        return orig(*a, **k)
+
+    compile_.__wrapped__ = orig
+    compile_.__doc__ = orig.__doc__
+    torch.compile = compile_
+
+
+# --- DataLoader iterators: epochs and worker start-up -----------------------
+
+def _patch_loader(torch):
+    from torch.utils.data import dataloader as dl
+    orig_iter = dl.DataLoader.__iter__
+
+    def iter_(self):
+        t0 = _now()
+        it = orig_iter(self)
+        try:
+            nw = int(getattr(self, "num_workers", 0) or 0)
+            loader_stats["iterators"] += 1
+            loader_stats["workers"] = max(loader_stats["workers"], nw)
+            if getattr(self, "persistent_workers", False):
+                loader_stats["persistent"] = True
+            if len(loader_stats["epochs"]) < _MAX_EVENTS:
+                loader_stats["epochs"].append({"t": round(t0, 6), "workers": nw,
+                                               "start_s": round(_now() - t0, 6),
+                                               "eval": bool(ev.active)})
+        except Exception:
+            pass
+        return it
+
+    iter_.__wrapped__ = orig_iter
+    dl.DataLoader.__iter__ = iter_
+
+
+def install(torch):
+    """Called once by the auto hook after torch loaded."""
+    global _push, _pop
+    import trainperf
+    _push, _pop = trainperf._core.range_push, trainperf._core.range_pop
+    for f in (_patch_train, _patch_compile, _patch_loader):
+        try:
+            f(torch)
+        except Exception as exc:
+            sys.stderr.write("trainperf: %s not hooked: %r\n" % (f.__name__, exc))
+    gc.callbacks.append(_gc_cb)
+
+
+def snapshot():
+    """The figures as one JSON-ready dict (called from the sampler thread)."""
+    d = {"pid": _pid, "rank": os.environ.get("RANK"),
+         "clock": "CLOCK_MONOTONIC seconds (time.monotonic)",
+         "eval": {"entries": ev.entries,
+                  "time_s": round(ev.time_s + ((_now() - ev.t_enter) if ev.active else 0), 6)},
+         "gc": {"collections": list(gc_stats["collections"]),
+                "pause_s": round(gc_stats["pause_s"], 6), "max_s": round(gc_stats["max_s"], 6),
+                "pauses": list(gc_stats["pauses"])},
+         "compile": {"frames": compile_stats["frames"],
+                     "compile_s": round(compile_stats["compile_s"], 6),
+                     "recompiles": compile_stats["recompiles"],
+                     "events": list(compile_stats["events"])},
+         "loader": {"iterators": loader_stats["iterators"], "workers": loader_stats["workers"],
+                    "persistent": loader_stats["persistent"],
+                    "epochs": list(loader_stats["epochs"])}}
+    try:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            d["torch_threads"] = torch.get_num_threads()
+            d["torch_interop_threads"] = torch.get_num_interop_threads()
+    except Exception:
+        pass
+    d["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    try:
+        d["cpus_allowed"] = len(os.sched_getaffinity(0))
+    except Exception:
+        pass
+    hf = sys.modules.get("transformers")
+    pl = sys.modules.get("lightning") or sys.modules.get("pytorch_lightning")
+    d["framework"] = "hf" if hf is not None and "transformers.trainer" in sys.modules else (
+        "lightning" if pl is not None else "")
+    return d
+
+
+def write_json(path, obj):
+    tmp = "%s.tmp%d" % (path, _pid)
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)

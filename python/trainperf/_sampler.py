@@ -1,0 +1,292 @@
+"""Low-rate sampler of the training thread's Python stack (in-process).
+
+Why in-process: reading another process's stacks (py-spy) needs ptrace
+rights and a native reader per Python version; sys._current_frames() from a
+daemon thread works everywhere Python does. Each sample walks one thread's
+frames (tens of µs with the GIL held); at the default 47 Hz (a prime rate,
+so it does not lock onto a periodic step) that is a fraction of a percent of
+the training thread, measured in bench/bench_python.py.
+
+Each sample is classified by the frames on the stack: inside torch's
+DataLoader (data), a module call (forward, or eval while the eval phase is
+open), autograd (backward), an optimizer (optimizer), torch.distributed
+(comm), torch.compile (compile), saving (checkpoint); anything else is
+"other": the user's own code outside known phases. For that the profile
+names the innermost frame of the user's code (not the stdlib or a package)
+and what kind of work it is.
+
+Output in the run directory (docs/run-format.md):
+  pyprof/stacks-<pid>.folded  flame-graph-ready folded stacks, the phase as
+                              the root frame: "[other];main (train.py:30);..."
+  pyprof/events-<pid>.json    the profile's summary plus _evalhooks' figures
+Both are rewritten every few seconds and at exit, atomically.
+"""
+import atexit
+import linecache
+import os
+import re
+import sys
+import sysconfig
+import threading
+import time
+
+from trainperf import _evalhooks
+
+MAX_STACKS = 5000      # distinct stacks kept; the rest are counted as truncated
+MAX_DEPTH = 48
+FLUSH_EVERY_S = 3.0
+
+_pid = os.getpid()
+_started = False
+_stop = threading.Event()
+_thread = [None]
+_stacks = {}            # tuple of (code, line) outer->inner, phase -> count
+_by_phase = {}
+_truncated = [0]
+_nsamples = [0]
+_cost_s = [0.0]
+_hz = [47.0]
+_cls_cache = {}
+
+_LIB_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in (
+    sysconfig.get_paths().get("stdlib", ""), sysconfig.get_paths().get("purelib", ""),
+    sysconfig.get_paths().get("platlib", "")) if p}))
+_HERE = os.path.dirname(os.path.realpath(__file__)) + os.sep
+
+
+def _classify(code):
+    """(phase or None, is_user_code) of one code object, cached."""
+    if code is None:
+        return (None, False)
+    r = _cls_cache.get(code)
+    if r is not None:
+        return r
+    fn = code.co_filename.replace("\\", "/")
+    name = code.co_name
+    ph = None
+    if "/torch/utils/data/" in fn:
+        ph = "data"
+    elif fn.endswith("/torch/nn/modules/module.py") and name in ("_call_impl", "_wrapped_call_impl"):
+        ph = "forward"
+    elif "/torch/autograd/" in fn or fn.endswith("/torch/_tensor.py") and name == "backward":
+        ph = "backward"
+    elif "/torch/optim/" in fn:
+        ph = "optimizer"
+    elif "/torch/distributed/" in fn and "checkpoint" not in fn:
+        ph = "comm"
+    elif "/torch/_dynamo/" in fn or "/torch/_inductor/" in fn:
+        ph = "compile"
+    elif fn.endswith("/torch/serialization.py") and name in ("save", "_save") or \
+            "/torch/distributed/checkpoint/" in fn:
+        ph = "checkpoint"
+    elif "/torch/" in fn and "/torch/utils/" not in fn:
+        # tensor ops called outside the model (the loss, metrics): compute
+        ph = "compute"
+    real = fn
+    user = not (fn.startswith("<") or real.startswith(_LIB_DIRS) or real.startswith(_HERE)
+                or "/site-packages/" in fn or "/dist-packages/" in fn)
+    r = (ph, user)
+    if len(_cls_cache) < 20000:
+        _cls_cache[code] = r
+    return r
+
+
+# phases that win over ones further out on the stack (compile inside forward)
+_INNER_WINS = {"compile", "checkpoint", "comm"}
+
+
+def _sample_once(frames, tid):
+    f = frames.get(tid)
+    if f is None:
+        return
+    stack = []
+    outer = special = None
+    depth = 0
+    while f is not None and depth < 512:
+        code = f.f_code
+        stack.append((code, f.f_lineno or 0))  # None while a frame is being set up
+        ph = _classify(code)[0]
+        if ph is not None:
+            # the outermost known frame names the phase, unless an inner one
+            # is compile/checkpoint/comm (they run inside forward or a step)
+            outer = ph
+            if special is None and ph in _INNER_WINS:
+                special = ph
+        f = f.f_back
+        depth += 1
+    if len(stack) > MAX_DEPTH:
+        # keep the outer frames (the user's code) and the innermost few
+        stack = stack[:12] + [(None, 0)] + stack[-(MAX_DEPTH - 12):]
+    phase = special or outer
+    if _evalhooks.ev.active and phase in (None, "forward", "data"):
+        phase = "eval"
+    if phase is None:
+        phase = "other" if _evalhooks.ev.training_started else "startup"
+    _nsamples[0] += 1
+    _by_phase[phase] = _by_phase.get(phase, 0) + 1
+    stack.reverse()
+    key = (phase, tuple(stack))
+    n = _stacks.get(key)
+    if n is not None:
+        _stacks[key] = n + 1
+    elif len(_stacks) < MAX_STACKS:
+        _stacks[key] = 1
+    else:
+        _truncated[0] += 1
+
+
+def _frame_label(code, line):
+    if code is None:
+        return "..."
+    return "%s (%s:%d)" % (code.co_name, os.path.basename(code.co_filename), line or 0)
+
+
+_SYNC = re.compile(r"\.item\(\)|\.cpu\(\)|\.tolist\(\)|\.numpy\(\)|synchronize\(|\.to\(['\"]cpu")
+_IO = re.compile(r"\bopen\(|\.read\w*\(|\.write\w*\(|np\.load|numpy\.load|torch\.load|"
+                 r"pickle\.|json\.load|Image\.open|\.readline|requests\.|urlopen")
+_WAIT = re.compile(r"sleep\(|\.wait\(|\.join\(|\.acquire\(|\.get\(")
+_INPUT = re.compile(r"batch|data|load|sample|token|collat|augment|transform|prepar|preprocess|"
+                    r"read|fetch|shard", re.I)
+_IO_FILES = ("/pickle.py", "/json/", "/io.py", "/_pyio.py", "/numpy/lib/_npyio", "/npyio.py",
+             "/PIL/", "/h5py/", "/csv.py", "/gzip.py", "/zipfile", "/tarfile.py",
+             "/torch/serialization.py", "/safetensors/")
+
+
+def _kind(stack, ui):
+    """What kind of host work a stack of 'other' time is."""
+    files = [c.co_filename.replace("\\", "/") if c is not None else "" for c, _ in stack]
+    leaf_code, leaf_line = stack[ui]
+    src = linecache.getline(leaf_code.co_filename, leaf_line) if ui == len(stack) - 1 else ""
+    inner = files[ui + 1:]
+    if any(any(k in fn for k in _IO_FILES) for fn in inner) or (src and _IO.search(src)):
+        return "io"
+    if src and _SYNC.search(src):
+        return "sync"
+    if src and _WAIT.search(src) or any(fn.endswith("/threading.py") or
+                                        fn.endswith("/queue.py") for fn in inner):
+        return "wait"
+    user_names = [c.co_name for c, _ in stack[:ui + 1] if c is not None and _classify(c)[1]]
+    if any(_INPUT.search(n) for n in user_names[-3:]) or \
+            any("/numpy/" in fn or "/tokenizers/" in fn or "/PIL/" in fn for fn in inner):
+        return "input"
+    return "python"
+
+
+def _summary():
+    """Top functions of the 'other' samples, by innermost user frame."""
+    funcs = {}
+    for (phase, stack), n in list(_stacks.items()):
+        if phase != "other" or not stack:
+            continue
+        ui = None
+        for i in range(len(stack) - 1, -1, -1):
+            if _classify(stack[i][0])[1]:
+                ui = i
+                break
+        if ui is None:
+            ui = len(stack) - 1
+        code, line = stack[ui]
+        k = _kind(stack, ui)
+        e = funcs.get(code)
+        if e is None:
+            e = funcs[code] = {"func": code.co_name, "file": code.co_filename,
+                               "def_line": code.co_firstlineno, "samples": 0, "lines": {},
+                               "kinds": {}}
+        e["samples"] += n
+        e["lines"][line] = e["lines"].get(line, 0) + n
+        e["kinds"][k] = e["kinds"].get(k, 0) + n
+    top = sorted(funcs.values(), key=lambda e: -e["samples"])[:10]
+    out = []
+    for e in top:
+        line = max(e["lines"].items(), key=lambda kv: kv[1])[0]
+        kind = max(e["kinds"].items(), key=lambda kv: kv[1])[0]
+        out.append({"func": e["func"], "file": e["file"], "line": line,
+                    "def_line": e["def_line"], "samples": e["samples"], "kind": kind})
+    return out
+
+
+def _write():
+    from trainperf import _core
+    rd = _core.run_dir() if hasattr(_core, "run_dir") else None
+    rd = rd or os.environ.get("TRAINPERF_RUN_DIR")
+    if not rd or os.getpid() != _pid:
+        return
+    d = os.path.join(rd, "pyprof")
+    os.makedirs(d, exist_ok=True)
+    lines = []
+    for (phase, stack), n in sorted(list(_stacks.items()), key=lambda kv: -kv[1]):
+        fr = ";".join(_frame_label(c, ln).replace(";", ",") for c, ln in stack)
+        lines.append("[%s]%s%s %d\n" % (phase, ";" if fr else "", fr, n))
+    tmp = os.path.join(d, "stacks-%d.folded.tmp" % _pid)
+    with open(tmp, "w") as f:
+        f.writelines(lines)
+    os.replace(tmp, os.path.join(d, "stacks-%d.folded" % _pid))
+    ev = _evalhooks.snapshot()
+    ev["profile"] = {"hz": _hz[0], "samples": _nsamples[0], "truncated": _truncated[0],
+                     "sampler_cost_s": round(_cost_s[0], 6),
+                     "by_phase": dict(_by_phase), "other_top": _summary()}
+    ev["written_at"] = round(time.monotonic(), 6)
+    _evalhooks.write_json(os.path.join(d, "events-%d.json" % _pid), ev)
+
+
+_flush_lock = threading.Lock()
+
+
+def _flush():
+    # the sampler thread and atexit may flush at once: one at a time, or one
+    # os.replace loses the other's file
+    try:
+        with _flush_lock:
+            _write()
+    except Exception:
+        if os.environ.get("TRAINPERF_DEBUG"):
+            import traceback
+            traceback.print_exc()
+
+
+def _loop(tid):
+    period = 1.0 / _hz[0]
+    next_flush = time.monotonic() + FLUSH_EVERY_S
+    getframes = sys._current_frames
+    perf = time.perf_counter
+    while not _stop.wait(period):
+        if os.getpid() != _pid:
+            return
+        t0 = perf()
+        try:
+            _sample_once(getframes(), tid)
+        except Exception:
+            pass
+        _cost_s[0] += perf() - t0
+        if time.monotonic() >= next_flush:
+            _flush()
+            next_flush = time.monotonic() + FLUSH_EVERY_S
+
+
+def start():
+    """Start sampling the thread that calls this (the training thread)."""
+    global _started
+    if _started:
+        return
+    _started = True
+    try:
+        hz = float(os.environ.get("TRAINPERF_SAMPLE_HZ", "47"))
+    except ValueError:
+        hz = 47.0
+    tid = threading.get_ident()
+    _evalhooks.ev.thread = tid
+    atexit.register(_at_exit)
+    if hz <= 0:
+        return
+    _hz[0] = min(hz, 1000.0)
+    t = threading.Thread(target=_loop, args=(tid,), name="trainperf-sampler", daemon=True)
+    _thread[0] = t
+    t.start()
+
+
+def _at_exit():
+    _stop.set()
+    t = _thread[0]
+    if t is not None and t.is_alive():
+        t.join(2.0)
+    _flush()

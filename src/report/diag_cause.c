@@ -1,0 +1,598 @@
+/* Causes the zero-code hook and the sched source measure (diag_cause.h).
+ * Rules and thresholds: docs/diagnosis.md, "Causes" (keep the two in step). */
+#include "report/diag_cause.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report/diag.h"
+#include "trainperf.h"
+
+#define HOSTCODE_SHARE 0.20   /* unlabelled time that is the user's code */
+#define HOSTCODE_MIN_SAMPLES 20
+#define CONTEND_WAIT_SHARE 0.20 /* run-queue wait / (wait + CPU used) */
+#define CONTEND_MIN_WAIT 15.0   /* % of one core */
+#define GC_SHARE 0.05           /* GC pauses / training time */
+#define ONEOFF_FACTOR 3.0       /* a slow step: over 3x the median */
+
+static void fmt(char *o, size_t n, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static void fmt(char *o, size_t n, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(o, n, f, ap);
+    va_end(ap);
+}
+
+static void ev(dfinding *d, const char *name, double v, const char *f, ...)
+    __attribute__((format(printf, 4, 5)));
+static void ev(dfinding *d, const char *name, double v, const char *f, ...)
+{
+    if (d->nev >= DIAG_MAX_EVIDENCE) return;
+    devidence *e = &d->ev[d->nev++];
+    fmt(e->name, sizeof(e->name), "%s", name);
+    e->value = v;
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(e->text, sizeof(e->text), f, ap);
+    va_end(ap);
+}
+
+static void rec(dfinding *d, const char *f, ...) __attribute__((format(printf, 2, 3)));
+static void rec(dfinding *d, const char *f, ...)
+{
+    if (d->nrec >= DIAG_MAX_RECS) return;
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(d->rec[d->nrec++], sizeof(d->rec[0]), f, ap);
+    va_end(ap);
+}
+
+static const char *base(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+/* ---- loading ------------------------------------------------------------- */
+
+void dc_step(diag_run *r, double start, double end, double train_ns, double eval_ns,
+             double ckpt_ns)
+{
+    dcause *c = &r->cause;
+    if (eval_ns > 0 || ckpt_ns > 0) c->eval_steps++;
+    c->eval_ns += eval_ns;
+    c->ckpt_ns += ckpt_ns;
+    double ms = train_ns / 1e6;
+    /* keep the DC_MAX_SLOW slowest, sorted descending */
+    int n = c->nslow;
+    if (n == DC_MAX_SLOW && ms <= c->slow[n - 1].ms) return;
+    int i = n < DC_MAX_SLOW ? n++ : n - 1;
+    while (i > 0 && c->slow[i - 1].ms < ms) {
+        c->slow[i] = c->slow[i - 1];
+        i--;
+    }
+    c->slow[i] = (dc_slow){start, end, ms};
+    c->nslow = n;
+}
+
+void dc_metric(diag_run *r, double t, const double *v, const int *ok)
+{
+    dcause *c = &r->cause;
+    /* v: runq, runnable, usable, throttled, tree_rss */
+    if (ok[0]) c->runq_n++, c->runq_sum += v[0];
+    if (ok[1]) {
+        c->runnable_n++, c->runnable_sum += v[1];
+        if (v[1] > c->runnable_max) c->runnable_max = v[1];
+    }
+    /* the usable CPUs as the run mostly saw them (a child's narrower
+     * affinity or a failed read at exit does not define the run) */
+    if (ok[2] && v[2] > 0) c->usable_n++, c->usable_sum += v[2];
+    if (ok[3]) c->thr_n++, c->thr_sum += v[3];
+    if (ok[4] && v[4] > 0) {
+        /* the baseline is after warm-up: the first sample once a step ended
+         * (imports, model and optimizer state are in place by then) */
+        if (isnan(c->rss_warm) && isfinite(r->first_end_s) && t >= r->first_end_s)
+            c->rss_warm = v[4], c->rss_warm_t = t;
+        /* up to the last step: a process tearing down frees its memory */
+        if (!isfinite(r->last_end_s) || t <= r->last_end_s + 0.5)
+            c->rss_last = v[4], c->rss_last_t = t;
+    }
+}
+
+static void add_event(dc_event *arr, int *n, double t, double dur, const char *what)
+{
+    if (*n >= DC_MAX_EVENTS) return;
+    arr[*n].t = t;
+    arr[*n].dur = dur;
+    fmt(arr[*n].what, sizeof(arr[0].what), "%s", what ? what : "");
+    (*n)++;
+}
+
+static void load_one(diag_run *r, const jr_node *root, double t0)
+{
+    dcause *c = &r->cause;
+    c->have_pyprof = 1;
+    c->nprocs_py++;
+    double v;
+    const jr_node *p = jr_get(root, "profile");
+    if (p) {
+        if (!isnan(v = jr_pnum(p, "hz"))) c->hz = v;
+        if (!isnan(v = jr_pnum(p, "samples"))) c->samples += v;
+        if (!isnan(v = jr_pnum(p, "sampler_cost_s"))) c->sampler_cost_s += v;
+        const jr_node *bp = jr_get(p, "by_phase");
+        for (const jr_node *k = bp && bp->type == JR_OBJ ? bp->child : NULL; k; k = k->next) {
+            double n = jr_num(k);
+            if (isnan(n) || !k->key) continue;
+            if (strcmp(k->key, "other") == 0) c->ph_other += n;
+            if (strcmp(k->key, "startup") == 0)
+                c->ph_startup += n;
+            else if (strcmp(k->key, "eval") == 0 || strcmp(k->key, "checkpoint") == 0)
+                c->ph_eval += n;
+            else if (strcmp(k->key, "compile") == 0)
+                c->ph_compile += n;
+            else
+                c->ph_train += n;
+            if (strcmp(k->key, "data") == 0) c->ph_data += n;
+        }
+        const jr_node *top = jr_get(p, "other_top");
+        for (const jr_node *f = top && top->type == JR_ARR ? top->child : NULL; f; f = f->next) {
+            const char *fn = jr_pstr(f, "func"), *file = jr_pstr(f, "file"),
+                       *kind = jr_pstr(f, "kind");
+            double s = jr_pnum(f, "samples"), line = jr_pnum(f, "line");
+            if (!fn || !file || isnan(s)) continue;
+            /* merge the same function from several processes */
+            int k = 0;
+            for (; k < c->nfunc; k++)
+                if (strcmp(c->funcs[k].func, fn) == 0 && strcmp(c->funcs[k].file, base(file)) == 0)
+                    break;
+            if (k == c->nfunc) {
+                if (c->nfunc >= DC_MAX_FUNCS) continue;
+                c->nfunc++;
+                dc_func *d = &c->funcs[k];
+                memset(d, 0, sizeof(*d));
+                fmt(d->func, sizeof(d->func), "%s", fn);
+                fmt(d->file, sizeof(d->file), "%s", base(file));
+                d->line = isnan(line) ? 0 : (int)line;
+                fmt(d->kind, sizeof(d->kind), "%s", kind ? kind : "python");
+            }
+            c->funcs[k].samples += s;
+        }
+    }
+    const jr_node *g = jr_get(root, "gc");
+    if (g) {
+        const jr_node *cn = jr_get(g, "collections");
+        for (int i = 0; i < 3; i++)
+            if (!isnan(v = jr_num(jr_at(cn, i)))) c->gc_n[i] += v;
+        if (!isnan(v = jr_pnum(g, "pause_s"))) c->gc_pause_s += v;
+        if (!isnan(v = jr_pnum(g, "max_s")) && v > c->gc_max_s) c->gc_max_s = v;
+        const jr_node *ps = jr_get(g, "pauses");
+        for (const jr_node *e = ps && ps->type == JR_ARR ? ps->child : NULL; e; e = e->next) {
+            char w[32];
+            fmt(w, sizeof(w), "generation %.0f", jr_num(jr_at(e, 2)));
+            add_event(c->gc, &c->ngc, jr_num(jr_at(e, 0)) - t0, jr_num(jr_at(e, 1)), w);
+        }
+    }
+    const jr_node *cp = jr_get(root, "compile");
+    if (cp) {
+        if (!isnan(v = jr_pnum(cp, "compile_s"))) c->compile_s += v;
+        if (!isnan(v = jr_pnum(cp, "frames"))) c->compile_frames += v;
+        if (!isnan(v = jr_pnum(cp, "recompiles"))) c->recompiles += v;
+        const jr_node *es = jr_get(cp, "events");
+        for (const jr_node *e = es && es->type == JR_ARR ? es->child : NULL; e; e = e->next) {
+            const char *why = jr_pstr(e, "reason");
+            add_event(c->comp, &c->ncomp, jr_pnum(e, "t") - t0, jr_pnum(e, "dur_s"),
+                      why && *why ? why : "");
+            if (why && *why && !c->recompile_reason[0])
+                fmt(c->recompile_reason, sizeof(c->recompile_reason), "%s", why);
+        }
+    }
+    const jr_node *l = jr_get(root, "loader");
+    if (l) {
+        if (!isnan(v = jr_pnum(l, "iterators"))) c->loader_iters += v;
+        if (!isnan(v = jr_pnum(l, "workers")) && v > c->loader_workers) c->loader_workers = v;
+        const jr_node *pe = jr_get(l, "persistent");
+        if (pe && pe->type == JR_BOOL && pe->num) c->loader_persistent = 1;
+        const jr_node *es = jr_get(l, "epochs");
+        for (const jr_node *e = es && es->type == JR_ARR ? es->child : NULL; e; e = e->next) {
+            char w[64];
+            fmt(w, sizeof(w), "%.0f workers", jr_pnum(e, "workers"));
+            add_event(c->epochs, &c->nepochs, jr_pnum(e, "t") - t0, jr_pnum(e, "start_s"), w);
+        }
+    }
+    if (!isnan(v = jr_pnum(root, "eval.time_s"))) c->eval_s += v;
+    if (!isnan(v = jr_pnum(root, "eval.entries"))) c->eval_entries += v;
+    if (!isnan(v = jr_pnum(root, "torch_threads"))) c->torch_threads = v;
+    if (!isnan(v = jr_pnum(root, "cpus_allowed"))) c->cpus_allowed = v;
+    const char *fw = jr_pstr(root, "framework");
+    if (fw && *fw) fmt(c->framework, sizeof(c->framework), "%s", fw);
+}
+
+void dc_load_pyprof(diag_run *r)
+{
+    char path[1400];
+    fmt(path, sizeof(path), "%s/pyprof", r->dir);
+    DIR *d = opendir(path);
+    if (!d) return;
+    double t0 = r->have_run ? jr_pnum(r->run.root, "start_mono_ns") / 1e9 : NAN;
+    if (isnan(t0)) t0 = 0;
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d)) && n < 256) {
+        size_t len = strlen(de->d_name);
+        if (strncmp(de->d_name, "events-", 7) != 0 || len < 5 ||
+            strcmp(de->d_name + len - 5, ".json") != 0)
+            continue;
+        char f[1700], e[200];
+        fmt(f, sizeof(f), "%s/%s", path, de->d_name);
+        jr_doc doc;
+        if (jr_load_file(&doc, f, 16u << 20, e, sizeof(e)) != 0) continue;
+        if (doc.root->type == JR_OBJ) load_one(r, doc.root, t0);
+        jr_free(&doc);
+        n++;
+    }
+    closedir(d);
+}
+
+/* ---- findings ------------------------------------------------------------ */
+
+int dc_step_level(const char *id)
+{
+    static const char *const ids[] = {"input-bound", "host-code", "gc-pauses", "recompile",
+                                      "communication", "storage-io", "unstable", "straggler"};
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
+        if (strcmp(id, ids[i]) == 0) return 1;
+    return 0;
+}
+
+static const char *kind_words(const char *k)
+{
+    if (strcmp(k, "input") == 0) return "input preparation on the host";
+    if (strcmp(k, "io") == 0) return "file or network I/O";
+    if (strcmp(k, "sync") == 0) return "synchronisation (reading results back)";
+    if (strcmp(k, "wait") == 0) return "waiting (sleep, locks, queues)";
+    return "Python code on the host";
+}
+
+int dc_cand_hostcode(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    double train = c->ph_train + c->ph_compile;
+    if (!c->have_pyprof || train < 5 || c->nfunc == 0) return 0;
+    double share = c->ph_other / train;
+    /* a run too short for many samples: the steps' own unlabelled share
+     * carries the size, the few samples still name the function */
+    if (train < HOSTCODE_MIN_SAMPLES) {
+        double so = r->sum_interval_ns > 0 ? r->sum_phase_ns[PH_OTHER] / r->sum_interval_ns : NAN;
+        if (!(so >= HOSTCODE_SHARE) || !(share >= HOSTCODE_SHARE)) return 0;
+        share = so;
+    }
+    if (!(share >= HOSTCODE_SHARE)) return 0;
+    const dc_func *f = &c->funcs[0];
+    double fshare = f->samples / train;
+    /* the kind of the unlabelled time: the kind with the most samples */
+    const char *kinds[] = {"input", "python", "sync", "io", "wait"};
+    double ks[5] = {0};
+    for (int i = 0; i < c->nfunc; i++)
+        for (int k = 0; k < 5; k++)
+            if (strcmp(c->funcs[i].kind, kinds[k]) == 0) ks[k] += c->funcs[i].samples;
+    int best = 0;
+    for (int k = 1; k < 5; k++)
+        if (ks[k] > ks[best]) best = k;
+    const char *kind = kinds[best];
+    fmt(d->id, sizeof(d->id), "host-code");
+    fmt(d->title, sizeof(d->title), "%s",
+        best == 0   ? "Input preparation in the training loop"
+        : best == 3 ? "I/O in the training loop"
+        : best == 2 ? "Synchronisation in the training loop"
+        : best == 4 ? "Waiting in the training loop"
+                    : "Python code in the training loop");
+    fmt(d->summary, sizeof(d->summary),
+        "%.0f%% of training time is outside the model and the DataLoader: %.0f%% in %s "
+        "(%s:%d), %s",
+        100 * share, 100 * fshare, f->func, f->file, f->line, kind_words(f->kind));
+    /* (GC pauses hold the GIL, so the sampler never sees them: they are
+     * not in this share) */
+    d->score = share;
+    ev(d, "unlabelled_share", share,
+       "%.0f%% of %.0f stack samples of the training thread fell outside known phases", 100 * share,
+       train);
+    for (int i = 0; i < c->nfunc && i < 4; i++)
+        if (c->funcs[i].samples / train >= 0.03)
+            ev(d, "function_share", c->funcs[i].samples / train, "%.0f%% in %s (%s:%d): %s",
+               100 * c->funcs[i].samples / train, c->funcs[i].func, c->funcs[i].file,
+               c->funcs[i].line, kind_words(c->funcs[i].kind));
+    if (isfinite(r->sum_interval_ns) && r->sum_interval_ns > 0)
+        ev(d, "data_wait_share", r->sum_phase_ns[PH_DATA] / r->sum_interval_ns,
+           "DataLoader wait %.0f%% of step time (this time is not in a DataLoader)",
+           100 * r->sum_phase_ns[PH_DATA] / r->sum_interval_ns);
+    if (best == 0) {
+        rec(d,
+            "Prepare batches off the training thread: turn %s into a Dataset/IterableDataset "
+            "served by a DataLoader with num_workers>0 (or a background thread filling a queue), "
+            "so the next batch is ready when the step ends.",
+            f->func);
+        rec(d, "Make each batch cheaper: vectorise %s (one torch/numpy call instead of a Python "
+               "loop), pre-tokenise or preprocess the dataset offline, memory-map it.",
+            f->func);
+    } else if (best == 3) {
+        rec(d, "Read ahead: move the reads in %s to a DataLoader with workers or a background "
+               "thread, and cache what is read every step.",
+            f->func);
+    } else if (best == 2) {
+        rec(d, "Read results back less often: .item()/.cpu()/printing every N steps, not every "
+               "step (each one waits for all queued work).");
+    } else if (best == 4) {
+        rec(d, "The training thread waits in %s (%s:%d): remove the sleep/lock, or move the "
+               "work it waits for off the step.",
+            f->func, f->file, f->line);
+    } else {
+        rec(d, "Move the work in %s (%s:%d) out of the step or make it cheaper: run it every N "
+               "steps, vectorise it, or wrap the step in torch.compile.",
+            f->func, f->file, f->line);
+    }
+    rec(d, "The sampled stacks are in pyprof/stacks-*.folded (flamegraph.pl or speedscope "
+           "open them).");
+    (void)kind;
+    return 1;
+}
+
+int dc_cand_contention(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    if (c->runq_n < 2) return 0;
+    double wait = c->runq_sum / c->runq_n; /* % of one core */
+    double used = r->tree_cpu.n ? r->tree_cpu.sum / r->tree_cpu.n : NAN;
+    if (!isfinite(used)) return 0;
+    double share = wait + used > 0 ? wait / (wait + used) : 0;
+    if (!(wait >= CONTEND_MIN_WAIT && share >= CONTEND_WAIT_SHARE)) return 0;
+    double cpus = c->usable_n ? round(c->usable_sum / c->usable_n) : (r->cpus > 0 ? r->cpus : NAN);
+    double sys = r->cpu.n ? r->cpu.sum / r->cpu.n : NAN; /* % of all cores */
+    double outside = isfinite(sys) && r->cpus > 0 ? sys / 100 * r->cpus - used / 100 : NAN;
+    if (outside < 0) outside = 0;
+    /* the tree itself wanting more threads than cores is oversubscription,
+     * its own finding; contention is others taking the cores */
+    if (!(outside >= 0.3)) return 0;
+    fmt(d->id, sizeof(d->id), "cpu-contention");
+    fmt(d->title, sizeof(d->title), "CPU contention");
+    fmt(d->summary, sizeof(d->summary),
+        "the run's threads waited for a CPU %.0f%% of the time they wanted one: other processes "
+        "used %.1f of %.0f cores",
+        100 * share, outside, isfinite(cpus) ? cpus : 0.0);
+    d->score = share > 0.9 ? 0.9 : share;
+    ev(d, "runqueue_wait_pct", wait,
+       "run-queue wait %.0f%% of a core (schedstat), against %.0f%% of a core of CPU used", wait,
+       used);
+    ev(d, "cpu_outside_tree_cores", outside, "processes outside the run used %.1f cores", outside);
+    if (r->psi_cpu.n)
+        ev(d, "psi_cpu_some_pct", r->psi_cpu.sum / r->psi_cpu.n,
+           "some task waited for a CPU %.0f%% of the time (PSI cpu)", r->psi_cpu.sum / r->psi_cpu.n);
+    if (c->thr_n && c->thr_sum / c->thr_n > 1)
+        ev(d, "cgroup_throttled_pct", c->thr_sum / c->thr_n,
+           "the cgroup's CPU quota throttled it %.0f%% of the time", c->thr_sum / c->thr_n);
+    rec(d, "Run where the cores are free, or reserve them: a scheduler allocation with "
+           "exclusive cores, taskset/cpuset for this run, or stop the other jobs.");
+    rec(d, "Until then, use fewer threads than the cores you actually get (torch.set_num_threads "
+           "/ OMP_NUM_THREADS): threads that wait for a core slow every step.");
+    return 1;
+}
+
+int dc_cand_oversub(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    double cores = c->usable_n ? round(c->usable_sum / c->usable_n) : (r->cpus > 0 ? r->cpus : NAN);
+    if (!isfinite(cores) || cores <= 0) return 0;
+    double procs = c->nprocs_py > 1 ? c->nprocs_py : 1;
+    double threads = isfinite(c->torch_threads) && c->torch_threads > 0 ? c->torch_threads : NAN;
+    double workers = c->loader_workers * procs;
+    double want = isfinite(threads) ? threads * procs + workers : NAN;
+    double runnable = c->runnable_n ? c->runnable_sum / c->runnable_n : NAN;
+    double wait = c->runq_n ? c->runq_sum / c->runq_n : NAN;
+    /* loader workers count when they compute (sleeping ones wait on I/O) */
+    double wcpu = r->worker_cpu.n ? r->worker_cpu.sum / r->worker_cpu.n : NAN;
+    double busy_workers = isfinite(wcpu) && wcpu >= 40 ? workers : 0;
+    want = isfinite(threads) ? threads * procs + busy_workers : NAN;
+    /* the run asks for more busy threads than its cores, and its threads
+     * were seen queueing: the configuration, confirmed by the scheduler */
+    int cfg = isfinite(want) && want > cores * 1.25;
+    int meas = isfinite(runnable) && runnable > cores && isfinite(wait) && wait >= 20;
+    if (!cfg || !meas) return 0;
+    workers = busy_workers;
+    fmt(d->id, sizeof(d->id), "oversubscription");
+    fmt(d->title, sizeof(d->title), "CPU oversubscription");
+    if (isfinite(want))
+        fmt(d->summary, sizeof(d->summary),
+            "the run asks for %.0f busy threads (%.0f intra-op thread%s x %.0f process%s + %.0f "
+            "loader worker%s) on %.0f usable cores",
+            want, threads, threads == 1 ? "" : "s", procs, procs == 1 ? "" : "es", workers,
+            workers == 1 ? "" : "s", cores);
+    else
+        fmt(d->summary, sizeof(d->summary),
+            "%.1f threads of the run were runnable on average for %.0f usable cores", runnable,
+            cores);
+    double s = (want - cores) / want;
+    d->score = s < 0.2 ? 0.2 : s > 0.8 ? 0.8 : s;
+    if (isfinite(runnable))
+        ev(d, "runnable_threads", runnable, "%.1f runnable threads on average (max %.0f)", runnable,
+           c->runnable_max);
+    if (isfinite(wait)) ev(d, "runqueue_wait_pct", wait, "run-queue wait %.0f%% of a core", wait);
+    ev(d, "usable_cores", cores, "%.0f cores usable (affinity and cgroup quota)", cores);
+    int per = (int)floor((cores - workers > procs ? cores - workers : procs) / procs);
+    if (per < 1) per = 1;
+    rec(d,
+        "Give each process %d intra-op thread%s: torch.set_num_threads(%d) at start-up or "
+        "OMP_NUM_THREADS=%d (torchrun sets 1 per process unless told otherwise).",
+        per, per == 1 ? "" : "s", per, per);
+    if (workers > 0)
+        rec(d, "Fewer DataLoader workers (num_workers): %.0f worker processes compete with the "
+               "model's threads for %.0f cores.",
+            workers, cores);
+    rec(d, "Or use fewer processes per node (torchrun --nproc-per-node) so threads x processes "
+           "+ workers fits the cores.");
+    return 1;
+}
+
+int dc_cand_gc(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    double train_s = r->sum_interval_ns / 1e9;
+    if (!c->have_pyprof || !(train_s > 0) || !(c->gc_pause_s > 0)) return 0;
+    /* pauses inside a compile are the compile's (dynamo allocates a lot);
+     * a finding needs repeated pauses, not one full collection */
+    double pause = c->gc_pause_s;
+    int npause = 0;
+    for (int i = 0; i < c->ngc; i++) {
+        int in_compile = 0;
+        for (int k = 0; k < c->ncomp && !in_compile; k++)
+            if (c->gc[i].t >= c->comp[k].t && c->gc[i].t <= c->comp[k].t + c->comp[k].dur)
+                in_compile = 1;
+        if (in_compile)
+            pause -= c->gc[i].dur;
+        else
+            npause++;
+    }
+    double share = pause / train_s;
+    if (!(share >= GC_SHARE) || npause < 3) return 0;
+    fmt(d->id, sizeof(d->id), "gc-pauses");
+    fmt(d->title, sizeof(d->title), "Garbage-collection pauses");
+    fmt(d->summary, sizeof(d->summary),
+        "Python's garbage collector paused the run %.2f s (%.0f%% of step time), up to %.0f ms "
+        "at once",
+        pause, 100 * share, 1000 * c->gc_max_s);
+    d->score = share;
+    ev(d, "gc_pause_share", share, "GC pauses %.0f%% of step time (gc.callbacks)", 100 * share);
+    ev(d, "gc_collections", c->gc_n[0] + c->gc_n[1] + c->gc_n[2],
+       "%.0f collections: %.0f young, %.0f middle, %.0f full", c->gc_n[0] + c->gc_n[1] + c->gc_n[2],
+       c->gc_n[0], c->gc_n[1], c->gc_n[2]);
+    ev(d, "gc_max_pause_ms", 1000 * c->gc_max_s, "longest pause %.0f ms", 1000 * c->gc_max_s);
+    rec(d, "gc.freeze() after the model and data are built moves them out of the collector's "
+           "view, so full collections stop scanning them.");
+    rec(d, "Create fewer short-lived container objects per step (lists/dicts of tensors, "
+           "per-sample Python objects), or raise the threshold: gc.set_threshold(50000, 50, 100).");
+    return 1;
+}
+
+static int partial_batch_reason(const char *why)
+{
+    return strstr(why, "size") && (strstr(why, "[0]") || strstr(why, "index 0") ||
+                                   strstr(why, "dim 0") || strstr(why, "size()[0]"));
+}
+
+int dc_cand_compile(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    if (!c->have_pyprof || !(c->recompiles >= 1)) return 0;
+    double total_s = isfinite(r->duration_s) && r->duration_s > 0 ? r->duration_s : NAN;
+    double recomp_s = 0;
+    for (int i = 0; i < c->ncomp; i++)
+        if (c->comp[i].what[0]) recomp_s += c->comp[i].dur;
+    fmt(d->id, sizeof(d->id), "recompile");
+    fmt(d->title, sizeof(d->title), "torch.compile recompiles");
+    fmt(d->summary, sizeof(d->summary), "the model was recompiled %.0f time%s (%.1f s)%s%s",
+        c->recompiles, c->recompiles == 1 ? "" : "s", recomp_s,
+        c->recompile_reason[0] ? ": " : "", c->recompile_reason);
+    d->score = isfinite(total_s) ? recomp_s / total_s : 0.2;
+    if (d->score < 0.15) d->score = 0.15;
+    if (d->score > 0.9) d->score = 0.9;
+    ev(d, "compile_s", c->compile_s, "compiling took %.1f s in all (%.0f frames)", c->compile_s,
+       c->compile_frames);
+    ev(d, "recompiles", c->recompiles, "%.0f recompile%s, %.1f s", c->recompiles,
+       c->recompiles == 1 ? "" : "s", recomp_s);
+    if (c->recompile_reason[0])
+        ev(d, "recompile_reason", NAN, "guard failure: %s", c->recompile_reason);
+    if (partial_batch_reason(c->recompile_reason)) {
+        rec(d, "A batch of another size (the last, partial batch of an epoch) recompiled the "
+               "model: DataLoader(drop_last=True) keeps every batch the same size.");
+        rec(d, "Or compile for varying batch sizes once: torch._dynamo.mark_dynamic(x, 0) on "
+               "the input, or torch.compile(model, dynamic=True).");
+    } else {
+        rec(d, "Keep what the guards check stable between steps (shapes, dtypes, Python "
+               "scalars passed to the model), or mark varying dimensions dynamic "
+               "(torch._dynamo.mark_dynamic).");
+        rec(d, "TORCH_LOGS=recompiles prints every guard failure with its source line.");
+    }
+    return 1;
+}
+
+/* Causes measured in [start, end] of a slow step. */
+static const char *cause_in(const dcause *c, double s, double e, char *o, size_t n)
+{
+    double cs = 0, gs = 0;
+    const char *reason = NULL;
+    for (int i = 0; i < c->ncomp; i++)
+        if (c->comp[i].t <= e && c->comp[i].t + c->comp[i].dur >= s) {
+            cs += c->comp[i].dur;
+            if (c->comp[i].what[0]) reason = c->comp[i].what;
+        }
+    for (int i = 0; i < c->ngc; i++)
+        if (c->gc[i].t <= e && c->gc[i].t + c->gc[i].dur >= s) gs += c->gc[i].dur;
+    int epoch = 0;
+    for (int i = 0; i < c->nepochs; i++)
+        if (c->epochs[i].t >= s - 0.001 && c->epochs[i].t <= e) epoch = 1;
+    double len = e - s;
+    if (cs > 0.3 * len) {
+        fmt(o, n, "torch.compile %s (%.1f s)", reason ? "recompile" : "compile", cs);
+        return "compile";
+    }
+    if (gs > 0.3 * len) {
+        fmt(o, n, "GC pause (%.0f ms)", 1000 * gs);
+        return "gc";
+    }
+    if (epoch) {
+        fmt(o, n, "epoch boundary (DataLoader iterator restarted)");
+        return "epoch";
+    }
+    o[0] = 0;
+    return NULL;
+}
+
+double dc_explain_variability(const diag_run *r, dfinding *d, double p50_ms)
+{
+    const dcause *c = &r->cause;
+    int nslow = 0, ncomp = 0, ngc = 0, nepoch = 0;
+    char first[3][160] = {{0}};
+    for (int i = 0; i < c->nslow; i++) {
+        if (!(c->slow[i].ms > ONEOFF_FACTOR * p50_ms)) break;
+        nslow++;
+        char w[160];
+        const char *k = cause_in(c, c->slow[i].start, c->slow[i].end, w, sizeof(w));
+        if (!k) continue;
+        int slot = strcmp(k, "compile") == 0 ? 0 : strcmp(k, "gc") == 0 ? 1 : 2;
+        if (slot == 0) ncomp++;
+        if (slot == 1) ngc++;
+        if (slot == 2) nepoch++;
+        if (!first[slot][0])
+            fmt(first[slot], sizeof(first[0]), "step at %.1f s took %.0f ms: %s", c->slow[i].start,
+                c->slow[i].ms, w);
+    }
+    if (c->eval_steps > 0)
+        ev(d, "eval_steps", c->eval_steps,
+           "%.0f step%s contained evaluation or checkpointing (%.1f s), kept out of step time",
+           c->eval_steps, c->eval_steps == 1 ? "" : "s", (c->eval_ns + c->ckpt_ns) / 1e9);
+    if (nslow == 0) return 0;
+    for (int s = 0; s < 3; s++)
+        if (first[s][0]) ev(d, "slow_step", NAN, "%s", first[s]);
+    if (ncomp) {
+        rec(d, "%d of the %d slowest steps were torch.compile compiling: see the recompile "
+               "finding (drop_last=True / mark_dynamic for a partial last batch).",
+            ncomp, nslow);
+    }
+    if (ngc)
+        rec(d, "%d of the %d slowest steps held a long GC pause: gc.freeze() after start-up, or "
+               "gc.collect() at a fixed step interval.",
+            ngc, nslow);
+    if (nepoch)
+        rec(d, "%d of the %d slowest steps began an epoch: the DataLoader restarts its workers; "
+               "persistent_workers=True keeps them.",
+            nepoch, nslow);
+    if (!ncomp && !ngc && !nepoch)
+        ev(d, "cause", NAN,
+           "no cause was measured for the %d slowest steps (not compile, GC pauses, evaluation "
+           "or epoch boundaries)",
+           nslow);
+    return (double)(ncomp + nepoch) / nslow;
+}

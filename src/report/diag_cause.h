@@ -1,0 +1,88 @@
+/* What the zero-code hook and the sched source add to a diagnosis: where
+ * unlabelled time goes (the sampled Python stacks), GC pauses, torch.compile,
+ * evaluation, DataLoader epochs, and who got the CPU (run-queue wait,
+ * oversubscription). Loaded from pyprof/ and metrics.csv by diag_load;
+ * rules in docs/diagnosis.md. */
+#ifndef TPF_REPORT_DIAG_CAUSE_H
+#define TPF_REPORT_DIAG_CAUSE_H
+
+#define DC_MAX_FUNCS 8
+#define DC_MAX_EVENTS 256 /* compile events, GC pauses and epochs kept, each */
+#define DC_MAX_SLOW 32    /* slowest training steps kept for cause matching */
+
+typedef struct dc_func {
+    char func[96];
+    char file[160]; /* base name */
+    int line;
+    char kind[12]; /* input, python, sync, io, wait */
+    double samples;
+} dc_func;
+
+typedef struct dc_event {
+    double t, dur; /* seconds since run start */
+    char what[200];
+} dc_event;
+
+typedef struct dc_slow {
+    double start, end, ms; /* training time of the step (eval/checkpoint taken out) */
+} dc_slow;
+
+typedef struct dcause {
+    int have_pyprof; /* pyprof/events-*.json found */
+    int nprocs_py;   /* processes that wrote one */
+    double hz, samples, ph_other, ph_train, ph_startup, ph_eval, ph_compile, ph_data;
+    int nfunc;
+    dc_func funcs[DC_MAX_FUNCS];
+    double gc_n[3], gc_pause_s, gc_max_s;
+    int ngc;
+    dc_event gc[DC_MAX_EVENTS];
+    double compile_s, compile_frames, recompiles;
+    int ncomp;
+    dc_event comp[DC_MAX_EVENTS];
+    char recompile_reason[200];
+    double loader_iters, loader_workers;
+    int loader_persistent;
+    int nepochs;
+    dc_event epochs[DC_MAX_EVENTS];
+    double eval_s, eval_entries;
+    double torch_threads, cpus_allowed;
+    char framework[16];
+    double sampler_cost_s;
+
+    /* steps.csv: eval/checkpoint time taken out of training step time */
+    double eval_steps, eval_ns, ckpt_ns;
+    int nslow;
+    dc_slow slow[DC_MAX_SLOW];
+
+    /* metrics.csv, sched source */
+    double runq_n, runq_sum, runnable_n, runnable_sum, runnable_max, usable_n, usable_sum,
+        thr_n, thr_sum;
+    double rss_warm; /* tree RSS at the first sample after the first step ended */
+    double rss_warm_t, rss_last, rss_last_t, rss_mid;
+} dcause;
+
+struct diag_run;
+struct dfinding;
+
+/* Read pyprof/events-*.json of r's run directory into r->cause (missing
+ * files leave have_pyprof 0; damaged ones are skipped). */
+void dc_load_pyprof(struct diag_run *r);
+/* Called by load_steps per row / load_metrics per sample. */
+void dc_step(struct diag_run *r, double start, double end, double train_ns, double eval_ns,
+             double ckpt_ns);
+void dc_metric(struct diag_run *r, double t, const double *v, const int *ok);
+
+
+/* Candidate findings (0 when the rule does not apply); d is zeroed. */
+int dc_cand_hostcode(const struct diag_run *r, struct dfinding *d);
+int dc_cand_contention(const struct diag_run *r, struct dfinding *d);
+int dc_cand_oversub(const struct diag_run *r, struct dfinding *d);
+int dc_cand_gc(const struct diag_run *r, struct dfinding *d);
+int dc_cand_compile(const struct diag_run *r, struct dfinding *d);
+/* Name the measured cause of the slowest steps in an unstable-step finding;
+ * returns the share of the slow steps explained by one-off causes (compile,
+ * epoch boundaries), 0..1. */
+double dc_explain_variability(const struct diag_run *r, struct dfinding *d, double p50_ms);
+/* Per-step evidence ids (need no resource samples). */
+int dc_step_level(const char *id);
+#endif

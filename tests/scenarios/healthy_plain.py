@@ -1,0 +1,17 @@
+# expect: primary=compute-bound
+# must_not: unstable, gc-pauses, host-code, input-bound, memory-capacity, recompile, undetermined
+"""A plain loop over an in-memory DataLoader: the model's compute is the step."""
+import torch
+
+torch.manual_seed(0)
+ds = torch.utils.data.TensorDataset(torch.randn(2048, 256), torch.randint(0, 10, (2048,)))
+dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True)
+model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.ReLU(), torch.nn.Linear(384, 384),
+                            torch.nn.ReLU(), torch.nn.Linear(384, 10))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for epoch in range(2):
+    for x, y in dl:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()

@@ -1,0 +1,29 @@
+"""The scenario suite: real training scripts under `trainperf run`, each a
+cause or a healthy run, with the verdict it must get (tests/scenarios/,
+harness.py says how a script states its expectation). One test per script:
+    pytest tests/test_scenarios.py -k recompile
+The confusion table of the whole suite: python3 tests/scenarios/harness.py"""
+import importlib.util
+import pathlib
+
+import pytest
+
+from pyhelp import require_extension
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.torch, pytest.mark.once]
+
+_HERE = pathlib.Path(__file__).resolve().parent / "scenarios"
+_spec = importlib.util.spec_from_file_location("scenario_harness", _HERE / "harness.py")
+harness = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(harness)
+
+
+@pytest.mark.parametrize("name", harness.scenarios())
+def test_scenario(name, cli, tmp_path):
+    require_extension()
+    for mod in harness.spec(name)["needs"]:
+        pytest.importorskip(mod)
+    r = harness.run(name, cli=cli, out=tmp_path)
+    assert r["ok"], "%s: %s (findings: %s; run dir %s)\n%s" % (
+        name, "; ".join(r["why"]), ", ".join(r["ids"]), r["out"], r.get("stderr", ""))

@@ -1,0 +1,198 @@
+"""Verdicts from what the zero-code hook and the sched source record
+(docs/diagnosis.md, "Causes"): run directories written in the documented
+format (run-format.md), analysed by `trainperf report`. No torch needed, so
+these also run under the sanitizers; the real workloads are in
+tests/test_scenarios.py."""
+import csv
+import json
+
+import pytest
+
+STEP_COLS = ["rank", "local_rank", "pid", "tid", "step", "start_s", "duration_ns", "interval_ns",
+             "data_ns", "forward_ns", "backward_ns", "optimizer_ns", "comm_ns", "eval_ns",
+             "checkpoint_ns", "other_ns", "samples", "tokens"]
+MET_COLS = ["t", "cpu_pct", "mem_total_bytes", "mem_used_bytes", "mem_available_bytes",
+            "psi_cpu_some_pct", "tree_procs", "tree_cpu_pct", "tree_rss_bytes", "main_cpu_pct",
+            "tree_runq_pct", "tree_runnable", "cpus_usable"]
+
+
+def make_run(d, steps, metrics, events=None, command=("python3", "train.py"), cpus=2):
+    d.mkdir(parents=True, exist_ok=True)
+    dur = max(s["start_s"] + s["interval_ns"] / 1e9 for s in steps) + 0.5 if steps else 5.0
+    (d / "run.json").write_text(json.dumps({
+        "format_version": 1, "mode": "run", "command": list(command), "cpus": cpus,
+        "host": "h", "start_unix_s": 1.7e9, "start_mono_ns": 0, "duration_s": dur,
+        "interval_s": 1.0, "root_pid": 100, "exit": {"code": 0, "signal": None}, "gpus": [],
+        "sources": {"procfs": "ok", "nvml": "no GPU"}}))
+    with open(d / "steps.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, STEP_COLS)
+        w.writeheader()
+        for s in steps:
+            w.writerow({k: s.get(k, "") for k in STEP_COLS})
+    with open(d / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, MET_COLS)
+        w.writeheader()
+        for m in metrics:
+            w.writerow({k: m.get(k, "") for k in MET_COLS})
+    if events is not None:
+        (d / "pyprof").mkdir()
+        (d / "pyprof" / "events-100.json").write_text(json.dumps(events))
+    return d
+
+
+def steady_steps(n, ms, data_ms=0.0, fwd=0.3, bwd=0.5, opt=0.1, t0=1.0, extra=None):
+    out, t = [], t0
+    for i in range(n):
+        iv = ms * 1e6
+        row = {"pid": 100, "tid": 100, "step": i, "start_s": t, "duration_ns": int(iv - data_ms * 1e6),
+               "interval_ns": int(iv), "data_ns": int(data_ms * 1e6),
+               "forward_ns": int(fwd * (iv - data_ms * 1e6)),
+               "backward_ns": int(bwd * (iv - data_ms * 1e6)),
+               "optimizer_ns": int(opt * (iv - data_ms * 1e6)), "comm_ns": 0, "eval_ns": 0,
+               "checkpoint_ns": 0, "samples": 32, "tokens": 0}
+        if extra:
+            row.update(extra(i) or {})
+        out.append(row)
+        t += row["interval_ns"] / 1e9
+    return out
+
+
+def quiet_metrics(n, dt=1.0, rss=lambda t: 500 << 20, used=lambda t: 4 << 30, tree=95.0):
+    return [{"t": i * dt, "cpu_pct": 50, "mem_total_bytes": 16 << 30, "mem_used_bytes": used(i * dt),
+             "mem_available_bytes": (16 << 30) - used(i * dt), "psi_cpu_some_pct": 1,
+             "tree_procs": 1, "tree_cpu_pct": tree, "tree_rss_bytes": rss(i * dt),
+             "main_cpu_pct": tree, "tree_runq_pct": 2, "tree_runnable": 1, "cpus_usable": 2}
+            for i in range(n)]
+
+
+def diagnosis(run_cli, d):
+    p = run_cli("report", str(d), "--format", "json", env={"NO_COLOR": "1"})
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)["diagnosis"]
+
+
+def ids(dg):
+    return [dg["primary"]["id"]] + [f["id"] for f in dg["secondary"]]
+
+
+def events(other_top=(), by_phase=None, gc=None, compile_=None, loader=None):
+    return {"pid": 100, "profile": {"hz": 47, "samples": sum((by_phase or {}).values()),
+                                    "by_phase": by_phase or {}, "other_top": list(other_top)},
+            "gc": gc or {"collections": [0, 0, 0], "pause_s": 0, "max_s": 0, "pauses": []},
+            "compile": compile_ or {"frames": 0, "compile_s": 0, "recompiles": 0, "events": []},
+            "loader": loader or {"iterators": 0, "workers": 0, "persistent": False, "epochs": []},
+            "eval": {"entries": 0, "time_s": 0}, "torch_threads": 2, "cpus_allowed": 2}
+
+
+def test_unlabelled_time_is_named_by_function_and_line(run_cli, tmp_path):
+    # nanoGPT's get_batch: 79% of the step outside every phase, CPU mostly idle
+    st = steady_steps(60, 40.0, fwd=0.1, bwd=0.08, opt=0.03)
+    ev = events(other_top=[{"func": "get_batch", "file": "/x/train.py", "line": 116,
+                            "def_line": 110, "samples": 300, "kind": "input"}],
+                by_phase={"other": 310, "forward": 40, "backward": 30, "optimizer": 10,
+                          "startup": 50})
+    dg = diagnosis(run_cli, make_run(tmp_path / "r", st, quiet_metrics(8, tree=60), ev))
+    assert dg["primary"]["id"] == "host-code", ids(dg)
+    assert "get_batch (train.py:116)" in dg["primary"]["summary"]
+    assert "input preparation" in dg["primary"]["summary"]
+    assert "compute-bound" not in ids(dg)
+
+
+def test_no_verdict_without_evidence(run_cli, tmp_path):
+    # 79% in "other" and nothing measured there: not compute-bound
+    st = steady_steps(60, 40.0, fwd=0.1, bwd=0.08, opt=0.03)
+    dg = diagnosis(run_cli, make_run(tmp_path / "r", st, quiet_metrics(8, tree=60)))
+    assert dg["primary"]["id"] == "undetermined", ids(dg)
+
+
+def test_short_run_gets_a_step_verdict(run_cli, tmp_path):
+    # 40 steps in under a second, 87% data wait, 2 resource samples
+    st = steady_steps(40, 24.0, data_ms=21.0)
+    dg = diagnosis(run_cli, make_run(tmp_path / "r", st, quiet_metrics(2)))
+    assert dg["primary"]["id"] == "input-bound"
+    assert not dg["insufficient_data"]
+
+
+def test_others_memory_is_not_the_runs(run_cli, tmp_path):
+    # another process grows 60 MiB/s; the tree stays flat after warm-up
+    st = steady_steps(200, 50.0)
+    met = quiet_metrics(12, rss=lambda t: (7 << 20) if t < 1 else (300 << 20),
+                        used=lambda t: (4 << 30) + int(t * 60 * (1 << 20)))
+    dg = diagnosis(run_cli, make_run(tmp_path / "r", st, met))
+    assert "memory-capacity" not in ids(dg), ids(dg)
+
+
+def test_a_leak_that_persists_is_found(run_cli, tmp_path):
+    st = steady_steps(200, 50.0)
+    met = quiet_metrics(12, rss=lambda t: (300 << 20) + int(t * 40 * (1 << 20)))
+    dg = diagnosis(run_cli, make_run(tmp_path / "r", st, met))
+    assert dg["primary"]["id"] == "memory-capacity", ids(dg)
+    assert "after warm-up" in dg["primary"]["summary"]
+
+
+def test_eval_steps_stay_out_of_step_time(run_cli, tmp_path):
+    # every 20th step carries a 400 ms evaluation: not instability
+    st = steady_steps(200, 10.0, extra=lambda i: {"interval_ns": int(410e6), "eval_ns": int(400e6)}
+                      if i % 20 == 19 else None)
+    d = make_run(tmp_path / "r", st, quiet_metrics(8))
+    dg = diagnosis(run_cli, d)
+    assert dg["primary"]["id"] == "compute-bound", ids(dg)
+    assert "unstable" not in ids(dg)
+    p = run_cli("report", str(d), "--format", "json")
+    assert json.loads(p.stdout)["steps"]["step_time_ms"]["p99"] < 20
+
+
+def test_recompile_on_partial_batch_gets_drop_last(run_cli, tmp_path):
+    st = steady_steps(100, 20.0, extra=lambda i: {"interval_ns": int(3e9)} if i == 50 else None)
+    t_slow = st[50]["start_s"]
+    comp = {"frames": 2, "compile_s": 9.0, "recompiles": 1, "events": [
+        {"t": 1.0, "dur_s": 6.0, "frame": "forward (m.py:3)", "reason": ""},
+        {"t": t_slow + 0.1, "dur_s": 2.8, "frame": "forward (m.py:3)",
+         "reason": "0/0: tensor 'x' size mismatch at index 0. expected 64, actual 40"}]}
+    ev = events(by_phase={"forward": 300, "backward": 300, "compile": 200}, compile_=comp)
+    dg = diagnosis(run_cli, make_run(tmp_path / "r", st, quiet_metrics(8), ev))
+    assert "recompile" in ids(dg)
+    f = [x for x in [dg["primary"]] + dg["secondary"] if x["id"] == "recompile"][0]
+    assert any("drop_last=True" in r for r in f["recommendations"])
+    assert any("mark_dynamic" in r for r in f["recommendations"])
+    assert "gc-pauses" not in ids(dg)
+
+
+def test_contention_told_apart_from_oversubscription(run_cli, tmp_path):
+    st = steady_steps(100, 50.0)
+    busy = [dict(m, cpu_pct=100, psi_cpu_some_pct=90, tree_cpu_pct=30, main_cpu_pct=30,
+                 tree_runq_pct=80, tree_runnable=2) for m in quiet_metrics(8)]
+    dg = diagnosis(run_cli, make_run(tmp_path / "c", st, busy, events(by_phase={"forward": 50})))
+    assert dg["primary"]["id"] == "cpu-contention", ids(dg)
+    assert "oversubscription" not in ids(dg)
+    # the run itself: 8 threads on 2 cores, filling them and queueing
+    own = [dict(m, cpu_pct=100, psi_cpu_some_pct=90, tree_cpu_pct=195, main_cpu_pct=195,
+                tree_runq_pct=150, tree_runnable=7) for m in quiet_metrics(8)]
+    ev = events(by_phase={"forward": 50})
+    ev["torch_threads"] = 8
+    dg = diagnosis(run_cli, make_run(tmp_path / "o", st, own, ev))
+    assert dg["primary"]["id"] == "oversubscription", ids(dg)
+    assert "cpu-contention" not in ids(dg)
+    assert any("set_num_threads(2)" in r for r in dg["primary"]["recommendations"])
+
+
+def test_gc_pauses_reported_only_when_there(run_cli, tmp_path):
+    st = steady_steps(100, 20.0)
+    none = diagnosis(run_cli, make_run(tmp_path / "a", st, quiet_metrics(8),
+                                       events(by_phase={"forward": 50})))
+    assert "gc-pauses" not in ids(none)
+    assert not any("gc." in r for f in [none["primary"]] + none["secondary"]
+                   for r in f["recommendations"])
+    pauses = [[1.0 + 0.2 * k, 0.05, 2] for k in range(8)]
+    gc = {"collections": [100, 10, 8], "pause_s": 0.4, "max_s": 0.05, "pauses": pauses}
+    dg = diagnosis(run_cli, make_run(tmp_path / "b", st, quiet_metrics(8),
+                                     events(by_phase={"forward": 50}, gc=gc)))
+    assert "gc-pauses" in ids(dg)
+
+
+def test_damaged_pyprof_is_skipped(run_cli, tmp_path):
+    d = make_run(tmp_path / "r", steady_steps(50, 20.0), quiet_metrics(5), events())
+    (d / "pyprof" / "events-100.json").write_text('{"profile": {"hz": ')
+    (d / "pyprof" / "events-101.json").write_text('[1, 2')
+    dg = diagnosis(run_cli, d)
+    assert dg["primary"]["id"] == "compute-bound"
