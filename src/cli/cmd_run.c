@@ -21,6 +21,7 @@
 
 #include "report/report.h"
 #include "cli/cli.h"
+#include "cli/supervise.h"
 #include "util/human.h"
 #include "collect/collector.h"
 #include "record/rundir.h"
@@ -40,6 +41,7 @@ typedef struct run_args {
     int nalert_rules;
     const char *alerts_file;
     char **cmd;
+    sup_opts sup; /* hang watch, restarts (supervise.c) */
 } run_args;
 
 static volatile sig_atomic_t run_child_pgid; /* 0 once the child is reaped */
@@ -58,10 +60,13 @@ static void run_usage(FILE *f)
             "  --alert RULE          add an alert rule, e.g. 'gpu.util < 50 for 30s' (repeatable)\n"
             "  --alerts FILE         alert rules, one per line\n"
             "  --no-default-alerts   only the rules given\n"
-            "  --clean-live          delete the shared segments (live/) at the end\n\n"
-            "The status line, the summary and the report go to stderr; CMD's own output\n"
+            "  --clean-live          delete the shared segments (live/) at the end\n\n");
+    sup_usage(f);
+    fprintf(f,
+            "\nThe status line, the summary and the report go to stderr; CMD's own output\n"
             "is left as it is. Signals sent to trainperf go to CMD's process group.\n\n"
-            "Exit status: CMD's own (128+N when it died of signal N); 2 for bad usage;\n"
+            "Exit status: CMD's own (its last attempt's; 128+N when it died of signal N);\n"
+            "2 for bad usage;\n"
             "127 when CMD cannot be found, 126 when it cannot be executed.\n");
 }
 
@@ -79,6 +84,7 @@ static int parse_args(int argc, char **argv, run_args *a)
 {
     memset(a, 0, sizeof(*a));
     a->interval_s = 1.0;
+    sup_opts_default(&a->sup);
     int i;
     for (i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -99,7 +105,8 @@ static int parse_args(int argc, char **argv, run_args *a)
             snprintf(opt, sizeof(opt), "%s", s);
         }
         int takes = strcmp(opt, "--out") == 0 || strcmp(opt, "--interval") == 0 ||
-                    strcmp(opt, "--alert") == 0 || strcmp(opt, "--alerts") == 0;
+                    strcmp(opt, "--alert") == 0 || strcmp(opt, "--alerts") == 0 ||
+                    sup_opt_takes_value(opt);
         const char *val = NULL;
         if (takes) {
             if (eq) {
@@ -143,10 +150,16 @@ static int parse_args(int argc, char **argv, run_args *a)
         } else if (strcmp(opt, "--alerts") == 0) {
             a->alerts_file = val;
         } else {
-            cli_error("unknown option '%s' for run (see `trainperf run --help`)", s);
-            return -1;
+            int r = sup_parse_opt(&a->sup, opt, val);
+            if (r < 0) return -1;
+            if (r == 0) {
+                cli_error("unknown option '%s' for run (see `trainperf run --help`)", s);
+                return -1;
+            }
         }
     }
+    if (sup_opts_check(&a->sup) < 0) return -1;
+    a->sup.settle_s = a->interval_s + 0.5;
     if (i >= argc) {
         cli_error("no command to run (usage: trainperf run [OPTIONS] -- CMD [ARGS...])");
         return -1;
@@ -421,6 +434,77 @@ static void clean_live(const char *run_dir)
     rmdir(live);
 }
 
+/* Start one attempt of the command in its own process group (given the
+ * terminal when tty_fd >= 0). Returns 0 with *out set, the exec errno (> 0)
+ * once the child is reaped, -1 (pipe) or -2 (fork) with errno set. */
+static int spawn(const char *exe, char **cmd, char **env, int tty_fd, pid_t *out)
+{
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) != 0) return -1;
+    sigset_t block, old;
+    /* No forwarding until the child has its group. */
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    sigaddset(&block, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    fflush(NULL);
+    pid_t child = fork();
+    if (child < 0) {
+        int e = errno;
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        close(pfd[0]);
+        close(pfd[1]);
+        errno = e;
+        return -2;
+    }
+    if (child == 0) {
+        setpgid(0, 0);
+        if (tty_fd >= 0) {
+            signal(SIGTTOU, SIG_IGN);
+            tcsetpgrp(tty_fd, getpid());
+            signal(SIGTTOU, SIG_DFL);
+        }
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        signal(SIGQUIT, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        execve(exe, cmd, env);
+        int e = errno;
+        ssize_t w = write(pfd[1], &e, sizeof(e));
+        (void)w;
+        _exit(e == ENOENT ? 127 : 126);
+    }
+    setpgid(child, child);
+    if (tty_fd >= 0) {
+        /* Both sides set it: whichever runs first, the child never reads
+         * the terminal from the background. */
+        signal(SIGTTOU, SIG_IGN);
+        tcsetpgrp(tty_fd, child);
+    }
+    run_child_pgid = child;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    close(pfd[1]);
+    int exec_errno = 0;
+    ssize_t got;
+    do {
+        got = read(pfd[0], &exec_errno, sizeof(exec_errno));
+    } while (got < 0 && errno == EINTR);
+    close(pfd[0]);
+    if (got == (ssize_t)sizeof(exec_errno)) {
+        int st;
+        waitpid(child, &st, 0);
+        run_child_pgid = 0;
+        if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
+        return exec_errno ? exec_errno : EIO;
+    }
+    *out = child;
+    return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
     run_args a;
@@ -494,80 +578,27 @@ int cmd_run(int argc, char **argv)
         return CLI_FAIL;
     }
 
-    struct timespec ts0;
+    struct timespec ts0, tsu;
     clock_gettime(CLOCK_MONOTONIC, &ts0);
+    clock_gettime(CLOCK_REALTIME, &tsu);
     uint64_t start_mono = (uint64_t)ts0.tv_sec * 1000000000ull + (uint64_t)ts0.tv_nsec;
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) != 0) {
-        cli_error("pipe: %s", strerror(errno));
-        env_free(&cenv);
-        alerts_free(alerts);
-        return CLI_FAIL;
-    }
+    double start_unix = (double)tsu.tv_sec + (double)tsu.tv_nsec / 1e9;
     install_signals();
-    sigset_t block, old;
-    /* No forwarding until the child has its group. */
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGHUP);
-    sigaddset(&block, SIGQUIT);
-    sigprocmask(SIG_BLOCK, &block, &old);
     /* In the terminal's foreground, hand the terminal to the child's group:
      * otherwise a command reading the terminal (a prompt, a debugger) would
      * stop on SIGTTIN. Ctrl-C then reaches the child directly. */
     int tty_fd = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp() ? STDIN_FILENO : -1;
-    fflush(NULL);
-    pid_t child = fork();
-    if (child < 0) {
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        cli_error("fork: %s", strerror(errno));
+    pid_t child = 0;
+    int exec_errno = spawn(exe, a.cmd, cenv.env, tty_fd, &child);
+    if (exec_errno < 0) {
+        cli_error("%s: %s", exec_errno == -1 ? "pipe" : "fork", strerror(errno));
         env_free(&cenv);
         alerts_free(alerts);
         return CLI_FAIL;
     }
-    if (child == 0) {
-        setpgid(0, 0);
-        if (tty_fd >= 0) {
-            signal(SIGTTOU, SIG_IGN);
-            tcsetpgrp(tty_fd, getpid());
-            signal(SIGTTOU, SIG_DFL);
-        }
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
-        signal(SIGQUIT, SIG_DFL);
-        signal(SIGPIPE, SIG_DFL);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        execve(exe, a.cmd, cenv.env);
-        int e = errno;
-        ssize_t w = write(pfd[1], &e, sizeof(e));
-        (void)w;
-        _exit(e == ENOENT ? 127 : 126);
-    }
-    setpgid(child, child);
-    if (tty_fd >= 0) {
-        /* Both sides set it: whichever runs first, the child never reads
-         * the terminal from the background. */
-        signal(SIGTTOU, SIG_IGN);
-        tcsetpgrp(tty_fd, child);
-    }
-    run_child_pgid = child;
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    close(pfd[1]);
-    int exec_errno = 0;
-    ssize_t got;
-    do {
-        got = read(pfd[0], &exec_errno, sizeof(exec_errno));
-    } while (got < 0 && errno == EINTR);
-    close(pfd[0]);
-    env_free(&cenv);
-    if (got == (ssize_t)sizeof(exec_errno)) {
-        int st;
-        waitpid(child, &st, 0);
-        run_child_pgid = 0;
-        if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
+    if (exec_errno > 0) {
         cli_error("cannot run %s: %s", a.cmd[0], strerror(exec_errno));
+        env_free(&cenv);
         alerts_free(alerts);
         return exec_errno == ENOENT ? 127 : 126;
     }
@@ -582,6 +613,7 @@ int cmd_run(int argc, char **argv)
     co.auto_hook = !a.no_auto;
     co.alerts = alerts;
     co.start_mono_ns = start_mono;
+    co.start_unix_s = start_unix;
     coll *c = NULL;
     rc = coll_create(&c, &co);
     if (rc == 0) rc = coll_start(c);
@@ -591,36 +623,57 @@ int cmd_run(int argc, char **argv)
         coll_free(c);
         c = NULL;
     }
+    sup *sv = NULL;
+    if (c && sup_create(&sv, &a.sup, absdir, start_mono, start_unix) == 0)
+        sup_attempt_start(sv, child);
 
     int tty = isatty(2), color = cli_color(stderr);
     double period = tty ? 1.0 : 10.0, next_status = mono_s() + period;
     int status = 0, drawn = 0;
     for (;;) {
-        pid_t w = waitpid(child, &status, WNOHANG | (tty_fd >= 0 ? WUNTRACED : 0));
-        if (w == child && WIFSTOPPED(status)) {
-            /* Ctrl-Z stopped the child: stop too, so the shell gets its
-             * terminal and job back; on `fg`, hand the terminal over again. */
-            tcsetpgrp(tty_fd, getpgrp());
-            kill(getpid(), SIGSTOP);
-            if (tcgetpgrp(tty_fd) == getpgrp()) tcsetpgrp(tty_fd, child);
-            kill(-child, SIGCONT);
-            continue;
+        run_signals = 0;
+        for (;;) {
+            pid_t w = waitpid(child, &status, WNOHANG | (tty_fd >= 0 ? WUNTRACED : 0));
+            if (w == child && WIFSTOPPED(status)) {
+                /* Ctrl-Z stopped the child: stop too, so the shell gets its
+                 * terminal and job back; on `fg`, hand the terminal over again. */
+                tcsetpgrp(tty_fd, getpgrp());
+                kill(getpid(), SIGSTOP);
+                if (tcgetpgrp(tty_fd) == getpgrp()) tcsetpgrp(tty_fd, child);
+                kill(-child, SIGCONT);
+                continue;
+            }
+            if (w == child) break;
+            if (w < 0 && errno != EINTR) break;
+            struct timespec nap = {0, 50 * 1000000L};
+            nanosleep(&nap, NULL);
+            if (sv) sup_tick(sv, color);
+            double now = mono_s();
+            if (c && !a.quiet && now >= next_status) {
+                status_line(c, tty, color);
+                drawn = tty;
+                next_status = now + period;
+            }
         }
-        if (w == child) break;
-        if (w < 0 && errno != EINTR) break;
-        struct timespec nap = {0, 50 * 1000000L};
-        nanosleep(&nap, NULL);
-        double now = mono_s();
-        if (c && !a.quiet && now >= next_status) {
-            status_line(c, tty, color);
-            drawn = tty;
-            next_status = now + period;
+        run_child_pgid = 0;
+        /* The terminal comes back for the summary; a Ctrl-C now only counts. */
+        if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
+        if (drawn) fputs("\r\033[K", stderr);
+        drawn = 0;
+        /* --restart: another attempt (supervise.c decides, after its backoff) */
+        if (!sv || !sup_attempt_end(sv, status, run_signals > 0, &run_signals)) break;
+        pid_t next = 0;
+        exec_errno = spawn(exe, a.cmd, cenv.env, tty_fd, &next);
+        if (exec_errno != 0) {
+            cli_warn("cannot restart %s: %s", a.cmd[0],
+                     strerror(exec_errno > 0 ? exec_errno : errno));
+            break;
         }
+        child = next;
+        coll_set_root(c, child);
+        sup_attempt_start(sv, child);
     }
-    run_child_pgid = 0;
-    /* The terminal comes back for the summary; a Ctrl-C now only counts. */
-    if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
-    if (drawn) fputs("\r\033[K", stderr);
+    env_free(&cenv);
 
     rec_exit ex = {1, 0, 0};
     if (WIFEXITED(status)) {
@@ -631,6 +684,8 @@ int cmd_run(int argc, char **argv)
     }
     if (c) {
         coll_finish(c, &ex);
+        if (sv) sup_finish(sv);
+        sup_free(sv);
         coll_summary s;
         coll_get_summary(c, &s);
         coll_free(c);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "report/failures.h"
 #include "trainperf.h"
 
 #define CW 1000.0 /* chart width (viewBox units) */
@@ -689,6 +690,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
         report_html_esc(b, r->host);
     }
     buf_printf(b, " · %d CPUs · %d GPU%s</p>\n", r->cpus, r->ngpu, r->ngpu == 1 ? "" : "s");
+    fail_headline(b, r->dir, FAIL_HTML, 0);
 
     const dfinding *p = &g->primary;
     const char *cls = strcmp(p->id, "compute-bound") == 0       ? " ok"
@@ -837,6 +839,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
         }
         buf_puts(b, "</table>\n");
     }
+    fail_sections(b, r->dir, FAIL_HTML, 0);
     md_block(b, prof_md ? prof_md : "");
     buf_printf(b, "<footer>trainperf %s · run directory ", tpf_version());
     report_html_esc(b, r->name);
