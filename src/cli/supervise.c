@@ -899,7 +899,7 @@ int sup_attempt_end(sup *s, int status, int user_signal, volatile sig_atomic_t *
                  s->o.restarts);
         again = 0;
     }
-    if (again && s->o.no_progress > 0) {
+    if (again && s->o.no_progress > 0 && !a->steps) {
         /* The collector streams steps.csv once per sample: let the last
          * attempt's steps arrive before judging its progress. */
         double until = mono_now() + s->o.settle_s;
