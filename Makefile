@@ -32,7 +32,7 @@ LIB_CFLAGS := $(CFLAGS_ALL) -fvisibility=hidden -DTPF_BUILDING_LIBRARY
 LDLIBS_ALL := -lz -lpthread -lm -ldl
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
-LIB_MODULES := probe collect watch record report trace util
+LIB_MODULES := core probe collect watch record report trace session util
 LIB_SRC := $(sort $(foreach m,$(LIB_MODULES),$(wildcard src/$(m)/*.c)))
 LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))

@@ -1,7 +1,7 @@
 """Build the trainperf Python package and its C extension.
 
 `pip install .` works from a clean clone: the extension compiles the library
-sources (src/{probe,collect,watch,record,report,trace,util}/*.c) into itself, so no
+sources (src/{core,probe,collect,watch,record,report,trace,session,util}/*.c) into itself, so no
 prior `make` is needed. `make python` instead links the static library it has
 just built (TRAINPERF_STATIC_LIB), which is faster and keeps one set of objects.
 """
@@ -11,7 +11,7 @@ import os
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LIB_MODULES = ("probe", "collect", "watch", "record", "report", "trace", "util")
+LIB_MODULES = ("core", "probe", "collect", "watch", "record", "report", "trace", "session", "util")
 
 
 # setuptools wants paths relative to the folder of setup.py.

@@ -32,6 +32,7 @@
 #include "collect/collector.h"
 #include "probe/reader.h"
 #include "record/rundir.h"
+#include "record/sinks.h"
 #include "trainperf.h"
 #include "watch/alerts.h"
 
@@ -81,6 +82,8 @@ static int watch(const char *dir, pid_t child, double seconds, result *r)
     o.interval_s = 1.0;
     o.auto_hook = -1;
     o.alerts = al;
+    o.sinks = rec_sinks;
+    o.nsinks = rec_nsinks;
     coll *c = NULL;
     double cpu0 = self_cpu_s(), t0 = now_s();
     int rc = coll_create(&c, &o);
@@ -98,7 +101,7 @@ static int watch(const char *dir, pid_t child, double seconds, result *r)
     int st;
     struct rusage ru;
     wait4(child, &st, 0, &ru);
-    rec_exit ex = {1, 137, 9};
+    run_exit ex = {1, 137, 9};
     coll_finish(c, &ex);
     r->wall = now_s() - t0;
     r->coll_cpu = self_cpu_s() - cpu0;

@@ -25,6 +25,7 @@
 #include "util/human.h"
 #include "collect/collector.h"
 #include "record/rundir.h"
+#include "record/sinks.h"
 #include "trainperf.h"
 #include "util/buf.h"
 #include "watch/alerts.h"
@@ -369,7 +370,7 @@ static double mono_s(void)
 /* The short end-of-run summary. With the report following it (full), the
  * percentiles are left to the report, so the terminal never shows two
  * definitions of the same figure. */
-static void print_summary(const coll_summary *s, const char *run_dir, const rec_exit *ex, int color,
+static void print_summary(const coll_summary *s, const char *run_dir, const run_exit *ex, int color,
                           int full)
 {
     const char *b = color ? CLI_BOLD : "", *r = color ? CLI_RESET : "";
@@ -614,6 +615,8 @@ int cmd_run(int argc, char **argv)
     co.alerts = alerts;
     co.start_mono_ns = start_mono;
     co.start_unix_s = start_unix;
+    co.sinks = rec_sinks;
+    co.nsinks = rec_nsinks;
     coll *c = NULL;
     rc = coll_create(&c, &co);
     if (rc == 0) rc = coll_start(c);
@@ -675,7 +678,7 @@ int cmd_run(int argc, char **argv)
     }
     env_free(&cenv);
 
-    rec_exit ex = {1, 0, 0};
+    run_exit ex = {1, 0, 0};
     if (WIFEXITED(status)) {
         ex.code = WEXITSTATUS(status);
     } else if (WIFSIGNALED(status)) {

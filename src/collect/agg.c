@@ -6,10 +6,6 @@
 #include "collect/agg.h"
 #include "trainperf.h"
 
-const char *const agg_phase_names[AGG_NPHASES] = {
-    "data", "forward", "backward", "optimizer", "comm", "eval", "checkpoint",
-};
-
 typedef struct agg_frame_ent {
     tpf_name name;
     uint8_t counted;      /* outermost of its phase: its time goes to the step */
@@ -41,8 +37,7 @@ int agg_create(agg **out, const agg_sink *sink)
     agg *a = calloc(1, sizeof(*a));
     if (!a) return TPF_ENOMEM;
     if (sink) a->sink = *sink;
-    sketch_init(&a->step_ns);
-    sketch_init(&a->data_ns);
+    figs_init(&a->f);
     *out = a;
     return 0;
 }
@@ -50,7 +45,7 @@ int agg_create(agg **out, const agg_sink *sink)
 void agg_free(agg *a)
 {
     if (!a) return;
-    for (int i = 0; i < a->ngroups; i++) free(a->groups[i]);
+    figs_free(&a->f);
     free(a);
 }
 
@@ -84,7 +79,7 @@ static agg_thread *thread_of(agg *a, agg_proc *p, pid_t tid)
             return p->threads[i];
         }
     if (p->nthreads >= AGG_MAX_THREADS) {
-        a->untracked_threads++;
+        a->f.untracked_threads++;
         return NULL;
     }
     if (p->nthreads == p->cap) {
@@ -92,7 +87,7 @@ static agg_thread *thread_of(agg *a, agg_proc *p, pid_t tid)
         if (nc > AGG_MAX_THREADS) nc = AGG_MAX_THREADS;
         agg_thread **nt = realloc(p->threads, (size_t)nc * sizeof(*nt));
         if (!nt) {
-            a->untracked_threads++;
+            a->f.untracked_threads++;
             return NULL;
         }
         p->threads = nt;
@@ -100,35 +95,13 @@ static agg_thread *thread_of(agg *a, agg_proc *p, pid_t tid)
     }
     agg_thread *t = calloc(1, sizeof(*t));
     if (!t) {
-        a->untracked_threads++;
+        a->f.untracked_threads++;
         return NULL;
     }
     t->tid = tid;
     p->last = p->nthreads;
     p->threads[p->nthreads++] = t;
     return t;
-}
-
-static agg_group *group_of(agg *a, const agg_proc *p)
-{
-    for (int i = 0; i < a->ngroups; i++) {
-        agg_group *g = a->groups[i];
-        if (p->rank >= 0 ? g->rank == p->rank : (g->rank < 0 && g->pid == p->pid)) return g;
-    }
-    if (a->ngroups >= AGG_MAX_GROUPS) {
-        a->untracked_groups++;
-        return NULL;
-    }
-    agg_group *g = calloc(1, sizeof(*g));
-    if (!g) {
-        a->untracked_groups++;
-        return NULL;
-    }
-    g->rank = p->rank;
-    g->pid = p->pid;
-    sketch_init(&g->step_ns);
-    a->groups[a->ngroups++] = g;
-    return g;
 }
 
 static int phase_index(tpf_name n)
@@ -163,7 +136,7 @@ static void on_pop(agg *a, agg_proc *p, agg_thread *t, const seg_event *ev)
         return;
     }
     if (t->depth == 0) {
-        a->unmatched_pops++;
+        a->f.unmatched_pops++;
         return;
     }
     agg_frame_ent *e = &t->stack[--t->depth];
@@ -221,26 +194,7 @@ static void on_step_end(agg *a, agg_proc *p, agg_thread *t, const seg_event *ev)
     t->in_step = 0;
     t->step++;
 
-    a->count++;
-    a->interval_ns += s.interval_ns;
-    a->interval_sq_ms += ((double)s.interval_ns / 1e6) * ((double)s.interval_ns / 1e6);
-    a->duration_ns += s.duration_ns;
-    a->other_ns += s.other_ns;
-    a->samples += s.samples;
-    a->tokens += s.tokens;
-    for (int i = 0; i < AGG_NPHASES; i++) a->phase_ns[i] += s.phase_ns[i];
-    if (!a->first_end_ns || end < a->first_end_ns) a->first_end_ns = end;
-    if (end > a->last_end_ns) a->last_end_ns = end;
-    sketch_add(&a->step_ns, (double)s.interval_ns);
-    sketch_add(&a->data_ns, (double)s.phase_ns[0]);
-    agg_group *g = group_of(a, p);
-    if (g) {
-        g->count++;
-        g->interval_ns += s.interval_ns;
-        g->samples += s.samples;
-        g->tokens += s.tokens;
-        sketch_add(&g->step_ns, (double)s.interval_ns);
-    }
+    figs_add(&a->f, &s);
     a->live_count++;
     a->live_interval_ns += s.interval_ns;
     a->live_data_ns += s.phase_ns[0];
@@ -277,9 +231,9 @@ void agg_event(agg *a, agg_proc *p, const seg_event *ev)
 
 void agg_live(agg *a, coll_frame *f, double dt, uint64_t now_ns)
 {
-    fv_set(&f->steps, (double)a->count);
+    fv_set(&f->steps, (double)a->f.count);
     /* Rates are per rank (a DDP step is one step of every rank). */
-    double ng = a->ngroups > 0 ? a->ngroups : 1;
+    double ng = a->f.ngroups > 0 ? a->f.ngroups : 1;
     if (dt > 0) {
         fv_set(&f->step_rate, (double)a->live_count / dt / ng);
         fv_set(&f->sample_rate, (double)a->live_samples / dt);
@@ -289,28 +243,10 @@ void agg_live(agg *a, coll_frame *f, double dt, uint64_t now_ns)
         fv_set(&f->data_wait_pct, 100.0 * (double)a->live_data_ns / (double)a->live_interval_ns);
     if (a->live_count > 0)
         fv_set(&f->step_time_ms, (double)a->live_interval_ns / (double)a->live_count / 1e6);
-    if (a->count > 0) {
-        fv_set(&f->step_time_median_ms, sketch_quantile(&a->step_ns, 0.5) / 1e6);
-        fv_set(&f->since_last_step_s, (double)span(a->last_end_ns, now_ns) / 1e9);
+    if (a->f.count > 0) {
+        fv_set(&f->step_time_median_ms, sketch_quantile(&a->f.step_ns, 0.5) / 1e6);
+        fv_set(&f->since_last_step_s, (double)span(a->f.last_end_ns, now_ns) / 1e9);
     }
     a->live_count = a->live_interval_ns = a->live_data_ns = 0;
     a->live_samples = a->live_tokens = 0;
-}
-
-void agg_rates(const agg *a, double *steps_per_s, double *samples_per_s, double *tokens_per_s)
-{
-    double sps = 0, smp = 0, tok = 0;
-    int ng = 0;
-    for (int i = 0; i < a->ngroups; i++) {
-        const agg_group *g = a->groups[i];
-        if (!g->count || !g->interval_ns) continue;
-        double secs = (double)g->interval_ns / 1e9;
-        sps += (double)g->count / secs;
-        smp += (double)g->samples / secs;
-        tok += (double)g->tokens / secs;
-        ng++;
-    }
-    *steps_per_s = ng ? sps / ng : NAN;
-    *samples_per_s = ng && a->samples ? smp : NAN;
-    *tokens_per_s = ng && a->tokens ? tok : NAN;
 }

@@ -18,9 +18,7 @@
 #include "collect/nvml.h"
 #include "collect/procfs.h"
 #include "probe/reader.h"
-#include "record/metrics.h"
-#include "record/trace.h"
-#include "record/writers.h"
+#include "core/metrics.h"
 #include "trainperf.h"
 #include "util/err.h"
 
@@ -32,8 +30,7 @@ static const src_ops *const coll_sources[] = {&procfs_source, &nvml_source};
 #define COLL_MAX_SEGS 65536      /* segment files remembered over a run */
 #define COLL_SCAN_NS 100000000ull /* look for new segments, dead producers */
 #define COLL_PEND_MAX 4096       /* steps sorted by end time per drain */
-#define COLL_OUT_FLUSH (256u << 10)
-#define COLL_OUT_MAX (16u << 20)
+#define COLL_MAX_SINKS 16
 #define COLL_MAX_ACTIVE 32
 #define COLL_OPEN_RETRIES 100    /* a segment still initialising */
 
@@ -49,13 +46,10 @@ typedef struct coll_seg {
     pid_t pid;
 } coll_seg;
 
-/* A streamed file: lines gather in b and go out at each flush. */
-typedef struct coll_out {
-    const char *name;
-    int fd;
-    buf b;
-    int err;
-} coll_out;
+typedef struct coll_sink {
+    const sink_ops *ops;
+    void *state;
+} coll_sink;
 
 typedef struct coll_src {
     const src_ops *ops;
@@ -67,14 +61,17 @@ struct coll {
     coll_opts o;
     char run_dir[PATH_MAX];
     src_ctx ctx;
-    coll_src src[REC_MAX_SOURCES];
-    rec_source status[REC_MAX_SOURCES];
+    coll_src src[RUN_MAX_SOURCES];
+    run_source status[RUN_MAX_SOURCES];
     int nsrc;
 
     agg *agg;
-    rec_res res;
-    rec_trace trace;
-    coll_out metrics, procs, steps, alerts;
+    run_res res;
+    sink_ctx sctx;
+    coll_sink sinks[COLL_MAX_SINKS];
+    int nsinks;
+    sink_tally tally;
+    frame_proc *procrows;        /* the sample's tree processes (frame.procs) */
     int ncpu_cols, ngpu_cols, header_done;
     int gpu_cols[FRAME_MAX_GPUS]; /* NVML index of each gpu<k>_ column group */
 
@@ -92,9 +89,10 @@ struct coll {
     alert_event aev[16];
     const char *active[COLL_MAX_ACTIVE];
     int nactive;
-    rec_alert_note notes[REC_MAX_ALERTS];
+    run_alert notes[RUN_MAX_ALERTS];
     int nnotes, nalert_rules;
     const char **alert_rules;
+    uint64_t events_dropped;     /* by the probes, as of coll_finish */
 
     /* shared with other threads */
     pthread_mutex_t mu;
@@ -109,13 +107,13 @@ struct coll {
     char err_text[200];
 
     /* run.json */
+    run_meta meta;
     char **own_argv;
     char host[256], kernel[256], cwd[PATH_MAX];
     int cpus;
     double mem_total;
-    int ngpu0;
     gpu_frame gpu0[FRAME_MAX_GPUS];
-    rec_exit exit;
+    run_exit exit;
     double end_unix_s, duration_s;
     int ended;
 };
@@ -141,51 +139,47 @@ static void note_err(coll *c, const char *what, int err)
     snprintf(c->err_text, sizeof(c->err_text), "%s: %s", what, tpf_strerror(c->first_err));
 }
 
-/* ---- streamed files ---- */
+/* ---- sinks ---- */
 
-static int out_open(coll *c, coll_out *o, const char *name)
+static void sink_error(void *arg, const char *what, int err) { note_err(arg, what, err); }
+
+/* The collector's figures as the sinks see them at this call. */
+static void run_view(coll *c, sink_run *r)
 {
-    char path[PATH_MAX + 32];
-    o->name = name;
-    o->err = 0;
-    buf_init(&o->b, COLL_OUT_MAX);
-    snprintf(path, sizeof(path), "%s/%s", c->run_dir, name);
-    o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    if (o->fd < 0) return err_from_errno(errno);
-    return 0;
+    memset(r, 0, sizeof(*r));
+    r->frame = c->nsamples ? &c->frame : NULL;
+    r->nsamples = (uint64_t)c->nsamples;
+    r->ncpu_cols = c->ncpu_cols;
+    r->ngpu_cols = c->ngpu_cols;
+    r->gpu_cols = c->gpu_cols;
+    r->gpus0 = c->gpu0;
+    r->steps = &c->agg->f;
+    r->res = &c->res;
+    r->nalerts = c->nnotes;
+    r->alerts = c->notes;
+    r->nsources = c->nsrc;
+    r->sources = c->status;
+    r->events_dropped = c->events_dropped;
+    r->ended = c->ended;
+    r->exit = c->exit;
+    r->end_unix_s = c->end_unix_s;
+    r->duration_s = c->duration_s;
+    r->tally = &c->tally;
 }
 
-static void out_flush(coll *c, coll_out *o)
+static void probe_out(coll *c, const sink_probe *p)
 {
-    if (o->b.err && !o->err) {
-        o->err = o->b.err;
-        note_err(c, o->name, o->err);
-    }
-    if (o->fd >= 0 && o->b.len) {
-        const char *p = o->b.data;
-        size_t n = o->b.len;
-        while (n > 0) {
-            ssize_t w = write(o->fd, p, n);
-            if (w < 0 && errno == EINTR) continue;
-            if (w < 0) {
-                /* Disk full and the like: these lines are lost, the run goes on. */
-                if (!o->err) o->err = err_from_errno(errno);
-                note_err(c, o->name, o->err);
-                break;
-            }
-            p += w;
-            n -= (size_t)w;
-        }
-    }
-    buf_reset(&o->b);
+    for (int i = 0; i < c->nsinks; i++)
+        if (c->sinks[i].ops->on_probe) c->sinks[i].ops->on_probe(c->sinks[i].state, p);
 }
 
-static void out_close(coll *c, coll_out *o)
+/* ended: the run's end (coll_finish); otherwise abandoned (run == NULL). */
+static void sinks_close(coll *c, int ended)
 {
-    out_flush(c, o);
-    if (o->fd >= 0) close(o->fd);
-    o->fd = -1;
-    buf_free(&o->b);
+    sink_run r;
+    run_view(c, &r);
+    for (int i = 0; i < c->nsinks; i++) c->sinks[i].ops->close(c->sinks[i].state, ended ? &r : NULL);
+    c->nsinks = 0;
 }
 
 /* ---- segments ---- */
@@ -203,9 +197,12 @@ static void pend_flush(coll *c)
 {
     if (c->npend == 0) return;
     qsort(c->pend, (size_t)c->npend, sizeof(agg_step), cmp_step);
-    for (int i = 0; i < c->npend; i++) rec_steps_row(&c->steps.b, &c->pend[i], c->o.start_mono_ns);
+    for (int k = 0; k < c->nsinks; k++) {
+        const coll_sink *sk = &c->sinks[k];
+        if (!sk->ops->on_step) continue;
+        for (int i = 0; i < c->npend; i++) sk->ops->on_step(sk->state, &c->pend[i]);
+    }
     c->npend = 0;
-    if (c->steps.b.len >= COLL_OUT_FLUSH) out_flush(c, &c->steps);
 }
 
 static void sink_step(void *ctx, const agg_step *s)
@@ -213,7 +210,6 @@ static void sink_step(void *ctx, const agg_step *s)
     coll *c = ctx;
     if (c->npend == COLL_PEND_MAX) pend_flush(c);
     c->pend[c->npend++] = *s;
-    rec_trace_step(&c->trace, s);
 }
 
 static const char *cur_name(coll *c, tpf_name n)
@@ -224,19 +220,25 @@ static const char *cur_name(coll *c, tpf_name n)
 static void sink_range(void *ctx, const agg_range *r)
 {
     coll *c = ctx;
-    rec_trace_range(&c->trace, r, cur_name(c, r->name));
+    sink_probe p = {.kind = SINK_RANGE, .pid = r->pid, .tid = r->tid, .rank = -1, .range = r,
+                    .name = cur_name(c, r->name), .ts_ns = r->begin_ns};
+    probe_out(c, &p);
 }
 
 static void sink_counter(void *ctx, pid_t pid, pid_t tid, tpf_name name, uint64_t ts, double v)
 {
     coll *c = ctx;
-    rec_trace_counter(&c->trace, pid, cur_name(c, name), ts, v);
+    sink_probe p = {.kind = SINK_COUNTER, .pid = pid, .tid = tid, .rank = -1,
+                    .name = cur_name(c, name), .ts_ns = ts, .value = v};
+    probe_out(c, &p);
 }
 
 static void sink_mark(void *ctx, pid_t pid, pid_t tid, tpf_name name, uint64_t ts)
 {
     coll *c = ctx;
-    rec_trace_mark(&c->trace, pid, tid, cur_name(c, name), ts);
+    sink_probe p = {.kind = SINK_MARK, .pid = pid, .tid = tid, .rank = -1,
+                    .name = cur_name(c, name), .ts_ns = ts};
+    probe_out(c, &p);
 }
 
 static void on_event(void *ctx, const seg_event *ev)
@@ -327,7 +329,8 @@ static void seg_try_open(coll *c, coll_seg *s)
     s->r = r;
     s->pid = pi->pid;
     s->state = SEG_OPEN;
-    rec_trace_process(&c->trace, pi->pid, pi->rank);
+    sink_probe p = {.kind = SINK_PROCESS, .pid = pi->pid, .tid = pi->pid, .rank = pi->rank};
+    probe_out(c, &p);
 }
 
 static void seg_scan(coll *c)
@@ -389,11 +392,11 @@ static void check_alerts(coll *c, const coll_frame *f)
     int n = alerts_eval(c->o.alerts, f, c->aev, (int)(sizeof(c->aev) / sizeof(c->aev[0])));
     for (int i = 0; i < n; i++) {
         const alert_event *e = &c->aev[i];
-        rec_alert_line(&c->alerts.b, e);
-        rec_trace_alert(&c->trace, e);
+        for (int k = 0; k < c->nsinks; k++)
+            if (c->sinks[k].ops->on_alert) c->sinks[k].ops->on_alert(c->sinks[k].state, e);
         active_update(c, e);
-        if (e->fired && c->nnotes < REC_MAX_ALERTS) {
-            rec_alert_note *nt = &c->notes[c->nnotes++];
+        if (e->fired && c->nnotes < RUN_MAX_ALERTS) {
+            run_alert *nt = &c->notes[c->nnotes++];
             snprintf(nt->rule, sizeof(nt->rule), "%s", e->rule ? e->rule : "");
             nt->t = e->t;
             size_t ml = strnlen(e->message, sizeof(e->message));
@@ -402,10 +405,10 @@ static void check_alerts(coll *c, const coll_frame *f)
             nt->message[ml] = 0;
         }
     }
-    if (n > 0) out_flush(c, &c->alerts);
 }
 
-static void write_procs(coll *c, const coll_frame *f)
+/* The tree's processes with their device memory, for the frame's sinks. */
+static void gather_procs(coll *c, coll_frame *f)
 {
     void *nvml = NULL;
     for (int i = 0; i < c->nsrc; i++)
@@ -414,11 +417,15 @@ static void write_procs(coll *c, const coll_frame *f)
         if (!c->src[i].on || c->src[i].ops != &procfs_source) continue;
         const procfs_proc *pp = NULL;
         int n = procfs_procs(c->src[i].state, &pp);
+        if (n > PROCFS_MAX_PROCS) n = PROCFS_MAX_PROCS;
         for (int k = 0; k < n; k++) {
-            fval gmem = {0, 0}; /* unknown without the GPU source */
-            if (nvml) gmem = nvml_proc_gpu_mem(nvml, pp[k].pid);
-            rec_procs_row(&c->procs.b, f->t, &pp[k], gmem);
+            frame_proc *r = &c->procrows[k];
+            *r = pp[k];
+            r->gpu_mem_bytes = (fval){0, 0}; /* unknown without the GPU source */
+            if (nvml) r->gpu_mem_bytes = nvml_proc_gpu_mem(nvml, pp[k].pid);
         }
+        f->procs = c->procrows;
+        f->nprocs = n;
     }
 }
 
@@ -447,23 +454,25 @@ static void take_sample(coll *c, uint64_t now)
         /* The first sample fixes the per-core and per-GPU columns. */
         c->ncpu_cols = f->ncpu < FRAME_MAX_CPUS ? f->ncpu : FRAME_MAX_CPUS;
         c->ngpu_cols = f->ngpu < FRAME_MAX_GPUS ? f->ngpu : FRAME_MAX_GPUS;
-        c->ngpu0 = c->ngpu_cols;
-        memcpy(c->gpu0, f->gpu, sizeof(gpu_frame) * (size_t)c->ngpu0);
+        memcpy(c->gpu0, f->gpu, sizeof(gpu_frame) * (size_t)c->ngpu_cols);
         for (int g = 0; g < c->ngpu_cols; g++) c->gpu_cols[g] = f->gpu[g].index;
-        rec_metrics_header(&c->metrics.b, c->ncpu_cols, c->ngpu_cols);
         c->header_done = 1;
     }
-    rec_metrics_row(&c->metrics.b, f, c->ncpu_cols, c->ngpu_cols, c->gpu_cols);
-    write_procs(c, f);
-    rec_trace_frame(&c->trace, f, c->ngpu_cols, c->gpu_cols);
-    rec_res_add(&c->res, f);
-    check_alerts(c, f);
+    gather_procs(c, f);
+    run_res_add(&c->res, f);
     c->last_sample_ns = now;
     c->nsamples++;
+    sink_run run;
+    run_view(c, &run);
+    for (int k = 0; k < c->nsinks; k++)
+        if (c->sinks[k].ops->on_sample) c->sinks[k].ops->on_sample(c->sinks[k].state, f, &run);
+    check_alerts(c, f);
 
     pthread_mutex_lock(&c->mu);
     memcpy(&c->last, f, sizeof(*f));
     c->last.tree_pids = NULL; /* valid during the sample only */
+    c->last.procs = NULL;
+    c->last.nprocs = 0;
     c->have_last = 1;
     size_t off = 0;
     c->active_text[0] = 0;
@@ -475,25 +484,12 @@ static void take_sample(coll *c, uint64_t now)
     }
     pthread_mutex_unlock(&c->mu);
 
-    out_flush(c, &c->metrics);
-    out_flush(c, &c->procs);
-    out_flush(c, &c->steps);
-    int terr = rec_trace_flush(&c->trace);
-    if (terr && !c->first_err) note_err(c, "trace.json", terr);
+    run_view(c, &run); /* alerts may have fired */
+    for (int k = 0; k < c->nsinks; k++)
+        if (c->sinks[k].ops->flush) c->sinks[k].ops->flush(c->sinks[k].state, &run);
 }
 
 /* ---- run.json ---- */
-
-/* Write a JSON document built into b (rc: the builder's result) as
- * RUN/name, atomically; record a failure; free b. */
-static void put_doc(coll *c, const char *name, buf *b, int rc)
-{
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof(path), "%s/%s", c->run_dir, name);
-    if (rc == 0) rc = rec_write_atomic(path, b);
-    if (rc) note_err(c, name, rc);
-    buf_free(b);
-}
 
 static void read_cmdline(coll *c)
 {
@@ -520,45 +516,14 @@ static void read_cmdline(coll *c)
     c->own_argv = v;
 }
 
-static void write_run_json(coll *c)
-{
-    rec_runinfo ri;
-    memset(&ri, 0, sizeof(ri));
-    ri.mode = c->o.mode ? c->o.mode : "run";
-    ri.argv = c->o.argv ? c->o.argv : c->own_argv;
-    ri.cwd = c->cwd;
-    ri.host = c->host;
-    ri.kernel = c->kernel;
-    ri.cpus = c->cpus;
-    ri.mem_total_bytes = c->mem_total;
-    ri.start_unix_s = c->o.start_unix_s;
-    ri.start_mono_ns = c->o.start_mono_ns;
-    ri.ended = c->ended;
-    ri.end_unix_s = c->end_unix_s;
-    ri.duration_s = c->duration_s;
-    ri.interval_s = c->o.interval_s;
-    ri.root_pid = c->o.root_pid;
-    ri.exit = c->exit;
-    ri.ngpu = c->ngpu0;
-    ri.gpus = c->gpu0;
-    ri.nsources = c->nsrc;
-    ri.sources = c->status;
-    ri.auto_hook = c->o.auto_hook;
-    ri.nalerts = c->nalert_rules;
-    ri.alert_rules = c->alert_rules;
-    buf b;
-    buf_init(&b, 1u << 20);
-    put_doc(c, "run.json", &b, rec_run_json(&b, &ri));
-}
-
 /* ---- life cycle ---- */
 
 static void init_sources(coll *c)
 {
-    for (int i = 0; i < COLL_NSOURCES && i < REC_MAX_SOURCES; i++) {
+    for (int i = 0; i < COLL_NSOURCES && i < RUN_MAX_SOURCES; i++) {
         const src_ops *ops = coll_sources[i];
         coll_src *s = &c->src[c->nsrc];
-        rec_source *st = &c->status[c->nsrc];
+        run_source *st = &c->status[c->nsrc];
         c->nsrc++;
         s->ops = ops;
         st->name = ops->name;
@@ -599,36 +564,24 @@ int coll_create(coll **out, const coll_opts *o)
     c->ctx.run_dir = c->run_dir;
     c->ctx.interval_s = c->o.interval_s;
     c->ctx.flags = o->flags;
-    c->metrics.fd = c->procs.fd = c->steps.fd = c->alerts.fd = -1;
-    c->trace.fd = -1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->cv, &ca);
     pthread_condattr_destroy(&ca);
-    rec_res_init(&c->res);
+    run_res_init(&c->res);
 
     agg_sink sink = {c, sink_step, sink_range, sink_counter, sink_mark};
     int rc = agg_create(&c->agg, &sink);
     c->pend = calloc(COLL_PEND_MAX, sizeof(agg_step));
     if (rc == 0 && !c->pend) rc = TPF_ENOMEM;
-    if (rc == 0) rc = out_open(c, &c->metrics, "metrics.csv");
-    if (rc == 0) rc = out_open(c, &c->procs, "procs.csv");
-    if (rc == 0) rc = out_open(c, &c->steps, "steps.csv");
-    if (rc == 0) rc = out_open(c, &c->alerts, "alerts.jsonl");
-    if (rc == 0) {
-        char path[PATH_MAX + 16];
-        snprintf(path, sizeof(path), "%s/trace.json", c->run_dir);
-        rc = rec_trace_open(&c->trace, path, c->o.start_mono_ns, 0);
-    }
+    c->procrows = calloc(PROCFS_MAX_PROCS, sizeof(frame_proc));
+    if (rc == 0 && !c->procrows) rc = TPF_ENOMEM;
     if (rc) {
         coll_free(c);
         return rc;
     }
-    rec_procs_header(&c->procs.b);
-    rec_steps_header(&c->steps.b);
-    rec_trace_process(&c->trace, 0, -1);
 
     struct utsname u;
     if (uname(&u) == 0) {
@@ -649,6 +602,40 @@ int coll_create(coll **out, const coll_opts *o)
             for (int i = 0; i < n; i++) c->alert_rules[i] = alerts_rule_text(c->o.alerts, i);
             c->nalert_rules = n;
         }
+    }
+    c->meta = (run_meta){
+        .mode = c->o.mode ? c->o.mode : "run",
+        .argv = c->o.argv ? c->o.argv : c->own_argv,
+        .cwd = c->cwd,
+        .host = c->host,
+        .kernel = c->kernel,
+        .cpus = c->cpus,
+        .mem_total_bytes = c->mem_total,
+        .root_pid = c->o.root_pid,
+        .auto_hook = c->o.auto_hook,
+        .nalert_rules = c->nalert_rules,
+        .alert_rules = c->alert_rules,
+    };
+    c->sctx = (sink_ctx){
+        .run_dir = c->run_dir,
+        .start_mono_ns = c->o.start_mono_ns,
+        .start_unix_s = c->o.start_unix_s,
+        .interval_s = c->o.interval_s,
+        .flags = c->o.flags,
+        .meta = &c->meta,
+        .config = c->o.sink_config,
+        .error = sink_error,
+        .error_arg = c,
+    };
+    for (size_t i = 0; i < c->o.nsinks && c->nsinks < COLL_MAX_SINKS; i++) {
+        const sink_ops *ops = c->o.sinks[i];
+        void *state = NULL;
+        rc = ops->init(&state, &c->sctx);
+        if (rc < 0) {
+            coll_free(c);
+            return rc;
+        }
+        if (rc == 0) c->sinks[c->nsinks++] = (coll_sink){ops, state};
     }
     init_sources(c);
     *out = c;
@@ -693,9 +680,8 @@ int coll_start(coll *c)
     seg_scan(c);
     c->last_scan_ns = now;
     drain_all(c, 0);
-    take_sample(c, now);
+    take_sample(c, now); /* run.json goes out with the first sample */
     c->next_sample_ns = now + (uint64_t)(c->o.interval_s * 1e9);
-    write_run_json(c);
     sigset_t all, old;
     /* The thread takes no signals: the CLI handles them on its main thread. */
     sigfillset(&all);
@@ -707,7 +693,7 @@ int coll_start(coll *c)
     return 0;
 }
 
-int coll_finish(coll *c, const rec_exit *ex)
+int coll_finish(coll *c, const run_exit *ex)
 {
     if (!c || c->finished) return TPF_ESTATE;
     if (c->running) {
@@ -732,31 +718,8 @@ int coll_finish(coll *c, const rec_exit *ex)
     c->ended = 1;
     if (ex) c->exit = *ex;
 
-    out_close(c, &c->metrics);
-    out_close(c, &c->procs);
-    out_close(c, &c->steps);
-    out_close(c, &c->alerts);
-    if (rec_trace_close(&c->trace)) note_err(c, "trace.json", c->trace.err);
-
-    rec_summary s;
-    memset(&s, 0, sizeof(s));
-    s.duration_s = c->duration_s;
-    s.exit = c->exit;
-    s.start_mono_ns = c->o.start_mono_ns;
-    s.agg = c->agg;
-    s.events_dropped = dropped;
-    s.res = &c->res;
-    s.nalerts = c->nnotes;
-    s.alerts = c->notes;
-    s.trace_written = c->trace.written;
-    s.trace_dropped = c->trace.dropped;
-    s.nsources = c->nsrc;
-    s.sources = c->status;
-    buf b;
-    buf_init(&b, 4u << 20);
-    put_doc(c, "summary.json", &b, rec_summary_json(&b, &s));
-    write_run_json(c);
-    c->dropped_closed = dropped; /* for coll_get_summary */
+    c->events_dropped = dropped;
+    sinks_close(c, 1);
     return c->first_err;
 }
 
@@ -772,34 +735,32 @@ int coll_status(coll *c, coll_frame *f, char alerts[COLL_ALERTS_TEXT])
     return ok ? 0 : TPF_ESTATE;
 }
 
-static double stat_mean(const rec_stat *s) { return s->n ? s->sum / (double)s->n : NAN; }
-
 void coll_get_summary(const coll *c, coll_summary *out)
 {
     memset(out, 0, sizeof(*out));
-    const agg *a = c->agg;
+    const figs *a = &c->agg->f;
     out->duration_s = c->duration_s;
     out->steps = a->count;
-    agg_rates(a, &out->steps_per_s, &out->samples_per_s, &out->tokens_per_s);
+    figs_rates(a, &out->steps_per_s, &out->samples_per_s, &out->tokens_per_s);
     out->step_p50_ms = sketch_quantile(&a->step_ns, 0.5) / 1e6;
     out->step_p95_ms = sketch_quantile(&a->step_ns, 0.95) / 1e6;
     out->data_share = a->interval_ns ? (double)a->phase_ns[0] / (double)a->interval_ns : NAN;
     out->data_p95_ms = sketch_quantile(&a->data_ns, 0.95) / 1e6;
     const metric_def *m = metric_find("tree_cpu_pct");
-    out->tree_cpu_mean_pct = m ? stat_mean(&c->res.m[m - metric_table]) : NAN;
+    out->tree_cpu_mean_pct = m ? run_stat_mean(&c->res.m[m - metric_table]) : NAN;
     m = metric_find("tree_rss_bytes");
-    const rec_stat *rs = m ? &c->res.m[m - metric_table] : NULL;
+    const run_stat *rs = m ? &c->res.m[m - metric_table] : NULL;
     out->tree_rss_max_bytes = rs && rs->n ? rs->max : NAN;
     out->ngpu = c->res.ngpu;
     for (int g = 0; g < c->res.ngpu; g++) {
-        const rec_gpu_res *gr = &c->res.gpu[g];
+        const run_gpu_res *gr = &c->res.gpu[g];
         out->gpu_index[g] = gr->index;
-        out->gpu_util_mean_pct[g] = stat_mean(&gr->util);
+        out->gpu_util_mean_pct[g] = run_stat_mean(&gr->util);
         out->gpu_mem_max_bytes[g] = gr->mem_used.n ? gr->mem_used.max : NAN;
         out->gpu_mem_total_bytes[g] = gr->mem_total;
     }
-    out->events_dropped = c->dropped_closed;
-    out->trace_dropped = c->trace.dropped;
+    out->events_dropped = c->events_dropped;
+    out->trace_dropped = c->tally.trace_dropped;
     out->nalerts = c->nnotes;
     snprintf(out->io_error, sizeof(out->io_error), "%s", c->err_text);
     out->nsources = c->nsrc;
@@ -814,13 +775,10 @@ void coll_free(coll *c)
     free(c->segs);
     for (int i = 0; i < c->nsrc; i++)
         if (c->src[i].on) c->src[i].ops->close(c->src[i].state);
-    if (c->metrics.fd >= 0 || c->metrics.b.data) out_close(c, &c->metrics);
-    if (c->procs.fd >= 0 || c->procs.b.data) out_close(c, &c->procs);
-    if (c->steps.fd >= 0 || c->steps.b.data) out_close(c, &c->steps);
-    if (c->alerts.fd >= 0 || c->alerts.b.data) out_close(c, &c->alerts);
-    if (c->trace.fd >= 0) rec_trace_close(&c->trace);
+    sinks_close(c, 0);
     agg_free(c->agg);
     free(c->pend);
+    free(c->procrows);
     if (c->own_argv) {
         for (int i = 0; c->own_argv[i]; i++) free(c->own_argv[i]);
         free(c->own_argv);

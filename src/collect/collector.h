@@ -1,6 +1,7 @@
 /* The collector: a thread that drains the probes' segments (every ~25 ms, so
  * rings never fill), samples the sources every interval, aggregates, checks
- * alerts and streams the run directory's files (docs/run-format.md).
+ * alerts and hands everything to the sinks it was given (core/sink.h; the
+ * run directory's files are record/sinks.h, docs/run-format.md).
  *
  *   coll_create -> coll_start (first sample, run.json, thread) ->
  *   coll_status (any thread, while running) -> coll_finish (stop, final
@@ -15,8 +16,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "collect/frame.h"
-#include "record/writers.h"
+#include "core/frame.h"
+#include "core/run.h"
+#include "core/sink.h"
 #include "watch/alerts.h"
 
 typedef struct coll_opts {
@@ -31,6 +33,11 @@ typedef struct coll_opts {
     alert_set *alerts;       /* may be NULL; borrowed, used only by the collector thread */
     uint64_t start_mono_ns;  /* t = 0 (CLOCK_MONOTONIC); 0: now */
     double start_unix_s;     /* wall clock at t = 0; 0: now */
+    /* Where the data goes (core/sink.h), in call order: record/sinks.h
+     * rec_sinks for a run directory. Borrowed for the run. */
+    const sink_ops *const *sinks;
+    size_t nsinks;
+    const void *sink_config; /* handed to the sinks as sink_ctx.config */
 } coll_opts;
 
 typedef struct coll coll;
@@ -44,7 +51,7 @@ int coll_start(coll *c);
  * write summary.json and run.json (with ex and the duration). Returns 0 or
  * the first file error of the run (every file is still written as far as
  * it could be). Call once. */
-int coll_finish(coll *c, const rec_exit *ex);
+int coll_finish(coll *c, const run_exit *ex);
 void coll_free(coll *c);
 
 #define COLL_ALERTS_TEXT 160
@@ -70,7 +77,7 @@ typedef struct coll_summary {
     int nalerts;
     char io_error[200];      /* "" or the first file error of the run */
     int nsources;
-    rec_source sources[REC_MAX_SOURCES];
+    run_source sources[RUN_MAX_SOURCES];
 } coll_summary;
 
 void coll_get_summary(const coll *c, coll_summary *out);

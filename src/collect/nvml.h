@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "collect/frame.h"
+#include "core/frame.h"
 
 /* The collector's nvml source. Its state is owned by the source (close frees
  * it). sample() never blocks for NVML's 20 ms PCIe window: PCIe comes from

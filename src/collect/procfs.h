@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "collect/frame.h"
+#include "core/frame.h"
 
 extern const src_ops procfs_source;
 
@@ -21,15 +21,7 @@ extern const src_ops procfs_source;
 #define PROCFS_MAX_PROCS 4096
 
 /* One process of the watched tree, as of the last sample (procs.csv). */
-typedef struct procfs_proc {
-    pid_t pid, ppid;
-    char comm[16]; /* NUL-terminated */
-    fval cpu_pct;  /* % of one core over the interval; unknown on first sight
-                      unless the process was born during the interval */
-    fval rss_bytes;
-    int threads;
-    fval read_bytes, write_bytes; /* cumulative, /proc/PID/io; unknown if unreadable */
-} procfs_proc;
+typedef frame_proc procfs_proc;
 
 /* The processes of the last sample. *out points into state and stays valid
  * until the next sample or close. Returns the count (0 before any sample),

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "record/metrics.h"
+#include "core/metrics.h"
 #include "record/fmt.h"
 #include "record/trace.h"
 #include "record/writers.h"

@@ -13,10 +13,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "collect/agg.h"
-#include "collect/frame.h"
+#include "core/figs.h"
+#include "core/frame.h"
+#include "core/sink.h"
 #include "util/buf.h"
-#include "watch/alerts.h"
 
 #define REC_TRACE_MAX_EVENTS 2000000u
 

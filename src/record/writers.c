@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "record/fmt.h"
-#include "record/metrics.h"
+#include "core/metrics.h"
 #include "record/writers.h"
 #include "trainperf.h"
 #include "util/err.h"
@@ -90,7 +90,7 @@ int rec_procs_header(buf *b)
                        "gpu_mem_bytes\n");
 }
 
-int rec_procs_row(buf *b, double t, const procfs_proc *p, fval gpu_mem)
+int rec_procs_row(buf *b, double t, const frame_proc *p)
 {
     char name[sizeof(p->comm) + 1];
     memcpy(name, p->comm, sizeof(p->comm));
@@ -106,7 +106,7 @@ int rec_procs_row(buf *b, double t, const procfs_proc *p, fval gpu_mem)
     buf_putc(b, ',');
     rec_csv_num(b, p->write_bytes, 0);
     buf_putc(b, ',');
-    rec_csv_num(b, gpu_mem, 0);
+    rec_csv_num(b, p->gpu_mem_bytes, 0);
     return buf_putc(b, '\n');
 }
 
@@ -174,7 +174,7 @@ int rec_alert_line(buf *b, const alert_event *e)
 
 /* ---- run.json ---- */
 
-static void put_exit(jw *w, const rec_exit *e)
+static void put_exit(jw *w, const run_exit *e)
 {
     jw_key(w, "exit");
     if (!e->known) {
@@ -191,7 +191,7 @@ static void put_exit(jw *w, const rec_exit *e)
     jw_obj_end(w);
 }
 
-static void put_sources(jw *w, int n, const rec_source *src)
+static void put_sources(jw *w, int n, const run_source *src)
 {
     jw_key(w, "sources");
     jw_obj_begin(w);
@@ -276,107 +276,11 @@ int rec_run_json(buf *b, const rec_runinfo *ri)
     return jw_error(&w) ? jw_error(&w) : b->err;
 }
 
-/* ---- resource aggregates ---- */
-
-static void stat_init(rec_stat *s)
-{
-    s->n = 0;
-    s->sum = 0;
-    s->min = INFINITY;
-    s->max = -INFINITY;
-}
-
-static void stat_add(rec_stat *s, fval v)
-{
-    if (!v.ok || !isfinite(v.v)) return;
-    s->n++;
-    s->sum += v.v;
-    if (v.v < s->min) s->min = v.v;
-    if (v.v > s->max) s->max = v.v;
-}
-
-void rec_res_init(rec_res *r)
-{
-    memset(r, 0, sizeof(*r));
-    for (size_t i = 0; i < sizeof(r->m) / sizeof(r->m[0]); i++) stat_init(&r->m[i]);
-    for (int g = 0; g < FRAME_MAX_GPUS; g++) {
-        rec_gpu_res *gr = &r->gpu[g];
-        stat_init(&gr->util);
-        stat_init(&gr->mem_used);
-        stat_init(&gr->power);
-        stat_init(&gr->temp);
-        gr->mem_total = NAN;
-    }
-}
-
-static void reasons_add(rec_gpu_res *gr, const char *words)
-{
-    char w[32];
-    const char *p = words;
-    while (*p) {
-        const char *e = strchr(p, '+');
-        size_t n = e ? (size_t)(e - p) : strlen(p);
-        if (n > 0 && n < sizeof(w)) {
-            memcpy(w, p, n);
-            w[n] = 0;
-            int i;
-            for (i = 0; i < gr->nreasons; i++)
-                if (strcmp(gr->reason[i], w) == 0) break;
-            if (i == gr->nreasons && gr->nreasons < REC_MAX_REASONS) {
-                memcpy(gr->reason[i], w, n + 1);
-                gr->nreasons++;
-            }
-            if (i < gr->nreasons) gr->reason_n[i]++;
-        }
-        if (!e) break;
-        p = e + 1;
-    }
-}
-
-void rec_res_add(rec_res *r, const coll_frame *f)
-{
-    r->samples++;
-    if (f->ncpu > r->cpus) r->cpus = f->ncpu;
-    size_t nm = metric_table_len < 64 ? metric_table_len : 64;
-    for (size_t i = 0; i < nm; i++) stat_add(&r->m[i], *metric_val(&metric_table[i], f));
-    int ng = f->ngpu < FRAME_MAX_GPUS ? f->ngpu : FRAME_MAX_GPUS;
-    for (int g = 0; g < ng; g++) {
-        const gpu_frame *gf = &f->gpu[g];
-        /* One slot per NVML index, in order of first appearance. */
-        int k;
-        for (k = 0; k < r->ngpu; k++)
-            if (r->gpu[k].index == gf->index) break;
-        if (k == r->ngpu) {
-            if (r->ngpu == FRAME_MAX_GPUS) continue;
-            r->ngpu++;
-        }
-        rec_gpu_res *gr = &r->gpu[k];
-        gr->index = gf->index;
-        memcpy(gr->name, gf->name, sizeof(gr->name));
-        gr->name[sizeof(gr->name) - 1] = 0;
-        if (gf->lost) continue;
-        gr->samples++;
-        stat_add(&gr->util, gf->util_pct);
-        stat_add(&gr->mem_used, gf->mem_used_bytes);
-        stat_add(&gr->power, gf->power_w);
-        stat_add(&gr->temp, gf->temp_c);
-        if (gf->mem_total_bytes.ok) gr->mem_total = gf->mem_total_bytes.v;
-        if (gf->energy_j.ok) {
-            gr->energy_j += gf->energy_j.v;
-            gr->energy_ok = 1;
-        }
-        if (gf->throttle[0]) {
-            gr->throttled++;
-            reasons_add(gr, gf->throttle);
-        }
-    }
-}
-
 /* ---- summary.json ---- */
 
 enum { S_MEAN = 1, S_MIN = 2, S_MAX = 4 };
 
-static void put_stat(jw *w, const char *k, const rec_stat *s, int which)
+static void put_stat(jw *w, const char *k, const run_stat *s, int which)
 {
     jw_key(w, k);
     jw_obj_begin(w);
@@ -386,30 +290,30 @@ static void put_stat(jw *w, const char *k, const rec_stat *s, int which)
     jw_obj_end(w);
 }
 
-static const rec_stat *res_stat(const rec_res *r, const char *name)
+static const run_stat *res_stat(const run_res *r, const char *name)
 {
     const metric_def *m = metric_find(name);
     return m ? &r->m[m - metric_table] : NULL;
 }
 
-static void put_res_stat(jw *w, const char *k, const rec_res *r, const char *name, int which)
+static void put_res_stat(jw *w, const char *k, const run_res *r, const char *name, int which)
 {
-    const rec_stat *s = res_stat(r, name);
+    const run_stat *s = res_stat(r, name);
     if (s) put_stat(w, k, s, which);
 }
 
-static void put_resources(jw *w, const rec_res *r)
+static void put_resources(jw *w, const run_res *r)
 {
     jw_key(w, "resources");
     jw_obj_begin(w);
     put_res_stat(w, "cpu_pct", r, "cpu_pct", S_MEAN | S_MAX);
     put_res_stat(w, "tree_cpu_pct", r, "tree_cpu_pct", S_MEAN | S_MAX);
     put_res_stat(w, "main_cpu_pct", r, "main_cpu_pct", S_MEAN | S_MAX);
-    const rec_stat *tp = res_stat(r, "tree_procs");
+    const run_stat *tp = res_stat(r, "tree_procs");
     jw_knum(w, "tree_procs_max", tp && tp->n ? tp->max : NAN);
     put_res_stat(w, "tree_rss_bytes", r, "tree_rss_bytes", S_MEAN | S_MAX);
     put_res_stat(w, "mem_available_bytes", r, "mem_available_bytes", S_MIN);
-    const rec_stat *mt = res_stat(r, "mem_total_bytes");
+    const run_stat *mt = res_stat(r, "mem_total_bytes");
     jw_knum(w, "mem_total_bytes", mt && mt->n ? mt->max : NAN);
     put_res_stat(w, "swap_used_bytes", r, "swap_used_bytes", S_MAX);
     jw_key(w, "psi");
@@ -434,12 +338,12 @@ static void put_resources(jw *w, const rec_res *r)
     jw_obj_end(w);
 }
 
-static void put_gpus(jw *w, const rec_res *r)
+static void put_gpus(jw *w, const run_res *r)
 {
     jw_key(w, "gpus");
     jw_arr_begin(w);
     for (int g = 0; g < r->ngpu; g++) {
-        const rec_gpu_res *gr = &r->gpu[g];
+        const run_gpu_res *gr = &r->gpu[g];
         jw_obj_begin(w);
         jw_kint(w, "index", gr->index);
         jw_kstr(w, "name", gr->name);
@@ -466,7 +370,7 @@ static double ms(double ns) { return ns / 1e6; }
 
 static void put_steps(jw *w, const rec_summary *s)
 {
-    const agg *a = s->agg;
+    const figs *a = s->steps;
     double n = a->count ? (double)a->count : NAN;
     double iv = a->interval_ns ? (double)a->interval_ns : NAN;
     jw_key(w, "steps");
@@ -480,7 +384,7 @@ static void put_steps(jw *w, const rec_summary *s)
     jw_knum(w, "first_step_s",
             a->count ? ((double)a->first_end_ns - (double)s->start_mono_ns) / 1e9 : NAN);
     double sps, smp, tok;
-    agg_rates(a, &sps, &smp, &tok);
+    figs_rates(a, &sps, &smp, &tok);
     jw_knum(w, "steps_per_s", sps);
     jw_knum(w, "samples_per_s", smp);
     jw_knum(w, "tokens_per_s", tok);

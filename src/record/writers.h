@@ -7,11 +7,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "collect/agg.h"
-#include "collect/frame.h"
-#include "collect/procfs.h"
+#include "core/figs.h"
+#include "core/frame.h"
+#include "core/run.h"
+#include "core/sink.h"
 #include "util/buf.h"
-#include "watch/alerts.h"
 
 /* ---- CSV cells (RFC 4180) ---- */
 
@@ -31,8 +31,7 @@ const gpu_frame *rec_frame_gpu(const coll_frame *f, int idx);
 
 /* ---- procs.csv ---- */
 int rec_procs_header(buf *b);
-/* gpu_mem: the process's device memory, or unknown. */
-int rec_procs_row(buf *b, double t, const procfs_proc *p, fval gpu_mem);
+int rec_procs_row(buf *b, double t, const frame_proc *p);
 
 /* ---- steps.csv: start_mono_ns is t = 0 ---- */
 int rec_steps_header(buf *b);
@@ -42,19 +41,6 @@ int rec_steps_row(buf *b, const agg_step *s, uint64_t start_mono_ns);
 int rec_alert_line(buf *b, const alert_event *e);
 
 /* ---- run.json ---- */
-#define REC_MAX_SOURCES 8
-
-typedef struct rec_source {
-    const char *name;
-    char status[200];     /* "ok", "disabled" or why it failed */
-} rec_source;
-
-typedef struct rec_exit {
-    int known;            /* 0: null (running, embedded) */
-    int code;             /* exit code, or 128 + signal */
-    int signal;           /* 0: none */
-} rec_exit;
-
 typedef struct rec_runinfo {
     const char *mode;     /* "run" | "embedded" */
     char *const *argv;    /* NULL-terminated; may be NULL */
@@ -67,11 +53,11 @@ typedef struct rec_runinfo {
     double end_unix_s, duration_s;
     double interval_s;
     pid_t root_pid;
-    rec_exit exit;
+    run_exit exit;
     int ngpu;
     const gpu_frame *gpus; /* ngpu entries: index, uuid, name, mem_total_bytes */
     int nsources;
-    const rec_source *sources;
+    const run_source *sources;
     int auto_hook;        /* -1: not applicable */
     int nalerts;
     const char *const *alert_rules;
@@ -81,58 +67,18 @@ int rec_run_json(buf *b, const rec_runinfo *ri);
 
 /* ---- summary.json ---- */
 
-typedef struct rec_stat {
-    uint64_t n;
-    double sum, min, max;
-} rec_stat;
-
-#define REC_MAX_REASONS 16
-
-typedef struct rec_gpu_res {
-    int index;
-    char name[96];
-    rec_stat util, mem_used, power, temp;
-    double mem_total;     /* NaN when unknown */
-    double energy_j;      /* summed intervals */
-    int energy_ok;
-    uint64_t samples, throttled;
-    int nreasons;
-    char reason[REC_MAX_REASONS][32];
-    uint64_t reason_n[REC_MAX_REASONS];
-} rec_gpu_res;
-
-/* Resource aggregates over every sample of the run. */
-typedef struct rec_res {
-    uint64_t samples;
-    int cpus;
-    rec_stat m[64];       /* parallel to metric_table */
-    int ngpu;
-    rec_gpu_res gpu[FRAME_MAX_GPUS];
-} rec_res;
-
-void rec_res_init(rec_res *r);
-void rec_res_add(rec_res *r, const coll_frame *f);
-
-#define REC_MAX_ALERTS 256
-
-typedef struct rec_alert_note {
-    char rule[64];
-    double t;
-    char message[256];
-} rec_alert_note;
-
 typedef struct rec_summary {
     double duration_s;
-    rec_exit exit;
+    run_exit exit;
     uint64_t start_mono_ns;
-    const agg *agg;
+    const figs *steps;
     uint64_t events_dropped;   /* by the probes */
-    const rec_res *res;
+    const run_res *res;
     int nalerts;
-    const rec_alert_note *alerts;
+    const run_alert *alerts;
     uint64_t trace_written, trace_dropped;
     int nsources;
-    const rec_source *sources;
+    const run_source *sources;
 } rec_summary;
 
 int rec_summary_json(buf *b, const rec_summary *s);

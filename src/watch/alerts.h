@@ -8,21 +8,12 @@
 
 #include <stddef.h>
 
-#include "collect/frame.h"
+#include "core/frame.h"
+#include "core/sink.h"
 
 typedef struct alert_set alert_set;
 
-enum alert_severity { ALERT_INFO = 0, ALERT_WARNING = 1, ALERT_CRITICAL = 2 };
-
-typedef struct alert_event {
-    double t;             /* frame time */
-    const char *rule;     /* rule name (e.g. "gpu_underused", or "user1"); owned by the set */
-    const char *expr;     /* the rule as text; owned by the set */
-    int fired;            /* 1 fired, 0 cleared */
-    int severity;         /* enum alert_severity */
-    double value;         /* the metric's value when it fired/cleared */
-    char message[256];    /* for people: "GPU 0 utilisation 12% for 30 s" */
-} alert_event;
+/* alert_event (what a rule hands on to the sinks) lives in core/sink.h. */
 
 /* A set with the default rules (defaults = 1) or empty. *out freed by alerts_free. */
 int alerts_create(alert_set **out, int defaults);

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "collect/agg.h"
-#include "record/metrics.h"
+#include "core/metrics.h"
 #include "record/trace.h"
 #include "record/writers.h"
 #include "trainperf.h"
@@ -134,7 +134,7 @@ TT_TEST(golden_procs_and_steps_csv)
     buf b;
     buf_init(&b, 0);
     rec_procs_header(&b);
-    procfs_proc p;
+    frame_proc p;
     memset(&p, 0, sizeof(p));
     p.pid = 42;
     p.ppid = 1;
@@ -143,7 +143,7 @@ TT_TEST(golden_procs_and_steps_csv)
     fv_set(&p.rss_bytes, 1 << 20);
     p.threads = 4;
     fv_set(&p.read_bytes, 4096);
-    rec_procs_row(&b, 1.25, &p, (fval){0, 0});
+    rec_procs_row(&b, 1.25, &p);
     rec_steps_header(&b);
     agg_step s;
     memset(&s, 0, sizeof(s));
@@ -190,7 +190,7 @@ TT_TEST(golden_alerts_and_run_json)
     static coll_frame f;
     fill_frame(&f, 0, 1);
     char *argv[] = {"python", "train.py", "--lr", "0.1", NULL};
-    rec_source src[2] = {{"procfs", "ok"}, {"nvml", "libnvidia-ml.so.1 not found"}};
+    run_source src[2] = {{"procfs", "ok"}, {"nvml", "libnvidia-ml.so.1 not found"}};
     const char *rules[] = {"gpu_underused: gpu.util < 50 for 30s"};
     rec_runinfo ri;
     memset(&ri, 0, sizeof(ri));
@@ -216,7 +216,7 @@ TT_TEST(golden_alerts_and_run_json)
     ri.ended = 1;
     ri.end_unix_s = 1763710100.5;
     ri.duration_s = 100.376544;
-    ri.exit = (rec_exit){1, 143, 15};
+    ri.exit = (run_exit){1, 143, 15};
     rec_run_json(&b, &ri);
     TT_EQ_INT(b.err, 0);
     int rc = golden_check("alerts_run.json", b.data, b.len);
@@ -252,21 +252,21 @@ TT_TEST(golden_summary_json)
         for (size_t k = 0; k < sizeof(e) / sizeof(e[0]); k++) agg_event(a, p, &e[k]);
         t += 6 + i % 3;
     }
-    static rec_res res;
+    static run_res res;
     static coll_frame f;
-    rec_res_init(&res);
+    run_res_init(&res);
     fill_frame(&f, 0, 0);
-    rec_res_add(&res, &f);
+    run_res_add(&res, &f);
     fill_frame(&f, 1, 1);
-    rec_res_add(&res, &f);
-    rec_source src[2] = {{"procfs", "ok"}, {"nvml", "ok"}};
-    rec_alert_note note = {"data_wait", 12.5, "data wait 45% of step time for 60 s"};
+    run_res_add(&res, &f);
+    run_source src[2] = {{"procfs", "ok"}, {"nvml", "ok"}};
+    run_alert note = {"data_wait", 12.5, "data wait 45% of step time for 60 s"};
     rec_summary s;
     memset(&s, 0, sizeof(s));
     s.duration_s = 100.4;
-    s.exit = (rec_exit){1, 0, 0};
+    s.exit = (run_exit){1, 0, 0};
     s.start_mono_ns = 999000000ull;
-    s.agg = a;
+    s.steps = &a->f;
     s.events_dropped = 3;
     s.res = &res;
     s.nalerts = 1;
@@ -377,17 +377,17 @@ TT_TEST(gpu_columns_follow_the_nvml_index)
     buf_free(&b);
 
     /* Summaries are per NVML index, whatever the frame position. */
-    static rec_res res;
-    rec_res_init(&res);
+    static run_res res;
+    run_res_init(&res);
     fill_frame(&f, 0, 1);
     f.ngpu = 2;
     f.gpu[1] = f.gpu[0];
     f.gpu[0].index = 1;
     f.gpu[1].index = 0;
-    rec_res_add(&res, &f);
+    run_res_add(&res, &f);
     f.ngpu = 1;
     f.gpu[0].index = 0;
-    rec_res_add(&res, &f);
+    run_res_add(&res, &f);
     TT_EQ_INT(res.ngpu, 2);
     TT_EQ_INT(res.gpu[0].index, 1);
     TT_EQ_INT(res.gpu[0].samples, 1);
@@ -401,7 +401,7 @@ TT_TEST(metric_table_names_unique_and_documented_order)
     for (size_t i = 0; i < metric_table_len; i++)
         for (size_t j = i + 1; j < metric_table_len; j++)
             TT_ASSERT(strcmp(metric_table[i].name, metric_table[j].name) != 0);
-    TT_ASSERT(metric_table_len <= 64); /* rec_res.m */
+    TT_ASSERT(metric_table_len <= 64); /* run_res.m */
     TT_ASSERT(metric_find("tree_rss_bytes") != NULL);
     TT_ASSERT(metric_find("nope") == NULL);
 }

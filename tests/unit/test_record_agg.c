@@ -75,8 +75,8 @@ TT_TEST(data_between_steps_goes_to_the_next_step)
     TT_EQ_INT(got[1].other_ns, 7 * MS);
     TT_EQ_INT(got[1].step, 1);
     TT_EQ_INT(got[1].samples, 4);
-    TT_EQ_INT(a->count, 2);
-    TT_EQ_INT(a->phase_ns[0], 5 * MS);
+    TT_EQ_INT(a->f.count, 2);
+    TT_EQ_INT(a->f.phase_ns[0], 5 * MS);
     teardown();
 }
 
@@ -128,7 +128,7 @@ TT_TEST(threads_are_separate_and_odd_input_is_survived)
     feed(12, SEG_EV_STEP_END, 0, 1);     /* end without begin: since the last end */
     for (int i = 0; i < AGG_MAX_DEPTH + 10; i++) feed(13, SEG_EV_PUSH, 50, 3);
     for (int i = 0; i < AGG_MAX_DEPTH + 11; i++) feed(14, SEG_EV_POP, 0, 3);
-    TT_EQ_INT(a->unmatched_pops, 2);
+    TT_EQ_INT(a->f.unmatched_pops, 2);
     TT_EQ_INT(ngot, 3);
     TT_EQ_INT(got[0].tid, 2);
     TT_EQ_INT(got[0].step, 0);

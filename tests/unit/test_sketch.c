@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "collect/sketch.h"
+#include "core/sketch.h"
 #include "tt.h"
 
 /* xorshift64*: reproducible without libc rand(). */

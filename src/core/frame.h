@@ -1,10 +1,14 @@
 /* One sample of everything the collector watches, and the shape of a source.
  *
+ * core/ is the neutral module every stage includes and that includes no other
+ * stage: collect/ fills these types, watch/ and record/ read them
+ * (docs/architecture.md).
+ *
  * Sources (procfs, nvml, ...) fill their part of a coll_frame at each sample;
  * the aggregator adds the live step figures; alerts, the status line and the
  * sinks read it. Every value carries a valid flag: unknown is never 0. */
-#ifndef TPF_COLLECT_FRAME_H
-#define TPF_COLLECT_FRAME_H
+#ifndef TPF_CORE_FRAME_H
+#define TPF_CORE_FRAME_H
 
 #include <stdint.h>
 #include <sys/types.h>
@@ -39,6 +43,18 @@ typedef struct gpu_frame {
     uint8_t in_use;        /* a process of the watched tree holds a context here */
 } gpu_frame;
 
+/* One process of the watched tree, as of a sample (a row of procs.csv). */
+typedef struct frame_proc {
+    pid_t pid, ppid;
+    char comm[16]; /* NUL-terminated */
+    fval cpu_pct;  /* % of one core over the interval; unknown on first sight
+                      unless the process was born during the interval */
+    fval rss_bytes;
+    int threads;
+    fval read_bytes, write_bytes; /* cumulative, /proc/PID/io; unknown if unreadable */
+    fval gpu_mem_bytes;           /* device memory (GPU source); unknown without it */
+} frame_proc;
+
 typedef struct coll_frame {
     double t;              /* seconds since run start */
     uint64_t mono_ns;      /* CLOCK_MONOTONIC of the sample */
@@ -57,6 +73,8 @@ typedef struct coll_frame {
     fval main_cpu_pct;
     const pid_t *tree_pids; /* valid during this sample only */
     int ntree;
+    const frame_proc *procs; /* the tree's processes; valid during this sample only */
+    int nprocs;
 
     /* steps (from the segments), filled by the aggregator */
     fval steps;            /* completed so far, all ranks */

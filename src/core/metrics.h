@@ -1,12 +1,12 @@
 /* The metric table: the single source for metrics.csv columns, trace counter
  * names and the report's labels (htop's Process_fields idea). Order here is
  * column order in metrics.csv (docs/run-format.md). */
-#ifndef TPF_RECORD_METRICS_H
-#define TPF_RECORD_METRICS_H
+#ifndef TPF_CORE_METRICS_H
+#define TPF_CORE_METRICS_H
 
 #include <stddef.h>
 
-#include "collect/frame.h"
+#include "core/frame.h"
 
 typedef enum metric_kind {
     METRIC_GAUGE = 0,  /* a level (bytes, %, count) */

@@ -3,8 +3,8 @@
  * ceil(log_gamma(v)), gamma = (1 + a) / (1 - a), so a quantile read back is
  * within a relative error a = SKETCH_REL_ERR of a value of the right rank.
  * Memory is fixed (no allocation): month-long runs do not grow it. */
-#ifndef TPF_COLLECT_SKETCH_H
-#define TPF_COLLECT_SKETCH_H
+#ifndef TPF_CORE_SKETCH_H
+#define TPF_CORE_SKETCH_H
 
 #include <stdint.h>
 

@@ -1,7 +1,7 @@
 /* The metric table (see metrics.h). */
 #include <string.h>
 
-#include "record/metrics.h"
+#include "core/metrics.h"
 
 #define F(field) offsetof(coll_frame, field)
 #define G(field) offsetof(gpu_frame, field)

@@ -1,5 +1,10 @@
 /* Embedded mode: the collector as a thread of the training process
- * (tpf_start / tpf_stop in include/trainperf.h). */
+ * (tpf_start / tpf_stop in include/trainperf.h).
+ *
+ * session/ is where the stages are put together for a run inside the
+ * training process, as cli/cmd_run.c does for `trainperf run`: the collector
+ * with the run directory's sinks, then the end-of-run report as an explicit
+ * last step. collect/ itself knows neither sinks nor reports. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -9,10 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "report/report.h"
 #include "collect/collector.h"
 #include "probe/reader.h"
 #include "record/rundir.h"
+#include "record/sinks.h"
+#include "report/report.h"
 #include "trainperf.h"
 #include "watch/alerts.h"
 
@@ -71,6 +77,8 @@ int tpf_start(const tpf_options *opt)
     co.flags = o.flags;
     co.auto_hook = -1;
     co.alerts = emb_alerts;
+    co.sinks = rec_sinks;
+    co.nsinks = rec_nsinks;
     rc = coll_create(&emb_coll, &co);
     if (rc == 0) {
         emb_pid = getpid();

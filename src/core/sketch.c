@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "collect/sketch.h"
+#include "core/sketch.h"
 
 /* gamma = (1 + a) / (1 - a); computed once per call site is cheap enough,
  * but keep the constants in one place. */

@@ -1,0 +1,116 @@
+/* Step figures (see figs.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/figs.h"
+
+const char *const agg_phase_names[AGG_NPHASES] = {
+    "data", "forward", "backward", "optimizer", "comm", "eval", "checkpoint",
+};
+
+void figs_init(figs *f)
+{
+    memset(f, 0, sizeof(*f));
+    sketch_init(&f->step_ns);
+    sketch_init(&f->data_ns);
+}
+
+void figs_free(figs *f)
+{
+    for (int i = 0; i < f->ngroups; i++) free(f->groups[i]);
+    f->ngroups = 0;
+}
+
+static agg_group *group_of(figs *f, int rank, pid_t pid)
+{
+    for (int i = 0; i < f->ngroups; i++) {
+        agg_group *g = f->groups[i];
+        if (rank >= 0 ? g->rank == rank : (g->rank < 0 && g->pid == pid)) return g;
+    }
+    if (f->ngroups >= AGG_MAX_GROUPS) return NULL;
+    agg_group *g = calloc(1, sizeof(*g));
+    if (!g) return NULL;
+    g->rank = rank;
+    g->pid = pid;
+    sketch_init(&g->step_ns);
+    f->groups[f->ngroups++] = g;
+    return g;
+}
+
+void figs_add(figs *f, const agg_step *s)
+{
+    f->count++;
+    f->interval_ns += s->interval_ns;
+    f->interval_sq_ms += ((double)s->interval_ns / 1e6) * ((double)s->interval_ns / 1e6);
+    f->duration_ns += s->duration_ns;
+    f->other_ns += s->other_ns;
+    f->samples += s->samples;
+    f->tokens += s->tokens;
+    for (int i = 0; i < AGG_NPHASES; i++) f->phase_ns[i] += s->phase_ns[i];
+    if (!f->first_end_ns || s->end_ns < f->first_end_ns) f->first_end_ns = s->end_ns;
+    if (s->end_ns > f->last_end_ns) f->last_end_ns = s->end_ns;
+    sketch_add(&f->step_ns, (double)s->interval_ns);
+    sketch_add(&f->data_ns, (double)s->phase_ns[0]);
+    agg_group *g = group_of(f, s->rank, s->pid);
+    if (!g) {
+        f->untracked_groups++;
+        return;
+    }
+    g->count++;
+    g->interval_ns += s->interval_ns;
+    g->samples += s->samples;
+    g->tokens += s->tokens;
+    sketch_add(&g->step_ns, (double)s->interval_ns);
+}
+
+void figs_merge(figs *dst, const figs *src)
+{
+    dst->count += src->count;
+    dst->interval_ns += src->interval_ns;
+    dst->duration_ns += src->duration_ns;
+    dst->other_ns += src->other_ns;
+    dst->samples += src->samples;
+    dst->tokens += src->tokens;
+    for (int i = 0; i < AGG_NPHASES; i++) dst->phase_ns[i] += src->phase_ns[i];
+    dst->interval_sq_ms += src->interval_sq_ms;
+    if (src->first_end_ns && (!dst->first_end_ns || src->first_end_ns < dst->first_end_ns))
+        dst->first_end_ns = src->first_end_ns;
+    if (src->last_end_ns > dst->last_end_ns) dst->last_end_ns = src->last_end_ns;
+    dst->unmatched_pops += src->unmatched_pops;
+    dst->untracked_threads += src->untracked_threads;
+    dst->untracked_groups += src->untracked_groups;
+    sketch_merge(&dst->step_ns, &src->step_ns);
+    sketch_merge(&dst->data_ns, &src->data_ns);
+    for (int i = 0; i < src->ngroups; i++) {
+        const agg_group *sg = src->groups[i];
+        agg_group *g = group_of(dst, sg->rank, sg->pid);
+        if (!g) {
+            dst->untracked_groups++;
+            continue;
+        }
+        g->count += sg->count;
+        g->interval_ns += sg->interval_ns;
+        g->samples += sg->samples;
+        g->tokens += sg->tokens;
+        sketch_merge(&g->step_ns, &sg->step_ns);
+    }
+}
+
+void figs_rates(const figs *f, double *steps_per_s, double *samples_per_s, double *tokens_per_s)
+{
+    double sps = 0, smp = 0, tok = 0;
+    int ng = 0;
+    for (int i = 0; i < f->ngroups; i++) {
+        const agg_group *g = f->groups[i];
+        if (!g->count || !g->interval_ns) continue;
+        double secs = (double)g->interval_ns / 1e9;
+        sps += (double)g->count / secs;
+        smp += (double)g->samples / secs;
+        tok += (double)g->tokens / secs;
+        ng++;
+    }
+    *steps_per_s = ng ? sps / ng : NAN;
+    *samples_per_s = ng && f->samples ? smp : NAN;
+    *tokens_per_s = ng && f->tokens ? tok : NAN;
+}

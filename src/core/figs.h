@@ -1,0 +1,82 @@
+/* The step figures of a run: what the aggregator (collect/agg.c) computes
+ * from probe events, what summary.json writes and what a report recomputes
+ * from steps.csv when an interrupted run never wrote them -- one definition,
+ * one code path (figs_add), so a figure has one owner.
+ *
+ * Streaming and bounded: totals, mergeable quantile sketches and per-rank
+ * groups (at most AGG_MAX_GROUPS); nothing is kept per step. Not
+ * thread-safe. */
+#ifndef TPF_CORE_FIGS_H
+#define TPF_CORE_FIGS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/sketch.h"
+#include "trainperf.h"
+
+/* The predefined phases, index = TPF_PHASE_* - 1. */
+#define AGG_NPHASES 7
+extern const char *const agg_phase_names[AGG_NPHASES];
+
+#define AGG_MAX_GROUPS 256    /* ranks (or rank-less processes) with own figures */
+
+/* One finished step (a row of steps.csv). Times are CLOCK_MONOTONIC ns. */
+typedef struct agg_step {
+    int rank, local_rank; /* -1: none */
+    pid_t pid, tid;
+    uint64_t step;        /* 0-based on this thread */
+    uint64_t begin_ns, end_ns;
+    uint64_t duration_ns, interval_ns;
+    uint64_t phase_ns[AGG_NPHASES];
+    uint64_t other_ns;
+    uint64_t samples, tokens;
+} agg_step;
+
+/* One closed range (for the trace). */
+typedef struct agg_range {
+    pid_t pid, tid;
+    tpf_name name;
+    uint64_t begin_ns, end_ns;
+    int depth;            /* 0 = outermost */
+} agg_range;
+
+/* Figures of one rank (or of one rank-less process). */
+typedef struct agg_group {
+    int rank;             /* -1 when the process had none */
+    pid_t pid;            /* the first process seen in the group */
+    uint64_t count, interval_ns, samples, tokens;
+    sketch step_ns;
+} agg_group;
+
+/* Run totals. Quantiles come from the sketches only (one estimator). */
+typedef struct figs {
+    uint64_t count;
+    uint64_t interval_ns, duration_ns, other_ns, samples, tokens;
+    uint64_t phase_ns[AGG_NPHASES];
+    double interval_sq_ms; /* sum of squared step intervals in ms^2, for cv */
+    uint64_t first_end_ns, last_end_ns; /* 0: none yet */
+    uint64_t unmatched_pops, untracked_threads, untracked_groups;
+    sketch step_ns;       /* step interval (what throughput sees) */
+    sketch data_ns;       /* data wait per step */
+    agg_group *groups[AGG_MAX_GROUPS]; /* owned; figs_free frees them */
+    int ngroups;
+} figs;
+
+void figs_init(figs *f);
+/* Frees the groups; f may be reused after figs_init. */
+void figs_free(figs *f);
+/* Fold one finished step into the totals, sketches and its rank's group
+ * (rank >= 0: by rank, else by pid). A group that cannot be had (cap, out of
+ * memory) is counted in untracked_groups. */
+void figs_add(figs *f, const agg_step *s);
+/* Fold every figure of src into dst (job figures over ranks and nodes):
+ * totals add, sketches merge, groups of the same rank merge. */
+void figs_merge(figs *dst, const figs *src);
+
+/* Run throughput: steps per second of one rank (mean over ranks), samples and
+ * tokens per second summed over ranks; NAN when unknown (no steps, or no
+ * samples/tokens were ever given). */
+void figs_rates(const figs *f, double *steps_per_s, double *samples_per_s, double *tokens_per_s);
+
+#endif

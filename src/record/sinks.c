@@ -1,0 +1,377 @@
+/* The run directory's sinks (see sinks.h, core/sink.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "record/sinks.h"
+#include "record/trace.h"
+#include "record/writers.h"
+#include "trainperf.h"
+#include "util/err.h"
+
+#define SINK_OUT_FLUSH (256u << 10) /* steps.csv goes out early past this */
+#define SINK_OUT_MAX (16u << 20)
+
+/* ---- a streamed file: lines gather in b and go out at each flush ---- */
+
+typedef struct stream {
+    const sink_ctx *ctx;
+    const char *name;
+    int fd;
+    buf b;
+    int err;
+} stream;
+
+static void note(const sink_ctx *ctx, const char *what, int err)
+{
+    if (ctx->error) ctx->error(ctx->error_arg, what, err ? err : TPF_EIO);
+}
+
+static int stream_open(void **state, const sink_ctx *ctx, const char *name)
+{
+    stream *o = calloc(1, sizeof(*o));
+    if (!o) return TPF_ENOMEM;
+    char path[PATH_MAX + 32];
+    o->ctx = ctx;
+    o->name = name;
+    buf_init(&o->b, SINK_OUT_MAX);
+    snprintf(path, sizeof(path), "%s/%s", ctx->run_dir, name);
+    o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (o->fd < 0) {
+        int rc = err_from_errno(errno);
+        buf_free(&o->b);
+        free(o);
+        return rc;
+    }
+    *state = o;
+    return 0;
+}
+
+static void stream_write(stream *o)
+{
+    if (o->b.err && !o->err) {
+        o->err = o->b.err;
+        note(o->ctx, o->name, o->err);
+    }
+    const char *p = o->b.data;
+    size_t n = o->b.len;
+    while (o->fd >= 0 && n > 0) {
+        ssize_t w = write(o->fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+            /* Disk full and the like: these lines are lost, the run goes on. */
+            if (!o->err) o->err = err_from_errno(errno);
+            note(o->ctx, o->name, o->err);
+            break;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    buf_reset(&o->b);
+}
+
+static void stream_flush(void *state, const sink_run *run) { stream_write(state); }
+
+static void stream_close(void *state, const sink_run *run)
+{
+    stream *o = state;
+    stream_write(o);
+    if (o->fd >= 0) close(o->fd);
+    buf_free(&o->b);
+    free(o);
+}
+
+/* ---- metrics.csv ---- */
+
+static int metrics_init(void **state, const sink_ctx *ctx)
+{
+    return stream_open(state, ctx, "metrics.csv");
+}
+
+static void metrics_sample(void *state, const coll_frame *f, const sink_run *run)
+{
+    stream *o = state;
+    /* The first sample fixes the per-core and per-GPU columns. */
+    if (run->nsamples == 1) rec_metrics_header(&o->b, run->ncpu_cols, run->ngpu_cols);
+    rec_metrics_row(&o->b, f, run->ncpu_cols, run->ngpu_cols, run->gpu_cols);
+}
+
+const sink_ops rec_sink_metrics = {
+    .name = "metrics.csv",
+    .init = metrics_init,
+    .on_sample = metrics_sample,
+    .flush = stream_flush,
+    .close = stream_close,
+};
+
+/* ---- procs.csv ---- */
+
+static int procs_init(void **state, const sink_ctx *ctx)
+{
+    int rc = stream_open(state, ctx, "procs.csv");
+    if (rc == 0) rec_procs_header(&((stream *)*state)->b);
+    return rc;
+}
+
+static void procs_sample(void *state, const coll_frame *f, const sink_run *run)
+{
+    stream *o = state;
+    for (int k = 0; k < f->nprocs; k++) rec_procs_row(&o->b, f->t, &f->procs[k]);
+}
+
+const sink_ops rec_sink_procs = {
+    .name = "procs.csv",
+    .init = procs_init,
+    .on_sample = procs_sample,
+    .flush = stream_flush,
+    .close = stream_close,
+};
+
+/* ---- steps.csv ---- */
+
+static int steps_init(void **state, const sink_ctx *ctx)
+{
+    int rc = stream_open(state, ctx, "steps.csv");
+    if (rc == 0) rec_steps_header(&((stream *)*state)->b);
+    return rc;
+}
+
+static void steps_step(void *state, const agg_step *s)
+{
+    stream *o = state;
+    rec_steps_row(&o->b, s, o->ctx->start_mono_ns);
+    if (o->b.len >= SINK_OUT_FLUSH) stream_write(o);
+}
+
+const sink_ops rec_sink_steps = {
+    .name = "steps.csv",
+    .init = steps_init,
+    .on_step = steps_step,
+    .flush = stream_flush,
+    .close = stream_close,
+};
+
+/* ---- alerts.jsonl ---- */
+
+static int alerts_init(void **state, const sink_ctx *ctx)
+{
+    return stream_open(state, ctx, "alerts.jsonl");
+}
+
+static void alerts_alert(void *state, const alert_event *e)
+{
+    stream *o = state;
+    rec_alert_line(&o->b, e);
+}
+
+const sink_ops rec_sink_alerts = {
+    .name = "alerts.jsonl",
+    .init = alerts_init,
+    .on_alert = alerts_alert,
+    .flush = stream_flush,
+    .close = stream_close,
+};
+
+/* ---- trace.json ---- */
+
+typedef struct trace_sink {
+    const sink_ctx *ctx;
+    rec_trace t;
+} trace_sink;
+
+static int trace_init(void **state, const sink_ctx *ctx)
+{
+    trace_sink *ts = calloc(1, sizeof(*ts));
+    if (!ts) return TPF_ENOMEM;
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/trace.json", ctx->run_dir);
+    ts->ctx = ctx;
+    int rc = rec_trace_open(&ts->t, path, ctx->start_mono_ns, 0);
+    if (rc) {
+        free(ts);
+        return rc;
+    }
+    rec_trace_process(&ts->t, 0, -1);
+    *state = ts;
+    return 0;
+}
+
+static void trace_sample(void *state, const coll_frame *f, const sink_run *run)
+{
+    trace_sink *ts = state;
+    rec_trace_frame(&ts->t, f, run->ngpu_cols, run->gpu_cols);
+}
+
+static void trace_step(void *state, const agg_step *s)
+{
+    trace_sink *ts = state;
+    rec_trace_step(&ts->t, s);
+}
+
+static void trace_probe(void *state, const sink_probe *p)
+{
+    trace_sink *ts = state;
+    switch (p->kind) {
+    case SINK_PROCESS: rec_trace_process(&ts->t, p->pid, p->rank); break;
+    case SINK_RANGE: rec_trace_range(&ts->t, p->range, p->name); break;
+    case SINK_COUNTER: rec_trace_counter(&ts->t, p->pid, p->name, p->ts_ns, p->value); break;
+    case SINK_MARK: rec_trace_mark(&ts->t, p->pid, p->tid, p->name, p->ts_ns); break;
+    default: break;
+    }
+}
+
+static void trace_alert(void *state, const alert_event *e)
+{
+    trace_sink *ts = state;
+    rec_trace_alert(&ts->t, e);
+}
+
+static void trace_tally(trace_sink *ts, const sink_run *run)
+{
+    if (!run || !run->tally) return;
+    run->tally->trace_written = ts->t.written;
+    run->tally->trace_dropped = ts->t.dropped;
+}
+
+static void trace_flush(void *state, const sink_run *run)
+{
+    trace_sink *ts = state;
+    int err = rec_trace_flush(&ts->t);
+    if (err) note(ts->ctx, "trace.json", err);
+    trace_tally(ts, run);
+}
+
+static void trace_close(void *state, const sink_run *run)
+{
+    trace_sink *ts = state;
+    if (ts->t.fd >= 0 && rec_trace_close(&ts->t)) note(ts->ctx, "trace.json", ts->t.err);
+    trace_tally(ts, run);
+    free(ts);
+}
+
+const sink_ops rec_sink_trace = {
+    .name = "trace.json",
+    .init = trace_init,
+    .on_sample = trace_sample,
+    .on_step = trace_step,
+    .on_probe = trace_probe,
+    .on_alert = trace_alert,
+    .flush = trace_flush,
+    .close = trace_close,
+};
+
+/* ---- run.json and summary.json ---- */
+
+typedef struct summary_sink {
+    const sink_ctx *ctx;
+    int run_json_done;
+} summary_sink;
+
+static int summary_init(void **state, const sink_ctx *ctx)
+{
+    summary_sink *s = calloc(1, sizeof(*s));
+    if (!s) return TPF_ENOMEM;
+    s->ctx = ctx;
+    *state = s;
+    return 0;
+}
+
+/* Write a JSON document built into b (rc: the builder's result) as
+ * RUN/name, atomically; record a failure; free b. */
+static void put_doc(const sink_ctx *ctx, const char *name, buf *b, int rc)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/%s", ctx->run_dir, name);
+    if (rc == 0) rc = rec_write_atomic(path, b);
+    if (rc) note(ctx, name, rc);
+    buf_free(b);
+}
+
+static void write_run_json(const sink_ctx *ctx, const sink_run *run)
+{
+    const run_meta *m = ctx->meta;
+    rec_runinfo ri;
+    memset(&ri, 0, sizeof(ri));
+    ri.mode = m && m->mode ? m->mode : "run";
+    if (m) {
+        ri.argv = m->argv;
+        ri.cwd = m->cwd;
+        ri.host = m->host;
+        ri.kernel = m->kernel;
+        ri.cpus = m->cpus;
+        ri.mem_total_bytes = m->mem_total_bytes;
+        ri.root_pid = m->root_pid;
+        ri.auto_hook = m->auto_hook;
+        ri.nalerts = m->nalert_rules;
+        ri.alert_rules = m->alert_rules;
+    }
+    ri.start_unix_s = ctx->start_unix_s;
+    ri.start_mono_ns = ctx->start_mono_ns;
+    ri.interval_s = ctx->interval_s;
+    ri.ended = run->ended;
+    ri.end_unix_s = run->end_unix_s;
+    ri.duration_s = run->duration_s;
+    ri.exit = run->exit;
+    ri.ngpu = run->ngpu_cols;
+    ri.gpus = run->gpus0;
+    ri.nsources = run->nsources;
+    ri.sources = run->sources;
+    buf b;
+    buf_init(&b, 1u << 20);
+    put_doc(ctx, "run.json", &b, rec_run_json(&b, &ri));
+}
+
+static void summary_flush(void *state, const sink_run *run)
+{
+    summary_sink *s = state;
+    if (s->run_json_done) return;
+    /* run.json once the first sample has fixed the GPUs, again at the end. */
+    write_run_json(s->ctx, run);
+    s->run_json_done = 1;
+}
+
+static void summary_close(void *state, const sink_run *run)
+{
+    summary_sink *s = state;
+    if (run && run->ended) {
+        rec_summary sm;
+        memset(&sm, 0, sizeof(sm));
+        sm.duration_s = run->duration_s;
+        sm.exit = run->exit;
+        sm.start_mono_ns = s->ctx->start_mono_ns;
+        sm.steps = run->steps;
+        sm.events_dropped = run->events_dropped;
+        sm.res = run->res;
+        sm.nalerts = run->nalerts;
+        sm.alerts = run->alerts;
+        if (run->tally) {
+            sm.trace_written = run->tally->trace_written;
+            sm.trace_dropped = run->tally->trace_dropped;
+        }
+        sm.nsources = run->nsources;
+        sm.sources = run->sources;
+        buf b;
+        buf_init(&b, 4u << 20);
+        put_doc(s->ctx, "summary.json", &b, rec_summary_json(&b, &sm));
+        write_run_json(s->ctx, run);
+    }
+    free(s);
+}
+
+const sink_ops rec_sink_summary = {
+    .name = "summary.json",
+    .init = summary_init,
+    .flush = summary_flush,
+    .close = summary_close,
+};
+
+/* The run's sinks, in call and close order. Exporters add a line here. */
+const sink_ops *const rec_sinks[] = {
+    &rec_sink_metrics, &rec_sink_procs, &rec_sink_steps,
+    &rec_sink_alerts,  &rec_sink_trace, &rec_sink_summary,
+};
+const size_t rec_nsinks = sizeof(rec_sinks) / sizeof(rec_sinks[0]);
