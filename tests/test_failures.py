@@ -98,8 +98,20 @@ def test_hang_dump_keeps_training_and_learns_its_bound(run_cli, tmp_path):
     # default action: stacks only; the run goes on and ends by itself
     s = script(tmp_path, "stall.py", """
 def stuck_here():
-    time.sleep(4)
+    # what an outside watchdog sees: the heartbeat, while this process is stuck
+    hb = os.path.join(os.environ["TRAINPERF_RUN_DIR"], "heartbeat.json")
+    for _ in range(400):
+        time.sleep(0.05)
+        try:
+            with open(hb) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if doc["state"] == "hung":
+            print("HB", json.dumps(doc), flush=True)
+            break
 
+import json
 steps(30)
 stuck_here()
 steps(5)
@@ -119,6 +131,12 @@ steps(5)
     assert fj["hangs"] == 1 and fj["failures"] == 0 and fj["last_hang_verdict"] == h[0]["verdict"]
     hb = load(run, "heartbeat.json")
     assert hb["steps"] == 35 and hb["hang_bound_s"] == h[0]["bound_s"]
+    assert hb["state"] == "finished"
+    live = [l for l in r.stdout.splitlines() if l.startswith("HB ")]
+    assert live, r.stdout
+    hb = json.loads(live[0][3:])
+    assert hb["steps"] == 30 and hb["hangs"] == 1 and hb["since_last_step_s"] >= hb["hang_bound_s"]
+    assert hb["ranks"][0]["step"] == 30 and hb["ranks"][0]["pid"] == att[0]["pid"]
     text = run_cli("report", run, timeout=60)
     assert text.returncode == 0
     first = text.stdout.splitlines()[1]
@@ -172,6 +190,27 @@ if not os.path.exists(sys.argv[1]):
     # one run directory: the steps of both attempts
     rows = (run / "steps.csv").read_text().splitlines()
     assert len(rows) == 1 + 10
+
+
+def test_on_hang_restart_starts_a_fresh_attempt(run_cli, tmp_path):
+    marker = tmp_path / "hung-once"
+    s = script(tmp_path, "hang_once.py", """
+steps(12)
+if not os.path.exists(sys.argv[1]):
+    open(sys.argv[1], "w").close()
+    while True:
+        time.sleep(0.1)
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "restart",
+                "--restart-backoff", "0s", "--", sys.executable, s, marker, timeout=120,
+                env=py_env())
+    assert r.returncode == 0, r.stderr
+    att = load(run, "attempts.json")["attempts"]
+    assert [a["ended_by"] for a in att] == ["hang", "exit"]
+    assert att[0]["signal"] == 15 and att[0]["restarted"] and att[1]["exit_code"] == 0
+    fj = load(run, "failures.json")
+    assert fj["options"]["restarts"] == 3 and fj["hangs"] == 1 and fj["failures"] == 1
 
 
 def test_crash_loop_without_progress_stops_early(run_cli, tmp_path):

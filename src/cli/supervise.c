@@ -868,8 +868,8 @@ void sup_tick(sup *s, int color)
 
 static int restart_wanted(const sup *s, const sup_attempt *a)
 {
-    if (strcmp(a->ended_by, "hang") == 0)
-        return s->o.on_hang == SUP_HANG_RESTART && (s->o.restart_on & SUP_ON_HANG);
+    /* --on-hang restart is the explicit ask, whatever --restart-on says */
+    if (strcmp(a->ended_by, "hang") == 0) return s->o.on_hang == SUP_HANG_RESTART;
     if (a->signal) return (s->o.restart_on & SUP_ON_SIGNAL) != 0;
     if (a->exit_code == 0) return 0;
     if (s->o.restart_on & SUP_ON_NONZERO) return 1;
