@@ -143,6 +143,47 @@ steps(5)
     assert first.startswith("HANG pid ") and "stuck_here" in first
 
 
+def test_gil_held_in_c_code_gets_faulthandler_stacks(run_cli, tmp_path):
+    # the answering thread cannot run while the main thread holds the GIL in
+    # C code (a regular expression backtracking): faulthandler's signal still works
+    s = script(tmp_path, "spin.py", """
+import re
+
+def spin_in_c():
+    re.match(r"(a+)+$", "a" * 64 + "b")
+
+steps(15)
+spin_in_c()
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "kill",
+                "--", sys.executable, s, timeout=120, env=py_env())
+    assert r.returncode == 128 + 15, r.stderr
+    h = jsonl(run, "hangs.jsonl")[0]
+    p = h["processes"][0]
+    assert p["source"] == "faulthandler", h
+    assert h["verdict"].startswith("pid %d (" % p["pid"]), h
+    assert "in spin_in_c (spin.py:" in h["verdict"], h
+    assert "Python stacks (faulthandler)" in (run / h["stacks"]).read_text()
+
+
+def test_exec_after_registering_is_never_signalled(run_cli, tmp_path):
+    # the process registered faulthandler, then exec'd a program that has no
+    # handler: the real-time signal would kill it, so it is not sent
+    s = script(tmp_path, "execs.py", """
+steps(15)
+os.execv("/bin/sleep", ["sleep", "600"])
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "kill",
+                "--", sys.executable, s, timeout=120, env=py_env())
+    # ended by the watch's SIGTERM, not by SIGRTMIN+6
+    assert r.returncode == 128 + 15, r.stderr
+    h = jsonl(run, "hangs.jsonl")[0]
+    assert h["processes"][0]["comm"] == "sleep"
+    assert h["processes"][0]["source"] != "faulthandler"
+
+
 def test_process_without_the_hook_gets_native_stacks(run_cli, tmp_path):
     # --no-auto: no faulthandler, no answering thread; gdb when installed, /proc always
     s = script(tmp_path, "plain.py", """

@@ -373,6 +373,22 @@ static void proc_threads(pid_t pid, buf *b)
     closedir(d);
 }
 
+/* 1 when pid has a handler for sig (SigCgt of /proc/PID/status): a process
+ * that exec'd another program since it registered has none, and the signal's
+ * default action would end it. */
+static int catches(pid_t pid, int sig)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%ld/status", (long)pid);
+    char *st = slurp(path, 16384, NULL);
+    if (!st) return 0;
+    const char *c = strstr(st, "\nSigCgt:");
+    unsigned long long mask = 0;
+    int ok = c && sscanf(c + 8, " %llx", &mask) == 1;
+    free(st);
+    return ok && sig >= 1 && sig <= 64 && (mask >> (sig - 1) & 1ull);
+}
+
 static void live_path(char *out, size_t n, const char *run_dir, const char *kind, pid_t pid,
                       const char *ext)
 {
@@ -549,7 +565,8 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
         nap_ms(50);
     }
     for (int i = 0; i < np; i++)
-        if (w[i].sig && !res->procs[i].answered && kill(res->procs[i].pid, w[i].sig) == 0)
+        if (w[i].sig && !res->procs[i].answered && catches(res->procs[i].pid, w[i].sig) &&
+            kill(res->procs[i].pid, w[i].sig) == 0)
             w[i].fh_sent = 1;
     t0 = now_s();
     for (;;) {
