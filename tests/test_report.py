@@ -427,8 +427,9 @@ def test_compare_deltas_match_reports(run_cli):
     m = c["metrics"]["samples_per_s"]
     assert m["a"] == pytest.approx(ja["steps"]["samples_per_s"], rel=1e-3)
     assert m["b"] == pytest.approx(jb["steps"]["samples_per_s"], rel=1e-3)
-    assert m["delta"] == pytest.approx(m["b"] - m["a"], rel=1e-9)
-    assert m["delta_pct"] == pytest.approx(100 * (m["b"] - m["a"]) / m["a"], rel=1e-9)
+    # JSON numbers carry 10 significant digits: a, b and delta each rounded once
+    assert m["delta"] == pytest.approx(m["b"] - m["a"], rel=1e-8)
+    assert m["delta_pct"] == pytest.approx(100 * (m["b"] - m["a"]) / m["a"], rel=1e-8)
     assert m["verdict"] == "better"
     assert c["metrics"]["share_data"]["verdict"] == "better"
     assert c["diagnosis"]["a"]["primary"]["id"] == "input-bound"

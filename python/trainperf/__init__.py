@@ -23,7 +23,7 @@ import warnings
 __all__ = [
     "start", "stop", "step", "phase", "counter", "mark", "timed", "monitor",
     "attached", "dropped", "run_dir", "name", "step_begin", "step_end",
-    "range_push", "range_pop", "TrainperfWarning", "IMPL",
+    "range_push", "range_pop", "TrainperfWarning", "IMPL", "benchmark",
 ]
 __version__ = "0.1.0"
 
@@ -180,3 +180,12 @@ def monitor(fn=None, **options):
     wrapper.stats = mon.stats
     wrapper.monitor = mon
     return wrapper
+
+
+def benchmark(model, dataloader, steps=50, warmup=5, optimizer=None, loss_fn=None, device=None):
+    """Throughput, step-time quantiles and memory of model on dataloader
+    (docs/tune.md). Forward only without an optimizer; a training step with
+    one."""
+    from ._bench import benchmark as _benchmark
+    return _benchmark(model, dataloader, steps=steps, warmup=warmup, optimizer=optimizer,
+                      loss_fn=loss_fn, device=device)

@@ -92,6 +92,7 @@ class _State(threading.local):
 
 
 _st = _State()
+_tune = None             # trainperf._knobs while a `trainperf tune` trial runs, else None
 _auto_steps = False      # the full auto hook is on: DataLoader batches may begin a step
 _dataloader_patched = False
 
@@ -194,6 +195,8 @@ def patch_backward(torch=None):
     orig_backward = autograd.backward
 
     def backward_timed(*args, **kwargs):
+        if _tune is not None:
+            _tune.on_backward(args)
         push(3)  # TPF_PHASE_BACKWARD
         try:
             return orig_backward(*args, **kwargs)
@@ -253,6 +256,11 @@ def patch_torch(torch):
     primary = [None, None, 0]
 
     _auto_steps = True
+    global _tune
+    from trainperf import _knobs
+    if _knobs.setup():
+        _tune = _knobs
+        _knobs.apply_global(torch)
     patch_dataloader(torch)
 
     # --- optimizer: step boundaries and the optimizer phase ---------------
@@ -286,6 +294,8 @@ def patch_torch(torch):
                 st.open = auto_begin()
             else:
                 st.open = False
+        if _tune is not None:
+            _tune.on_step(opt)
 
     handles["opt_pre"] = optmod.register_optimizer_step_pre_hook(opt_pre)
     handles["opt_post"] = optmod.register_optimizer_step_post_hook(opt_post)
@@ -306,6 +316,8 @@ def patch_torch(torch):
         Module.__call__ = orig_call
         if not st.open:
             _begin_if_closed()
+        if _tune is not None:
+            _tune.on_model(self)
         hook_forward(self)  # its hooks already apply to this call
         return orig_call(self, *args, **kwargs)
 

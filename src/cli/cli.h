@@ -21,6 +21,7 @@ enum {
     X(analyze, "analyse torch.profiler (Kineto/Chrome) traces")                     \
     X(merge, "merge per-rank traces into one timeline")                            \
     X(top, "live view of a run directory being written")                           \
+    X(tune, "try the fixes on the real script as short trials, ranked by measured speedup") \
     X(doctor, "what this machine offers trainperf, and how to fix what is missing")
 
 #define CLI_DECL_(name, help) int cmd_##name(int argc, char **argv) __attribute__((weak));
@@ -55,6 +56,11 @@ int cli_parse_format(const char *s, int *fmt);
  * value). Returns 1 when consumed, 0 when argv[*i] is none of them, -1 after
  * printing the error (exit 2). */
 int cli_output_opt(int argc, char **argv, int *i, int *fmt, const char **out);
+/* The folder holding the Python package and the auto hook: TRAINPERF_PYTHON_DIR,
+ * else <exe>/../python when it holds the package, else <exe>/../share/trainperf.
+ * "" when none exists. */
+void cli_python_dir(char *out, size_t n);
+
 struct buf;
 int cli_write_out(const char *out, const struct buf *b);
 

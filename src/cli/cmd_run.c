@@ -200,9 +200,7 @@ static int resolve_cmd(const char *cmd, char *out, size_t n)
     return found_noexec ? 126 : 127;
 }
 
-/* The auto-hook dir: TRAINPERF_PYTHON_DIR, else <exe>/../python when it holds
- * the package, else <exe>/../share/trainperf. "" when none exists. */
-static void python_dir(char *out, size_t n)
+void cli_python_dir(char *out, size_t n)
 {
     out[0] = 0;
     const char *env = getenv("TRAINPERF_PYTHON_DIR");
@@ -571,7 +569,7 @@ int cmd_run(int argc, char **argv)
     if (!realpath(run_dir, absdir)) snprintf(absdir, sizeof(absdir), "%s", run_dir);
 
     char pydir[PATH_MAX];
-    python_dir(pydir, sizeof(pydir));
+    cli_python_dir(pydir, sizeof(pydir));
     child_envp cenv;
     if (child_env(&cenv, absdir, pydir, a.no_auto) != 0) {
         cli_error("out of memory");

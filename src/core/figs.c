@@ -40,9 +40,10 @@ static agg_group *group_of(figs *f, int rank, pid_t pid)
 
 void figs_add(figs *f, const agg_step *s)
 {
+    int warm = s->step > 0;
     f->count++;
     f->interval_ns += s->interval_ns;
-    f->interval_sq_ms += ((double)s->interval_ns / 1e6) * ((double)s->interval_ns / 1e6);
+    if (warm) f->interval_sq_ms += ((double)s->interval_ns / 1e6) * ((double)s->interval_ns / 1e6);
     f->duration_ns += s->duration_ns;
     f->other_ns += s->other_ns;
     f->samples += s->samples;
@@ -50,8 +51,10 @@ void figs_add(figs *f, const agg_step *s)
     for (int i = 0; i < AGG_NPHASES; i++) f->phase_ns[i] += s->phase_ns[i];
     if (!f->first_end_ns || s->end_ns < f->first_end_ns) f->first_end_ns = s->end_ns;
     if (s->end_ns > f->last_end_ns) f->last_end_ns = s->end_ns;
-    sketch_add(&f->step_ns, (double)s->interval_ns);
-    sketch_add(&f->data_ns, (double)s->phase_ns[0]);
+    if (warm) {
+        sketch_add(&f->step_ns, (double)s->interval_ns);
+        sketch_add(&f->data_ns, (double)s->phase_ns[0]);
+    }
     agg_group *g = group_of(f, s->rank, s->pid);
     if (!g) {
         f->untracked_groups++;
@@ -61,7 +64,7 @@ void figs_add(figs *f, const agg_step *s)
     g->interval_ns += s->interval_ns;
     g->samples += s->samples;
     g->tokens += s->tokens;
-    sketch_add(&g->step_ns, (double)s->interval_ns);
+    if (warm) sketch_add(&g->step_ns, (double)s->interval_ns);
 }
 
 void figs_merge(figs *dst, const figs *src)
@@ -113,4 +116,31 @@ void figs_rates(const figs *f, double *steps_per_s, double *samples_per_s, doubl
     *steps_per_s = ng ? sps / ng : NAN;
     *samples_per_s = ng && f->samples ? smp : NAN;
     *tokens_per_s = ng && f->tokens ? tok : NAN;
+}
+
+static double ms(double ns) { return ns / 1e6; }
+
+void figs_headline(const figs *f, figs_view *v)
+{
+    figs_rates(f, &v->steps_per_s, &v->samples_per_s, &v->tokens_per_s);
+    const sketch *st = &f->step_ns, *dt = &f->data_ns;
+    double n = (double)st->count;
+    v->step_mean_ms = ms(sketch_mean(st));
+    v->step_p50_ms = ms(sketch_quantile(st, 0.5));
+    v->step_p95_ms = ms(sketch_quantile(st, 0.95));
+    v->step_p99_ms = ms(sketch_quantile(st, 0.99));
+    v->step_min_ms = st->count ? ms(st->min) : NAN;
+    v->step_max_ms = st->count ? ms(st->max) : NAN;
+    double m = v->step_mean_ms;
+    double var = n > 1 ? (f->interval_sq_ms - n * m * m) / (n - 1) : NAN;
+    v->step_cv = m > 0 && isfinite(var) ? sqrt(var > 0 ? var : 0) / m : NAN;
+    v->data_wait_mean_ms = ms(sketch_mean(dt));
+    v->data_wait_p50_ms = ms(sketch_quantile(dt, 0.5));
+    v->data_wait_p95_ms = ms(sketch_quantile(dt, 0.95));
+    v->data_wait_p99_ms = ms(sketch_quantile(dt, 0.99));
+    v->data_wait_max_ms = dt->count ? ms(dt->max) : NAN;
+    double iv = f->interval_ns ? (double)f->interval_ns : NAN;
+    for (int i = 0; i < AGG_NPHASES; i++) v->phase_share[i] = (double)f->phase_ns[i] / iv;
+    v->data_wait_share = v->phase_share[0];
+    v->other_share = (double)f->other_ns / iv;
 }

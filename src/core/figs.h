@@ -45,20 +45,23 @@ typedef struct agg_range {
 typedef struct agg_group {
     int rank;             /* -1 when the process had none */
     pid_t pid;            /* the first process seen in the group */
-    uint64_t count, interval_ns, samples, tokens;
-    sketch step_ns;
+    uint64_t count, interval_ns, samples, tokens; /* every step */
+    sketch step_ns;       /* warm steps */
 } agg_group;
 
-/* Run totals. Quantiles come from the sketches only (one estimator). */
+/* Run totals. Quantiles come from the sketches only (one estimator).
+ * Totals (counts, shares, rates) take every step; the distributions
+ * (sketches, interval_sq_ms) leave out each thread's first step, which
+ * carries warm-up (allocation, compilation, the first batch's fetch). */
 typedef struct figs {
     uint64_t count;
     uint64_t interval_ns, duration_ns, other_ns, samples, tokens;
     uint64_t phase_ns[AGG_NPHASES];
-    double interval_sq_ms; /* sum of squared step intervals in ms^2, for cv */
+    double interval_sq_ms; /* sum of squared step intervals in ms^2, for cv (warm steps) */
     uint64_t first_end_ns, last_end_ns; /* 0: none yet */
     uint64_t unmatched_pops, untracked_threads, untracked_groups;
-    sketch step_ns;       /* step interval (what throughput sees) */
-    sketch data_ns;       /* data wait per step */
+    sketch step_ns;       /* step interval (what throughput sees), warm steps */
+    sketch data_ns;       /* data wait per step, warm steps */
     agg_group *groups[AGG_MAX_GROUPS]; /* owned; figs_free frees them */
     int ngroups;
 } figs;
@@ -78,5 +81,21 @@ void figs_merge(figs *dst, const figs *src);
  * tokens per second summed over ranks; NAN when unknown (no steps, or no
  * samples/tokens were ever given). */
 void figs_rates(const figs *f, double *steps_per_s, double *samples_per_s, double *tokens_per_s);
+
+/* The headline figures every output shows (summary.json, the report in each
+ * format, compare, the end-of-run lines), computed in one place. Times in
+ * ms, shares 0..1; NaN when unknown. */
+typedef struct figs_view {
+    double steps_per_s, samples_per_s, tokens_per_s; /* figs_rates */
+    double step_mean_ms, step_p50_ms, step_p95_ms, step_p99_ms, step_min_ms, step_max_ms;
+    double step_cv;                  /* sample standard deviation / mean */
+    double data_wait_mean_ms, data_wait_p50_ms, data_wait_p95_ms, data_wait_p99_ms,
+        data_wait_max_ms;
+    double data_wait_share;          /* data time / step time, every step */
+    double phase_share[AGG_NPHASES]; /* of step time, every step */
+    double other_share;
+} figs_view;
+
+void figs_headline(const figs *f, figs_view *v);
 
 #endif

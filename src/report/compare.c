@@ -6,6 +6,7 @@
 
 #include "report/diag.h"
 #include "report/report_html.h"
+#include "report/table.h"
 #include "trainperf.h"
 #include "util/jsonw.h"
 
@@ -72,7 +73,7 @@ static const char *show(char *o, size_t n, int unit, double v)
     case U_MS: return diag_fmt_num(o, n, "%.1f ms", v);
     case U_PCT: return diag_fmt_num(o, n, "%.1f%%", v);
     case U_SHARE: return diag_fmt_num(o, n, "%.1f%%", isfinite(v) ? 100 * v : v);
-    case U_BYTES: return diag_fmt_bytes(o, n, v);
+    case U_BYTES: return human_bytes(o, n, v);
     case U_C: return diag_fmt_num(o, n, "%.0f C", v);
     case U_W: return diag_fmt_num(o, n, "%.0f W", v);
     default: return diag_fmt_num(o, n, fabs(v) >= 100 ? "%.0f" : "%.3g", v);
@@ -92,7 +93,7 @@ static const char *show_delta(char *o, size_t n, int unit, double d)
     else if (unit == U_PCT)
         snprintf(o, n, "%+.1f pp", d);
     else if (unit == U_BYTES)
-        snprintf(o, n, "%s%s", d >= 0 ? "+" : "-", diag_fmt_bytes(t, sizeof(t), fabs(d)));
+        snprintf(o, n, "%s%s", d >= 0 ? "+" : "-", human_bytes(t, sizeof(t), fabs(d)));
     else if (unit == U_MS)
         snprintf(o, n, "%+.1f ms", d);
     else if (unit == U_W)
@@ -122,86 +123,70 @@ static int row_known(const dfig *fa, const dfig *fb, const crow *r)
     return isfinite(val(fa, r)) || isfinite(val(fb, r));
 }
 
-static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb,
-                     int color, buf *o)
+/* The rows as tables, one per section, in any of the table formats. */
+static void rows_out(const dfig *fa, const dfig *fb, report_format fmt, int color, buf *o)
 {
-    const char *B = color ? "\033[1m" : "", *R = color ? "\033[0m" : "";
-    const char *G = color ? "\033[32m" : "", *Y = color ? "\033[31m" : "";
-    buf_printf(o, "%strainperf compare%s  A: %s   B: %s\n", B, R, a->name, b->name);
+    static const tbl_col cols[] = {
+        {"", 24, 0}, {"A", 14, 1}, {"B", 14, 1}, {"delta", 14, 1}, {"%", 9, 1}, {NULL, 0, 0},
+    };
+    tbl t = {0};
     const char *sec = "";
     char s1[48], s2[48], s3[48], s4[48];
     for (int i = 0; i < NROWS; i++) {
         const crow *r = &rows[i];
         if (!row_known(fa, fb, r)) continue;
         if (strcmp(sec, r->section) != 0) {
+            tbl_end(&t);
             sec = r->section;
-            buf_printf(o, "\n%s%-26s %14s %14s %14s %9s%s\n", B, sec, "A", "B", "delta", "%", R);
+            tbl_begin(&t, o, fmt, color, sec, cols, (int)(sizeof(cols) / sizeof(cols[0])));
         }
         double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
         const char *v = verdict(r, va, vb);
-        buf_printf(o, "  %-24s %14s %14s %14s %9s %s%s%s\n", r->name,
-                   show(s1, sizeof(s1), r->unit, va), show(s2, sizeof(s2), r->unit, vb),
-                   show_delta(s3, sizeof(s3), r->unit, vb - va),
-                   isfinite(p) ? (snprintf(s4, sizeof(s4), "%+.1f%%", p), s4) : "?",
-                   *v ? (strcmp(v, "better") == 0 ? G : Y) : "", v, *v ? R : "");
+        if (isfinite(p))
+            snprintf(s4, sizeof(s4), "%+.1f%%", p);
+        else
+            snprintf(s4, sizeof(s4), "?");
+        const char *cells[] = {r->name, show(s1, sizeof(s1), r->unit, va),
+                               show(s2, sizeof(s2), r->unit, vb),
+                               show_delta(s3, sizeof(s3), r->unit, vb - va), s4, v};
+        tbl_row(&t, cells, !*v ? TBL_PLAIN : strcmp(v, "better") == 0 ? TBL_GOOD : TBL_BAD);
     }
+    tbl_end(&t);
+}
+
+/* The primary findings side by side (md, html). */
+static void diag_table(const diag_run *a, const diag_run *b, report_format fmt, buf *o)
+{
+    static const tbl_col cols[] = {{"", 0, 0}, {"A", 0, 0}, {"B", 0, 0}};
+    tbl t;
+    tbl_begin(&t, o, fmt, 0, "Diagnosis", cols, 3);
+    const char *r1[] = {"primary", a->diag.primary.title, b->diag.primary.title};
+    const char *r2[] = {"summary", a->diag.primary.summary, b->diag.primary.summary};
+    tbl_row(&t, r1, TBL_PLAIN);
+    tbl_row(&t, r2, TBL_PLAIN);
+    tbl_end(&t);
+}
+
+static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb,
+                     int color, buf *o)
+{
+    const char *B = color ? "\033[1m" : "", *R = color ? "\033[0m" : "";
+    buf_printf(o, "%strainperf compare%s  A: %s   B: %s\n", B, R, a->name, b->name);
+    rows_out(fa, fb, REPORT_TEXT, color, o);
     buf_printf(o, "\n%sDiagnosis%s\n  A: %s — %s\n  B: %s — %s\n", B, R, a->diag.primary.title,
                a->diag.primary.summary, b->diag.primary.title, b->diag.primary.summary);
 }
 
-static void md_cell(buf *o, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '|')
-            buf_puts(o, "\\|");
-        else if (*s == '<')
-            buf_puts(o, "&lt;");
-        else if (*s == '>')
-            buf_puts(o, "&gt;");
-        else if (*s == '&')
-            buf_puts(o, "&amp;");
-        else if (*s == '\n')
-            buf_putc(o, ' ');
-        else
-            buf_putc(o, *s);
-    }
-}
-
 static void md_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb, buf *o)
 {
+    const char *names[] = {"", a->name, b->name};
     buf_puts(o, "# trainperf compare\n\n- A: ");
-    md_cell(o, a->name);
+    tbl_cells(o, REPORT_MD, &names[1], 1);
     buf_puts(o, "\n- B: ");
-    md_cell(o, b->name);
+    tbl_cells(o, REPORT_MD, &names[2], 1);
     buf_puts(o, "\n");
-    const char *sec = "";
-    char s1[48], s2[48], s3[48];
-    for (int i = 0; i < NROWS; i++) {
-        const crow *r = &rows[i];
-        if (!row_known(fa, fb, r)) continue;
-        if (strcmp(sec, r->section) != 0) {
-            sec = r->section;
-            buf_printf(o, "\n## %s\n\n| | A | B | delta | %% | |\n|---|---|---|---|---|---|\n",
-                       sec);
-        }
-        double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
-        buf_printf(o, "| %s | %s | %s | %s | ", r->name, show(s1, sizeof(s1), r->unit, va),
-                   show(s2, sizeof(s2), r->unit, vb), show_delta(s3, sizeof(s3), r->unit, vb - va));
-        if (isfinite(p))
-            buf_printf(o, "%+.1f%%", p);
-        else
-            buf_puts(o, "?");
-        buf_printf(o, " | %s |\n", verdict(r, va, vb));
-    }
-    buf_puts(o, "\n## Diagnosis\n\n| | A | B |\n|---|---|---|\n| primary | ");
-    md_cell(o, a->diag.primary.title);
-    buf_puts(o, " | ");
-    md_cell(o, b->diag.primary.title);
-    buf_puts(o, " |\n| summary | ");
-    md_cell(o, a->diag.primary.summary);
-    buf_puts(o, " | ");
-    md_cell(o, b->diag.primary.summary);
-    buf_puts(o, " |\n");
+    rows_out(fa, fb, REPORT_MD, 0, o);
+    diag_table(a, b, REPORT_MD, o);
 }
 
 static void json_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb, buf *o)
@@ -258,44 +243,9 @@ static void html_out(const diag_run *a, const diag_run *b, const dfig *fa, const
     buf_puts(o, "</code> &nbsp; B: <code>");
     report_html_esc(o, b->name);
     buf_puts(o, "</code></p>\n");
-    const char *sec = "";
-    char s1[48], s2[48], s3[48];
-    for (int i = 0; i < NROWS; i++) {
-        const crow *r = &rows[i];
-        if (!row_known(fa, fb, r)) continue;
-        if (strcmp(sec, r->section) != 0) {
-            if (*sec) buf_puts(o, "</table>\n");
-            sec = r->section;
-            buf_printf(o,
-                       "<h2>%s</h2><table><tr><th></th><th>A</th><th>B</th><th>delta</th><th>%%</"
-                       "th><th></th></tr>\n",
-                       sec);
-        }
-        double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
-        const char *v = verdict(r, va, vb);
-        buf_printf(o,
-                   "<tr><th>%s</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td "
-                   "class=\"n\">%s</td><td class=\"n\">",
-                   r->name, show(s1, sizeof(s1), r->unit, va), show(s2, sizeof(s2), r->unit, vb),
-                   show_delta(s3, sizeof(s3), r->unit, vb - va));
-        if (isfinite(p))
-            buf_printf(o, "%+.1f%%", p);
-        else
-            buf_puts(o, "?");
-        buf_printf(o, "</td><td class=\"%s\">%s</td></tr>\n", v, v);
-    }
-    if (*sec) buf_puts(o, "</table>\n");
-    buf_puts(
-        o,
-        "<h2>Diagnosis</h2><table><tr><th></th><th>A</th><th>B</th></tr><tr><th>primary</th><td>");
-    report_html_esc(o, a->diag.primary.title);
-    buf_puts(o, "</td><td>");
-    report_html_esc(o, b->diag.primary.title);
-    buf_puts(o, "</td></tr><tr><th>summary</th><td>");
-    report_html_esc(o, a->diag.primary.summary);
-    buf_puts(o, "</td><td>");
-    report_html_esc(o, b->diag.primary.summary);
-    buf_puts(o, "</td></tr></table></main></body></html>\n");
+    rows_out(fa, fb, REPORT_HTML, 0, o);
+    diag_table(a, b, REPORT_HTML, o);
+    buf_puts(o, "</main></body></html>\n");
 }
 
 int compare_build(const char *run_a, const char *run_b, report_format fmt, int color, buf *out,

@@ -76,18 +76,6 @@ static void note(diag_result *g, const char *f, ...)
     va_end(ap);
 }
 
-static void human_bytes(char *o, size_t n, double b)
-{
-    if (!isfinite(b))
-        fmt(o, n, "?");
-    else if (fabs(b) >= 1073741824.0)
-        fmt(o, n, "%.1f GiB", b / 1073741824.0);
-    else if (fabs(b) >= 1048576.0)
-        fmt(o, n, "%.0f MiB", b / 1048576.0);
-    else
-        fmt(o, n, "%.0f KiB", b / 1024.0);
-}
-
 /* Figures the rules share. */
 typedef struct ctx {
     int steps_ok, samples_ok, has_gpu;
@@ -129,11 +117,7 @@ static void make_ctx(const diag_run *r, ctx *c)
     c->p95 = f.step_p95;
     c->p99 = f.step_p99;
     c->data_p50 = f.data_p50;
-    double m = dstat_mean(&r->st_interval);
-    double var = r->st_interval.n > 1
-                     ? (r->st_interval.sumsq - r->st_interval.n * m * m) / (r->st_interval.n - 1)
-                     : NAN;
-    c->cv = m > 0 && var >= 0 ? sqrt(var) / m : NAN;
+    c->cv = f.step_cv;
     double su = 0;
     int ng = 0;
     c->gpu_util_min = NAN;
@@ -471,7 +455,7 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
         100 * s);
     d->score = s;
     ev(d, "comm_share", s, "comm phases are %.0f%% of step time", 100 * s);
-    if (r->nranks > 1) ev(d, "ranks", r->nranks, "%d ranks", r->nranks);
+    if (r->sf.ngroups > 1) ev(d, "ranks", r->sf.ngroups, "%d ranks", r->sf.ngroups);
     if (r->python) {
         rec(d, "Overlap gradients' all-reduce with the backward pass (DDP does so by bucket: "
                "tune bucket_cap_mb) and avoid synchronising calls in the step.");
@@ -492,9 +476,10 @@ static int cand_straggler(const diag_run *r, const ctx *c, dfinding *d)
     double p[DIAG_MAX_RANKS];
     int n = 0, slow = -1;
     double worst = 0;
-    for (int i = 0; i < r->nranks; i++) {
-        if (r->ranks[i].rank < 0 || r->ranks[i].count < MIN_STEPS) continue;
-        p[n++] = dhist_quantile(&r->ranks[i].interval, 0.5);
+    for (int i = 0; i < r->sf.ngroups && n < DIAG_MAX_RANKS; i++) {
+        const agg_group *g = r->sf.groups[i];
+        if (g->rank < 0 || g->step_ns.count < MIN_STEPS) continue;
+        p[n++] = sketch_quantile(&g->step_ns, 0.5) / 1e6;
     }
     if (n < 2) return 0;
     /* median of the ranks' medians */
@@ -505,10 +490,11 @@ static int cand_straggler(const diag_run *r, const ctx *c, dfinding *d)
             p[j - 1] = t;
         }
     double med = n % 2 ? p[n / 2] : (p[n / 2 - 1] + p[n / 2]) / 2;
-    for (int i = 0; i < r->nranks; i++) {
-        if (r->ranks[i].rank < 0 || r->ranks[i].count < MIN_STEPS) continue;
-        double q = dhist_quantile(&r->ranks[i].interval, 0.5);
-        if (q > worst) worst = q, slow = r->ranks[i].rank;
+    for (int i = 0; i < r->sf.ngroups; i++) {
+        const agg_group *g = r->sf.groups[i];
+        if (g->rank < 0 || g->step_ns.count < MIN_STEPS) continue;
+        double q = sketch_quantile(&g->step_ns, 0.5) / 1e6;
+        if (q > worst) worst = q, slow = g->rank;
     }
     double ratio = med > 0 ? worst / med : NAN;
     if (!(ratio >= STRAGGLER_RATIO)) return 0;
@@ -575,7 +561,7 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
     char m[256];
     int hang = fired(r, "hang", &t, m, sizeof(m));
     double tail = isfinite(c->p99) && c->p50 > 0 ? c->p99 / c->p50 : NAN;
-    int noisy = r->steps_warm >= 10 && ((isfinite(c->cv) && c->cv >= UNSTABLE_CV) ||
+    int noisy = r->sf.step_ns.count >= 10 && ((isfinite(c->cv) && c->cv >= UNSTABLE_CV) ||
                                         (isfinite(tail) && tail >= UNSTABLE_TAIL));
     double tr;
     char mr[256];

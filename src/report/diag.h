@@ -9,7 +9,9 @@
 
 #include <stddef.h>
 
+#include "core/figs.h"
 #include "util/buf.h"
+#include "util/human.h"
 #include "util/jsonr.h"
 #include "util/jsonw.h"
 
@@ -54,13 +56,6 @@ enum {
     PH_COUNT
 };
 extern const char *const diag_phase_names[PH_COUNT];
-
-typedef struct drank {
-    int rank; /* -1: none */
-    int pid, tid;
-    double count;
-    dhist interval;
-} drank;
 
 typedef struct dgpu {
     int index;
@@ -127,15 +122,13 @@ typedef struct diag_run {
     char nvml_source[160];                  /* run.json sources.nvml */
 
     /* steps.csv */
-    double steps, steps_warm; /* rows; rows used for quantiles (warm-up excluded) */
+    double steps;             /* rows */
+    figs sf;                  /* the rows through the collector's own aggregation (core/figs.h) */
     double first_end_s, last_end_s, first_start_s;
     double sum_interval_ns, sum_duration_ns, sum_phase_ns[PH_COUNT];
     double samples, tokens;
     int nstreams;
-    dhist h_interval, h_data, h_duration;
-    dstat st_interval, st_data;
-    int nranks;
-    drank ranks[DIAG_MAX_RANKS];
+    dhist h_data;                       /* for the data-wait chart */
     dseries s_sample_rate, s_step_rate; /* from steps: per bucket counts */
     dseries s_phase[PH_COUNT];          /* phase ms per step over time */
 
@@ -167,7 +160,9 @@ typedef struct diag_run {
 } diag_run;
 
 /* Headline figures of a run (NAN when unknown), shared by every format and
- * by compare. Step figures leave out each thread's first (warm-up) step. */
+ * by compare. Step figures are figs_headline's (core/figs.h), the same code
+ * summary.json is written with: they leave out each thread's first
+ * (warm-up) step. */
 typedef struct dfig {
     double duration_s, steps, steps_per_s, samples_per_s, tokens_per_s;
     double step_p50, step_p95, step_p99, step_mean, step_max, step_cv;
@@ -181,8 +176,8 @@ typedef struct dfig {
 
 void diag_figures(const diag_run *r, dfig *f);
 
-/* Formatting for people; "?" for NAN (unknown is never shown as 0). */
-const char *diag_fmt_bytes(char *o, size_t n, double v);
+/* Formatting for people; "?" for NAN (unknown is never shown as 0). Bytes:
+ * human_bytes (util/human.h). */
 const char *diag_fmt_dur(char *o, size_t n, double s);                /* 1h 02m, 3m 20s, 4.2 s */
 const char *diag_fmt_num(char *o, size_t n, const char *f, double v); /* f: one %f/%g */
 /* The command's exit as words: "0", "1", "signal 9 (SIGKILL)", "unknown". */

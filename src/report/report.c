@@ -368,17 +368,17 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
             diag_fmt_num(d, sizeof(d), "%.0f", f.main_cpu_mean));
         buf_printf(b, "  processes    max %s in the tree\n",
                    diag_fmt_num(a, sizeof(a), "%.0f", f.procs_max));
-        buf_printf(b, "  tree RSS     mean %s  max %s\n", diag_fmt_bytes(a, sizeof(a), f.rss_mean),
-                   diag_fmt_bytes(c, sizeof(c), f.rss_max));
+        buf_printf(b, "  tree RSS     mean %s  max %s\n", human_bytes(a, sizeof(a), f.rss_mean),
+                   human_bytes(c, sizeof(c), f.rss_max));
         buf_printf(b, "  host memory  available min %s of %s, swap max %s\n",
-                   diag_fmt_bytes(a, sizeof(a), f.mem_avail_min),
-                   diag_fmt_bytes(c, sizeof(c), f.mem_total),
-                   diag_fmt_bytes(d, sizeof(d), f.swap_max));
+                   human_bytes(a, sizeof(a), f.mem_avail_min),
+                   human_bytes(c, sizeof(c), f.mem_total),
+                   human_bytes(d, sizeof(d), f.swap_max));
         buf_printf(b, "  I/O          iowait mean %s%%, PSI io %s%%, disk read %s/s, write %s/s\n",
                    diag_fmt_num(a, sizeof(a), "%.1f", f.iowait_mean),
                    diag_fmt_num(c, sizeof(c), "%.1f", f.psi_io),
-                   diag_fmt_bytes(d, sizeof(d), f.disk_read),
-                   diag_fmt_bytes(e, sizeof(e), f.disk_write));
+                   human_bytes(d, sizeof(d), f.disk_read),
+                   human_bytes(e, sizeof(e), f.disk_write));
         buf_printf(b, "  pressure     PSI cpu %s%%, memory %s%%\n",
                    diag_fmt_num(a, sizeof(a), "%.1f", f.psi_cpu),
                    diag_fmt_num(c, sizeof(c), "%.1f", f.psi_mem));
@@ -393,8 +393,8 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
                    diag_fmt_num(c, sizeof(c), "%.0f", gp->util.n ? gp->util.min : NAN),
                    diag_fmt_num(d, sizeof(d), "%.0f", gp->util.n ? gp->util.max : NAN));
         buf_printf(b, "    memory max %s of %s, temp max %s C, power mean %s W\n",
-                   diag_fmt_bytes(a, sizeof(a), gp->mem_used.n ? gp->mem_used.max : NAN),
-                   diag_fmt_bytes(c, sizeof(c), gp->mem_total),
+                   human_bytes(a, sizeof(a), gp->mem_used.n ? gp->mem_used.max : NAN),
+                   human_bytes(c, sizeof(c), gp->mem_total),
                    diag_fmt_num(d, sizeof(d), "%.0f", gp->temp.n ? gp->temp.max : NAN),
                    diag_fmt_num(e, sizeof(e), "%.0f", dstat_mean(&gp->power)));
         if (gp->throttle_words[0])
@@ -555,8 +555,8 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
         buf_printf(b, "| main process CPU %% | %s | %s |\n",
                    diag_fmt_num(a, sizeof(a), "%.0f", f.main_cpu_mean),
                    diag_fmt_num(c, sizeof(c), "%.0f", f.main_cpu_max));
-        buf_printf(b, "| tree RSS | %s | %s |\n", diag_fmt_bytes(a, sizeof(a), f.rss_mean),
-                   diag_fmt_bytes(c, sizeof(c), f.rss_max));
+        buf_printf(b, "| tree RSS | %s | %s |\n", human_bytes(a, sizeof(a), f.rss_mean),
+                   human_bytes(c, sizeof(c), f.rss_max));
         buf_printf(b, "| iowait %% | %s | |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.iowait_mean));
         buf_printf(b, "| PSI cpu / memory / io %% | %s / %s / %s | |\n",
                    diag_fmt_num(a, sizeof(a), "%.1f", f.psi_cpu),
@@ -565,9 +565,9 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
         buf_printf(b,
                    "\nHost memory available fell to %s of %s; swap peaked at %s; at most %s "
                    "processes in the tree.\n",
-                   diag_fmt_bytes(a, sizeof(a), f.mem_avail_min),
-                   diag_fmt_bytes(c, sizeof(c), f.mem_total),
-                   diag_fmt_bytes(d, sizeof(d), f.swap_max),
+                   human_bytes(a, sizeof(a), f.mem_avail_min),
+                   human_bytes(c, sizeof(c), f.mem_total),
+                   human_bytes(d, sizeof(d), f.swap_max),
                    diag_fmt_num(e, sizeof(e), "%.0f", f.procs_max));
     }
     buf_puts(b, "\n## GPUs\n\n");
@@ -586,7 +586,7 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
             md_esc(b, gp->name);
             buf_printf(b, " | %s | %s | %s | %s | ",
                        diag_fmt_num(a, sizeof(a), "%.0f", dstat_mean(&gp->util)),
-                       diag_fmt_bytes(c, sizeof(c), gp->mem_used.n ? gp->mem_used.max : NAN),
+                       human_bytes(c, sizeof(c), gp->mem_used.n ? gp->mem_used.max : NAN),
                        diag_fmt_num(d, sizeof(d), "%.0f", gp->temp.n ? gp->temp.max : NAN),
                        diag_fmt_num(e, sizeof(e), "%.0f", dstat_mean(&gp->power)));
             md_esc(b, gp->throttle_words[0] ? gp->throttle_words : "none");
@@ -655,34 +655,35 @@ static void json_report(const diag_run *r, const prof *pf, buf *b)
     }
     jw_obj_end(&w);
 
+    /* Step figures unrounded: the same values summary.json has. */
     jw_key(&w, "steps");
     jw_obj_begin(&w);
     jw_knum(&w, "count", f.steps);
-    jw_knum(&w, "steps_per_s", rnd(f.steps_per_s, 4));
-    jw_knum(&w, "samples_per_s", rnd(f.samples_per_s, 3));
-    jw_knum(&w, "tokens_per_s", rnd(f.tokens_per_s, 3));
+    jw_knum(&w, "steps_per_s", f.steps_per_s);
+    jw_knum(&w, "samples_per_s", f.samples_per_s);
+    jw_knum(&w, "tokens_per_s", f.tokens_per_s);
     jw_key(&w, "step_time_ms");
     jw_obj_begin(&w);
-    jw_knum(&w, "mean", rnd(f.step_mean, 3));
-    jw_knum(&w, "p50", rnd(f.step_p50, 3));
-    jw_knum(&w, "p95", rnd(f.step_p95, 3));
-    jw_knum(&w, "p99", rnd(f.step_p99, 3));
-    jw_knum(&w, "max", rnd(f.step_max, 3));
-    jw_knum(&w, "cv", rnd(f.step_cv, 4));
+    jw_knum(&w, "mean", f.step_mean);
+    jw_knum(&w, "p50", f.step_p50);
+    jw_knum(&w, "p95", f.step_p95);
+    jw_knum(&w, "p99", f.step_p99);
+    jw_knum(&w, "max", f.step_max);
+    jw_knum(&w, "cv", f.step_cv);
     jw_obj_end(&w);
     jw_key(&w, "data_wait_ms");
     jw_obj_begin(&w);
-    jw_knum(&w, "mean", rnd(f.data_mean, 3));
-    jw_knum(&w, "p50", rnd(f.data_p50, 3));
-    jw_knum(&w, "p95", rnd(f.data_p95, 3));
-    jw_knum(&w, "p99", rnd(f.data_p99, 3));
-    jw_knum(&w, "max", rnd(f.data_max, 3));
+    jw_knum(&w, "mean", f.data_mean);
+    jw_knum(&w, "p50", f.data_p50);
+    jw_knum(&w, "p95", f.data_p95);
+    jw_knum(&w, "p99", f.data_p99);
+    jw_knum(&w, "max", f.data_max);
     jw_obj_end(&w);
-    jw_knum(&w, "data_wait_share", rnd(f.data_share, 4));
+    jw_knum(&w, "data_wait_share", f.data_share);
     jw_key(&w, "phase_share");
     jw_obj_begin(&w);
     for (int k = 0; k < PH_COUNT; k++)
-        jw_knum(&w, diag_phase_names[k], rnd(f.share[k], 4));
+        jw_knum(&w, diag_phase_names[k], f.share[k]);
     jw_obj_end(&w);
     jw_obj_end(&w);
 

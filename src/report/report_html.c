@@ -779,7 +779,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
                        "</td><td class=\"n\">%s%%</td><td class=\"n\">%s</td><td class=\"n\">%s "
                        "C</td><td class=\"n\">%s W</td><td>",
                        diag_fmt_num(a, sizeof(a), "%.0f", dstat_mean(&gp->util)),
-                       diag_fmt_bytes(c, sizeof(c), gp->mem_used.n ? gp->mem_used.max : NAN),
+                       human_bytes(c, sizeof(c), gp->mem_used.n ? gp->mem_used.max : NAN),
                        diag_fmt_num(d, sizeof(d), "%.0f", gp->temp.n ? gp->temp.max : NAN),
                        diag_fmt_num(e, sizeof(e), "%.0f", dstat_mean(&gp->power)));
             report_html_esc(b, gp->throttle_words[0] ? gp->throttle_words : "none");
@@ -802,13 +802,13 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
         row(b, "main process CPU mean", v);
         snprintf(v, sizeof(v), "%s", diag_fmt_num(a, sizeof(a), "%.0f", f.procs_max));
         row(b, "processes in the tree (max)", v);
-        snprintf(v, sizeof(v), "%s / %s", diag_fmt_bytes(a, sizeof(a), f.rss_mean),
-                 diag_fmt_bytes(c, sizeof(c), f.rss_max));
+        snprintf(v, sizeof(v), "%s / %s", human_bytes(a, sizeof(a), f.rss_mean),
+                 human_bytes(c, sizeof(c), f.rss_max));
         row(b, "tree RSS mean / max", v);
-        snprintf(v, sizeof(v), "%s of %s", diag_fmt_bytes(a, sizeof(a), f.mem_avail_min),
-                 diag_fmt_bytes(c, sizeof(c), f.mem_total));
+        snprintf(v, sizeof(v), "%s of %s", human_bytes(a, sizeof(a), f.mem_avail_min),
+                 human_bytes(c, sizeof(c), f.mem_total));
         row(b, "host memory available (min)", v);
-        row(b, "swap used (max)", diag_fmt_bytes(a, sizeof(a), f.swap_max));
+        row(b, "swap used (max)", human_bytes(a, sizeof(a), f.swap_max));
         snprintf(v, sizeof(v), "%s%% / %s%% / %s%%", diag_fmt_num(a, sizeof(a), "%.1f", f.psi_cpu),
                  diag_fmt_num(c, sizeof(c), "%.1f", f.psi_mem),
                  diag_fmt_num(d, sizeof(d), "%.1f", f.psi_io));

@@ -222,21 +222,6 @@ static void load_exit(diag_run *r, const jr_node *ex)
 
 /* ---- steps.csv ------------------------------------------------------------ */
 
-static int rank_slot(diag_run *r, int rank, int pid, int tid)
-{
-    for (int i = 0; i < r->nranks; i++) {
-        drank *k = &r->ranks[i];
-        if (rank >= 0 ? k->rank == rank : (k->rank < 0 && k->pid == pid && k->tid == tid)) return i;
-    }
-    if (r->nranks >= DIAG_MAX_RANKS) return -1;
-    drank *k = &r->ranks[r->nranks];
-    memset(k, 0, sizeof(*k));
-    k->rank = rank;
-    k->pid = pid;
-    k->tid = tid;
-    return r->nranks++;
-}
-
 static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
 {
     csvr c;
@@ -313,24 +298,26 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
             streams[nstreams][1] = (int)tid;
             nstreams++;
         }
-        /* the first step of each thread carries warm-up (allocation,
-         * compilation): kept in sums, left out of the distribution */
+        /* The row through the collector's own aggregation: the report's
+         * step figures are those summary.json has (one owner per figure). */
+        agg_step s;
+        memset(&s, 0, sizeof(s));
+        s.rank = rank >= 0 ? (int)rank : -1;
+        s.pid = (pid_t)pid;
+        s.tid = (pid_t)tid;
+        s.step = stepno >= 0 ? (uint64_t)stepno : 1; /* unknown: not a warm-up step */
+        s.duration_ns = dur > 0 ? (uint64_t)dur : 0;
+        s.interval_ns = iv > 0 ? (uint64_t)iv : 0;
+        s.end_ns = end > 0 ? (uint64_t)(end * 1e9) : 1;
+        for (int p = 0; p < AGG_NPHASES && p < PH_OTHER; p++)
+            if (csvr_num(&c, c_ph[p], &v) && v > 0) s.phase_ns[p] = (uint64_t)v;
+        s.other_ns = other > 0 ? (uint64_t)other : 0;
+        s.samples = sm > 0 ? (uint64_t)sm : 0;
+        if (csvr_num(&c, c_tokens, &v) && v > 0) s.tokens = (uint64_t)v;
+        figs_add(&r->sf, &s);
+        /* the data-wait chart leaves out warm-up steps as the figures do */
         double data = 0;
-        int have_data = csvr_num(&c, c_ph[PH_DATA], &data);
-        if (stepno == 0) continue;
-        r->steps_warm++;
-        dhist_add(&r->h_interval, iv / 1e6);
-        dhist_add(&r->h_duration, dur / 1e6);
-        dstat_add(&r->st_interval, iv / 1e6);
-        if (have_data) {
-            dhist_add(&r->h_data, data / 1e6);
-            dstat_add(&r->st_data, data / 1e6);
-        }
-        int k = rank_slot(r, (int)rank, (int)pid, (int)tid);
-        if (k >= 0) {
-            r->ranks[k].count++;
-            dhist_add(&r->ranks[k].interval, iv / 1e6);
-        }
+        if (stepno != 0 && csvr_num(&c, c_ph[PH_DATA], &data)) dhist_add(&r->h_data, data / 1e6);
     }
     r->nstreams = nstreams;
     csvr_close(&c);
@@ -586,6 +573,7 @@ void diag_free(diag_run *r)
     if (!r) return;
     jr_free(&r->run);
     jr_free(&r->summary);
+    figs_free(&r->sf);
     free(r);
 }
 
@@ -615,6 +603,7 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     r->root_pid = -1;
     r->duration_s = r->start_unix_s = r->interval_s = NAN;
     r->events_dropped = r->trace_events = NAN;
+    figs_init(&r->sf);
 
     int rc;
     snprintf(path, sizeof(path), "%s/run.json", r->dir);
@@ -696,33 +685,22 @@ void diag_figures(const diag_run *r, dfig *f)
 {
     f->duration_s = r->duration_s;
     f->steps = r->have_steps ? r->steps : NAN;
-    double span = r->last_end_s - r->first_start_s;
-    int ok = r->steps > 0 && span > 0;
-    f->steps_per_s = ok ? r->steps / (r->nstreams > 0 ? r->nstreams : 1) / span : NAN;
-    f->samples_per_s = ok && r->samples > 0 ? r->samples / span : NAN;
-    f->tokens_per_s = ok && r->tokens > 0 ? r->tokens / span : NAN;
-    f->step_p50 = dhist_quantile(&r->h_interval, 0.5);
-    f->step_p95 = dhist_quantile(&r->h_interval, 0.95);
-    f->step_p99 = dhist_quantile(&r->h_interval, 0.99);
-    f->step_mean = mean_or_nan(&r->st_interval);
-    f->step_max = max_or_nan(&r->st_interval);
-    double m = f->step_mean, n = r->st_interval.n;
-    double var = n > 1 ? (r->st_interval.sumsq - n * m * m) / (n - 1) : NAN;
-    f->step_cv = m > 0 && var >= 0 ? sqrt(var) / m : NAN;
-    f->data_p50 = dhist_quantile(&r->h_data, 0.5);
-    f->data_p95 = dhist_quantile(&r->h_data, 0.95);
-    f->data_p99 = dhist_quantile(&r->h_data, 0.99);
-    f->data_mean = mean_or_nan(&r->st_data);
-    f->data_max = max_or_nan(&r->st_data);
-    /* a quantile is a bucket's midpoint: keep it inside the observed range */
-    double *qs[] = {&f->step_p50, &f->step_p95, &f->step_p99},
-           *qd[] = {&f->data_p50, &f->data_p95, &f->data_p99};
-    for (int i = 0; i < 3; i++) {
-        if (*qs[i] > f->step_max) *qs[i] = f->step_max;
-        if (r->st_interval.n && *qs[i] < r->st_interval.min) *qs[i] = r->st_interval.min;
-        if (*qd[i] > f->data_max) *qd[i] = f->data_max;
-        if (r->st_data.n && *qd[i] < r->st_data.min) *qd[i] = r->st_data.min;
-    }
+    figs_view v;
+    figs_headline(&r->sf, &v);
+    f->steps_per_s = v.steps_per_s;
+    f->samples_per_s = v.samples_per_s;
+    f->tokens_per_s = v.tokens_per_s;
+    f->step_p50 = v.step_p50_ms;
+    f->step_p95 = v.step_p95_ms;
+    f->step_p99 = v.step_p99_ms;
+    f->step_mean = v.step_mean_ms;
+    f->step_max = v.step_max_ms;
+    f->step_cv = v.step_cv;
+    f->data_p50 = v.data_wait_p50_ms;
+    f->data_p95 = v.data_wait_p95_ms;
+    f->data_p99 = v.data_wait_p99_ms;
+    f->data_mean = v.data_wait_mean_ms;
+    f->data_max = v.data_wait_max_ms;
     for (int p = 0; p < PH_COUNT; p++)
         f->share[p] = r->sum_interval_ns > 0 ? r->sum_phase_ns[p] / r->sum_interval_ns : NAN;
     f->data_share = f->share[PH_DATA];
@@ -759,24 +737,6 @@ void diag_figures(const diag_run *r, dfig *f)
 }
 
 /* ---- formatting ------------------------------------------------------------- */
-
-const char *diag_fmt_bytes(char *o, size_t n, double v)
-{
-    double a = fabs(v);
-    if (!isfinite(v))
-        msg(o, n, "?");
-    else if (a >= 1099511627776.0)
-        msg(o, n, "%.1f TiB", v / 1099511627776.0);
-    else if (a >= 1073741824.0)
-        msg(o, n, "%.1f GiB", v / 1073741824.0);
-    else if (a >= 1048576.0)
-        msg(o, n, "%.1f MiB", v / 1048576.0);
-    else if (a >= 1024.0)
-        msg(o, n, "%.1f KiB", v / 1024.0);
-    else
-        msg(o, n, "%.0f B", v);
-    return o;
-}
 
 const char *diag_fmt_dur(char *o, size_t n, double s)
 {

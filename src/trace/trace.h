@@ -41,11 +41,6 @@ int trace_result_json(const trace_result *r, buf *out);
 int trace_result_text(const trace_result *r, buf *out, int color);
 int trace_result_markdown(const trace_result *r, buf *out);
 
-/* For `trainperf report`: analyse paths with default options and append a
- * markdown section ("## Profiler traces" ...) to md_out. 0 or a TPF_E* code;
- * on failure a one-line explanation is appended instead of the tables. */
-int trace_analyze_summary(const char *const *paths, int n, buf *md_out);
-
 /* Merge n per-rank traces into one Chrome trace at out_path: every rank gets
  * its own processes (pids remapped so ranks never collide, named "rank R"),
  * flow ids are kept apart per rank, and all times are put on one clock

@@ -393,17 +393,6 @@ static int no_device_work(const char *n)
     return prefix_any(n, pre, sizeof(pre) / sizeof(pre[0]));
 }
 
-const char *trace_type_name(int mask)
-{
-    static const char *const names[] = {
-        "IDLE", "COMPUTATION", "COMMUNICATION", "COMPUTATION overlapping COMMUNICATION",
-        "MEMORY", "COMPUTATION overlapping MEMORY", "COMMUNICATION overlapping MEMORY",
-        "COMPUTATION overlapping COMMUNICATION overlapping MEMORY",
-    };
-    if (mask == KT_OTHER) return "OTHER";
-    return names[mask & 7];
-}
-
 /* "ProfilerStep#12" (HTA: ProfilerStep\s*#\s*(\d+)) */
 static int step_number(const char *n, long *num)
 {
@@ -1409,20 +1398,4 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
     }
     *out = res;
     return 0;
-}
-
-int trace_analyze_summary(const char *const *paths, int n, buf *md_out)
-{
-    trace_opts o;
-    memset(&o, 0, sizeof(o));
-    trace_result *r = NULL;
-    char err[512];
-    int rc = trace_analyze(paths, n, &o, &r, err, sizeof(err));
-    if (rc) {
-        buf_printf(md_out, "## Profiler traces\n\nThe traces could not be analysed: %s\n\n", err);
-        return rc;
-    }
-    rc = trace_result_markdown(r, md_out);
-    trace_result_free(r);
-    return rc;
 }

@@ -77,6 +77,4 @@ struct trace_result {
     size_t nstragglers;
 };
 
-const char *trace_type_name(int mask);
-
 #endif

@@ -7,6 +7,17 @@
 #include "trace/trace_int.h"
 #include "util/jsonw.h"
 
+static const char *trace_type_name(int mask)
+{
+    static const char *const names[] = {
+        "IDLE", "COMPUTATION", "COMMUNICATION", "COMPUTATION overlapping COMMUNICATION",
+        "MEMORY", "COMPUTATION overlapping MEMORY", "COMMUNICATION overlapping MEMORY",
+        "COMPUTATION overlapping COMMUNICATION overlapping MEMORY",
+    };
+    if (mask == KT_OTHER) return "OTHER";
+    return names[mask & 7];
+}
+
 static double pct(int64_t part, int64_t whole)
 {
     if (whole <= 0) return NAN;

@@ -89,12 +89,3 @@ int buf_printf(buf *b, const char *fmt, ...)
     va_end(ap);
     return rc;
 }
-
-char *buf_take(buf *b)
-{
-    char *p = b->data;
-    if (!p) p = calloc(1, 1);
-    b->data = NULL;
-    b->len = b->cap = 0;
-    return p;
-}

@@ -28,7 +28,5 @@ int buf_puts(buf *b, const char *s);
 int buf_putc(buf *b, char c);
 int buf_printf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int buf_vprintf(buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
-/* Hand the data to the caller (who frees it with free()); b is left empty. */
-char *buf_take(buf *b);
 
 #endif

@@ -3,12 +3,12 @@
 #include <math.h>
 #include <stdio.h>
 
-void human_bytes(char *out, size_t n, double b)
+const char *human_bytes(char *out, size_t n, double b)
 {
     static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     if (!isfinite(b)) {
         snprintf(out, n, "?");
-        return;
+        return out;
     }
     int i = 0;
     while (fabs(b) >= 1024 && i < 5) {
@@ -16,4 +16,5 @@ void human_bytes(char *out, size_t n, double b)
         i++;
     }
     snprintf(out, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+    return out;
 }

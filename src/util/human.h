@@ -4,7 +4,9 @@
 
 #include <stddef.h>
 
-/* "512 B", "1.5 MiB", ... (binary units); "?" when b is not finite. */
-void human_bytes(char *out, size_t n, double b);
+/* "512 B", "1.5 MiB", ... (binary units); "?" when b is not finite.
+ * Returns out, so that it can stand in an argument list. The one byte
+ * formatter of the project: the CLI, reports, diagnosis and alerts use it. */
+const char *human_bytes(char *out, size_t n, double b);
 
 #endif

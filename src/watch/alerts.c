@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "trainperf.h"
+#include "util/human.h"
 
 #define ALERT_MAX_RULES 64
 #define ALERT_NAME_MAX 48
@@ -848,15 +849,8 @@ static void fmt_value(char *o, size_t n, int unit, double v)
     case MU_PCT: snprintf(o, n, "%.0f%%", v); break;
     case MU_BYTES:
     case MU_BPS: {
-        const char *suf = unit == MU_BPS ? "/s" : "";
-        if (a >= 1073741824.0)
-            snprintf(o, n, "%.1f GiB%s", v / 1073741824.0, suf);
-        else if (a >= 1048576.0)
-            snprintf(o, n, "%.1f MiB%s", v / 1048576.0, suf);
-        else if (a >= 1024.0)
-            snprintf(o, n, "%.1f KiB%s", v / 1024.0, suf);
-        else
-            snprintf(o, n, "%.0f B%s", v, suf);
+        char t[32];
+        snprintf(o, n, "%s%s", human_bytes(t, sizeof(t), v), unit == MU_BPS ? "/s" : "");
         break;
     }
     case MU_S:

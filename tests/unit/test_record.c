@@ -41,7 +41,7 @@ static char *slurp(const char *path, size_t *len)
     fclose(f);
     *len = b.len;
     if (!b.data) return calloc(1, 1);
-    return buf_take(&b);
+    return b.data; /* the caller frees it */
 }
 
 /* 0 when b equals the golden file (or it was rewritten on request). */

@@ -302,16 +302,22 @@ TT_TEST(rank_from_file_name)
     TT_EQ_INT(trace_rank_from_name("worker0.pt.trace.json"), -1);
 }
 
-TT_TEST(summary_for_report_is_markdown)
+TT_TEST(markdown_for_report)
 {
     char path[256];
     write_tmp(path, sizeof(path), small_trace, 0);
     const char *paths[] = {path};
-    buf b;
-    buf_init(&b, 0);
-    int rc = trace_analyze_summary(paths, 1, &b);
+    trace_opts o;
+    memset(&o, 0, sizeof(o));
+    trace_result *r = NULL;
+    char err[256];
+    int rc = trace_analyze(paths, 1, &o, &r, err, sizeof(err));
     unlink(path);
     TT_EQ_INT(rc, 0);
+    buf b;
+    buf_init(&b, 0);
+    TT_EQ_INT(trace_result_markdown(r, &b), 0);
+    trace_result_free(r);
     TT_ASSERT(strstr(b.data, "## Profiler traces") != NULL);
     TT_ASSERT(strstr(b.data, "| ---: |") != NULL);
     TT_ASSERT(strstr(b.data, "ncclDevKernel_AllReduce") != NULL);
