@@ -216,7 +216,8 @@ static void load_stacks(f_model *m, const char *run_dir)
         buf_free(&b);
         return;
     }
-    m->stack_text = buf_take(&b);
+    m->stack_text = strndup(b.data, b.len);
+    buf_free(&b);
 }
 
 static void load_attempts(f_model *m, const char *run_dir)
