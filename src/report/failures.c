@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "report/table.h"
 #include "trainperf.h"
 #include "util/csvr.h"
 #include "util/jsonr.h"
@@ -453,8 +454,36 @@ static void sec_hangs(buf *b, const f_model *m, int fmt, int color)
 static void sec_attempts(buf *b, const f_model *m, int fmt, int color)
 {
     if (m->natt_total < 2 && m->restarts_opt == 0) return;
-    heading(b, fmt, color, "Attempts");
     char a[32], c[32], d[32], e[32];
+    static const tbl_col cols[] = {{"attempt", 8, 0}, {"start", 9, 1},   {"duration", 9, 1},
+                                   {"end", 11, 0},    {"steps", 8, 1},   {"ckpts", 5, 1},
+                                   {"ended by", 8, 0}, {"then", 0, 0}};
+    tbl t;
+    tbl_begin(&t, b, (report_format)fmt, color, fmt == FAIL_TEXT ? "ATTEMPTS" : "Attempts", cols,
+              (int)(sizeof(cols) / sizeof(cols[0])));
+    for (int i = 0; i < m->natt; i++) {
+        const f_att *x = &m->att[i];
+        int num = m->natt_total > FAIL_MAX_ATTEMPTS && i >= FAIL_MAX_ATTEMPTS / 2
+                      ? m->natt_total - (m->natt - i) + 1
+                      : i + 1;
+        char then[200], endw[32], nb[16], st[24], ck[24];
+        if (x->restarted)
+            snprintf(then, sizeof(then), "restarted after %s", dur(e, sizeof(e), x->backoff));
+        else if (x->stopped[0])
+            snprintf(then, sizeof(then), "not restarted: %s", x->stopped);
+        else
+            snprintf(then, sizeof(then), "-");
+        att_end(x, endw, sizeof(endw));
+        snprintf(nb, sizeof(nb), "%d", num);
+        snprintf(st, sizeof(st), "%.0f", x->steps);
+        snprintf(ck, sizeof(ck), "%.0f", x->ckpts);
+        const char *cells[] = {nb, dur(a, sizeof(a), x->start), dur(c, sizeof(c), x->dur), endw,
+                               st, ck, x->ended_by, then};
+        int bad = x->sig || (x->code_ok && x->code != 0);
+        tbl_row(&t, cells, bad ? TBL_BAD : TBL_PLAIN);
+    }
+    tbl_end(&t);
+    if (fmt == FAIL_MD) buf_putc(b, '\n'); /* a line right after a table would be a row */
     para_begin(b, fmt);
     buf_printf(b, "%d attempt%s, %d failed", m->natt_total, m->natt_total == 1 ? "" : "s",
                m->failures);
@@ -463,51 +492,11 @@ static void sec_attempts(buf *b, const f_model *m, int fmt, int color)
                       "restarting %s)",
                    dur(a, sizeof(a), m->time_lost), dur(c, sizeof(c), m->lost_work),
                    dur(d, sizeof(d), m->restart_s));
-    para_end(b, fmt);
-    if (fmt == FAIL_HTML)
-        buf_puts(b, "<table><tr><th>#</th><th>start</th><th>duration</th><th>end</th><th>steps</th>"
-                    "<th>checkpoints</th><th>ended by</th><th>then</th></tr>\n");
-    else if (fmt == FAIL_MD)
-        buf_puts(b, "| # | start | duration | end | steps | checkpoints | ended by | then |\n"
-                    "|---:|---:|---:|---|---:|---:|---|---|\n");
-    else
-        buf_printf(b, "  %3s %9s %9s  %-11s %8s %5s  %-7s %s\n", "#", "start", "duration", "end",
-                   "steps", "ckpts", "by", "then");
-    for (int i = 0; i < m->natt; i++) {
-        const f_att *x = &m->att[i];
-        int num = m->natt_total > FAIL_MAX_ATTEMPTS && i >= FAIL_MAX_ATTEMPTS / 2
-                      ? m->natt_total - (m->natt - i) + 1
-                      : i + 1;
-        char then[200];
-        if (x->restarted)
-            snprintf(then, sizeof(then), "restarted after %s", dur(e, sizeof(e), x->backoff));
-        else if (x->stopped[0])
-            snprintf(then, sizeof(then), "not restarted: %s", x->stopped);
-        else
-            snprintf(then, sizeof(then), "-");
-        char endw[32];
-        att_end(x, endw, sizeof(endw));
-        if (fmt == FAIL_TEXT)
-            buf_printf(b, "  %3d %9s %9s  %-11s %8.0f %5.0f  %-7s %s\n", num,
-                       dur(a, sizeof(a), x->start), dur(c, sizeof(c), x->dur), endw, x->steps,
-                       x->ckpts, x->ended_by, then);
-        else {
-            const char *o = fmt == FAIL_HTML ? "<tr><td>" : "| ";
-            const char *s = fmt == FAIL_HTML ? "</td><td>" : " | ";
-            buf_printf(b, "%s%d%s%s%s%s%s%s%s%.0f%s%.0f%s%s%s", o, num, s, dur(a, sizeof(a), x->start),
-                       s, dur(c, sizeof(c), x->dur), s, endw, s, x->steps, s, x->ckpts, s,
-                       x->ended_by, s);
-            esc(b, fmt, then);
-            buf_puts(b, fmt == FAIL_HTML ? "</td></tr>\n" : " |\n");
-        }
-    }
-    if (fmt == FAIL_HTML) buf_puts(b, "</table>\n");
-    if (m->natt_total > m->natt) {
-        para_begin(b, fmt);
-        buf_printf(b, "(%d attempts in the middle left out; all in attempts.json)",
+    if (m->natt_total > m->natt)
+        buf_printf(b, "; %d attempts in the middle left out (all in attempts.json)",
                    m->natt_total - m->natt);
-        para_end(b, fmt);
-    }
+    buf_puts(b, ".");
+    para_end(b, fmt);
 }
 
 static void sec_ckpt(buf *b, const f_model *m, int fmt, int color)
@@ -566,4 +555,76 @@ void fail_sections(buf *b, const char *run_dir, int fmt, int color)
     sec_ckpt(b, m, fmt, color);
     unload(m);
     free(m);
+}
+
+/* ---- JSON ---- */
+
+static void copy_node(jw *w, const jr_node *n, int depth)
+{
+    if (!n || depth > 16) {
+        jw_null(w);
+        return;
+    }
+    switch (n->type) {
+    case JR_NULL: jw_null(w); break;
+    case JR_BOOL: jw_bool(w, n->num != 0); break;
+    case JR_NUM: jw_num(w, n->num); break;
+    case JR_STR: jw_str(w, n->str); break;
+    case JR_ARR:
+        jw_arr_begin(w);
+        for (const jr_node *c = n->child; c; c = c->next) copy_node(w, c, depth + 1);
+        jw_arr_end(w);
+        break;
+    case JR_OBJ:
+        jw_obj_begin(w);
+        for (const jr_node *c = n->child; c; c = c->next) {
+            jw_key(w, c->key);
+            copy_node(w, c, depth + 1);
+        }
+        jw_obj_end(w);
+        break;
+    }
+}
+
+void fail_json(jw *w, const char *run_dir)
+{
+    char path[PATH_MAX + 16], err[128];
+    snprintf(path, sizeof(path), "%s/failures.json", run_dir);
+    jr_doc d;
+    fail_ckpt ck;
+    if (jr_load_file(&d, path, FAIL_FILE_MAX, err, sizeof(err)) == 0) {
+        jw_key(w, "failures");
+        copy_node(w, d.root, 0);
+        jr_free(&d);
+    } else {
+        /* an embedded run or one cut short: what steps.csv says, when it
+         * has checkpoints (nothing at all otherwise) */
+        fail_ckpt_load(run_dir, &ck);
+        if (ck.n <= 0) return;
+        jw_key(w, "failures");
+        jw_obj_begin(w);
+        jw_key(w, "checkpoint");
+        fail_ckpt_json(w, &ck, NAN);
+        jw_obj_end(w);
+    }
+    f_model *m = calloc(1, sizeof(*m));
+    jw_key(w, "hangs");
+    jw_arr_begin(w);
+    if (m) {
+        load_hangs(m, run_dir);
+        for (int i = 0; i < m->nhangs; i++) {
+            const f_hang *h = &m->hangs[i];
+            jw_obj_begin(w);
+            jw_knum(w, "t", h->t);
+            jw_kint(w, "attempt", h->attempt);
+            jw_knum(w, "since_last_step_s", h->since);
+            jw_knum(w, "bound_s", h->bound);
+            jw_kstr(w, "verdict", h->verdict);
+            jw_kstr(w, "stacks", h->stacks[0] ? h->stacks : NULL);
+            jw_kstr(w, "action", h->action);
+            jw_obj_end(w);
+        }
+        free(m);
+    }
+    jw_arr_end(w);
 }

@@ -42,4 +42,9 @@ void fail_headline(buf *b, const char *run_dir, int fmt, int color);
  * cost. Nothing when the run has none of them. */
 void fail_sections(buf *b, const char *run_dir, int fmt, int color);
 
+/* report --format json: "failures": failures.json as it is (or the checkpoint
+ * figures from steps.csv), "hangs": the hangs' verdicts. Two keys into the
+ * open object of w. */
+void fail_json(jw *w, const char *run_dir);
+
 #endif

@@ -741,6 +741,7 @@ static void json_report(const diag_run *r, const prof *pf, buf *b)
     jw_arr_end(&w);
     jw_key(&w, "diagnosis");
     diag_write_json(r, &w);
+    fail_json(&w, r->dir);
     prof_json(pf, &w);
     jw_obj_end(&w);
     buf_putc(b, '\n');
