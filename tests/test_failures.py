@@ -8,6 +8,7 @@ test bounds wall-clock time: the hang scripts would run forever, so the
 subprocess timeout is what a broken watch runs into."""
 import json
 import math
+import re
 import os
 import shutil
 import sys
@@ -340,6 +341,9 @@ def test_torchrun_hang_names_the_rank(run_cli, tmp_path):
     # the culprit first: it is not in a collective; the rank waiting for it is
     assert v.startswith("rank 1 in wait_for_peer (ddp_hang.py:"), v
     assert "; rank 0 in all_reduce" in v, v
+    if (PYDIR / "trainperf" / "_comm.py").exists():
+        # with the distributed hooks, the collective's sequence number
+        assert re.search(r"rank 0 in all_reduce #\d+", v), v
     procs = {p["rank"]: p for p in h[0]["processes"] if p["rank"] is not None}
     assert procs[0]["collective"] == "all_reduce" and procs[1]["collective"] is None
     stacks = (run / h[0]["stacks"]).read_text()

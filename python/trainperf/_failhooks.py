@@ -138,9 +138,11 @@ def _answer(req):
             lines.append("  %s #%s group %s bytes %s started %s" % (
                 c.get("op"), c.get("seq"), c.get("group_size"), c.get("bytes"),
                 c.get("started_s")))
-        last = max(flight, key=lambda c: c.get("started_s") or 0)
-        coll = last.get("op") or coll
-        seq = last.get("seq")
+        # the oldest one in progress is the one the rank waits on (later ones
+        # cannot complete before it)
+        first = flight[0]
+        coll = first.get("op") or coll
+        seq = first.get("seq")
     rank = os.environ.get("RANK")
     doc = {"req": req, "pid": os.getpid(), "rank": int(rank) if rank and rank.isdigit() else None,
            "where": where, "collective": coll, "seq": seq, "in_flight": flight,
