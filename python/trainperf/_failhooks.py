@@ -19,7 +19,6 @@
 Nothing here may break or slow the watched program: every hook is guarded,
 and the thread costs nothing until asked.
 """
-import json
 import os
 import sys
 import threading
@@ -106,6 +105,7 @@ def _where(f):
 
 
 def _answer(req):
+    import json
     import traceback
     frames = sys._current_frames()
     names = {t.ident: t.name for t in threading.enumerate()}
