@@ -625,7 +625,8 @@ int cmd_run(int argc, char **argv)
         c = NULL;
     }
     sup *sv = NULL;
-    if (c && sup_create(&sv, &a.sup, absdir, start_mono, start_unix) == 0)
+    /* the supervisor works without the collector too (restarts, stacks) */
+    if (sup_create(&sv, &a.sup, absdir, start_mono, start_unix) == 0)
         sup_attempt_start(sv, child);
 
     int tty = isatty(2), color = cli_color(stderr);
@@ -671,7 +672,7 @@ int cmd_run(int argc, char **argv)
             break;
         }
         child = next;
-        coll_set_root(c, child);
+        if (c) coll_set_root(c, child);
         sup_attempt_start(sv, child);
     }
     env_free(&cenv);
@@ -683,10 +684,10 @@ int cmd_run(int argc, char **argv)
         ex.signal = WTERMSIG(status);
         ex.code = 128 + ex.signal;
     }
+    if (c) coll_finish(c, &ex);
+    if (sv) sup_finish(sv); /* after the collector: steps.csv is complete */
+    sup_free(sv);
     if (c) {
-        coll_finish(c, &ex);
-        if (sv) sup_finish(sv);
-        sup_free(sv);
         coll_summary s;
         coll_get_summary(c, &s);
         coll_free(c);
