@@ -399,3 +399,56 @@ def test_checkpoint_cost_every_n_steps(run_cli, tmp_path):
     # the checkpoint is a phase of its own in the summary too
     summ = load(run, "summary.json")
     assert "checkpoint" in json.dumps(summ)
+
+
+PAUSES = r"""
+import os, sys, time
+import torch
+
+class SlowFile:
+    # a checkpoint that takes seconds (slow storage)
+    def __init__(self):
+        self.n = 0
+    def write(self, b):
+        time.sleep(0.2)
+        self.n += len(b)
+        return len(b)
+    def flush(self):
+        pass
+
+model = torch.nn.Linear(16, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+def train(n):
+    for _ in range(n):
+        model(torch.randn(8, 16)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+train(15)
+model.eval()                      # evaluation: seconds without a step
+with torch.no_grad():
+    for _ in range(30):
+        model(torch.randn(8, 16))
+        time.sleep(0.1)
+model.train()
+train(5)
+torch.save({"w": torch.zeros(1 << 16)}, SlowFile())   # a slow checkpoint
+train(5)
+"""
+
+
+@pytest.mark.torch
+def test_eval_and_checkpoint_are_not_hangs(run_cli, tmp_path):
+    pytest.importorskip("torch")
+    s = tmp_path / "pauses.py"
+    s.write_text(PAUSES)
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "kill", "--",
+                sys.executable, s, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert jsonl(run, "hangs.jsonl") == []
+    att = load(run, "attempts.json")["attempts"]
+    assert att[0]["steps"] == 25 and att[0]["checkpoints"] == 1
+    ck = load(run, "failures.json")["checkpoint"]
+    assert ck["count"] == 1 and ck["cost_s"] >= 1  # at least the sleeps in write()

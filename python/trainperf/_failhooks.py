@@ -12,9 +12,9 @@
 - The checkpoint phase: torch.save, torch.distributed.checkpoint.save /
   async_save, Lightning's Trainer.save_checkpoint and Hugging Face's
   Trainer._save_checkpoint run inside the "checkpoint" phase (nested calls
-  count once), and mark RUN/live/busy-PID while they last, as does an
-  evaluation (the model switched to eval mode): the hang watch does not count
-  that time as a stall.
+  count once), and mark RUN/live/busy-PID while they last, as do an
+  evaluation (the model switched to eval mode) and the interpreter's shutdown:
+  the hang watch does not count that time as a stall.
 
 Nothing here may break or slow the watched program: every hook is guarded,
 and the thread costs nothing until asked.
@@ -373,6 +373,10 @@ def install():
         _register_faulthandler()
         _start_ctl()
         os.register_at_fork(after_in_child=_after_fork)
+        # interpreter shutdown (atexit first, then module teardown and a last
+        # garbage collection, seconds with torch loaded) makes no steps either
+        import atexit
+        atexit.register(_busy_set, "exit", True)
     except Exception as exc:
         sys.stderr.write("trainperf: stacks on hang unavailable: %r\n" % (exc,))
     sys.meta_path.insert(0, _PostImport())

@@ -229,7 +229,25 @@ static void parse_faulthandler(const char *t, hd_proc *p)
             return;
         }
     }
-    if (first[0]) snprintf(p->where, sizeof(p->where), "%s", first);
+    if (first[0]) {
+        snprintf(p->where, sizeof(p->where), "%s", first);
+        return;
+    }
+    /* no frame: faulthandler says what the thread does ("Garbage-collecting") */
+    const char *l = strchr(best, '\n');
+    while (l && l < end) {
+        l++;
+        size_t n = strcspn(l, "\n");
+        while (n && (*l == ' ')) {
+            l++;
+            n--;
+        }
+        if (n && *l != '<') {
+            snprintf(p->where, sizeof(p->where), "%.*s", (int)(n > 100 ? 100 : n), l);
+            return;
+        }
+        l = strchr(l, '\n');
+    }
 }
 
 /* py-spy dump: per thread a line `Thread N (state): "name"`, then frames
