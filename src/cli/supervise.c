@@ -851,7 +851,10 @@ void sup_tick(sup *s, int color)
     double bound = bound_now(s, a);
     if (bound <= 0) return;
     if (busy_now(s)) {
-        if (!isfinite(s->busy_since_t)) s->busy_since_t = t;
+        /* one busy stretch: since it began, or since the last step within it
+         * (eval, steps, a checkpoint may follow each other between two ticks) */
+        if (!isfinite(s->busy_since_t) || a->last_step_t > s->busy_since_t)
+            s->busy_since_t = isfinite(s->busy_since_t) ? a->last_step_t : t;
         if (t - s->busy_since_t < SUP_BUSY_CAP * bound) s->busy_end_t = t;
     } else {
         s->busy_since_t = NAN;
