@@ -543,7 +543,8 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
         char *head = slurp(path, 256, NULL);
         if (head) {
             const char *s = strstr(head, "signal=");
-            if (s) w[i].sig = atoi(s + 7) > 0 && atoi(s + 7) < 65 ? atoi(s + 7) : 0;
+            long sig = s ? strtol(s + 7, NULL, 10) : 0;
+            w[i].sig = sig > 0 && sig < 65 ? (int)sig : 0;
             w[i].fh_before = file_size(path);
             p->python = 1;
             free(head);
