@@ -153,17 +153,38 @@ typedef struct f_model {
 
 static void cpy(char *o, size_t n, const char *s) { snprintf(o, n, "%s", s ? s : ""); }
 
+/* One line of f into line (cap bytes with the NUL; the rest of a longer line
+ * is skipped, so a damaged file never grows memory). Returns its length, or
+ * -1 at the end of the file. */
+static long read_line(FILE *f, char *line, size_t cap, int *cut)
+{
+    size_t n = 0;
+    int c, any = 0;
+    *cut = 0;
+    while ((c = getc(f)) != EOF) {
+        any = 1;
+        if (c == '\n') break;
+        if (n + 1 < cap)
+            line[n++] = (char)c;
+        else
+            *cut = 1;
+    }
+    line[n] = 0;
+    return any ? (long)n : -1;
+}
+
 static void load_hangs(f_model *m, const char *run_dir)
 {
     char path[PATH_MAX + 16];
     snprintf(path, sizeof(path), "%s/hangs.jsonl", run_dir);
     FILE *f = fopen(path, "r");
     if (!f) return;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    while ((n = getline(&line, &cap, f)) > 0) {
-        if (n > (ssize_t)(4u << 20)) continue;
+    size_t cap = 1u << 20; /* a hang's line: verdict and up to 256 processes */
+    char *line = malloc(cap);
+    long n;
+    int cut;
+    while (line && (n = read_line(f, line, cap, &cut)) >= 0) {
+        if (cut || n == 0) continue;
         jr_doc d;
         char err[64];
         if (jr_parse(&d, line, (size_t)n, 0, err, sizeof(err)) != 0) continue;
@@ -200,17 +221,15 @@ static void load_stacks(f_model *m, const char *run_dir)
     if (!f) return;
     buf b;
     buf_init(&b, 1u << 20);
-    char *line = NULL;
-    size_t cap = 0;
-    int lines = 0;
-    while (getline(&line, &cap, f) > 0) {
+    char line[1024];
+    int lines = 0, cut;
+    while (read_line(f, line, sizeof(line), &cut) >= 0) {
         if (lines < FAIL_STACK_LINES)
-            buf_puts(&b, line);
+            buf_printf(&b, "%s%s\n", line, cut ? " [...]" : "");
         else
             m->stack_more++;
         lines++;
     }
-    free(line);
     fclose(f);
     buf_putc(&b, 0);
     if (b.err) {
