@@ -452,3 +452,26 @@ def test_eval_and_checkpoint_are_not_hangs(run_cli, tmp_path):
     assert att[0]["steps"] == 25 and att[0]["checkpoints"] == 1
     ck = load(run, "failures.json")["checkpoint"]
     assert ck["count"] == 1 and ck["cost_s"] >= 1  # at least the sleeps in write()
+
+
+def test_report_survives_damaged_failure_files(run_cli, tmp_path):
+    s = tmp_path / "crash.py"
+    s.write_text("import sys\nsys.exit(5)\n")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--restart", "1", "--restart-backoff", "0s",
+                "--", sys.executable, s, timeout=120, env=py_env())
+    assert r.returncode == 5
+    (run / "hangs").mkdir(exist_ok=True)
+    (run / "hangs" / "1.txt").write_text("x" * 3_000_000 + "\n" + "line\n" * 500)
+    (run / "hangs.jsonl").write_text('{"hang": 1, "verdict": "rank 0 in <b>x</b>", "stacks": "hangs/1.txt"}\n'
+                                     "not json\n" + '{"hang": "two", "stacks": "../../etc/passwd"}\n'
+                                     + "{" * 5000 + "\n")
+    (run / "attempts.json").write_text('{"attempts": [{"attempt": 1, "steps": "many"}, 3, null')
+    (run / "failures.json").write_text('{"attempts": "x", "checkpoint": [1, 2], "mtbf_s": -1}')
+    for fmt in ("text", "md", "html", "json"):
+        rep = run_cli("report", run, "--format", fmt, timeout=60)
+        assert rep.returncode == 0, (fmt, rep.stderr)
+        if fmt == "html":
+            assert "<b>x</b>" not in rep.stdout and "&lt;b&gt;x&lt;/b&gt;" in rep.stdout
+        if fmt == "json":
+            json.loads(rep.stdout)

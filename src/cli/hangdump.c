@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -443,7 +444,7 @@ static int read_state(const char *path, int req, hd_proc *p, hd_work *w)
         const char *text = jr_pstr(d.root, "text");
         if (where) snprintf(p->where, sizeof(p->where), "%s", where);
         if (coll) snprintf(p->coll, sizeof(p->coll), "%s", coll);
-        p->seq = seq == seq && seq >= 0 ? (long long)seq : -1;
+        p->seq = isfinite(seq) && seq >= 0 && seq < 1e18 ? (long long)seq : -1;
         if (text) w->state = strdup(text);
     }
     jr_free(&d);

@@ -151,6 +151,9 @@ typedef struct f_model {
     int stack_more;   /* lines left out */
 } f_model;
 
+/* A count from a file that may be damaged: never a cast of NaN or of a huge value. */
+static int to_int(double v) { return isfinite(v) && v > -1e9 && v < 1e9 ? (int)v : 0; }
+
 static void cpy(char *o, size_t n, const char *s) { snprintf(o, n, "%s", s ? s : ""); }
 
 /* One line of f into line (cap bytes with the NUL; the rest of a longer line
@@ -199,7 +202,7 @@ static void load_hangs(f_model *m, const char *run_dir)
         h->since = jr_pnum(d.root, "since_last_step_s");
         h->bound = jr_pnum(d.root, "bound_s");
         double a = jr_pnum(d.root, "attempt");
-        h->attempt = isfinite(a) ? (int)a : 1;
+        h->attempt = isfinite(a) ? to_int(a) : 1;
         cpy(h->verdict, sizeof(h->verdict), jr_pstr(d.root, "verdict"));
         cpy(h->stacks, sizeof(h->stacks), jr_pstr(d.root, "stacks"));
         cpy(h->action, sizeof(h->action), jr_pstr(d.root, "action"));
@@ -262,8 +265,8 @@ static void load_attempts(f_model *m, const char *run_dir)
         x->backoff = jr_pnum(a, "backoff_s");
         double c = jr_pnum(a, "exit_code"), s = jr_pnum(a, "signal");
         x->code_ok = isfinite(c);
-        x->code = x->code_ok ? (int)c : 0;
-        x->sig = isfinite(s) ? (int)s : 0;
+        x->code = to_int(c);
+        x->sig = to_int(s);
         const jr_node *r = jr_get(a, "restarted");
         x->restarted = r && r->type == JR_BOOL && r->num != 0;
         cpy(x->ended_by, sizeof(x->ended_by), jr_pstr(a, "ended_by"));
@@ -282,10 +285,10 @@ static void load(f_model *m, const char *run_dir)
     int have_ck = 0;
     if (jr_load_file(&d, path, FAIL_FILE_MAX, err, sizeof(err)) == 0) {
         m->have_failures = 1;
-        m->attempts = (int)jr_pnum(d.root, "attempts");
-        m->failures = (int)jr_pnum(d.root, "failures");
+        m->attempts = to_int(jr_pnum(d.root, "attempts"));
+        m->failures = to_int(jr_pnum(d.root, "failures"));
         double ro = jr_pnum(d.root, "options.restarts");
-        m->restarts_opt = isfinite(ro) ? (int)ro : 0;
+        m->restarts_opt = to_int(ro);
         m->time_lost = jr_pnum(d.root, "time_lost_s");
         m->lost_work = jr_pnum(d.root, "lost_work_s");
         m->restart_s = jr_pnum(d.root, "restart_s");
@@ -298,7 +301,7 @@ static void load(f_model *m, const char *run_dir)
         const jr_node *ck = jr_get(d.root, "checkpoint");
         if (ck && ck->type == JR_OBJ) {
             have_ck = 1;
-            m->ck.n = (int)jr_pnum(ck, "count");
+            m->ck.n = to_int(jr_pnum(ck, "count"));
             m->ck.cost_s = jr_pnum(ck, "cost_s");
             m->ck.max_s = jr_pnum(ck, "max_s");
             m->ck.share = jr_pnum(ck, "share");
