@@ -405,6 +405,10 @@ static void on_row(sup *s, char *l)
     double tid = cell_num(cells, n, s->c_tid), step = cell_num(cells, n, s->c_step);
     double iv = cell_num(cells, n, s->c_int), ev = cell_num(cells, n, s->c_eval);
     double ck = cell_num(cells, n, s->c_ckpt);
+    /* never a cast of NaN or of a value out of range */
+    if (!(pid >= 0 && pid < 1e9)) pid = -1;
+    if (!(tid >= 0 && tid < 1e9)) tid = -1;
+    if (!(rank >= 0 && rank < 1e9)) rank = NAN;
     s->total_steps++;
     if (!(s->last_end_t >= end)) s->last_end_t = end;
     int k;
