@@ -20,6 +20,9 @@ def _trainperf_install():
     try:
         from trainperf import _autohook
         _autohook.install()
+        # W&B / MLflow logging when the script has a run (imports neither).
+        from trainperf import _exporters
+        _exporters.start()
     except Exception as exc:  # never break the watched program
         sys.stderr.write("trainperf: auto-instrumentation disabled: %s\n" % (exc,))
 

@@ -100,8 +100,8 @@ BATCH_GROWS = textwrap.dedent('''
     model = nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for xb in DataLoader(Data(), batch_size=4):
-        big = torch.ones(xb.shape[0], D)          # 2 MiB per sample
-        time.sleep(0.02)                          # fixed cost per step
+        big = torch.empty(xb.shape[0], D)         # 2 MiB of address space per sample
+        time.sleep(0.1)                           # fixed cost per step
         loss = model(xb).mean() + big.mean() * 0
         opt.zero_grad(); loss.backward(); opt.step()
 ''')
@@ -121,7 +121,8 @@ def result(res):
 def test_input_bound_script_gets_more_workers(cli, tmp_path):
     write(tmp_path, "train.py", INPUT_BOUND)
     (tmp_path / "results.txt").write_text("the user's own result\n")
-    res = tune(cli, tmp_path, "--json", "--steps", 8, "--warmup", 2, "--repeats", 2,
+    # warm-up past the workers' first prefetch, so the measured steps are steady
+    res = tune(cli, tmp_path, "--json", "--steps", 12, "--warmup", 4, "--repeats", 2,
                "--only", "num_workers", "--out", tmp_path / "t", "--",
                sys.executable, "train.py")
     r = result(res)
@@ -130,7 +131,7 @@ def test_input_bound_script_gets_more_workers(cli, tmp_path):
     best = r["trials"][0]
     assert best["knobs"].get("num_workers", 0) >= 2, best
     assert best["verdict"] == "faster", best
-    assert best["interval"][0] > 1.2, best           # a large speedup, not noise
+    assert best["interval"][0] > 1.5, best           # a large speedup, not noise
     assert r["best"] == best["label"]
     assert "dataloader_num_workers" in " ".join(r["change"]["hf"])
     assert "num_workers" in " ".join(r["change"]["pytorch"])

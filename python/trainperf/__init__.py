@@ -93,6 +93,8 @@ def start(run_dir=None, interval_s=1.0, procfs=True, gpu=True):
     rc = _core.start(run_dir, float(interval_s), flags)
     if rc == 0:
         _started_here = True
+        from . import _exporters  # W&B / MLflow, only when the script has a run
+        _exporters.start(_core.run_dir())
         return _core.run_dir()
     if rc == _ERR_BUSY:
         # Under `trainperf run` the probe attaches on its first event.

@@ -5,6 +5,8 @@ import time
 
 import trainperf
 
+from . import _exporters
+
 
 class MonitorStats:
     """What the decorator measured (read it as wrapper.stats)."""
@@ -82,6 +84,7 @@ class StepMonitor:
                     self.stats.flops[i] = fl
                     self.stats.flops_method = method
                     trainperf.counter("flops", float(fl))
+                    _exporters.note("flops", float(fl))
                 else:
                     self.stats.skipped["flops"] = "FLOPs could not be counted; pass flops="
             else:
@@ -106,6 +109,7 @@ class StepMonitor:
             st.mfu, st.mfu_reason = v, why
             if v is not None:
                 trainperf.counter("mfu", v)
+                _exporters.note("mfu", v)
         if self.profiler is not None:
             self.profiler.step()
             st.profiler_windows = list(self.profiler.windows)

@@ -498,7 +498,9 @@ def candidates(base, only):
     # input side: only when the loop waits for data (or asked for)
     input_bound = data_share >= 0.10
     if loaders and (input_bound or want):
-        for w in sorted({min(2, cores), min(4, max(2, cores)), max(1, cores - 1)}):
+        # Loaders that wait on storage or sleep gain past the core count, so
+        # 2 and 4 are tried whatever the cores; more when there are more.
+        for w in sorted({2, 4, min(8, cores)}):
             if w != workers and w > 0:
                 add("num_workers=%d" % w, {"num_workers": w, "persistent_workers": True},
                     "num_workers")

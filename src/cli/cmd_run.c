@@ -24,7 +24,9 @@
 #include "cli/supervise.h"
 #include "util/human.h"
 #include "collect/collector.h"
+#include "cli/run_export.h"
 #include "record/rundir.h"
+#include "record/exporter.h"
 #include "record/sinks.h"
 #include "trainperf.h"
 #include "util/buf.h"
@@ -41,6 +43,8 @@ typedef struct run_args {
     const char *alert_rules[RUN_MAX_ALERT_ARGS];
     int nalert_rules;
     const char *alerts_file;
+    const char *prometheus; /* [HOST:]PORT or NULL */
+    int no_tensorboard;
     char **cmd;
     sup_opts sup; /* hang watch, restarts (supervise.c) */
 } run_args;
@@ -61,7 +65,10 @@ static void run_usage(FILE *f)
             "  --alert RULE          add an alert rule, e.g. 'gpu.util < 50 for 30s' (repeatable)\n"
             "  --alerts FILE         alert rules, one per line\n"
             "  --no-default-alerts   only the rules given\n"
-            "  --clean-live          delete the shared segments (live/) at the end\n\n");
+            "  --clean-live          delete the shared segments (live/) at the end\n"
+            "  --prometheus [HOST:]PORT  serve /metrics for Prometheus while the run lasts\n"
+            "                        (HOST defaults to 127.0.0.1; docs/exporters.md)\n"
+            "  --no-tensorboard      no TensorBoard event file in the run directory\n\n");
     sup_usage(f);
     fprintf(f,
             "\nThe status line, the summary and the report go to stderr; CMD's own output\n"
@@ -107,7 +114,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         }
         int takes = strcmp(opt, "--out") == 0 || strcmp(opt, "--interval") == 0 ||
                     strcmp(opt, "--alert") == 0 || strcmp(opt, "--alerts") == 0 ||
-                    sup_opt_takes_value(opt);
+                    strcmp(opt, "--prometheus") == 0 || sup_opt_takes_value(opt);
         const char *val = NULL;
         if (takes) {
             if (eq) {
@@ -150,6 +157,10 @@ static int parse_args(int argc, char **argv, run_args *a)
             a->alert_rules[a->nalert_rules++] = val;
         } else if (strcmp(opt, "--alerts") == 0) {
             a->alerts_file = val;
+        } else if (strcmp(opt, "--prometheus") == 0) {
+            a->prometheus = val;
+        } else if (strcmp(opt, "--no-tensorboard") == 0) {
+            a->no_tensorboard = 1;
         } else {
             int r = sup_parse_opt(&a->sup, opt, val);
             if (r < 0) return -1;
@@ -410,6 +421,9 @@ static void print_summary(const coll_summary *s, const char *run_dir, const run_
     for (int i = 0; i < s->nsources; i++)
         if (strcmp(s->sources[i].status, "ok") != 0 && strcmp(s->sources[i].status, "disabled") != 0)
             fprintf(o, "  %-11s %s\n", s->sources[i].name, s->sources[i].status);
+    if (s->exporter_lost)
+        fprintf(o, "  exporters   %llu updates lost to slow consumers\n",
+                (unsigned long long)s->exporter_lost);
     if (s->io_error[0]) fprintf(o, "  %swarning%s     writing the run directory: %s\n",
                                 color ? CLI_YELLOW : "", r, s->io_error);
     fprintf(o, "  run dir     %s\n", run_dir);
@@ -548,6 +562,14 @@ int cmd_run(int argc, char **argv)
         return rr;
     }
 
+    /* Listen before the run directory exists: a port in use leaves nothing. */
+    int prom_fd = -1;
+    char prom_url[400] = "";
+    if (a.prometheus && run_export_listen(a.prometheus, &prom_fd, prom_url, sizeof(prom_url)) != CLI_OK) {
+        alerts_free(alerts);
+        return CLI_USAGE;
+    }
+
     char run_dir[PATH_MAX];
     int rc;
     if (a.out) {
@@ -567,6 +589,8 @@ int cmd_run(int argc, char **argv)
     char absdir[PATH_MAX];
     /* The child may chdir: give it an absolute path. */
     if (!realpath(run_dir, absdir)) snprintf(absdir, sizeof(absdir), "%s", run_dir);
+
+    if (prom_fd >= 0) run_export_note(absdir, prom_url, a.quiet);
 
     char pydir[PATH_MAX];
     cli_python_dir(pydir, sizeof(pydir));
@@ -615,6 +639,8 @@ int cmd_run(int argc, char **argv)
     co.start_unix_s = start_unix;
     co.sinks = rec_sinks;
     co.nsinks = rec_nsinks;
+    rec_export_config xc = {prom_fd, !a.no_tensorboard};
+    co.sink_config = &xc;
     coll *c = NULL;
     rc = coll_create(&c, &co);
     if (rc == 0) rc = coll_start(c);

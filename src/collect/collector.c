@@ -765,6 +765,7 @@ void coll_get_summary(const coll *c, coll_summary *out)
     }
     out->events_dropped = c->events_dropped;
     out->trace_dropped = c->tally.trace_dropped;
+    out->exporter_lost = c->tally.exporter_lost;
     out->nalerts = c->nnotes;
     snprintf(out->io_error, sizeof(out->io_error), "%s", c->err_text);
     out->nsources = c->nsrc;

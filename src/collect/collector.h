@@ -78,6 +78,7 @@ typedef struct coll_summary {
     char io_error[200];      /* "" or the first file error of the run */
     int nsources;
     run_source sources[RUN_MAX_SOURCES];
+    uint64_t exporter_lost;  /* updates Prometheus/TensorBoard dropped */
 } coll_summary;
 
 void coll_get_summary(const coll *c, coll_summary *out);

@@ -79,6 +79,7 @@ typedef struct sink_ctx {
  * summary sink, which closes after it). */
 typedef struct sink_tally {
     uint64_t trace_written, trace_dropped;
+    uint64_t exporter_lost;   /* updates exporters dropped (slow consumers) */
 } sink_tally;
 
 /* The collector's figures as of a call; borrowed for the call. */

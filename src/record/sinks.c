@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "record/exporter.h"
 #include "record/sinks.h"
 #include "record/trace.h"
 #include "record/writers.h"
@@ -372,6 +373,7 @@ const sink_ops rec_sink_summary = {
 /* The run's sinks, in call and close order. Exporters add a line here. */
 const sink_ops *const rec_sinks[] = {
     &rec_sink_metrics, &rec_sink_procs, &rec_sink_steps,
-    &rec_sink_alerts,  &rec_sink_trace, &rec_sink_summary,
+    &rec_sink_alerts,  &rec_sink_trace, &rec_sink_prometheus, &rec_sink_tensorboard,
+    &rec_sink_summary,
 };
 const size_t rec_nsinks = sizeof(rec_sinks) / sizeof(rec_sinks[0]);

@@ -1,0 +1,315 @@
+"""trainperf figures into the experiment tracker the script already uses.
+
+When the training script has an active Weights & Biases run or MLflow run,
+a daemon thread logs trainperf's figures into it, namespaced ``trainperf/``
+(and ``prof/`` for the top operators of each profiler window), at a bounded
+rate (every TRAINPERF_EXPORT_INTERVAL seconds, default 10). Nothing is
+imported: the thread only looks at ``sys.modules`` for ``wandb`` and
+``mlflow``, so a script that uses neither pays a wake-up every interval and
+nothing more. docs/python.md#experiment-trackers.
+
+Where the figures come from: the run directory the collector writes
+(metrics.csv's last row for throughput and resources, steps.csv's tail for
+this process's own steps) and the FLOP counts this process recorded
+(``note``), so TFLOP/s are per rank. Logging happens on this thread, never on
+the training thread; a tracker that raises is given up after a few tries and
+the reason kept in ``status()``; the training run never sees an exception.
+
+W&B: ``run.log(..., commit=False)`` so trainperf never advances the script's
+own step counter (a later ``wandb.log(step=k)`` of the script is never
+dropped); ``trainperf/step`` is declared as the x axis of ``trainperf/*``
+and ``prof/*`` with ``define_metric``. MLflow: ``MlflowClient.log_batch`` on
+the active run's id (MLflow's active run is per thread; the run of the
+script's threads is looked up), with ``step=`` the rank's step count.
+"""
+import csv
+import glob
+import io
+import json
+import os
+import sys
+import threading
+import time
+
+_lock = threading.Lock()
+_thread = None
+_stop = threading.Event()
+_notes = {}          # counter name -> last value recorded in this process
+_state = {"wandb": "unused", "mlflow": "unused", "logged": 0, "dropped": 0, "errors": 0}
+_MAX_ERRORS = 3
+_TAIL = 256 * 1024
+_PROF_TOP = 10
+
+
+def note(name, value):
+    """Remember the last value of a figure this process computed (``flops``
+    per step, ``mfu``). Cheap: one dict store."""
+    _notes[name] = value
+
+
+def status():
+    """What the exporter thread did: per tracker "unused", "on" or why it
+    stopped, and counts of logged and dropped updates."""
+    with _lock:
+        return dict(_state)
+
+
+def _tail_rows(path, max_bytes=_TAIL):
+    """Header and the complete rows in the last max_bytes of a CSV file."""
+    try:
+        with open(path, "rb") as f:
+            header = f.readline().decode("utf-8", "replace")
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            start = max(len(header), size - max_bytes)
+            f.seek(start)
+            data = f.read(size - start).decode("utf-8", "replace")
+    except OSError:
+        return []
+    if start > len(header):
+        data = data.split("\n", 1)[1] if "\n" in data else ""
+    if not data.endswith("\n"):
+        data = data.rsplit("\n", 1)[0] + "\n" if "\n" in data else ""
+    return list(csv.DictReader(io.StringIO(header + data)))
+
+
+def _num(cell):
+    try:
+        return float(cell) if cell not in (None, "") else None
+    except ValueError:
+        return None
+
+
+class _Figures:
+    """Builds one update from the run directory; remembers what it has sent."""
+
+    def __init__(self, run_dir):
+        self.run_dir = run_dir
+        self.pid = os.getpid()
+        r = os.environ.get("RANK") or os.environ.get("SLURM_PROCID")
+        self.rank = int(r) if r and r.isdigit() else None
+        self.prof_done = set()
+        self.last_steps = None   # (count, t) of this process at the last update
+
+    def _own_steps(self):
+        rows = [r for r in _tail_rows(os.path.join(self.run_dir, "steps.csv"))
+                if r.get("pid") == str(self.pid)]
+        return rows
+
+    def collect(self):
+        """(step, {name: value}); step is this process's steps so far."""
+        d = {}
+        m = _tail_rows(os.path.join(self.run_dir, "metrics.csv"), 64 * 1024)
+        if m:
+            last = m[-1]
+            for col, key in (("step_rate", "steps_per_s"), ("sample_rate", "samples_per_s"),
+                             ("token_rate", "tokens_per_s"), ("data_wait_pct", "data_wait_pct"),
+                             ("tree_cpu_pct", "cpu_pct"), ("tree_rss_bytes", "rss_bytes"),
+                             ("cpu_pct", "host_cpu_pct"), ("mem_available_bytes",
+                                                           "host_mem_available_bytes")):
+                v = _num(last.get(col))
+                if v is not None:
+                    d["trainperf/" + key] = v
+            for k, v in last.items():
+                if k and k.startswith("gpu") and "_" in k:
+                    g, rest = k.split("_", 1)
+                    if rest in ("util_pct", "mem_used_bytes", "power_w", "temp_c"):
+                        x = _num(v)
+                        if x is not None:
+                            d["trainperf/%s/%s" % (g, rest)] = x
+        rows = self._own_steps()
+        step = None
+        if rows:
+            step = int(rows[-1]["step"]) + 1
+            recent = rows[-50:]
+            ivs = sorted(int(r["interval_ns"]) / 1e6 for r in recent if r.get("interval_ns"))
+            if ivs:
+                d["trainperf/step_time_ms"] = sum(ivs) / len(ivs)
+                d["trainperf/step_time_p50_ms"] = ivs[len(ivs) // 2]
+                d["trainperf/step_time_max_ms"] = ivs[-1]
+                data = [int(r["data_ns"]) for r in recent if r.get("data_ns")]
+                tot = sum(int(r["interval_ns"]) for r in recent if r.get("interval_ns"))
+                if tot:
+                    d["trainperf/rank_data_wait_pct"] = 100.0 * sum(data) / tot
+                    rate = len(recent) / (tot / 1e9)
+                    d["trainperf/rank_steps_per_s"] = rate
+                    fl = _notes.get("flops")
+                    if fl:
+                        d["trainperf/tflops"] = fl * rate / 1e12
+        if _notes.get("mfu") is not None:
+            d["trainperf/mfu"] = _notes["mfu"]
+        if self.rank is not None:
+            d["trainperf/rank"] = self.rank
+        d.update(self._prof())
+        return step, d
+
+    def _prof(self):
+        """The top operators of profiler windows of this process not yet sent,
+        as prof/<op> = self time in ms (device time when measured)."""
+        out = {}
+        pat = os.path.join(self.run_dir, "profile", "top-%d-*.json" % self.pid)
+        for path in sorted(glob.glob(pat)):
+            if path in self.prof_done:
+                continue
+            self.prof_done.add(path)
+            try:
+                with open(path) as f:
+                    ops = json.load(f).get("ops", [])
+            except (OSError, ValueError):
+                continue
+            for op in ops[:_PROF_TOP]:
+                t = op.get("self_device_us") or op.get("self_cpu_us")
+                if t is None or not op.get("name"):
+                    continue
+                out["prof/" + str(op["name"])[:120]] = float(t) / 1000.0
+        return out
+
+
+def _find_mlflow_run(mlflow):
+    """The active run of the script's threads (MLflow keeps it per thread)."""
+    try:
+        run = mlflow.active_run()
+        if run is not None:
+            return run.info.run_id
+        from mlflow.tracking import fluent
+        stack = fluent._active_run_stack
+        vals = stack.get_all_thread_values() if hasattr(stack, "get_all_thread_values") else {}
+        main = threading.main_thread().ident
+        order = sorted(vals.items(), key=lambda kv: kv[0] != main)
+        for _, runs in order:
+            if runs:
+                return runs[-1].info.run_id
+    except Exception:
+        return None
+    return None
+
+
+class _Exporter:
+    def __init__(self, run_dir, interval):
+        self.fig = _Figures(run_dir)
+        self.interval = interval
+        self.wandb_run = None      # the run we declared our axis on
+        self.errors = {"wandb": 0, "mlflow": 0}
+        self.client = None
+        self.client_uri = None
+
+    def _fail(self, tracker, exc):
+        self.errors[tracker] += 1
+        with _lock:
+            _state["errors"] += 1
+            if self.errors[tracker] >= _MAX_ERRORS:
+                _state[tracker] = "stopped: %s" % (exc,)
+                sys.stderr.write("trainperf: not logging to %s any more: %s\n" % (tracker, exc))
+
+    def _to_wandb(self, wandb, step, d):
+        run = getattr(wandb, "run", None)
+        if run is None:
+            return False
+        if self.wandb_run is not run:
+            run.define_metric("trainperf/step")
+            run.define_metric("trainperf/*", step_metric="trainperf/step")
+            run.define_metric("prof/*", step_metric="trainperf/step")
+            self.wandb_run = run
+        row = dict(d)
+        row["trainperf/step"] = step
+        # commit=False: merged into the script's current row, never advancing
+        # its step (a step below the current one would be dropped).
+        run.log(row, commit=False)
+        return True
+
+    def _to_mlflow(self, mlflow, step, d):
+        run_id = _find_mlflow_run(mlflow)
+        if run_id is None:
+            return False
+        from mlflow.entities import Metric
+        from mlflow.tracking import MlflowClient
+        uri = mlflow.get_tracking_uri()
+        if self.client is None or self.client_uri != uri:
+            self.client, self.client_uri = MlflowClient(uri), uri
+        ts = int(time.time() * 1000)
+        # MLflow metric keys: alphanumerics, _ - . space / only.
+        ms = [Metric(_mlflow_key(k), float(v), ts, step) for k, v in d.items()]
+        for i in range(0, len(ms), 1000):
+            self.client.log_batch(run_id, metrics=ms[i:i + 1000], synchronous=True)
+        return True
+
+    def once(self):
+        wandb = sys.modules.get("wandb")
+        mlflow = sys.modules.get("mlflow")
+        use_w = wandb is not None and self.errors["wandb"] < _MAX_ERRORS
+        use_m = mlflow is not None and self.errors["mlflow"] < _MAX_ERRORS and \
+            hasattr(mlflow, "active_run")
+        if not use_w and not use_m:
+            return
+        if use_w and getattr(wandb, "run", None) is None:
+            use_w = False
+        if not use_w and not use_m:
+            return
+        step, d = self.fig.collect()
+        if step is None or not d:
+            return
+        if self.fig.last_steps == step:
+            return  # nothing new: the tracker already has this step
+        self.fig.last_steps = step
+        for name, mod, fn in (("wandb", wandb, self._to_wandb), ("mlflow", mlflow, self._to_mlflow)):
+            if (name == "wandb" and not use_w) or (name == "mlflow" and not use_m):
+                continue
+            try:
+                if fn(mod, step, d):
+                    with _lock:
+                        _state[name] = "on"
+                        _state["logged"] += 1
+            except Exception as exc:  # never break the watched program
+                self._fail(name, exc)
+
+    def loop(self):
+        while not _stop.wait(self.interval):
+            try:
+                self.once()
+            except Exception as exc:
+                with _lock:
+                    _state["errors"] += 1
+                    _state["last_error"] = repr(exc)
+
+
+def _mlflow_key(k):
+    return "".join(c if c.isalnum() or c in "_-. /" else "_" for c in k)
+
+
+def flush():
+    """Log one update now (from the calling thread), e.g. before wandb.finish()
+    or mlflow.end_run(). Returns False when no tracker is active."""
+    ex = _exporter
+    if ex is None:
+        return False
+    before = status()["logged"]
+    ex.fig.last_steps = None
+    ex.once()
+    return status()["logged"] > before
+
+
+_exporter = None
+
+
+def start(run_dir=None, interval=None):
+    """Start the exporter thread (idempotent). Called by the auto hook; off
+    with TRAINPERF_EXPORT=0."""
+    global _thread, _exporter
+    if os.environ.get("TRAINPERF_EXPORT", "1") == "0":
+        return False
+    run_dir = run_dir or os.environ.get("TRAINPERF_RUN_DIR")
+    if not run_dir:
+        return False
+    if interval is None:
+        try:
+            interval = float(os.environ.get("TRAINPERF_EXPORT_INTERVAL", "10"))
+        except ValueError:
+            interval = 10.0
+    interval = max(0.2, interval)
+    with _lock:
+        if _thread is not None:
+            return True
+        _exporter = _Exporter(run_dir, interval)
+        _thread = threading.Thread(target=_exporter.loop, name="trainperf-exporters", daemon=True)
+        _thread.start()
+    return True

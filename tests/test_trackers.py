@@ -1,0 +1,161 @@
+"""trainperf figures into the script's own W&B / MLflow run (python/trainperf/
+_exporters.py), zero code changes: real PyTorch training under `trainperf run`,
+wandb in offline mode and MLflow on a sqlite store, read back through their own
+formats and APIs."""
+import glob
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+SCRIPT = r"""
+import json, os, sys, time
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+out = sys.argv[1]
+use = sys.argv[2].split(",")
+if "wandb" in use:
+    import wandb
+    wandb.init(mode="offline", dir=out, project="trainperf-test")
+if "mlflow" in use:
+    import mlflow
+    mlflow.set_tracking_uri("sqlite:///" + os.path.join(out, "mlflow.db"))
+    mlflow.start_run()
+torch.manual_seed(0)
+ds = TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+step = 0
+end = time.monotonic() + float(sys.argv[3])
+while time.monotonic() < end:
+    for x, y in DataLoader(ds, batch_size=16):
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        time.sleep(0.005)
+        if "wandb" in use:
+            wandb.log({"loss": loss.item()})
+        if "mlflow" in use:
+            mlflow.log_metric("loss", loss.item(), step=step)
+        step += 1
+info = {"steps": step, "modules": sorted(m for m in ("wandb", "mlflow") if m in sys.modules)}
+from trainperf import _exporters
+info["status"] = _exporters.status()
+info["thread"] = _exporters._thread is not None
+if "mlflow" in use:
+    info["mlflow_run"] = mlflow.active_run().info.run_id
+    mlflow.end_run()
+if "wandb" in use:
+    info["wandb_dir"] = wandb.run.dir
+    wandb.finish()
+json.dump(info, open(os.path.join(out, "info.json"), "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def both(cli, tmp_path_factory):
+    """One training run with both trackers (their start-up is the slow part)."""
+    pytest.importorskip("wandb")
+    pytest.importorskip("mlflow")
+    return _run(cli, tmp_path_factory.mktemp("trackers"), "wandb,mlflow", 4)
+
+
+def _run(cli, tmp_path, use, seconds):
+    pytest.importorskip("torch")
+    prog = tmp_path / "train.py"
+    prog.write_text(SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ)
+    env.pop("TRAINPERF_RUN_DIR", None)
+    env.update({"TRAINPERF_EXPORT_INTERVAL": "0.3", "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+                "WANDB_DISABLE_GIT": "true", "MLFLOW_ENABLE_ASYNC_LOGGING": "false"})
+    p = subprocess.run([cli, "run", "--quiet", "--interval", "0.2", "--out", str(tmp_path / "run"), "--",
+                        sys.executable, str(prog), str(out), use, str(seconds)],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads((out / "info.json").read_text()), out
+
+
+def _wandb_history(run_dir):
+    """History rows of an offline W&B run from its .wandb file: LevelDB-log
+    framing (32 KiB blocks, 7-byte record headers) around W&B's own Record
+    protobufs (wandb.proto), the way `wandb sync` reads it."""
+    from wandb.proto import wandb_internal_pb2 as pb
+    path = glob.glob(os.path.join(run_dir, "run-*.wandb"))[0]
+    data = open(path, "rb").read()
+    assert data[:4] == b":W&B"
+    pos, block, rows, part = 7, 32768, [], b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _crc, n, typ = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk = data[pos + 7:pos + 7 + n]
+        pos += 7 + n
+        if typ == 0:
+            continue
+        part = chunk if typ in (1, 2) else part + chunk
+        if typ in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(part)
+            if rec.WhichOneof("record_type") == "history":
+                rows.append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json)
+                             for i in rec.history.item})
+    return rows
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_wandb_offline_run_gets_trainperf_figures(both):
+    info, out = both
+    assert info["status"]["wandb"] == "on", info
+    rows = _wandb_history(os.path.dirname(info["wandb_dir"].rstrip("/")))
+    # The script's own rows are untouched: one per wandb.log, steps 0..n-1.
+    assert [r["_step"] for r in rows] == list(range(info["steps"]))
+    assert all("loss" in r for r in rows)
+    tp = [r for r in rows if "trainperf/step" in r]
+    assert len(tp) >= 2, rows[-3:]
+    steps = [r["trainperf/step"] for r in tp]
+    assert steps == sorted(steps) and 0 < steps[-1] <= info["steps"]
+    last = tp[-1]
+    assert last["trainperf/steps_per_s"] > 0 and last["trainperf/step_time_ms"] > 0
+    assert 0 <= last["trainperf/data_wait_pct"] <= 100
+    assert last["trainperf/rss_bytes"] > 10e6
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_mlflow_sqlite_run_gets_trainperf_figures(both):
+    import mlflow
+    info, out = both
+    assert info["status"]["mlflow"] == "on", info
+    client = mlflow.tracking.MlflowClient("sqlite:///" + str(out / "mlflow.db"))
+    run = client.get_run(info["mlflow_run"])
+    keys = set(run.data.metrics)
+    assert {"loss", "trainperf/steps_per_s", "trainperf/step_time_ms", "trainperf/cpu_pct"} <= keys, keys
+    hist = client.get_metric_history(info["mlflow_run"], "trainperf/step_time_ms")
+    assert len(hist) >= 2
+    steps = [m.step for m in hist]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps) and 0 < steps[-1] <= info["steps"]
+    assert all(m.value > 0 for m in hist)
+    assert len(client.get_metric_history(info["mlflow_run"], "loss")) == info["steps"]
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_no_tracker_no_import(cli, tmp_path):
+    """A script that uses neither tracker imports neither: the thread runs and
+    only looks."""
+    info, _ = _run(cli, tmp_path, "none", 1)
+    assert info["thread"] is True
+    assert info["modules"] == []
+    assert info["status"]["wandb"] == "unused" and info["status"]["mlflow"] == "unused"
