@@ -481,3 +481,25 @@ def test_report_survives_damaged_failure_files(run_cli, tmp_path):
             assert "<b>x</b>" not in rep.stdout and "&lt;b&gt;x&lt;/b&gt;" in rep.stdout
         if fmt == "json":
             json.loads(rep.stdout)
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_checkpoint_hooks_of_dcp_lightning_and_hf(run_cli, tmp_path):
+    # patched when their modules load, whichever imports them
+    pytest.importorskip("torch")
+    pytest.importorskip("lightning")
+    pytest.importorskip("transformers")
+    s = tmp_path / "hooks.py"
+    s.write_text(
+        "import torch\n"
+        "import torch.distributed.checkpoint as dcp\n"
+        "import lightning.pytorch as pl\n"
+        "from transformers import trainer as hft\n"
+        "f = lambda fn: bool(getattr(fn, '_trainperf_ckpt', False))\n"
+        "print('HOOKS', f(torch.save), f(dcp.save), f(pl.Trainer.save_checkpoint),\n"
+        "      f(hft.Trainer._save_checkpoint))\n")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--", sys.executable, s, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "HOOKS True True True True" in r.stdout, r.stdout
