@@ -187,7 +187,10 @@ def _start_ctl():
 def _after_fork():
     # A forked child (a DataLoader worker) has no ctl thread; its stacks go to
     # its own file, not the parent's.
-    global _busy_pid
+    global _busy_pid, _lock
+    # another thread may have held the lock at the fork: a fresh one, or the
+    # child's first checkpoint would wait forever
+    _lock = threading.Lock()
     _busy.clear()
     _busy_pid = None
     try:

@@ -971,9 +971,14 @@ static void clean_live(sup *s)
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         const char *n = de->d_name;
-        if (strncmp(n, "ctl-", 4) != 0 && strncmp(n, "busy-", 5) != 0) continue;
+        int stack = strncmp(n, "pystack-", 8) == 0;
+        if (strncmp(n, "ctl-", 4) != 0 && strncmp(n, "busy-", 5) != 0 && !stack) continue;
         char p[PATH_MAX + 300];
         snprintf(p, sizeof(p), "%s/%s", live, n);
+        struct stat st;
+        /* faulthandler files that never received a dump: only their header
+         * line (every forked DataLoader worker has one) */
+        if (stack && (stat(p, &st) != 0 || st.st_size > 96)) continue;
         unlink(p);
     }
     closedir(d);
