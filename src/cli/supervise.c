@@ -334,6 +334,20 @@ int sup_create(sup **out, const sup_opts *o, const char *run_dir, uint64_t start
     s->term_t = NAN;
     s->c_rank = s->c_pid = s->c_tid = s->c_step = s->c_start = s->c_dur = s->c_int = s->c_eval =
         s->c_ckpt = -1;
+    /* a run directory used again (--out): no hang of an earlier run stays */
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof(p), "%s/hangs.jsonl", run_dir);
+    unlink(p);
+    snprintf(p, sizeof(p), "%s/hangs", run_dir);
+    DIR *d = opendir(p);
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        char f[PATH_MAX + 300];
+        if (de->d_name[0] == '.') continue;
+        snprintf(f, sizeof(f), "%s/%s", p, de->d_name);
+        unlink(f);
+    }
+    if (d) closedir(d);
     *out = s;
     return 0;
 }
