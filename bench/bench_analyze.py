@@ -13,7 +13,12 @@ but on a shared machine it measures the neighbours) on every plain input; peak
 RSS flat: the 1 GB trace within 1.25x of a 4x smaller generated one, and under
 64 MiB. Exits 1 on a miss.
 
-    bench/bench_analyze.py [--gb 1.0] [--keep]
+Ranks in parallel: N copies of the 35 MB trace as ranks 0..N-1 (N = CPUs,
+at least 2), analysed with --jobs 1 and with --jobs N in the same run: MB/s
+per run (wall) and per core (CPU), and the wall-clock ratio, which is only
+meaningful on cores nobody else uses (on the 2 shared cores of CI it is not).
+
+    bench/bench_analyze.py [--gb 1.0] [--keep] [--ranks-only]
 """
 import argparse
 import gzip
@@ -80,10 +85,34 @@ def generate(dst, src_events, target_bytes):
     return rep
 
 
+def ranks_bench(cli, plain, work):
+    """1 rank, then N ranks with --jobs 1 and --jobs N."""
+    n = max(2, min(os.cpu_count() or 2, 16))
+    files = []
+    for r in range(n):
+        f = work / f"trace_rank-{r}.json"
+        os.link(plain, f) if r else shutil.copy(plain, f)
+        files.append(str(f))
+    size = plain.stat().st_size
+    w1, c1, m1 = best([str(cli), "analyze", "--json", "--jobs", "1", files[0]], 3)
+    print(f"  1 rank   {size / 1e6:7.1f} MB: {w1:6.2f} s wall {size / w1 / 1e6:5.0f} MB/s per run, "
+          f"{c1:6.2f} s CPU {size / c1 / 1e6:5.0f} MB/s per core, peak RSS {m1:5.1f} MiB", flush=True)
+    res = {}
+    for jobs in (1, n):
+        w, c, m = best([str(cli), "analyze", "--json", "--jobs", str(jobs), *files], 2)
+        res[jobs] = w
+        print(f"  {n} ranks --jobs {jobs:<2d} {n * size / 1e6:7.1f} MB: {w:6.2f} s wall "
+              f"{n * size / w / 1e6:5.0f} MB/s per run, {c:6.2f} s CPU {n * size / c / 1e6:5.0f} MB/s per core, "
+              f"peak RSS {m:5.1f} MiB", flush=True)
+    print(f"  {n} ranks: --jobs {n} is {res[1] / res[n]:.2f}x faster in wall time than --jobs 1 "
+          f"({os.cpu_count()} CPUs, shared or not)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gb", type=float, default=1.0)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--ranks-only", action="store_true", help="only the 1-rank / N-rank comparison")
     a = ap.parse_args()
     cli = BUILD / "trainperf"
     if not cli.exists() or not TRACE.exists():
@@ -93,6 +122,12 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     plain = work / "trace35.json"
     plain.write_bytes(gzip.decompress(TRACE.read_bytes()))
+    if a.ranks_only:
+        try:
+            ranks_bench(cli, plain, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     mid = work / "trace250m.json"
     big = work / "trace1g.json"
     with gzip.open(TRACE, "rt") as f:
@@ -128,6 +163,12 @@ def main():
             mid.unlink(missing_ok=True)
             plain.unlink(missing_ok=True)
             shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    plain.write_bytes(gzip.decompress(TRACE.read_bytes()))
+    try:
+        ranks_bench(cli, plain, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     small_rss, mid_rss, big_rss = rows[1][4], rows[2][4], rows[3][4]
     print(f"  peak RSS {small_rss:.1f} MiB on {rows[1][1] / 1e6:.0f} MB, {mid_rss:.1f} MiB on "
           f"{rows[2][1] / 1e6:.0f} MB, {big_rss:.1f} MiB on {rows[3][1] / 1e9:.2f} GB: 4x the bytes -> "

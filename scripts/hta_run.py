@@ -5,6 +5,7 @@ Used by tests/test_analyze_hta.py (inside the HTA virtual environment) and by
 bench/bench_analyze.sh. Times are HTA's microseconds.
 
     python hta_run.py TRACE [RANK]
+    python hta_run.py TRACE --critical-path ANNOTATION INSTANCE
 """
 import json
 import logging
@@ -29,6 +30,16 @@ def main():
     from hta.trace_analysis import TraceAnalysis
 
     path = sys.argv[1]
+    if len(sys.argv) > 2 and sys.argv[2] == "--critical-path":
+        # python hta_run.py TRACE --critical-path ANNOTATION INSTANCE
+        ta = TraceAnalysis(trace_files={0: path})
+        g, ok = ta.critical_path_analysis(rank=0, annotation=sys.argv[3], instance_id=int(sys.argv[4]))
+        bd = g.get_critical_path_breakdown()
+        json.dump({"ok": bool(ok), "path_us": float(bd["duration"].sum()), "edges": int(len(bd)),
+                   "by_type": {k: float(v) for k, v in bd.groupby("type")["duration"].sum().items()}},
+                  sys.stdout)
+        sys.stdout.write("\n")
+        return
     rank = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     ta = TraceAnalysis(trace_files={rank: path})
     out = {"rank": rank, "version": _version()}
@@ -73,6 +84,13 @@ def main():
         }
     except Exception as e:  # noqa: BLE001
         out["launch_error"] = repr(e)
+    try:
+        from hta.analyzers.trace_counters import TraceCounters
+        q = TraceCounters.get_queue_length_summary(ta.t, ranks=[rank])
+        if q is not None:
+            out["queue_max"] = {str(int(s)): num(row[("queue_length", "max")]) for (_, s), row in q.iterrows()}
+    except Exception as e:  # noqa: BLE001
+        out["queue_error"] = repr(e)
     json.dump(out, sys.stdout)
     sys.stdout.write("\n")
 

@@ -47,14 +47,18 @@ def hta_python():
 
 
 def _traces():
+    """The shared traces and the fixtures made from HTA's own test data
+    (tests/data/hta: MTIA DMA without correlation, ns timestamps, Context
+    Sync on stream 4294967295, event syncs, a before/after pair)."""
     from conftest import TRACES
-    return sorted(TRACES.glob("*.json.gz")) if TRACES.is_dir() else []
+    shared = sorted(TRACES.glob("*.json.gz")) if TRACES.is_dir() else []
+    return shared + sorted((ROOT / "tests" / "data" / "hta").glob("*.json.gz"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("trace", _traces(), ids=lambda p: p.name.split(".")[0])
 def test_compat_hta_matches_hta(hta_python, run_cli, trace):
-    p = subprocess.run([str(hta_python), str(ROOT / "scripts" / "hta_run.py"), str(trace)],
+    p = subprocess.run([str(hta_python), str(ROOT / "scripts" / "hta_run.py"), str(trace.resolve())],
                        capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         pytest.skip(f"HTA cannot load {trace.name}: {p.stderr.strip().splitlines()[-1:]}")
@@ -100,6 +104,16 @@ def test_compat_hta_matches_hta(hta_python, run_cli, trace):
         assert abs(ov - hta["overlap_pctg"]) <= 0.011
     compared += 1
 
+    # ROCm: HTA takes hipLaunchKernel rows (they carry a stream) for device
+    # work and joins them with themselves; its queue there is not a queue.
+    if hta.get("queue_max") and "amd_trace" not in trace.name:
+        # queue length: launched and not yet started, HTA's counter; its max per stream
+        ours_q = {str(q["stream"]): q["max"] for q in r["queue_length"]}
+        for stream, mx in hta["queue_max"].items():
+            if mx and mx > 0:
+                assert ours_q.get(stream) == mx, (stream, ours_q.get(stream), mx)
+        compared += 1
+
     hl, l = hta["launch"], r["launch"]
     assert l["count"] == hl["count"]
     for ours, theirs in (("cpu_sum_ns", "cpu_sum"), ("gpu_sum_ns", "gpu_sum"), ("delay_sum_ns", "delay_sum"),
@@ -107,3 +121,31 @@ def test_compat_hta_matches_hta(hta_python, run_cli, trace):
         assert abs(l[ours] / 1000 - hl[theirs]) <= US, ours
     compared += 1
     assert compared >= 3
+
+
+CP_CASES = [
+    ("critical_path_simple_add", "[param|pytorch.model.alex_net|0|0|0|measure|forward]", 1),
+    ("critical_path_alexnet", "[param|pytorch.model.alex_net|0|0|0|measure|forward]", 1),
+    ("cuda_event_sync", "ProfilerStep", 0),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,annotation,instance", CP_CASES, ids=[c[0] for c in CP_CASES])
+def test_critical_path_length_matches_hta(hta_python, run_cli, name, annotation, instance):
+    """The longest path's length equals HTA's critical_path_analysis on the
+    same range (HTA sums integer microseconds per edge: 2 us of slack)."""
+    trace = (ROOT / "tests" / "data" / "hta" / f"{name}.json.gz").resolve()
+    p = subprocess.run([str(hta_python), str(ROOT / "scripts" / "hta_run.py"), str(trace), "--critical-path",
+                        annotation, str(instance)], capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    hta = json.loads(p.stdout)
+    assert hta["ok"]
+    q = run_cli("analyze", "--critical-path", "--json", "--cp-range", f"{annotation}#{instance}", trace)
+    assert q.returncode == 0, q.stderr
+    ours = json.loads(q.stdout)
+    assert abs(ours["path_ns"] / 1000 - hta["path_us"]) <= 2, (ours["path_ns"], hta)
+    # HTA files kernels under "operator"; launch delays are the same edges
+    launch = hta["by_type"].get("critical_path_kernel_launch_delay", 0)
+    if name != "critical_path_alexnet":  # there HTA's queue-length rule picks another launch
+        assert abs(ours["by_type"]["launch_delay"]["ns"] / 1000 - launch) <= 2

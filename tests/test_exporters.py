@@ -39,6 +39,14 @@ def _get(url, timeout=5):
         return r.status, r.headers.get("Content-Type"), r.read().decode()
 
 
+def _page(url):
+    """The page, or "" while there is none yet (503 before the first sample)."""
+    try:
+        return _get(url)[2]
+    except OSError:
+        return ""
+
+
 def _start_run(cli, out, *extra, steps=100000, delay_ms=2, env=None):
     e = dict(os.environ)
     e.pop("TRAINPERF_RUN_DIR", None)
@@ -102,8 +110,7 @@ def test_prometheus_scrapes_a_running_job(cli, tmp_path):
         host = urllib.parse.urlparse(url).netloc
         assert host.startswith("127.0.0.1:")
         # Exposition: content type, promtool-clean, steps counting up.
-        text = _wait_for(lambda: (lambda r: r[0] == 200 and "trainperf_steps_total{" in r[2] and r[2])(
-            _get(url)), what="a page with steps")
+        _wait_for(lambda: "trainperf_steps_total{" in _page(url), what="a page with steps")
         status, ctype, text = _get(url)
         assert ctype.startswith("text/plain; version=0.0.4")
         chk = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
@@ -192,7 +199,7 @@ def test_prometheus_gpu_names_and_contrib_metrics_exist(cli, tmp_path):
     try:
         url = _url(out)
         text = _wait_for(lambda: (lambda t: "trainperf_dcgm_gpu_util{" in t and "trainperf_step_seconds{" in t
-                                  and t)(_get(url)[2]), what="GPU figures on the page")
+                                  and t)(_page(url)), what="GPU figures on the page")
     finally:
         _stop(p)
     labels = dict(re.findall(r'(\w+)="([^"]*)"', next(l for l in text.splitlines()
@@ -268,7 +275,7 @@ def test_prometheus_stuck_scraper_never_holds_the_run(cli, tmp_path):
     try:
         url = _url(out)
         host, port = urllib.parse.urlparse(url).netloc.split(":")
-        _wait_for(lambda: "trainperf_steps_total{" in _get(url)[2], what="steps")
+        _wait_for(lambda: "trainperf_steps_total{" in _page(url), what="steps")
         a = socket.create_connection((host, int(port)))  # sends nothing
         stuck.append(a)
         b = socket.create_connection((host, int(port)))  # asks, never reads
@@ -340,3 +347,136 @@ def test_tensorboard_can_be_turned_off(run_cli, tmp_path):
     p = run_cli("run", "--quiet", "--no-tensorboard", "--out", out, "--", TRAINER, "--steps", "5", "--quiet")
     assert p.returncode == 0, p.stderr
     assert not list(out.glob("events.out.tfevents.*"))
+
+
+DDP = r"""
+import sys, time
+import torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+ds = TensorDataset(torch.randn(512, 32), torch.randn(512, 1))
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    for x, y in DataLoader(ds, batch_size=16):
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+        time.sleep(0.01)
+        if time.monotonic() >= end:
+            break
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_top_shows_per_rank_rows_of_a_live_torchrun_job(cli, tmp_path):
+    """`trainperf top` on a terminal (tmux), against a real 2-rank torchrun job
+    over gloo under `trainperf run`: one row per rank, updating while it runs."""
+    pytest.importorskip("torch")
+    tmux = shutil.which("tmux")
+    if not tmux:
+        pytest.fail("tmux is missing: scripts/install-deps.sh installs it")
+    prog = tmp_path / "ddp.py"
+    prog.write_text(DDP)
+    run = tmp_path / "run"
+    sock = f"tpf-test-{os.getpid()}"
+    t = [tmux, "-L", sock, "-f", "/dev/null"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    job = " ".join([cli, "run", "--out", str(run), "--"] + torchrun + [str(prog), "120"])
+    env = dict(os.environ)
+    env.pop("TRAINPERF_RUN_DIR", None)
+    env["TERM"] = "xterm"
+    subprocess.run(t + ["new-session", "-d", "-s", "job", "-x", "150", "-y", "40", job], check=True,
+                   env=env, timeout=30)
+    try:
+        def ranks_stepping():
+            try:
+                rows = open(run / "steps.csv").read().splitlines()[1:]
+            except OSError:
+                return False
+            return {r.split(",")[0] for r in rows if r.count(",") > 5} >= {"0", "1"}
+        _wait_for(ranks_stepping, timeout=240, what="both ranks stepping")
+        subprocess.run(t + ["new-session", "-d", "-s", "top", "-x", "150", "-y", "40",
+                            f"{cli} top {run} --interval 0.5"], check=True, env=env, timeout=30)
+
+        def screen():
+            return subprocess.run(t + ["capture-pane", "-p", "-t", "top"], capture_output=True,
+                                  text=True, timeout=30).stdout
+
+        def rank_rows(text):
+            rows = {}
+            for m in re.finditer(r"^\s*rank (\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)", text, re.M):
+                rows[m.group(1)] = (int(m.group(2)), float(m.group(4)))
+            return rows if set(rows) >= {"0", "1"} else None
+
+        first = _wait_for(lambda: rank_rows(screen()), timeout=60, what="per-rank rows on the screen")
+        text = screen()
+        assert "running" in text and "steps/s" in text, text
+        assert re.search(r"rank\s+steps\s+behind\s+step ms", text), text
+        assert all(steps > 0 and ms > 0 for steps, ms in first.values()), text
+        # Live: the rows move on while the job runs.
+        later = _wait_for(lambda: (lambda r: r if r and r["0"][0] > first["0"][0] else None)(
+            rank_rows(screen())), timeout=60, what="the rows to update")
+        assert later["1"][0] > first["1"][0] or later["1"][0] >= first["0"][0]
+    finally:
+        subprocess.run(t + ["send-keys", "-t", "job", "C-c"], timeout=30)
+        end = time.monotonic() + 120
+        while time.monotonic() < end and subprocess.run(t + ["has-session", "-t", "job"],
+                                                        capture_output=True).returncode == 0:
+            time.sleep(0.5)
+        subprocess.run(t + ["kill-server"], capture_output=True, timeout=30)
+    # The interrupted job still left a finished run directory.
+    assert json.loads((run / "run.json").read_text()).get("duration_s") is not None
+
+
+EMBEDDED = r"""
+import re, sys, time, urllib.request
+import trainperf
+out = sys.argv[1]
+assert trainperf.start(out, interval_s=0.1) == out
+url = None
+for i in range(400):
+    with trainperf.step(samples=4):
+        time.sleep(0.002)
+    if url is None:
+        try:
+            url = open(out + "/prometheus.url").read().strip()
+        except OSError:
+            pass
+    if i > 150 and url:
+        try:
+            page = urllib.request.urlopen(url, timeout=10).read().decode()
+        except OSError:
+            continue
+        m = re.search(r'^trainperf_steps_total\{[^}]*\} (\d+)', page, re.M)
+        if m and int(m.group(1)) > 0:
+            print("STEPS", m.group(1))
+            break
+trainperf.stop()
+"""
+
+
+def test_embedded_mode_prometheus_and_tensorboard(tmp_path):
+    """trainperf.start() in the training process: TRAINPERF_PROMETHEUS asks for
+    the endpoint (its URL in RUN/prometheus.url), the event file is on."""
+    from pyhelp import require_extension, run_py
+    require_extension()
+    prog = tmp_path / "emb.py"
+    prog.write_text(EMBEDDED)
+    out = tmp_path / "run"
+    p = run_py([prog, out], TRAINPERF_PROMETHEUS="127.0.0.1:0")
+    assert p.returncode == 0, p.stderr
+    assert "STEPS" in p.stdout, (p.stdout, p.stderr)
+    assert (out / "prometheus.url").read_text().startswith("http://127.0.0.1:")
+    assert list(out.glob("events.out.tfevents.*"))
+    # A bad address: the run goes on without the endpoint, the error recorded.
+    out2 = tmp_path / "run2"
+    p = run_py([prog, out2], TRAINPERF_PROMETHEUS="127.0.0.1:99999")
+    assert p.returncode == 0, p.stderr
+    assert not (out2 / "prometheus.url").exists()
+    assert (out2 / "steps.csv").read_text().count("\n") > 100

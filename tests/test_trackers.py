@@ -31,6 +31,8 @@ torch.manual_seed(0)
 ds = TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
 model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
+from trainperf.torch_helpers import ProfilerSchedule
+ps = ProfilerSchedule(wait=2, warmup=1, active=2, repeat=1, top_k=10)
 step = 0
 end = time.monotonic() + float(sys.argv[3])
 while time.monotonic() < end:
@@ -39,12 +41,14 @@ while time.monotonic() < end:
         opt.zero_grad()
         loss.backward()
         opt.step()
+        ps.step()
         time.sleep(0.005)
         if "wandb" in use:
             wandb.log({"loss": loss.item()})
         if "mlflow" in use:
             mlflow.log_metric("loss", loss.item(), step=step)
         step += 1
+ps.stop()
 info = {"steps": step, "modules": sorted(m for m in ("wandb", "mlflow") if m in sys.modules)}
 from trainperf import _exporters
 info["status"] = _exporters.status()
@@ -81,7 +85,7 @@ def _run(cli, tmp_path, use, seconds):
                         sys.executable, str(prog), str(out), use, str(seconds)],
                        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads((out / "info.json").read_text()), out
+    return json.loads((out / "info.json").read_text()), out, tmp_path / "run"
 
 
 def _wandb_history(run_dir):
@@ -116,12 +120,15 @@ def _wandb_history(run_dir):
 @pytest.mark.torch
 @pytest.mark.once
 def test_wandb_offline_run_gets_trainperf_figures(both):
-    info, out = both
+    info, out, run = both
     assert info["status"]["wandb"] == "on", info
     rows = _wandb_history(os.path.dirname(info["wandb_dir"].rstrip("/")))
     # The script's own rows are untouched: one per wandb.log, steps 0..n-1.
-    assert [r["_step"] for r in rows] == list(range(info["steps"]))
-    assert all("loss" in r for r in rows)
+    user = [r for r in rows if "loss" in r]
+    assert [r["_step"] for r in user] == list(range(info["steps"]))
+    # At most one more row: trainperf's last update, committed by wandb.finish().
+    extra = [r for r in rows if "loss" not in r]
+    assert len(extra) <= 1 and all(k.startswith(("trainperf/", "prof/", "_")) for r in extra for k in r)
     tp = [r for r in rows if "trainperf/step" in r]
     assert len(tp) >= 2, rows[-3:]
     steps = [r["trainperf/step"] for r in tp]
@@ -130,13 +137,17 @@ def test_wandb_offline_run_gets_trainperf_figures(both):
     assert last["trainperf/steps_per_s"] > 0 and last["trainperf/step_time_ms"] > 0
     assert 0 <= last["trainperf/data_wait_pct"] <= 100
     assert last["trainperf/rss_bytes"] > 10e6
+    # The profiler window's top operators, under prof/ (self time, ms).
+    prof = {k: v for r in rows for k, v in r.items() if k.startswith("prof/")}
+    assert 1 <= len(prof) <= 10 and all(v >= 0 for v in prof.values()), prof
+    assert any("addmm" in k or "linear" in k or "mse" in k for k in prof), prof
 
 
 @pytest.mark.torch
 @pytest.mark.once
 def test_mlflow_sqlite_run_gets_trainperf_figures(both):
     import mlflow
-    info, out = both
+    info, out, run = both
     assert info["status"]["mlflow"] == "on", info
     client = mlflow.tracking.MlflowClient("sqlite:///" + str(out / "mlflow.db"))
     run = client.get_run(info["mlflow_run"])
@@ -148,6 +159,23 @@ def test_mlflow_sqlite_run_gets_trainperf_figures(both):
     assert steps == sorted(steps) and len(set(steps)) == len(steps) and 0 < steps[-1] <= info["steps"]
     assert all(m.value > 0 for m in hist)
     assert len(client.get_metric_history(info["mlflow_run"], "loss")) == info["steps"]
+    assert any(k.startswith("prof/") for k in keys), keys
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_profiler_window_where_tensorboard_looks(both):
+    """The profiler window is also RUN/plugins/profile/<host>_<pid>.<ms>.pt.trace.json,
+    as torch.profiler.tensorboard_trace_handler names it: the same file as
+    profile/trace-<pid>-0.json (a hard link)."""
+    info, out, run = both
+    tb = glob.glob(str(run / "plugins" / "profile" / "*.pt.trace.json"))
+    assert len(tb) == 1, tb
+    import re
+    assert re.fullmatch(r"[^.]+_\d+\.\d+\.pt\.trace\.json", os.path.basename(tb[0]))
+    own = glob.glob(str(run / "profile" / "trace-*-0.json"))
+    assert len(own) == 1 and os.path.samefile(own[0], tb[0])
+    assert json.load(open(tb[0]))["traceEvents"]
 
 
 @pytest.mark.torch
@@ -155,7 +183,7 @@ def test_mlflow_sqlite_run_gets_trainperf_figures(both):
 def test_no_tracker_no_import(cli, tmp_path):
     """A script that uses neither tracker imports neither: the thread runs and
     only looks."""
-    info, _ = _run(cli, tmp_path, "none", 1)
+    info, _, _ = _run(cli, tmp_path, "none", 1)
     assert info["thread"] is True
     assert info["modules"] == []
     assert info["status"]["wandb"] == "unused" and info["status"]["mlflow"] == "unused"

@@ -291,6 +291,33 @@ def flush():
 _exporter = None
 
 
+def tensorboard_profile(trace_path):
+    """Make a finished profiler window visible to TensorBoard's PyTorch
+    profiler plugin: RUN/plugins/profile/<host>_<pid>.<ms>.pt.trace.json, the
+    name and place torch.profiler.tensorboard_trace_handler gives (so
+    `tensorboard --logdir RUN` lists it). A hard link to the trace (no second
+    copy on disk); a copy where links are not possible. Returns the path or
+    None; never raises."""
+    try:
+        prof_dir = os.path.dirname(os.path.abspath(trace_path))
+        run_dir = os.path.dirname(prof_dir)
+        if os.path.basename(prof_dir) != "profile" or not os.path.exists(os.path.join(run_dir, "run.json")):
+            return None  # a directory of the user's choosing: leave it alone
+        import socket
+        dest_dir = os.path.join(run_dir, "plugins", "profile")
+        os.makedirs(dest_dir, exist_ok=True)
+        dest = os.path.join(dest_dir, "%s_%d.%d.pt.trace.json" % (
+            socket.gethostname().replace(".", "-"), os.getpid(), int(time.time() * 1000)))
+        try:
+            os.link(trace_path, dest)
+        except OSError:
+            import shutil
+            shutil.copyfile(trace_path, dest)
+        return dest
+    except Exception:
+        return None
+
+
 def start(run_dir=None, interval=None):
     """Start the exporter thread (idempotent). Called by the auto hook; off
     with TRAINPERF_EXPORT=0."""

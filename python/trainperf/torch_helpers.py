@@ -205,6 +205,8 @@ class ProfilerSchedule:
         pid = os.getpid()
         trace = os.path.join(self.out_dir, "trace-%d-%d.json" % (pid, n))
         prof.export_chrome_trace(trace)
+        from . import _exporters
+        _exporters.tensorboard_profile(trace)  # where TensorBoard's profiler plugin looks
         top_txt = os.path.join(self.out_dir, "top-%d-%d.txt" % (pid, n))
         avgs = prof.key_averages()
         try:

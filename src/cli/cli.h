@@ -63,5 +63,9 @@ void cli_python_dir(char *out, size_t n);
 
 struct buf;
 int cli_write_out(const char *out, const struct buf *b);
+/* End of a command that builds a document: rc != 0 prints err (or the code's
+ * text) and gives exit 2 for a missing/damaged run, else 1; rc == 0 writes b
+ * to out (NULL: stdout). Frees b. Returns the exit code. */
+int cli_put_doc(int rc, struct buf *b, const char *err, const char *out);
 
 #endif

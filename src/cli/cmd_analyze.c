@@ -4,13 +4,17 @@
 #include <string.h>
 
 #include "trace/trace.h"
+#include "trace/trace_cpath.h"
+#include "trace/trace_diff.h"
 #include "cli/cli.h"
 #include "trainperf.h"
 
 static void analyze_usage(FILE *f)
 {
     fprintf(f,
-            "usage: trainperf analyze TRACE... [--json] [--rank N] [--steps A:B] [--compat hta] [--top K]\n\n"
+            "usage: trainperf analyze TRACE... [--json] [--rank N] [--steps A:B] [--compat hta] [--top K]\n"
+            "       trainperf analyze --diff BASELINE TEST [--json] [--top K] ...\n"
+            "       trainperf analyze --critical-path TRACE [--steps N | --cp-range NAME[#K]] [--overlay OUT.json]\n\n"
             "Analyse torch.profiler (Kineto/Chrome) traces, .json or .json.gz, one file per rank:\n"
             "GPU time breakdown, kernel types and overlaps, top kernels, idle time per stream,\n"
             "communication/computation overlap, launch delays, top CPU operators, per-step\n"
@@ -20,7 +24,15 @@ static void analyze_usage(FILE *f)
             "  --steps A:B    only ProfilerStep#A..#B (inclusive; A: or :B leave a side open)\n"
             "  --compat hta   reproduce HolisticTraceAnalysis 0.5's numbers (hta-0.6: its\n"
             "                 successor traceinsight; see docs/analyze.md)\n"
-            "  --top K        rows in the top tables (default 10)\n");
+            "  --top K        rows in the top tables (default 10)\n"
+            "  --diff         compare two traces (files, or directories of per-rank files):\n"
+            "                 operators and kernels added, removed, slower, faster\n"
+            "  --critical-path  critical path of one iteration of one trace: ProfilerStep#N of\n"
+            "                 --steps N (default: the last step but one), or --cp-range NAME[#K],\n"
+            "                 the K-th (from 0) range of record_function NAME\n"
+            "  --overlay F    with --critical-path: write the trace plus the path to F (Perfetto)\n"
+            "  --jobs N       files analysed at once (default: one per CPU)\n"
+            "  --seq-len N    length of the frequent kernel sequences (2..8, default 3)\n");
 }
 
 static int parse_steps(const char *s, long *lo, long *hi)
@@ -43,11 +55,117 @@ static int parse_steps(const char *s, long *lo, long *hi)
     return 0;
 }
 
+/* --critical-path: one trace, one window. */
+static int analyze_cpath(const char **paths, int np, const trace_opts *o, int json, const char *range,
+                         const char *overlay)
+{
+    char err[1024];
+    char **files = NULL;
+    int nf = 0;
+    int e = trace_expand_args(paths, np, &files, &nf, err, sizeof(err));
+    if (e) {
+        cli_error("%s", err);
+        return CLI_USAGE;
+    }
+    if (nf != 1) {
+        cli_error("--critical-path takes one trace (one rank), not %d files", nf);
+        trace_paths_free(files, nf);
+        return CLI_USAGE;
+    }
+    if (o->has_steps && o->step_lo != o->step_hi) {
+        cli_error("--critical-path takes one step (--steps N), not a range");
+        trace_paths_free(files, nf);
+        return CLI_USAGE;
+    }
+    /* NAME#K: the K-th range (from 0) of NAME; a name may itself hold '#' */
+    char name[1024];
+    long idx = 0;
+    if (range) {
+        snprintf(name, sizeof(name), "%s", range);
+        char *h = strrchr(name, '#');
+        long v;
+        if (h && h[1] && cli_parse_long(h + 1, &v) == 0) {
+            idx = v;
+            *h = '\0';
+        }
+        if (!name[0]) {
+            cli_error("--cp-range needs a record_function name, not '%s'", range);
+            trace_paths_free(files, nf);
+            return CLI_USAGE;
+        }
+    }
+    trace_cpath *c = NULL;
+    e = trace_cpath_run(files[0], o->has_steps, o->step_lo, range ? name : NULL, idx, o->top_k, &c, err,
+                        sizeof(err));
+    trace_paths_free(files, nf);
+    if (e) {
+        cli_error("%s", err);
+        return (e == TPF_ENOMEM || e == TPF_ETOOBIG) ? CLI_FAIL : CLI_USAGE;
+    }
+    int rc = CLI_OK;
+    if (overlay && (e = trace_cpath_overlay(c, overlay, err, sizeof(err)))) {
+        cli_error("%s", err);
+        trace_cpath_free(c);
+        return CLI_USAGE;
+    }
+    buf b;
+    buf_init(&b, 0);
+    int we = json ? trace_cpath_json(c, &b) : trace_cpath_text(c, &b, cli_color(stdout));
+    if (!json && overlay && !we) buf_printf(&b, "\noverlay written to %s (open it in ui.perfetto.dev)\n", overlay);
+    trace_cpath_free(c);
+    if (we) {
+        cli_error("cannot format the result: %s", tpf_strerror(we));
+        rc = CLI_FAIL;
+    } else if (fwrite(b.data, 1, b.len, stdout) != b.len || fflush(stdout) != 0) {
+        cli_error("cannot write the output");
+        rc = CLI_FAIL;
+    }
+    buf_free(&b);
+    return rc;
+}
+
+/* --diff BASELINE TEST: each a file or a directory of per-rank files. */
+static int analyze_diff(const char **paths, int np, const trace_opts *o, int json)
+{
+    if (np != 2) {
+        cli_error("--diff takes two traces (or directories), baseline then test, not %d", np);
+        return CLI_USAGE;
+    }
+    char err[1024];
+    char **fa = NULL, **fb = NULL;
+    int na = 0, nb = 0;
+    trace_diff_result *d = NULL;
+    int e = trace_expand_args(&paths[0], 1, &fa, &na, err, sizeof(err));
+    if (!e) e = trace_expand_args(&paths[1], 1, &fb, &nb, err, sizeof(err));
+    if (!e) e = trace_diff((const char *const *)fa, na, (const char *const *)fb, nb, o, &d, err, sizeof(err));
+    trace_paths_free(fa, na);
+    trace_paths_free(fb, nb);
+    if (e) {
+        cli_error("%s", err);
+        return (e == TPF_ENOMEM || e == TPF_ETOOBIG) ? CLI_FAIL : CLI_USAGE;
+    }
+    buf b;
+    buf_init(&b, 0);
+    int we = json ? trace_diff_json(d, &b) : trace_diff_text(d, &b, cli_color(stdout));
+    trace_diff_free(d);
+    int rc = CLI_OK;
+    if (we) {
+        cli_error("cannot format the result: %s", tpf_strerror(we));
+        rc = CLI_FAIL;
+    } else if (fwrite(b.data, 1, b.len, stdout) != b.len || fflush(stdout) != 0) {
+        cli_error("cannot write the output");
+        rc = CLI_FAIL;
+    }
+    buf_free(&b);
+    return rc;
+}
+
 int cmd_analyze(int argc, char **argv)
 {
     trace_opts o;
     memset(&o, 0, sizeof(o));
-    int json = 0;
+    int json = 0, diff = 0, cpath = 0;
+    const char *overlay = NULL, *cp_range = NULL;
     const char **paths = calloc((size_t)argc, sizeof(*paths));
     int np = 0;
     if (!paths) {
@@ -68,8 +186,17 @@ int cmd_analyze(int argc, char **argv)
             json = 1;
             continue;
         }
+        if (strcmp(a, "--diff") == 0) {
+            diff = 1;
+            continue;
+        }
+        if (strcmp(a, "--critical-path") == 0) {
+            cpath = 1;
+            continue;
+        }
         if (strcmp(a, "--rank") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--compat") == 0 ||
-            strcmp(a, "--top") == 0) {
+            strcmp(a, "--top") == 0 || strcmp(a, "--jobs") == 0 || strcmp(a, "--seq-len") == 0 ||
+            strcmp(a, "--overlay") == 0 || strcmp(a, "--cp-range") == 0) {
             if (i + 1 >= argc) {
                 cli_error("%s needs a value (see `trainperf analyze --help`)", a);
                 goto out;
@@ -114,6 +241,22 @@ int cmd_analyze(int argc, char **argv)
                 cli_error("--compat takes 'hta' (= hta-0.5) or 'hta-0.6', not '%s'", val);
                 goto out;
             }
+        } else if (strcmp(a, "--overlay") == 0) {
+            overlay = val;
+        } else if (strcmp(a, "--cp-range") == 0) {
+            cp_range = val;
+        } else if (strcmp(a, "--seq-len") == 0) {
+            if (cli_parse_long(val, &v) || v < 2 || v > 8) {
+                cli_error("--seq-len needs a length between 2 and 8, not '%s'", val);
+                goto out;
+            }
+            o.seq_len = (int)v;
+        } else if (strcmp(a, "--jobs") == 0) {
+            if (cli_parse_long(val, &v) || v < 1 || v > TRACE_MAX_JOBS) {
+                cli_error("--jobs needs a count between 1 and %d, not '%s'", TRACE_MAX_JOBS, val);
+                goto out;
+            }
+            o.jobs = (int)v;
         } else if (strcmp(a, "--top") == 0) {
             if (cli_parse_long(val, &v) || v < 1 || v > 100000) {
                 cli_error("--top needs a count between 1 and 100000, not '%s'", val);
@@ -129,6 +272,22 @@ int cmd_analyze(int argc, char **argv)
         cli_error("no trace files given (see `trainperf analyze --help`)");
         goto out;
     }
+    if ((overlay || cp_range) && !cpath) {
+        cli_error("%s goes with --critical-path", overlay ? "--overlay" : "--cp-range");
+        goto out;
+    }
+    if (diff && cpath) {
+        cli_error("--diff and --critical-path are separate analyses: run them one at a time");
+        goto out;
+    }
+    if (diff) {
+        rc = analyze_diff(paths, np, &o, json);
+        goto out;
+    }
+    if (cpath) {
+        rc = analyze_cpath(paths, np, &o, json, cp_range, overlay);
+        goto out;
+    }
     trace_result *r = NULL;
     char err[1024];
     char **files = NULL;
@@ -142,6 +301,9 @@ int cmd_analyze(int argc, char **argv)
         rc = (e == TPF_ENOMEM || e == TPF_ETOOBIG) ? CLI_FAIL : CLI_USAGE;
         goto out;
     }
+    const char *const *warns;
+    size_t nw = trace_result_warnings(r, &warns);
+    for (size_t i = 0; i < nw; i++) cli_warn("%s", warns[i]);
     buf b;
     buf_init(&b, 0);
     int we = json ? trace_result_json(r, &b) : trace_result_text(r, &b, cli_color(stdout));

@@ -45,12 +45,5 @@ int cmd_compare(int argc, char **argv)
     char err[512] = "";
     int color = fmt == REPORT_TEXT && !out && cli_color(stdout);
     int rc = compare_build(dirs[0], dirs[1], (report_format)fmt, color, &b, err, sizeof(err));
-    if (rc) {
-        cli_error("%s", err[0] ? err : tpf_strerror(rc));
-        buf_free(&b);
-        return rc == TPF_ENOENT || rc == TPF_EFORMAT || rc == TPF_EIO ? CLI_USAGE : CLI_FAIL;
-    }
-    rc = cli_write_out(out, &b);
-    buf_free(&b);
-    return rc;
+    return cli_put_doc(rc, &b, err, out);
 }

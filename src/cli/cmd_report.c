@@ -89,6 +89,19 @@ int cli_write_out(const char *out, const buf *b)
     return CLI_OK;
 }
 
+int cli_put_doc(int rc, buf *b, const char *err, const char *out)
+{
+    if (rc) {
+        cli_error("%s", err && err[0] ? err : tpf_strerror(rc));
+        /* a missing or damaged run directory is bad input: nothing was made */
+        rc = rc == TPF_ENOENT || rc == TPF_EFORMAT || rc == TPF_EIO ? CLI_USAGE : CLI_FAIL;
+    } else {
+        rc = cli_write_out(out, b);
+    }
+    buf_free(b);
+    return rc;
+}
+
 int cmd_report(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL;
@@ -129,14 +142,7 @@ int cmd_report(int argc, char **argv)
     }
     buf b;
     buf_init(&b, 0);
-    char err[512];
+    char err[512] = "";
     int rc = report_build(dir, (report_format)fmt, color, &b, err, sizeof(err));
-    if (rc) {
-        cli_error("%s", err[0] ? err : tpf_strerror(rc));
-        buf_free(&b);
-        return rc == TPF_ENOENT || rc == TPF_EFORMAT || rc == TPF_EIO ? CLI_USAGE : CLI_FAIL;
-    }
-    rc = cli_write_out(out, &b);
-    buf_free(&b);
-    return rc;
+    return cli_put_doc(rc, &b, err, out);
 }

@@ -1,6 +1,7 @@
 /* trainperf top: a live view of a run directory being written (by `trainperf
  * run` or embedded mode, here or on a shared file system). It reads only the
- * run directory: run.json, the last row of metrics.csv and alerts.jsonl. */
+ * run directory: run.json, the last row of metrics.csv, the tail of steps.csv
+ * (per-rank rows, top_ranks.c) and alerts.jsonl. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/top_ranks.h"
 #include "util/human.h"
 #include "trainperf.h"
 #include "util/buf.h"
@@ -224,6 +226,7 @@ static int render(const char *dir, top_row *r, int tty, int color)
                num(t2, sizeof(t2), col(r, "tree_cpu_pct"), 0),
                num(t3, sizeof(t3), col(r, "main_cpu_pct"), 0), t4);
         printf("  processes %s\n", num(t1, sizeof(t1), col(r, "tree_procs"), 0));
+        top_ranks_print(dir, t, color);
         for (int g = 0; g < TOP_GPUS_SHOWN; g++) {
             char k[64];
             snprintf(k, sizeof(k), "gpu%d_util_pct", g);

@@ -9,13 +9,18 @@
 #include "trainperf.h"
 #include "cli/cli.h"
 
+static void say(const char *kind, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "trainperf: %s: ", kind);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void cli_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("trainperf: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    say("error", fmt, ap);
     va_end(ap);
 }
 
@@ -23,9 +28,7 @@ void cli_warn(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("trainperf: warning: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    say("warning", fmt, ap);
     va_end(ap);
 }
 

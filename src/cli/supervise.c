@@ -289,6 +289,7 @@ struct sup {
     int stall_fired;             /* fired for the current stall (dump): wait for progress */
     int nhangs;
     double busy_end_t, busy_since_t; /* NAN when not busy */
+    double seen_t;               /* when new steps were last read */
     double term_t;               /* SIGTERM sent (kill/restart); NAN none */
     int killed;                  /* SIGKILL sent */
     int hang_ended;              /* the running attempt is being ended by the watch */
@@ -844,6 +845,7 @@ void sup_attempt_start(sup *s, pid_t child)
     s->term_t = NAN;
     s->killed = 0;
     s->busy_end_t = s->busy_since_t = NAN;
+    s->seen_t = NAN;
     s->next_tick = 0;
     heartbeat(s, "running");
 }
@@ -862,7 +864,10 @@ void sup_tick(sup *s, int color)
     tail_read(s);
     sup_attempt *a = &s->att[s->natt - 1];
     double t = run_t(s);
-    if (s->total_steps != before) s->stall_fired = 0; /* progress re-arms the watch */
+    if (s->total_steps != before) {
+        s->stall_fired = 0; /* progress re-arms the watch */
+        s->seen_t = t;
+    }
     if (s->total_steps != s->hb_steps || m - s->last_hb >= SUP_HEARTBEAT_IDLE_S)
         heartbeat(s, s->stall_fired ? "hung" : "running");
     if (s->hang_ended || s->stall_fired) return;
@@ -879,6 +884,10 @@ void sup_tick(sup *s, int color)
     }
     double mark = a->last_step_t;
     if (isfinite(s->busy_end_t) && s->busy_end_t > mark) mark = s->busy_end_t;
+    /* steps reach steps.csv a sampling interval late (more on a loaded host):
+     * count from when they were seen, so our own lag never fires the watch
+     * early (it may fire up to that lag late) */
+    if (isfinite(s->seen_t) && s->seen_t > mark) mark = s->seen_t;
     if (!isfinite(mark)) return;
     double since = t - mark;
     if (since > bound) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/figs.h"
+#include "util/jsonw.h"
 
 const char *const agg_phase_names[AGG_NPHASES] = {
     "data", "forward", "backward", "optimizer", "comm", "eval", "checkpoint",
@@ -143,4 +144,38 @@ void figs_headline(const figs *f, figs_view *v)
     for (int i = 0; i < AGG_NPHASES; i++) v->phase_share[i] = (double)f->phase_ns[i] / iv;
     v->data_wait_share = v->phase_share[0];
     v->other_share = (double)f->other_ns / iv;
+}
+
+typedef struct kv {
+    const char *k;
+    double v;
+} kv;
+
+static void put_obj(jw *w, const char *key, const kv *f, size_t n)
+{
+    jw_key(w, key);
+    jw_obj_begin(w);
+    for (size_t i = 0; i < n; i++) jw_knum(w, f[i].k, f[i].v);
+    jw_obj_end(w);
+}
+
+void figs_view_json(jw *w, const figs_view *v)
+{
+    jw_knum(w, "steps_per_s", v->steps_per_s);
+    jw_knum(w, "samples_per_s", v->samples_per_s);
+    jw_knum(w, "tokens_per_s", v->tokens_per_s);
+    const kv st[] = {{"mean", v->step_mean_ms}, {"p50", v->step_p50_ms}, {"p95", v->step_p95_ms},
+                     {"p99", v->step_p99_ms}, {"min", v->step_min_ms}, {"max", v->step_max_ms},
+                     {"cv", v->step_cv}};
+    const kv dw[] = {{"mean", v->data_wait_mean_ms}, {"p50", v->data_wait_p50_ms},
+                     {"p95", v->data_wait_p95_ms}, {"p99", v->data_wait_p99_ms},
+                     {"max", v->data_wait_max_ms}};
+    put_obj(w, "step_time_ms", st, sizeof(st) / sizeof(st[0]));
+    put_obj(w, "data_wait_ms", dw, sizeof(dw) / sizeof(dw[0]));
+    jw_knum(w, "data_wait_share", v->data_wait_share);
+    jw_key(w, "phase_share");
+    jw_obj_begin(w);
+    for (int i = 0; i < AGG_NPHASES; i++) jw_knum(w, agg_phase_names[i], v->phase_share[i]);
+    jw_knum(w, "other", v->other_share);
+    jw_obj_end(w);
 }

@@ -98,4 +98,9 @@ typedef struct figs_view {
 
 void figs_headline(const figs *f, figs_view *v);
 
+struct jw;
+/* The view's members as JSON keys (steps_per_s ... phase_share), for every
+ * JSON document that shows them: summary.json and the report's JSON. */
+void figs_view_json(struct jw *w, const figs_view *v);
+
 #endif

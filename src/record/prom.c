@@ -4,11 +4,12 @@
  * The collector renders the page once per sample into a buffer of its own and
  * swaps it in with a trylock: a scrape copying the page at that instant costs
  * the collector one lost update (counted), never a wait. The server thread
- * serves one connection at a time with deadlines, so a slow or stuck scraper
- * delays only other scrapers. */
+ * serves up to PROM_MAX_CONNS connections side by side (poll), each with a
+ * deadline, so a slow or stuck scraper delays nobody. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -30,7 +31,8 @@
 
 #define PROM_PAGE_MAX (4u << 20)   /* one rendered page */
 #define PROM_REQ_MAX 8192          /* request head */
-#define PROM_IO_MS 5000            /* per connection, read + write */
+#define PROM_IO_MS 10000           /* per connection, read + write (Prometheus' default scrape timeout) */
+#define PROM_MAX_CONNS 16          /* connections served side by side */
 #define PROM_POLL_MS 250
 #define PROM_MAX_COUNTERS 64       /* probe counters exported (name x rank) */
 #define PROM_MAX_RULES 64
@@ -189,128 +191,190 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Write all of p before the deadline; -1 when the peer is too slow or gone. */
-static int send_all(int fd, const char *p, size_t n, int64_t deadline)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w > 0) {
-            p += w;
-            n -= (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int64_t left = deadline - now_ms();
-            if (left <= 0) return -1;
-            struct pollfd pf = {fd, POLLOUT, 0};
-            if (poll(&pf, 1, (int)left) < 0 && errno != EINTR) return -1;
-            continue;
-        }
-        return -1;
-    }
-    return 0;
-}
-
-static void respond(int fd, int code, const char *reason, const char *ctype, const char *body,
-                    size_t blen, int head_only, int64_t deadline)
-{
-    char h[512];
-    int n = snprintf(h, sizeof(h),
-                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                     "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-                     code, reason, ctype, blen);
-    if (n < 0 || (size_t)n >= sizeof(h)) return;
-    if (send_all(fd, h, (size_t)n, deadline) == 0 && !head_only && blen)
-        send_all(fd, body, blen, deadline);
-}
-
-static void serve(prom *p, int fd, buf *copy)
-{
-    int64_t deadline = now_ms() + PROM_IO_MS;
+/* One client connection: reading its request, then writing its response.
+ * Connections are served side by side (poll), each with its own deadline,
+ * so a client that never sends or never reads delays nobody else. */
+typedef struct prom_conn {
+    int fd;                /* -1: free slot */
+    int64_t deadline;
     char req[PROM_REQ_MAX + 1];
-    size_t got = 0;
-    for (;;) {
-        ssize_t r = recv(fd, req + got, PROM_REQ_MAX - got, 0);
-        if (r > 0) {
-            got += (size_t)r;
-            req[got] = 0;
-            if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n")) break;
-            if (got == PROM_REQ_MAX) {
-                respond(fd, 431, "Request Header Fields Too Large", "text/plain", "", 0, 0, deadline);
-                goto bad;
-            }
-            continue;
-        }
-        if (r == 0) goto bad;
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) goto bad;
-        int64_t left = deadline - now_ms();
-        if (left <= 0) goto bad;
-        struct pollfd pf = {fd, POLLIN, 0};
-        if (poll(&pf, 1, (int)left) < 0 && errno != EINTR) goto bad;
-    }
+    size_t got;
+    buf out;               /* the whole response */
+    size_t sent;
+    int writing;
+} prom_conn;
+
+static void conn_close(prom *p, prom_conn *c, int failed)
+{
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    buf_free(&c->out);
+    if (failed) __atomic_add_fetch(&p->scrape_errors, 1, __ATOMIC_RELAXED);
+}
+
+static void respond(prom_conn *c, int code, const char *reason, const char *ctype, const char *body,
+                    size_t blen, int head_only)
+{
+    buf_init(&c->out, PROM_PAGE_MAX + 512);
+    buf_printf(&c->out,
+               "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+               "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+               code, reason, ctype, blen);
+    if (!head_only && blen) buf_append(&c->out, body, blen);
+    c->sent = 0;
+    c->writing = 1;
+}
+
+/* The request head is complete: build the response. */
+static void route(prom *p, prom_conn *c)
+{
     char method[8] = "", path[256] = "";
-    if (sscanf(req, "%7s %255s", method, path) != 2) {
-        respond(fd, 400, "Bad Request", "text/plain", "bad request\n", 12, 0, deadline);
-        goto bad;
+    if (sscanf(c->req, "%7s %255s", method, path) != 2) {
+        respond(c, 400, "Bad Request", "text/plain", "bad request\n", 12, 0);
+        return;
     }
     int head = strcmp(method, "HEAD") == 0;
     if (!head && strcmp(method, "GET") != 0) {
-        respond(fd, 405, "Method Not Allowed", "text/plain", "GET only\n", 9, 0, deadline);
-        goto bad;
+        respond(c, 405, "Method Not Allowed", "text/plain", "GET only\n", 9, 0);
+        return;
     }
     char *q = strchr(path, '?');
     if (q) *q = 0;
     if (strcmp(path, "/metrics") == 0) {
-        buf_reset(copy);
+        buf_init(&c->out, PROM_PAGE_MAX + 512);
         pthread_mutex_lock(&p->mu);
         int have = p->have_page;
-        if (have) buf_append(copy, p->page.data, p->page.len);
+        size_t blen = have ? p->page.len : 0;
+        if (have) {
+            /* The header, then the page copied under the lock (a memcpy:
+             * the collector's trylock fails only for that long). */
+            buf_printf(&c->out,
+                       "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                       "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+                       blen);
+            if (!head) buf_append(&c->out, p->page.data, p->page.len);
+        }
         pthread_mutex_unlock(&p->mu);
         __atomic_add_fetch(&p->scrapes, 1, __ATOMIC_RELAXED);
-        if (!have || copy->err) {
-            respond(fd, 503, "Service Unavailable", "text/plain", "no sample yet\n", 14, head,
-                    deadline);
-            return;
+        c->sent = 0;
+        c->writing = 1;
+        if (!have || c->out.err) {
+            buf_free(&c->out);
+            respond(c, 503, "Service Unavailable", "text/plain", "no sample yet\n", 14, head);
         }
-        respond(fd, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", copy->data, copy->len,
-                head, deadline);
         return;
     }
     if (strcmp(path, "/") == 0) {
         static const char home[] = "<html><head><title>trainperf</title></head><body>"
                                    "<a href=\"/metrics\">/metrics</a></body></html>\n";
-        respond(fd, 200, "OK", "text/html; charset=utf-8", home, sizeof(home) - 1, head, deadline);
+        respond(c, 200, "OK", "text/html; charset=utf-8", home, sizeof(home) - 1, head);
         return;
     }
-    respond(fd, 404, "Not Found", "text/plain", "not found: try /metrics\n", 24, head, deadline);
-    return;
-bad:
-    __atomic_add_fetch(&p->scrape_errors, 1, __ATOMIC_RELAXED);
+    respond(c, 404, "Not Found", "text/plain", "not found: try /metrics\n", 24, head);
+}
+
+static void conn_read(prom *p, prom_conn *c)
+{
+    for (;;) {
+        ssize_t r = recv(c->fd, c->req + c->got, PROM_REQ_MAX - c->got, 0);
+        if (r > 0) {
+            c->got += (size_t)r;
+            c->req[c->got] = 0;
+            if (strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n")) {
+                route(p, c);
+                return;
+            }
+            if (c->got == PROM_REQ_MAX) {
+                respond(c, 431, "Request Header Fields Too Large", "text/plain", "", 0, 0);
+                __atomic_add_fetch(&p->scrape_errors, 1, __ATOMIC_RELAXED);
+                return;
+            }
+            continue;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        conn_close(p, c, 1); /* gone before asking */
+        return;
+    }
+}
+
+static void conn_write(prom *p, prom_conn *c)
+{
+    while (c->sent < c->out.len) {
+        ssize_t w = send(c->fd, c->out.data + c->sent, c->out.len - c->sent, MSG_NOSIGNAL);
+        if (w > 0) {
+            c->sent += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        conn_close(p, c, 1);
+        return;
+    }
+    conn_close(p, c, 0);
 }
 
 static void *prom_main(void *arg)
 {
     prom *p = arg;
-    buf copy;
-    buf_init(&copy, PROM_PAGE_MAX);
+    prom_conn *conns = calloc(PROM_MAX_CONNS, sizeof(*conns));
+    if (!conns) return NULL;
+    for (int i = 0; i < PROM_MAX_CONNS; i++) conns[i].fd = -1;
+    struct pollfd pf[PROM_MAX_CONNS + 2];
+    int slot[PROM_MAX_CONNS + 2];
     for (;;) {
         pthread_mutex_lock(&p->mu);
         int quit = p->quit;
         pthread_mutex_unlock(&p->mu);
         if (quit) break;
-        struct pollfd pf[2] = {{p->lfd, POLLIN, 0}, {p->wake[0], POLLIN, 0}};
-        int n = poll(pf, 2, PROM_POLL_MS);
-        if (n <= 0) continue;
-        if (pf[1].revents) break;
-        if (!(pf[0].revents & POLLIN)) continue;
-        int fd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) continue;
-        serve(p, fd, &copy);
-        close(fd);
+        int n = 0, nfree = 0;
+        int64_t now = now_ms(), wait = PROM_POLL_MS;
+        for (int i = 0; i < PROM_MAX_CONNS; i++) {
+            prom_conn *c = &conns[i];
+            if (c->fd < 0) {
+                nfree++;
+                continue;
+            }
+            if (now >= c->deadline) {
+                conn_close(p, c, 1); /* too slow: dropped, counted */
+                nfree++;
+                continue;
+            }
+            if (c->deadline - now < wait) wait = c->deadline - now;
+            pf[n] = (struct pollfd){c->fd, (short)(c->writing ? POLLOUT : POLLIN), 0};
+            slot[n++] = i;
+        }
+        int nconn = n;
+        pf[n++] = (struct pollfd){p->wake[0], POLLIN, 0};
+        /* A full table stops accepting: the backlog waits in the kernel. */
+        if (nfree) pf[n++] = (struct pollfd){p->lfd, POLLIN, 0};
+        int r = poll(pf, (nfds_t)n, (int)wait);
+        if (r <= 0) continue;
+        if (pf[nconn].revents) break;
+        for (int k = 0; k < nconn; k++) {
+            if (!pf[k].revents) continue;
+            prom_conn *c = &conns[slot[k]];
+            if (!c->writing) conn_read(p, c);
+            if (c->fd >= 0 && c->writing) conn_write(p, c);
+        }
+        if (nfree && (pf[nconn + 1].revents & POLLIN)) {
+            for (int i = 0; i < PROM_MAX_CONNS; i++) {
+                if (conns[i].fd >= 0) continue;
+                int fd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (fd < 0) break;
+                prom_conn *c = &conns[i];
+                c->fd = fd;
+                c->got = 0;
+                c->sent = 0;
+                c->writing = 0;
+                c->deadline = now_ms() + PROM_IO_MS;
+                memset(&c->out, 0, sizeof(c->out));
+            }
+        }
     }
-    buf_free(&copy);
+    for (int i = 0; i < PROM_MAX_CONNS; i++)
+        if (conns[i].fd >= 0) conn_close(p, &conns[i], 0);
+    free(conns);
     return NULL;
 }
 
@@ -697,16 +761,49 @@ static void render(prom *p, const coll_frame *f, const figs *steps, uint64_t los
 
 static void prom_close(void *st, const sink_run *run);
 
+/* Embedded mode (no caller config): TRAINPERF_PROMETHEUS=[HOST:]PORT asks
+ * for the endpoint; its URL goes to RUN/prometheus.url as with the CLI.
+ * Returns the listening fd or -1 (not asked, or failed: ctx->error told). */
+static int env_listen(const sink_ctx *ctx)
+{
+    const char *spec = getenv("TRAINPERF_PROMETHEUS");
+    if (!spec || !*spec) return -1;
+    char host[256], err[256];
+    int port = 0, bound = 0;
+    if (prom_parse_addr(spec, host, sizeof(host), &port, err, sizeof(err)) != 0) {
+        if (ctx->error) ctx->error(ctx->error_arg, "TRAINPERF_PROMETHEUS", TPF_EINVAL);
+        return -1;
+    }
+    int fd = prom_listen(host, port, &bound, err, sizeof(err));
+    if (fd < 0) {
+        if (ctx->error) ctx->error(ctx->error_arg, "prometheus endpoint", fd);
+        return -1;
+    }
+    char path[PATH_MAX + 32], url[400];
+    snprintf(path, sizeof(path), "%s/prometheus.url", ctx->run_dir);
+    const char *shown = strcmp(host, "0.0.0.0") == 0 ? "127.0.0.1" : strcmp(host, "::") == 0 ? "::1" : host;
+    int n = snprintf(url, sizeof(url), strchr(shown, ':') ? "http://[%s]:%d/metrics\n" : "http://%s:%d/metrics\n",
+                     shown, bound);
+    int uf = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (uf >= 0) {
+        ssize_t w = n > 0 ? write(uf, url, (size_t)n) : 0;
+        (void)w;
+        close(uf);
+    }
+    return fd;
+}
+
 static int prom_init(void **st, const sink_ctx *ctx)
 {
     const rec_export_config *cfg = ctx->config;
-    if (!cfg || cfg->prom_fd < 0) return 1;
+    int lfd = cfg ? cfg->prom_fd : env_listen(ctx);
+    if (lfd < 0) return 1;
     prom *p = calloc(1, sizeof(*p));
     if (!p) {
-        close(cfg->prom_fd);
+        close(lfd);
         return 1; /* the run goes on without the endpoint */
     }
-    p->lfd = cfg->prom_fd;
+    p->lfd = lfd;
     p->wake[0] = p->wake[1] = -1;
     const char *host = ctx->meta && ctx->meta->host && *ctx->meta->host ? ctx->meta->host : "localhost";
     snprintf(p->host, sizeof(p->host), "%s", host);

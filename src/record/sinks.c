@@ -102,11 +102,8 @@ static void metrics_sample(void *state, const coll_frame *f, const sink_run *run
 }
 
 const sink_ops rec_sink_metrics = {
-    .name = "metrics.csv",
-    .init = metrics_init,
-    .on_sample = metrics_sample,
-    .flush = stream_flush,
-    .close = stream_close,
+    .name = "metrics.csv", .init = metrics_init, .on_sample = metrics_sample,
+    .flush = stream_flush, .close = stream_close,
 };
 
 /* ---- procs.csv ---- */
@@ -125,10 +122,7 @@ static void procs_sample(void *state, const coll_frame *f, const sink_run *run)
 }
 
 const sink_ops rec_sink_procs = {
-    .name = "procs.csv",
-    .init = procs_init,
-    .on_sample = procs_sample,
-    .flush = stream_flush,
+    .name = "procs.csv", .init = procs_init, .on_sample = procs_sample, .flush = stream_flush,
     .close = stream_close,
 };
 
@@ -149,10 +143,7 @@ static void steps_step(void *state, const agg_step *s)
 }
 
 const sink_ops rec_sink_steps = {
-    .name = "steps.csv",
-    .init = steps_init,
-    .on_step = steps_step,
-    .flush = stream_flush,
+    .name = "steps.csv", .init = steps_init, .on_step = steps_step, .flush = stream_flush,
     .close = stream_close,
 };
 
@@ -170,10 +161,7 @@ static void alerts_alert(void *state, const alert_event *e)
 }
 
 const sink_ops rec_sink_alerts = {
-    .name = "alerts.jsonl",
-    .init = alerts_init,
-    .on_alert = alerts_alert,
-    .flush = stream_flush,
+    .name = "alerts.jsonl", .init = alerts_init, .on_alert = alerts_alert, .flush = stream_flush,
     .close = stream_close,
 };
 
@@ -255,14 +243,8 @@ static void trace_close(void *state, const sink_run *run)
 }
 
 const sink_ops rec_sink_trace = {
-    .name = "trace.json",
-    .init = trace_init,
-    .on_sample = trace_sample,
-    .on_step = trace_step,
-    .on_probe = trace_probe,
-    .on_alert = trace_alert,
-    .flush = trace_flush,
-    .close = trace_close,
+    .name = "trace.json", .init = trace_init, .on_sample = trace_sample, .on_step = trace_step,
+    .on_probe = trace_probe, .on_alert = trace_alert, .flush = trace_flush, .close = trace_close,
 };
 
 /* ---- run.json and summary.json ---- */
@@ -294,36 +276,9 @@ static void put_doc(const sink_ctx *ctx, const char *name, buf *b, int rc)
 
 static void write_run_json(const sink_ctx *ctx, const sink_run *run)
 {
-    const run_meta *m = ctx->meta;
-    rec_runinfo ri;
-    memset(&ri, 0, sizeof(ri));
-    ri.mode = m && m->mode ? m->mode : "run";
-    if (m) {
-        ri.argv = m->argv;
-        ri.cwd = m->cwd;
-        ri.host = m->host;
-        ri.kernel = m->kernel;
-        ri.cpus = m->cpus;
-        ri.mem_total_bytes = m->mem_total_bytes;
-        ri.root_pid = m->root_pid;
-        ri.auto_hook = m->auto_hook;
-        ri.nalerts = m->nalert_rules;
-        ri.alert_rules = m->alert_rules;
-    }
-    ri.start_unix_s = ctx->start_unix_s;
-    ri.start_mono_ns = ctx->start_mono_ns;
-    ri.interval_s = ctx->interval_s;
-    ri.ended = run->ended;
-    ri.end_unix_s = run->end_unix_s;
-    ri.duration_s = run->duration_s;
-    ri.exit = run->exit;
-    ri.ngpu = run->ngpu_cols;
-    ri.gpus = run->gpus0;
-    ri.nsources = run->nsources;
-    ri.sources = run->sources;
     buf b;
     buf_init(&b, 1u << 20);
-    put_doc(ctx, "run.json", &b, rec_run_json(&b, &ri));
+    put_doc(ctx, "run.json", &b, rec_run_json(&b, ctx, run));
 }
 
 static void summary_flush(void *state, const sink_run *run)
@@ -339,35 +294,16 @@ static void summary_close(void *state, const sink_run *run)
 {
     summary_sink *s = state;
     if (run && run->ended) {
-        rec_summary sm;
-        memset(&sm, 0, sizeof(sm));
-        sm.duration_s = run->duration_s;
-        sm.exit = run->exit;
-        sm.start_mono_ns = s->ctx->start_mono_ns;
-        sm.steps = run->steps;
-        sm.events_dropped = run->events_dropped;
-        sm.res = run->res;
-        sm.nalerts = run->nalerts;
-        sm.alerts = run->alerts;
-        if (run->tally) {
-            sm.trace_written = run->tally->trace_written;
-            sm.trace_dropped = run->tally->trace_dropped;
-        }
-        sm.nsources = run->nsources;
-        sm.sources = run->sources;
         buf b;
         buf_init(&b, 4u << 20);
-        put_doc(s->ctx, "summary.json", &b, rec_summary_json(&b, &sm));
+        put_doc(s->ctx, "summary.json", &b, rec_summary_json(&b, run, s->ctx->start_mono_ns));
         write_run_json(s->ctx, run);
     }
     free(s);
 }
 
 const sink_ops rec_sink_summary = {
-    .name = "summary.json",
-    .init = summary_init,
-    .flush = summary_flush,
-    .close = summary_close,
+    .name = "summary.json", .init = summary_init, .flush = summary_flush, .close = summary_close,
 };
 
 /* The run's sinks, in call and close order. Exporters add a line here. */

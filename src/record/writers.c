@@ -208,30 +208,32 @@ static void put_fval(jw *w, const char *k, fval v)
         jw_null(w);
 }
 
-int rec_run_json(buf *b, const rec_runinfo *ri)
+int rec_run_json(buf *b, const sink_ctx *ctx, const sink_run *ri)
 {
+    static const run_meta none = {.mode = "run", .mem_total_bytes = NAN, .auto_hook = -1};
+    const run_meta *m = ctx->meta ? ctx->meta : &none;
     jw w;
     jw_init(&w, b, 1);
     jw_obj_begin(&w);
     jw_kint(&w, "format_version", 1);
     jw_kstr(&w, "trainperf_version", TPF_VERSION_STRING);
-    jw_kstr(&w, "mode", ri->mode);
+    jw_kstr(&w, "mode", m->mode ? m->mode : "run");
     jw_key(&w, "command");
     jw_arr_begin(&w);
-    for (int i = 0; ri->argv && ri->argv[i]; i++) jw_str(&w, ri->argv[i]);
+    for (int i = 0; m->argv && m->argv[i]; i++) jw_str(&w, m->argv[i]);
     jw_arr_end(&w);
-    jw_kstr(&w, "cwd", ri->cwd);
-    jw_kstr(&w, "host", ri->host);
-    jw_kstr(&w, "kernel", ri->kernel);
+    jw_kstr(&w, "cwd", m->cwd);
+    jw_kstr(&w, "host", m->host);
+    jw_kstr(&w, "kernel", m->kernel);
     jw_key(&w, "cpus");
-    if (ri->cpus > 0)
-        jw_int(&w, ri->cpus);
+    if (m->cpus > 0)
+        jw_int(&w, m->cpus);
     else
         jw_null(&w);
-    jw_knum(&w, "mem_total_bytes", ri->mem_total_bytes);
+    jw_knum(&w, "mem_total_bytes", m->mem_total_bytes);
     jw_key(&w, "start_unix_s");
-    jw_numf(&w, ri->start_unix_s, 6);
-    jw_kuint(&w, "start_mono_ns", ri->start_mono_ns);
+    jw_numf(&w, ctx->start_unix_s, 6);
+    jw_kuint(&w, "start_mono_ns", ctx->start_mono_ns);
     jw_key(&w, "end_unix_s");
     if (ri->ended)
         jw_numf(&w, ri->end_unix_s, 6);
@@ -242,13 +244,13 @@ int rec_run_json(buf *b, const rec_runinfo *ri)
         jw_numf(&w, ri->duration_s, 6);
     else
         jw_null(&w);
-    jw_knum(&w, "interval_s", ri->interval_s);
-    jw_kint(&w, "root_pid", ri->root_pid);
+    jw_knum(&w, "interval_s", ctx->interval_s);
+    jw_kint(&w, "root_pid", m->root_pid);
     put_exit(&w, &ri->exit);
     jw_key(&w, "gpus");
     jw_arr_begin(&w);
-    for (int i = 0; i < ri->ngpu; i++) {
-        const gpu_frame *g = &ri->gpus[i];
+    for (int i = 0; i < ri->ngpu_cols; i++) {
+        const gpu_frame *g = &ri->gpus0[i];
         jw_obj_begin(&w);
         jw_kint(&w, "index", g->index);
         jw_kstr(&w, "uuid", g->uuid);
@@ -260,15 +262,15 @@ int rec_run_json(buf *b, const rec_runinfo *ri)
     put_sources(&w, ri->nsources, ri->sources);
     jw_key(&w, "options");
     jw_obj_begin(&w);
-    jw_knum(&w, "interval_s", ri->interval_s);
+    jw_knum(&w, "interval_s", ctx->interval_s);
     jw_key(&w, "auto");
-    if (ri->auto_hook >= 0)
-        jw_bool(&w, ri->auto_hook);
+    if (m->auto_hook >= 0)
+        jw_bool(&w, m->auto_hook);
     else
         jw_null(&w);
     jw_key(&w, "alerts");
     jw_arr_begin(&w);
-    for (int i = 0; i < ri->nalerts; i++) jw_str(&w, ri->alert_rules[i]);
+    for (int i = 0; i < m->nalert_rules; i++) jw_str(&w, m->alert_rules[i]);
     jw_arr_end(&w);
     jw_obj_end(&w);
     jw_obj_end(&w);
@@ -318,17 +320,19 @@ static void put_resources(jw *w, const run_res *r)
     put_res_stat(w, "swap_used_bytes", r, "swap_used_bytes", S_MAX);
     jw_key(w, "psi");
     jw_obj_begin(w);
-    put_res_stat(w, "cpu_some_pct", r, "psi_cpu_some_pct", S_MEAN | S_MAX);
-    put_res_stat(w, "mem_some_pct", r, "psi_mem_some_pct", S_MEAN | S_MAX);
-    put_res_stat(w, "mem_full_pct", r, "psi_mem_full_pct", S_MEAN | S_MAX);
-    put_res_stat(w, "io_some_pct", r, "psi_io_some_pct", S_MEAN | S_MAX);
-    put_res_stat(w, "io_full_pct", r, "psi_io_full_pct", S_MEAN | S_MAX);
+    static const char *const psi[] = {"cpu_some_pct", "mem_some_pct", "mem_full_pct",
+                                      "io_some_pct", "io_full_pct"};
+    for (size_t i = 0; i < sizeof(psi) / sizeof(psi[0]); i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "psi_%s", psi[i]);
+        put_res_stat(w, psi[i], r, name, S_MEAN | S_MAX);
+    }
     jw_obj_end(w);
-    put_res_stat(w, "cpu_iowait_pct", r, "cpu_iowait_pct", S_MEAN | S_MAX);
-    put_res_stat(w, "disk_read_bps", r, "disk_read_bps", S_MEAN | S_MAX);
-    put_res_stat(w, "disk_write_bps", r, "disk_write_bps", S_MEAN | S_MAX);
-    put_res_stat(w, "net_rx_bps", r, "net_rx_bps", S_MEAN | S_MAX);
-    put_res_stat(w, "net_tx_bps", r, "net_tx_bps", S_MEAN | S_MAX);
+    /* metrics shown by mean and max under their own name */
+    static const char *const plain[] = {"cpu_iowait_pct", "disk_read_bps", "disk_write_bps",
+                                        "net_rx_bps", "net_tx_bps"};
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+        put_res_stat(w, plain[i], r, plain[i], S_MEAN | S_MAX);
     jw_key(w, "cpus");
     if (r->cpus > 0)
         jw_int(w, r->cpus);
@@ -368,7 +372,7 @@ static void put_gpus(jw *w, const run_res *r)
 
 static double ms(double ns) { return ns / 1e6; }
 
-static void put_steps(jw *w, const rec_summary *s)
+static void put_steps(jw *w, const sink_run *s, uint64_t start_mono_ns)
 {
     const figs *a = s->steps;
     jw_key(w, "steps");
@@ -380,36 +384,10 @@ static void put_steps(jw *w, const rec_summary *s)
         if (a->groups[i]->rank >= 0) jw_int(w, a->groups[i]->rank);
     jw_arr_end(w);
     jw_knum(w, "first_step_s",
-            a->count ? ((double)a->first_end_ns - (double)s->start_mono_ns) / 1e9 : NAN);
+            a->count ? ((double)a->first_end_ns - (double)start_mono_ns) / 1e9 : NAN);
     figs_view v;
     figs_headline(a, &v);
-    jw_knum(w, "steps_per_s", v.steps_per_s);
-    jw_knum(w, "samples_per_s", v.samples_per_s);
-    jw_knum(w, "tokens_per_s", v.tokens_per_s);
-    jw_key(w, "step_time_ms");
-    jw_obj_begin(w);
-    jw_knum(w, "mean", v.step_mean_ms);
-    jw_knum(w, "p50", v.step_p50_ms);
-    jw_knum(w, "p95", v.step_p95_ms);
-    jw_knum(w, "p99", v.step_p99_ms);
-    jw_knum(w, "min", v.step_min_ms);
-    jw_knum(w, "max", v.step_max_ms);
-    jw_knum(w, "cv", v.step_cv);
-    jw_obj_end(w);
-    jw_key(w, "data_wait_ms");
-    jw_obj_begin(w);
-    jw_knum(w, "mean", v.data_wait_mean_ms);
-    jw_knum(w, "p50", v.data_wait_p50_ms);
-    jw_knum(w, "p95", v.data_wait_p95_ms);
-    jw_knum(w, "p99", v.data_wait_p99_ms);
-    jw_knum(w, "max", v.data_wait_max_ms);
-    jw_obj_end(w);
-    jw_knum(w, "data_wait_share", v.data_wait_share);
-    jw_key(w, "phase_share");
-    jw_obj_begin(w);
-    for (int i = 0; i < AGG_NPHASES; i++) jw_knum(w, agg_phase_names[i], v.phase_share[i]);
-    jw_knum(w, "other", v.other_share);
-    jw_obj_end(w);
+    figs_view_json(w, &v);
     jw_key(w, "per_rank");
     jw_arr_begin(w);
     for (int i = 0; i < a->ngroups; i++) {
@@ -433,7 +411,7 @@ static void put_steps(jw *w, const rec_summary *s)
     jw_obj_end(w);
 }
 
-int rec_summary_json(buf *b, const rec_summary *s)
+int rec_summary_json(buf *b, const sink_run *s, uint64_t start_mono_ns)
 {
     jw w;
     jw_init(&w, b, 1);
@@ -442,7 +420,7 @@ int rec_summary_json(buf *b, const rec_summary *s)
     jw_key(&w, "duration_s");
     jw_numf(&w, s->duration_s, 6);
     put_exit(&w, &s->exit);
-    put_steps(&w, s);
+    put_steps(&w, s, start_mono_ns);
     put_resources(&w, s->res);
     put_gpus(&w, s->res);
     jw_key(&w, "alerts");
@@ -458,8 +436,8 @@ int rec_summary_json(buf *b, const rec_summary *s)
     jw_arr_end(&w);
     jw_key(&w, "trace");
     jw_obj_begin(&w);
-    jw_kuint(&w, "events_written", s->trace_written);
-    jw_kuint(&w, "events_dropped", s->trace_dropped);
+    jw_kuint(&w, "events_written", s->tally ? s->tally->trace_written : 0);
+    jw_kuint(&w, "events_dropped", s->tally ? s->tally->trace_dropped : 0);
     jw_obj_end(&w);
     put_sources(&w, s->nsources, s->sources);
     /* Filled by the diagnosis (report_finish_run). */

@@ -41,47 +41,16 @@ int rec_steps_row(buf *b, const agg_step *s, uint64_t start_mono_ns);
 int rec_alert_line(buf *b, const alert_event *e);
 
 /* ---- run.json ---- */
-typedef struct rec_runinfo {
-    const char *mode;     /* "run" | "embedded" */
-    char *const *argv;    /* NULL-terminated; may be NULL */
-    const char *cwd, *host, *kernel;
-    int cpus;
-    double mem_total_bytes; /* NaN when unknown */
-    double start_unix_s;
-    uint64_t start_mono_ns;
-    int ended;
-    double end_unix_s, duration_s;
-    double interval_s;
-    pid_t root_pid;
-    run_exit exit;
-    int ngpu;
-    const gpu_frame *gpus; /* ngpu entries: index, uuid, name, mem_total_bytes */
-    int nsources;
-    const run_source *sources;
-    int auto_hook;        /* -1: not applicable */
-    int nalerts;
-    const char *const *alert_rules;
-} rec_runinfo;
-
-int rec_run_json(buf *b, const rec_runinfo *ri);
+/* ctx: the run's fixed facts (meta, start, interval); run: what is known
+ * so far (GPUs of the first sample, sources, and once ended the exit and
+ * duration). */
+int rec_run_json(buf *b, const sink_ctx *ctx, const sink_run *run);
 
 /* ---- summary.json ---- */
 
-typedef struct rec_summary {
-    double duration_s;
-    run_exit exit;
-    uint64_t start_mono_ns;
-    const figs *steps;
-    uint64_t events_dropped;   /* by the probes */
-    const run_res *res;
-    int nalerts;
-    const run_alert *alerts;
-    uint64_t trace_written, trace_dropped;
-    int nsources;
-    const run_source *sources;
-} rec_summary;
-
-int rec_summary_json(buf *b, const rec_summary *s);
+/* From the collector's figures at the end of the run (core/sink.h: steps,
+ * res, alerts, sources, exit, duration, events_dropped, tally). */
+int rec_summary_json(buf *b, const sink_run *s, uint64_t start_mono_ns);
 
 /* Write b to path through path.tmp + rename, so readers never see half a file. */
 int rec_write_atomic(const char *path, const buf *b);

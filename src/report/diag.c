@@ -56,6 +56,21 @@ static void ev(dfinding *d, const char *name, double v, const char *f, ...)
     va_end(ap);
 }
 
+/* A finding's id, title, score and one-sentence summary (printf format). */
+static void finding_head(dfinding *d, const char *id, const char *title, double score,
+                         const char *f, ...) __attribute__((format(printf, 5, 6)));
+static void finding_head(dfinding *d, const char *id, const char *title, double score,
+                         const char *f, ...)
+{
+    fmt(d->id, sizeof(d->id), "%s", id);
+    fmt(d->title, sizeof(d->title), "%s", title);
+    d->score = score;
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(d->summary, sizeof(d->summary), f, ap);
+    va_end(ap);
+}
+
 static void rec(dfinding *d, const char *f, ...) __attribute__((format(printf, 2, 3)));
 static void rec(dfinding *d, const char *f, ...)
 {
@@ -80,7 +95,7 @@ static void note(diag_result *g, const char *f, ...)
 typedef struct ctx {
     int steps_ok, samples_ok, has_gpu;
     double share[PH_COUNT];
-    double p50, p95, p99, cv, data_p50;
+    dfig f;
     double gpu_util, gpu_util_min;
     double main_cpu, tree_cpu, sys_cpu, cpus, idle_cores;
     double iowait, psi_io, psi_mem, psi_mem_full;
@@ -107,17 +122,9 @@ static void make_ctx(const diag_run *r, ctx *c)
     memset(c, 0, sizeof(*c));
     c->steps_ok = r->steps >= MIN_STEPS;
     c->samples_ok = r->msamples >= MIN_SAMPLES;
-    for (int p = 0; p < PH_COUNT; p++)
-        c->share[p] = r->sum_interval_ns > 0 ? r->sum_phase_ns[p] / r->sum_interval_ns : NAN;
-    /* the quantiles the report's tables show (kept inside the observed
-     * range), so evidence and tables print the same numbers */
-    dfig f;
-    diag_figures(r, &f);
-    c->p50 = f.step_p50;
-    c->p95 = f.step_p95;
-    c->p99 = f.step_p99;
-    c->data_p50 = f.data_p50;
-    c->cv = f.step_cv;
+    /* the figures the report's tables show: evidence prints the same numbers */
+    diag_figures(r, &c->f);
+    memcpy(c->share, c->f.share, sizeof(c->share));
     double su = 0;
     int ng = 0;
     c->gpu_util_min = NAN;
@@ -239,11 +246,9 @@ static int cand_throttle(const diag_run *r, const ctx *c, dfinding *d)
         if (s > worst) worst = s, w = g;
     }
     if (!w || worst < THROTTLE_SHARE) return 0;
-    fmt(d->id, sizeof(d->id), "throttling");
-    fmt(d->title, sizeof(d->title), "GPU throttling");
-    fmt(d->summary, sizeof(d->summary), "GPU %d ran with slowed clocks %.0f%% of the time (%s)",
-        w->index, 100 * worst, w->throttle_words);
-    d->score = 0.8 * worst;
+    finding_head(d, "throttling", "GPU throttling", 0.8 * worst,
+                 "GPU %d ran with slowed clocks %.0f%% of the time (%s)", w->index, 100 * worst,
+                 w->throttle_words);
     ev(d, "throttled_share", worst, "GPU %d clocks slowed in %.0f%% of samples: %s", w->index,
        100 * worst, w->throttle_words);
     if (w->temp.n)
@@ -391,15 +396,13 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
     double s = c->share[PH_DATA];
     if (!c->steps_ok || !(s >= INPUT_SHARE)) return 0;
     int io = io_evidence(r, c);
-    fmt(d->id, sizeof(d->id), io ? "storage-io" : "input-bound");
-    fmt(d->title, sizeof(d->title), io ? "Storage I/O" : "Input-bound");
-    fmt(d->summary, sizeof(d->summary), "%s takes %.0f%% of step time%s",
-        "waiting for the next batch", 100 * s, io ? ", and the data comes slowly off storage" : "");
-    d->score = s;
+    finding_head(d, io ? "storage-io" : "input-bound", io ? "Storage I/O" : "Input-bound", s,
+                 "%s takes %.0f%% of step time%s", "waiting for the next batch", 100 * s,
+                 io ? ", and the data comes slowly off storage" : "");
     ev(d, "data_wait_share", s, "data wait is %.0f%% of step time", 100 * s);
-    if (isfinite(c->data_p50) && isfinite(c->p50))
-        ev(d, "data_wait_p50_ms", c->data_p50, "median data wait %.1f ms per step of %.1f ms",
-           c->data_p50, c->p50);
+    if (isfinite(c->f.data_p50) && isfinite(c->f.step_p50))
+        ev(d, "data_wait_p50_ms", c->f.data_p50, "median data wait %.1f ms per step of %.1f ms",
+           c->f.data_p50, c->f.step_p50);
     if (isfinite(c->main_cpu))
         ev(d, "main_cpu_pct", c->main_cpu, "main process CPU %.0f%% of one core", c->main_cpu);
     if (c->workers >= 0)
@@ -428,16 +431,25 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
     return 1;
 }
 
+/* The head of a rule on one phase's share of step time; 0 when the share
+ * is below thr (or too few steps). */
+static int phase_rule(const ctx *c, dfinding *d, int ph, double thr, const char *id,
+                      const char *title, const char *doing, const char *of)
+{
+    double s = c->share[ph];
+    if (!c->steps_ok || !(s >= thr)) return 0;
+    finding_head(d, id, title, s, "%s takes %.0f%% of %s", doing, 100 * s, of);
+    char nm[40];
+    fmt(nm, sizeof(nm), "%s_share", diag_phase_names[ph]);
+    ev(d, nm, s, "%s phases are %.0f%% of step time", diag_phase_names[ph], 100 * s);
+    return 1;
+}
+
 static int cand_storage_ckpt(const diag_run *r, const ctx *c, dfinding *d)
 {
-    double s = c->share[PH_CHECKPOINT];
-    if (!c->steps_ok || !(s >= CKPT_SHARE)) return 0;
-    fmt(d->id, sizeof(d->id), "storage-io");
-    fmt(d->title, sizeof(d->title), "Storage I/O (checkpoints)");
-    fmt(d->summary, sizeof(d->summary), "checkpointing takes %.0f%% of the run's step time",
-        100 * s);
-    d->score = s;
-    ev(d, "checkpoint_share", s, "checkpoint phases are %.0f%% of step time", 100 * s);
+    if (!phase_rule(c, d, PH_CHECKPOINT, CKPT_SHARE, "storage-io", "Storage I/O (checkpoints)",
+                    "checkpointing", "the run's step time"))
+        return 0;
     add_io_evidence(r, c, d);
     rec(d, "Checkpoint less often, or asynchronously (torch.distributed.checkpoint async_save, "
            "or copy the state to host memory and write it from a thread).");
@@ -447,14 +459,9 @@ static int cand_storage_ckpt(const diag_run *r, const ctx *c, dfinding *d)
 
 static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
 {
-    double s = c->share[PH_COMM];
-    if (!c->steps_ok || !(s >= COMM_SHARE)) return 0;
-    fmt(d->id, sizeof(d->id), "communication");
-    fmt(d->title, sizeof(d->title), "Communication");
-    fmt(d->summary, sizeof(d->summary), "collective communication takes %.0f%% of step time",
-        100 * s);
-    d->score = s;
-    ev(d, "comm_share", s, "comm phases are %.0f%% of step time", 100 * s);
+    if (!phase_rule(c, d, PH_COMM, COMM_SHARE, "communication", "Communication",
+                    "collective communication", "step time"))
+        return 0;
     if (r->sf.ngroups > 1) ev(d, "ranks", r->sf.ngroups, "%d ranks", r->sf.ngroups);
     if (r->python) {
         rec(d, "Overlap gradients' all-reduce with the backward pass (DDP does so by bucket: "
@@ -560,8 +567,8 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
     double t;
     char m[256];
     int hang = fired(r, "hang", &t, m, sizeof(m));
-    double tail = isfinite(c->p99) && c->p50 > 0 ? c->p99 / c->p50 : NAN;
-    int noisy = r->sf.step_ns.count >= 10 && ((isfinite(c->cv) && c->cv >= UNSTABLE_CV) ||
+    double tail = isfinite(c->f.step_p99) && c->f.step_p50 > 0 ? c->f.step_p99 / c->f.step_p50 : NAN;
+    int noisy = r->sf.step_ns.count >= 10 && ((isfinite(c->f.step_cv) && c->f.step_cv >= UNSTABLE_CV) ||
                                         (isfinite(tail) && tail >= UNSTABLE_TAIL));
     double tr;
     char mr[256];
@@ -593,10 +600,10 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
         return 1;
     }
     fmt(d->summary, sizeof(d->summary), "step time varies: p99 %.1f ms is %.1fx the median %.1f ms",
-        c->p99, tail, c->p50);
-    d->score = noisy ? (isfinite(c->cv) && c->cv / 2 < 0.6 ? c->cv / 2 : 0.6) : 0.3;
+        c->f.step_p99, tail, c->f.step_p50);
+    d->score = noisy ? (isfinite(c->f.step_cv) && c->f.step_cv / 2 < 0.6 ? c->f.step_cv / 2 : 0.6) : 0.3;
     if (d->score < 0.2) d->score = 0.2;
-    if (isfinite(c->cv)) ev(d, "step_time_cv", c->cv, "coefficient of variation %.2f", c->cv);
+    if (isfinite(c->f.step_cv)) ev(d, "step_time_cv", c->f.step_cv, "coefficient of variation %.2f", c->f.step_cv);
     if (isfinite(tail)) ev(d, "p99_over_p50", tail, "p99/p50 = %.1f", tail);
     if (regress) ev(d, "step_regression_t", tr, "at %.0f s: %s", tr, mr);
     rec(d, "Look at the slow steps on the timeline (trace.json in Perfetto): periodic evaluation, "

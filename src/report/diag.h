@@ -172,6 +172,7 @@ typedef struct dfig {
     double rss_mean, rss_max, mem_avail_min, mem_total, swap_max, iowait_mean;
     double psi_cpu, psi_mem, psi_io, disk_read, disk_write, procs_max;
     double gpu_util_mean, gpu_mem_max, gpu_power_mean, gpu_temp_max;
+    figs_view v; /* the step figures as summary.json has them */
 } dfig;
 
 void diag_figures(const diag_run *r, dfig *f);

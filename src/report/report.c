@@ -14,6 +14,7 @@
 #include "report/diag.h"
 #include "report/failures.h"
 #include "report/report_html.h"
+#include "report/table.h"
 #include "trace/trace.h"
 #include "trainperf.h"
 #include "util/jsonr.h"
@@ -291,6 +292,29 @@ static void text_finding_body(buf *b, const sty *s, const dfinding *d, int recs)
     }
 }
 
+void report_quantiles(buf *b, report_format fmt, const dfig *f)
+{
+    static const char *const label[] = {"step time", "data wait"};
+    const double v[2][4] = {{f->step_p50, f->step_p95, f->step_p99, f->step_max},
+                            {f->data_p50, f->data_p95, f->data_p99, f->data_max}};
+    static const tbl_col cols[] = {{"ms", 0, 0}, {"p50", 0, 1}, {"p95", 0, 1},
+                                   {"p99", 0, 1}, {"max", 0, 1}};
+    char s[4][32];
+    tbl t;
+    if (fmt != REPORT_TEXT) tbl_begin(&t, b, fmt, 0, NULL, cols, 5);
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 4; i++) diag_fmt_num(s[i], sizeof(s[i]), "%.1f", v[k][i]);
+        if (fmt == REPORT_TEXT) {
+            buf_printf(b, "  %-13sp50 %s  p95 %s  p99 %s  max %s ms\n", label[k], s[0], s[1], s[2],
+                       s[3]);
+            continue;
+        }
+        const char *cells[] = {label[k], s[0], s[1], s[2], s[3]};
+        tbl_row(&t, cells, TBL_PLAIN);
+    }
+    if (fmt != REPORT_TEXT) tbl_end(&t);
+}
+
 static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
 {
     dfig f;
@@ -334,16 +358,7 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
     if (isfinite(f.tokens_per_s))
         buf_printf(b, "   %s tokens/s", diag_fmt_num(a, sizeof(a), "%.0f", f.tokens_per_s));
     buf_puts(b, "\n");
-    buf_printf(b, "  step time    p50 %s  p95 %s  p99 %s  max %s ms\n",
-               diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50),
-               diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95),
-               diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99),
-               diag_fmt_num(e, sizeof(e), "%.1f", f.step_max));
-    buf_printf(b, "  data wait    p50 %s  p95 %s  p99 %s  max %s ms\n",
-               diag_fmt_num(a, sizeof(a), "%.1f", f.data_p50),
-               diag_fmt_num(c, sizeof(c), "%.1f", f.data_p95),
-               diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99),
-               diag_fmt_num(e, sizeof(e), "%.1f", f.data_max));
+    report_quantiles(b, REPORT_TEXT, &f);
     if (r->have_steps && r->sum_interval_ns > 0) {
         buf_printf(b, "\n%sSTEP TIME BREAKDOWN%s\n", c_(s, BOLD), c_(s, RESET));
         for (int k = 0; k < PH_COUNT; k++) {
@@ -524,17 +539,7 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
         buf_printf(b, "| samples/s | %s |\n", diag_fmt_num(a, sizeof(a), "%.1f", f.samples_per_s));
     if (isfinite(f.tokens_per_s))
         buf_printf(b, "| tokens/s | %s |\n", diag_fmt_num(a, sizeof(a), "%.0f", f.tokens_per_s));
-    buf_puts(b, "\n| ms | p50 | p95 | p99 | max |\n|---|---|---|---|---|\n");
-    buf_printf(b, "| step time | %s | %s | %s | %s |\n",
-               diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50),
-               diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95),
-               diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99),
-               diag_fmt_num(e, sizeof(e), "%.1f", f.step_max));
-    buf_printf(b, "| data wait | %s | %s | %s | %s |\n",
-               diag_fmt_num(a, sizeof(a), "%.1f", f.data_p50),
-               diag_fmt_num(c, sizeof(c), "%.1f", f.data_p95),
-               diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99),
-               diag_fmt_num(e, sizeof(e), "%.1f", f.data_max));
+    report_quantiles(b, REPORT_MD, &f);
     if (r->have_steps && r->sum_interval_ns > 0) {
         buf_puts(b, "\n## Step time breakdown\n\n| phase | share of step time |\n|---|---|\n");
         for (int k = 0; k < PH_COUNT; k++)
@@ -659,32 +664,7 @@ static void json_report(const diag_run *r, const prof *pf, buf *b)
     jw_key(&w, "steps");
     jw_obj_begin(&w);
     jw_knum(&w, "count", f.steps);
-    jw_knum(&w, "steps_per_s", f.steps_per_s);
-    jw_knum(&w, "samples_per_s", f.samples_per_s);
-    jw_knum(&w, "tokens_per_s", f.tokens_per_s);
-    jw_key(&w, "step_time_ms");
-    jw_obj_begin(&w);
-    jw_knum(&w, "mean", f.step_mean);
-    jw_knum(&w, "p50", f.step_p50);
-    jw_knum(&w, "p95", f.step_p95);
-    jw_knum(&w, "p99", f.step_p99);
-    jw_knum(&w, "max", f.step_max);
-    jw_knum(&w, "cv", f.step_cv);
-    jw_obj_end(&w);
-    jw_key(&w, "data_wait_ms");
-    jw_obj_begin(&w);
-    jw_knum(&w, "mean", f.data_mean);
-    jw_knum(&w, "p50", f.data_p50);
-    jw_knum(&w, "p95", f.data_p95);
-    jw_knum(&w, "p99", f.data_p99);
-    jw_knum(&w, "max", f.data_max);
-    jw_obj_end(&w);
-    jw_knum(&w, "data_wait_share", f.data_share);
-    jw_key(&w, "phase_share");
-    jw_obj_begin(&w);
-    for (int k = 0; k < PH_COUNT; k++)
-        jw_knum(&w, diag_phase_names[k], f.share[k]);
-    jw_obj_end(&w);
+    figs_view_json(&w, &f.v);
     jw_obj_end(&w);
 
     jw_key(&w, "resources");

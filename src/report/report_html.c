@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "report/failures.h"
+#include "report/table.h"
 #include "trainperf.h"
 
 #define CW 1000.0 /* chart width (viewBox units) */
@@ -744,22 +745,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
     chart_throughput(b, r);
     chart_breakdown(b, r);
     chart_data_hist(b, r);
-    buf_puts(b, "<table><tr><th>ms</th><th class=\"n\">p50</th><th class=\"n\">p95</th><th "
-                "class=\"n\">p99</th><th class=\"n\">max</th></tr>\n");
-    buf_printf(b,
-               "<tr><th>step time</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td "
-               "class=\"n\">%s</td><td class=\"n\">%s</td></tr>\n",
-               diag_fmt_num(a, sizeof(a), "%.1f", f.step_p50),
-               diag_fmt_num(c, sizeof(c), "%.1f", f.step_p95),
-               diag_fmt_num(d, sizeof(d), "%.1f", f.step_p99),
-               diag_fmt_num(e, sizeof(e), "%.1f", f.step_max));
-    buf_printf(b,
-               "<tr><th>data wait</th><td class=\"n\">%s</td><td class=\"n\">%s</td><td "
-               "class=\"n\">%s</td><td class=\"n\">%s</td></tr></table>\n",
-               diag_fmt_num(a, sizeof(a), "%.1f", f.data_p50),
-               diag_fmt_num(c, sizeof(c), "%.1f", f.data_p95),
-               diag_fmt_num(d, sizeof(d), "%.1f", f.data_p99),
-               diag_fmt_num(e, sizeof(e), "%.1f", f.data_max));
+    report_quantiles(b, REPORT_HTML, &f);
 
     buf_puts(b, "<h2>GPUs</h2>\n");
     if (!r->ngpu) {
@@ -823,21 +809,18 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
         buf_puts(b, "<p class=\"muted\">None.</p>\n");
     else {
         alerts_timeline(b, r);
-        buf_puts(b, "<table><tr><th>t</th><th>state</th><th>severity</th><th>rule</th><th>message</"
-                    "th></tr>\n");
+        static const tbl_col cols[] = {
+            {"t", 0, 1}, {"state", 0, 0}, {"severity", 0, 0}, {"rule", 0, 0}, {"message", 0, 0}};
+        tbl t;
+        tbl_begin(&t, b, REPORT_HTML, 0, NULL, cols, 5);
         for (int i = 0; i < r->nalerts; i++) {
             const dalert *al = &r->alerts[i];
-            buf_printf(b, "<tr><td class=\"n\">%.1f s</td><td>", al->t);
-            report_html_esc(b, al->state);
-            buf_puts(b, "</td><td>");
-            report_html_esc(b, al->severity);
-            buf_puts(b, "</td><td>");
-            report_html_esc(b, al->rule);
-            buf_puts(b, "</td><td>");
-            report_html_esc(b, al->message);
-            buf_puts(b, "</td></tr>\n");
+            char ts[32];
+            snprintf(ts, sizeof(ts), "%.1f s", al->t);
+            const char *cells[] = {ts, al->state, al->severity, al->rule, al->message};
+            tbl_row(&t, cells, TBL_PLAIN);
         }
-        buf_puts(b, "</table>\n");
+        tbl_end(&t);
     }
     fail_sections(b, r->dir, FAIL_HTML, 0);
     md_block(b, prof_md ? prof_md : "");

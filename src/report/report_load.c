@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/metrics.h"
 #include "report/diag.h"
 #include "trainperf.h"
 #include "util/csvr.h"
@@ -330,6 +331,13 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
 
 /* ---- metrics.csv ------------------------------------------------------------ */
 
+static int gpu_metric_known(const char *name)
+{
+    for (size_t i = 0; i < metric_gpu_table_len; i++)
+        if (strcmp(metric_gpu_table[i].name, name) == 0) return 1;
+    return 0;
+}
+
 static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
 {
     csvr c;
@@ -343,38 +351,55 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         csvr_close(&c);
         return TPF_EFORMAT;
     }
+    /* Columns by their metrics.csv header name (core/metrics.c's table);
+     * the M_ names below say which is which, never a column number. */
+    enum {
+        M_CPU, M_IOWAIT, M_MEM_USED, M_MEM_AVAIL, M_MEM_TOTAL, M_SWAP, M_PSI_CPU, M_PSI_MEM,
+        M_PSI_MEM_FULL, M_PSI_IO, M_PSI_IO_FULL, M_DISK_R, M_DISK_W, M_TREE_CPU, M_MAIN_CPU,
+        M_TREE_RSS, M_TREE_PROCS, M_TREE_READ, M_TREE_WRITE, M_NET_RX, M_NET_TX, M_DATA_WAIT,
+    };
     static const struct {
         const char *col;
         size_t off;
     } cols[] = {
-        {"cpu_pct", offsetof(diag_run, cpu)},
-        {"cpu_iowait_pct", offsetof(diag_run, iowait)},
-        {"mem_used_bytes", offsetof(diag_run, mem_used)},
-        {"mem_available_bytes", offsetof(diag_run, mem_avail)},
-        {"mem_total_bytes", offsetof(diag_run, mem_total)},
-        {"swap_used_bytes", offsetof(diag_run, swap)},
-        {"psi_cpu_some_pct", offsetof(diag_run, psi_cpu)},
-        {"psi_mem_some_pct", offsetof(diag_run, psi_mem)},
-        {"psi_mem_full_pct", offsetof(diag_run, psi_mem_full)},
-        {"psi_io_some_pct", offsetof(diag_run, psi_io)},
-        {"psi_io_full_pct", offsetof(diag_run, psi_io_full)},
-        {"disk_read_bps", offsetof(diag_run, disk_r)},
-        {"disk_write_bps", offsetof(diag_run, disk_w)},
-        {"tree_cpu_pct", offsetof(diag_run, tree_cpu)},
-        {"main_cpu_pct", offsetof(diag_run, main_cpu)},
-        {"tree_rss_bytes", offsetof(diag_run, tree_rss)},
-        {"tree_procs", offsetof(diag_run, tree_procs)},
-        {"tree_read_bps", offsetof(diag_run, tree_read)},
-        {"tree_write_bps", offsetof(diag_run, tree_write)},
-        {"net_rx_bps", offsetof(diag_run, net_rx)},
-        {"net_tx_bps", offsetof(diag_run, net_tx)},
-        {"data_wait_pct", offsetof(diag_run, data_wait_pct)},
+        [M_CPU] = {"cpu_pct", offsetof(diag_run, cpu)},
+        [M_IOWAIT] = {"cpu_iowait_pct", offsetof(diag_run, iowait)},
+        [M_MEM_USED] = {"mem_used_bytes", offsetof(diag_run, mem_used)},
+        [M_MEM_AVAIL] = {"mem_available_bytes", offsetof(diag_run, mem_avail)},
+        [M_MEM_TOTAL] = {"mem_total_bytes", offsetof(diag_run, mem_total)},
+        [M_SWAP] = {"swap_used_bytes", offsetof(diag_run, swap)},
+        [M_PSI_CPU] = {"psi_cpu_some_pct", offsetof(diag_run, psi_cpu)},
+        [M_PSI_MEM] = {"psi_mem_some_pct", offsetof(diag_run, psi_mem)},
+        [M_PSI_MEM_FULL] = {"psi_mem_full_pct", offsetof(diag_run, psi_mem_full)},
+        [M_PSI_IO] = {"psi_io_some_pct", offsetof(diag_run, psi_io)},
+        [M_PSI_IO_FULL] = {"psi_io_full_pct", offsetof(diag_run, psi_io_full)},
+        [M_DISK_R] = {"disk_read_bps", offsetof(diag_run, disk_r)},
+        [M_DISK_W] = {"disk_write_bps", offsetof(diag_run, disk_w)},
+        [M_TREE_CPU] = {"tree_cpu_pct", offsetof(diag_run, tree_cpu)},
+        [M_MAIN_CPU] = {"main_cpu_pct", offsetof(diag_run, main_cpu)},
+        [M_TREE_RSS] = {"tree_rss_bytes", offsetof(diag_run, tree_rss)},
+        [M_TREE_PROCS] = {"tree_procs", offsetof(diag_run, tree_procs)},
+        [M_TREE_READ] = {"tree_read_bps", offsetof(diag_run, tree_read)},
+        [M_TREE_WRITE] = {"tree_write_bps", offsetof(diag_run, tree_write)},
+        [M_NET_RX] = {"net_rx_bps", offsetof(diag_run, net_rx)},
+        [M_NET_TX] = {"net_tx_bps", offsetof(diag_run, net_tx)},
+        [M_DATA_WAIT] = {"data_wait_pct", offsetof(diag_run, data_wait_pct)},
     };
     enum { NC = sizeof(cols) / sizeof(cols[0]) };
     int idx[NC];
-    for (int i = 0; i < NC; i++)
+    for (int i = 0; i < NC; i++) {
+        /* a name the collector's metric table lacks is this code's bug: a
+         * renamed metric must not silently read as unknown */
+        if (!metric_find(cols[i].col)) {
+            msg(err, errlen, "report: metric %s is not in the metric table", cols[i].col);
+            csvr_close(&c);
+            return TPF_EINVAL;
+        }
         idx[i] = csvr_col(&c, cols[i].col);
-    /* per-GPU columns: gpu<N>_util_pct defines which GPUs exist */
+    }
+    /* per-GPU columns (core/metrics.c metric_gpu_table names): gpu<N>_util_pct
+     * defines which GPUs exist; the dstat order below is G_UTIL .. G_ENERGY */
+    enum { G_UTIL, G_MEM_UTIL, G_MEM_USED, G_TEMP, G_POWER, G_ENERGY, G_THROTTLE, G_MEM_TOTAL };
     int gcol[DIAG_MAX_GPUS][8];
     int gslot[DIAG_MAX_GPUS];
     int ng = 0;
@@ -383,10 +408,16 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         snprintf(nm, sizeof(nm), "gpu%d_util_pct", n);
         int cu = csvr_col(&c, nm);
         if (cu < 0) continue;
-        static const char *const gc[8] = {"util_pct", "mem_util_pct",   "mem_used_bytes",
-                                          "temp_c",   "power_w",        "energy_j",
-                                          "throttle", "mem_total_bytes"};
+        static const char *const gc[8] = {
+            [G_UTIL] = "util_pct",   [G_MEM_UTIL] = "mem_util_pct", [G_MEM_USED] = "mem_used_bytes",
+            [G_TEMP] = "temp_c",     [G_POWER] = "power_w",         [G_ENERGY] = "energy_j",
+            [G_THROTTLE] = "throttle", [G_MEM_TOTAL] = "mem_total_bytes"};
         for (int j = 0; j < 8; j++) {
+            if (!gpu_metric_known(gc[j])) {
+                msg(err, errlen, "report: GPU metric %s is not in the metric table", gc[j]);
+                csvr_close(&c);
+                return TPF_EINVAL;
+            }
             snprintf(nm, sizeof(nm), "gpu%d_%s", n, gc[j]);
             gcol[ng][j] = csvr_col(&c, nm);
         }
@@ -424,16 +455,18 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
             ok[i] = csvr_num(&c, idx[i], &val[i]);
         /* a sample taken after the whole tree exited describes no process:
          * its zeros would pull the tree's means below the main process's */
-        if (ok[16] && val[16] == 0) ok[13] = ok[15] = ok[17] = ok[18] = 0;
+        if (ok[M_TREE_PROCS] && val[M_TREE_PROCS] == 0)
+            ok[M_TREE_CPU] = ok[M_TREE_RSS] = ok[M_TREE_READ] = ok[M_TREE_WRITE] = 0;
         for (int i = 0; i < NC; i++)
             if (ok[i]) dstat_add((dstat *)((char *)r + cols[i].off), val[i]);
-        if (ok[5] && isnan(r->swap_first)) r->swap_first = val[5];
-        if (ok[0]) dseries_add(&r->s_cpu, t, val[0]);
-        if (ok[13]) dseries_add(&r->s_tree_cpu, t, val[13]);
-        if (ok[14]) dseries_add(&r->s_main_cpu, t, val[14]);
-        if (ok[15]) dseries_add(&r->s_tree_rss, t, val[15]);
-        if (ok[21]) dseries_add(&r->s_data_wait_pct, t, val[21]);
-        if (ok[2] && ok[4] && val[4] > 0) dseries_add(&r->s_mem_used_pct, t, 100 * val[2] / val[4]);
+        if (ok[M_SWAP] && isnan(r->swap_first)) r->swap_first = val[M_SWAP];
+        if (ok[M_CPU]) dseries_add(&r->s_cpu, t, val[M_CPU]);
+        if (ok[M_TREE_CPU]) dseries_add(&r->s_tree_cpu, t, val[M_TREE_CPU]);
+        if (ok[M_MAIN_CPU]) dseries_add(&r->s_main_cpu, t, val[M_MAIN_CPU]);
+        if (ok[M_TREE_RSS]) dseries_add(&r->s_tree_rss, t, val[M_TREE_RSS]);
+        if (ok[M_DATA_WAIT]) dseries_add(&r->s_data_wait_pct, t, val[M_DATA_WAIT]);
+        if (ok[M_MEM_USED] && ok[M_MEM_TOTAL] && val[M_MEM_TOTAL] > 0)
+            dseries_add(&r->s_mem_used_pct, t, 100 * val[M_MEM_USED] / val[M_MEM_TOTAL]);
         if (csvr_num(&c, c_sr, &v)) dseries_add(&r->s_metric_sample_rate, t, v);
         for (int g = 0; g < ng; g++) {
             if (gslot[g] < 0) continue;
@@ -441,14 +474,15 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
             dstat *gs[6] = {&d->util, &d->mem_util, &d->mem_used, &d->temp, &d->power, &d->energy};
             for (int j = 0; j < 6; j++)
                 if (csvr_num(&c, gcol[g][j], &v)) dstat_add(gs[j], v);
-            if (csvr_num(&c, gcol[g][0], &v)) {
+            if (csvr_num(&c, gcol[g][G_UTIL], &v)) {
                 dseries_add(&d->s_util, t, v);
                 d->samples++;
             }
             double tot = d->mem_total;
-            if (csvr_num(&c, gcol[g][7], &v)) tot = d->mem_total = v;
-            if (csvr_num(&c, gcol[g][2], &v) && tot > 0) dseries_add(&d->s_mem, t, 100 * v / tot);
-            const char *th = csvr_str(&c, gcol[g][6]);
+            if (csvr_num(&c, gcol[g][G_MEM_TOTAL], &v)) tot = d->mem_total = v;
+            if (csvr_num(&c, gcol[g][G_MEM_USED], &v) && tot > 0)
+                dseries_add(&d->s_mem, t, 100 * v / tot);
+            const char *th = csvr_str(&c, gcol[g][G_THROTTLE]);
             if (*th) {
                 d->throttle_samples++;
                 /* idle and application-clock settings are not slowdowns */
@@ -685,8 +719,8 @@ void diag_figures(const diag_run *r, dfig *f)
 {
     f->duration_s = r->duration_s;
     f->steps = r->have_steps ? r->steps : NAN;
-    figs_view v;
-    figs_headline(&r->sf, &v);
+    figs_headline(&r->sf, &f->v);
+    const figs_view v = f->v;
     f->steps_per_s = v.steps_per_s;
     f->samples_per_s = v.samples_per_s;
     f->tokens_per_s = v.tokens_per_s;

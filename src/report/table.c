@@ -30,6 +30,7 @@ void tbl_begin(tbl *t, buf *b, report_format fmt, int color, const char *title,
     t->open = 1;
     switch (fmt) {
     case REPORT_TEXT:
+        if (!title) break;
         /* the title stands over the first column (indented rows: +2) */
         buf_printf(b, "\n%s%-*s", t->color ? "\033[1m" : "", cols[0].width + 2, title);
         for (int i = 1; i < ncols; i++)
@@ -38,9 +39,10 @@ void tbl_begin(tbl *t, buf *b, report_format fmt, int color, const char *title,
         buf_printf(b, "%s\n", t->color ? "\033[0m" : "");
         break;
     case REPORT_MD:
-        buf_printf(b, "\n## %s\n\n|", title);
+        if (title) buf_printf(b, "\n## %s\n", title);
+        buf_puts(b, "\n|");
         for (int i = 0; i < ncols; i++) {
-            const char *h = i && cols[i].head ? cols[i].head : "";
+            const char *h = cols[i].head ? cols[i].head : "";
             buf_putc(b, ' ');
             md_cell(b, h);
             buf_puts(b, *h ? " |" : "|");
@@ -50,12 +52,15 @@ void tbl_begin(tbl *t, buf *b, report_format fmt, int color, const char *title,
         buf_putc(b, '\n');
         break;
     case REPORT_HTML:
-        buf_puts(b, "<h2>");
-        report_html_esc(b, title);
-        buf_puts(b, "</h2><table><tr>");
+        if (title) {
+            buf_puts(b, "<h2>");
+            report_html_esc(b, title);
+            buf_puts(b, "</h2>");
+        }
+        buf_puts(b, "<table><tr>");
         for (int i = 0; i < ncols; i++) {
-            buf_puts(b, "<th>");
-            if (i && cols[i].head) report_html_esc(b, cols[i].head);
+            buf_puts(b, i && cols[i].right ? "<th class=\"n\">" : "<th>");
+            if (cols[i].head) report_html_esc(b, cols[i].head);
             buf_puts(b, "</th>");
         }
         buf_puts(b, "</tr>\n");
@@ -75,7 +80,7 @@ void tbl_row(tbl *t, const char *const *cells, int mark)
     int last = t->ncols - 1;
     switch (t->fmt) {
     case REPORT_TEXT:
-        buf_printf(b, "  %-*s", t->cols[0].width, cells[0]);
+        buf_printf(b, "  %*s", t->cols[0].right ? t->cols[0].width : -t->cols[0].width, cells[0]);
         for (int i = 1; i < t->ncols; i++) {
             const tbl_col *c = &t->cols[i];
             if (i == last && mark && t->color) {
@@ -96,9 +101,10 @@ void tbl_row(tbl *t, const char *const *cells, int mark)
         buf_putc(b, '\n');
         break;
     case REPORT_HTML:
-        buf_puts(b, "<tr><th>");
+        /* the first cell heads its row, unless it is a number (a time) */
+        buf_puts(b, t->cols[0].right ? "<tr><td class=\"n\">" : "<tr><th>");
         report_html_esc(b, cells[0]);
-        buf_puts(b, "</th>");
+        buf_puts(b, t->cols[0].right ? "</td>" : "</th>");
         for (int i = 1; i < t->ncols; i++) {
             if (i == last && mark != TBL_PLAIN)
                 buf_printf(b, "<td class=\"%s\">", mark_class(mark));

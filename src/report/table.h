@@ -30,7 +30,9 @@ typedef struct tbl {
 } tbl;
 
 /* Start a table titled title (text: a bold heading line with the column
- * heads; md: "## title"; html: <h2>). cols is borrowed until tbl_end. */
+ * heads; md: "## title"; html: <h2>); title NULL: a table inside the
+ * current section (no heading; text has no head line). cols is borrowed
+ * until tbl_end. */
 void tbl_begin(tbl *t, buf *b, report_format fmt, int color, const char *title,
                const tbl_col *cols, int ncols);
 /* One row of ncols cells (text as it is; escaped for md and html). mark

@@ -21,7 +21,14 @@ typedef struct trace_opts {
     long rank;
     int has_steps;      /* restrict to ProfilerStep#lo..#hi (inclusive) */
     long step_lo, step_hi;
+    int jobs;           /* files analysed at once; 0 = one per online CPU */
+    int seq_len;        /* kernel sequence length; 0 = 3 */
 } trace_opts;
+
+#define TRACE_MAX_JOBS 64
+
+/* The number of threads trace_analyze uses for n files with these options. */
+int trace_jobs(const trace_opts *o, int n);
 
 /* The result (opaque; built by trace_analyze, freed by trace_result_free). */
 typedef struct trace_result trace_result;
@@ -34,6 +41,10 @@ typedef struct trace_result trace_result;
 int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace_result **out,
                   char *err, size_t errlen);
 void trace_result_free(trace_result *r);
+
+/* Warnings of an analysis (two files claiming one rank, events skipped for
+ * numbers out of range, ...): *lines points into r, valid while r is. */
+size_t trace_result_warnings(const trace_result *r, const char *const **lines);
 
 /* Render: machine JSON (times as integer nanoseconds, *_ns), terminal text
  * (aligned tables; ANSI colour when color), or markdown. 0 or buf's error. */

@@ -12,11 +12,14 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
+#include "trace/trace_extra.h"
 #include "trace/trace_int.h"
 #include "trace/trace_json.h"
 #include "trainperf.h"
@@ -36,18 +39,26 @@
 
 enum {
     C_OTHER = 0, C_CPU_OP, C_USER_ANN, C_RUNTIME, C_DRIVER, C_KERNEL, C_MEMCPY, C_MEMSET,
-    C_GPU_ANN, C_PYTHON, C_MTIA, C_SYNC
+    C_GPU_ANN, C_PYTHON, C_MTIA, C_SYNC,
+    C_MEMEV /* a "[memory]" instant event of profile_memory (no dur; made a record) */
 };
 
-enum { F_TSFRAC = 1, F_STEP = 2 };
+/* F_SU32: the stream was above INT32_MAX and fits 32 bits unsigned (CUPTI
+ * writes "Context Sync" on stream 4294967295, -1 as uint32; HTA keeps it). */
+enum { F_TSFRAC = 1, F_STEP = 2, F_SU32 = 4 };
 
 typedef struct trec {
     int64_t ts, dur, corr;
     uint32_t name, thread;
     int32_t stream;
     uint8_t cat, flags;
-    uint16_t pad;
+    int16_t rdelta;         /* --compat hta: HTA's rounded duration minus dur */
 } trec;
+
+static inline int64_t rec_stream(const trec *t)
+{
+    return (t->flags & F_SU32) ? (int64_t)(uint32_t)t->stream : (int64_t)t->stream;
+}
 
 /* Per distinct name. */
 typedef struct nstat {
@@ -60,6 +71,13 @@ typedef struct nstat {
     double kmean, km2;      /* Welford, for the standard deviation */
     uint64_t ccount;
     int64_t ctotal, cself;
+    uint8_t is_ann;         /* seen as a user_annotation */
+    int8_t qlaunch;         /* enqueues work for the queue length; -1 = not looked at */
+    uint64_t akern, gann_n; /* kernels launched under it; gpu_user_annotation ranges */
+    int64_t agpu, gann;
+    uint64_t mcount;        /* memory copies/sets with a byte count */
+    int64_t mbytes, mtime;
+    double mpeak;           /* GB/s (bytes per ns) of the fastest */
 } nstat;
 
 typedef struct strtab {
@@ -74,6 +92,7 @@ typedef struct tstep {
     long num;
     int64_t ts, dur;
     uint32_t name;
+    int32_t rdelta;
 } tstep;
 
 typedef struct thread_key {
@@ -87,6 +106,7 @@ typedef struct frame {
      * drops an only child named like its parent (_remove_dup_nodes). */
     int pend;
     int64_t pend_dur, pend_child;
+    uint8_t cat;
 } frame;
 
 typedef struct tstack {
@@ -94,9 +114,29 @@ typedef struct tstack {
     uint32_t n, cap;
 } tstack;
 
+/* --compat hta's label sweep: HTA sums +type at each merged interval's start
+ * and -type at its end and labels the time by the bits of the running sum.
+ * A merged interval that ends before it starts (HTA's rounding turns a
+ * sub-microsecond kernel into dur = -1) subtracts its type over [end, start),
+ * which shows as e.g. "COMPUTATION overlapping COMMUNICATION" under a memory
+ * copy. Such a region lies just behind the sweep's frontier, so the last
+ * slices are kept to be relabelled. */
+#define HIST_N 32
+typedef struct hslice {
+    int64_t a, b;
+    int r;                  /* running sum over [a, b) */
+} hslice;
+
+typedef struct sweep_hist {
+    hslice s[HIST_N];
+    unsigned head, n;       /* ring: newest at head - 1 */
+    int64_t th[8];          /* time per running sum 1..7 (HTA's labels) */
+} sweep_hist;
+
 /* Union/overlap sweep over intervals arriving sorted by start, with HTA's
  * merge rule (a new group starts when ts > running max end). */
 typedef struct sweep {
+    sweep_hist *h;          /* only for --compat hta's whole-trace sweep */
     int any;
     int64_t first, last_end;
     int has[4];
@@ -114,6 +154,7 @@ typedef struct corr_ent {
     uint32_t name;
     int32_t step;
     uint8_t kept, used;
+    uint32_t ann;           /* innermost user annotation at the launch: name id + 1 */
 } corr_ent;
 
 typedef struct stream_st {
@@ -122,6 +163,8 @@ typedef struct stream_st {
     int64_t prev_end;
     uint64_t kernels;
     int64_t host, kwait, other;
+    seq_ring ring;
+    queue_st q;
 } stream_st;
 
 typedef struct run_rd {
@@ -148,6 +191,9 @@ typedef struct rankst {
     size_t nruns, runcap;
     uint64_t nrec;
     int any_tsfrac;
+    int compat;             /* opts->compat_hta */
+    mem_st mem;             /* profile_memory: per device */
+    uint64_t badnum;        /* events dropped for a time out of range */
     char last_cat[64];
     size_t last_cat_len;
     int last_code;
@@ -230,6 +276,7 @@ static int st_intern(strtab *t, const char *s, size_t n, uint32_t *id)
     e->hash = h;
     e->ktype = -1;
     e->sync = -1;
+    e->qlaunch = -1;
     e->kmin = INT64_MAX;
     e->kmax = INT64_MIN;
     t->slots[j] = t->n + 1;
@@ -467,15 +514,53 @@ static int spill_chunk(rankst *r)
     return 0;
 }
 
+/* A "[memory]" event: remembered for the timeline as a zero-length record
+ * (corr = bytes, rdelta = device), so the sweep sees it in time order. */
+static int on_memory(rankst *r, const trace_ev *ev)
+{
+    if (ev->ts_ns > TS_LIMIT || ev->ts_ns < -TS_LIMIT) {
+        r->badnum++;
+        return 0;
+    }
+    int64_t type = ev->devtype, id = (ev->has & TEV_DEV) ? ev->dev : -1;
+    if (type < 0 || type > 127 || id < -1 || id > 254) type = 127, id = -1;
+    int64_t key = (type << 8) | (id + 1);
+    int64_t bytes = (ev->has & TEV_BYTES) ? ev->bytes : 0;
+    mem_seen(&r->mem, key, ev->ts_ns, bytes, ev->mem_alloc, ev->mem_reserved);
+    trec t;
+    memset(&t, 0, sizeof(t));
+    t.ts = ev->ts_ns;
+    t.corr = bytes;
+    t.stream = -1;
+    t.cat = C_MEMEV;
+    t.rdelta = (int16_t)key;
+    int rc = st_intern(&r->names, "[memory]", 8, &t.name);
+    if (!rc)
+        rc = thread_intern(r, (ev->has & TEV_PID) ? ev->pid : -1, (ev->has & TEV_TID) ? ev->tid : -1, &t.thread);
+    if (rc) return rc;
+    r->chunk[r->nchunk++] = t;
+    r->nrec++;
+    if (r->nchunk == CHUNK_RECS) return spill_chunk(r);
+    return 0;
+}
+
 static int on_event(void *ud, const trace_ev *ev)
 {
     rankst *r = ud;
     int rc;
     if (!(ev->has & TEV_TS) || (ev->has & TEV_TS_FRAC)) r->any_tsfrac = 1;
     /* HTA keeps rows that have both dur and cat, minus cat "Trace"; so do we. */
-    if (!(ev->has & TEV_DUR) || !(ev->has & TEV_CAT) || !(ev->has & TEV_TS)) return 0;
-    if (ev->ts_ns > TS_LIMIT || ev->ts_ns < -TS_LIMIT || ev->dur_ns > DUR_LIMIT || ev->dur_ns < -DUR_LIMIT)
+    if (ev->has & TEV_BADNUM) {
+        r->badnum++; /* said in the result: a vanished event is never silent */
         return 0;
+    }
+    if ((ev->has & TEV_MEM) && (ev->has & TEV_TS) && (ev->has & TEV_NAME) && strcmp(ev->name, "[memory]") == 0)
+        return on_memory(r, ev);
+    if (!(ev->has & TEV_DUR) || !(ev->has & TEV_CAT) || !(ev->has & TEV_TS)) return 0;
+    if (ev->ts_ns > TS_LIMIT || ev->ts_ns < -TS_LIMIT || ev->dur_ns > DUR_LIMIT || ev->dur_ns < -DUR_LIMIT) {
+        r->badnum++;
+        return 0;
+    }
     /* Categories repeat: remember the last one instead of comparing names. */
     if (ev->cat_len != r->last_cat_len || memcmp(ev->cat, r->last_cat, ev->cat_len) != 0) {
         if (ev->cat_len < sizeof(r->last_cat)) {
@@ -492,18 +577,49 @@ static int on_event(void *ud, const trace_ev *ev)
     t.ts = ev->ts_ns;
     t.dur = ev->dur_ns;
     t.corr = (ev->has & TEV_CORR) ? ev->corr : -1;
-    t.stream = (ev->has & TEV_STREAM) && ev->stream >= INT32_MIN && ev->stream <= INT32_MAX
-                   ? (int32_t)ev->stream : -1;
+    t.stream = -1;
+    if ((ev->has & TEV_STREAM) && ev->stream >= INT32_MIN && ev->stream <= INT32_MAX) {
+        t.stream = (int32_t)ev->stream;
+    } else if ((ev->has & TEV_STREAM) && ev->stream > INT32_MAX && ev->stream <= (int64_t)UINT32_MAX) {
+        t.stream = (int32_t)(uint32_t)ev->stream;
+        t.flags |= F_SU32;
+    }
+    if (r->compat) {
+        /* HTA's rounding, from the literals as pandas holds them (one
+         * rounding, not ns -> double -> us): ts = ceil(ts), end = floor(ts +
+         * dur). A fractional ts means the whole file is rounded, so the
+         * rounded ts can stand; an integer ts is exact either way, and only
+         * the duration differs, kept as a delta for when the file is. */
+        double c = ceil(ev->ts_us), f = floor(ev->ts_us + ev->dur_us);
+        if (fabs(c) < 9e15 && fabs(f) < 9e15) {
+            int64_t rts = (int64_t)c * 1000, rend = (int64_t)f * 1000;
+            if (ev->has & TEV_TS_FRAC) {
+                t.ts = rts;
+                t.dur = rend - rts;
+            } else {
+                int64_t d = rend - rts - t.dur;
+                t.rdelta = (int16_t)(d < -32768 ? -32768 : d > 32767 ? 32767 : d);
+            }
+        }
+    }
     t.cat = (uint8_t)r->last_code;
     if (ev->has & TEV_TS_FRAC) t.flags |= F_TSFRAC;
     const char *nm = (ev->has & TEV_NAME) ? ev->name : "";
     size_t nl = (ev->has & TEV_NAME) ? ev->name_len : 0;
     if ((rc = st_intern(&r->names, nm, nl, &t.name))) return rc;
+    if ((ev->has & TEV_BYTES) && (t.cat == C_MEMCPY || t.cat == C_MEMSET) && ev->bytes >= 0) {
+        /* Bandwidth per kind of copy, over the whole file. */
+        nstat *e = &r->names.v[t.name];
+        e->mcount++;
+        e->mbytes = sadd(e->mbytes, ev->bytes);
+        e->mtime = sadd(e->mtime, t.dur > 0 ? t.dur : 0);
+        if (t.dur > 0 && (double)ev->bytes / (double)t.dur > e->mpeak) e->mpeak = (double)ev->bytes / (double)t.dur;
+    }
     if ((rc = thread_intern(r, (ev->has & TEV_PID) ? ev->pid : -1, (ev->has & TEV_TID) ? ev->tid : -1,
                             &t.thread)))
         return rc;
     long num;
-    if (t.stream < 0 && step_number(nm, &num)) {
+    if (rec_stream(&t) < 0 && step_number(nm, &num)) {
         if (r->nsteps >= MAX_STEPS) return TPF_ETOOBIG;
         if (r->nsteps == r->stepcap) {
             uint32_t nc = r->stepcap ? r->stepcap * 2 : 64;
@@ -512,7 +628,7 @@ static int on_event(void *ud, const trace_ev *ev)
             r->steps = ns;
             r->stepcap = nc;
         }
-        r->steps[r->nsteps++] = (tstep){num, t.ts, t.dur, t.name};
+        r->steps[r->nsteps++] = (tstep){num, t.ts, t.dur, t.name, t.rdelta};
         t.flags |= F_STEP;
     }
     r->chunk[r->nchunk++] = t;
@@ -523,6 +639,7 @@ static int on_event(void *ud, const trace_ev *ev)
 
 static void rank_free(rankst *r)
 {
+    mem_free_st(&r->mem);
     st_free(&r->names);
     free(r->threads);
     free(r->tslots);
@@ -533,14 +650,15 @@ static void rank_free(rankst *r)
     memset(r, 0, sizeof(*r));
 }
 
-static int pass_a(rankst *r, const char *path, char *err, size_t errlen)
+static int pass_a(rankst *r, const char *path, int compat, char *err, size_t errlen)
 {
     r->path = path;
+    r->compat = compat;
     buf_init(&r->names.arena, MAX_NAME_BYTES);
     r->chunk = malloc(CHUNK_RECS * sizeof(trec));
     if (!r->chunk) return TPF_ENOMEM;
     char e2[256];
-    int rc = trace_read(path, on_event, r, 0, &r->meta, e2, sizeof(e2));
+    int rc = trace_read(path, on_event, r, r->compat ? TRACE_DOUBLE : 0, &r->meta, e2, sizeof(e2));
     if (rc == TPF_ETOOBIG && !e2[0])
         snprintf(e2, sizeof(e2), "too many distinct names, threads or steps");
     if (rc == TPF_EIO && !e2[0]) snprintf(e2, sizeof(e2), "cannot write the spill file: %s", strerror(errno));
@@ -682,7 +800,32 @@ static void sweep_advance(sweep *w, int64_t to)
             }
         }
         w->t[mask] += next - w->frontier;
+        if (w->h && next > w->frontier) {
+            sweep_hist *h = w->h;
+            int r = mask & 7;
+            if (r) h->th[r] += next - w->frontier;
+            h->s[h->head] = (hslice){w->frontier, next, r};
+            h->head = (h->head + 1) % HIST_N;
+            if (h->n < HIST_N) h->n++;
+        }
         w->frontier = next;
+    }
+}
+
+/* HTA: a merged interval [s, e) with e < s takes its type off [e, s). */
+static void sweep_negative(sweep *w, int k, int64_t e, int64_t s)
+{
+    sweep_hist *h = w->h;
+    if (k > 2) return; /* OTHER is not in HTA's label sweep */
+    for (unsigned i = 0; i < h->n; i++) {
+        hslice *x = &h->s[(h->head + HIST_N - 1 - i) % HIST_N];
+        if (x->b <= e) break;
+        int64_t lo = x->a > e ? x->a : e, hi = x->b < s ? x->b : s;
+        if (hi <= lo) continue;
+        int r2 = x->r - (1 << k);
+        if (x->r > 0) h->th[x->r] -= hi - lo;
+        if (r2 > 0 && r2 < 8) h->th[r2] += hi - lo;
+        if (lo == x->a && hi == x->b) x->r = r2; /* slices are whole microseconds here */
     }
 }
 
@@ -695,6 +838,7 @@ static void sweep_add(sweep *w, int type, int64_t s, int64_t e)
         w->frontier = s;
     }
     sweep_advance(w, s);
+    if (w->h && e < s && !(w->has[k] && s <= w->e[k])) sweep_negative(w, k, e, s);
     if (w->has[k] && s <= w->e[k]) {
         if (e > w->e[k]) w->e[k] = e;
     } else {
@@ -760,6 +904,7 @@ typedef struct bstate {
     tstack *stacks;
     tr_launch launch;
     uint64_t gpu_events, unmatched;
+    seqtab seq;
 } bstate;
 
 static int step_cmp(const void *a, const void *b)
@@ -939,7 +1084,7 @@ static int cpu_nest(bstate *b, const trec *t)
             st->cap = nc;
         }
     }
-    st->f[st->n++] = (frame){t->ts, end, t->dur, 0, t->name, 0, 0, 0, 0};
+    st->f[st->n++] = (frame){t->ts, end, t->dur, 0, t->name, 0, 0, 0, 0, t->cat};
     return 0;
 }
 
@@ -964,38 +1109,114 @@ static int in_steps(const bstate *b, int32_t si)
     return n >= b->o->step_lo && n <= b->o->step_hi;
 }
 
+/* The innermost user annotation (record_function range, not ProfilerStep)
+ * around ts on a thread, or with any_op the outermost operator when there
+ * is none: name id + 1, 0 for none. Frames that ended are skipped, not
+ * popped (the caller's own event may still nest there). */
+static uint32_t scope_of(bstate *b, uint32_t thread, int64_t ts, int any_op)
+{
+    const tstack *st = &b->stacks[thread];
+    uint32_t outer = 0;
+    for (uint32_t i = st->n; i-- > 0;) {
+        const frame *f = &st->f[i];
+        if (f->end <= ts || f->ts > ts) continue;
+        if (f->cat == C_USER_ANN && strncmp(st_str(&b->r->names, f->name), "ProfilerStep", 12) != 0)
+            return f->name + 1;
+        if (f->cat == C_CPU_OP) outer = f->name + 1;
+    }
+    return any_op ? outer : 0;
+}
+
+/* Calls that enqueue work, for the queue length: HTA's list (its
+ * runtime-launch query) under --compat hta, the default launch set else. */
+static int queue_launch(bstate *b, uint32_t name)
+{
+    nstat *e = &b->r->names.v[name];
+    if (e->qlaunch < 0) {
+        static const char *const hta[] = {
+            "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync",
+            "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel", "hipExtModuleLaunchKernel",
+            "hipMemsetAsync", "hipMemcpyAsync", "hipMemcpyWithStream",
+        };
+        const char *n = st_str(&b->r->names, name);
+        int q = 0;
+        if (b->hta) {
+            for (size_t i = 0; i < sizeof(hta) / sizeof(hta[0]) && !q; i++) q = strcmp(n, hta[i]) == 0;
+        } else {
+            q = is_launch_name(n, 0) || strcmp(n, "hipMemcpyWithStream") == 0;
+        }
+        e->qlaunch = (int8_t)q;
+    }
+    return e->qlaunch;
+}
+
+static int is_device_cat(int cat) { return cat == C_KERNEL || cat == C_MEMCPY || cat == C_MEMSET || cat == C_MTIA; }
+
+/* Idle time per stream (HTA's kernel categories only): the gap before each
+ * kernel is host wait when its launch began after the previous kernel ended,
+ * else kernel wait under 30 us, else other. HTA takes the gap from the
+ * previous kernel's end as is, negative when work overlaps on the stream
+ * (DMA engines); by default overlapping work is merged, so no gap is
+ * negative. ce: the launch, or NULL. */
+static int idle_account(bstate *b, int64_t stream, int64_t ts, int64_t end, const corr_ent *ce)
+{
+    stream_st *s = stream_get(b, stream);
+    if (!s) return TPF_ETOOBIG;
+    s->kernels++;
+    if (s->has_prev) {
+        int64_t gap = ts - s->prev_end;
+        if (!b->hta && gap < 0) gap = 0;
+        if (ce && ce->ts > s->prev_end) s->host = sadd(s->host, gap);
+        else if (gap < HTA_KERNEL_WAIT_NS) s->kwait = sadd(s->kwait, gap);
+        else s->other = sadd(s->other, gap);
+    }
+    if (b->hta || !s->has_prev || end > s->prev_end) s->prev_end = end;
+    s->has_prev = 1;
+    return 0;
+}
+
 static int process(bstate *b, trec *t)
 {
+    const int64_t stream = rec_stream(t);
     rankst *r = b->r;
+    if (t->cat == C_MEMEV) /* profile_memory: allocation (+) or free (-) */
+        return mem_event(&r->mem, t->rdelta, t->ts, t->corr, scope_of(b, t->thread, t->ts, 1));
     nstat *ns = &r->names.v[t->name];
     const char *name = st_str(&r->names, t->name);
-    if (b->hta && r->any_tsfrac) {
-        /* HTA: ts = ceil(ts), end = floor(ts + dur) in float microseconds. */
-        double tsu = (double)t->ts / 1000.0, du = (double)t->dur / 1000.0;
-        double c = ceil(tsu), f = floor(tsu + du);
-        t->ts = (int64_t)c * 1000;
-        t->dur = (int64_t)f * 1000 - t->ts;
-    }
+    /* HTA rounds when any ts of the file is fractional (pass A kept the
+     * rounded duration as a delta). */
+    if (b->hta && r->any_tsfrac) t->dur += t->rdelta;
     b->now = t->ts;
     if (ns->sync < 0) ns->sync = strcmp(name, "Event Sync") == 0 || strcmp(name, "Context Sync") == 0;
-    int hta_gpu = (t->stream >= 0 && t->corr >= 0) || ns->sync;
+    int hta_gpu = (stream >= 0 && t->corr >= 0) || ns->sync;
     int gpu = b->hta ? hta_gpu
-                     : t->stream >= 0 && (t->cat == C_KERNEL || t->cat == C_MEMCPY ||
-                                          t->cat == C_MEMSET || t->cat == C_MTIA);
+                     : stream >= 0 && is_device_cat(t->cat);
     if (!gpu) {
         int32_t si = step_of(b, t->ts);
         int kept = b->trim ? t->ts < b->cutoff : 1;
         if (ns->launch == 0) ns->launch = is_launch_name(name, b->hta) ? 1 : no_device_work(name) ? 3 : 2;
+        if (t->cat == C_GPU_ANN) {
+            ns->gann_n++;
+            ns->gann = sadd(ns->gann, t->dur);
+        }
+        if (t->cat == C_USER_ANN) ns->is_ann = 1;
         if (t->corr != -1 && (!b->hta || !hta_gpu) && ns->launch != 3) {
-            corr_ent e = {t->corr, t->ts, t->dur, t->name, si, (uint8_t)kept, 0};
+            corr_ent e = {t->corr, t->ts, t->dur, t->name, si, (uint8_t)kept, 0,
+                          scope_of(b, t->thread, t->ts, 0)};
             int rc = corr_put(b, &e);
             if (rc) return rc;
         }
         if (!kept || !in_steps(b, si)) return 0;
-        if (b->hta && t->stream != -1) {
-            /* HTA puts any kept row with a stream into the GPU set (triton). */
+        if (b->hta && stream != -1) {
+            /* HTA puts any kept row with a stream into the GPU set (triton),
+             * and device rows with no correlation (MTIA DMA) into the idle
+             * analysis too, with no launch to join. */
             if (ns->ktype < 0) ns->ktype = (int8_t)(b->hta == 2 ? ktype_hta06(name) : ktype_hta(name));
             sweep_add(&b->all, ns->ktype, t->ts, t->ts + t->dur);
+            if (is_device_cat(t->cat)) {
+                int rc = idle_account(b, stream, t->ts, t->ts + t->dur, NULL);
+                if (rc) return rc;
+            }
         }
         if (t->cat == C_CPU_OP || t->cat == C_USER_ANN || t->cat == C_RUNTIME || t->cat == C_DRIVER)
             return cpu_nest(b, t);
@@ -1008,7 +1229,7 @@ static int process(bstate *b, trec *t)
     if (b->trim && !(ce && ce->kept)) return 0;
     if (!in_steps(b, si)) return 0;
     if (!ce) b->unmatched++;
-    if (t->stream == -1) return 0; /* device-wide sync rows: not on a stream */
+    if (stream == -1) return 0; /* device-wide sync rows: not on a stream */
     b->gpu_events++;
     if (ns->ktype < 0)
         ns->ktype = (int8_t)(b->hta == 2 ? ktype_hta06(name)
@@ -1026,19 +1247,17 @@ static int process(bstate *b, trec *t)
         sweep_add(&b->ssw[si], ns->ktype, t->ts, end);
         b->skern[si]++;
     }
-    /* Idle time per stream (HTA's kernel categories only). */
-    if (t->cat == C_KERNEL || t->cat == C_MEMCPY || t->cat == C_MEMSET || t->cat == C_MTIA) {
-        stream_st *s = stream_get(b, t->stream);
-        if (!s) return TPF_ETOOBIG;
-        s->kernels++;
-        if (s->has_prev) {
-            int64_t gap = t->ts - s->prev_end;
-            if (ce && ce->ts > s->prev_end) s->host = sadd(s->host, gap);
-            else if (gap < HTA_KERNEL_WAIT_NS) s->kwait = sadd(s->kwait, gap);
-            else s->other = sadd(s->other, gap);
-        }
-        s->has_prev = 1;
-        s->prev_end = end;
+    if (is_device_cat(t->cat)) {
+        int rc = idle_account(b, stream, t->ts, end, ce);
+        if (rc) return rc;
+        stream_st *s = stream_get(b, stream);
+        if (s && ns->ktype == KT_COMP && (rc = seq_add(&b->seq, &s->ring, t->name, t->dur))) return rc;
+        if (s && ce && queue_launch(b, ce->name) && (rc = queue_add(&s->q, ce->ts, t->ts))) return rc;
+    }
+    if (ce && ce->ann) {
+        nstat *an = &r->names.v[ce->ann - 1];
+        an->akern++;
+        an->agpu = sadd(an->agpu, t->dur);
     }
     if (ce) {
         nstat *ln = &r->names.v[ce->name];
@@ -1123,6 +1342,146 @@ nomem:
     return TPF_ENOMEM;
 }
 
+static int seq_cmp(const void *a, const void *b)
+{
+    const seq_ent *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    if (x->total != y->total) return x->total > y->total ? -1 : 1;
+    return memcmp(x->ids, y->ids, sizeof(x->ids));
+}
+
+static int queue_cmp(const void *a, const void *b)
+{
+    const tr_queue *x = a, *y = b;
+    return x->stream < y->stream ? -1 : x->stream > y->stream;
+}
+
+static int memcat_cmp(const void *a, const void *b)
+{
+    const tr_memcat *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev - y->dev;
+    if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* The tables of trace_extra.h for one rank, top k rows each. */
+static int collect_extras(bstate *b, tr_rank *out, int k)
+{
+    rankst *r = b->r;
+    strtab *t = &r->names;
+    keyidx *ki = malloc((size_t)(t->n ? t->n : 1) * sizeof(*ki));
+    if (!ki) return TPF_ENOMEM;
+    int rc = TPF_ENOMEM;
+    /* annotations by GPU kernel time, then by GPU range time */
+    size_t n = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        if ((t->v[i].is_ann || t->v[i].gann_n) && strncmp(st_str(t, i), "ProfilerStep", 12) != 0)
+            ki[n++] = (keyidx){t->v[i].agpu ? t->v[i].agpu : t->v[i].gann, i};
+    qsort(ki, n, sizeof(*ki), keyidx_cmp);
+    size_t m = n < (size_t)k ? n : (size_t)k;
+    out->anns = calloc(m ? m : 1, sizeof(tr_ann));
+    if (!out->anns) goto done;
+    for (size_t i = 0; i < m; i++) {
+        const nstat *e = &t->v[ki[i].id];
+        tr_ann *a = &out->anns[i];
+        if (!(a->name = dupstr(st_str(t, ki[i].id)))) goto done;
+        a->ranges = e->ccount ? e->ccount : e->gann_n;
+        a->cpu = e->ctotal;
+        a->kernels = e->akern;
+        a->gpu = e->agpu;
+        a->gpu_ann = e->gann;
+        out->nanns = i + 1;
+    }
+    /* memory copies by bytes */
+    n = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        if (t->v[i].mcount) ki[n++] = (keyidx){t->v[i].mbytes, i};
+    qsort(ki, n, sizeof(*ki), keyidx_cmp);
+    m = n < (size_t)k ? n : (size_t)k;
+    out->bws = calloc(m ? m : 1, sizeof(tr_bw));
+    if (!out->bws) goto done;
+    for (size_t i = 0; i < m; i++) {
+        const nstat *e = &t->v[ki[i].id];
+        tr_bw *w = &out->bws[i];
+        if (!(w->name = dupstr(st_str(t, ki[i].id)))) goto done;
+        w->count = e->mcount;
+        w->bytes = e->mbytes;
+        w->time = e->mtime;
+        w->peak = e->mpeak;
+        out->nbws = i + 1;
+    }
+    /* kernel sequences by count */
+    out->seq_len = b->seq.len;
+    out->seq_dropped = b->seq.dropped;
+    qsort(b->seq.v, b->seq.n, sizeof(seq_ent), seq_cmp);
+    m = b->seq.n < (uint32_t)k ? b->seq.n : (size_t)k;
+    out->seqs = calloc(m ? m : 1, sizeof(tr_seq));
+    if (!out->seqs) goto done;
+    for (size_t i = 0; i < m; i++) {
+        const seq_ent *e = &b->seq.v[i];
+        if (e->count < 2) break; /* once is not a pattern */
+        tr_seq *q = &out->seqs[i];
+        out->nseqs = i + 1;
+        q->count = e->count;
+        q->total = e->total;
+        for (int j = 0; j < b->seq.len; j++)
+            if (!(q->names[j] = dupstr(st_str(t, e->ids[j])))) goto done;
+    }
+    /* queue length per stream */
+    out->queues = calloc(b->nstreams_used ? b->nstreams_used : 1, sizeof(tr_queue));
+    if (!out->queues) goto done;
+    for (uint32_t i = 0; i < MAX_STREAMS; i++) {
+        const stream_st *s = &b->streams[i];
+        if (!s->used || !s->q.max) continue;
+        tr_queue *q = &out->queues[out->nqueues++];
+        q->stream = s->stream;
+        q->kernels = s->kernels;
+        q->max = s->q.max;
+        q->mean = s->q.last > s->q.first ? (double)s->q.area / (double)(s->q.last - s->q.first) : 0.0;
+    }
+    qsort(out->queues, out->nqueues, sizeof(tr_queue), queue_cmp);
+    /* memory timeline */
+    mem_st *ms = &r->mem;
+    out->mem = calloc(ms->ndev ? (size_t)ms->ndev : 1, sizeof(tr_memdev));
+    out->memcats = calloc(ms->ncats ? ms->ncats : 1, sizeof(tr_memcat));
+    if (!out->mem || !out->memcats) goto done;
+    for (int i = 0; i < ms->ndev; i++) {
+        const mem_dev *d = &ms->dev[i];
+        tr_memdev *o = &out->mem[out->nmem++];
+        o->key = d->key;
+        o->peak = d->peak;
+        o->peak_ts = d->peak_ts;
+        o->reserved_peak = d->reserved_peak;
+        o->allocs = d->allocs;
+        o->frees = d->frees;
+        o->alloc_bytes = d->alloc_bytes;
+        o->free_bytes = d->free_bytes;
+        if (d->peak_cat && !(o->peak_cat = dupstr(st_str(t, d->peak_cat - 1)))) goto done;
+    }
+    for (uint32_t i = 0; i < ms->ncats; i++) {
+        tr_memcat *c = &out->memcats[out->nmemcats];
+        if (!(c->name = dupstr(st_str(t, ms->cats[i].cat - 1)))) goto done;
+        c->dev = ms->cats[i].dev;
+        c->bytes = ms->cats[i].bytes;
+        c->count = ms->cats[i].count;
+        out->nmemcats++;
+    }
+    qsort(out->memcats, out->nmemcats, sizeof(tr_memcat), memcat_cmp);
+    { /* top k per device */
+        size_t w = 0;
+        for (size_t i = 0, run = 0; i < out->nmemcats; i++) {
+            run = (i && out->memcats[i].dev == out->memcats[i - 1].dev) ? run + 1 : 0;
+            if (run < (size_t)k) out->memcats[w++] = out->memcats[i];
+            else free(out->memcats[i].name);
+        }
+        out->nmemcats = w;
+    }
+    rc = 0;
+done:
+    free(ki);
+    return rc;
+}
+
 static int stream_cmp(const void *a, const void *b)
 {
     const tr_stream *x = a, *y = b;
@@ -1144,6 +1503,9 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
     b.ssw = calloc(ns ? ns : 1, sizeof(sweep));
     b.skern = calloc(ns ? ns : 1, sizeof(uint64_t));
     b.slaunch = calloc(ns ? ns : 1, sizeof(tr_launch));
+    sweep_hist hist;
+    memset(&hist, 0, sizeof(hist));
+    if (b.hta) b.all.h = &hist;
     b.ccap = 1024;
     b.cmap = malloc(b.ccap * sizeof(corr_ent));
     b.streams = calloc(MAX_STREAMS, sizeof(stream_st));
@@ -1153,15 +1515,10 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
         goto out;
     }
     for (uint32_t i = 0; i < b.ccap; i++) b.cmap[i].corr = -1;
+    if ((rc = seq_init(&b.seq, o->seq_len > 0 ? o->seq_len : 3))) goto out;
     if (ns) memcpy(b.ssorted, r->steps, ns * sizeof(tstep));
-    if (b.hta && r->any_tsfrac) {
-        for (uint32_t i = 0; i < ns; i++) {
-            double tsu = (double)b.ssorted[i].ts / 1000.0, du = (double)b.ssorted[i].dur / 1000.0;
-            int64_t c = (int64_t)ceil(tsu) * 1000;
-            b.ssorted[i].dur = (int64_t)floor(tsu + du) * 1000 - c;
-            b.ssorted[i].ts = c;
-        }
-    }
+    if (b.hta && r->any_tsfrac)
+        for (uint32_t i = 0; i < ns; i++) b.ssorted[i].dur += b.ssorted[i].rdelta;
     qsort(b.ssorted, ns, sizeof(tstep), step_cmp);
     if (trim && ns) {
         b.trim = 1;
@@ -1198,7 +1555,7 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
                 int mm = (q & 1 ? KT_COMP : 0) | (q & 2 ? KT_COMM : 0) | (q & 4 ? KT_MEM : 0);
                 if (mm == mk) v += b.all.t[q];
             }
-            out->label_time[mk] = v;
+            out->label_time[mk] = b.hta ? hist.th[mk] : v;
         }
     }
     out->launch = b.launch;
@@ -1234,6 +1591,7 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
         d->launch = b.slaunch[i];
     }
     rc = collect_tops(r, out, o->top_k > 0 ? o->top_k : 10);
+    if (!rc) rc = collect_extras(&b, out, o->top_k > 0 ? o->top_k : 10);
 out:
     if (rc == TPF_EIO) snprintf(err, errlen, "%s: cannot read back the spill file", r->path);
     else if (rc == TPF_ETOOBIG) snprintf(err, errlen, "%s: more than %d GPU streams", r->path, MAX_STREAMS);
@@ -1242,7 +1600,10 @@ out:
     if (b.stacks)
         for (uint32_t i = 0; i < r->nthreads; i++) free(b.stacks[i].f);
     free(b.stacks);
+    if (b.streams)
+        for (uint32_t i = 0; i < MAX_STREAMS; i++) queue_free(&b.streams[i].q);
     free(b.streams);
+    seq_free(&b.seq);
     free(b.cmap);
     free(b.slaunch);
     free(b.skern);
@@ -1315,10 +1676,73 @@ void trace_result_free(trace_result *r)
         free(k->ops_total);
         free(k->streams);
         free(k->steps);
+        trace_extra_rank_free(k);
     }
     free(r->ranks);
     free(r->stragglers);
+    for (size_t i = 0; i < r->nwarnings; i++) free(r->warnings[i]);
+    free(r->warnings);
     free(r);
+}
+
+/* ---- ranks in parallel ---------------------------------------------------- */
+
+/* Ranks are independent: pass A over all files, then (after HTA's trim
+ * decision, which needs every file's steps) pass B, each on a pool of
+ * threads taking the next file; every rank's state is its own. */
+typedef struct pool {
+    rankst *rs;
+    const char *const *paths;
+    const trace_opts *o;
+    tr_rank *outs;
+    int *sel, *rcs;
+    char (*errs)[512];
+    int n, trim, phase, next;
+} pool;
+
+static void *pool_main(void *arg)
+{
+    pool *p = arg;
+    for (;;) {
+        int i = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
+        if (i >= p->n) return NULL;
+        if (p->phase == 0) {
+            p->rcs[i] = pass_a(&p->rs[i], p->paths[i], p->o->compat_hta, p->errs[i], sizeof(p->errs[i]));
+        } else if (p->sel[i]) {
+            p->rcs[i] = pass_b(&p->rs[i], p->o, p->trim, &p->outs[i], p->errs[i], sizeof(p->errs[i]));
+            rank_free(&p->rs[i]); /* what stays is the summary */
+        }
+    }
+}
+
+int trace_jobs(const trace_opts *o, int n)
+{
+    long j = o->jobs;
+    if (j <= 0) j = sysconf(_SC_NPROCESSORS_ONLN);
+    if (j < 1) j = 1;
+    if (j > TRACE_MAX_JOBS) j = TRACE_MAX_JOBS;
+    if (j > n) j = n;
+    return (int)j;
+}
+
+/* Run one phase over all files; the first failing file's error (by file
+ * order, so the message does not depend on scheduling) is returned. */
+static int pool_run(pool *p, int phase, int jobs, char *err, size_t errlen)
+{
+    pthread_t th[TRACE_MAX_JOBS];
+    int started = 0;
+    p->phase = phase;
+    p->next = 0;
+    for (int k = 1; k < jobs; k++)
+        if (pthread_create(&th[started], NULL, pool_main, p) == 0) started++;
+    pool_main(p); /* the caller works too; with no thread it does it all */
+    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+    for (int i = 0; i < p->n; i++)
+        if (p->rcs[i]) {
+            snprintf(err, errlen, "%s", p->errs[i]);
+            return p->rcs[i];
+        }
+    return 0;
 }
 
 static int rank_cmp(const void *a, const void *b)
@@ -1346,10 +1770,20 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
     }
     res->opts = *opts;
     res->ranks = calloc((size_t)n, sizeof(tr_rank));
-    int rc = res->ranks ? 0 : TPF_ENOMEM;
+    pool pl;
+    memset(&pl, 0, sizeof(pl));
+    pl.rs = rs;
+    pl.paths = paths;
+    pl.o = opts;
+    pl.n = n;
+    pl.sel = calloc((size_t)n, sizeof(int));
+    pl.rcs = calloc((size_t)n, sizeof(int));
+    pl.errs = calloc((size_t)n, sizeof(*pl.errs));
+    int rc = res->ranks && pl.sel && pl.rcs && pl.errs ? 0 : TPF_ENOMEM;
+    int jobs = trace_jobs(opts, n);
     /* Pass A over every file first: HTA trims the last step only when the
      * traces together name at least two distinct ProfilerSteps. */
-    for (int i = 0; i < n && !rc; i++) rc = pass_a(&rs[i], paths[i], err, errlen);
+    if (!rc) rc = pool_run(&pl, 0, jobs, err, errlen);
     int trim = 0;
     if (!rc && opts->compat_hta) {
         long first = 0;
@@ -1360,8 +1794,10 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
                 else if (rs[i].steps[j].num != first) { trim = 1; break; }
             }
     }
+    long step_min = 0, step_max = 0;
+    int have_steps = 0, steps_in_range = 0;
     for (int i = 0; i < n && !rc; i++) {
-        tr_rank *k = &res->ranks[res->nranks];
+        tr_rank *k = &res->ranks[i];
         long rank = rs[i].meta.has_rank ? rs[i].meta.rank : trace_rank_from_name(paths[i]);
         k->rank_from = rs[i].meta.has_rank ? "distributedInfo" : rank >= 0 ? "file name" : "order";
         if (rank < 0) rank = i;
@@ -1369,28 +1805,66 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
             rank_free(&rs[i]);
             continue;
         }
+        pl.sel[i] = 1;
         k->rank = rank;
         k->path = dupstr(paths[i]);
+        if (!k->path) rc = TPF_ENOMEM;
         k->bytes = rs[i].meta.bytes;
         k->events = rs[i].meta.events;
         k->records = rs[i].nrec;
         k->array_form = rs[i].meta.array_form;
         k->unterminated = rs[i].meta.unterminated;
-        res->nranks++;
-        if (!k->path) rc = TPF_ENOMEM;
-        else rc = pass_b(&rs[i], opts, trim, k, err, errlen);
-        rank_free(&rs[i]);
+        k->bad_numbers = rs[i].badnum;
+        for (uint32_t j = 0; j < rs[i].nsteps; j++) {
+            long sn = rs[i].steps[j].num;
+            if (!have_steps || sn < step_min) step_min = sn;
+            if (!have_steps || sn > step_max) step_max = sn;
+            have_steps = 1;
+            if (sn >= opts->step_lo && sn <= opts->step_hi) steps_in_range = 1;
+        }
     }
+    pl.trim = trim;
+    pl.outs = res->ranks;
+    if (!rc) rc = pool_run(&pl, 1, jobs, err, errlen);
+    /* Keep the selected ranks, in file order (sorted by rank below). */
+    for (int i = 0; res->ranks && i < n; i++) {
+        if (pl.sel[i]) res->ranks[res->nranks++] = res->ranks[i];
+        else free(res->ranks[i].path);
+    }
+    free(pl.sel);
+    free(pl.rcs);
+    free(pl.errs);
     for (int i = 0; i < n; i++) rank_free(&rs[i]);
     free(rs);
     if (!rc && opts->has_rank && res->nranks == 0) {
         snprintf(err, errlen, "no trace of rank %ld among the %d file(s)", opts->rank, n);
         rc = TPF_EINVAL;
     }
+    if (!rc && opts->has_steps && !steps_in_range) {
+        /* Say what the traces have, not "no GPU activity". */
+        if (have_steps)
+            snprintf(err, errlen, "no steps in that range: --steps %ld:%ld, the trace%s%ld..%ld",
+                     opts->step_lo, opts->step_hi, n > 1 ? "s have ProfilerStep#" : " has ProfilerStep#",
+                     step_min, step_max);
+        else
+            snprintf(err, errlen, "no steps in that range: --steps %ld:%ld, the trace%s no ProfilerStep#N",
+                     opts->step_lo, opts->step_hi, n > 1 ? "s name" : " names");
+        rc = TPF_EINVAL;
+    }
     if (!rc) {
         qsort(res->ranks, (size_t)res->nranks, sizeof(tr_rank), rank_cmp);
         rc = find_stragglers(res);
     }
+    /* Two files that claim one rank: usually a directory holding two runs. */
+    for (int i = 1; !rc && i < res->nranks; i++)
+        if (res->ranks[i].rank == res->ranks[i - 1].rank)
+            rc = trace_warn(res, "rank %ld claimed by two files (%s from %s, %s from %s): analysed both as rank %ld",
+                            res->ranks[i].rank, res->ranks[i - 1].path, res->ranks[i - 1].rank_from,
+                            res->ranks[i].path, res->ranks[i].rank_from, res->ranks[i].rank);
+    for (int i = 0; !rc && i < res->nranks; i++)
+        if (res->ranks[i].bad_numbers)
+            rc = trace_warn(res, "%s: %llu event(s) skipped: a ts or dur out of range (such as 1e999)",
+                            res->ranks[i].path, (unsigned long long)res->ranks[i].bad_numbers);
     if (rc) {
         if (err && errlen && !err[0]) snprintf(err, errlen, "%s", tpf_strerror(rc));
         trace_result_free(res);
@@ -1398,4 +1872,221 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
     }
     *out = res;
     return 0;
+}
+
+size_t trace_result_warnings(const trace_result *r, const char *const **lines)
+{
+    *lines = (const char *const *)r->warnings;
+    return r->nwarnings;
+}
+
+int trace_warn(trace_result *r, const char *fmt, ...)
+{
+    if (r->nwarnings >= 64) return 0;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    char **nw = realloc(r->warnings, (r->nwarnings + 1) * sizeof(*nw));
+    if (!nw) return TPF_ENOMEM;
+    r->warnings = nw;
+    if (!(nw[r->nwarnings] = dupstr(line))) return TPF_ENOMEM;
+    r->nwarnings++;
+    return 0;
+}
+
+/* ---- one window's events (critical path) --------------------------------- */
+
+static int tw_kind(int cat)
+{
+    switch (cat) {
+    case C_CPU_OP: return TW_CPU; /* user annotations are ranges, not work (as HTA) */
+    case C_RUNTIME: case C_DRIVER: return TW_RUNTIME;
+    case C_KERNEL: case C_MTIA: return TW_KERNEL;
+    case C_MEMCPY: return TW_MEMCPY;
+    case C_MEMSET: return TW_MEMSET;
+    case C_SYNC: return TW_SYNC;
+    default: return TW_OTHER;
+    }
+}
+
+void trace_window_free(tr_window *w)
+{
+    free(w->ev);
+    free(w->arena);
+    free(w->noff);
+    free(w->threads);
+    memset(w, 0, sizeof(*w));
+}
+
+/* Correlation ids launched inside the window (open addressing, grows). */
+typedef struct cset {
+    int64_t *v;
+    size_t n, cap;
+} cset;
+
+static int cset_add(cset *s, int64_t c)
+{
+    if ((s->n + 1) * 2 > s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 1024;
+        int64_t *nv = malloc(nc * sizeof(*nv));
+        if (!nv) return TPF_ENOMEM;
+        for (size_t i = 0; i < nc; i++) nv[i] = -1;
+        for (size_t i = 0; i < s->cap; i++) {
+            if (s->v[i] == -1) continue;
+            size_t j = corr_hash(s->v[i]) & (nc - 1);
+            while (nv[j] != -1) j = (j + 1) & (nc - 1);
+            nv[j] = s->v[i];
+        }
+        free(s->v);
+        s->v = nv;
+        s->cap = nc;
+    }
+    size_t j = corr_hash(c) & (s->cap - 1);
+    while (s->v[j] != -1) {
+        if (s->v[j] == c) return 0;
+        j = (j + 1) & (s->cap - 1);
+    }
+    s->v[j] = c;
+    s->n++;
+    return 0;
+}
+
+static int cset_has(const cset *s, int64_t c)
+{
+    if (!s->cap) return 0;
+    size_t j = corr_hash(c) & (s->cap - 1);
+    while (s->v[j] != -1) {
+        if (s->v[j] == c) return 1;
+        j = (j + 1) & (s->cap - 1);
+    }
+    return 0;
+}
+
+int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err, size_t errlen)
+{
+    memset(w, 0, sizeof(*w));
+    rankst r;
+    memset(&r, 0, sizeof(r));
+    merger m;
+    memset(&m, 0, sizeof(m));
+    cset cs = {0};
+    int rc = pass_a(&r, path, 0, err, errlen);
+    if (rc) goto out;
+    trec t;
+    int found = 0;
+    if (sel->ann) {
+        /* the index-th range of that annotation, in time order; a name that
+         * no range has exactly matches as a part of names (HTA:
+         * "ProfilerStep" stands for every ProfilerStep#N) */
+        long k = 0;
+        int exact = 0;
+        for (uint32_t i = 0; i < r.names.n && !exact; i++) exact = strcmp(st_str(&r.names, i), sel->ann) == 0;
+        if ((rc = merger_open(&m, &r))) goto io;
+        while ((rc = merger_next(&m, &t)) > 0) {
+            if (t.cat != C_USER_ANN) continue;
+            const char *an = st_str(&r.names, t.name);
+            if (exact ? strcmp(an, sel->ann) != 0 : !strstr(an, sel->ann)) continue;
+            if (k++ == sel->ann_index) {
+                w->lo = t.ts;
+                w->hi = t.ts + t.dur;
+                found = 1;
+                break;
+            }
+        }
+        merger_close(&m);
+        memset(&m, 0, sizeof(m));
+        if (rc < 0) goto io;
+        if (!found) {
+            snprintf(err, errlen, "%s: no range #%ld of annotation '%s' (it occurs %ld time%s)", path,
+                     sel->ann_index, sel->ann, k, k == 1 ? "" : "s");
+            rc = TPF_EINVAL;
+            goto out;
+        }
+        snprintf(w->what, sizeof(w->what), "%.200s #%ld", sel->ann, sel->ann_index);
+    } else if (r.nsteps) {
+        tstep *s = NULL;
+        qsort(r.steps, r.nsteps, sizeof(tstep), step_cmp);
+        if (sel->has_step) {
+            for (uint32_t i = 0; i < r.nsteps; i++)
+                if (r.steps[i].num == sel->step) s = &r.steps[i];
+            if (!s) {
+                snprintf(err, errlen, "no steps in that range: %s has ProfilerStep#%ld..%ld, not #%ld", path,
+                         r.steps[0].num, r.steps[r.nsteps - 1].num, sel->step);
+                rc = TPF_EINVAL;
+                goto out;
+            }
+        } else {
+            s = &r.steps[r.nsteps >= 2 ? r.nsteps - 2 : 0];
+        }
+        w->lo = s->ts;
+        w->hi = s->ts + s->dur;
+        snprintf(w->what, sizeof(w->what), "ProfilerStep#%ld", s->num);
+    } else if (sel->has_step) {
+        snprintf(err, errlen, "no steps in that range: %s names no ProfilerStep#N", path);
+        rc = TPF_EINVAL;
+        goto out;
+    } else {
+        w->lo = INT64_MIN;
+        w->hi = INT64_MAX;
+        snprintf(w->what, sizeof(w->what), "the whole trace");
+    }
+    /* Collect: CPU events inside the window, then the device work whose
+     * launch is among them (it may run after the window ends). */
+    size_t cap = 0;
+    if ((rc = merger_open(&m, &r))) goto io;
+    while ((rc = merger_next(&m, &t)) > 0) {
+        int kind = tw_kind(t.cat);
+        int64_t stream = rec_stream(&t);
+        int device = (kind == TW_KERNEL || kind == TW_MEMCPY || kind == TW_MEMSET) && stream >= 0;
+        if (t.cat == C_MEMEV || kind == TW_OTHER) continue;
+        /* device kinds without a stream are not device work: CPU side, ignored */
+        if (!device && kind != TW_SYNC && kind != TW_CPU && kind != TW_RUNTIME) continue;
+        if (device || kind == TW_SYNC) {
+            if (t.corr < 0 || !cset_has(&cs, t.corr)) continue;
+        } else {
+            if (t.ts < w->lo || t.ts + t.dur > w->hi) continue;
+            if (kind == TW_RUNTIME && t.corr >= 0 && (rc = cset_add(&cs, t.corr))) goto out;
+        }
+        if (w->n >= TW_MAX_EVENTS) {
+            snprintf(err, errlen, "%s: %s has more than %u events: choose a shorter range", path, w->what,
+                     TW_MAX_EVENTS);
+            rc = TPF_ETOOBIG;
+            goto out;
+        }
+        if (w->n == cap) {
+            size_t nc = cap ? cap * 2 : 4096;
+            tw_ev *nv = realloc(w->ev, nc * sizeof(*nv));
+            if (!nv) { rc = TPF_ENOMEM; goto out; }
+            w->ev = nv;
+            cap = nc;
+        }
+        w->ev[w->n++] = (tw_ev){t.ts, t.dur, t.corr, stream, t.name, t.thread, (uint8_t)kind};
+    }
+    if (rc < 0) goto io;
+    rc = 0;
+    /* names and threads outlive the rank state */
+    w->nnames = r.names.n;
+    w->noff = malloc((r.names.n ? r.names.n : 1) * sizeof(uint32_t));
+    w->arena = malloc(r.names.arena.len ? r.names.arena.len : 1);
+    w->nthreads = r.nthreads;
+    w->threads = malloc((r.nthreads ? r.nthreads : 1) * sizeof(*w->threads));
+    if (!w->noff || !w->arena || !w->threads) { rc = TPF_ENOMEM; goto out; }
+    memcpy(w->arena, r.names.arena.data, r.names.arena.len);
+    for (uint32_t i = 0; i < r.names.n; i++) w->noff[i] = r.names.v[i].off;
+    for (uint32_t i = 0; i < r.nthreads; i++) {
+        w->threads[i][0] = r.threads[i].pid;
+        w->threads[i][1] = r.threads[i].tid;
+    }
+    goto out;
+io:
+    if (rc < 0 && !err[0]) snprintf(err, errlen, "%s: cannot read back the spill file", path);
+out:
+    if (rc && rc != TPF_EINVAL && !err[0]) snprintf(err, errlen, "%s: %s", path, tpf_strerror(rc));
+    merger_close(&m);
+    free(cs.v);
+    rank_free(&r);
+    if (rc) trace_window_free(w);
+    return rc;
 }

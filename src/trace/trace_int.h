@@ -43,6 +43,49 @@ typedef struct tr_step {
     tr_launch launch;
 } tr_step;
 
+/* GPU time per user annotation (record_function): kernels launched while it
+ * was the innermost annotation on the launching thread, and the time of the
+ * matching gpu_user_annotation ranges. */
+typedef struct tr_ann {
+    char *name;
+    uint64_t ranges, kernels;
+    int64_t cpu, gpu, gpu_ann;
+} tr_ann;
+
+typedef struct tr_seq {
+    char *names[8];         /* SEQ_MAX_LEN */
+    uint64_t count;
+    int64_t total;
+} tr_seq;
+
+typedef struct tr_queue {
+    int64_t stream;
+    uint64_t kernels;
+    uint32_t max;
+    double mean;            /* time-weighted over the stream's span */
+} tr_queue;
+
+typedef struct tr_bw {
+    char *name;
+    uint64_t count;
+    int64_t bytes, time;
+    double peak;            /* GB/s of the fastest copy */
+} tr_bw;
+
+typedef struct tr_memdev {
+    int64_t key;            /* device type << 8 | (id + 1) */
+    int64_t peak, peak_ts, reserved_peak, alloc_bytes, free_bytes;
+    uint64_t allocs, frees;
+    char *peak_cat;         /* annotation/op innermost at the peak, or NULL */
+} tr_memdev;
+
+typedef struct tr_memcat {
+    char *name;
+    int dev;                /* index into mem */
+    int64_t bytes;
+    uint64_t count;
+} tr_memcat;
+
 typedef struct tr_rank {
     char *path;
     long rank;
@@ -50,6 +93,7 @@ typedef struct tr_rank {
     uint64_t bytes, events, records;
     int array_form, unterminated, ts_rounded, trimmed;
     uint64_t gpu_events, unmatched;
+    uint64_t bad_numbers;   /* events dropped: ts/dur out of range (1e999) */
     int64_t kernel_time, idle, compute, non_compute, busy;
     int64_t label_time[8];  /* by mask of KT_COMP|KT_COMM|KT_MEM */
     int64_t comm_total, overlap;
@@ -62,6 +106,20 @@ typedef struct tr_rank {
     size_t nstreams;
     tr_step *steps;
     size_t nsteps;
+    tr_ann *anns;
+    size_t nanns;
+    tr_seq *seqs;
+    size_t nseqs;
+    int seq_len;
+    uint64_t seq_dropped;
+    tr_queue *queues;
+    size_t nqueues;
+    tr_bw *bws;
+    size_t nbws;
+    tr_memdev *mem;
+    size_t nmem;
+    tr_memcat *memcats;
+    size_t nmemcats;
 } tr_rank;
 
 typedef struct tr_straggler {
@@ -75,6 +133,58 @@ struct trace_result {
     int nranks;
     tr_straggler *stragglers;
     size_t nstragglers;
+    char **warnings;        /* one line each, e.g. two files of one rank */
+    size_t nwarnings;
 };
+
+/* Append a warning line to r (at most 64 are kept). 0 or TPF_ENOMEM. */
+int trace_warn(trace_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- one iteration's events, for the critical path (trace_cpath.c) ---- */
+
+enum { TW_CPU = 0, TW_RUNTIME, TW_KERNEL, TW_MEMCPY, TW_MEMSET, TW_SYNC, TW_OTHER };
+
+typedef struct tw_ev {
+    int64_t ts, dur, corr, stream;
+    uint32_t name, thread;
+    uint8_t kind;           /* TW_* */
+} tw_ev;
+
+typedef struct tr_window {
+    tw_ev *ev;              /* time order (ts, then longer first) */
+    size_t n;
+    char *arena;            /* names: arena + noff[id] */
+    uint32_t *noff;
+    uint32_t nnames;
+    int64_t (*threads)[2];  /* pid, tid per thread id */
+    uint32_t nthreads;
+    int64_t lo, hi;         /* the window, ns */
+    char what[256];         /* "ProfilerStep#5", "[param|...] #1", "the whole trace" */
+} tr_window;
+
+/* What to take: a ProfilerStep number (has_step), the index-th range of a
+ * user annotation (ann), or by default the last step but one (the last is
+ * often cut short), or the whole trace without steps. */
+typedef struct tw_select {
+    int has_step;
+    long step;
+    const char *ann;
+    long ann_index;
+} tw_select;
+
+#define TW_MAX_EVENTS (4u << 20)
+
+/* The events of one window of path: CPU events inside it and the GPU work
+ * they launched (joined by correlation). 0, or an error with err set.
+ * *w owned by the caller: trace_window_free. */
+int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err, size_t errlen);
+void trace_window_free(tr_window *w);
+
+/* trace_extra.c: render the annotation, sequence, queue, bandwidth and
+ * memory tables of a rank. */
+struct jw;
+void trace_extra_json(struct jw *w, const tr_rank *k);
+void trace_extra_text(buf *o, const tr_rank *k, int md, int color);
+void trace_extra_rank_free(tr_rank *k);
 
 #endif

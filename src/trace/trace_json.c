@@ -51,6 +51,7 @@ typedef struct jsrc {
     char *err;
     size_t errlen;
     int capturing;          /* raw capture wanted (merge) */
+    int doubles;            /* TRACE_DOUBLE */
     int cap_on;             /* inside an event while capturing */
     size_t cap_from;
     buf cap;
@@ -583,7 +584,16 @@ static int js_time(jsrc *s, trace_ev *ev, unsigned bit, int64_t *dst, size_t *of
         if (rc == TPF_EFORMAT) return js_bad_number(s, at);
         if (rc == 0) {
             ev->has |= bit;
-            if (frac && bit == TEV_TS) ev->has |= TEV_TS_FRAC;
+            if (frac) ev->has |= bit == TEV_TS ? TEV_TS_FRAC : TEV_DUR_FRAC;
+            if (s->doubles) {
+                /* An integer literal is a whole number of microseconds, exact
+                 * in a double; a fraction is read as Python reads it. */
+                double d = frac ? strtod(nb, NULL) : (double)(*dst / 1000);
+                if (bit == TEV_TS) ev->ts_us = d;
+                else ev->dur_us = d;
+            }
+        } else {
+            ev->has |= TEV_BADNUM; /* counted by the analyser, never silently lost */
         }
     } else {
         int rc = js_skip(s, 1);
@@ -643,7 +653,8 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
         int isnum;
         int64_t v;
         char k0 = sc->key[0];
-        if (k0 != 's' && k0 != 'c' && k0 != 'n') { /* most args: skip without comparing */
+        if (k0 != 's' && k0 != 'c' && k0 != 'n' && k0 != 'b' && k0 != 'B' && k0 != 'T' && k0 != 'D') {
+            /* most args: skip without comparing */
             if ((rc = js_skip(s, 2))) return rc;
         } else if (strcmp(sc->key, "stream") == 0) {
             if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
@@ -652,6 +663,21 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
         } else if (strcmp(sc->key, "correlation") == 0) {
             if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
             if (isnum) { ev->corr = v; ev->has |= TEV_CORR; }
+        } else if (strcmp(sc->key, "bytes") == 0 || strcmp(sc->key, "Bytes") == 0) {
+            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
+            if (isnum) { ev->bytes = v; ev->has |= TEV_BYTES; }
+        } else if (strcmp(sc->key, "Total Allocated") == 0) {
+            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
+            if (isnum) { ev->mem_alloc = v; ev->has |= TEV_MEM; }
+        } else if (strcmp(sc->key, "Total Reserved") == 0) {
+            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
+            if (isnum) ev->mem_reserved = v;
+        } else if (strcmp(sc->key, "Device Type") == 0) {
+            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
+            if (isnum) ev->devtype = v;
+        } else if (strcmp(sc->key, "Device Id") == 0 || strcmp(sc->key, "device") == 0) {
+            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
+            if (isnum) { ev->dev = v; ev->has |= TEV_DEV; }
         } else if (strcmp(sc->key, "name") == 0 && js_ws(s) == '"') {
             if ((rc = js_string(s, sc->argname, sizeof(sc->argname), NULL))) return rc;
         } else if ((rc = js_skip(s, 2))) {
@@ -893,13 +919,14 @@ static int js_top(jsrc *s, trace_ev_fn fn, void *ud, trace_meta *m)
     return rc;
 }
 
-static int js_run(jsrc *s, trace_ev_fn fn, void *ud, int capture_raw, trace_meta *meta)
+static int js_run(jsrc *s, trace_ev_fn fn, void *ud, int mode, trace_meta *meta)
 {
     trace_meta local;
     trace_meta *m = meta ? meta : &local;
     memset(m, 0, sizeof(*m));
     buf_init(&s->cap, JS_CAPTURE_MAX);
-    s->capturing = capture_raw;
+    s->capturing = mode && (mode & ~TRACE_DOUBLE) ? 1 : 0;
+    s->doubles = (mode & TRACE_DOUBLE) != 0;
     int rc = js_top(s, fn, ud, m);
     buf_free(&s->cap);
     return rc;
@@ -988,7 +1015,7 @@ fail:
     return NULL;
 }
 
-int trace_read(const char *path, trace_ev_fn fn, void *ud, int capture_raw, trace_meta *meta,
+int trace_read(const char *path, trace_ev_fn fn, void *ud, int mode, trace_meta *meta,
                char *err, size_t errlen)
 {
     jsrc s;
@@ -1022,7 +1049,7 @@ int trace_read(const char *path, trace_ev_fn fn, void *ud, int capture_raw, trac
         gzclose(s.gz);
         return js_fail(&s, TPF_ENOMEM, "out of memory");
     }
-    int rc = js_run(&s, fn, ud, capture_raw, meta);
+    int rc = js_run(&s, fn, ud, mode, meta);
     if (s.thr) {
         gzFile gz = s.thr->gz;
         rd_stop(s.thr);
@@ -1034,7 +1061,7 @@ int trace_read(const char *path, trace_ev_fn fn, void *ud, int capture_raw, trac
     return rc;
 }
 
-int trace_read_mem(const void *data, size_t len, trace_ev_fn fn, void *ud, int capture_raw,
+int trace_read_mem(const void *data, size_t len, trace_ev_fn fn, void *ud, int mode,
                    trace_meta *meta, char *err, size_t errlen)
 {
     jsrc s;
@@ -1046,5 +1073,5 @@ int trace_read_mem(const void *data, size_t len, trace_ev_fn fn, void *ud, int c
     s.buf = (unsigned char *)(uintptr_t)data;
     s.len = len;
     s.eof = 1;
-    return js_run(&s, fn, ud, capture_raw, meta);
+    return js_run(&s, fn, ud, mode, meta);
 }

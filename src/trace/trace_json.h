@@ -29,6 +29,17 @@ enum {
     TEV_TS_FRAC = 1 << 8,     /* ts literal was not an integer (HTA: float column) */
     TEV_ID = 1 << 9,
     TEV_STREAM_ANY = 1 << 10, /* args.stream present in any form */
+    TEV_BADNUM = 1 << 11,     /* ts or dur was a number out of range (1e999) */
+    TEV_BYTES = 1 << 12,      /* args.bytes (memcpy/memset size) */
+    TEV_MEM = 1 << 13,        /* "[memory]" args: Bytes, Total Allocated/Reserved */
+    TEV_DEV = 1 << 14,        /* args."Device Id" */
+    TEV_DUR_FRAC = 1 << 15,   /* dur literal was not an integer */
+};
+
+/* Flags of trace_read's mode argument. */
+enum {
+    TRACE_RAW = 1,            /* fill ev.raw (merge) */
+    TRACE_DOUBLE = 2,         /* fill ev.ts_us/dur_us as Python's float() reads them */
 };
 
 /* One event, valid only during the callback. Strings are NUL-terminated and
@@ -44,6 +55,11 @@ typedef struct trace_ev {
     int64_t ts_ns, dur_ns;
     int64_t pid, tid;         /* when numeric (TEV_PID / TEV_TID) */
     int64_t stream, corr, id;
+    int64_t bytes;            /* args.bytes, or "Bytes" of a [memory] event */
+    int64_t mem_alloc, mem_reserved; /* "Total Allocated"/"Total Reserved" */
+    int64_t dev;              /* args."Device Id" */
+    int64_t devtype;          /* args."Device Type" (0 CPU, 1 CUDA, ...) */
+    double ts_us, dur_us;     /* TRACE_DOUBLE: the literals as doubles (HTA's pandas) */
     /* Raw text of the event object when capture is on (merge), with the byte
      * spans of some values inside it (offset, length; length 0 = absent). */
     const char *raw;
@@ -70,15 +86,16 @@ typedef struct trace_meta {
 /* Return non-zero from the callback to stop with that code. */
 typedef int (*trace_ev_fn)(void *ud, const trace_ev *ev);
 
-/* Read path, calling fn for every event. capture_raw: fill ev.raw (merge).
+/* Read path, calling fn for every event. mode: TRACE_RAW and/or TRACE_DOUBLE
+ * (any other non-zero value means TRACE_RAW, as callers passed 1 before).
  * Returns 0, TPF_ENOENT/TPF_EACCES/TPF_EIO for an unreadable file,
  * TPF_EFORMAT for corrupt gzip or invalid JSON (err names the byte offset),
  * or the callback's code. err gets one line (no trailing newline). */
-int trace_read(const char *path, trace_ev_fn fn, void *ud, int capture_raw, trace_meta *meta,
+int trace_read(const char *path, trace_ev_fn fn, void *ud, int mode, trace_meta *meta,
                char *err, size_t errlen);
 
 /* The same over a memory buffer (tests, fuzzing). */
-int trace_read_mem(const void *data, size_t len, trace_ev_fn fn, void *ud, int capture_raw,
+int trace_read_mem(const void *data, size_t len, trace_ev_fn fn, void *ud, int mode,
                    trace_meta *meta, char *err, size_t errlen);
 
 /* Parse a JSON number literal as microseconds into nanoseconds, exactly when

@@ -82,6 +82,7 @@ int trace_result_json(const trace_result *r, buf *out)
         jw_kbool(&w, "last_step_trimmed", k->trimmed);
         jw_kuint(&w, "gpu_events", k->gpu_events);
         jw_kuint(&w, "gpu_events_without_launch", k->unmatched);
+        jw_kuint(&w, "events_out_of_range", k->bad_numbers);
         jw_key(&w, "temporal");
         if (k->kernel_time > 0 || k->gpu_events) {
             jw_obj_begin(&w);
@@ -141,6 +142,7 @@ int trace_result_json(const trace_result *r, buf *out)
         jw_arr_end(&w);
         j_ops(&w, "top_ops_self", k->ops_self, k->nops_self);
         j_ops(&w, "top_ops_total", k->ops_total, k->nops_total);
+        trace_extra_json(&w, k);
         jw_key(&w, "steps");
         jw_arr_begin(&w);
         for (size_t j = 0; j < k->nsteps; j++) {
@@ -174,6 +176,10 @@ int trace_result_json(const trace_result *r, buf *out)
         jw_knum(&w, "percentage", total ? round(1000.0 * (double)labels[m] / (double)total) / 10.0 : NAN);
         jw_obj_end(&w);
     }
+    jw_arr_end(&w);
+    jw_key(&w, "warnings");
+    jw_arr_begin(&w);
+    for (size_t j = 0; j < r->nwarnings; j++) jw_str(&w, r->warnings[j]);
     jw_arr_end(&w);
     jw_key(&w, "stragglers");
     jw_arr_begin(&w);
@@ -367,6 +373,7 @@ static void render_rank(fmt *f, const trace_result *r, const tr_rank *k)
             row(f, 4, w5, cells);
         }
     }
+    trace_extra_text(f->out, k, f->md, f->color);
     if (k->nsteps) {
         heading(f, "Steps");
         static const int w6[] = {8, 10, 9, 12, 11, 11, 16};
@@ -439,6 +446,8 @@ static int render(const trace_result *r, buf *out, int md, int color)
                        s->median ? 100.0 * (double)(s->dur - s->median) / (double)s->median : 0.0);
         }
     }
+    if (md)
+        for (size_t i = 0; i < r->nwarnings; i++) buf_printf(out, "\n- warning: %s\n", r->warnings[i]);
     return out->err;
 }
 

@@ -192,32 +192,33 @@ TT_TEST(golden_alerts_and_run_json)
     char *argv[] = {"python", "train.py", "--lr", "0.1", NULL};
     run_source src[2] = {{"procfs", "ok"}, {"nvml", "libnvidia-ml.so.1 not found"}};
     const char *rules[] = {"gpu_underused: gpu.util < 50 for 30s"};
-    rec_runinfo ri;
+    run_meta meta = {.mode = "run",
+                     .argv = argv,
+                     .cwd = "/home/me/project",
+                     .host = "node17",
+                     .kernel = "6.1.0",
+                     .cpus = 16,
+                     .mem_total_bytes = 6.7e10,
+                     .root_pid = 4242,
+                     .auto_hook = 1,
+                     .nalert_rules = 1,
+                     .alert_rules = rules};
+    sink_ctx ctx = {.start_unix_s = 1763710000.123456,
+                    .start_mono_ns = 123456789000ull,
+                    .interval_s = 1,
+                    .meta = &meta};
+    sink_run ri;
     memset(&ri, 0, sizeof(ri));
-    ri.mode = "run";
-    ri.argv = argv;
-    ri.cwd = "/home/me/project";
-    ri.host = "node17";
-    ri.kernel = "6.1.0";
-    ri.cpus = 16;
-    ri.mem_total_bytes = 6.7e10;
-    ri.start_unix_s = 1763710000.123456;
-    ri.start_mono_ns = 123456789000ull;
-    ri.interval_s = 1;
-    ri.root_pid = 4242;
-    ri.ngpu = 1;
-    ri.gpus = f.gpu;
+    ri.ngpu_cols = 1;
+    ri.gpus0 = f.gpu;
     ri.nsources = 2;
     ri.sources = src;
-    ri.auto_hook = 1;
-    ri.nalerts = 1;
-    ri.alert_rules = rules;
-    rec_run_json(&b, &ri); /* while running */
+    rec_run_json(&b, &ctx, &ri); /* while running */
     ri.ended = 1;
     ri.end_unix_s = 1763710100.5;
     ri.duration_s = 100.376544;
     ri.exit = (run_exit){1, 143, 15};
-    rec_run_json(&b, &ri);
+    rec_run_json(&b, &ctx, &ri);
     TT_EQ_INT(b.err, 0);
     int rc = golden_check("alerts_run.json", b.data, b.len);
     buf_free(&b);
@@ -261,22 +262,22 @@ TT_TEST(golden_summary_json)
     run_res_add(&res, &f);
     run_source src[2] = {{"procfs", "ok"}, {"nvml", "ok"}};
     run_alert note = {"data_wait", 12.5, "data wait 45% of step time for 60 s"};
-    rec_summary s;
+    sink_tally tally = {.trace_written = 40};
+    sink_run s;
     memset(&s, 0, sizeof(s));
     s.duration_s = 100.4;
     s.exit = (run_exit){1, 0, 0};
-    s.start_mono_ns = 999000000ull;
     s.steps = &a->f;
     s.events_dropped = 3;
     s.res = &res;
     s.nalerts = 1;
     s.alerts = &note;
-    s.trace_written = 40;
+    s.tally = &tally;
     s.nsources = 2;
     s.sources = src;
     buf b;
     buf_init(&b, 0);
-    TT_EQ_INT(rec_summary_json(&b, &s), 0);
+    TT_EQ_INT(rec_summary_json(&b, &s, 999000000ull), 0);
     int rc = golden_check("summary.json", b.data, b.len);
     buf_free(&b);
     agg_proc_free(p);

@@ -389,4 +389,51 @@ TT_TEST(pending_launch_map_stays_bounded)
     trace_result_free(r);
 }
 
+/* Out-of-range times are flagged (the analyser counts them), doubles come
+ * from the literal as Python reads it, memory args are read. */
+typedef struct flags {
+    int n;
+    unsigned has[4];
+    double ts_us[4];
+    int64_t bytes[4], alloc[4], dev[4], devtype[4];
+} flags;
+
+static int on_flags(void *ud, const trace_ev *ev)
+{
+    flags *f = ud;
+    if (f->n >= 4) return 0;
+    f->has[f->n] = ev->has;
+    f->ts_us[f->n] = ev->ts_us;
+    f->bytes[f->n] = ev->bytes;
+    f->alloc[f->n] = ev->mem_alloc;
+    f->dev[f->n] = ev->dev;
+    f->devtype[f->n] = ev->devtype;
+    f->n++;
+    return 0;
+}
+
+TT_TEST(out_of_range_doubles_and_memory_args)
+{
+    const char *s = "{\"traceEvents\":[{\"ph\":\"X\",\"ts\":1e999,\"dur\":1},"
+                    "{\"ph\":\"X\",\"ts\":1712195498512345.123,\"dur\":1.5},"
+                    "{\"ph\":\"i\",\"name\":\"[memory]\",\"ts\":5,\"args\":{\"Addr\":1,\"Bytes\":-512,"
+                    "\"Total Allocated\":4096,\"Total Reserved\":8192,\"Device Id\":0,\"Device Type\":1}},"
+                    "{\"ph\":\"X\",\"ts\":123456789012345678901234567890123,\"dur\":1}]}";
+    flags f;
+    memset(&f, 0, sizeof(f));
+    char err[256];
+    TT_EQ_INT(trace_read_mem(s, strlen(s), on_flags, &f, TRACE_DOUBLE, NULL, err, sizeof(err)), 0);
+    TT_EQ_INT(f.n, 4);
+    TT_ASSERT(f.has[0] & TEV_BADNUM);
+    TT_ASSERT(!(f.has[0] & TEV_TS));
+    TT_ASSERT(!(f.has[1] & TEV_BADNUM));
+    TT_ASSERT(f.ts_us[1] == 1712195498512345.123); /* the same double Python's float() gives */
+    TT_ASSERT(f.has[2] & TEV_MEM);
+    TT_EQ_INT(f.bytes[2], -512);
+    TT_EQ_INT(f.alloc[2], 4096);
+    TT_EQ_INT(f.dev[2], 0);
+    TT_EQ_INT(f.devtype[2], 1);
+    TT_ASSERT(f.has[3] & TEV_BADNUM);
+}
+
 int main(int argc, char **argv) { return tt_main(argc, argv); }

@@ -1,0 +1,196 @@
+/* Per-rank rows of `trainperf top` (see top_ranks.h). Reads only the last
+ * TOP_STEPS_TAIL bytes of steps.csv, so a long run costs the same. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "cli/top_ranks.h"
+
+#define TOP_STEPS_TAIL (512 * 1024)
+#define TOP_MAX_RANKS 64       /* rows shown; more are summed up in one line */
+#define TOP_RECENT 64          /* steps per rank the recent figures cover */
+
+typedef struct rank_row {
+    int rank;                  /* -1: none (then pid) */
+    long pid;
+    unsigned long long steps;  /* last step index + 1 */
+    double last_end_s;         /* run time the last step ended */
+    double iv_ms[TOP_RECENT];  /* recent step intervals, ring */
+    double data_ms[TOP_RECENT];
+    double samples[TOP_RECENT];
+    int n, head;
+} rank_row;
+
+static int cmp_rank(const void *a, const void *b)
+{
+    const rank_row *x = a, *y = b;
+    if ((x->rank < 0) != (y->rank < 0)) return x->rank < 0 ? 1 : -1;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Column index of name in a header line, -1 when absent. */
+static int col_of(const char *hdr, const char *name)
+{
+    int i = 0;
+    size_t n = strlen(name);
+    for (const char *p = hdr; p && *p; i++) {
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\n' || p[n] == '\r' || !p[n])) return i;
+        p = strchr(p, ',');
+        if (p) p++;
+    }
+    return -1;
+}
+
+/* The cells of one CSV line (no quoting in steps.csv), in place. */
+static int cells(char *s, char **c, int max)
+{
+    int n = 0;
+    while (n < max) {
+        c[n++] = s;
+        char *e = strchr(s, ',');
+        if (!e) break;
+        *e = 0;
+        s = e + 1;
+    }
+    return n;
+}
+
+static double median(double *v, int n)
+{
+    if (n == 0) return NAN;
+    qsort(v, (size_t)n, sizeof(double), cmp_dbl);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void top_ranks_print(const char *dir, double now_t, int color)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof(path), "%s/steps.csv", dir) >= (int)sizeof(path)) return;
+    FILE *f = fopen(path, "re");
+    if (!f) return;
+    char hdr[1024];
+    struct stat st;
+    if (!fgets(hdr, sizeof(hdr), f) || fstat(fileno(f), &st) != 0) {
+        fclose(f);
+        return;
+    }
+    int c_rank = col_of(hdr, "rank"), c_pid = col_of(hdr, "pid"), c_step = col_of(hdr, "step"),
+        c_start = col_of(hdr, "start_s"), c_dur = col_of(hdr, "duration_ns"),
+        c_iv = col_of(hdr, "interval_ns"), c_data = col_of(hdr, "data_ns"),
+        c_samples = col_of(hdr, "samples");
+    if (c_rank < 0 || c_pid < 0 || c_step < 0 || c_iv < 0 || c_start < 0 || c_dur < 0) {
+        fclose(f);
+        return;
+    }
+    long hlen = (long)strlen(hdr);
+    long from = st.st_size > TOP_STEPS_TAIL ? (long)st.st_size - TOP_STEPS_TAIL : hlen;
+    if (from < hlen) from = hlen;
+    char *tail = malloc(TOP_STEPS_TAIL + 1);
+    static rank_row rows[TOP_MAX_RANKS];
+    int nrows = 0, more = 0;
+    if (!tail || fseek(f, from, SEEK_SET) != 0) {
+        free(tail);
+        fclose(f);
+        return;
+    }
+    size_t got = fread(tail, 1, TOP_STEPS_TAIL, f);
+    fclose(f);
+    tail[got] = 0;
+    char *p = tail;
+    if (from > hlen) { /* the first line is cut: skip it */
+        p = strchr(p, '\n');
+        p = p ? p + 1 : tail + got;
+    }
+    while (*p) {
+        char *nl = strchr(p, '\n');
+        if (!nl) break; /* a row still being written */
+        *nl = 0;
+        char *c[32];
+        int n = cells(p, c, 32);
+        p = nl + 1;
+        if (n <= c_iv || n <= c_rank || n <= c_pid || n <= c_step) continue;
+        int rank = c[c_rank][0] ? (int)strtol(c[c_rank], NULL, 10) : -1;
+        long pid = strtol(c[c_pid], NULL, 10);
+        int i;
+        for (i = 0; i < nrows; i++)
+            if (rows[i].rank == rank && (rank >= 0 || rows[i].pid == pid)) break;
+        if (i == nrows) {
+            if (nrows == TOP_MAX_RANKS) {
+                more = 1;
+                continue;
+            }
+            memset(&rows[nrows], 0, sizeof(rows[0]));
+            rows[nrows].rank = rank;
+            rows[nrows].pid = pid;
+            nrows++;
+        }
+        rank_row *r = &rows[i];
+        r->steps = strtoull(c[c_step], NULL, 10) + 1;
+        r->last_end_s = strtod(c[c_start], NULL) + strtod(c[c_dur], NULL) / 1e9;
+        r->iv_ms[r->head] = strtod(c[c_iv], NULL) / 1e6;
+        r->data_ms[r->head] = c_data >= 0 && c_data < n ? strtod(c[c_data], NULL) / 1e6 : NAN;
+        r->samples[r->head] = c_samples >= 0 && c_samples < n ? strtod(c[c_samples], NULL) : NAN;
+        r->head = (r->head + 1) % TOP_RECENT;
+        if (r->n < TOP_RECENT) r->n++;
+    }
+    free(tail);
+    if (nrows == 0) return;
+    qsort(rows, (size_t)nrows, sizeof(rows[0]), cmp_rank);
+    unsigned long long lead = 0;
+    double med[TOP_MAX_RANKS];
+    int nmed = 0;
+    for (int i = 0; i < nrows; i++) {
+        if (rows[i].steps > lead) lead = rows[i].steps;
+        double tmp[TOP_RECENT];
+        memcpy(tmp, rows[i].iv_ms, sizeof(double) * (size_t)rows[i].n);
+        med[nmed++] = median(tmp, rows[i].n);
+    }
+    double all[TOP_MAX_RANKS];
+    memcpy(all, med, sizeof(double) * (size_t)nmed);
+    double job_med = median(all, nmed);
+    const char *b = color ? CLI_BOLD : "", *z = color ? CLI_RESET : "", *y = color ? CLI_YELLOW : "";
+    printf("  %s%-10s %9s %9s %9s %7s %11s %7s %8s%s\n", b, "rank", "steps", "behind", "step ms",
+           "p50 ms", "samples/s", "data %", "last s", z);
+    for (int i = 0; i < nrows; i++) {
+        rank_row *r = &rows[i];
+        double sum_iv = 0, sum_data = 0, sum_s = 0;
+        int have_data = 0, have_s = 0;
+        for (int k = 0; k < r->n; k++) {
+            sum_iv += r->iv_ms[k];
+            if (isfinite(r->data_ms[k])) {
+                sum_data += r->data_ms[k];
+                have_data = 1;
+            }
+            if (isfinite(r->samples[k]) && r->samples[k] > 0) {
+                sum_s += r->samples[k];
+                have_s = 1;
+            }
+        }
+        char who[24], sps[24], dw[16], age[16];
+        if (r->rank >= 0)
+            snprintf(who, sizeof(who), "rank %d", r->rank);
+        else
+            snprintf(who, sizeof(who), "pid %ld", r->pid);
+        snprintf(sps, sizeof(sps), have_s && sum_iv > 0 ? "%.1f" : "?", sum_s / (sum_iv / 1e3));
+        snprintf(dw, sizeof(dw), have_data && sum_iv > 0 ? "%.0f" : "?", 100 * sum_data / sum_iv);
+        snprintf(age, sizeof(age), isfinite(now_t) ? "%.1f" : "?", now_t - r->last_end_s);
+        /* A rank whose steps take 20% more than the job's median: a straggler
+         * (in synchronous training the others wait for it). */
+        int slow = nrows > 1 && isfinite(job_med) && med[i] > 1.2 * job_med;
+        printf("  %-10s %9llu %9llu %9.2f %7.2f %11s %7s %8s%s%s%s\n", who, r->steps, lead - r->steps,
+               r->n ? sum_iv / r->n : NAN, med[i], sps, dw, age, slow ? y : "", slow ? "  slow" : "",
+               slow ? z : "");
+    }
+    if (more) printf("  (more than %d ranks: the first %d shown)\n", TOP_MAX_RANKS, TOP_MAX_RANKS);
+}

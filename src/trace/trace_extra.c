@@ -1,0 +1,447 @@
+/* Kernel sequences, queue length, memory timeline (see trace_extra.h), and
+ * the rendering of those and of the per-annotation and bandwidth tables:
+ * each table is a list of rows rendered by one small function. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace/trace_extra.h"
+#include "trace/trace_int.h"
+#include "trainperf.h"
+
+/* ---- kernel sequences ---------------------------------------------------- */
+
+int seq_init(seqtab *t, int len)
+{
+    memset(t, 0, sizeof(*t));
+    t->len = len < 2 ? 2 : len > SEQ_MAX_LEN ? SEQ_MAX_LEN : len;
+    t->v = malloc(SEQ_CAP * sizeof(*t->v));
+    t->slots = calloc(SEQ_CAP * 2, sizeof(*t->slots));
+    if (!t->v || !t->slots) {
+        seq_free(t);
+        return TPF_ENOMEM;
+    }
+    return 0;
+}
+
+void seq_free(seqtab *t)
+{
+    free(t->v);
+    free(t->slots);
+    t->v = NULL;
+    t->slots = NULL;
+}
+
+int seq_add(seqtab *t, seq_ring *r, uint32_t id, int64_t dur)
+{
+    if (!t->v) return 0;
+    if (r->n == t->len) { /* slide: the ring is short, a memmove is cheapest */
+        memmove(r->ids, r->ids + 1, (size_t)(t->len - 1) * sizeof(r->ids[0]));
+        memmove(r->dur, r->dur + 1, (size_t)(t->len - 1) * sizeof(r->dur[0]));
+        r->n--;
+    }
+    r->ids[r->n] = id;
+    r->dur[r->n] = dur;
+    r->n++;
+    if (r->n < t->len) return 0;
+    uint32_t h = 2166136261u;
+    int64_t total = 0;
+    for (int i = 0; i < t->len; i++) {
+        h = (h ^ r->ids[i]) * 16777619u;
+        total += r->dur[i];
+    }
+    uint32_t mask = SEQ_CAP * 2 - 1, j = h & mask;
+    while (t->slots[j]) {
+        seq_ent *e = &t->v[t->slots[j] - 1];
+        if (e->hash == h && memcmp(e->ids, r->ids, (size_t)t->len * sizeof(uint32_t)) == 0) {
+            e->count++;
+            e->total += total;
+            return 0;
+        }
+        j = (j + 1) & mask;
+    }
+    if (t->n >= SEQ_CAP) { /* bounded: sequences first seen late are counted as dropped */
+        t->dropped++;
+        return 0;
+    }
+    seq_ent *e = &t->v[t->n];
+    memset(e, 0, sizeof(*e));
+    memcpy(e->ids, r->ids, (size_t)t->len * sizeof(uint32_t));
+    e->hash = h;
+    e->count = 1;
+    e->total = total;
+    t->slots[j] = ++t->n;
+    return 0;
+}
+
+/* ---- queue length -------------------------------------------------------- */
+
+static void heap_push(queue_st *q, int64_t v)
+{
+    uint32_t i = q->n++;
+    while (i) {
+        uint32_t p = (i - 1) / 2;
+        if (q->end[p] <= v) break;
+        q->end[i] = q->end[p];
+        i = p;
+    }
+    q->end[i] = v;
+}
+
+static void heap_pop(queue_st *q)
+{
+    int64_t v = q->end[--q->n];
+    uint32_t i = 0;
+    for (;;) {
+        uint32_t l = 2 * i + 1, s = i;
+        int64_t sv = v;
+        if (l < q->n && q->end[l] < sv) s = l, sv = q->end[l];
+        if (l + 1 < q->n && q->end[l + 1] < sv) s = l + 1, sv = q->end[l + 1];
+        if (s == i) break;
+        q->end[i] = q->end[s];
+        i = s;
+    }
+    if (q->n) q->end[i] = v;
+}
+
+int queue_add(queue_st *q, int64_t enq, int64_t start)
+{
+    if (start < enq) start = enq;
+    if (!q->first || enq < q->first) q->first = enq;
+    if (start > q->last) q->last = start;
+    q->area += start - enq;
+    /* Kernels arrive in start order on their stream, and a stream runs its
+     * work in launch order: what started before this launch is no longer
+     * waiting. A start at the launch's very time still counts (HTA orders
+     * the +1 of a launch before the -1 of a start at the same time). */
+    while (q->n && q->end[0] < enq) heap_pop(q);
+    if (q->n == q->cap) {
+        if (q->cap >= QUEUE_CAP) {
+            q->saturated++;
+            heap_pop(q); /* bounded: forget the earliest end */
+        } else {
+            uint32_t nc = q->cap ? q->cap * 2 : 64;
+            int64_t *ne = realloc(q->end, nc * sizeof(*ne));
+            if (!ne) return TPF_ENOMEM;
+            q->end = ne;
+            q->cap = nc;
+        }
+    }
+    heap_push(q, start);
+    if (q->n > q->max) q->max = q->n;
+    return 0;
+}
+
+void queue_free(queue_st *q)
+{
+    free(q->end);
+    q->end = NULL;
+    q->n = q->cap = 0;
+}
+
+/* ---- memory timeline ------------------------------------------------------- */
+
+mem_dev *mem_dev_get(mem_st *m, int64_t key)
+{
+    for (int i = 0; i < m->ndev; i++)
+        if (m->dev[i].key == key) return &m->dev[i];
+    if (m->ndev >= MEM_MAX_DEV) return NULL;
+    mem_dev *d = &m->dev[m->ndev++];
+    memset(d, 0, sizeof(*d));
+    d->key = key;
+    return d;
+}
+
+void mem_seen(mem_st *m, int64_t key, int64_t ts, int64_t bytes, int64_t total_alloc, int64_t total_reserved)
+{
+    mem_dev *d = mem_dev_get(m, key);
+    if (!d) {
+        m->lost++;
+        return;
+    }
+    /* Total Allocated is after this event: before it, total - bytes. */
+    if (!d->has_base || ts < d->base_ts) {
+        d->has_base = 1;
+        d->base_ts = ts;
+        d->base = total_alloc - bytes;
+    }
+    if (total_reserved > d->reserved_peak) d->reserved_peak = total_reserved;
+}
+
+int mem_event(mem_st *m, int64_t key, int64_t ts, int64_t bytes, uint32_t cat)
+{
+    mem_dev *d = mem_dev_get(m, key);
+    if (!d) {
+        m->lost++;
+        return 0;
+    }
+    if (!d->allocs && !d->frees) d->cur = d->base;
+    d->cur += bytes;
+    if (bytes >= 0) {
+        d->allocs++;
+        d->alloc_bytes += bytes;
+    } else {
+        d->frees++;
+        d->free_bytes -= bytes;
+    }
+    if (d->cur > d->peak || (!d->peak_ts && d->allocs + d->frees == 1)) {
+        d->peak = d->cur;
+        d->peak_ts = ts;
+        d->peak_cat = cat;
+    }
+    if (bytes <= 0 || !cat) return 0;
+    int di = (int)(d - m->dev);
+    for (uint32_t i = 0; i < m->ncats; i++)
+        if (m->cats[i].cat == cat && m->cats[i].dev == di) {
+            m->cats[i].bytes += bytes;
+            m->cats[i].count++;
+            return 0;
+        }
+    if (m->ncats >= MEM_MAX_CAT) {
+        m->lost++;
+        return 0;
+    }
+    if ((m->ncats & (m->ncats - 1)) == 0) { /* grow at powers of two */
+        uint32_t nc = m->ncats ? m->ncats * 2 : 16;
+        void *nv = realloc(m->cats, nc * sizeof(*m->cats));
+        if (!nv) return TPF_ENOMEM;
+        m->cats = nv;
+    }
+    m->cats[m->ncats].cat = cat;
+    m->cats[m->ncats].dev = di;
+    m->cats[m->ncats].bytes = bytes;
+    m->cats[m->ncats].count = 1;
+    m->ncats++;
+    return 0;
+}
+
+void mem_free_st(mem_st *m)
+{
+    free(m->cats);
+    m->cats = NULL;
+    m->ncats = 0;
+}
+
+/* ---- rendering --------------------------------------------------------------- */
+
+void trace_extra_rank_free(tr_rank *k)
+{
+    for (size_t i = 0; i < k->nanns; i++) free(k->anns[i].name);
+    for (size_t i = 0; i < k->nseqs; i++)
+        for (int j = 0; j < SEQ_MAX_LEN; j++) free(k->seqs[i].names[j]);
+    for (size_t i = 0; i < k->nbws; i++) free(k->bws[i].name);
+    for (size_t i = 0; i < k->nmem; i++) free(k->mem[i].peak_cat);
+    for (size_t i = 0; i < k->nmemcats; i++) free(k->memcats[i].name);
+    free(k->anns);
+    free(k->seqs);
+    free(k->queues);
+    free(k->bws);
+    free(k->mem);
+    free(k->memcats);
+}
+
+/* key: device type << 8 | (device id + 1), as trace_an.c packs it */
+static void dev_name(char *b, size_t n, int64_t key)
+{
+    int type = (int)(key >> 8), id = (int)(key & 0xff) - 1;
+    if (type == 0) snprintf(b, n, "CPU");
+    else if (type == 1) snprintf(b, n, "cuda:%d", id);
+    else snprintf(b, n, "device type %d:%d", type, id);
+}
+
+void trace_extra_json(jw *w, const tr_rank *k)
+{
+    jw_key(w, "annotations");
+    jw_arr_begin(w);
+    for (size_t i = 0; i < k->nanns; i++) {
+        const tr_ann *a = &k->anns[i];
+        jw_obj_begin(w);
+        jw_kstr(w, "name", a->name);
+        jw_kuint(w, "ranges", a->ranges);
+        jw_kint(w, "cpu_ns", a->cpu);
+        jw_kuint(w, "kernels", a->kernels);
+        jw_kint(w, "gpu_kernel_ns", a->gpu);
+        jw_kint(w, "gpu_annotation_ns", a->gpu_ann);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_key(w, "kernel_sequences");
+    jw_obj_begin(w);
+    jw_kint(w, "length", k->seq_len);
+    jw_kuint(w, "dropped", k->seq_dropped);
+    jw_key(w, "top");
+    jw_arr_begin(w);
+    for (size_t i = 0; i < k->nseqs; i++) {
+        jw_obj_begin(w);
+        jw_key(w, "kernels");
+        jw_arr_begin(w);
+        for (int j = 0; j < k->seq_len; j++) jw_str(w, k->seqs[i].names[j]);
+        jw_arr_end(w);
+        jw_kuint(w, "count", k->seqs[i].count);
+        jw_kint(w, "total_ns", k->seqs[i].total);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_obj_end(w);
+    jw_key(w, "queue_length");
+    jw_arr_begin(w);
+    for (size_t i = 0; i < k->nqueues; i++) {
+        const tr_queue *q = &k->queues[i];
+        jw_obj_begin(w);
+        jw_kint(w, "stream", q->stream);
+        jw_kuint(w, "kernels", q->kernels);
+        jw_kuint(w, "max", q->max);
+        jw_knum(w, "mean", q->mean);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_key(w, "memcpy_bandwidth");
+    jw_arr_begin(w);
+    for (size_t i = 0; i < k->nbws; i++) {
+        const tr_bw *b = &k->bws[i];
+        jw_obj_begin(w);
+        jw_kstr(w, "name", b->name);
+        jw_kuint(w, "count", b->count);
+        jw_kint(w, "bytes", b->bytes);
+        jw_kint(w, "time_ns", b->time);
+        jw_knum(w, "mean_gb_per_s", b->time > 0 ? (double)b->bytes / (double)b->time : NAN);
+        jw_knum(w, "peak_gb_per_s", b->peak);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_key(w, "memory");
+    jw_arr_begin(w);
+    for (size_t i = 0; i < k->nmem; i++) {
+        const tr_memdev *m = &k->mem[i];
+        char dn[64];
+        dev_name(dn, sizeof(dn), m->key);
+        jw_obj_begin(w);
+        jw_kstr(w, "device", dn);
+        jw_kint(w, "peak_allocated_bytes", m->peak);
+        jw_kint(w, "peak_ts_ns", m->peak_ts);
+        jw_kstr(w, "at_peak", m->peak_cat);
+        jw_kint(w, "peak_reserved_bytes", m->reserved_peak);
+        jw_kuint(w, "allocations", m->allocs);
+        jw_kint(w, "allocated_bytes", m->alloc_bytes);
+        jw_kuint(w, "frees", m->frees);
+        jw_kint(w, "freed_bytes", m->free_bytes);
+        jw_key(w, "allocated_by_category");
+        jw_arr_begin(w);
+        for (size_t j = 0; j < k->nmemcats; j++) {
+            const tr_memcat *c = &k->memcats[j];
+            if (c->dev != (int)i) continue;
+            jw_obj_begin(w);
+            jw_kstr(w, "category", c->name);
+            jw_kint(w, "bytes", c->bytes);
+            jw_kuint(w, "allocations", c->count);
+            jw_obj_end(w);
+        }
+        jw_arr_end(w);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+}
+
+static void short_copy(char *dst, size_t n, const char *s)
+{
+    size_t l = strlen(s);
+    if (l < n) {
+        memcpy(dst, s, l + 1);
+    } else {
+        size_t cut = n - 4;
+        while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80) cut--;
+        memcpy(dst, s, cut);
+        memcpy(dst + cut, "...", 4);
+    }
+    for (char *p = dst; *p; p++)
+        if (*p == '|' || *p == '\n' || *p == '\t') *p = ' ';
+}
+
+static void ehead(buf *o, int md, int color, const char *t)
+{
+    if (md) buf_printf(o, "\n### %s\n\n", t);
+    else buf_printf(o, "\n%s%s%s\n", color ? "\033[1m" : "", t, color ? "\033[0m" : "");
+}
+
+static void human_bytes(char *b, size_t n, int64_t v)
+{
+    double x = (double)v;
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (fabs(x) >= 1024 && i < 4) x /= 1024, i++;
+    snprintf(b, n, i ? "%.1f %s" : "%.0f %s", x, u[i]);
+}
+
+void trace_extra_text(buf *o, const tr_rank *k, int md, int color)
+{
+    const char *ind = md ? "" : "  ";
+    char nm[96], a[64], b[64];
+    if (k->nanns) {
+        ehead(o, md, color, "GPU time per annotation (record_function ranges)");
+        if (md) buf_puts(o, "| ranges | CPU ms | kernels | GPU kernel ms | GPU range ms | annotation |\n| ---: | ---: | ---: | ---: | ---: | --- |\n");
+        else buf_printf(o, "  %8s %10s %8s %14s %13s  %s\n", "ranges", "CPU ms", "kernels", "GPU kernel ms", "GPU range ms", "annotation");
+        for (size_t i = 0; i < k->nanns; i++) {
+            const tr_ann *x = &k->anns[i];
+            short_copy(nm, sizeof(nm), x->name);
+            buf_printf(o, md ? "| %llu | %.3f | %llu | %.3f | %.3f | %s |\n" : "  %8llu %10.3f %8llu %14.3f %13.3f  %s\n",
+                       (unsigned long long)x->ranges, (double)x->cpu / 1e6, (unsigned long long)x->kernels,
+                       (double)x->gpu / 1e6, (double)x->gpu_ann / 1e6, nm);
+        }
+    }
+    if (k->nseqs) {
+        snprintf(a, sizeof(a), "Frequent kernel sequences (length %d; fusion candidates)", k->seq_len);
+        ehead(o, md, color, a);
+        for (size_t i = 0; i < k->nseqs; i++) {
+            buf_printf(o, "%s%s%llu x, %.3f ms:", ind, md ? "- " : "", (unsigned long long)k->seqs[i].count,
+                       (double)k->seqs[i].total / 1e6);
+            for (int j = 0; j < k->seq_len; j++) {
+                short_copy(nm, 60, k->seqs[i].names[j]);
+                buf_printf(o, "%s %s", j ? " ->" : "", nm);
+            }
+            buf_puts(o, "\n");
+        }
+    }
+    if (k->nqueues) {
+        ehead(o, md, color, "Queue length per stream (kernels launched, not yet started)");
+        if (md) buf_puts(o, "| stream | kernels | max | mean |\n| ---: | ---: | ---: | ---: |\n");
+        else buf_printf(o, "  %8s %9s %6s %8s\n", "stream", "kernels", "max", "mean");
+        for (size_t i = 0; i < k->nqueues; i++) {
+            const tr_queue *q = &k->queues[i];
+            buf_printf(o, md ? "| %lld | %llu | %u | %.2f |\n" : "  %8lld %9llu %6u %8.2f\n", (long long)q->stream,
+                       (unsigned long long)q->kernels, q->max, q->mean);
+        }
+    }
+    if (k->nbws) {
+        ehead(o, md, color, "Memory copies: bandwidth");
+        if (md) buf_puts(o, "| count | bytes | ms | mean GB/s | peak GB/s | copy |\n| ---: | ---: | ---: | ---: | ---: | --- |\n");
+        else buf_printf(o, "  %8s %11s %10s %10s %10s  %s\n", "count", "bytes", "ms", "mean GB/s", "peak GB/s", "copy");
+        for (size_t i = 0; i < k->nbws; i++) {
+            const tr_bw *x = &k->bws[i];
+            human_bytes(a, sizeof(a), x->bytes);
+            short_copy(nm, sizeof(nm), x->name);
+            buf_printf(o, md ? "| %llu | %s | %.3f | %.2f | %.2f | %s |\n" : "  %8llu %11s %10.3f %10.2f %10.2f  %s\n",
+                       (unsigned long long)x->count, a, (double)x->time / 1e6,
+                       x->time > 0 ? (double)x->bytes / (double)x->time : 0.0, x->peak, nm);
+        }
+    }
+    for (size_t i = 0; i < k->nmem; i++) {
+        const tr_memdev *m = &k->mem[i];
+        char dn[64];
+        dev_name(dn, sizeof(dn), m->key);
+        snprintf(nm, sizeof(nm), "Memory timeline: %s", dn);
+        ehead(o, md, color, nm);
+        human_bytes(a, sizeof(a), m->peak);
+        human_bytes(b, sizeof(b), m->reserved_peak);
+        buf_printf(o, "%speak allocated %s at %.3f ms%s%s%s; peak reserved %s; %llu allocations, %llu frees\n", ind, a,
+                   (double)m->peak_ts / 1e6, m->peak_cat ? " (in " : "", m->peak_cat ? m->peak_cat : "",
+                   m->peak_cat ? ")" : "", b, (unsigned long long)m->allocs, (unsigned long long)m->frees);
+        for (size_t j = 0; j < k->nmemcats; j++) {
+            const tr_memcat *c = &k->memcats[j];
+            if (c->dev != (int)i) continue;
+            human_bytes(a, sizeof(a), c->bytes);
+            short_copy(nm, sizeof(nm), c->name);
+            buf_printf(o, "%s%s%11s in %llu allocations: %s\n", ind, md ? "- " : "", a, (unsigned long long)c->count, nm);
+        }
+    }
+}
