@@ -227,7 +227,7 @@ static void parse_faulthandler(const char *t, hd_proc *p)
         if (!first[0]) snprintf(first, sizeof(first), "%.90s (%.120s:%d)", fn, base, line);
         /* a DataLoader worker: its own loop, not the parent's stack it forked with */
         if (strcmp(fn, "_worker_loop") == 0 && strstr(file, "torch/utils/data/")) {
-            snprintf(p->where, sizeof(p->where), "DataLoader worker loop, %s", first);
+            snprintf(p->where, sizeof(p->where), "DataLoader worker loop, %.200s", first);
             return;
         }
         if (!is_lib_path(file)) {
