@@ -33,7 +33,8 @@ def main():
     if len(sys.argv) > 2 and sys.argv[2] == "--critical-path":
         # python hta_run.py TRACE --critical-path ANNOTATION INSTANCE
         ta = TraceAnalysis(trace_files={0: path})
-        g, ok = ta.critical_path_analysis(rank=0, annotation=sys.argv[3], instance_id=int(sys.argv[4]))
+        inst = None if sys.argv[4] == "none" else int(sys.argv[4])  # none: the whole trace
+        g, ok = ta.critical_path_analysis(rank=0, annotation=sys.argv[3], instance_id=inst)
         bd = g.get_critical_path_breakdown()
         json.dump({"ok": bool(ok), "path_us": float(bd["duration"].sum()), "edges": int(len(bd)),
                    "by_type": {k: float(v) for k, v in bd.groupby("type")["duration"].sum().items()}},

@@ -333,3 +333,12 @@ def test_gpu_time_per_annotation_on_a_cuda_trace(run_cli):
     out, _ = analyze(run_cli, "--top", "100", trace)
     got = {a["name"]: (a["kernels"], a["gpu_kernel_ns"]) for a in out["ranks"][0]["annotations"] if a["kernels"]}
     assert want and got == want
+
+
+def test_critical_path_of_an_empty_trace(run_cli, tmp_path):
+    t = write(tmp_path / "empty.json", [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "x"}}])
+    p = run_cli("analyze", "--critical-path", "--json", "--overlay", tmp_path / "ov.json", t)
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)
+    assert c["path_ns"] == 0 and c["events"] == 0 and c["window"] == "the whole trace"
+    assert json.loads((tmp_path / "ov.json").read_text())["traceEvents"][0]["name"] == "process_name"

@@ -1,8 +1,11 @@
 /* trainperf merge TRACE... -o OUT.json : per-rank traces on one timeline. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "report/report_ranks.h"
 #include "trace/trace.h"
 #include "cli/cli.h"
 #include "trainperf.h"
@@ -10,12 +13,63 @@
 static void merge_usage(FILE *f)
 {
     fprintf(f,
-            "usage: trainperf merge TRACE... -o OUT.json [--align start]\n\n"
+            "usage: trainperf merge TRACE... -o OUT.json [--align start]\n"
+            "       trainperf merge RUN_DIR... -o OUT.json\n\n"
             "Merge per-rank torch.profiler traces (.json or .json.gz) into one trace that\n"
             "Perfetto (ui.perfetto.dev) or chrome://tracing opens: every rank gets its own\n"
-            "processes, named \"rank R: ...\", and all ranks share one timeline.\n\n"
+            "processes, named \"rank R: ...\", and all ranks share one timeline. Run\n"
+            "directories (the nodes of one job): their trace.json files on the clock\n"
+            "`trainperf report DIR...` aligns on their collectives.\n\n"
             "  -o, --out FILE   the merged trace (required)\n"
             "  --align start    start every rank at 0 instead of keeping their common clock\n");
+}
+
+/* Run directories (run.json inside): the nodes of one job, whose trace.json
+ * files are merged on the clock `trainperf report DIR...` aligns them on. */
+static int merge_is_job(const char *const *paths, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char p[4200];
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/run.json", paths[i]);
+        if (stat(p, &st) != 0) return 0;
+    }
+    return n > 0;
+}
+
+static int merge_job(const char *const *dirs, int n, const char *out)
+{
+    double off[16], aerr[16];
+    char err[1024];
+    if (n > 16) {
+        cli_error("merge: at most 16 run directories");
+        return CLI_USAGE;
+    }
+    int e = rr_job_offsets(dirs, n, off, aerr, err, sizeof(err));
+    if (e) {
+        cli_error("%s", err[0] ? err : tpf_strerror(e));
+        return e == TPF_ENOMEM ? CLI_FAIL : CLI_USAGE;
+    }
+    char traces[16][4200];
+    const char *tp[16];
+    for (int i = 0; i < n; i++) {
+        snprintf(traces[i], sizeof(traces[i]), "%s/trace.json", dirs[i]);
+        tp[i] = traces[i];
+    }
+    e = trace_merge_offsets(tp, n, out, off, err, sizeof(err));
+    if (e) {
+        cli_error("%s", err);
+        return (e == TPF_ENOMEM || e == TPF_ETOOBIG) ? CLI_FAIL : CLI_USAGE;
+    }
+    for (int i = 1; i < n; i++) {
+        if (isfinite(aerr[i]))
+            fprintf(stderr, "trainperf: %s: clock %+.6f s, aligned on collectives (error %.2f ms)\n",
+                    dirs[i], off[i], aerr[i] * 1e3);
+        else
+            fprintf(stderr, "trainperf: %s: clock %+.6f s from the wall clocks (no collectives)\n",
+                    dirs[i], off[i]);
+    }
+    return CLI_OK;
 }
 
 int cmd_merge(int argc, char **argv)
@@ -65,6 +119,10 @@ int cmd_merge(int argc, char **argv)
         goto done;
     }
     char err[1024];
+    if (merge_is_job(paths, np)) {
+        rc = merge_job(paths, np, out);
+        goto done;
+    }
     char **files = NULL;
     int nf = 0;
     int e = trace_expand_args(paths, np, &files, &nf, err, sizeof(err));

@@ -8,14 +8,22 @@
 #include "cli/cli.h"
 #include "trainperf.h"
 
+#define REPORT_MAX_DIRS 16
+
 static void report_usage(FILE *f)
 {
-    fprintf(f, "usage: trainperf report RUN_DIR [--format text|md|html|json] [--out FILE]\n\n"
+    fprintf(f, "usage: trainperf report RUN_DIR... [--format text|md|html|json] [--json] [--out FILE]\n"
+               "                           [--color]\n\n"
                "Diagnosis and report from a run directory (works on old runs and runs copied\n"
-               "from other machines).\n\n"
-               "  --format F   text (default on a terminal), md, html or json\n"
-               "  --out FILE   write to FILE instead of stdout\n"
-               "  --color      force ANSI colour in text; NO_COLOR turns it off\n");
+               "from other machines). Several run directories (or their parent) are the nodes\n"
+               "of one job: reported as one, clocks aligned on their collectives.\n\n"
+               "  -f, --format F   text (the default), md, html or json\n"
+               "  --json           the same as --format json\n"
+               "  -o, --out FILE   write to FILE instead of stdout\n"
+               "  --color          ANSI colour in text even when stdout is not a terminal;\n"
+               "                   NO_COLOR still turns it off (text on a terminal is coloured)\n\n"
+               "Exit status: 0 written; 1 the report could not be built or written (a cap,\n"
+               "out of memory); 2 bad usage or a missing/unreadable run directory.\n");
 }
 
 int cli_parse_format(const char *s, int *fmt)
@@ -105,6 +113,8 @@ int cli_put_doc(int rc, buf *b, const char *err, const char *out)
 int cmd_report(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL;
+    const char *dirs[REPORT_MAX_DIRS];
+    int ndirs = 0;
     int fmt = REPORT_TEXT, force_color = 0;
     int k;
     for (int i = 1; i < argc; i++) {
@@ -119,12 +129,13 @@ int cmd_report(int argc, char **argv)
         } else if (a[0] == '-' && a[1]) {
             cli_error("report: unknown option '%s' (see `trainperf report --help`)", a);
             return CLI_USAGE;
-        } else if (!dir) {
-            dir = a;
+        } else if (ndirs < REPORT_MAX_DIRS) {
+            /* several: the run directories of one job's nodes */
+            dirs[ndirs++] = a;
+            dir = dirs[0];
         } else {
-            cli_error("report: one run directory at a time (got '%s' and '%s'); "
-                      "`trainperf compare` takes two",
-                      dir, a);
+            cli_error("report: at most %d run directories (one per node of a job)",
+                      REPORT_MAX_DIRS);
             return CLI_USAGE;
         }
     }
@@ -143,6 +154,6 @@ int cmd_report(int argc, char **argv)
     buf b;
     buf_init(&b, 0);
     char err[512] = "";
-    int rc = report_build(dir, (report_format)fmt, color, &b, err, sizeof(err));
+    int rc = report_build_job(dirs, ndirs, (report_format)fmt, color, &b, err, sizeof(err));
     return cli_put_doc(rc, &b, err, out);
 }

@@ -4,11 +4,13 @@
 #include <string.h>
 
 #include "collect/agg.h"
+#include "collect/ranks.h"
 #include "trainperf.h"
 
 typedef struct agg_frame_ent {
     tpf_name name;
     uint8_t counted;      /* outermost of its phase: its time goes to the step */
+    uint8_t paused;       /* a comm range inside it is open: the time is comm's */
     uint64_t begin_ns;    /* for the trace */
     uint64_t cut_ns;      /* time before this was already given to a step */
 } agg_frame_ent;
@@ -111,6 +113,32 @@ static int phase_index(tpf_name n)
 
 static uint64_t span(uint64_t from, uint64_t to) { return to > from ? to - from : 0; }
 
+#define PH_COMM_IDX (TPF_PHASE_COMM - 1)
+
+/* Communication is exclusive: while the outermost comm range is open, the
+ * phases it sits in (an all-reduce inside backward) stop counting, so comm
+ * time is not counted twice. */
+static void comm_pause(agg_thread *t, uint64_t now)
+{
+    for (int i = 0; i < t->depth; i++) {
+        agg_frame_ent *e = &t->stack[i];
+        int ph = phase_index(e->name);
+        if (ph < 0 || ph == PH_COMM_IDX || !e->counted || e->paused) continue;
+        t->acc[ph] += span(e->cut_ns, now);
+        e->cut_ns = now;
+        e->paused = 1;
+    }
+}
+
+static void comm_resume(agg_thread *t, uint64_t now)
+{
+    for (int i = 0; i < t->depth; i++)
+        if (t->stack[i].paused) {
+            t->stack[i].paused = 0;
+            t->stack[i].cut_ns = now;
+        }
+}
+
 static void on_push(agg_thread *t, const seg_event *ev)
 {
     if (t->depth >= AGG_MAX_DEPTH) {
@@ -121,10 +149,12 @@ static void on_push(agg_thread *t, const seg_event *ev)
     e->name = ev->name;
     e->begin_ns = e->cut_ns = ev->ts_ns;
     e->counted = 0;
+    e->paused = 0;
     int ph = phase_index(ev->name);
     if (ph >= 0) {
         /* Nested ranges of the same phase are not counted twice. */
         e->counted = t->phase_open[ph] == 0;
+        if (ph == PH_COMM_IDX && e->counted) comm_pause(t, ev->ts_ns);
         t->phase_open[ph]++;
     }
 }
@@ -142,8 +172,9 @@ static void on_pop(agg *a, agg_proc *p, agg_thread *t, const seg_event *ev)
     agg_frame_ent *e = &t->stack[--t->depth];
     int ph = phase_index(e->name);
     if (ph >= 0) {
-        if (e->counted) t->acc[ph] += span(e->cut_ns, ev->ts_ns);
+        if (e->counted && !e->paused) t->acc[ph] += span(e->cut_ns, ev->ts_ns);
         t->phase_open[ph]--;
+        if (ph == PH_COMM_IDX && e->counted) comm_resume(t, ev->ts_ns);
     }
     if (a->sink.range) {
         agg_range r = {p->pid, t->tid, e->name, e->begin_ns, ev->ts_ns, t->depth};
@@ -165,7 +196,7 @@ static void on_step_end(agg *a, agg_proc *p, agg_thread *t, const seg_event *ev)
         agg_frame_ent *e = &t->stack[i];
         int ph = phase_index(e->name);
         if (ph >= 0 && e->counted) {
-            t->acc[ph] += span(e->cut_ns, end);
+            if (!e->paused) t->acc[ph] += span(e->cut_ns, end);
             e->cut_ns = end;
         }
     }
@@ -231,7 +262,7 @@ void agg_event(agg *a, agg_proc *p, const seg_event *ev)
 
 void agg_live(agg *a, coll_frame *f, double dt, uint64_t now_ns)
 {
-    fv_set(&f->steps, (double)a->f.count);
+    fv_set(&f->steps, (double)figs_global_steps(&a->f)); /* the job's, not a sum over ranks */
     /* Rates are per rank (a DDP step is one step of every rank). */
     double ng = a->f.ngroups > 0 ? a->f.ngroups : 1;
     if (dt > 0) {
@@ -249,4 +280,6 @@ void agg_live(agg *a, coll_frame *f, double dt, uint64_t now_ns)
     }
     a->live_count = a->live_interval_ns = a->live_data_ns = 0;
     a->live_samples = a->live_tokens = 0;
+    f->straggler_rank = -1;
+    ranks_live(a, f);
 }

@@ -65,7 +65,19 @@ void figs_add(figs *f, const agg_step *s)
     g->interval_ns += s->interval_ns;
     g->samples += s->samples;
     g->tokens += s->tokens;
-    if (warm) sketch_add(&g->step_ns, (double)s->interval_ns);
+    g->data_ns += s->phase_ns[TPF_PHASE_DATA - 1];
+    g->comm_ns += s->phase_ns[TPF_PHASE_COMM - 1];
+    g->live_count++;
+    g->live_interval_ns += s->interval_ns;
+    g->live_data_ns += s->phase_ns[TPF_PHASE_DATA - 1];
+    g->live_comm_ns += s->phase_ns[TPF_PHASE_COMM - 1];
+    if (warm) {
+        g->warm_count++;
+        g->warm_interval_ns += s->interval_ns;
+        g->warm_data_ns += s->phase_ns[TPF_PHASE_DATA - 1];
+        g->warm_comm_ns += s->phase_ns[TPF_PHASE_COMM - 1];
+        sketch_add(&g->step_ns, (double)s->interval_ns);
+    }
 }
 
 void figs_merge(figs *dst, const figs *src)
@@ -97,8 +109,26 @@ void figs_merge(figs *dst, const figs *src)
         g->interval_ns += sg->interval_ns;
         g->samples += sg->samples;
         g->tokens += sg->tokens;
+        g->data_ns += sg->data_ns;
+        g->comm_ns += sg->comm_ns;
+        g->warm_count += sg->warm_count;
+        g->warm_interval_ns += sg->warm_interval_ns;
+        g->warm_data_ns += sg->warm_data_ns;
+        g->warm_comm_ns += sg->warm_comm_ns;
         sketch_merge(&g->step_ns, &sg->step_ns);
     }
+}
+
+uint64_t figs_global_steps(const figs *f)
+{
+    uint64_t most = 0;
+    int ranked = 0;
+    for (int i = 0; i < f->ngroups; i++) {
+        if (f->groups[i]->rank < 0) continue;
+        ranked++;
+        if (f->groups[i]->count > most) most = f->groups[i]->count;
+    }
+    return ranked >= 2 ? most : f->count;
 }
 
 void figs_rates(const figs *f, double *steps_per_s, double *samples_per_s, double *tokens_per_s)

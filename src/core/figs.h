@@ -46,6 +46,11 @@ typedef struct agg_group {
     int rank;             /* -1 when the process had none */
     pid_t pid;            /* the first process seen in the group */
     uint64_t count, interval_ns, samples, tokens; /* every step */
+    uint64_t data_ns, comm_ns; /* data wait, comm wait (comm exclusive of other phases), every step */
+    /* warm steps (each thread's first left out): the per-rank means of the reports */
+    uint64_t warm_count, warm_interval_ns, warm_data_ns, warm_comm_ns;
+    /* since collect/ranks.c last took them (the live straggler figures) */
+    uint64_t live_count, live_interval_ns, live_data_ns, live_comm_ns;
     sketch step_ns;       /* warm steps */
 } agg_group;
 
@@ -76,6 +81,11 @@ void figs_add(figs *f, const agg_step *s);
 /* Fold every figure of src into dst (job figures over ranks and nodes):
  * totals add, sketches merge, groups of the same rank merge. */
 void figs_merge(figs *dst, const figs *src);
+
+/* The job's steps: with two or more ranks, the most steps of any rank (a
+ * step of data-parallel training is a step of every rank, so not the sum);
+ * otherwise every step counted. */
+uint64_t figs_global_steps(const figs *f);
 
 /* Run throughput: steps per second of one rank (mean over ranks), samples and
  * tokens per second summed over ranks; NAN when unknown (no steps, or no

@@ -8,6 +8,7 @@
 
 #include "record/fmt.h"
 #include "core/metrics.h"
+#include "record/ranks_json.h"
 #include "record/writers.h"
 #include "trainperf.h"
 #include "util/err.h"
@@ -378,6 +379,7 @@ static void put_steps(jw *w, const sink_run *s, uint64_t start_mono_ns)
     jw_key(w, "steps");
     jw_obj_begin(w);
     jw_kuint(w, "count", a->count);
+    rec_global_steps(w, a);
     jw_key(w, "ranks");
     jw_arr_begin(w);
     for (int i = 0; i < a->ngroups; i++)
@@ -404,6 +406,7 @@ static void put_steps(jw *w, const sink_run *s, uint64_t start_mono_ns)
         jw_knum(w, "step_time_ms_p95", ms(sketch_quantile(&g->step_ns, 0.95)));
         jw_knum(w, "steps_per_s",
                 g->interval_ns ? (double)g->count / ((double)g->interval_ns / 1e9) : NAN);
+        rec_rank_extra(w, g);
         jw_obj_end(w);
     }
     jw_arr_end(w);

@@ -6,6 +6,7 @@
 
 #include "report/diag.h"
 #include "report/report_html.h"
+#include "report/report_ranks.h"
 #include "report/table.h"
 #include "trainperf.h"
 #include "util/jsonw.h"
@@ -173,6 +174,7 @@ static void text_out(const diag_run *a, const diag_run *b, const dfig *fa, const
     const char *B = color ? "\033[1m" : "", *R = color ? "\033[0m" : "";
     buf_printf(o, "%strainperf compare%s  A: %s   B: %s\n", B, R, a->name, b->name);
     rows_out(fa, fb, REPORT_TEXT, color, o);
+    rr_compare(a, b, REPORT_TEXT, color, o);
     buf_printf(o, "\n%sDiagnosis%s\n  A: %s — %s\n  B: %s — %s\n", B, R, a->diag.primary.title,
                a->diag.primary.summary, b->diag.primary.title, b->diag.primary.summary);
 }
@@ -186,6 +188,7 @@ static void md_out(const diag_run *a, const diag_run *b, const dfig *fa, const d
     tbl_cells(o, REPORT_MD, &names[2], 1);
     buf_puts(o, "\n");
     rows_out(fa, fb, REPORT_MD, 0, o);
+    rr_compare(a, b, REPORT_MD, 0, o);
     diag_table(a, b, REPORT_MD, o);
 }
 
@@ -213,6 +216,7 @@ static void json_out(const diag_run *a, const diag_run *b, const dfig *fa, const
         jw_obj_end(&w);
     }
     jw_obj_end(&w);
+    rr_compare_json(a, b, &w);
     jw_key(&w, "diagnosis");
     jw_obj_begin(&w);
     jw_key(&w, "a");
@@ -244,6 +248,7 @@ static void html_out(const diag_run *a, const diag_run *b, const dfig *fa, const
     report_html_esc(o, b->name);
     buf_puts(o, "</code></p>\n");
     rows_out(fa, fb, REPORT_HTML, 0, o);
+    rr_compare(a, b, REPORT_HTML, 0, o);
     diag_table(a, b, REPORT_HTML, o);
     buf_puts(o, "</main></body></html>\n");
 }

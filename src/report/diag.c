@@ -2,6 +2,7 @@
  * secondary findings and notes. Rules and thresholds: docs/diagnosis.md
  * (keep the two in step). */
 #include "report/diag.h"
+#include "report/report_ranks.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -463,7 +464,18 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
                     "collective communication", "step time"))
         return 0;
     if (r->sf.ngroups > 1) ev(d, "ranks", r->sf.ngroups, "%d ranks", r->sf.ngroups);
-    if (r->python) {
+    rr_overlap_t ov;
+    if (rr_overlap(r, &ov))
+        ev(d, "comm_exposed_ms", ov.exposed_ms,
+           "per rank and step: %.1f ms of collectives in flight, %.1f ms exposed, %.1f ms "
+           "overlapped with compute",
+           ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
+    char fsdp[600];
+    rr_fsdp_advice(r, fsdp, sizeof(fsdp));
+    if (fsdp[0]) rec(d, "%s", fsdp);
+    if (fsdp[0]) {
+        /* FSDP: the all-reduce advice below is DDP's */
+    } else if (r->python) {
         rec(d, "Overlap gradients' all-reduce with the backward pass (DDP does so by bucket: "
                "tune bucket_cap_mb) and avoid synchronising calls in the step.");
         rec(d, "Communicate less often: gradient accumulation with no_sync() on the inner steps.");
@@ -478,8 +490,48 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
     return 1;
 }
 
+/* The rank the others wait for in collectives (synchronous training evens
+ * the step times out, so their medians cannot show it). */
+static int cand_waited_for(const diag_run *r, dfinding *d)
+{
+    rr_strag s;
+    if (!rr_straggler(r, &s)) return 0;
+    char why[320];
+    rr_evidence(r, why, sizeof(why));
+    fmt(d->id, sizeof(d->id), "straggler");
+    fmt(d->title, sizeof(d->title), "Straggler");
+    fmt(d->summary, sizeof(d->summary),
+        "the other ranks wait %.1f ms a step (%.0f%% of step time) for rank %d, which spends "
+        "it in its own %s",
+        s.gap_ms, 100 * s.share, s.rank, s.loader ? "data loader" : "step");
+    d->score = s.share + 0.3 > 0.9 ? 0.9 : s.share + 0.3;
+    ev(d, "straggler_rank", s.rank, "%s", why);
+    ev(d, "others_comm_wait_ms", s.others_wait_ms,
+       "the other ranks wait %.1f ms a step in %s, rank %d %.1f ms", s.others_wait_ms, s.op, s.rank,
+       s.own_wait_ms);
+    if (s.loader) {
+        ev(d, "extra_data_wait_ms", s.extra_data_ms, "rank %d waits %.1f ms a step more for data",
+           s.rank, s.extra_data_ms);
+        rec(d,
+            "Speed up rank %d's input: more DataLoader workers (num_workers), pinned memory, "
+            "prefetching; check its shard's storage and sample sizes.",
+            s.rank);
+    } else {
+        ev(d, "extra_compute_ms", s.extra_compute_ms, "rank %d computes %.1f ms a step more",
+           s.rank, s.extra_compute_ms);
+        rec(d,
+            "Look at rank %d: its device clocks and temperature, other work on its host or CPU "
+            "cores, work only it does (logging, checkpointing, evaluation on rank 0), uneven "
+            "shards or sample lengths.",
+            s.rank);
+    }
+    rec(d, "Balance the work across ranks: equal-sized shards, samples bucketed by length.");
+    return 1;
+}
+
 static int cand_straggler(const diag_run *r, const ctx *c, dfinding *d)
 {
+    if (cand_waited_for(r, d)) return 1;
     double p[DIAG_MAX_RANKS];
     int n = 0, slow = -1;
     double worst = 0;

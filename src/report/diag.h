@@ -57,6 +57,39 @@ enum {
 };
 extern const char *const diag_phase_names[PH_COUNT];
 
+/* The rank view of the reports (report_ranks.c): what the step figures
+ * (r->sf groups, core/figs.h) do not hold. */
+typedef struct drank {
+    int rank; /* -1: none */
+    int pid, tid;
+    int node;              /* index of its run directory in a many-node report */
+    char top_op[32];       /* its most frequent collective (comm/), "" unknown */
+    double comm_bytes, comm_ops, comm_busbw_sum, comm_busbw_n;
+    double comm_busy_ns;   /* time with a collective in flight (union of ops), warm steps */
+    dseries s_step;        /* step time (ms) over time: the html heatmap */
+} drank;
+
+#define DIAG_MAX_NODES 16
+#define DIAG_MAX_COMM_OPS 16
+
+/* One kind of collective over the run (comm/ops-*.csv). */
+typedef struct dcommop {
+    char op[32];
+    double n, bytes, dur_ns, wait_ns, busbw_sum, busbw_n;
+} dcommop;
+
+/* One node (run directory) of a many-node report. */
+typedef struct dnode {
+    char dir[1024];
+    char host[128];
+    int cpus, nranks;
+    double offset_s;       /* added to its times to put them on node 0's clock */
+    double wall_offset_s;  /* what the wall-clock anchors alone said */
+    double align_err_s;    /* NAN: not aligned on collectives */
+    double align_n;        /* collectives matched */
+    double cpu_mean, tree_cpu_mean, rss_max, gpu_util_mean;
+} dnode;
+
 typedef struct dgpu {
     int index;
     char name[96];
@@ -156,6 +189,17 @@ typedef struct diag_run {
     /* summary.json extras */
     double events_dropped, trace_events;
 
+    /* ranks, comm/ and many nodes (report_ranks.c) */
+    int nranks;
+    drank ranks[DIAG_MAX_RANKS];
+    int have_comm;
+    int ncommops;
+    dcommop commops[DIAG_MAX_COMM_OPS];
+    int nnodes;            /* 0 or 1: one run directory */
+    dnode nodes[DIAG_MAX_NODES];
+    int cur_node;          /* node being loaded */
+    double cur_offset_s;   /* its clock offset */
+
     diag_result diag;
 } diag_run;
 
@@ -189,6 +233,10 @@ const char *diag_fmt_exit(const diag_run *r, char *o, size_t n);
  * diag_free. */
 int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen);
 void diag_free(diag_run *r);
+/* Add another node's run directory to r (a many-node job): its steps.csv,
+ * with its clock shifted by offset_s, as node r->cur_node. */
+int diag_load_node_steps(diag_run *r, const char *run_dir, double offset_s, char *err,
+                         size_t errlen);
 
 /* Fill r->diag from the loaded data (rules in docs/diagnosis.md). */
 void diag_compute(diag_run *r);

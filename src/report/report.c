@@ -14,6 +14,7 @@
 #include "report/diag.h"
 #include "report/failures.h"
 #include "report/report_html.h"
+#include "report/report_ranks.h"
 #include "report/table.h"
 #include "trace/trace.h"
 #include "trainperf.h"
@@ -368,6 +369,7 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
             buf_puts(b, "\n");
         }
     }
+    rr_text(r, b, c_(s, BOLD), c_(s, RESET));
 
     buf_printf(b, "\n%sRESOURCES%s\n", c_(s, BOLD), c_(s, RESET));
     if (!r->have_metrics)
@@ -546,6 +548,7 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
             if (f.share[k] > 0.0005)
                 buf_printf(b, "| %s | %.1f%% |\n", diag_phase_names[k], 100 * f.share[k]);
     }
+    rr_md(r, b);
     buf_puts(b, "\n## Resources\n\n");
     if (!r->have_metrics)
         buf_puts(b, "No metrics.csv in this run.\n");
@@ -719,6 +722,7 @@ static void json_report(const diag_run *r, const prof *pf, buf *b)
         jw_obj_end(&w);
     }
     jw_arr_end(&w);
+    rr_json(r, &w);
     jw_key(&w, "diagnosis");
     diag_write_json(r, &w);
     fail_json(&w, r->dir);
@@ -753,10 +757,23 @@ static int render(const diag_run *r, const prof *pf, report_format fmt, int colo
 int report_build(const char *run_dir, report_format fmt, int color, buf *out, char *err,
                  size_t errlen)
 {
+    return report_build_job(&run_dir, 1, fmt, color, out, err, errlen);
+}
+
+int report_build_job(const char *const *dirs, int ndirs, report_format fmt, int color, buf *out,
+                     char *err, size_t errlen)
+{
     diag_run *r;
-    if (!out) return TPF_EINVAL;
-    int rc = diag_load(run_dir, &r, err, errlen);
+    if (!out || ndirs < 1) return TPF_EINVAL;
+    char **v;
+    int n;
+    int rc = rr_expand_dirs(dirs, ndirs, &v, &n, err, errlen);
     if (rc) return rc;
+    rc = rr_load_job((const char *const *)v, n, &r, err, errlen);
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+    if (rc) return rc;
+    const char *run_dir = r->dir;
     diag_compute(r);
     if (!out->max) out->max = REPORT_MAX;
     prof pf;

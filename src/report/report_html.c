@@ -2,6 +2,7 @@
  * script at all and nothing loaded from anywhere. Every string that came
  * from the user or the program goes through report_html_esc. */
 #include "report/report_html.h"
+#include "report/report_ranks.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -745,6 +746,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
     chart_throughput(b, r);
     chart_breakdown(b, r);
     chart_data_hist(b, r);
+    rr_html(r, b);
     report_quantiles(b, REPORT_HTML, &f);
 
     buf_puts(b, "<h2>GPUs</h2>\n");

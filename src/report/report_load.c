@@ -9,6 +9,7 @@
 
 #include "core/metrics.h"
 #include "report/diag.h"
+#include "report/report_ranks.h"
 #include "trainperf.h"
 #include "util/csvr.h"
 
@@ -223,6 +224,23 @@ static void load_exit(diag_run *r, const jr_node *ex)
 
 /* ---- steps.csv ------------------------------------------------------------ */
 
+static int rank_slot(diag_run *r, int rank, int pid, int tid)
+{
+    for (int i = 0; i < r->nranks; i++) {
+        drank *k = &r->ranks[i];
+        if (rank >= 0 ? k->rank == rank : (k->rank < 0 && k->pid == pid && k->tid == tid)) return i;
+    }
+    if (r->nranks >= DIAG_MAX_RANKS) return -1;
+    drank *k = &r->ranks[r->nranks];
+    memset(k, 0, sizeof(*k));
+    k->rank = rank;
+    k->pid = pid;
+    k->tid = tid;
+    k->node = r->cur_node;
+    dseries_init(&k->s_step, r->s_step_rate.width > 0 ? r->s_step_rate.width : 1.0);
+    return r->nranks++;
+}
+
 static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
 {
     csvr c;
@@ -245,18 +263,21 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         csvr_close(&c);
         return TPF_EFORMAT;
     }
-    double width = r->duration_s > 0 ? r->duration_s / DIAG_SERIES_CAP : 1.0;
-    if (width < 0.1) width = 0.1;
-    dseries_init(&r->s_sample_rate, width);
-    dseries_init(&r->s_step_rate, width);
-    for (int p = 0; p < PH_COUNT; p++)
-        dseries_init(&r->s_phase[p], width);
-    r->first_end_s = r->last_end_s = r->first_start_s = NAN;
+    if (!r->cur_node) { /* later nodes add to node 0's figures */
+        double width = r->duration_s > 0 ? r->duration_s / DIAG_SERIES_CAP : 1.0;
+        if (width < 0.1) width = 0.1;
+        dseries_init(&r->s_sample_rate, width);
+        dseries_init(&r->s_step_rate, width);
+        for (int p = 0; p < PH_COUNT; p++)
+            dseries_init(&r->s_phase[p], width);
+        r->first_end_s = r->last_end_s = r->first_start_s = NAN;
+    }
     int streams[DIAG_MAX_RANKS * 4][2];
     int nstreams = 0;
     while ((rc = csvr_next(&c)) == 1) {
         double start, dur, iv, v;
         if (!csvr_num(&c, c_start, &start) || !csvr_num(&c, c_dur, &dur)) continue;
+        start += r->cur_offset_s;
         if (!csvr_num(&c, c_int, &iv)) iv = dur;
         double rank = -1, pid = -1, tid = -1, stepno = -1;
         csvr_num(&c, c_rank, &rank);
@@ -319,6 +340,9 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         /* the data-wait chart leaves out warm-up steps as the figures do */
         double data = 0;
         if (stepno != 0 && csvr_num(&c, c_ph[PH_DATA], &data)) dhist_add(&r->h_data, data / 1e6);
+        /* the rank view's own extras (report_ranks.c): node, heatmap series */
+        int k = rank_slot(r, (int)rank, (int)pid, (int)tid);
+        if (k >= 0) dseries_add(&r->ranks[k].s_step, end, iv / 1e6);
     }
     r->nstreams = nstreams;
     csvr_close(&c);
@@ -692,12 +716,22 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     }
     if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s))
         r->duration_s = r->last_end_s;
+    rr_load_comm(r, r->dir);
     *out = r;
     return 0;
 damaged:
     msg(err, errlen, "damaged run directory: %s", e);
     diag_free(r);
     return rc == TPF_ENOMEM ? rc : TPF_EFORMAT;
+}
+
+int diag_load_node_steps(diag_run *r, const char *run_dir, double offset_s, char *err,
+                         size_t errlen)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/steps.csv", run_dir);
+    r->cur_offset_s = offset_s;
+    return load_steps(r, path, err, errlen);
 }
 
 /* ---- headline figures -------------------------------------------------------- */
@@ -718,7 +752,7 @@ static double min_or_nan(const dstat *s)
 void diag_figures(const diag_run *r, dfig *f)
 {
     f->duration_s = r->duration_s;
-    f->steps = r->have_steps ? r->steps : NAN;
+    f->steps = r->have_steps ? rr_global_steps(r) : NAN;
     figs_headline(&r->sf, &f->v);
     const figs_view v = f->v;
     f->steps_per_s = v.steps_per_s;

@@ -62,6 +62,11 @@ int trace_result_markdown(const trace_result *r, buf *out);
 int trace_merge(const char *const *paths, int n, const char *out_path, int align_start,
                 char *err, size_t errlen);
 
+/* As trace_merge, with file i's times shifted by offsets_s[i] seconds
+ * (the run directories of a job's nodes, aligned by report/report_ranks.c). */
+int trace_merge_offsets(const char *const *paths, int n, const char *out_path,
+                        const double *offsets_s, char *err, size_t errlen);
+
 /* The trace files (*.json, *.json.gz) directly inside dir, sorted by name.
  * On success *paths (n entries, possibly 0) is owned by the caller: free it
  * with trace_paths_free. TPF_ENOENT/TPF_EACCES/TPF_EIO when dir cannot be

@@ -2073,7 +2073,7 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
     w->nthreads = r.nthreads;
     w->threads = malloc((r.nthreads ? r.nthreads : 1) * sizeof(*w->threads));
     if (!w->noff || !w->arena || !w->threads) { rc = TPF_ENOMEM; goto out; }
-    memcpy(w->arena, r.names.arena.data, r.names.arena.len);
+    if (r.names.arena.len) memcpy(w->arena, r.names.arena.data, r.names.arena.len); /* empty: data is NULL */
     for (uint32_t i = 0; i < r.names.n; i++) w->noff[i] = r.names.v[i].off;
     for (uint32_t i = 0; i < r.nthreads; i++) {
         w->threads[i][0] = r.threads[i].pid;

@@ -36,8 +36,18 @@ typedef struct cp_edge {
     uint8_t type;
 } cp_edge;
 
+/* What a cuda_sync event waited for (a second read of the file collects
+ * these: the compact records do not carry them). */
+typedef struct cp_wait {
+    int64_t corr, wait_stream, wait_corr;
+} cp_wait;
+
+#define CP_MAX_WAITS (1u << 20)
+
 struct trace_cpath {
     char *path;
+    cp_wait *waits;         /* by corr */
+    size_t nwaits;
     tr_window win;
     cp_edge *e;
     size_t ne, ecap;
@@ -214,6 +224,53 @@ static slast *stream_last(slast *v, size_t *n, size_t cap, int64_t s)
     return &v[(*n)++];
 }
 
+static int wait_cmp(const void *a, const void *b)
+{
+    const cp_wait *x = a, *y = b;
+    return x->corr < y->corr ? -1 : x->corr > y->corr;
+}
+
+static int on_wait(void *ud, const trace_ev *ev)
+{
+    trace_cpath *c = ud;
+    if (!(ev->has & TEV_CAT) || !(ev->has & TEV_CORR) || strcmp(ev->cat, "cuda_sync") != 0) return 0;
+    if (c->nwaits >= CP_MAX_WAITS) return 0; /* bounded: later syncs fall back to "every stream" */
+    if ((c->nwaits & (c->nwaits - 1)) == 0) {
+        size_t nc = c->nwaits ? c->nwaits * 2 : 64;
+        cp_wait *nw = realloc(c->waits, nc * sizeof(*nw));
+        if (!nw) return TPF_ENOMEM;
+        c->waits = nw;
+    }
+    c->waits[c->nwaits++] = (cp_wait){ev->corr, (ev->has & TEV_WAIT) ? ev->wait_stream : -2,
+                                      (ev->has & TEV_WAIT) ? ev->wait_corr : -2};
+    return 0;
+}
+
+static const cp_wait *find_wait(const trace_cpath *c, int64_t corr)
+{
+    size_t lo = 0, hi = c->nwaits;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (c->waits[mid].corr < corr) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < c->nwaits && c->waits[lo].corr == corr ? &c->waits[lo] : NULL;
+}
+
+/* The kernel on stream s whose launch is the last before t (before = 1) or
+ * the first after t (before = 0), by launch time; -1 if none. */
+static int64_t kernel_by_launch(const tr_window *w, const int64_t *launch, int64_t s, int64_t t, int before)
+{
+    int64_t best = -1;
+    for (uint32_t i = 0; i < w->n; i++) {
+        if (launch[i] < 0 || w->ev[i].stream != s) continue;
+        if (before ? launch[i] < t && (best < 0 || launch[i] > launch[best])
+                   : launch[i] > t && (best < 0 || launch[i] < launch[best]))
+            best = i;
+    }
+    return best;
+}
+
 static int build_gpu(trace_cpath *c)
 {
     const tr_window *w = &c->win;
@@ -244,6 +301,14 @@ static int build_gpu(trace_cpath *c)
     }
     qsort(ix, nr, sizeof(*ix), corr_ix_cmp);
     qsort(g, ng, sizeof(*g), gitem_cmp);
+    /* launch time of every kernel (for the syncs on CUDA events) */
+    int64_t *launch = malloc((w->n ? w->n : 1) * sizeof(*launch));
+    if (!launch) { rc = TPF_ENOMEM; goto out; }
+    for (uint32_t i = 0; i < w->n; i++) {
+        const tw_ev *e = &w->ev[i];
+        int64_t rt = (e->kind == TW_KERNEL || e->kind == TW_MEMCPY || e->kind == TW_MEMSET) ? find_runtime(ix, nr, e->corr) : -1;
+        launch[i] = rt >= 0 ? w->ev[rt].ts : -1;
+    }
     size_t ns = 0;
     for (size_t k = 0; k < ng && !rc; k++) {
         uint32_t i = g[k].ev;
@@ -252,6 +317,23 @@ static int build_gpu(trace_cpath *c)
             int64_t rt = g[k].sync == 2 ? (int64_t)i : find_runtime(ix, nr, e->corr);
             if (rt < 0) continue;
             const char *sn = ev_name(w, i);
+            const cp_wait *wt = g[k].sync == 1 ? find_wait(c, e->corr) : NULL;
+            int ev_sync = strcmp(sn, "Event Sync") == 0, sw = strcmp(sn, "Stream Wait Event") == 0;
+            if ((ev_sync || sw) && wt && wt->wait_corr != -2) {
+                /* HTA: the kernel launched on the recorded stream last before
+                 * cudaEventRecord; an event never recorded waits for nothing */
+                int64_t rec = wt->wait_corr >= 0 ? find_runtime(ix, nr, wt->wait_corr) : -1;
+                int64_t src = rec >= 0 ? kernel_by_launch(w, launch, wt->wait_stream, w->ev[rec].ts, 1) : -1;
+                if (src < 0) continue;
+                if (ev_sync) {
+                    rc = add_edge(c, 2 * (uint32_t)src + 1, 2 * (uint32_t)rt + 1, CP_SYNC, (uint32_t)rt);
+                } else { /* the next kernel launched on the waiting stream waits for src */
+                    int64_t dst = kernel_by_launch(w, launch, e->stream, w->ev[rt].ts, 0);
+                    if (dst >= 0) rc = add_edge(c, 2 * (uint32_t)src + 1, 2 * (uint32_t)dst, CP_SYNC, (uint32_t)dst);
+                }
+                continue;
+            }
+            if (sw) continue; /* no record to follow */
             int one = g[k].sync == 1 && strcmp(sn, "Stream Sync") == 0 && e->stream >= 0;
             for (size_t s = 0; s < ns && !rc; s++) {
                 if (sl[s].ev < 0 || (one && sl[s].stream != e->stream)) continue;
@@ -270,6 +352,7 @@ static int build_gpu(trace_cpath *c)
             rc = add_edge(c, 2 * (uint32_t)last->ev + 1, 2 * i, CP_KGAP, i);
         last->ev = i;
     }
+    free(launch);
 out:
     free(ix);
     free(g);
@@ -418,6 +501,12 @@ int trace_cpath_run(const char *path, int has_step, long step, const char *ann, 
     memcpy(c->path, path, pl + 1);
     tw_select sel = {has_step, step, ann, ann_index};
     int rc = trace_window(path, &sel, &c->win, err, errlen);
+    if (!rc) {
+        char e2[512];
+        rc = trace_read(path, on_wait, c, 0, NULL, e2, sizeof(e2));
+        if (rc) snprintf(err, errlen, "%s", e2[0] ? e2 : tpf_strerror(rc));
+        else if (c->nwaits) qsort(c->waits, c->nwaits, sizeof(*c->waits), wait_cmp);
+    }
     if (!rc) rc = build_cpu(c);
     if (!rc) rc = build_gpu(c);
     if (!rc) rc = longest_path(c);
@@ -438,6 +527,7 @@ void trace_cpath_free(trace_cpath *c)
     free(c->rows);
     free(c->on_path);
     free(c->e);
+    free(c->waits);
     trace_window_free(&c->win);
     free(c->path);
     free(c);

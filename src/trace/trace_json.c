@@ -653,7 +653,8 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
         int isnum;
         int64_t v;
         char k0 = sc->key[0];
-        if (k0 != 's' && k0 != 'c' && k0 != 'n' && k0 != 'b' && k0 != 'B' && k0 != 'T' && k0 != 'D') {
+        if (k0 != 's' && k0 != 'c' && k0 != 'n' && k0 != 'b' && k0 != 'B' && k0 != 'T' && k0 != 'D' &&
+            k0 != 'w') {
             /* most args: skip without comparing */
             if ((rc = js_skip(s, 2))) return rc;
         } else if (strcmp(sc->key, "stream") == 0) {
@@ -672,6 +673,12 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
         } else if (strcmp(sc->key, "Total Reserved") == 0) {
             if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
             if (isnum) ev->mem_reserved = v;
+        } else if (strcmp(sc->key, "wait_on_stream") == 0) {
+            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
+            if (isnum) { ev->wait_stream = v; ev->has |= TEV_WAIT; }
+        } else if (strcmp(sc->key, "wait_on_cuda_event_record_corr_id") == 0) {
+            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
+            if (isnum) { ev->wait_corr = v; ev->has |= TEV_WAIT; }
         } else if (strcmp(sc->key, "Device Type") == 0) {
             if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
             if (isnum) ev->devtype = v;
@@ -694,6 +701,7 @@ static int js_event(jsrc *s, jscratch *sc, trace_ev_fn fn, void *ud)
     memset(&ev, 0, sizeof(ev));
     ev.stream = -1;
     ev.corr = -1;
+    ev.wait_stream = ev.wait_corr = -1;
     ev.name = sc->name;
     ev.cat = sc->cat;
     ev.arg_name = sc->argname;
@@ -878,6 +886,9 @@ static int js_top(jsrc *s, trace_ev_fn fn, void *ud, trace_meta *m)
         m->array_form = 1;
         m->has_events = 1;
         rc = js_events(s, sc, fn, ud, m, 1);
+        /* `[1,2` is JSON-ish, not a trace: no element is an event object */
+        if (rc == 0 && m->events > 0 && m->skipped == m->events)
+            rc = js_fail(s, TPF_EFORMAT, "not a trace: the array holds no event objects");
     } else if (c == '{') {
         s->pos++;
         if (js_ws(s) == '}') {

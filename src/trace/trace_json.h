@@ -34,6 +34,7 @@ enum {
     TEV_MEM = 1 << 13,        /* "[memory]" args: Bytes, Total Allocated/Reserved */
     TEV_DEV = 1 << 14,        /* args."Device Id" */
     TEV_DUR_FRAC = 1 << 15,   /* dur literal was not an integer */
+    TEV_WAIT = 1 << 16,       /* cuda_sync args: wait_on_stream, wait_on_cuda_event_record_corr_id */
 };
 
 /* Flags of trace_read's mode argument. */
@@ -59,6 +60,7 @@ typedef struct trace_ev {
     int64_t mem_alloc, mem_reserved; /* "Total Allocated"/"Total Reserved" */
     int64_t dev;              /* args."Device Id" */
     int64_t devtype;          /* args."Device Type" (0 CPU, 1 CUDA, ...) */
+    int64_t wait_stream, wait_corr; /* TEV_WAIT */
     double ts_us, dur_us;     /* TRACE_DOUBLE: the literals as doubles (HTA's pandas) */
     /* Raw text of the event object when capture is on (merge), with the byte
      * spans of some values inside it (offset, length; length 0 = absent). */

@@ -140,8 +140,23 @@ static int on_copy(void *ud, const trace_ev *ev)
     return 0;
 }
 
+static int merge(const char *const *paths, int n, const char *out_path, int align_start,
+                 const double *offsets_s, char *err, size_t errlen);
+
 int trace_merge(const char *const *paths, int n, const char *out_path, int align_start,
                 char *err, size_t errlen)
+{
+    return merge(paths, n, out_path, align_start, NULL, err, errlen);
+}
+
+int trace_merge_offsets(const char *const *paths, int n, const char *out_path,
+                        const double *offsets_s, char *err, size_t errlen)
+{
+    return merge(paths, n, out_path, 0, offsets_s, err, errlen);
+}
+
+static int merge(const char *const *paths, int n, const char *out_path, int align_start,
+                 const double *offsets_s, char *err, size_t errlen)
 {
     if (err && errlen) err[0] = '\0';
     if (!paths || n <= 0 || !out_path) {
@@ -214,6 +229,8 @@ int trace_merge(const char *const *paths, int n, const char *out_path, int align
             m->index = i;
             m->first = first;
             m->shift = align_start ? -mins[i] : bases[i] - gmin;
+            /* the nodes of a job: their own clocks, put on the first's */
+            if (offsets_s) m->shift = (int64_t)(offsets_s[i] * 1e9);
             rc = trace_read(paths[i], on_copy, m, 1, NULL, e2, sizeof(e2));
             if (rc == TPF_EIO && !e2[0]) snprintf(e2, sizeof(e2), "write error: %s", strerror(errno));
             if (rc) {

@@ -123,6 +123,7 @@ HOST_FIELD(m_step_rate, step_rate)
 HOST_FIELD(m_data_wait, data_wait_pct)
 HOST_FIELD(m_step_ms, step_time_ms)
 HOST_FIELD(m_stall_s, since_last_step_s)
+HOST_FIELD(m_straggler, straggler_pct)
 #undef HOST_FIELD
 
 static fval m_mem_avail_pct(const coll_frame *f, const alert_set *s)
@@ -286,6 +287,8 @@ static const metric metrics[] = {
     {"step.stall_ratio", MK_HOST, MU_RATIO, m_stall_ratio, NULL,
      "time since the last step in median step times"},
     {"data_wait.pct", MK_HOST, MU_PCT, m_data_wait, NULL, "data-wait share of step time"},
+    {"rank.straggler_pct", MK_HOST, MU_PCT, m_straggler, NULL,
+     "step time the other ranks wait for the slowest"},
     {"gpu.util", MK_GPU, MU_PCT, NULL, g_util, "utilisation"},
     {"gpu.mem_util", MK_GPU, MU_PCT, NULL, g_mem_util, "memory-bandwidth utilisation"},
     {"gpu.mem_used_pct", MK_GPU, MU_PCT, NULL, g_mem_pct, "memory used"},
@@ -322,6 +325,7 @@ static const default_rule defaults[] = {
     {"data_wait", "data_wait.pct > 30 for 60s", ALERT_WARNING, 1},
     {"step_regression", "step.time_ratio > 1.5 for 60s", ALERT_WARNING, 1},
     {"hang", "step.stall_ratio > 50 for 10s", ALERT_CRITICAL, 1},
+    {"straggler", "rank.straggler_pct > 10 for 30s", ALERT_WARNING, 1},
     {"host_mem_growth", "mem.oom_eta_s < 10min", ALERT_WARNING, 0},
     {"gpu_mem_growth", "gpu.oom_eta_s < 10min", ALERT_WARNING, 0},
 };
@@ -918,6 +922,13 @@ static void make_message(const alert_set *s, const alert_rule *r, const coll_fra
     } else if (strcmp(nm, "step.time_ratio") == 0) {
         snprintf(o, n, "step time %.0f ms is %.1fx the run's median %.0f ms for %s",
                  f->step_time_ms.v, v, f->step_time_median_ms.v, dur);
+    } else if (strcmp(nm, "rank.straggler_pct") == 0 && f->straggler_rank >= 0) {
+        int loader = f->straggler_data_ms.ok && f->straggler_data_ms.v >= 0.5 * f->straggler_wait_ms.v;
+        snprintf(o, n,
+                 "rank %d holds the others back: they wait %.1f ms a step in collectives for it "
+                 "(%.0f%% of step time); rank %d spends it in its own %s",
+                 f->straggler_rank, f->straggler_wait_ms.v, v, f->straggler_rank,
+                 loader ? "data loader" : "step");
     } else if (strcmp(nm, "gpu.lost") == 0) {
         snprintf(o, n, "%sfell off the bus (GPU lost)", who[0] ? who : "a GPU ");
     } else if (strcmp(nm, "gpu.throttled") == 0) {

@@ -1,7 +1,14 @@
 /* Exporter encodings: CRC-32C and its TFRecord mask, Event framing, the
  * --prometheus address grammar. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/figs.h"
+#include "core/sink.h"
 
 #include "record/exporter.h"
 #include "record/tfevents.h"
@@ -67,6 +74,99 @@ TT_TEST(prom_addr)
     TT_ASSERT(prom_parse_addr("::1:80", host, sizeof(host), &port, err, sizeof(err)) == TPF_EINVAL);
     TT_ASSERT(prom_parse_addr("x:12ab", host, sizeof(host), &port, err, sizeof(err)) == TPF_EINVAL);
     TT_ASSERT(strstr(err, "12ab") != NULL);
+}
+
+/* GET path from 127.0.0.1:port into out (NUL-terminated); returns bytes. */
+static size_t http_get(int port, const char *path, char *out, size_t n)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    size_t got = 0;
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+        char req[128];
+        int l = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\n\r\n", path);
+        if (write(fd, req, (size_t)l) == l) {
+            ssize_t r;
+            while (got + 1 < n && (r = read(fd, out + got, n - 1 - got)) > 0) got += (size_t)r;
+        }
+    }
+    if (fd >= 0) close(fd);
+    out[got] = 0;
+    return got;
+}
+
+TT_TEST(prom_page_unknown_left_out_labels_escaped)
+{
+    char err[128];
+    int port = 0;
+    int fd = prom_listen("127.0.0.1", 0, &port, err, sizeof(err));
+    TT_ASSERT(fd >= 0 && port > 0);
+    static const char *rules[] = {"data_wait: data_wait.pct > 30 for 60s", "gpu_hot: off"};
+    run_meta meta = {"run", NULL, "/", "node\"1", "6.1", 2, 1e9, 1, 1, 2, rules};
+    rec_export_config cfg = {fd, 0};
+    sink_ctx ctx = {"/nonexistent", 0, 1.7e9, 1.0, 0, &meta, &cfg, NULL, NULL};
+    void *st = NULL;
+    TT_EQ_INT(rec_sink_prometheus.init(&st, &ctx), 0);
+    static char page[1 << 16];
+    /* Before the first sample: 503, never an empty page taken for zeros. */
+    http_get(port, "/metrics", page, sizeof(page));
+    TT_ASSERT(strstr(page, "HTTP/1.1 503") == page);
+
+    static coll_frame f;
+    memset(&f, 0, sizeof(f));
+    f.t = 2;
+    fv_set(&f.mem_total_bytes, 1e9);  /* known */
+    f.cpu_pct.ok = 0;                 /* unknown */
+    f.ngpu = 1;
+    f.gpu[0].index = 3;
+    snprintf(f.gpu[0].name, sizeof(f.gpu[0].name), "GPU \"X\"");
+    fv_set(&f.gpu[0].util_pct, 7);
+    figs fs;
+    figs_init(&fs);
+    agg_step s;
+    memset(&s, 0, sizeof(s));
+    s.rank = 1;
+    s.pid = 42;
+    s.interval_ns = s.duration_ns = 5000000;
+    figs_add(&fs, &s);
+    sink_tally tally = {0, 0, 0};
+    sink_run run;
+    memset(&run, 0, sizeof(run));
+    run.frame = &f;
+    run.steps = &fs;
+    run.tally = &tally;
+    rec_sink_prometheus.on_sample(st, &f, &run);
+    http_get(port, "/metrics", page, sizeof(page));
+    TT_ASSERT(strstr(page, "HTTP/1.1 200 OK") == page);
+    TT_ASSERT(strstr(page, "Content-Type: text/plain; version=0.0.4") != NULL);
+    TT_ASSERT(strstr(page, "trainperf_host_memory_total_bytes{node=\"node\\\"1\"} 1000000000\n") != NULL);
+    TT_ASSERT(strstr(page, "# TYPE trainperf_host_cpu_busy_ratio gauge") != NULL);
+    TT_ASSERT(strstr(page, "trainperf_host_cpu_busy_ratio{") == NULL); /* unknown: no sample */
+    TT_ASSERT(strstr(page, "modelName=\"GPU \\\"X\\\"\"") != NULL);
+    TT_ASSERT(strstr(page, "trainperf_steps_total{node=\"node\\\"1\",rank=\"1\"} 1\n") != NULL);
+    TT_ASSERT(strstr(page, "trainperf_samples_total") == NULL); /* never reported: unknown */
+    TT_ASSERT(strstr(page, "rule=\"data_wait\",severity=\"unknown\"} 0\n") != NULL);
+    TT_ASSERT(strstr(page, "rule=\"gpu_hot\"") == NULL); /* turned off */
+    alert_event e;
+    memset(&e, 0, sizeof(e));
+    e.rule = "data_wait";
+    e.fired = 1;
+    e.severity = ALERT_WARNING;
+    rec_sink_prometheus.on_alert(st, &e);
+    rec_sink_prometheus.on_sample(st, &f, &run);
+    http_get(port, "/metrics", page, sizeof(page));
+    TT_ASSERT(strstr(page, "rule=\"data_wait\",severity=\"warning\"} 1\n") != NULL);
+    TT_ASSERT(strstr(page, "trainperf_alerts_fired_total{node=\"node\\\"1\"} 1\n") != NULL);
+    http_get(port, "/nope", page, sizeof(page));
+    TT_ASSERT(strstr(page, "HTTP/1.1 404") == page);
+    rec_sink_prometheus.close(st, &run);
+    figs_free(&fs);
+    /* Closed: nothing listens any more. */
+    TT_ASSERT(http_get(port, "/metrics", page, sizeof(page)) == 0);
 }
 
 int main(int argc, char **argv) { return tt_main(argc, argv); }

@@ -172,4 +172,71 @@ TT_TEST(live_figures_per_interval)
     teardown();
 }
 
+TT_TEST(comm_inside_backward_is_comm_not_backward)
+{
+    setup();
+    feed(0, SEG_EV_STEP_BEGIN, 0, 1);
+    feed(0, SEG_EV_PUSH, TPF_PHASE_BACKWARD, 1);
+    feed(4, SEG_EV_PUSH, TPF_PHASE_COMM, 1);    /* an all-reduce waited on in backward */
+    feed(5, SEG_EV_PUSH, TPF_PHASE_COMM, 1);    /* nested comm: once */
+    feed(6, SEG_EV_POP, 0, 1);
+    feed(7, SEG_EV_STEP_END, 0, 1);             /* comm still open: split at the step end */
+    feed(7, SEG_EV_STEP_BEGIN, 0, 1);
+    feed(9, SEG_EV_POP, 0, 1);                  /* comm ends: backward counts again */
+    feed(10, SEG_EV_POP, 0, 1);
+    feed(12, SEG_EV_STEP_END, 0, 1);
+    TT_EQ_INT(ngot, 2);
+    TT_EQ_INT(got[0].phase_ns[TPF_PHASE_BACKWARD - 1], 4 * MS);
+    TT_EQ_INT(got[0].phase_ns[TPF_PHASE_COMM - 1], 3 * MS);
+    TT_EQ_INT(got[0].other_ns, 0);
+    TT_EQ_INT(got[1].phase_ns[TPF_PHASE_COMM - 1], 2 * MS);
+    TT_EQ_INT(got[1].phase_ns[TPF_PHASE_BACKWARD - 1], 1 * MS);
+    TT_EQ_INT(got[1].other_ns, 2 * MS);
+    teardown();
+}
+
+TT_TEST(the_rank_the_others_wait_for_is_named_live)
+{
+    setup();
+    agg_proc *q[3];
+    for (int r = 0; r < 3; r++) agg_proc_create(&q[r], 200 + r, r, r);
+    /* ranks 0 and 2 wait 30 ms a step in comm for rank 1, which computes */
+    for (int i = 0; i < 4; i++) {
+        for (int r = 0; r < 3; r++) {
+            seg_event e;
+            memset(&e, 0, sizeof(e));
+            e.tid = 1;
+            uint64_t t0 = (uint64_t)i * 50 * MS;
+            e.kind = SEG_EV_STEP_BEGIN;
+            e.ts_ns = t0;
+            agg_event(a, q[r], &e);
+            if (r != 1) {
+                e.kind = SEG_EV_PUSH;
+                e.name = TPF_PHASE_COMM;
+                e.ts_ns = t0 + 15 * MS;
+                agg_event(a, q[r], &e);
+                e.kind = SEG_EV_POP;
+                e.ts_ns = t0 + 45 * MS;
+                agg_event(a, q[r], &e);
+            }
+            e.kind = SEG_EV_STEP_END;
+            e.ts_ns = t0 + 50 * MS;
+            agg_event(a, q[r], &e);
+        }
+    }
+    static coll_frame f;
+    memset(&f, 0, sizeof(f));
+    agg_live(a, &f, 1.0, 200 * MS);
+    TT_EQ_INT(f.steps.v, 4); /* the job's steps: 4, not 3 ranks x 4 */
+    TT_EQ_INT(f.straggler_rank, 1);
+    TT_NEAR(f.straggler_wait_ms.v, 30.0, 1e-6);
+    TT_NEAR(f.straggler_pct.v, 60.0, 1e-6);
+    memset(&f, 0, sizeof(f));
+    agg_live(a, &f, 1.0, 300 * MS); /* no steps since: unknown, no straggler */
+    TT_EQ_INT(f.straggler_rank, -1);
+    TT_ASSERT(!f.straggler_pct.ok);
+    for (int r = 0; r < 3; r++) agg_proc_free(q[r]);
+    teardown();
+}
+
 int main(int argc, char **argv) { return tt_main(argc, argv); }

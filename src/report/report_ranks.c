@@ -1,0 +1,1029 @@
+/* Ranks and nodes in the reports: the per-rank table, the html heatmap of
+ * step time (rank x time), the communication log (comm/), the straggler that
+ * synchronous training hides, and many-node jobs (several run directories
+ * reported as one, their clocks aligned on the completion of the same
+ * collectives). The writers call in here with one line each. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "report/report_html.h"
+#include "report/report_ranks.h"
+#include "report/table.h"
+#include "trainperf.h"
+#include "util/csvr.h"
+#include "util/human.h"
+
+#define RR_MAX_ALIGN_OPS 50000 /* collectives kept per node for clock alignment */
+
+/* Ranks that had a rank number (torchrun, srun, mpirun). */
+static int nranked(const diag_run *r)
+{
+    int n = 0;
+    for (int i = 0; i < r->nranks; i++)
+        if (r->ranks[i].rank >= 0) n++;
+    return n;
+}
+
+static int by_rank(const void *a, const void *b)
+{
+    const drank *x = *(const drank *const *)a, *y = *(const drank *const *)b;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* The ranked entries in rank order; returns how many. */
+static int sorted_ranks(const diag_run *r, const drank **out)
+{
+    int n = 0;
+    for (int i = 0; i < r->nranks; i++)
+        if (r->ranks[i].rank >= 0) out[n++] = &r->ranks[i];
+    qsort(out, (size_t)n, sizeof(*out), by_rank);
+    return n;
+}
+
+typedef struct rrow {
+    double steps, warm, p50, p95, data, compute, comm, sps, busbw;
+} rrow;
+
+/* The step figures of a rank (core/figs.h groups: the owner of the figure),
+ * NULL when the run has none. */
+static const agg_group *group_of_rank(const diag_run *r, int rank)
+{
+    for (int i = 0; i < r->sf.ngroups; i++)
+        if (r->sf.groups[i]->rank == rank) return r->sf.groups[i];
+    return NULL;
+}
+
+static const drank *find_rank(const diag_run *x, int rank)
+{
+    for (int i = 0; i < x->nranks; i++)
+        if (x->ranks[i].rank == rank) return &x->ranks[i];
+    return NULL;
+}
+
+/* Per step means over warm steps (each thread's first left out, as the
+ * quantiles); steps and samples/s over every step. */
+static void rank_row(const diag_run *r, int rank, rrow *o)
+{
+    const agg_group *g = group_of_rank(r, rank);
+    const drank *k = find_rank(r, rank);
+    o->busbw = k && k->comm_busbw_n > 0 ? k->comm_busbw_sum / k->comm_busbw_n : NAN;
+    if (!g) {
+        o->steps = o->warm = o->p50 = o->p95 = o->data = o->compute = o->comm = o->sps = NAN;
+        return;
+    }
+    double n = g->warm_count > 0 ? (double)g->warm_count : NAN;
+    o->steps = (double)g->count;
+    o->warm = (double)g->warm_count;
+    o->p50 = g->warm_count ? sketch_quantile(&g->step_ns, 0.5) / 1e6 : NAN;
+    o->p95 = g->warm_count ? sketch_quantile(&g->step_ns, 0.95) / 1e6 : NAN;
+    if (g->warm_count && o->p95 > g->step_ns.max / 1e6) o->p95 = g->step_ns.max / 1e6;
+    if (g->warm_count && o->p50 > g->step_ns.max / 1e6) o->p50 = g->step_ns.max / 1e6;
+    o->data = (double)g->warm_data_ns / n / 1e6;
+    o->comm = (double)g->warm_comm_ns / n / 1e6;
+    double w = (double)(g->warm_data_ns + g->warm_comm_ns), iv = (double)g->warm_interval_ns;
+    o->compute = (iv > w ? iv - w : 0) / n / 1e6;
+    o->sps = g->samples > 0 && g->interval_ns > 0
+                 ? (double)g->samples / ((double)g->interval_ns / 1e9)
+                 : NAN;
+}
+
+/* ---- the straggler ----------------------------------------------------------- */
+
+int rr_straggler(const diag_run *r, rr_strag *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->rank = -1;
+    const drank *k[DIAG_MAX_RANKS];
+    int n = sorted_ranks(r, k);
+    if (n < 2) return 0;
+    rrow row[DIAG_MAX_RANKS];
+    int least = -1;
+    double any_comm = 0;
+    for (int i = 0; i < n; i++) {
+        rank_row(r, k[i]->rank, &row[i]);
+        if (!(row[i].warm >= 3)) return 0;
+        any_comm += row[i].comm;
+        if (least < 0 || row[i].comm < row[least].comm) least = i;
+    }
+    if (!(any_comm > 0)) return 0; /* no collective waits measured */
+    double ow = 0, od = 0, oc = 0, step = 0;
+    int most = -1;
+    for (int i = 0; i < n; i++) {
+        step += (row[i].compute + row[i].data + row[i].comm) / n;
+        if (i == least) continue;
+        ow += row[i].comm / (n - 1);
+        od += row[i].data / (n - 1);
+        oc += row[i].compute / (n - 1);
+        if (most < 0 || row[i].comm > row[most].comm) most = i;
+    }
+    s->rank = k[least]->rank;
+    s->waiter = k[most]->rank;
+    s->gap_ms = ow - row[least].comm;
+    s->others_wait_ms = ow;
+    s->own_wait_ms = row[least].comm;
+    s->step_ms = step;
+    s->share = step > 0 ? s->gap_ms / step : NAN;
+    s->extra_data_ms = row[least].data - od;
+    s->extra_compute_ms = row[least].compute - oc;
+    s->loader = s->extra_data_ms >= 0.5 * s->gap_ms;
+    snprintf(s->op, sizeof(s->op), "%s", k[most]->top_op[0] ? k[most]->top_op : "collectives");
+    /* the others' wait must be the straggler's own time: noise in the
+     * collectives alone (a loaded host) is not a straggler */
+    int own = s->extra_data_ms + s->extra_compute_ms >= 0.5 * s->gap_ms;
+    return s->share >= RR_STRAGGLER_SHARE && own;
+}
+
+/* ---- overlap and FSDP ------------------------------------------------------- */
+
+int rr_overlap(const diag_run *r, rr_overlap_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    double busy = 0, waited = 0, steps = 0;
+    int n = 0;
+    for (int i = 0; i < r->nranks; i++) {
+        const drank *k = &r->ranks[i];
+        const agg_group *g = k->rank >= 0 ? group_of_rank(r, k->rank) : NULL;
+        if (!(k->comm_ops > 0) || !g || !g->warm_count) continue;
+        double c = (double)g->warm_count;
+        busy += k->comm_busy_ns / c;
+        waited += (double)g->warm_comm_ns / c;
+        steps += ((double)g->warm_interval_ns - (double)g->warm_comm_ns -
+                  (double)g->warm_data_ns) / c;
+        n++;
+    }
+    if (!n) return 0;
+    o->busy_ms = busy / n / 1e6;
+    o->exposed_ms = waited / n / 1e6;
+    o->overlapped_ms = o->busy_ms > o->exposed_ms ? o->busy_ms - o->exposed_ms : 0;
+    o->compute_ms = steps / n / 1e6;
+    double ag = 0, agw = 0, rs = 0, rsw = 0;
+    for (int i = 0; i < r->ncommops; i++) {
+        const dcommop *c = &r->commops[i];
+        if (strstr(c->op, "all_gather")) ag += c->dur_ns, agw += c->wait_ns;
+        if (strstr(c->op, "reduce_scatter")) rs += c->dur_ns, rsw += c->wait_ns;
+    }
+    double gsteps = rr_global_steps(r) * n;
+    o->fsdp = ag > 0 && rs > 0 && gsteps > 0;
+    if (o->fsdp) {
+        o->ag_ms = ag / gsteps / 1e6;
+        o->ag_exposed_ms = agw / gsteps / 1e6;
+        o->rs_ms = rs / gsteps / 1e6;
+        o->rs_exposed_ms = rsw / gsteps / 1e6;
+        /* prefetching the next all-gather hides it under the current
+         * layer's compute: at most the exposed all-gather time, at most
+         * the compute there is to hide it under */
+        o->prefetch_gain_ms = o->ag_exposed_ms < o->compute_ms ? o->ag_exposed_ms : o->compute_ms;
+    }
+    return 1;
+}
+
+void rr_fsdp_advice(const diag_run *r, char *out, size_t n)
+{
+    rr_overlap_t o;
+    out[0] = 0;
+    if (!rr_overlap(r, &o) || !o.fsdp) return;
+    snprintf(out, n,
+             "FSDP: all-gathers take %.1f ms a step, %.1f ms exposed; forward/backward "
+             "prefetch (set_modules_to_forward_prefetch / set_modules_to_backward_prefetch) "
+             "could hide up to %.1f ms a step (bounded by %.1f ms of compute); reduce-scatters "
+             "%.1f ms, %.1f ms exposed.",
+             o.ag_ms, o.ag_exposed_ms, o.prefetch_gain_ms, o.compute_ms, o.rs_ms, o.rs_exposed_ms);
+}
+
+/* ---- comm/ ------------------------------------------------------------------ */
+
+static dcommop *commop(diag_run *r, const char *op)
+{
+    for (int i = 0; i < r->ncommops; i++)
+        if (strcmp(r->commops[i].op, op) == 0) return &r->commops[i];
+    if (r->ncommops >= DIAG_MAX_COMM_OPS) return NULL;
+    dcommop *o = &r->commops[r->ncommops++];
+    memset(o, 0, sizeof(*o));
+    snprintf(o->op, sizeof(o->op), "%s", op);
+    return o;
+}
+
+static drank *rank_of(diag_run *r, int rank)
+{
+    for (int i = 0; i < r->nranks; i++)
+        if (r->ranks[i].rank == rank) return &r->ranks[i];
+    return NULL;
+}
+
+/* One comm/ops-*.csv: totals per op kind, per rank bytes and bus bandwidth,
+ * the rank's most frequent op. */
+static void load_ops_file(diag_run *r, const char *path)
+{
+    csvr c;
+    char e[200];
+    if (csvr_open(&c, path, e, sizeof(e)) != 0) return;
+    int c_rank = csvr_col(&c, "rank"), c_op = csvr_col(&c, "op"), c_bytes = csvr_col(&c, "bytes");
+    int c_dur = csvr_col(&c, "duration_ns"), c_wait = csvr_col(&c, "wait_ns");
+    int c_bus = csvr_col(&c, "busbw_bps");
+    int c_is = csvr_col(&c, "issue_mono_ns"), c_end = csvr_col(&c, "end_mono_ns");
+    int c_step = csvr_col(&c, "step");
+    double last_end = 0;
+    if (c_op < 0 || c_dur < 0) {
+        csvr_close(&c);
+        return;
+    }
+    char names[DIAG_MAX_COMM_OPS][32];
+    double counts[DIAG_MAX_COMM_OPS];
+    int nn = 0;
+    drank *k = NULL;
+    int rc;
+    while ((rc = csvr_next(&c)) == 1) {
+        const char *op = csvr_str(&c, c_op);
+        if (!op[0]) continue;
+        double v, rank = -1;
+        if (!k && csvr_num(&c, c_rank, &rank)) k = rank_of(r, (int)rank);
+        dcommop *o = commop(r, op);
+        double bytes = 0, bus;
+        csvr_num(&c, c_bytes, &bytes);
+        if (o) {
+            o->n++;
+            o->bytes += bytes;
+            if (csvr_num(&c, c_dur, &v)) o->dur_ns += v;
+            if (csvr_num(&c, c_wait, &v)) o->wait_ns += v;
+        }
+        int have_bus = csvr_num(&c, c_bus, &bus);
+        if (o && have_bus) {
+            o->busbw_sum += bus;
+            o->busbw_n++;
+        }
+        double is, en, stepno = -1;
+        csvr_num(&c, c_step, &stepno);
+        /* the warm-up step is left out, as in the per-rank step figures */
+        if (k && stepno != 0 && csvr_num(&c, c_is, &is) && csvr_num(&c, c_end, &en)) {
+            /* rows come in completion order: the union of [issue, end] */
+            double from = is > last_end ? is : last_end;
+            if (en > from) k->comm_busy_ns += en - from;
+            if (en > last_end) last_end = en;
+        }
+        if (k) {
+            k->comm_ops++;
+            k->comm_bytes += bytes;
+            if (have_bus) {
+                k->comm_busbw_sum += bus;
+                k->comm_busbw_n++;
+            }
+        }
+        int i;
+        for (i = 0; i < nn; i++)
+            if (strcmp(names[i], op) == 0) break;
+        if (i == nn && nn < DIAG_MAX_COMM_OPS) {
+            snprintf(names[nn], sizeof(names[nn]), "%.31s", op);
+            counts[nn++] = 0;
+        }
+        if (i < nn) counts[i]++;
+    }
+    csvr_close(&c);
+    r->have_comm = 1;
+    if (k && nn) {
+        int best = 0;
+        for (int i = 1; i < nn; i++)
+            if (counts[i] > counts[best]) best = i;
+        snprintf(k->top_op, sizeof(k->top_op), "%.31s", names[best]);
+    }
+}
+
+static int is_ops_name(const char *n)
+{
+    size_t l = strlen(n);
+    return strncmp(n, "ops-", 4) == 0 && l > 8 && strcmp(n + l - 4, ".csv") == 0;
+}
+
+void rr_load_comm(diag_run *r, const char *run_dir)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/comm", run_dir);
+    DIR *d = opendir(path);
+    if (!d) return;
+    struct dirent *de;
+    int files = 0;
+    while ((de = readdir(d)) != NULL && files < 4096) {
+        if (!is_ops_name(de->d_name)) continue;
+        snprintf(path, sizeof(path), "%s/comm/%s", run_dir, de->d_name);
+        load_ops_file(r, path);
+        files++;
+    }
+    closedir(d);
+}
+
+/* ---- many nodes ------------------------------------------------------------- */
+
+typedef struct aend {
+    unsigned long long key; /* group hash << 32 | seq */
+    double end_s;
+} aend;
+
+static unsigned long long key_of(const char *group, const char *op, double seq)
+{
+    unsigned long long h = 1469598103934665603ull;
+    for (const char *p = group; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    for (const char *p = op; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return (h << 32) ^ (unsigned long long)(long long)seq;
+}
+
+static int cmp_aend(const void *a, const void *b)
+{
+    const aend *x = a, *y = b;
+    return (x->key > y->key) - (x->key < y->key);
+}
+
+/* Completion times of the collectives of one rank of run_dir (the first
+ * ops file found): *out malloc'd, freed by the caller. */
+static int node_ends(const char *run_dir, aend **out)
+{
+    *out = NULL;
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/comm", run_dir);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    struct dirent *de;
+    path[0] = 0;
+    while ((de = readdir(d)) != NULL)
+        if (is_ops_name(de->d_name)) {
+            snprintf(path, sizeof(path), "%s/comm/%s", run_dir, de->d_name);
+            break;
+        }
+    closedir(d);
+    if (!path[0]) return 0;
+    csvr c;
+    char e[200];
+    if (csvr_open(&c, path, e, sizeof(e)) != 0) return 0;
+    int c_op = csvr_col(&c, "op"), c_group = csvr_col(&c, "group"), c_seq = csvr_col(&c, "seq");
+    int c_end = csvr_col(&c, "end_s");
+    aend *a = NULL;
+    int n = 0, cap = 0;
+    while (csvr_next(&c) == 1 && n < RR_MAX_ALIGN_OPS) {
+        const char *op = csvr_str(&c, c_op);
+        double seq, end;
+        /* point-to-point ops do not complete at once on both sides */
+        if (!strcmp(op, "send") || !strcmp(op, "recv") || !strcmp(op, "isend") ||
+            !strcmp(op, "irecv"))
+            continue;
+        if (!csvr_num(&c, c_seq, &seq) || !csvr_num(&c, c_end, &end)) continue;
+        if (n == cap) {
+            int nc = cap ? cap * 2 : 1024;
+            aend *na = realloc(a, (size_t)nc * sizeof(*na));
+            if (!na) break;
+            a = na;
+            cap = nc;
+        }
+        a[n].key = key_of(csvr_str(&c, c_group), op, seq);
+        a[n++].end_s = end;
+    }
+    csvr_close(&c);
+    if (n > 1) qsort(a, (size_t)n, sizeof(*a), cmp_aend);
+    *out = a;
+    return n;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Align node k on node 0: the completion of one collective is the same
+ * instant on every rank, so the median difference of completion times is
+ * the clock offset beyond the wall-clock anchors, and the spread of the
+ * differences is the alignment error. */
+static void align(dnode *nd, const aend *a0, int n0, const char *dir)
+{
+    aend *a;
+    int n = node_ends(dir, &a);
+    nd->offset_s = nd->wall_offset_s;
+    nd->align_err_s = NAN;
+    nd->align_n = 0;
+    if (!n || !n0) {
+        free(a);
+        return;
+    }
+    double *d = malloc((size_t)(n < n0 ? n : n0) * sizeof(*d));
+    int m = 0;
+    for (int i = 0, j = 0; d && i < n0 && j < n;) {
+        if (a0[i].key < a[j].key)
+            i++;
+        else if (a0[i].key > a[j].key)
+            j++;
+        else {
+            d[m++] = a0[i].end_s - (a[j].end_s + nd->wall_offset_s);
+            i++;
+            j++;
+        }
+    }
+    if (m > 0) {
+        qsort(d, (size_t)m, sizeof(*d), cmp_dbl);
+        double med = m % 2 ? d[m / 2] : (d[m / 2 - 1] + d[m / 2]) / 2;
+        for (int i = 0; i < m; i++) d[i] = fabs(d[i] - med);
+        qsort(d, (size_t)m, sizeof(*d), cmp_dbl);
+        nd->offset_s = nd->wall_offset_s + med;
+        nd->align_err_s = d[(int)(0.95 * (m - 1))]; /* 95% of collectives within this */
+        nd->align_n = m;
+    }
+    free(d);
+    free(a);
+}
+
+static int has_file(const char *dir, const char *name)
+{
+    char p[1200];
+    struct stat st;
+    snprintf(p, sizeof(p), "%.1000s/%.150s", dir, name);
+    return stat(p, &st) == 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char *err,
+                   size_t errlen)
+{
+    *out = NULL;
+    *nout = 0;
+    char **v = calloc(DIAG_MAX_NODES, sizeof(*v));
+    if (!v) return TPF_ENOMEM;
+    int n = 0;
+    for (int i = 0; i < nin; i++) {
+        int run = has_file(in[i], "run.json") || has_file(in[i], "steps.csv");
+        DIR *d = run ? NULL : opendir(in[i]);
+        if (!d) {
+            if (n >= DIAG_MAX_NODES) goto too_many;
+            v[n] = strdup(in[i]);
+            if (!v[n++]) goto nomem;
+            continue;
+        }
+        /* a parent: its run directories, in name order */
+        int first = n;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            if (de->d_name[0] == '.') continue;
+            char p[1200];
+            snprintf(p, sizeof(p), "%.900s/%.255s", in[i], de->d_name);
+            if (!has_file(p, "run.json") && !has_file(p, "steps.csv")) continue;
+            if (n >= DIAG_MAX_NODES) {
+                closedir(d);
+                goto too_many;
+            }
+            v[n] = strdup(p);
+            if (!v[n++]) {
+                closedir(d);
+                goto nomem;
+            }
+        }
+        closedir(d);
+        if (n == first) { /* neither: let the loader say what is wrong */
+            v[n] = strdup(in[i]);
+            if (!v[n++]) goto nomem;
+        }
+        qsort(v + first, (size_t)(n - first), sizeof(*v), cmp_str);
+    }
+    *out = v;
+    *nout = n;
+    return 0;
+too_many:
+    if (err && errlen)
+        snprintf(err, errlen, "more than %d run directories: report at most %d nodes at once",
+                 DIAG_MAX_NODES, DIAG_MAX_NODES);
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+    return TPF_EINVAL;
+nomem:
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+    return TPF_ENOMEM;
+}
+
+static void node_from(dnode *nd, const diag_run *x, const char *dir)
+{
+    dfig f;
+    diag_figures(x, &f);
+    snprintf(nd->dir, sizeof(nd->dir), "%s", dir);
+    snprintf(nd->host, sizeof(nd->host), "%s", x->host);
+    nd->cpus = x->cpus;
+    nd->nranks = nranked(x);
+    nd->cpu_mean = f.cpu_mean;
+    nd->tree_cpu_mean = f.tree_cpu_mean;
+    nd->rss_max = f.rss_max;
+    nd->gpu_util_mean = f.gpu_util_mean;
+    nd->align_err_s = NAN;
+}
+
+int rr_load_job(const char *const *dirs, int n, diag_run **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    diag_run *r;
+    int rc = diag_load(dirs[0], &r, err, errlen);
+    if (rc) return rc;
+    if (n < 2) {
+        *out = r;
+        return 0;
+    }
+    r->nnodes = 1;
+    node_from(&r->nodes[0], r, dirs[0]);
+    r->nodes[0].align_err_s = 0;
+    aend *a0;
+    int n0 = node_ends(dirs[0], &a0);
+    for (int i = 1; i < n && r->nnodes < DIAG_MAX_NODES; i++) {
+        diag_run *x;
+        rc = diag_load(dirs[i], &x, err, errlen);
+        if (rc) {
+            free(a0);
+            diag_free(r);
+            return rc;
+        }
+        dnode *nd = &r->nodes[r->nnodes];
+        node_from(nd, x, dirs[i]);
+        nd->wall_offset_s = isfinite(x->start_unix_s) && isfinite(r->start_unix_s)
+                                ? x->start_unix_s - r->start_unix_s
+                                : 0;
+        align(nd, a0, n0, dirs[i]);
+        if (isfinite(x->duration_s) && x->duration_s + nd->offset_s > r->duration_s)
+            r->duration_s = x->duration_s + nd->offset_s;
+        for (int g = 0; g < x->ngpu && r->ngpu < DIAG_MAX_GPUS; g++) r->gpus[r->ngpu++] = x->gpus[g];
+        diag_free(x);
+        r->cur_node = r->nnodes++;
+        r->cur_offset_s = nd->offset_s;
+        char e[400];
+        rc = diag_load_node_steps(r, dirs[i], nd->offset_s, e, sizeof(e));
+        if (rc) {
+            if (err && errlen) snprintf(err, errlen, "%s", e);
+            free(a0);
+            diag_free(r);
+            return rc;
+        }
+        rr_load_comm(r, dirs[i]);
+    }
+    free(a0);
+    r->cur_node = 0;
+    r->cur_offset_s = 0;
+    snprintf(r->name, sizeof(r->name), "job of %d nodes (%s, ...)", r->nnodes, r->nodes[0].host);
+    *out = r;
+    return 0;
+}
+
+/* ---- text ------------------------------------------------------------------- */
+
+static const char *num(char *o, size_t n, const char *f, double v)
+{
+    return diag_fmt_num(o, n, f, v);
+}
+
+static void strag_words(const rr_strag *s, buf *b)
+{
+    buf_printf(b, "rank %d waits %.1f ms a step in %s for rank %d; rank %d spends it in its own %s",
+               s->waiter, s->gap_ms, s->op, s->rank, s->rank, s->loader ? "data loader" : "step");
+    if (s->loader)
+        buf_printf(b, " (data wait +%.1f ms a step)", s->extra_data_ms);
+    else
+        buf_printf(b, " (compute +%.1f ms a step)", s->extra_compute_ms);
+}
+
+void rr_evidence(const diag_run *r, char *o, size_t n)
+{
+    rr_strag s;
+    o[0] = 0;
+    if (!rr_straggler(r, &s)) return;
+    buf b;
+    buf_init(&b, n);
+    strag_words(&s, &b);
+    snprintf(o, n, "%s", b.data ? b.data : "");
+    buf_free(&b);
+}
+
+void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
+{
+    const drank *k[DIAG_MAX_RANKS];
+    int n = sorted_ranks(r, k);
+    if (n < 2 && r->nnodes < 2) return;
+    char a[6][32];
+    buf_printf(b, "\n%sRANKS%s  %d ranks", bold, reset, n);
+    if (r->nnodes > 1) buf_printf(b, " on %d nodes", r->nnodes);
+    buf_puts(b, "\n");
+    buf_printf(b, "  %4s %5s %6s %8s %8s %8s %8s %8s %10s\n", "rank", "node", "steps", "p50 ms",
+               "p95 ms", "data ms", "compute", "comm ms", "samples/s");
+    for (int i = 0; i < n; i++) {
+        rrow w;
+        rank_row(r, k[i]->rank, &w);
+        buf_printf(b, "  %4d %5d %6.0f %8s %8s %8s %8s %8s %10s\n", k[i]->rank, k[i]->node,
+                   w.steps, num(a[0], 32, "%.1f", w.p50), num(a[1], 32, "%.1f", w.p95),
+                   num(a[2], 32, "%.1f", w.data), num(a[3], 32, "%.1f", w.compute),
+                   num(a[4], 32, "%.1f", w.comm), num(a[5], 32, "%.1f", w.sps));
+    }
+    buf_puts(b, "  (per step: data = data-loader wait, comm = waiting in collectives, compute = "
+                "the rest)\n");
+    rr_strag s;
+    if (rr_straggler(r, &s)) {
+        buf_puts(b, "  straggler: ");
+        strag_words(&s, b);
+        buf_puts(b, "\n");
+    }
+    if (r->ncommops) {
+        buf_printf(b, "\n%sCOMMUNICATION%s (comm/: every collective, all ranks)\n", bold, reset);
+        buf_printf(b, "  %-24s %8s %10s %10s %10s %12s\n", "op", "count", "bytes", "time ms",
+                   "waited ms", "busbw");
+        for (int i = 0; i < r->ncommops; i++) {
+            const dcommop *o = &r->commops[i];
+            char by[32], bw[32];
+            human_bytes(by, sizeof(by), o->bytes);
+            human_bytes(bw, sizeof(bw), o->busbw_n ? o->busbw_sum / o->busbw_n : NAN);
+            buf_printf(b, "  %-24s %8.0f %10s %10.1f %10.1f %10s/s\n", o->op, o->n, by,
+                       o->dur_ns / 1e6, o->wait_ns / 1e6, bw);
+        }
+        rr_overlap_t ov;
+        if (rr_overlap(r, &ov))
+            buf_printf(b, "  per rank and step: collectives in flight %.1f ms, exposed (waited on) "
+                          "%.1f ms, overlapped with compute %.1f ms\n",
+                       ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
+        char adv[600];
+        rr_fsdp_advice(r, adv, sizeof(adv));
+        if (adv[0]) buf_printf(b, "  %s\n", adv);
+    }
+    if (r->nnodes > 1) {
+        buf_printf(b, "\n%sNODES%s\n", bold, reset);
+        for (int i = 0; i < r->nnodes; i++) {
+            const dnode *nd = &r->nodes[i];
+            char rss[32];
+            buf_printf(b, "  node %d  %s (%d CPUs), %d ranks, CPU mean %s%%, tree CPU %s%%, RSS max %s",
+                       i, nd->host[0] ? nd->host : "?", nd->cpus, nd->nranks,
+                       num(a[0], 32, "%.0f", nd->cpu_mean), num(a[1], 32, "%.0f", nd->tree_cpu_mean),
+                       human_bytes(rss, sizeof(rss), nd->rss_max));
+            if (i == 0)
+                buf_puts(b, "; reference clock\n");
+            else if (isfinite(nd->align_err_s))
+                buf_printf(b, "; clock %+.3f s (wall clocks said %+.3f s), aligned on %.0f "
+                              "collectives, error %.2f ms\n",
+                           nd->offset_s, nd->wall_offset_s, nd->align_n, nd->align_err_s * 1e3);
+            else
+                buf_printf(b, "; clock %+.3f s from the wall clocks (no collectives to align on)\n",
+                           nd->offset_s);
+        }
+    }
+}
+
+/* ---- markdown ---------------------------------------------------------------- */
+
+void rr_md(const diag_run *r, buf *b)
+{
+    const drank *k[DIAG_MAX_RANKS];
+    int n = sorted_ranks(r, k);
+    if (n < 2 && r->nnodes < 2) return;
+    char a[7][32];
+    buf_printf(b, "\n## Ranks\n\n%d ranks", n);
+    if (r->nnodes > 1) buf_printf(b, " on %d nodes", r->nnodes);
+    buf_puts(b, ". Per step: data = data-loader wait, comm = waiting in collectives, compute = the "
+                "rest.\n\n| rank | node | steps | p50 ms | p95 ms | data ms | compute ms | comm ms | "
+                "samples/s |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < n; i++) {
+        rrow w;
+        rank_row(r, k[i]->rank, &w);
+        buf_printf(b, "| %d | %d | %.0f | %s | %s | %s | %s | %s | %s |\n", k[i]->rank, k[i]->node,
+                   w.steps, num(a[0], 32, "%.1f", w.p50), num(a[1], 32, "%.1f", w.p95),
+                   num(a[2], 32, "%.1f", w.data), num(a[3], 32, "%.1f", w.compute),
+                   num(a[4], 32, "%.1f", w.comm), num(a[5], 32, "%.1f", w.sps));
+    }
+    rr_strag s;
+    if (rr_straggler(r, &s)) {
+        buf_puts(b, "\n**Straggler**: ");
+        strag_words(&s, b);
+        buf_puts(b, ".\n");
+    }
+    if (r->ncommops) {
+        buf_puts(b, "\n### Communication\n\n| op | count | bytes | time ms | waited ms | busbw/s "
+                    "|\n|---|---|---|---|---|---|\n");
+        for (int i = 0; i < r->ncommops; i++) {
+            const dcommop *o = &r->commops[i];
+            human_bytes(a[0], 32, o->bytes);
+            human_bytes(a[1], 32, o->busbw_n ? o->busbw_sum / o->busbw_n : NAN);
+            buf_printf(b, "| %s | %.0f | %s | %.1f | %.1f | %s |\n", o->op, o->n, a[0],
+                       o->dur_ns / 1e6, o->wait_ns / 1e6, a[1]);
+        }
+        rr_overlap_t ov;
+        if (rr_overlap(r, &ov))
+            buf_printf(b, "\nPer rank and step: collectives in flight %.1f ms, exposed (waited on) "
+                          "%.1f ms, overlapped with compute %.1f ms.\n",
+                       ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
+        char adv[600];
+        rr_fsdp_advice(r, adv, sizeof(adv));
+        if (adv[0]) buf_printf(b, "\n%s\n", adv);
+    }
+    if (r->nnodes > 1) {
+        buf_puts(b, "\n### Nodes\n\n| node | host | CPUs | ranks | CPU mean % | RSS max | clock "
+                    "offset s | alignment error ms | collectives matched |\n"
+                    "|---|---|---|---|---|---|---|---|---|\n");
+        for (int i = 0; i < r->nnodes; i++) {
+            const dnode *nd = &r->nodes[i];
+            buf_printf(b, "| %d | %s | %d | %d | %s | %s | %+.3f | %s | %.0f |\n", i,
+                       nd->host[0] ? nd->host : "?", nd->cpus, nd->nranks,
+                       num(a[0], 32, "%.0f", nd->cpu_mean), human_bytes(a[1], 32, nd->rss_max),
+                       nd->offset_s, num(a[2], 32, "%.2f", nd->align_err_s * 1e3), nd->align_n);
+        }
+    }
+}
+
+/* ---- html: table and heatmap -------------------------------------------------- */
+
+void rr_html(const diag_run *r, buf *b)
+{
+    const drank *k[DIAG_MAX_RANKS];
+    int n = sorted_ranks(r, k);
+    if (n < 2) return;
+    char a[6][32];
+    buf_puts(b, "<h2>Ranks</h2>\n<table><tr><th>rank</th><th>node</th><th>steps</th><th>p50 "
+                "ms</th><th>p95 ms</th><th>data ms</th><th>compute ms</th><th>comm ms</th>"
+                "<th>samples/s</th></tr>\n");
+    for (int i = 0; i < n; i++) {
+        rrow w;
+        rank_row(r, k[i]->rank, &w);
+        buf_printf(b,
+                   "<tr><td>%d</td><td>%d</td><td>%.0f</td><td>%s</td><td>%s</td><td>%s</td>"
+                   "<td>%s</td><td>%s</td><td>%s</td></tr>\n",
+                   k[i]->rank, k[i]->node, w.steps, num(a[0], 32, "%.1f", w.p50),
+                   num(a[1], 32, "%.1f", w.p95), num(a[2], 32, "%.1f", w.data),
+                   num(a[3], 32, "%.1f", w.compute), num(a[4], 32, "%.1f", w.comm),
+                   num(a[5], 32, "%.1f", w.sps));
+    }
+    buf_puts(b, "</table>\n");
+    rr_strag s;
+    if (rr_straggler(r, &s)) {
+        buf b2;
+        buf_init(&b2, 1024);
+        strag_words(&s, &b2);
+        buf_puts(b, "<p><b>Straggler</b>: ");
+        report_html_esc(b, b2.data ? b2.data : "");
+        buf_puts(b, ".</p>\n");
+        buf_free(&b2);
+    }
+    /* heatmap: one row per rank, one cell per time bucket, colour = step time
+     * relative to the slowest bucket */
+    int cols = 0;
+    double mx = 0, t0 = INFINITY, w = 0;
+    for (int i = 0; i < n; i++) {
+        const dseries *sr = &k[i]->s_step;
+        if (sr->n > cols) cols = sr->n;
+        if (sr->width > w) w = sr->width;
+        if (sr->t0 < t0) t0 = sr->t0;
+        for (int j = 0; j < sr->n; j++)
+            if (sr->cnt[j] > 0 && sr->sum[j] / sr->cnt[j] > mx) mx = sr->sum[j] / sr->cnt[j];
+    }
+    if (cols < 1 || !(mx > 0)) return;
+    double cw = 760.0 / cols, rh = n > 32 ? 8 : 18, W = 60 + 760 + 10, H = 20 + rh * n + 24;
+    buf_printf(b, "<figure class=\"chart\"><figcaption>Step time by rank over time (darker = "
+                  "slower; slowest %.1f ms)</figcaption>\n<svg viewBox=\"0 0 %.0f %.0f\" "
+                  "role=\"img\" aria-label=\"heatmap of step time, rank by time\">\n",
+               mx, W, H);
+    for (int i = 0; i < n; i++) {
+        const dseries *sr = &k[i]->s_step;
+        double y = 20 + rh * i;
+        buf_printf(b, "<text class=\"yl\" x=\"54\" y=\"%.1f\">rank %d</text>\n", y + rh * 0.7,
+                   k[i]->rank);
+        /* series of different widths (a rank that ran longer) are drawn at their own scale */
+        double scale = w > 0 ? sr->width / w : 1;
+        for (int j = 0; j < sr->n; j++) {
+            if (!(sr->cnt[j] > 0)) continue;
+            double v = sr->sum[j] / sr->cnt[j] / mx;
+            int shade = (int)(235 - 200 * (v > 1 ? 1 : v));
+            buf_printf(b,
+                       "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                       "fill=\"rgb(%d,%d,255)\"><title>rank %d, %.1f s: %.1f ms</title></rect>\n",
+                       60 + cw * j * scale, y, cw * scale + 0.3, rh - 1, shade, shade, k[i]->rank,
+                       t0 + sr->width * j, sr->sum[j] / sr->cnt[j]);
+        }
+    }
+    buf_printf(b, "<text class=\"xl\" x=\"60\" y=\"%.1f\">%.0f s</text>"
+                  "<text class=\"xl\" x=\"%.0f\" y=\"%.1f\">%.0f s</text>\n",
+               H - 6, t0 > 0 ? t0 : 0, W - 30, H - 6, t0 + w * cols);
+    buf_puts(b, "</svg></figure>\n");
+}
+
+/* ---- json ------------------------------------------------------------------- */
+
+void rr_json(const diag_run *r, jw *w)
+{
+    const drank *k[DIAG_MAX_RANKS];
+    int n = sorted_ranks(r, k);
+    jw_key(w, "ranks");
+    jw_arr_begin(w);
+    for (int i = 0; i < n; i++) {
+        rrow x;
+        rank_row(r, k[i]->rank, &x);
+        jw_obj_begin(w);
+        jw_kint(w, "rank", k[i]->rank);
+        jw_kint(w, "node", k[i]->node);
+        jw_knum(w, "steps", x.steps);
+        jw_knum(w, "step_time_ms_p50", x.p50);
+        jw_knum(w, "step_time_ms_p95", x.p95);
+        jw_knum(w, "data_wait_ms", x.data);
+        jw_knum(w, "compute_ms", x.compute);
+        jw_knum(w, "comm_wait_ms", x.comm);
+        jw_knum(w, "samples_per_s", x.sps);
+        jw_knum(w, "comm_bytes", r->have_comm ? k[i]->comm_bytes : NAN);
+        jw_knum(w, "comm_busbw_bps", x.busbw);
+        jw_kstr(w, "top_collective", k[i]->top_op[0] ? k[i]->top_op : NULL);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_key(w, "straggler");
+    rr_strag s;
+    if (!rr_straggler(r, &s)) {
+        jw_null(w);
+    } else {
+        jw_obj_begin(w);
+        jw_kint(w, "rank", s.rank);
+        jw_kint(w, "waiting_rank", s.waiter);
+        jw_knum(w, "others_wait_ms", s.others_wait_ms);
+        jw_knum(w, "gap_ms", s.gap_ms);
+        jw_knum(w, "share", s.share);
+        jw_kstr(w, "where", s.loader ? "data loader" : "step");
+        jw_kstr(w, "collective", s.op);
+        jw_obj_end(w);
+    }
+    jw_key(w, "collectives");
+    jw_arr_begin(w);
+    for (int i = 0; i < r->ncommops; i++) {
+        const dcommop *o = &r->commops[i];
+        jw_obj_begin(w);
+        jw_kstr(w, "op", o->op);
+        jw_knum(w, "count", o->n);
+        jw_knum(w, "bytes", o->bytes);
+        jw_knum(w, "time_ms", o->dur_ns / 1e6);
+        jw_knum(w, "wait_ms", o->wait_ns / 1e6);
+        jw_knum(w, "busbw_bps", o->busbw_n ? o->busbw_sum / o->busbw_n : NAN);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_key(w, "comm_overlap");
+    rr_overlap_t ov;
+    if (!rr_overlap(r, &ov)) {
+        jw_null(w);
+    } else {
+        jw_obj_begin(w);
+        jw_knum(w, "in_flight_ms_per_step", ov.busy_ms);
+        jw_knum(w, "exposed_ms_per_step", ov.exposed_ms);
+        jw_knum(w, "overlapped_ms_per_step", ov.overlapped_ms);
+        if (ov.fsdp) {
+            jw_knum(w, "fsdp_all_gather_ms_per_step", ov.ag_ms);
+            jw_knum(w, "fsdp_all_gather_exposed_ms_per_step", ov.ag_exposed_ms);
+            jw_knum(w, "fsdp_reduce_scatter_ms_per_step", ov.rs_ms);
+            jw_knum(w, "fsdp_reduce_scatter_exposed_ms_per_step", ov.rs_exposed_ms);
+            jw_knum(w, "fsdp_prefetch_gain_ms_per_step", ov.prefetch_gain_ms);
+        }
+        jw_obj_end(w);
+    }
+    jw_key(w, "nodes");
+    jw_arr_begin(w);
+    for (int i = 0; i < r->nnodes; i++) {
+        const dnode *nd = &r->nodes[i];
+        jw_obj_begin(w);
+        jw_kstr(w, "dir", nd->dir);
+        jw_kstr(w, "host", nd->host[0] ? nd->host : NULL);
+        jw_kint(w, "cpus", nd->cpus);
+        jw_kint(w, "ranks", nd->nranks);
+        jw_knum(w, "clock_offset_s", nd->offset_s);
+        jw_knum(w, "wall_clock_offset_s", nd->wall_offset_s);
+        jw_knum(w, "alignment_error_s", nd->align_err_s);
+        jw_knum(w, "collectives_matched", nd->align_n);
+        jw_knum(w, "cpu_pct_mean", nd->cpu_mean);
+        jw_knum(w, "tree_cpu_pct_mean", nd->tree_cpu_mean);
+        jw_knum(w, "tree_rss_bytes_max", nd->rss_max);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+}
+
+double rr_global_steps(const diag_run *r)
+{
+    return r->sf.count ? (double)figs_global_steps(&r->sf) : r->steps;
+}
+
+/* ---- compare ---------------------------------------------------------------- */
+
+/* The ranks of a and b, merged in rank order. */
+static int union_ranks(const diag_run *a, const diag_run *b, int *out)
+{
+    int n = 0;
+    const diag_run *xs[2] = {a, b};
+    for (int x = 0; x < 2; x++)
+        for (int i = 0; i < xs[x]->nranks; i++) {
+            int rk = xs[x]->ranks[i].rank, j;
+            if (rk < 0) continue;
+            for (j = 0; j < n; j++)
+                if (out[j] == rk) break;
+            if (j == n && n < DIAG_MAX_RANKS) out[n++] = rk;
+        }
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && out[j] < out[j - 1]; j--) {
+            int t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    return n;
+}
+
+static void cmp_row(const diag_run *x, int rank, rrow *w)
+{
+    rank_row(x, rank, w);
+}
+
+void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int color, buf *o)
+{
+    int ranks[DIAG_MAX_RANKS];
+    int n = union_ranks(a, b, ranks);
+    if (n < 2) return;
+    static const tbl_col cols[] = {{"rank", 6, 0},      {"step p50 ms", 16, 1},
+                                   {"compute ms", 16, 1}, {"data wait ms", 16, 1},
+                                   {"comm wait ms", 16, 1}};
+    tbl t;
+    tbl_begin(&t, o, fmt, color, "Ranks (A → B, per step)", cols, 5);
+    for (int i = 0; i < n; i++) {
+        rrow x, y;
+        cmp_row(a, ranks[i], &x);
+        cmp_row(b, ranks[i], &y);
+        char c[5][64], u[2][32];
+        snprintf(c[0], sizeof(c[0]), "%d", ranks[i]);
+        const double va[4] = {x.p50, x.compute, x.data, x.comm}, vb[4] = {y.p50, y.compute, y.data, y.comm};
+        for (int k = 0; k < 4; k++)
+            snprintf(c[k + 1], sizeof(c[k + 1]), "%s → %s", num(u[0], 32, "%.1f", va[k]),
+                     num(u[1], 32, "%.1f", vb[k]));
+        const char *cells[] = {c[0], c[1], c[2], c[3], c[4]};
+        tbl_row(&t, cells, TBL_PLAIN);
+    }
+    tbl_end(&t);
+    const diag_run *xs[2] = {a, b};
+    buf line;
+    buf_init(&line, 2048);
+    for (int x = 0; x < 2; x++) {
+        rr_strag s;
+        buf_reset(&line);
+        buf_printf(&line, "%s: ", x ? "B" : "A");
+        if (rr_straggler(xs[x], &s))
+            strag_words(&s, &line);
+        else
+            buf_puts(&line, "no straggler");
+        const char *cell[] = {line.data ? line.data : ""};
+        buf_puts(o, fmt == REPORT_HTML ? "<p>" : fmt == REPORT_MD ? "\n- " : "  ");
+        tbl_cells(o, fmt, cell, 1);
+        buf_puts(o, fmt == REPORT_HTML ? "</p>\n" : "\n");
+    }
+    buf_free(&line);
+}
+
+void rr_compare_json(const diag_run *a, const diag_run *b, jw *w)
+{
+    int ranks[DIAG_MAX_RANKS];
+    int n = union_ranks(a, b, ranks);
+    jw_key(w, "ranks");
+    jw_arr_begin(w);
+    for (int i = 0; i < n; i++) {
+        rrow x[2];
+        cmp_row(a, ranks[i], &x[0]);
+        cmp_row(b, ranks[i], &x[1]);
+        jw_obj_begin(w);
+        jw_kint(w, "rank", ranks[i]);
+        for (int k = 0; k < 2; k++) {
+            jw_key(w, k ? "b" : "a");
+            jw_obj_begin(w);
+            jw_knum(w, "steps", x[k].steps);
+            jw_knum(w, "step_time_ms_p50", x[k].p50);
+            jw_knum(w, "compute_ms", x[k].compute);
+            jw_knum(w, "data_wait_ms", x[k].data);
+            jw_knum(w, "comm_wait_ms", x[k].comm);
+            jw_obj_end(w);
+        }
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    rr_strag s;
+    jw_key(w, "straggler_a");
+    if (rr_straggler(a, &s))
+        jw_int(w, s.rank);
+    else
+        jw_null(w);
+    jw_key(w, "straggler_b");
+    if (rr_straggler(b, &s))
+        jw_int(w, s.rank);
+    else
+        jw_null(w);
+}
+
+int rr_job_offsets(const char *const *dirs, int n, double *offsets_s, double *errs_s, char *err,
+                   size_t errlen)
+{
+    diag_run *r;
+    int rc = rr_load_job(dirs, n, &r, err, errlen);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) {
+        offsets_s[i] = i < r->nnodes ? r->nodes[i].offset_s : 0;
+        errs_s[i] = i < r->nnodes ? r->nodes[i].align_err_s : NAN;
+    }
+    diag_free(r);
+    return 0;
+}

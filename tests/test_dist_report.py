@@ -1,0 +1,90 @@
+"""Ranks and nodes in the reports, on a recorded two-node run
+(tests/data/runs/two-nodes: two real `trainperf run`s of a torchrun job with
+--nnodes 2 on this machine). No torch needed: these run in the sanitizer pass
+too. The live runs themselves are in tests/test_dist.py."""
+import json
+import shutil
+
+from conftest import ROOT
+
+JOB = ROOT / "tests" / "data" / "runs" / "two-nodes"
+
+
+def rep(run_cli, *args):
+    p = run_cli("report", *map(str, args), env={"NO_COLOR": "1"})
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_the_nodes_of_a_job_report_as_one(run_cli):
+    for dirs in ([JOB], [JOB / "node0", JOB / "node1"]):
+        r = json.loads(rep(run_cli, *dirs, "--format", "json"))
+        assert [(x["rank"], x["steps"]) for x in r["ranks"]] == [(0, 12), (1, 12)]
+        assert sorted(x["node"] for x in r["ranks"]) == [0, 1]
+        assert r["steps"]["count"] == 12  # the job's steps, not 24
+        assert r["straggler"]["rank"] == 1 and r["straggler"]["where"] == "step"
+        assert r["straggler"]["collective"] == "all_reduce"
+        n = r["nodes"]
+        assert len(n) == 2 and n[1]["collectives_matched"] == 12
+        assert n[1]["alignment_error_s"] < 0.05
+        assert r["diagnosis"]["primary"]["id"] == "straggler"
+    text = rep(run_cli, JOB)
+    assert "RANKS  2 ranks on 2 nodes" in text and "NODES" in text
+    assert "aligned on 12 collectives" in text
+    md = rep(run_cli, JOB, "--format", "md")
+    assert "## Ranks" in md and "### Nodes" in md
+    html = rep(run_cli, JOB, "--format", "html")
+    assert html.count("<rect") >= 2 and "heatmap of step time" in html
+
+
+def test_a_clock_seconds_off_is_aligned_on_the_collectives(run_cli, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(JOB, job)
+    base = json.loads(rep(run_cli, job, "--format", "json"))["nodes"][1]
+    rj = json.loads((job / "node1" / "run.json").read_text())
+    rj["start_unix_s"] -= 7.25
+    (job / "node1" / "run.json").write_text(json.dumps(rj))
+    n = json.loads(rep(run_cli, job, "--format", "json"))["nodes"][1]
+    assert abs(n["wall_clock_offset_s"] - (base["wall_clock_offset_s"] - 7.25)) < 1e-6
+    assert abs(n["clock_offset_s"] - base["clock_offset_s"]) < 1e-3
+    out = tmp_path / "job.json"
+    p = run_cli("merge", job / "node0", job / "node1", "-o", out)
+    assert p.returncode == 0, p.stderr
+    ends = {}
+    for e in json.loads(out.read_text())["traceEvents"]:
+        if e.get("cat") == "step":
+            ends.setdefault(e["pid"] // 1000, {})[e["name"]] = e["ts"] + e["dur"]
+    a, b = ends.values()
+    d = sorted(abs(a[k] - b[k]) for k in a if k in b and k != "step 0")
+    assert len(d) == 11 and d[len(d) // 2] < 20000  # us: together, not 7 s apart
+
+
+def test_without_comm_logs_a_node_falls_back_to_wall_clocks(run_cli, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(JOB, job)
+    shutil.rmtree(job / "node1" / "comm")
+    (job / "node0" / "comm" / "ops-rank0.csv").write_text("garbage\x00,\"unterminated\n1,2\n")
+    r = json.loads(rep(run_cli, job, "--format", "json"))
+    n = r["nodes"][1]
+    assert n["alignment_error_s"] is None and n["clock_offset_s"] == n["wall_clock_offset_s"]
+    assert len(r["ranks"]) == 2
+
+
+def test_compare_shows_ranks_side_by_side(run_cli):
+    p = run_cli("compare", JOB / "node0", JOB / "node1", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)
+    assert [x["rank"] for x in c["ranks"]] == [0, 1]
+    # rank 0 lives in node0's run only
+    assert c["ranks"][0]["a"]["steps"] == 12 and c["ranks"][0]["b"]["steps"] is None
+    for fmt, head in (("text", "Ranks (A → B, per step)"), ("md", "## Ranks (A → B"),
+                      ("html", "<h2>Ranks (A → B")):
+        p = run_cli("compare", JOB / "node0", JOB / "node1", "--format", fmt)
+        assert p.returncode == 0 and head in p.stdout, (fmt, p.stdout[-2000:])
+
+
+def test_bad_job_directories_are_refused_clearly(run_cli, tmp_path):
+    p = run_cli("report", JOB / "node0", tmp_path / "nope")
+    assert p.returncode == 2 and "nope" in p.stderr and "\n" not in p.stderr.strip()
+    p = run_cli("report", *([JOB / "node0"] * 17))
+    assert p.returncode == 2 and "at most 16" in p.stderr
