@@ -2,8 +2,9 @@
 # Installs what the build, the tests and the demo need on a fresh Debian 12 machine.
 # Idempotent: what is already there is not installed again.
 #   Debian: gcc make zlib1g-dev (build); chromium (HTML report test); clang (parser fuzzing);
-#           prometheus (promtool and a real scraper for the exporter tests)
-#           tmux (`trainperf top` checked on a terminal against a live job)
+#           prometheus (promtool and a real scraper for the exporter tests);
+#           tmux (`trainperf top` checked on a terminal against a live job);
+#           gdb (native stacks of hung processes without the Python hook, docs/failures.md)
 #   PyPI:   torch==2.13.0 (CPU), pytest, psutil, lightning, transformers, accelerate,
 #           tensorboard (its reader checks our event files), wandb and mlflow (offline/sqlite tests)
 set -euo pipefail
@@ -16,7 +17,7 @@ PY=${PYTHON:-python3}
 BUILD_ONLY=0
 [ "${1:-}" = "--build" ] && BUILD_ONLY=1
 debs="gcc make zlib1g-dev"
-[ $BUILD_ONLY = 1 ] || debs="$debs chromium clang pkg-config time python3-venv prometheus tmux"
+[ $BUILD_ONLY = 1 ] || debs="$debs chromium clang pkg-config time python3-venv prometheus tmux gdb"
 
 need_deb=()
 for p in $debs; do

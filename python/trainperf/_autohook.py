@@ -72,6 +72,11 @@ def install():
     if _installed:
         return
     _installed = True
+    try:  # stacks on hang, checkpoint phase (_failhooks.py)
+        from trainperf import _failhooks
+        _failhooks.install()
+    except Exception:
+        pass
     if "torch" in sys.modules:
         patch_torch(sys.modules["torch"])
     else:
@@ -457,3 +462,9 @@ def patch_torch(torch):
         return orig_call(self, *args, **kwargs)
 
     Module.__call__ = first_call
+
+    try:
+        from trainperf import _failhooks
+        _failhooks.patch_torch(torch)
+    except Exception:
+        pass

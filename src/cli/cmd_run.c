@@ -25,6 +25,7 @@
 #include "report/report.h"
 #include "cli/cli.h"
 #include "cli/run_prof.h"
+#include "cli/supervise.h"
 #include "util/human.h"
 #include "collect/collector.h"
 #include "cli/run_export.h"
@@ -53,6 +54,7 @@ typedef struct run_args {
     const char *prometheus; /* [HOST:]PORT or NULL */
     int no_tensorboard;
     char **cmd;
+    sup_opts sup; /* hang watch, restarts (supervise.c) */
 } run_args;
 
 static volatile sig_atomic_t run_child_pgid; /* 0 once the child is reaped */
@@ -77,10 +79,12 @@ static void run_usage(FILE *f)
             "                        (HOST defaults to 127.0.0.1; docs/exporters.md)\n"
             "  --no-tensorboard      no TensorBoard event file in the run directory\n\n");
     runprof_usage(f);
+    sup_usage(f);
     fprintf(f,
             "\nThe status line, the summary and the report go to stderr; CMD's own output\n"
             "is left as it is. Signals sent to trainperf go to CMD's process group.\n\n"
-            "Exit status: CMD's own (128+N when it died of signal N); 2 for bad usage;\n"
+            "Exit status: CMD's own (its last attempt's; 128+N when it died of signal N);\n"
+            "2 for bad usage;\n"
             "127 when CMD cannot be found, 126 when it cannot be executed.\n");
 }
 
@@ -98,6 +102,7 @@ static int parse_args(int argc, char **argv, run_args *a)
 {
     memset(a, 0, sizeof(*a));
     a->interval_s = 1.0;
+    sup_opts_default(&a->sup);
     int i;
     for (i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -119,7 +124,8 @@ static int parse_args(int argc, char **argv, run_args *a)
         }
         int takes = strcmp(opt, "--out") == 0 || strcmp(opt, "--interval") == 0 ||
                     strcmp(opt, "--alert") == 0 || strcmp(opt, "--alerts") == 0 ||
-                    strcmp(opt, "--prometheus") == 0 || runprof_takes_value(opt) == 1;
+                    strcmp(opt, "--prometheus") == 0 || runprof_takes_value(opt) == 1 ||
+                    sup_opt_takes_value(opt);
         const char *val = NULL;
         if (takes) {
             if (eq) {
@@ -170,6 +176,7 @@ static int parse_args(int argc, char **argv, run_args *a)
             a->no_tensorboard = 1;
         } else {
             int r = runprof_option(&a->prof, opt, val);
+            if (r == 0) r = sup_parse_opt(&a->sup, opt, val);
             if (r < 0) return -1;
             if (r == 0) {
                 cli_error("unknown option '%s' for run (see `trainperf run --help`)", s);
@@ -177,6 +184,8 @@ static int parse_args(int argc, char **argv, run_args *a)
             }
         }
     }
+    if (sup_opts_check(&a->sup) < 0) return -1;
+    a->sup.settle_s = a->interval_s + 0.5;
     if (i >= argc) {
         cli_error("no command to run (usage: trainperf run [OPTIONS] -- CMD [ARGS...])");
         return -1;
@@ -552,6 +561,77 @@ static void clean_live(const char *run_dir)
     rmdir(live);
 }
 
+/* Start one attempt of the command in its own process group (given the
+ * terminal when tty_fd >= 0). Returns 0 with *out set, the exec errno (> 0)
+ * once the child is reaped, -1 (pipe) or -2 (fork) with errno set. */
+static int spawn(const char *exe, char **cmd, char **env, int tty_fd, pid_t *out)
+{
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) != 0) return -1;
+    sigset_t block, old;
+    /* No forwarding until the child has its group. */
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    sigaddset(&block, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    fflush(NULL);
+    pid_t child = fork();
+    if (child < 0) {
+        int e = errno;
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        close(pfd[0]);
+        close(pfd[1]);
+        errno = e;
+        return -2;
+    }
+    if (child == 0) {
+        setpgid(0, 0);
+        if (tty_fd >= 0) {
+            signal(SIGTTOU, SIG_IGN);
+            tcsetpgrp(tty_fd, getpid());
+            signal(SIGTTOU, SIG_DFL);
+        }
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        signal(SIGQUIT, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        execve(exe, cmd, env);
+        int e = errno;
+        ssize_t w = write(pfd[1], &e, sizeof(e));
+        (void)w;
+        _exit(e == ENOENT ? 127 : 126);
+    }
+    setpgid(child, child);
+    if (tty_fd >= 0) {
+        /* Both sides set it: whichever runs first, the child never reads
+         * the terminal from the background. */
+        signal(SIGTTOU, SIG_IGN);
+        tcsetpgrp(tty_fd, child);
+    }
+    run_child_pgid = child;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    close(pfd[1]);
+    int exec_errno = 0;
+    ssize_t got;
+    do {
+        got = read(pfd[0], &exec_errno, sizeof(exec_errno));
+    } while (got < 0 && errno == EINTR);
+    close(pfd[0]);
+    if (got == (ssize_t)sizeof(exec_errno)) {
+        int st;
+        waitpid(child, &st, 0);
+        run_child_pgid = 0;
+        if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
+        return exec_errno ? exec_errno : EIO;
+    }
+    *out = child;
+    return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
     run_args a;
@@ -681,86 +761,32 @@ int cmd_run(int argc, char **argv)
         return CLI_FAIL;
     }
 
-    struct timespec ts0, tw0;
+    struct timespec ts0, tsu;
     clock_gettime(CLOCK_MONOTONIC, &ts0);
     /* the wall-clock anchor at the same instant: hosts' runs are aligned on it */
-    clock_gettime(CLOCK_REALTIME, &tw0);
+    clock_gettime(CLOCK_REALTIME, &tsu);
     uint64_t start_mono = (uint64_t)ts0.tv_sec * 1000000000ull + (uint64_t)ts0.tv_nsec;
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) != 0) {
-        cli_error("pipe: %s", strerror(errno));
-        env_free(&cenv);
-        alerts_free(alerts);
-        return CLI_FAIL;
-    }
+    double start_unix = (double)tsu.tv_sec + (double)tsu.tv_nsec / 1e9;
     install_signals();
     /* Processes of the tree that outlive its root come to us (not to init),
-     * so the run goes on while any of them lives (orphans_wait). */
+     * so the run goes on while any of them lives (orphans_left). */
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    sigset_t block, old;
-    /* No forwarding until the child has its group. */
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGHUP);
-    sigaddset(&block, SIGQUIT);
-    sigprocmask(SIG_BLOCK, &block, &old);
     /* In the terminal's foreground, hand the terminal to the child's group:
      * otherwise a command reading the terminal (a prompt, a debugger) would
      * stop on SIGTTIN. Ctrl-C then reaches the child directly. */
     int tty_fd = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp() ? STDIN_FILENO : -1;
-    fflush(NULL);
-    pid_t child = fork();
-    if (child < 0) {
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        cli_error("fork: %s", strerror(errno));
+    pid_t child = 0;
+    int exec_errno = spawn(exe, a.cmd, cenv.env, tty_fd, &child);
+    if (exec_errno < 0) {
+        cli_error("%s: %s", exec_errno == -1 ? "pipe" : "fork", strerror(errno));
         env_free(&cenv);
         alerts_free(alerts);
         return CLI_FAIL;
     }
-    if (child == 0) {
-        setpgid(0, 0);
-        if (tty_fd >= 0) {
-            signal(SIGTTOU, SIG_IGN);
-            tcsetpgrp(tty_fd, getpid());
-            signal(SIGTTOU, SIG_DFL);
-        }
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
-        signal(SIGQUIT, SIG_DFL);
-        signal(SIGPIPE, SIG_DFL);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        execve(exe, a.cmd, cenv.env);
-        int e = errno;
-        ssize_t w = write(pfd[1], &e, sizeof(e));
-        (void)w;
-        _exit(e == ENOENT ? 127 : 126);
-    }
-    setpgid(child, child);
-    if (tty_fd >= 0) {
-        /* Both sides set it: whichever runs first, the child never reads
-         * the terminal from the background. */
-        signal(SIGTTOU, SIG_IGN);
-        tcsetpgrp(tty_fd, child);
-    }
-    run_child_pgid = child;
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    close(pfd[1]);
-    int exec_errno = 0;
-    ssize_t got;
-    do {
-        got = read(pfd[0], &exec_errno, sizeof(exec_errno));
-    } while (got < 0 && errno == EINTR);
-    close(pfd[0]);
-    env_free(&cenv);
-    if (got == (ssize_t)sizeof(exec_errno)) {
-        int st;
-        waitpid(child, &st, 0);
-        run_child_pgid = 0;
-        if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
+    if (exec_errno > 0) {
         cli_error("cannot run %s: %s", a.cmd[0], strerror(exec_errno));
         rec_rundir_release(lock_fd);
+        env_free(&cenv);
         alerts_free(alerts);
         return exec_errno == ENOENT ? 127 : 126;
     }
@@ -775,7 +801,7 @@ int cmd_run(int argc, char **argv)
     co.auto_hook = !a.no_auto;
     co.alerts = alerts;
     co.start_mono_ns = start_mono;
-    co.start_unix_s = (double)tw0.tv_sec + (double)tw0.tv_nsec / 1e9;
+    co.start_unix_s = start_unix;
     co.sinks = rec_sinks;
     co.nsinks = rec_nsinks;
     rec_export_config xc = {prom_fd, !a.no_tensorboard};
@@ -789,42 +815,69 @@ int cmd_run(int argc, char **argv)
         coll_free(c);
         c = NULL;
     }
+    sup *sv = NULL;
+    /* the supervisor works without the collector too (restarts, stacks) */
+    if (sup_create(&sv, &a.sup, absdir, start_mono, start_unix) == 0)
+        sup_attempt_start(sv, child);
 
     int tty = isatty(2), color = cli_color(stderr);
     double period = tty ? 1.0 : 10.0, next_status = mono_s() + period;
     int status = 0, drawn = 0;
     for (;;) {
-        pid_t w = waitpid(child, &status, WNOHANG | (tty_fd >= 0 ? WUNTRACED : 0));
-        if (w == child && WIFSTOPPED(status)) {
-            /* Ctrl-Z stopped the child: stop too, so the shell gets its
-             * terminal and job back; on `fg`, hand the terminal over again. */
-            tcsetpgrp(tty_fd, getpgrp());
-            status_release(); /* the shell gets a normal terminal back */
-            kill(getpid(), SIGSTOP);
-            if (tcgetpgrp(tty_fd) == getpgrp()) tcsetpgrp(tty_fd, child);
-            kill(-child, SIGCONT);
-            continue;
+        run_signals = 0;
+        for (;;) {
+            pid_t w = waitpid(child, &status, WNOHANG | (tty_fd >= 0 ? WUNTRACED : 0));
+            if (w == child && WIFSTOPPED(status)) {
+                /* Ctrl-Z stopped the child: stop too, so the shell gets its
+                 * terminal and job back; on `fg`, hand the terminal over again. */
+                tcsetpgrp(tty_fd, getpgrp());
+                status_release(); /* the shell gets a normal terminal back */
+                kill(getpid(), SIGSTOP);
+                if (tcgetpgrp(tty_fd) == getpgrp()) tcsetpgrp(tty_fd, child);
+                kill(-child, SIGCONT);
+                continue;
+            }
+            if (w == child) break;
+            if (w < 0 && errno != EINTR) break;
+            reap_orphans(child);
+            struct timespec nap = {0, 50 * 1000000L};
+            nanosleep(&nap, NULL);
+            if (sv) sup_tick(sv, color);
+            double now = mono_s();
+            if (c && !a.quiet && now >= next_status) {
+                status_line(c, tty, color);
+                drawn = tty;
+                next_status = now + period;
+            }
         }
-        if (w == child) break;
-        if (w < 0 && errno != EINTR) break;
-        reap_orphans(child);
-        struct timespec nap = {0, 50 * 1000000L};
-        nanosleep(&nap, NULL);
-        double now = mono_s();
-        if (c && !a.quiet && now >= next_status) {
-            status_line(c, tty, color);
-            drawn = tty;
-            next_status = now + period;
+        run_child_pgid = 0;
+        /* The terminal comes back for the summary; a Ctrl-C now only counts. */
+        if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
+        if (drawn && status_rows)
+            status_release();
+        else if (drawn)
+            fputs("\r\033[K", stderr);
+        drawn = 0;
+        /* --restart: another attempt (supervise.c decides, after its backoff) */
+        if (!sv || !sup_attempt_end(sv, status, run_signals > 0, &run_signals)) break;
+        pid_t next = 0;
+        exec_errno = spawn(exe, a.cmd, cenv.env, tty_fd, &next);
+        if (exec_errno != 0) {
+            cli_warn("cannot restart %s: %s", a.cmd[0],
+                     strerror(exec_errno > 0 ? exec_errno : errno));
+            break;
         }
+        child = next;
+        if (c) coll_set_root(c, child);
+        sup_attempt_start(sv, child);
     }
     /* Children that outlive the root still publish steps: keep collecting
      * until the last one exits (signals still go to the tree's group). */
     if (orphans_left(child)) {
-        if (!a.quiet) {
-            if (drawn) fputs("\r\033[K", stderr);
+        if (!a.quiet)
             fprintf(stderr, "trainperf: the command exited; waiting for the processes it left "
                             "running (Ctrl-C ends them)\n");
-        }
+        run_child_pgid = child;
         while (orphans_left(child)) {
             struct timespec nap = {0, 50 * 1000000L};
             nanosleep(&nap, NULL);
@@ -835,14 +888,14 @@ int cmd_run(int argc, char **argv)
                 next_status = now + period;
             }
         }
+        run_child_pgid = 0;
+        if (drawn && status_rows)
+            status_release();
+        else if (drawn)
+            fputs("\r\033[K", stderr);
+        drawn = 0;
     }
-    run_child_pgid = 0;
-    /* The terminal comes back for the summary; a Ctrl-C now only counts. */
-    if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
-    if (drawn && status_rows)
-        status_release();
-    else if (drawn)
-        fputs("\r\033[K", stderr);
+    env_free(&cenv);
 
     run_exit ex = {1, 0, 0};
     if (WIFEXITED(status)) {
@@ -851,8 +904,10 @@ int cmd_run(int argc, char **argv)
         ex.signal = WTERMSIG(status);
         ex.code = 128 + ex.signal;
     }
+    if (c) coll_finish(c, &ex);
+    if (sv) sup_finish(sv); /* after the collector: steps.csv is complete */
+    sup_free(sv);
     if (c) {
-        coll_finish(c, &ex);
         coll_summary s;
         coll_get_summary(c, &s);
         coll_free(c);

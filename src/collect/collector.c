@@ -824,3 +824,8 @@ void coll_free(coll *c)
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
+
+void coll_set_root(coll *c, pid_t root)
+{
+    if (c) __atomic_store_n(&c->ctx.root_pid, root, __ATOMIC_RELEASE);
+}

@@ -86,4 +86,8 @@ typedef struct coll_summary {
 
 void coll_get_summary(const coll *c, coll_summary *out);
 
+/* The watched tree's root changes (a restarted command, `run --restart`):
+ * sources see it from their next sample. Thread-safe. */
+void coll_set_root(coll *c, pid_t root);
+
 #endif

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "report/diag.h"
+#include "report/failures.h"
 #include "report/report_html.h"
 #include "report/report_ranks.h"
 #include "report/table.h"
@@ -323,6 +324,7 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
     char a[64], c[64], d[64], e[64];
     const diag_result *g = &r->diag;
     buf_printf(b, "%strainperf report: %s%s\n", c_(s, BOLD), r->name, c_(s, RESET));
+    fail_headline(b, r->dir, FAIL_TEXT, s->color);
     if (r->command[0]) buf_printf(b, "  command   %s\n", r->command);
     buf_printf(b, "  duration  %s, exit %s", diag_fmt_dur(a, sizeof(a), f.duration_s),
                diag_fmt_exit(r, c, sizeof(c)));
@@ -435,6 +437,7 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
                        al->severity, c_(s, RESET), al->state, al->rule, al->message);
         }
     }
+    fail_sections(b, r->dir, FAIL_TEXT, s->color);
     buf_printf(b, "\n%sPROFILER TRACES%s\n", c_(s, BOLD), c_(s, RESET));
     prof_text(pf, b, s->color);
 }
@@ -494,7 +497,9 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
     const diag_result *g = &r->diag;
     buf_puts(b, "# trainperf report: ");
     md_esc(b, r->name);
-    buf_puts(b, "\n\n| | |\n|---|---|\n");
+    buf_puts(b, "\n\n");
+    fail_headline(b, r->dir, FAIL_MD, 0);
+    buf_puts(b, "| | |\n|---|---|\n");
     buf_puts(b, "| command | ");
     md_esc(b, r->command[0] ? r->command : "?");
     buf_printf(b, " |\n| duration | %s |\n| exit | %s |\n",
@@ -611,6 +616,7 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
             buf_puts(b, " |\n");
         }
     }
+    fail_sections(b, r->dir, FAIL_MD, 0);
     prof_markdown(pf, b);
 }
 
@@ -720,6 +726,7 @@ static void json_report(const diag_run *r, const prof *pf, buf *b)
     rr_json(r, &w);
     jw_key(&w, "diagnosis");
     diag_write_json(r, &w);
+    fail_json(&w, r->dir);
     prof_json(pf, &w);
     jw_obj_end(&w);
     buf_putc(b, '\n');

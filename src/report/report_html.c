@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "report/failures.h"
 #include "report/table.h"
 #include "trainperf.h"
 
@@ -691,6 +692,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
         report_html_esc(b, r->host);
     }
     buf_printf(b, " · %d CPUs · %d GPU%s</p>\n", r->cpus, r->ngpu, r->ngpu == 1 ? "" : "s");
+    fail_headline(b, r->dir, FAIL_HTML, 0);
 
     const dfinding *p = &g->primary;
     const char *cls = strcmp(p->id, "compute-bound") == 0       ? " ok"
@@ -823,6 +825,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
         }
         tbl_end(&t);
     }
+    fail_sections(b, r->dir, FAIL_HTML, 0);
     md_block(b, prof_md ? prof_md : "");
     buf_printf(b, "<footer>trainperf %s · run directory ", tpf_version());
     report_html_esc(b, r->name);

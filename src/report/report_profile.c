@@ -1,6 +1,7 @@
 /* The zero-code Python profile in the HTML report: where the training
  * thread's time went by phase, the functions outside known phases, and the
  * heaviest sampled stacks (pyprof/stacks-*.folded, docs/run-format.md). */
+#include <limits.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ typedef struct pline {
 
 static void top_stacks(const diag_run *r, pline *top, int *ntop)
 {
-    char path[1400];
+    char path[PATH_MAX + 16];
     snprintf(path, sizeof(path), "%s/pyprof", r->dir);
     DIR *d = opendir(path);
     *ntop = 0;
@@ -32,7 +33,7 @@ static void top_stacks(const diag_run *r, pline *top, int *ntop)
             strcmp(de->d_name + len - 7, ".folded") != 0)
             continue;
         files++;
-        char f[1700];
+        char f[PATH_MAX + 300];
         snprintf(f, sizeof(f), "%s/%s", path, de->d_name);
         FILE *fp = fopen(f, "r");
         if (!fp) continue;

@@ -1,0 +1,51 @@
+/* Stacks of every process of a tree, for the hang watch.
+ *
+ * Python processes started under `trainperf run` with the auto hook announce
+ * themselves in RUN/live/: pystack-PID.txt (faulthandler registered on a
+ * real-time signal named in its first line: every thread's Python stack,
+ * written by C code even while the GIL is held) and ctl-PID (a FIFO a small
+ * thread of the process reads: it answers with state-PID.json, the innermost
+ * user frame and the collective in progress). Other processes get their
+ * native stacks from gdb (or Python stacks from py-spy) when installed, and
+ * always their threads' states and kernel wait channels from /proc. Nothing
+ * is ever signalled that did not ask for it. */
+#ifndef TPF_CLI_HANGDUMP_H
+#define TPF_CLI_HANGDUMP_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "util/buf.h"
+
+#define HD_MAX_PROCS 256
+
+typedef struct hd_proc {
+    pid_t pid, ppid;
+    int rank;          /* RANK of its environment; -1 none */
+    int rank_root;     /* the rank's own process (not a DataLoader worker of it) */
+    char comm[32];
+    int python;        /* announced itself (auto hook) */
+    int answered;      /* its state file came back */
+    char where[256];   /* "wait_for_peer (train.py:12)", "" unknown */
+    char coll[48];     /* collective in progress ("all_reduce"), "" none */
+    long long seq;     /* its sequence number; -1 unknown */
+    char how[24];      /* where the stack came from: "faulthandler", "gdb", "proc" ... */
+} hd_proc;
+
+typedef struct hd_result {
+    char verdict[640]; /* "rank 1 in wait_for_peer (train.py:12); rank 0 in all_reduce #183" */
+    char stacks[64];   /* file written, relative to the run directory ("hangs/1.txt") */
+    int nprocs;
+    hd_proc procs[HD_MAX_PROCS];
+} hd_result;
+
+/* Save the stacks of root's process tree as RUN/hangs/<n>.txt (headed by
+ * `headline`) and fill *res. Waits at most a few seconds for the processes to
+ * answer. Returns 0 or a negative TPF_E code (the file could not be written;
+ * res is still filled as far as it got). */
+int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_result *res);
+
+/* The processes of root's tree (root first), at most max. */
+int hd_tree(pid_t root, pid_t *out, pid_t *ppid, int max);
+
+#endif

@@ -1,0 +1,505 @@
+"""Failures under `trainperf run` (issue 14): the hang watch with the stacks of
+every process and a verdict naming the culprit, --on-hang, --restart with its
+no-progress cap, the heartbeat, and the checkpoint cost with Young/Daly.
+
+Real processes only: Python scripts that step through trainperf's API (or the
+zero-code hook on real PyTorch training), a real torchrun job over gloo. No
+test bounds wall-clock time: the hang scripts would run forever, so the
+subprocess timeout is what a broken watch runs into."""
+import json
+import math
+import re
+import os
+import shutil
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+PYDIR = ROOT / "python"
+
+STEPPER = r"""
+import os, sys, time, trainperf
+
+def steps(n, dt=0.01):
+    for _ in range(n):
+        with trainperf.step():
+            time.sleep(dt)
+"""
+
+
+def script(tmp_path, name, body):
+    p = tmp_path / name
+    p.write_text(STEPPER + body)
+    return p
+
+
+def load(run, name):
+    with open(run / name) as f:
+        return json.load(f)
+
+
+def jsonl(run, name):
+    p = run / name
+    if not p.exists():
+        return []
+    return [json.loads(l) for l in p.read_text().splitlines() if l.strip()]
+
+
+def py_env():
+    return {"PYTHONPATH": str(PYDIR), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def test_hang_in_named_function_is_found_and_killed(run_cli, tmp_path):
+    s = script(tmp_path, "hang.py", """
+def wait_for_peer():
+    while True:
+        time.sleep(0.1)
+
+steps(20)
+wait_for_peer()
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "2s", "--on-hang", "kill",
+                "--", sys.executable, s, timeout=120, env=py_env())
+    # killed by the watch's SIGTERM: the exit is the command's own
+    assert r.returncode == 128 + 15, r.stderr
+    assert "hang: pid" in r.stderr and "wait_for_peer (hang.py:" in r.stderr
+    hangs = jsonl(run, "hangs.jsonl")
+    assert len(hangs) == 1
+    h = hangs[0]
+    assert h["verdict"].startswith("pid ") and "in wait_for_peer (hang.py:" in h["verdict"]
+    assert h["action"] == "kill" and h["bound_kind"] == "given" and h["bound_s"] == 2
+    # fired after the bound, never before
+    assert h["since_last_step_s"] >= 2
+    stacks = (run / h["stacks"]).read_text()
+    assert stacks.splitlines()[1] == "verdict: " + h["verdict"]
+    assert 'File "%s", line' % s in stacks and "in wait_for_peer" in stacks and "<module>" in stacks
+    assert "Threads (/proc" in stacks
+    att = load(run, "attempts.json")["attempts"]
+    assert len(att) == 1 and att[0]["ended_by"] == "hang" and att[0]["signal"] == 15
+    assert att[0]["steps"] == 20 and att[0]["end_t"] >= h["t"]
+    alerts = jsonl(run, "alerts.jsonl")
+    hw = [a for a in alerts if a["rule"] == "hang_watch"]
+    assert hw and hw[0]["severity"] == "critical" and h["verdict"] in hw[0]["message"]
+    # the report opens with the verdict, then the stacks
+    md = (run / "report.md").read_text()
+    head = md.split("\n| |")[0]
+    assert "**Hang:** pid" in head and "wait\\_for\\_peer (hang.py:" in head
+    assert "## Hangs" in md and "in wait_for_peer" in md
+    hb = load(run, "heartbeat.json")
+    assert hb["state"] == "finished" and hb["steps"] == 20 and hb["hangs"] == 1
+    assert hb["ranks"][0]["step"] == 20 and hb["ranks"][0]["rank"] is None
+    # no FIFO left behind: a plain copy of the run directory must not block
+    assert not list((run / "live").glob("ctl-*"))
+
+
+def test_hang_dump_keeps_training_and_learns_its_bound(run_cli, tmp_path):
+    # default action: stacks only; the run goes on and ends by itself
+    s = script(tmp_path, "stall.py", """
+def stuck_here():
+    # what an outside watchdog sees: the heartbeat, while this process is stuck
+    hb = os.path.join(os.environ["TRAINPERF_RUN_DIR"], "heartbeat.json")
+    for _ in range(400):
+        time.sleep(0.05)
+        try:
+            with open(hb) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if doc["state"] == "hung":
+            print("HB", json.dumps(doc), flush=True)
+            break
+
+import json
+steps(30)
+stuck_here()
+steps(5)
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "auto:2s", "--", sys.executable,
+                s, timeout=120, env=py_env())
+    assert r.returncode == 0, r.stderr
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1 and h[0]["action"] == "dump" and h[0]["bound_kind"] == "learned"
+    # max(10 x p99, floor 2 s) over the steps before the stall, each thread's
+    # first step left out
+    rows = [l.split(",") for l in (run / "steps.csv").read_text().splitlines()]
+    hdr = rows[0]
+    iv = sorted(int(r[hdr.index("interval_ns")]) / 1e9 for r in rows[1:]
+                if 0 < int(r[hdr.index("step")]) < 30)
+    p99 = iv[math.ceil(0.99 * len(iv)) - 1]
+    assert math.isclose(h[0]["bound_s"], max(10 * p99, 2.0), abs_tol=2e-3), (h[0], p99)
+    assert "in stuck_here (stall.py:" in h[0]["verdict"]
+    att = load(run, "attempts.json")["attempts"]
+    assert att[0]["exit_code"] == 0 and att[0]["steps"] == 35
+    fj = load(run, "failures.json")
+    assert fj["hangs"] == 1 and fj["failures"] == 0 and fj["last_hang_verdict"] == h[0]["verdict"]
+    hb = load(run, "heartbeat.json")
+    assert hb["steps"] == 35 and hb["hang_bound_s"] == h[0]["bound_s"]
+    assert hb["state"] == "finished"
+    live = [l for l in r.stdout.splitlines() if l.startswith("HB ")]
+    assert live, r.stdout
+    hb = json.loads(live[0][3:])
+    assert hb["steps"] == 30 and hb["hangs"] == 1 and hb["since_last_step_s"] >= hb["hang_bound_s"]
+    assert hb["ranks"][0]["step"] == 30 and hb["ranks"][0]["pid"] == att[0]["pid"]
+    text = run_cli("report", run, timeout=60)
+    assert text.returncode == 0
+    first = text.stdout.splitlines()[1]
+    assert first.startswith("HANG pid ") and "stuck_here" in first
+
+
+def test_gil_held_in_c_code_gets_faulthandler_stacks(run_cli, tmp_path):
+    # the answering thread cannot run while the main thread holds the GIL in
+    # C code (a regular expression backtracking): faulthandler's signal still works
+    s = script(tmp_path, "spin.py", """
+import re
+
+def spin_in_c():
+    re.match(r"(a+)+$", "a" * 64 + "b")
+
+steps(15)
+spin_in_c()
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "kill",
+                "--", sys.executable, s, timeout=120, env=py_env())
+    assert r.returncode == 128 + 15, r.stderr
+    h = jsonl(run, "hangs.jsonl")[0]
+    p = h["processes"][0]
+    assert p["source"] == "faulthandler", h
+    assert h["verdict"].startswith("pid %d (" % p["pid"]), h
+    assert "in spin_in_c (spin.py:" in h["verdict"], h
+    assert "Python stacks (faulthandler)" in (run / h["stacks"]).read_text()
+
+
+def test_exec_after_registering_is_never_signalled(run_cli, tmp_path):
+    # the process registered faulthandler, then exec'd a program that has no
+    # handler: the real-time signal would kill it, so it is not sent
+    s = script(tmp_path, "execs.py", """
+steps(15)
+os.execv("/bin/sleep", ["sleep", "600"])
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "kill",
+                "--", sys.executable, s, timeout=120, env=py_env())
+    # ended by the watch's SIGTERM, not by SIGRTMIN+6
+    assert r.returncode == 128 + 15, r.stderr
+    h = jsonl(run, "hangs.jsonl")[0]
+    assert h["processes"][0]["comm"] == "sleep"
+    assert h["processes"][0]["source"] != "faulthandler"
+
+
+def test_process_without_the_hook_gets_native_stacks(run_cli, tmp_path):
+    # --no-auto: no faulthandler, no answering thread; gdb when installed, /proc always
+    s = script(tmp_path, "plain.py", """
+steps(15)
+time.sleep(60)
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--no-auto", "--out", run, "--hang-timeout", "1s",
+                "--on-hang", "kill", "--", sys.executable, s, timeout=120, env=py_env())
+    assert r.returncode == 128 + 15, r.stderr
+    h = jsonl(run, "hangs.jsonl")[0]
+    p = h["processes"][0]
+    stacks = (run / h["stacks"]).read_text()
+    assert "Threads (/proc" in stacks and "wchan" in stacks
+    if shutil.which("gdb"):
+        assert p["source"] == "gdb" and "Native stacks (gdb)" in stacks
+    assert p["where"], h
+    assert h["verdict"].startswith("pid %d (" % p["pid"])
+
+
+def test_restart_after_one_failure(run_cli, tmp_path):
+    marker = tmp_path / "failed-once"
+    s = script(tmp_path, "flaky.py", """
+steps(5)
+if not os.path.exists(sys.argv[1]):
+    open(sys.argv[1], "w").close()
+    sys.exit(3)
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--restart", "2", "--restart-backoff", "0.1s",
+                "--", sys.executable, s, marker, timeout=120, env=py_env())
+    assert r.returncode == 0, r.stderr
+    assert "attempt 1 (pid" in r.stderr and "restarting in 0.1 s (1 of 2)" in r.stderr
+    att = load(run, "attempts.json")["attempts"]
+    assert [a["exit_code"] for a in att] == [3, 0]
+    assert [a["steps"] for a in att] == [5, 5]
+    assert att[0]["restarted"] and not att[1]["restarted"]
+    assert att[1]["start_t"] >= att[0]["end_t"] + 0.1
+    fj = load(run, "failures.json")
+    assert fj["attempts"] == 2 and fj["failures"] == 1
+    assert fj["restart_s"] > 0 and fj["time_lost_s"] >= fj["restart_s"]
+    assert fj["mtbf_source"] == "restarts"
+    md = (run / "report.md").read_text()
+    assert "## Attempts" in md and "2 attempts, 1 failed" in md
+    # one run directory: the steps of both attempts
+    rows = (run / "steps.csv").read_text().splitlines()
+    assert len(rows) == 1 + 10
+
+
+def test_on_hang_restart_starts_a_fresh_attempt(run_cli, tmp_path):
+    marker = tmp_path / "hung-once"
+    s = script(tmp_path, "hang_once.py", """
+steps(12)
+if not os.path.exists(sys.argv[1]):
+    open(sys.argv[1], "w").close()
+    while True:
+        time.sleep(0.1)
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "restart",
+                "--restart-backoff", "0s", "--", sys.executable, s, marker, timeout=120,
+                env=py_env())
+    assert r.returncode == 0, r.stderr
+    att = load(run, "attempts.json")["attempts"]
+    assert [a["ended_by"] for a in att] == ["hang", "exit"]
+    assert att[0]["signal"] == 15 and att[0]["restarted"] and att[1]["exit_code"] == 0
+    fj = load(run, "failures.json")
+    assert fj["options"]["restarts"] == 3 and fj["hangs"] == 1 and fj["failures"] == 1
+
+
+def test_crash_loop_without_progress_stops_early(run_cli, tmp_path):
+    s = tmp_path / "crash.py"
+    s.write_text("import sys\nsys.exit(4)\n")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--restart", "5", "--restart-backoff", "0s",
+                "--", sys.executable, s, timeout=120, env=py_env())
+    assert r.returncode == 4
+    assert "not restarting: no progress" in r.stderr
+    att = load(run, "attempts.json")["attempts"]
+    assert len(att) == 2  # default cap: 2 attempts in a row without a step, not 6 attempts
+    assert "no progress" in att[-1]["stopped"]
+    assert all(a["steps"] == 0 and a["exit_code"] == 4 for a in att)
+
+
+def test_restart_on_chooses_what_restarts(run_cli, tmp_path):
+    s = tmp_path / "fail.py"
+    s.write_text("import sys\nsys.exit(3)\n")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--restart", "3", "--restart-on", "signal",
+                "--", sys.executable, s, timeout=120, env=py_env())
+    assert r.returncode == 3
+    assert len(load(run, "attempts.json")["attempts"]) == 1
+
+
+@pytest.mark.parametrize("args,word", [
+    (["--hang-timeout", "soon"], "--hang-timeout"),
+    (["--hang-timeout", "0.5s"], "--hang-timeout"),
+    (["--hang-timeout", "auto:x"], "auto:"),
+    (["--on-hang", "explode"], "--on-hang"),
+    (["--restart", "-1"], "--restart"),
+    (["--restart-on", "sometimes"], "--restart-on"),
+    (["--mtbf", "never"], "--mtbf"),
+    (["--on-hang", "kill", "--hang-timeout", "off"], "--on-hang kill"),
+])
+def test_bad_failure_options(run_cli, tmp_path, args, word):
+    run = tmp_path / "run"
+    r = run_cli("run", "--out", run, *args, "--", "true")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and word in lines[0]
+    assert not run.exists()
+
+
+DDP_HANG = r"""
+import time
+import torch
+import torch.distributed as dist
+
+def wait_for_peer():
+    while True:
+        time.sleep(0.1)
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(10000):
+    if rank == 1 and step == 8:
+        wait_for_peer()
+    model(torch.randn(4, 8)).sum().backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_torchrun_hang_names_the_rank(run_cli, tmp_path):
+    pytest.importorskip("torch")
+    torchrun = shutil.which("torchrun")
+    if not torchrun:
+        pytest.skip("torchrun not installed")
+    s = tmp_path / "ddp_hang.py"
+    s.write_text(DDP_HANG)
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "3s", "--on-hang", "kill", "--",
+                torchrun, "--standalone", "--nproc-per-node", "2", s, timeout=300)
+    assert r.returncode != 0
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1, r.stderr
+    v = h[0]["verdict"]
+    # the culprit first: it is not in a collective; the rank waiting for it is
+    assert v.startswith("rank 1 in wait_for_peer (ddp_hang.py:"), v
+    assert "; rank 0 in all_reduce" in v, v
+    if (PYDIR / "trainperf" / "_comm.py").exists():
+        # with the distributed hooks, the collective's sequence number
+        assert re.search(r"rank 0 in all_reduce #\d+", v), v
+    procs = {p["rank"]: p for p in h[0]["processes"] if p["rank"] is not None}
+    assert procs[0]["collective"] == "all_reduce" and procs[1]["collective"] is None
+    stacks = (run / h[0]["stacks"]).read_text()
+    assert "==== rank 0, pid" in stacks and "==== rank 1, pid" in stacks
+    assert "distributed_c10d.py" in stacks
+    hb = load(run, "heartbeat.json")
+    assert sorted(x["rank"] for x in hb["ranks"]) == [0, 1]
+    assert all(x["step"] >= 8 for x in hb["ranks"])
+    assert "**Hang:** rank 1 in wait" in (run / "report.md").read_text()
+
+
+CKPT = r"""
+import os, sys
+import torch
+out = sys.argv[1]
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(31):
+    model(torch.randn(16, 64)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+    if step % 10 == 9:
+        torch.save({"model": model.state_dict(), "pad": torch.zeros(1_000_000)},
+                   os.path.join(out, "ckpt-%d.pt" % step))
+"""
+
+
+@pytest.mark.torch
+def test_checkpoint_cost_every_n_steps(run_cli, tmp_path):
+    pytest.importorskip("torch")
+    s = tmp_path / "ckpt.py"
+    s.write_text(CKPT)
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--mtbf", "2h", "--", sys.executable, s, tmp_path,
+                timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert len(list(tmp_path.glob("ckpt-*.pt"))) == 3
+    rows = [l.split(",") for l in (run / "steps.csv").read_text().splitlines()]
+    hdr = rows[0]
+    ci = hdr.index("checkpoint_ns")
+    ck_steps = [int(r[hdr.index("step")]) for r in rows[1:] if r[ci] not in ("", "0")]
+    # torch.save after optimizer step 9 runs in step 10 (the auto hook's steps
+    # run optimizer step to optimizer step)
+    assert ck_steps == [10, 20, 30]
+    ck = load(run, "failures.json")["checkpoint"]
+    assert ck["count"] == 3 and ck["cost_s"] > 0 and 0 < ck["share"] < 1
+    assert ck["mtbf_s"] == 7200
+    c, m = ck["cost_s"], 7200
+    assert math.isclose(ck["young_interval_s"], math.sqrt(2 * c * m), rel_tol=1e-6)
+    assert math.isclose(ck["optimal_interval_s"], math.sqrt(2 * c * m) - c, rel_tol=1e-6)
+    md = (run / "report.md").read_text()
+    assert "## Checkpoints" in md and "3 checkpoints" in md and "(--mtbf)" in md
+    # the checkpoint is a phase of its own in the summary too
+    summ = load(run, "summary.json")
+    assert "checkpoint" in json.dumps(summ)
+
+
+PAUSES = r"""
+import os, sys, time
+import torch
+
+class SlowFile:
+    # a checkpoint that takes seconds (slow storage)
+    def __init__(self):
+        self.n = 0
+    def write(self, b):
+        time.sleep(0.2)
+        self.n += len(b)
+        return len(b)
+    def flush(self):
+        pass
+
+model = torch.nn.Linear(16, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+def train(n):
+    for _ in range(n):
+        model(torch.randn(8, 16)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+train(15)
+model.eval()                      # evaluation: seconds without a step
+with torch.no_grad():
+    for _ in range(30):
+        model(torch.randn(8, 16))
+        time.sleep(0.1)
+model.train()
+train(5)
+torch.save({"w": torch.zeros(1 << 16)}, SlowFile())   # a slow checkpoint
+train(5)
+"""
+
+
+@pytest.mark.torch
+def test_eval_and_checkpoint_are_not_hangs(run_cli, tmp_path):
+    pytest.importorskip("torch")
+    s = tmp_path / "pauses.py"
+    s.write_text(PAUSES)
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "kill", "--",
+                sys.executable, s, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert jsonl(run, "hangs.jsonl") == []
+    att = load(run, "attempts.json")["attempts"]
+    assert att[0]["steps"] == 25 and att[0]["checkpoints"] == 1
+    ck = load(run, "failures.json")["checkpoint"]
+    assert ck["count"] == 1 and ck["cost_s"] >= 1  # at least the sleeps in write()
+
+
+def test_report_survives_damaged_failure_files(run_cli, tmp_path):
+    s = tmp_path / "crash.py"
+    s.write_text("import sys\nsys.exit(5)\n")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--restart", "1", "--restart-backoff", "0s",
+                "--", sys.executable, s, timeout=120, env=py_env())
+    assert r.returncode == 5
+    (run / "hangs").mkdir(exist_ok=True)
+    (run / "hangs" / "1.txt").write_text("x" * 3_000_000 + "\n" + "line\n" * 500)
+    (run / "hangs.jsonl").write_text('{"hang": 1, "verdict": "rank 0 in <b>x</b>", "stacks": "hangs/1.txt"}\n'
+                                     "not json\n" + '{"hang": "two", "stacks": "../../etc/passwd"}\n'
+                                     + "{" * 5000 + "\n")
+    (run / "attempts.json").write_text('{"attempts": [{"attempt": 1, "steps": "many"}, 3, null')
+    (run / "failures.json").write_text('{"attempts": "x", "checkpoint": [1, 2], "mtbf_s": -1}')
+    for fmt in ("text", "md", "html", "json"):
+        rep = run_cli("report", run, "--format", fmt, timeout=60)
+        assert rep.returncode == 0, (fmt, rep.stderr)
+        if fmt == "html":
+            assert "<b>x</b>" not in rep.stdout and "&lt;b&gt;x&lt;/b&gt;" in rep.stdout
+        if fmt == "json":
+            json.loads(rep.stdout)
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_checkpoint_hooks_of_dcp_lightning_and_hf(run_cli, tmp_path):
+    # patched when their modules load, whichever imports them
+    pytest.importorskip("torch")
+    pytest.importorskip("lightning")
+    pytest.importorskip("transformers")
+    s = tmp_path / "hooks.py"
+    s.write_text(
+        "import torch\n"
+        "import torch.distributed.checkpoint as dcp\n"
+        "import lightning.pytorch as pl\n"
+        "from transformers import trainer as hft\n"
+        "f = lambda fn: bool(getattr(fn, '_trainperf_ckpt', False))\n"
+        "print('HOOKS', f(torch.save), f(dcp.save), f(pl.Trainer.save_checkpoint),\n"
+        "      f(hft.Trainer._save_checkpoint))\n")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--", sys.executable, s, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "HOOKS True True True True" in r.stdout, r.stdout
