@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report/table.h"
+#include "util/table.h"
 #include "trainperf.h"
 
 #define CW 1000.0 /* chart width (viewBox units) */

@@ -12,7 +12,7 @@
 
 #include "report/report_html.h"
 #include "report/report_ranks.h"
-#include "report/table.h"
+#include "util/table.h"
 #include "trainperf.h"
 #include "util/csvr.h"
 #include "util/human.h"
