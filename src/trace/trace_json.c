@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -644,8 +645,40 @@ static int js_obj_open(jsrc *s)
     return 1;
 }
 
+/* The integer args of an event: the field each fills, the flag it sets when
+ * it is a number, and the flag it sets when present at all. */
+typedef struct int_arg_def {
+    const char *key;
+    size_t off;
+    unsigned flag, any;
+} int_arg_def;
+
+#define IA(k, f, fl, an) {k, offsetof(trace_ev, f), fl, an}
+static const int_arg_def int_args[] = {
+    IA("stream", stream, TEV_STREAM, TEV_STREAM_ANY),
+    IA("correlation", corr, TEV_CORR, 0),
+    IA("bytes", bytes, TEV_BYTES, 0),
+    IA("Bytes", bytes, TEV_BYTES, 0),
+    IA("Total Allocated", mem_alloc, TEV_MEM, 0),
+    IA("Total Reserved", mem_reserved, 0, 0),
+    IA("wait_on_stream", wait_stream, TEV_WAIT, 0),
+    IA("wait_on_cuda_event_record_corr_id", wait_corr, TEV_WAIT, 0),
+    IA("Device Type", devtype, 0, 0),
+    IA("Device Id", dev, TEV_DEV, 0),
+    IA("device", dev, TEV_DEV, 0),
+};
+#undef IA
+
+static const int_arg_def *int_arg(const char *key)
+{
+    for (size_t i = 0; i < sizeof(int_args) / sizeof(int_args[0]); i++)
+        if (strcmp(key, int_args[i].key) == 0) return &int_args[i];
+    return NULL;
+}
+
 static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
 {
+    const int_arg_def *a;
     int rc = js_obj_open(s);
     if (rc <= 0) return rc;
     for (;;) {
@@ -657,34 +690,13 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
             k0 != 'w') {
             /* most args: skip without comparing */
             if ((rc = js_skip(s, 2))) return rc;
-        } else if (strcmp(sc->key, "stream") == 0) {
+        } else if ((a = int_arg(sc->key))) {
             if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            ev->has |= TEV_STREAM_ANY;
-            if (isnum) { ev->stream = v; ev->has |= TEV_STREAM; }
-        } else if (strcmp(sc->key, "correlation") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) { ev->corr = v; ev->has |= TEV_CORR; }
-        } else if (strcmp(sc->key, "bytes") == 0 || strcmp(sc->key, "Bytes") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) { ev->bytes = v; ev->has |= TEV_BYTES; }
-        } else if (strcmp(sc->key, "Total Allocated") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) { ev->mem_alloc = v; ev->has |= TEV_MEM; }
-        } else if (strcmp(sc->key, "Total Reserved") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) ev->mem_reserved = v;
-        } else if (strcmp(sc->key, "wait_on_stream") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) { ev->wait_stream = v; ev->has |= TEV_WAIT; }
-        } else if (strcmp(sc->key, "wait_on_cuda_event_record_corr_id") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) { ev->wait_corr = v; ev->has |= TEV_WAIT; }
-        } else if (strcmp(sc->key, "Device Type") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) ev->devtype = v;
-        } else if (strcmp(sc->key, "Device Id") == 0 || strcmp(sc->key, "device") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) { ev->dev = v; ev->has |= TEV_DEV; }
+            ev->has |= a->any;
+            if (isnum) {
+                *(int64_t *)((char *)ev + a->off) = v;
+                ev->has |= a->flag;
+            }
         } else if (strcmp(sc->key, "name") == 0 && js_ws(s) == '"') {
             if ((rc = js_string(s, sc->argname, sizeof(sc->argname), NULL))) return rc;
         } else if ((rc = js_skip(s, 2))) {
@@ -759,19 +771,18 @@ static int js_event(jsrc *s, jscratch *sc, trace_ev_fn fn, void *ud)
             }
             break;
         case 'n':
-            if (strcmp(k, "name") == 0 && js_ws(s) == '"') {
-                if ((rc = js_string(s, sc->name, sizeof(sc->name), &ev.name_len))) return rc;
-                ev.has |= TEV_NAME;
+        case 'c': {
+            /* the two string members, read into the scratch buffers */
+            int nm = strcmp(k, "name") == 0;
+            if ((nm || strcmp(k, "cat") == 0) && js_ws(s) == '"') {
+                rc = nm ? js_string(s, sc->name, sizeof(sc->name), &ev.name_len)
+                        : js_string(s, sc->cat, sizeof(sc->cat), &ev.cat_len);
+                if (rc) return rc;
+                ev.has |= nm ? TEV_NAME : TEV_CAT;
                 goto next;
             }
             break;
-        case 'c':
-            if (strcmp(k, "cat") == 0 && js_ws(s) == '"') {
-                if ((rc = js_string(s, sc->cat, sizeof(sc->cat), &ev.cat_len))) return rc;
-                ev.has |= TEV_CAT;
-                goto next;
-            }
-            break;
+        }
         case 'a':
             if (strcmp(k, "args") == 0) {
                 if ((rc = js_args(s, &ev, sc))) return rc;
