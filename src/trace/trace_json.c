@@ -329,6 +329,21 @@ static int js_number(jsrc *s, char *nb, size_t *nlen)
     return 0;
 }
 
+/* A number literal and where it started (for the error naming its byte). */
+typedef struct jnum {
+    char s[JS_NUM_MAX];
+    size_t n;
+    uint64_t at;
+} jnum;
+
+static int js_num(jsrc *s, jnum *t)
+{
+    t->at = js_off(s);
+    return js_number(s, t->s, &t->n);
+}
+
+static int num_start(int c) { return c == '-' || (c >= '0' && c <= '9'); }
+
 static int js_bad_number(jsrc *s, uint64_t at)
 {
     return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: malformed number",
@@ -526,14 +541,11 @@ static int js_skip(jsrc *s, int depth)
                                (unsigned long long)(js_off(s) - 1), close);
         }
     }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-        char nb[JS_NUM_MAX];
-        size_t n;
-        uint64_t at = js_off(s);
-        int rc = js_number(s, nb, &n);
+    if (num_start(c)) {
+        jnum t;
+        int rc = js_num(s, &t);
         if (rc) return rc;
-        if (!num_valid(nb, n)) return js_bad_number(s, at);
-        return 0;
+        return num_valid(t.s, t.n) ? 0 : js_bad_number(s, t.at);
     }
     return js_literal(s);
 }
@@ -548,17 +560,15 @@ static int js_scalar_int(jsrc *s, int *isnum, int64_t *v, size_t *off, size_t *l
     size_t o = s->cap_on ? cap_pos(s) : 0;
     int rc;
     *isnum = 0;
-    if (c == '-' || (c >= '0' && c <= '9')) {
-        char nb[JS_NUM_MAX];
-        size_t n;
-        uint64_t at = js_off(s);
-        if ((rc = js_number(s, nb, &n))) return rc;
+    if (num_start(c)) {
+        jnum t;
+        if ((rc = js_num(s, &t))) return rc;
         int64_t x;
-        if (parse_int_lit(nb, n, &x) == 0) {
+        if (parse_int_lit(t.s, t.n, &x) == 0) {
             *isnum = 1;
             *v = x;
-        } else if (trace_parse_us(nb, n, &x, NULL) == TPF_EFORMAT) {
-            return js_bad_number(s, at);
+        } else if (trace_parse_us(t.s, t.n, &x, NULL) == TPF_EFORMAT) {
+            return js_bad_number(s, t.at);
         }
     } else if ((rc = js_skip(s, 1))) {
         return rc;
@@ -574,22 +584,20 @@ static int js_time(jsrc *s, trace_ev *ev, unsigned bit, int64_t *dst, size_t *of
 {
     int c = js_ws(s);
     size_t o = s->cap_on ? cap_pos(s) : 0;
-    if (c == '-' || (c >= '0' && c <= '9')) {
-        char nb[JS_NUM_MAX];
-        size_t n;
-        uint64_t at = js_off(s);
-        int rc = js_number(s, nb, &n);
+    if (num_start(c)) {
+        jnum t;
+        int rc = js_num(s, &t);
         if (rc) return rc;
         int frac = 0;
-        rc = trace_parse_us(nb, n, dst, &frac);
-        if (rc == TPF_EFORMAT) return js_bad_number(s, at);
+        rc = trace_parse_us(t.s, t.n, dst, &frac);
+        if (rc == TPF_EFORMAT) return js_bad_number(s, t.at);
         if (rc == 0) {
             ev->has |= bit;
             if (frac) ev->has |= bit == TEV_TS ? TEV_TS_FRAC : TEV_DUR_FRAC;
             if (s->doubles) {
                 /* An integer literal is a whole number of microseconds, exact
                  * in a double; a fraction is read as Python reads it. */
-                double d = frac ? strtod(nb, NULL) : (double)(*dst / 1000);
+                double d = frac ? strtod(t.s, NULL) : (double)(*dst / 1000);
                 if (bit == TEV_TS) ev->ts_us = d;
                 else ev->dur_us = d;
             }
