@@ -11,6 +11,8 @@
 #   make install PREFIX=/usr/local
 
 CC ?= cc
+# The version's one source is include/trainperf.h (TPF_VERSION_MAJOR/MINOR/PATCH).
+VERSION := $(shell sed -n 's/^\#define TPF_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' include/trainperf.h | paste -sd. -)
 PREFIX ?= /usr/local
 PYTHON ?= python3
 
@@ -138,7 +140,7 @@ install: lib $(CLI)
 	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libtrainperf.so.0
 	ln -sf libtrainperf.so.0 $(DESTDIR)$(PREFIX)/lib/libtrainperf.so
 	install -m 644 include/trainperf.h $(DESTDIR)$(PREFIX)/include/trainperf.h
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' trainperf.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' trainperf.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/trainperf.pc
 	if [ -d python/trainperf ]; then install -d $(DESTDIR)$(PREFIX)/share/trainperf && \
 	    cp -r python/trainperf python/sitecustomize.py $(DESTDIR)$(PREFIX)/share/trainperf/; fi

@@ -27,7 +27,11 @@ extern "C" {
 #define TPF_VERSION_MAJOR 0
 #define TPF_VERSION_MINOR 1
 #define TPF_VERSION_PATCH 0
-#define TPF_VERSION_STRING "0.1.0"
+/* The one version of trainperf: the Makefile (pkg-config), setup.py (the
+ * Python package) and the library read it from the three numbers above. */
+#define TPF_VERSION_XSTR_(x) #x
+#define TPF_VERSION_STR_(a, b, c) TPF_VERSION_XSTR_(a) "." TPF_VERSION_XSTR_(b) "." TPF_VERSION_XSTR_(c)
+#define TPF_VERSION_STRING TPF_VERSION_STR_(TPF_VERSION_MAJOR, TPF_VERSION_MINOR, TPF_VERSION_PATCH)
 
 /* ---- errors ------------------------------------------------------------ */
 

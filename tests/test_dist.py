@@ -40,17 +40,18 @@ def torchrun(nproc, *args, nnodes=1, node_rank=0, port=None):
     return cmd + [str(TRAIN)] + [str(a) for a in args]
 
 
-def trainperf_run(out, cmd, *opts, wait=True):
+def trainperf_run(out, cmd, *opts, wait=True, quiet=True):
     require_extension()
     env = clean_env(OMP_NUM_THREADS=1)
-    argv = [str(BUILD / "trainperf"), "run", "--quiet", "--out", str(out), *opts, "--", *cmd]
+    argv = [str(BUILD / "trainperf"), "run", *(["--quiet"] if quiet else []), "--out", str(out),
+            *opts, "--", *cmd]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=env, cwd=str(ROOT))
     if not wait:
         return p
     o, e = p.communicate(timeout=300)
     assert p.returncode == 0, e[-3000:]
-    return o
+    return o if quiet else (o, e)
 
 
 def report_json(*dirs):
@@ -68,7 +69,9 @@ def rows(path):
 def test_ddp_collectives_are_comm_with_bytes_and_bandwidth(tmp_path):
     out = tmp_path / "run"
     steps = 8
-    trainperf_run(out, torchrun(2, "--steps", steps, "--barrier-every", 4))
+    _, err = trainperf_run(out, torchrun(2, "--steps", steps, "--barrier-every", 4), quiet=False)
+    # the end-of-run lines count the job's steps, not a sum over the ranks
+    assert "steps       %d (" % steps in err, err[-2000:]
     # the model: 256*512+512 + 512*512+512 + 512*4+4 float32 parameters
     nparams = 256 * 512 + 512 + 512 * 512 + 512 + 512 * 4 + 4
     for rank in (0, 1):

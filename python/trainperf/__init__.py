@@ -19,13 +19,15 @@ zero-code auto-instrumentation that `trainperf run` injects.
 import functools
 import os
 import warnings
+from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar, Union
+
+_T = TypeVar("_T")
 
 __all__ = [
     "start", "stop", "step", "phase", "counter", "mark", "timed", "monitor",
     "attached", "dropped", "run_dir", "name", "step_begin", "step_end",
-    "range_push", "range_pop", "TrainperfWarning", "IMPL", "benchmark",
+    "range_push", "range_pop", "TrainperfWarning", "IMPL", "performance_monitor", "benchmark",
 ]
-__version__ = "0.1.0"
 
 
 class TrainperfWarning(UserWarning):
@@ -54,6 +56,7 @@ def _load_core():
 
 _core = _load_core()
 IMPL = _core.IMPL  # "c", "ctypes" or "noop"
+__version__ = __import__("trainperf._version", fromlist=["version"]).version(_core)
 
 # The hot calls are the extension's functions themselves: no Python frame.
 phase = _core.phase
@@ -74,7 +77,8 @@ _ERR_STATE = _core.ESTATE
 _started_here = False
 
 
-def start(run_dir=None, interval_s=1.0, procfs=True, gpu=True):
+def start(run_dir: "Optional[Union[str, os.PathLike]]" = None, interval_s: float = 1.0,
+          procfs: bool = True, gpu: bool = True) -> Optional[str]:
     """Start a collector thread in this process, writing a run directory.
 
     Returns the run directory, or None when monitoring could not start (a
@@ -83,6 +87,10 @@ def start(run_dir=None, interval_s=1.0, procfs=True, gpu=True):
     stop() leaves it alone.
     """
     global _started_here
+    clk = os.environ.get("TRAINPERF_CLOCK", "")
+    if clk not in ("", "mono", "tsc"):
+        warnings.warn("trainperf.start: TRAINPERF_CLOCK=%r is not mono or tsc: the probe "
+                      "chooses its clock itself" % clk, TrainperfWarning, stacklevel=2)
     flags = 0
     if not procfs:
         flags |= _core.START_NO_PROCFS
@@ -104,7 +112,7 @@ def start(run_dir=None, interval_s=1.0, procfs=True, gpu=True):
     return None
 
 
-def stop():
+def stop() -> Optional[str]:
     """Stop the collector started by start(): drain, write every file of the
     run directory. Returns the run directory, or None if none was started."""
     global _started_here
@@ -125,15 +133,15 @@ class timed:
 
     __slots__ = ("_it", "_src")
 
-    def __init__(self, iterable):
+    def __init__(self, iterable: Iterable[Any]) -> None:
         self._src = iterable
         self._it = None
 
-    def __iter__(self):
+    def __iter__(self) -> "timed":
         self._it = iter(self._src)
         return self
 
-    def __next__(self):
+    def __next__(self) -> Any:
         it = self._it
         if it is None:
             it = self._it = iter(self._src)
@@ -143,14 +151,14 @@ class timed:
         finally:
             _core.range_pop()
 
-    def __len__(self):
-        return len(self._src)
+    def __len__(self) -> int:
+        return len(self._src)  # type: ignore[arg-type]
 
     def __getattr__(self, attr):
         return getattr(self._src, attr)
 
 
-def monitor(fn=None, **options):
+def monitor(fn: Optional[Callable[..., _T]] = None, **options: Any) -> Any:
     """Decorate a train-step function: each call is one step.
 
         @trainperf.monitor(samples=lambda batch: len(batch), flops_steps=[3],
@@ -160,28 +168,59 @@ def monitor(fn=None, **options):
 
     Options (all optional): samples / tokens — an int, or a callable taking the
     step function's arguments; flops_steps — step indices on which FLOPs are
-    counted (FlopCounterMode) and recorded as the "flops" counter, with "mfu"
-    when the device's peak is known; flops — a user-given FLOP count per step
-    (used when counting is not possible); profile — a dict for
-    torch_helpers.ProfilerSchedule (or a ProfilerSchedule); memory_snapshot_step
-    — step index on which a CUDA memory snapshot is written; cuda_memory_every
-    — N: CUDA allocator stats as counters every N steps. The wrapper exposes
-    .stats (a torch_helpers.MonitorStats) with what was measured.
+    counted by module (FlopCounterMode) and recorded as the "flops" counter,
+    with "tflops_per_s" and "mfu" (when the device's peak is known) from the
+    step after; flops — a user-given FLOP count per step (used when counting
+    is not possible); profile — a dict for torch_helpers.ProfilerSchedule (or
+    a ProfilerSchedule); memory_snapshot_step — step index on which a CUDA
+    memory snapshot is written; cuda_memory_every — N: CUDA allocator stats as
+    counters every N steps; comm_log_step — the step whose collectives are
+    logged; model — the model (names the FLOP table's root, gives the device);
+    verbose — print what performance_monitor prints (rank 0); start — start
+    an embedded collector when nothing watches the process (None: only then).
+    performance_monitor's own names are accepted too: enabled (False: the
+    function is returned unchanged), flop_counter_step, comm_logger_step,
+    wait / warmup / active / repeat. The wrapper exposes .stats (a
+    MonitorStats) with what was measured, and .close().
     """
+    if fn is not None and not callable(fn) or _looks_like_module(fn):
+        options.setdefault("model", fn)
+        fn = None
     if fn is None:
         return lambda f: monitor(f, **options)
-    import atexit
-    from ._monitor import StepMonitor
-    mon = StepMonitor(fn, **options)
-    atexit.register(mon.close)  # an open profiler window / memory history ends cleanly
+    from ._monitor import _wrap
+    if not options.pop("enabled", True):
+        return fn
+    if "flop_counter_step" in options:
+        n = options.pop("flop_counter_step")
+        options["flops_steps"] = list(options.get("flops_steps") or ()) + \
+            ([n] if n is not None else [])
+    if "comm_logger_step" in options:
+        options["comm_log_step"] = options.pop("comm_logger_step")
+    sched = {k: options.pop(k) for k in ("wait", "warmup", "active", "repeat", "skip_first")
+             if k in options}
+    if sched and "profile" not in options:
+        options["profile"] = sched
+    return _wrap(fn, options)
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return mon(args, kwargs)
 
-    wrapper.stats = mon.stats
-    wrapper.monitor = mon
-    return wrapper
+def _looks_like_module(obj):
+    import sys
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
+def performance_monitor(model: Any = None, enabled: bool = True,
+                        flop_counter_step: Optional[int] = 5,
+                        comm_logger_step: Optional[int] = 2, wait: Optional[int] = 1,
+                        warmup: int = 1, active: int = 3, repeat: int = 1,
+                        **options: Any) -> Callable[[Callable[..., _T]], Callable[..., _T]]:
+    """The profiling guides' step decorator (see trainperf._monitor.performance_monitor
+    and docs/python.md): schedule, FLOP table by module with TFLOP/s, top-10
+    operators and per-rank traces; a no-op with enabled=False."""
+    from ._monitor import performance_monitor as pm
+    return pm(model, enabled, flop_counter_step, comm_logger_step, wait, warmup, active,
+              repeat, **options)
 
 
 def benchmark(model, dataloader, steps=50, warmup=5, optimizer=None, loss_fn=None, device=None):

@@ -129,6 +129,47 @@ def _begin_if_closed():
     if _auto_steps and not _st.open and not core.explicit_steps():
         if core.auto_step_begin():
             _st.open = True
+            if _hooks is not None:
+                _hooks_call("begin")
+
+
+# Profiling hooks asked for by `trainperf run --profile/--flops-step/...`
+# (_profile_hooks.StepHooks), or None: then steps cost one test more.
+_hooks = None
+_hook_step = 0
+
+
+def _hooks_call(what):
+    """Tell the profiling hooks that step _hook_step begins or ends; a hook
+    that fails is turned off, never the training."""
+    global _hooks, _hook_step
+    h = _hooks
+    try:
+        if what == "begin":
+            h.begin(_hook_step)
+        else:
+            h.end(_hook_step)
+            _hook_step += 1
+    except Exception as exc:
+        _hooks = None
+        sys.stderr.write("trainperf: profiling hooks disabled: %r\n" % (exc,))
+        try:
+            h.close()
+        except Exception:
+            pass
+
+
+def _setup_hooks():
+    global _hooks
+    try:
+        from . import _profile_hooks
+        _hooks = _profile_hooks.from_env()
+    except Exception as exc:
+        sys.stderr.write("trainperf: profiling hooks disabled: %r\n" % (exc,))
+        _hooks = None
+    if _hooks is not None:
+        import atexit
+        atexit.register(_hooks.close)  # an open window and the FLOP file end cleanly
 
 
 def patch_dataloader(torch=None):
@@ -251,6 +292,7 @@ def patch_torch(torch):
     primary = [None, None, 0]
 
     _auto_steps = True
+    _setup_hooks()
     global _tune
     from trainperf import _knobs
     if _knobs.setup():
@@ -286,7 +328,11 @@ def patch_torch(torch):
         if st.open:
             if auto_end(st.samples, st.tokens):
                 st.samples = st.tokens = 0
+                if _hooks is not None:
+                    _hooks_call("end")
                 st.open = auto_begin()
+                if st.open and _hooks is not None:
+                    _hooks_call("begin")
             else:
                 st.open = False
         if _tune is not None:

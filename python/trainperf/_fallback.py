@@ -32,9 +32,21 @@ def _candidates():
                     os.path.join(os.path.dirname(root), "lib", "libtrainperf.so*")):
         for p in sorted(glob.glob(pattern)):
             yield p
+    # Beside the `trainperf` command on PATH (make install PREFIX=...): PREFIX/lib*.
+    import shutil
+    exe = shutil.which("trainperf")
+    if exe:
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(exe)))
+        for lib in ("lib", "lib64", os.path.join("lib", "x86_64-linux-gnu")):
+            for p in sorted(glob.glob(os.path.join(prefix, lib, "libtrainperf.so*"))):
+                yield p
     found = ctypes.util.find_library("trainperf")
     if found:
         yield found
+    # The dynamic loader's own search (LD_LIBRARY_PATH, ld.so.cache, /usr/local/lib
+    # before ldconfig ran is not in it: covered above).
+    yield "libtrainperf.so.0"
+    yield "libtrainperf.so"
 
 
 class _Options(ctypes.Structure):
@@ -254,7 +266,8 @@ class NoopCore:
         return 0
 
     def version(self):
-        return "0.1.0"
+        from ._version import version
+        return version()
 
     def run_dir(self):
         return None

@@ -5,6 +5,8 @@ to import trainperf:
     trainperf.integrations.HFCallback          -> trainperf.hf.TrainperfCallback
 """
 
+__all__ = ["LightningCallback", "HFCallback", "HuggingFaceCallback"]
+
 
 def __getattr__(name):
     if name == "LightningCallback":

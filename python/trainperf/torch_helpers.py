@@ -9,8 +9,13 @@ import json
 import os
 import re
 import time
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import trainperf
+
+__all__ = ["PEAK_FLOPS", "CUDA_MEM_COUNTERS", "device_key", "math_type", "peak_flops", "mfu",
+           "count_flops", "ProfilerSchedule", "cuda_memory_stats", "CudaMemoryStats",
+           "memory_history_supported", "MemorySnapshot", "graph_break_report"]
 
 # Dense (no structured sparsity) peak FLOP/s of one GPU, per math type, from
 # NVIDIA's datasheets (sources in docs/python.md; the datasheets print the
@@ -54,7 +59,7 @@ _DEVICE_PATTERNS = [
 ]
 
 
-def device_key(name):
+def device_key(name: str) -> Optional[str]:
     """The PEAK_FLOPS key for a device name, or None when the device is unknown."""
     for pat, key in _DEVICE_PATTERNS:
         if re.search(pat, name, re.IGNORECASE):
@@ -62,7 +67,7 @@ def device_key(name):
     return None
 
 
-def math_type(dtype=None):
+def math_type(dtype: Any = None) -> str:
     """The PEAK_FLOPS math type for a torch dtype (fp32 matmuls on TF32 tensor
     cores count as tf32 when torch allows it)."""
     import torch
@@ -79,7 +84,7 @@ def math_type(dtype=None):
     return str(dtype).replace("torch.", "")
 
 
-def peak_flops(device=None, dtype=None):
+def peak_flops(device: Any = None, dtype: Any = None) -> Tuple[Optional[float], str]:
     """(peak FLOP/s or None, reason). device: a torch.device, an index or a
     device name string; dtype: the training math dtype."""
     import torch
@@ -101,7 +106,8 @@ def peak_flops(device=None, dtype=None):
     return peak, "%s %s dense peak %.1f TFLOP/s" % (key, mt, peak / 1e12)
 
 
-def mfu(flops_per_step, step_time_s, device=None, dtype=None, n_devices=1):
+def mfu(flops_per_step: Optional[float], step_time_s: Optional[float], device: Any = None,
+        dtype: Any = None, n_devices: int = 1) -> Tuple[Optional[float], str]:
     """Model FLOPs utilisation: (value in 0..1 or None, reason)."""
     if not flops_per_step or flops_per_step <= 0:
         return None, "no FLOP count for the step"
@@ -113,7 +119,8 @@ def mfu(flops_per_step, step_time_s, device=None, dtype=None, n_devices=1):
     return flops_per_step / step_time_s / (peak * n_devices), why
 
 
-def count_flops(fn, *args, user_flops=None, **kwargs):
+def count_flops(fn: Callable[..., Any], *args: Any, user_flops: Optional[int] = None,
+                **kwargs: Any) -> Tuple[Any, Optional[int], Optional[str]]:
     """Run fn(*args, **kwargs) once, counting its FLOPs.
 
     Returns (result, flops, method): method is "FlopCounterMode", "profiler"
@@ -159,15 +166,21 @@ class ProfilerSchedule:
 
     wait/warmup/active/repeat/skip_first have torch.profiler.schedule's
     meaning. Each finished window writes a Chrome/Kineto trace
-    (trace-<pid>-<n>.json, readable by `trainperf analyze`) and the top-k
-    table of operators (top-<pid>-<n>.txt and .json) into out_dir, by default
-    RUN_DIR/profile/. A "profiler" mark is recorded when a window ends.
+    (trace-rank<R>-step<S>.json, S the window's first recorded step counted
+    from the first .step(); readable by `trainperf analyze`) and the top-k
+    table of operators (top-rank<R>-step<S>.txt and .json) into out_dir, by
+    default RUN_DIR/profile/ (-pid<pid> is added when a name is taken). rank:
+    default torch.distributed's rank, else $RANK, else 0. on_window(trace
+    path, key_averages, sort_by) is called after each window. A "profiler"
+    mark is recorded when a window ends.
     """
 
     def __init__(self, wait=1, warmup=1, active=3, repeat=1, skip_first=0, out_dir=None,
                  top_k=20, activities=None, record_shapes=False, profile_memory=False,
-                 with_stack=False, with_flops=False, sort_by=None):
+                 with_stack=False, with_flops=False, sort_by=None, rank=None, on_window=None):
         self.wait, self.warmup, self.active = wait, warmup, active
+        self.rank = rank
+        self.on_window = on_window
         self.repeat, self.skip_first = repeat, skip_first
         self.out_dir = out_dir
         self.top_k = top_k
@@ -201,13 +214,18 @@ class ProfilerSchedule:
         return self
 
     def _ready(self, prof):
+        from ._profile_hooks import rank as _rank, unique_path
         n = len(self.windows)
-        pid = os.getpid()
-        trace = os.path.join(self.out_dir, "trace-%d-%d.json" % (pid, n))
+        r = self.rank if self.rank is not None else _rank()
+        # on_trace_ready runs in the .step() that follows the last active step
+        first = max(0, self.steps - self.active)
+        stem = "rank%d-step%d" % (r, first)
+        trace = unique_path(os.path.join(self.out_dir, "trace-%s.json" % stem))
+        stem = os.path.basename(trace)[len("trace-"):-len(".json")]
         prof.export_chrome_trace(trace)
         from . import _exporters
         _exporters.tensorboard_profile(trace)  # where TensorBoard's profiler plugin looks
-        top_txt = os.path.join(self.out_dir, "top-%d-%d.txt" % (pid, n))
+        top_txt = os.path.join(self.out_dir, "top-%s.txt" % stem)
         avgs = prof.key_averages()
         try:
             table = avgs.table(sort_by=self._sort_by, row_limit=self.top_k)
@@ -223,10 +241,13 @@ class ProfilerSchedule:
                          "cpu_total_us": e.cpu_time_total,
                          "self_device_us": getattr(e, "self_device_time_total", None),
                          "flops": getattr(e, "flops", None) or None})
-        with open(os.path.join(self.out_dir, "top-%d-%d.json" % (pid, n)), "w") as f:
-            json.dump({"window": n, "sort_by": self._sort_by, "ops": rows}, f, indent=1)
+        with open(os.path.join(self.out_dir, "top-%s.json" % stem), "w") as f:
+            json.dump({"window": n, "rank": r, "first_step": first, "sort_by": self._sort_by,
+                       "ops": rows}, f, indent=1)
         self.windows.append((trace, top_txt))
         trainperf.mark("profiler")
+        if self.on_window is not None:
+            self.on_window(trace, avgs, self._sort_by)
 
     def step(self):
         if self._prof is None:
@@ -253,7 +274,7 @@ CUDA_MEM_COUNTERS = ("cuda_mem_allocated_bytes", "cuda_mem_reserved_bytes",
                      "cuda_alloc_retries", "cuda_ooms")
 
 
-def cuda_memory_stats(device=None):
+def cuda_memory_stats(device: Any = None) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
     """(dict of CUDA_MEM_COUNTERS, None) or (None, reason)."""
     import torch
     if not torch.cuda.is_available():
@@ -298,7 +319,7 @@ class CudaMemoryStats:
         return stats
 
 
-def memory_history_supported():
+def memory_history_supported() -> Tuple[bool, Optional[str]]:
     """(True, None) or (False, reason)."""
     import torch
     if not torch.cuda.is_available():
@@ -314,8 +335,9 @@ class MemorySnapshot:
     https://pytorch.org/memory_viz) on a chosen step and, where torch supports
     an OOM observer, when an allocation fails."""
 
-    def __init__(self, out_dir=None, max_entries=100000, on_oom=True):
+    def __init__(self, out_dir=None, max_entries=100000, on_oom=True, rank=None):
         self.out_dir = out_dir
+        self.rank = rank
         self.max_entries = max_entries
         self.on_oom = on_oom
         self.reason = None
@@ -346,8 +368,9 @@ class MemorySnapshot:
         import torch
         if not self._on:
             return None
-        path = os.path.join(self.out_dir, "snapshot-%d-%s-%d.pickle"
-                            % (os.getpid(), tag, len(self.paths)))
+        from ._profile_hooks import rank as _rank, unique_path
+        r = self.rank if self.rank is not None else _rank()
+        path = unique_path(os.path.join(self.out_dir, "snapshot-rank%d-%s.pickle" % (r, tag)))
         torch.cuda.memory._dump_snapshot(path)
         self.paths.append(path)
         trainperf.mark("memory_snapshot")
@@ -360,15 +383,22 @@ class MemorySnapshot:
             self._on = False
 
 
-def graph_break_report(fn, *args, out_path=None, **kwargs):
+def graph_break_report(fn: Callable[..., Any], *args: Any, out_path: Optional[str] = None,
+                       fullgraph: bool = False, log_path: Optional[str] = None,
+                       **kwargs: Any) -> Dict[str, Any]:
     """Run torch._dynamo.explain over fn(*args, **kwargs): graphs, graph
-    breaks with their reasons and source lines, and the compile time.
+    breaks with their reasons, source lines and suggested fixes, and the
+    compile time. fullgraph=True also compiles fn with fullgraph=True and
+    runs it once, recording whether it holds as one graph (and the error).
 
     Returns a dict (also written as JSON to out_path, default
-    RUN_DIR/compile.json when a run directory is known), or a dict with
-    "error" when this torch has no torch.compile."""
+    RUN_DIR/compile.json when a run directory is known, and as a readable log
+    to log_path, default RUN_DIR/graph_breaks.log), or a dict with "error"
+    when this torch has no torch.compile."""
     import torch
-    rep = {"torch": torch.__version__}
+    from ._graph_breaks import parse_reason, suggest, write_log
+    rep = {"torch": torch.__version__,
+           "target": getattr(fn, "__qualname__", None) or repr(fn)}
     dynamo = getattr(torch, "_dynamo", None)
     if dynamo is None or not hasattr(dynamo, "explain"):
         rep["error"] = "this torch has no torch._dynamo.explain (torch.compile)"
@@ -379,10 +409,16 @@ def graph_break_report(fn, *args, out_path=None, **kwargs):
     rep["compile_s"] = time.perf_counter() - t0
     breaks = []
     for r in getattr(out, "break_reasons", []) or []:
-        where = []
-        for fr in (getattr(r, "user_stack", None) or [])[-3:]:
+        where, code = [], None
+        stack = getattr(r, "user_stack", None) or []
+        for fr in stack[-3:]:
             where.append("%s:%s in %s" % (fr.filename, fr.lineno, fr.name))
-        breaks.append({"reason": str(getattr(r, "reason", r)), "where": where})
+        if stack:
+            code = (getattr(stack[-1], "line", None) or "").strip() or None
+        text = str(getattr(r, "reason", r))
+        summary, expl, _ = parse_reason(text)
+        breaks.append({"reason": text, "summary": summary, "explanation": expl,
+                       "where": where, "code": code, "fixes": suggest(text)})
     rep.update({
         "graph_count": getattr(out, "graph_count", None),
         "graph_break_count": getattr(out, "graph_break_count", None),
@@ -390,13 +426,24 @@ def graph_break_report(fn, *args, out_path=None, **kwargs):
         "breaks": breaks,
         "compile_times": str(getattr(out, "compile_times", "") or ""),
     })
-    if out_path is None:
-        d = trainperf.run_dir() or os.environ.get("TRAINPERF_RUN_DIR")
-        if d:
-            out_path = os.path.join(d, "compile.json")
+    if fullgraph:
+        dynamo.reset()
+        try:
+            torch.compile(fn, fullgraph=True)(*args, **kwargs)
+            rep["fullgraph"] = {"ok": True}
+        except Exception as exc:
+            msg = "%s: %s" % (type(exc).__name__, exc)
+            rep["fullgraph"] = {"ok": False, "error": msg, "fixes": suggest(str(exc))}
+    d = trainperf.run_dir() or os.environ.get("TRAINPERF_RUN_DIR")
+    if out_path is None and d:
+        out_path = os.path.join(d, "compile.json")
+    if log_path is None and d:
+        log_path = os.path.join(d, "graph_breaks.log")
     if out_path:
         with open(out_path, "w") as f:
             json.dump(rep, f, indent=1)
         rep["path"] = out_path
+    if log_path:
+        rep["log_path"] = write_log(rep, log_path)
     dynamo.reset()
     return rep

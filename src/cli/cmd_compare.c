@@ -9,9 +9,15 @@
 
 static void compare_usage(FILE *f)
 {
-    fprintf(f, "usage: trainperf compare RUN_A RUN_B [--format text|md|html|json] [--out FILE]\n\n"
+    fprintf(f, "usage: trainperf compare RUN_A RUN_B [--format text|md|html|json] [--json]\n"
+               "                         [--out FILE]\n\n"
                "Throughput, step breakdown, data wait, resources and diagnosis of two runs side\n"
-               "by side; deltas are B - A (absolute, and %% of A).\n");
+               "by side; deltas are B - A (absolute, and %% of A).\n\n"
+               "  -f, --format F   text (the default), md, html or json\n"
+               "  --json           the same as --format json\n"
+               "  -o, --out FILE   write to FILE instead of stdout\n\n"
+               "Exit status: 0 written; 1 the comparison could not be built or written;\n"
+               "2 bad usage or a missing/unreadable run directory.\n");
 }
 
 int cmd_compare(int argc, char **argv)

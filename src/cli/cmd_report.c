@@ -12,13 +12,18 @@
 
 static void report_usage(FILE *f)
 {
-    fprintf(f, "usage: trainperf report RUN_DIR... [--format text|md|html|json] [--out FILE]\n\n"
+    fprintf(f, "usage: trainperf report RUN_DIR... [--format text|md|html|json] [--json] [--out FILE]\n"
+               "                           [--color]\n\n"
                "Diagnosis and report from a run directory (works on old runs and runs copied\n"
                "from other machines). Several run directories (or their parent) are the nodes\n"
                "of one job: reported as one, clocks aligned on their collectives.\n\n"
-               "  --format F   text (default on a terminal), md, html or json\n"
-               "  --out FILE   write to FILE instead of stdout\n"
-               "  --color      force ANSI colour in text; NO_COLOR turns it off\n");
+               "  -f, --format F   text (the default), md, html or json\n"
+               "  --json           the same as --format json\n"
+               "  -o, --out FILE   write to FILE instead of stdout\n"
+               "  --color          ANSI colour in text even when stdout is not a terminal;\n"
+               "                   NO_COLOR still turns it off (text on a terminal is coloured)\n\n"
+               "Exit status: 0 written; 1 the report could not be built or written (a cap,\n"
+               "out of memory); 2 bad usage or a missing/unreadable run directory.\n");
 }
 
 int cli_parse_format(const char *s, int *fmt)

@@ -7,12 +7,14 @@
  * (128 + N after signal N). */
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -21,6 +23,7 @@
 
 #include "report/report.h"
 #include "cli/cli.h"
+#include "cli/run_prof.h"
 #include "util/human.h"
 #include "collect/collector.h"
 #include "cli/run_export.h"
@@ -42,6 +45,7 @@ typedef struct run_args {
     const char *alert_rules[RUN_MAX_ALERT_ARGS];
     int nalert_rules;
     const char *alerts_file;
+    run_prof prof; /* profiling hook settings (run_prof.c) */
     const char *prometheus; /* [HOST:]PORT or NULL */
     int no_tensorboard;
     char **cmd;
@@ -66,8 +70,10 @@ static void run_usage(FILE *f)
             "  --clean-live          delete the shared segments (live/) at the end\n"
             "  --prometheus [HOST:]PORT  serve /metrics for Prometheus while the run lasts\n"
             "                        (HOST defaults to 127.0.0.1; docs/exporters.md)\n"
-            "  --no-tensorboard      no TensorBoard event file in the run directory\n\n"
-            "The status line, the summary and the report go to stderr; CMD's own output\n"
+            "  --no-tensorboard      no TensorBoard event file in the run directory\n\n");
+    runprof_usage(f);
+    fprintf(f,
+            "\nThe status line, the summary and the report go to stderr; CMD's own output\n"
             "is left as it is. Signals sent to trainperf go to CMD's process group.\n\n"
             "Exit status: CMD's own (128+N when it died of signal N); 2 for bad usage;\n"
             "127 when CMD cannot be found, 126 when it cannot be executed.\n");
@@ -108,7 +114,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         }
         int takes = strcmp(opt, "--out") == 0 || strcmp(opt, "--interval") == 0 ||
                     strcmp(opt, "--alert") == 0 || strcmp(opt, "--alerts") == 0 ||
-                    strcmp(opt, "--prometheus") == 0;
+                    strcmp(opt, "--prometheus") == 0 || runprof_takes_value(opt) == 1;
         const char *val = NULL;
         if (takes) {
             if (eq) {
@@ -156,8 +162,12 @@ static int parse_args(int argc, char **argv, run_args *a)
         } else if (strcmp(opt, "--no-tensorboard") == 0) {
             a->no_tensorboard = 1;
         } else {
-            cli_error("unknown option '%s' for run (see `trainperf run --help`)", s);
-            return -1;
+            int r = runprof_option(&a->prof, opt, val);
+            if (r < 0) return -1;
+            if (r == 0) {
+                cli_error("unknown option '%s' for run (see `trainperf run --help`)", s);
+                return -1;
+            }
         }
     }
     if (i >= argc) {
@@ -224,6 +234,21 @@ void cli_python_dir(char *out, size_t n)
             w = snprintf(out, n, "%s", probe);
     }
     if (w < 0 || (size_t)w >= n) out[0] = 0;
+    /* pip's layout: PREFIX/bin/trainperf, the hook in
+     * PREFIX/lib/pythonX.Y/site-packages/trainperf/_hook (setup.py) */
+    if (!out[0]) {
+        w = snprintf(probe, sizeof(probe), "%s/../lib/python3*/site-packages/trainperf/_hook/sitecustomize.py", exe);
+        glob_t g;
+        if (w > 0 && (size_t)w < sizeof(probe) && glob(probe, 0, NULL, &g) == 0) {
+            if (g.gl_pathc > 0) {
+                w = snprintf(out, n, "%s", g.gl_pathv[g.gl_pathc - 1]);
+                char *sl = w > 0 && (size_t)w < n ? strrchr(out, '/') : NULL;
+                if (sl) *sl = 0;
+                else out[0] = 0;
+            }
+            globfree(&g);
+        }
+    }
     char real[PATH_MAX];
     if (out[0] && realpath(out, real)) snprintf(out, n, "%s", real);
 }
@@ -248,20 +273,24 @@ static void env_free(child_envp *e)
     memset(e, 0, sizeof(*e));
 }
 
-static int child_env(child_envp *e, const char *run_dir, const char *pydir, int no_auto)
+static int child_env(child_envp *e, const char *run_dir, const char *pydir, int no_auto,
+                     const run_prof *prof)
 {
     memset(e, 0, sizeof(*e));
     size_t n = 0;
     while (environ[n]) n++;
-    e->env = calloc(n + 4, sizeof(char *));
+    e->env = calloc(n + 5 + RUNPROF_MAX_ENV, sizeof(char *));
     if (!e->env) return -1;
     size_t k = 0;
     const char *oldpp = getenv("PYTHONPATH");
     int set_pp = !no_auto && pydir[0];
     for (size_t i = 0; i < n; i++) {
-        if (has_key(environ[i], "TRAINPERF_RUN_DIR") || has_key(environ[i], "TRAINPERF_AUTO"))
+        /* with --no-auto the user's own TRAINPERF_AUTO (an opt-out) stays */
+        if (has_key(environ[i], "TRAINPERF_RUN_DIR") ||
+            (!no_auto && has_key(environ[i], "TRAINPERF_AUTO")))
             continue;
         if (set_pp && has_key(environ[i], "PYTHONPATH")) continue;
+        if (runprof_overrides(prof, environ[i])) continue;
         e->env[k++] = environ[i];
     }
     if (asprintf(&e->own[0], "TRAINPERF_RUN_DIR=%s", run_dir) < 0) {
@@ -271,6 +300,8 @@ static int child_env(child_envp *e, const char *run_dir, const char *pydir, int 
     }
     e->env[k++] = e->own[0];
     if (!no_auto) e->env[k++] = "TRAINPERF_AUTO=1";
+    for (int i = 0; i < prof->nenv; i++)
+        e->env[k++] = (char *)prof->env[i];
     if (set_pp) {
         int w = oldpp && *oldpp ? asprintf(&e->own[1], "PYTHONPATH=%s:%s", pydir, oldpp)
                                 : asprintf(&e->own[1], "PYTHONPATH=%s", pydir);
@@ -305,6 +336,61 @@ static void install_signals(void)
     sigaction(SIGHUP, &sa, NULL);
     sigaction(SIGQUIT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+}
+
+/* On a terminal the status line lives on the last row, below a scrolling
+ * region that holds CMD's own output (as apt draws its progress bar), so the
+ * two never run into each other. status_rows is the terminal's height while
+ * the region is set, 0 otherwise. Each update is one write(): CMD writes to
+ * the same terminal at the same time. */
+static int status_rows;
+
+static void status_put(const char *s, int n)
+{
+    if (n <= 0) return;
+    ssize_t w = write(STDERR_FILENO, s, (size_t)n);
+    (void)w;
+}
+
+static void status_reserve(void)
+{
+    struct winsize ws;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) != 0 || ws.ws_row < 4) return;
+    status_rows = ws.ws_row;
+    char seq[64];
+    /* a free row first, so that the cursor is never on the reserved one */
+    int n = snprintf(seq, sizeof(seq), "\n\0337\033[1;%dr\0338\033[1A", status_rows - 1);
+    status_put(seq, n);
+}
+
+static void status_release(void)
+{
+    if (!status_rows) return;
+    char seq[64];
+    int n = snprintf(seq, sizeof(seq), "\0337\033[r\033[%d;1H\033[K\0338", status_rows);
+    status_put(seq, n);
+    status_rows = 0;
+}
+
+static void status_draw(const char *line)
+{
+    struct winsize ws;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row != status_rows) {
+        status_release(); /* resized: reserve the new last row */
+        status_reserve();
+    }
+    char out[1200];
+    int n;
+    if (status_rows) {
+        /* cut to the width: a wrapped status line would scroll the screen */
+        int width = ws.ws_col > 1 && ws.ws_col < 1024 ? ws.ws_col - 1 : 1023;
+        n = snprintf(out, sizeof(out), "\0337\033[%d;1H\033[K%.*s\0338", status_rows, width,
+                     line);
+    } else {
+        n = snprintf(out, sizeof(out), "\r%s\033[K", line);
+    }
+    if (n >= (int)sizeof(out)) n = (int)sizeof(out) - 1;
+    status_put(out, n);
 }
 
 static void status_line(coll *c, int tty, int color)
@@ -351,7 +437,7 @@ static void status_line(coll *c, int tty, int color)
         PUT(" | %salerts: %s%s", color ? CLI_YELLOW : "", alerts, color ? CLI_RESET : "");
 #undef PUT
     if (tty)
-        fprintf(stderr, "\r%s\033[K", line);
+        status_draw(line);
     else
         fprintf(stderr, "%s\n", line);
     fflush(stderr);
@@ -444,6 +530,21 @@ int cmd_run(int argc, char **argv)
         return CLI_OK;
     }
     if (pr < 0) return CLI_USAGE;
+    /* The probe cannot say that its clock setting is wrong (the library never
+     * prints): say it here, before anything starts. */
+    const char *clk = getenv("TRAINPERF_CLOCK");
+    if (clk && *clk && strcmp(clk, "mono") != 0 && strcmp(clk, "tsc") != 0) {
+        cli_error("TRAINPERF_CLOCK='%s': expected mono or tsc", clk);
+        return CLI_USAGE;
+    }
+    /* TRAINPERF_AUTO=0 in the user's environment is the documented opt-out. */
+    const char *user_auto = getenv("TRAINPERF_AUTO");
+    if (user_auto && strcmp(user_auto, "0") == 0) a.no_auto = 1;
+    if (a.prof.any && a.no_auto) {
+        cli_error("%s needs the Python auto-instrumentation, which %s turns off", a.prof.first,
+                  user_auto && strcmp(user_auto, "0") == 0 ? "TRAINPERF_AUTO=0" : "--no-auto");
+        return CLI_USAGE;
+    }
 
     /* Alerts first: a malformed rule must not leave a run directory behind. */
     alert_set *alerts = NULL;
@@ -512,7 +613,7 @@ int cmd_run(int argc, char **argv)
     char pydir[PATH_MAX];
     cli_python_dir(pydir, sizeof(pydir));
     child_envp cenv;
-    if (child_env(&cenv, absdir, pydir, a.no_auto) != 0) {
+    if (child_env(&cenv, absdir, pydir, a.no_auto, &a.prof) != 0) {
         cli_error("out of memory");
         alerts_free(alerts);
         return CLI_FAIL;
@@ -632,6 +733,7 @@ int cmd_run(int argc, char **argv)
             /* Ctrl-Z stopped the child: stop too, so the shell gets its
              * terminal and job back; on `fg`, hand the terminal over again. */
             tcsetpgrp(tty_fd, getpgrp());
+            status_release(); /* the shell gets a normal terminal back */
             kill(getpid(), SIGSTOP);
             if (tcgetpgrp(tty_fd) == getpgrp()) tcsetpgrp(tty_fd, child);
             kill(-child, SIGCONT);
@@ -651,7 +753,10 @@ int cmd_run(int argc, char **argv)
     run_child_pgid = 0;
     /* The terminal comes back for the summary; a Ctrl-C now only counts. */
     if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
-    if (drawn) fputs("\r\033[K", stderr);
+    if (drawn && status_rows)
+        status_release();
+    else if (drawn)
+        fputs("\r\033[K", stderr);
 
     run_exit ex = {1, 0, 0};
     if (WIFEXITED(status)) {

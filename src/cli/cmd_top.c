@@ -212,20 +212,51 @@ static int render(const char *dir, top_row *r, int tty, int color)
     } else {
         printf("  running, %s s\n", num(t1, sizeof(t1), t, 0));
     }
+    /* A finished run: its summary, not the sample taken after the command
+     * exited (which shows the tail, e.g. half the rate and unknown CPU). */
+    jr_doc sum;
+    int have_sum = 0;
+    if (ended) {
+        snprintf(path, sizeof(path), "%s/summary.json", dir);
+        have_sum = jr_load_file(&sum, path, 16u << 20, err, sizeof(err)) == 0;
+    }
+    if (have_sum) {
+        const jr_node *st = jr_get(sum.root, "steps"), *res = jr_get(sum.root, "resources");
+        double steps = jr_pnum(st, "count");
+        if (isfinite(steps) && steps > 0)
+            printf("  steps %s  %s steps/s  %s samples/s  data wait %s%%  (whole run)\n",
+                   num(t1, sizeof(t1), steps, 0), num(t2, sizeof(t2), jr_pnum(st, "steps_per_s"), 2),
+                   num(t3, sizeof(t3), jr_pnum(st, "samples_per_s"), 1),
+                   num(t4, sizeof(t4), 100 * jr_pnum(st, "data_wait_share"), 0));
+        else
+            printf("  no steps recorded\n");
+        human_bytes(t4, sizeof(t4), jr_pnum(jr_get(res, "tree_rss_bytes"), "max"));
+        printf("  CPU system %s%%  tree %s%%  main %s%% (means)  peak RSS %s",
+               num(t1, sizeof(t1), jr_pnum(jr_get(res, "cpu_pct"), "mean"), 0),
+               num(t2, sizeof(t2), jr_pnum(jr_get(res, "tree_cpu_pct"), "mean"), 0),
+               num(t3, sizeof(t3), jr_pnum(jr_get(res, "main_cpu_pct"), "mean"), 0), t4);
+        printf("  processes %s (max)\n", num(t1, sizeof(t1), jr_pnum(res, "tree_procs_max"), 0));
+        jr_free(&sum);
+    }
     if (have) {
         double steps = col(r, "steps");
-        if (isfinite(steps) && steps > 0)
+        if (have_sum)
+            ; /* shown above from summary.json */
+        else if (isfinite(steps) && steps > 0)
             printf("  steps %s  %s steps/s  %s samples/s  data wait %s%%\n",
                    num(t1, sizeof(t1), steps, 0), num(t2, sizeof(t2), col(r, "step_rate"), 2),
                    num(t3, sizeof(t3), col(r, "sample_rate"), 1),
                    num(t4, sizeof(t4), col(r, "data_wait_pct"), 0));
         else
             printf("  no steps yet\n");
-        human_bytes(t4, sizeof(t4), col(r, "tree_rss_bytes"));
-        printf("  CPU system %s%%  tree %s%%  main %s%%  RSS %s", num(t1, sizeof(t1), col(r, "cpu_pct"), 0),
-               num(t2, sizeof(t2), col(r, "tree_cpu_pct"), 0),
-               num(t3, sizeof(t3), col(r, "main_cpu_pct"), 0), t4);
-        printf("  processes %s\n", num(t1, sizeof(t1), col(r, "tree_procs"), 0));
+        if (!have_sum) {
+            human_bytes(t4, sizeof(t4), col(r, "tree_rss_bytes"));
+            printf("  CPU system %s%%  tree %s%%  main %s%%  RSS %s",
+                   num(t1, sizeof(t1), col(r, "cpu_pct"), 0),
+                   num(t2, sizeof(t2), col(r, "tree_cpu_pct"), 0),
+                   num(t3, sizeof(t3), col(r, "main_cpu_pct"), 0), t4);
+            printf("  processes %s\n", num(t1, sizeof(t1), col(r, "tree_procs"), 0));
+        }
         top_ranks_print(dir, t, color);
         for (int g = 0; g < TOP_GPUS_SHOWN; g++) {
             char k[64];
@@ -248,7 +279,7 @@ static int render(const char *dir, top_row *r, int tty, int color)
             printf("  GPU%d util %s%%  memory %s / %s  %s W%s%s\n", g, t1, used, total, t2,
                    thr[0] ? "  throttle " : "", thr);
         }
-    } else {
+    } else if (!have_sum) {
         printf("  no samples yet\n");
     }
     for (int i = 0; i < al.n; i++)

@@ -80,6 +80,46 @@ struct cli_cmd {
 static const struct cli_cmd commands[] = {CLI_COMMANDS(CLI_ROW_)};
 #undef CLI_ROW_
 
+/* Edit distance (insert, delete, substitute, swap of neighbours) of short
+ * words; larger than any threshold for long ones. */
+static int edit_distance(const char *a, const char *b)
+{
+    enum { W = 24 };
+    size_t n = strlen(a), m = strlen(b);
+    if (n >= W || m >= W) return W;
+    int d[W + 1][W + 1];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < c)
+                c = d[i - 2][j - 2] + 1;
+            d[i][j] = c;
+        }
+    return d[n][m];
+}
+
+static const char *closest_command(const char *word)
+{
+    const char *best = NULL;
+    int bd = 3; /* more than two edits away is not a typo */
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        if (!commands[i].fn) continue;
+        int d = edit_distance(word, commands[i].name);
+        /* a prefix ("rep") is as good as a typo */
+        if (strncmp(commands[i].name, word, strlen(word)) == 0 && strlen(word) >= 2) d = 1;
+        if (d < bd) {
+            bd = d;
+            best = commands[i].name;
+        }
+    }
+    return best;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: trainperf COMMAND [ARGS...]\n\n"
@@ -88,8 +128,10 @@ static void usage(FILE *f)
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         if (commands[i].fn) fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\n`trainperf COMMAND --help` shows each command's options.\n"
-               "Exit codes: 0 success, 1 problem found or command failed, 2 bad usage;\n"
-               "`run` exits with the watched command's status (128+N after signal N).\n");
+               "Exit codes (docs/cli.md): 0 success; 1 trainperf failed after reading its\n"
+               "input (out of memory, a size cap, output not written); 2 unusable arguments or\n"
+               "input, nothing done. `run` exits with the watched command's status (128+N\n"
+               "after signal N; 126/127 when it cannot be executed / found).\n");
 }
 
 int main(int argc, char **argv)
@@ -115,6 +157,10 @@ int main(int argc, char **argv)
         }
         return commands[i].fn(argc - 1, argv + 1);
     }
-    cli_error("unknown command '%s' (see `trainperf --help`)", sub);
+    const char *near = closest_command(sub);
+    if (near)
+        cli_error("unknown command '%s'; did you mean '%s'? (see `trainperf --help`)", sub, near);
+    else
+        cli_error("unknown command '%s' (see `trainperf --help`)", sub);
     return CLI_USAGE;
 }

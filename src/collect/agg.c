@@ -262,7 +262,7 @@ void agg_event(agg *a, agg_proc *p, const seg_event *ev)
 
 void agg_live(agg *a, coll_frame *f, double dt, uint64_t now_ns)
 {
-    fv_set(&f->steps, (double)a->f.count);
+    fv_set(&f->steps, (double)figs_global_steps(&a->f)); /* the job's, not a sum over ranks */
     /* Rates are per rank (a DDP step is one step of every rank). */
     double ng = a->f.ngroups > 0 ? a->f.ngroups : 1;
     if (dt > 0) {

@@ -740,7 +740,7 @@ void coll_get_summary(const coll *c, coll_summary *out)
     memset(out, 0, sizeof(*out));
     const figs *a = &c->agg->f;
     out->duration_s = c->duration_s;
-    out->steps = a->count;
+    out->steps = figs_global_steps(a); /* the job's steps, not a sum over ranks */
     figs_view v;
     figs_headline(a, &v);
     out->steps_per_s = v.steps_per_s;

@@ -119,6 +119,18 @@ void figs_merge(figs *dst, const figs *src)
     }
 }
 
+uint64_t figs_global_steps(const figs *f)
+{
+    uint64_t most = 0;
+    int ranked = 0;
+    for (int i = 0; i < f->ngroups; i++) {
+        if (f->groups[i]->rank < 0) continue;
+        ranked++;
+        if (f->groups[i]->count > most) most = f->groups[i]->count;
+    }
+    return ranked >= 2 ? most : f->count;
+}
+
 void figs_rates(const figs *f, double *steps_per_s, double *samples_per_s, double *tokens_per_s)
 {
     double sps = 0, smp = 0, tok = 0;

@@ -82,6 +82,11 @@ void figs_add(figs *f, const agg_step *s);
  * totals add, sketches merge, groups of the same rank merge. */
 void figs_merge(figs *dst, const figs *src);
 
+/* The job's steps: with two or more ranks, the most steps of any rank (a
+ * step of data-parallel training is a step of every rank, so not the sum);
+ * otherwise every step counted. */
+uint64_t figs_global_steps(const figs *f);
+
 /* Run throughput: steps per second of one rank (mean over ranks), samples and
  * tokens per second summed over ranks; NAN when unknown (no steps, or no
  * samples/tokens were ever given). */

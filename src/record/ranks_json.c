@@ -23,17 +23,5 @@ void rec_rank_extra(jw *w, const agg_group *g)
 
 void rec_global_steps(jw *w, const figs *a)
 {
-    /* a step of data-parallel training is one step of every rank: the job's
-     * (optimizer) steps are the most any rank made, not the sum */
-    uint64_t most = 0;
-    int ranks = 0;
-    for (int i = 0; i < a->ngroups; i++) {
-        if (a->groups[i]->rank < 0) continue;
-        ranks++;
-        if (a->groups[i]->count > most) most = a->groups[i]->count;
-    }
-    if (ranks)
-        jw_kuint(w, "global_steps", most);
-    else
-        jw_kuint(w, "global_steps", a->count);
+    jw_kuint(w, "global_steps", figs_global_steps(a));
 }

@@ -904,15 +904,7 @@ void rr_json(const diag_run *r, jw *w)
 
 double rr_global_steps(const diag_run *r)
 {
-    /* one step of data-parallel training is a step of every rank */
-    double most = 0;
-    int n = 0;
-    for (int i = 0; i < r->sf.ngroups; i++)
-        if (r->sf.groups[i]->rank >= 0) {
-            n++;
-            if ((double)r->sf.groups[i]->count > most) most = (double)r->sf.groups[i]->count;
-        }
-    return n >= 2 ? most : r->steps;
+    return r->sf.count ? (double)figs_global_steps(&r->sf) : r->steps;
 }
 
 /* ---- compare ---------------------------------------------------------------- */

@@ -905,6 +905,9 @@ static int js_top(jsrc *s, trace_ev_fn fn, void *ud, trace_meta *m)
         m->array_form = 1;
         m->has_events = 1;
         rc = js_events(s, sc, fn, ud, m, 1);
+        /* `[1,2` is JSON-ish, not a trace: no element is an event object */
+        if (rc == 0 && m->events > 0 && m->skipped == m->events)
+            rc = js_fail(s, TPF_EFORMAT, "not a trace: the array holds no event objects");
     } else if (c == '{') {
         s->pos++;
         if (js_ws(s) == '}') {

@@ -227,6 +227,7 @@ TT_TEST(the_rank_the_others_wait_for_is_named_live)
     static coll_frame f;
     memset(&f, 0, sizeof(f));
     agg_live(a, &f, 1.0, 200 * MS);
+    TT_EQ_INT(f.steps.v, 4); /* the job's steps: 4, not 3 ranks x 4 */
     TT_EQ_INT(f.straggler_rank, 1);
     TT_NEAR(f.straggler_wait_ms.v, 30.0, 1e-6);
     TT_NEAR(f.straggler_pct.v, 60.0, 1e-6);
