@@ -105,10 +105,19 @@ FUZZ_CC ?= clang
 FUZZ_LIB_SRC := src/trace/trace_json.c src/trace/trace_an.c src/trace/trace_out.c src/trace/trace_extra.c \
         src/util/buf.c src/util/jsonw.c src/util/err.c src/util/table.c src/util/human.c
 fuzz: $(BUILD)/fuzz/fuzz_trace
-$(BUILD)/fuzz/fuzz_trace: $(FUZZ_SRC) $(FUZZ_LIB_SRC)
+$(BUILD)/fuzz/fuzz_trace: tests/fuzz/fuzz_trace.c $(FUZZ_LIB_SRC)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -Iinclude -Isrc -o $@ $^ -lz -lpthread -lm
+
+# The run-directory readers (report, recovery, segment reader): the whole
+# library under the fuzzer, one translation unit at a time.
+fuzz: $(BUILD)/fuzz/fuzz_rundir
+$(BUILD)/fuzz/fuzz_rundir: tests/fuzz/fuzz_rundir.c $(LIB_SRC)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=undefined -Iinclude -Isrc -DTPF_BUILDING_LIBRARY -o $@ $^ \
+	    -lz -lpthread -lm -ldl
 
 # The Python extension, built in place for the test suite.
 # Links $(STATIC) unless sanitized (an ASan extension would need libasan preloaded).

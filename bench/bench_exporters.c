@@ -245,7 +245,7 @@ int main(int argc, char **argv)
     figs fs;
     figs_init(&fs);
     int gpu_cols[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    sink_tally tally = {0, 0, 0};
+    sink_tally tally = {0}; /* every field, whatever fields the struct gains */
     sink_run run;
     memset(&run, 0, sizeof(run));
     run.ncpu_cols = 64;

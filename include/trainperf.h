@@ -51,7 +51,8 @@ extern "C" {
     X(UNSUPPORTED, -12, "not supported on this system")                    \
     X(VERSION, -13, "incompatible version")                                \
     X(SYS, -14, "system call failed")                                      \
-    X(CHILD, -15, "child process failed")
+    X(CHILD, -15, "child process failed")                                  \
+    X(NOSPC, -16, "no space left on device")
 
 typedef enum tpf_err {
     TPF_OK = 0,
@@ -125,7 +126,7 @@ typedef struct tpf_options {
     uint32_t version;     /* TPF_OPTIONS_VERSION */
     uint32_t size;        /* sizeof(tpf_options) */
     const char *run_dir;  /* NULL: a fresh folder under ./trainperf-runs */
-    double interval_s;    /* resource sampling interval; <= 0: 1.0 */
+    double interval_s;    /* resource sampling interval, 0.01..3600 s; 0: 1.0 */
     uint32_t flags;       /* TPF_START_* */
 } tpf_options;
 
@@ -136,7 +137,11 @@ typedef struct tpf_options {
 
 /* Start a collector as a thread of this process, writing a run directory.
  * opt may be NULL for defaults. Returns 0, TPF_EBUSY when already attached
- * (also when started by `trainperf run`), or another error. Not for the hot
+ * (also when started by `trainperf run`) or when run_dir is in use by another
+ * run, TPF_EVERSION for an options version newer than this library,
+ * TPF_EINVAL for a bad field (interval outside 0.01..3600, unknown flags,
+ * a size that does not fit the version), or another error. An earlier,
+ * finished run in run_dir is replaced. Not for the hot
  * path; call from one thread. */
 TPF_API int tpf_start(const tpf_options *opt);
 

@@ -414,7 +414,10 @@ def test_top_shows_per_rank_rows_of_a_live_torchrun_job(cli, tmp_path):
                 rows[m.group(1)] = (int(m.group(2)), float(m.group(4)))
             return rows if set(rows) >= {"0", "1"} else None
 
-        first = _wait_for(lambda: rank_rows(screen()), timeout=60, what="per-rank rows on the screen")
+        # steps.csv rows land within a drain period (25 ms), the steps/s of
+        # metrics.csv at the next sample: wait for both on one screen.
+        first = _wait_for(lambda: (lambda t: rank_rows(t) if "steps/s" in t else None)(screen()),
+                          timeout=60, what="per-rank rows and steps/s on the screen")
         text = screen()
         assert "running" in text and "steps/s" in text, text
         assert re.search(r"rank\s+steps\s+behind\s+step ms", text), text

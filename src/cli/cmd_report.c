@@ -6,6 +6,7 @@
 
 #include "report/report.h"
 #include "cli/cli.h"
+#include "record/recover.h"
 #include "trainperf.h"
 
 #define REPORT_MAX_DIRS 16
@@ -151,9 +152,28 @@ int cmd_report(int argc, char **argv)
             color = !(nc && *nc);
         }
     }
+    char err[512] = "";
+    /* A run whose collector was killed is finished here first. */
+    for (int i = 0; i < ndirs; i++) {
+        rec_recovery rv;
+        int rrc = rec_recover(dirs[i], &rv, err, sizeof(err));
+        if (rrc < 0) {
+            cli_error("recovering %s: %s", dirs[i], err[0] ? err : tpf_strerror(rrc));
+            return CLI_FAIL;
+        }
+        if (rrc == 1) {
+            int frc = report_finish_run(dirs[i], 0, NULL, err, sizeof(err));
+            fprintf(stderr,
+                    "trainperf: recovered an interrupted run in %s: %llu steps drained from live/ "
+                    "(%llu were on disk)%s\n",
+                    dirs[i], (unsigned long long)rv.steps, (unsigned long long)rv.steps_before,
+                    frc == 0 ? "; summary.json and the reports written" : "");
+            if (frc) cli_warn("%s", err[0] ? err : tpf_strerror(frc));
+        }
+        err[0] = 0;
+    }
     buf b;
     buf_init(&b, 0);
-    char err[512] = "";
     int rc = report_build_job(dirs, ndirs, (report_format)fmt, color, &b, err, sizeof(err));
     return cli_put_doc(rc, &b, err, out);
 }

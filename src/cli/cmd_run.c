@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -27,8 +28,11 @@
 #include "util/human.h"
 #include "collect/collector.h"
 #include "cli/run_export.h"
-#include "record/rundir.h"
+#include "probe/probe.h"
+#include "probe/segment.h"
 #include "record/exporter.h"
+#include "record/rundir.h"
+#include "record/safeout.h"
 #include "record/sinks.h"
 #include "trainperf.h"
 #include "util/buf.h"
@@ -41,7 +45,7 @@ extern char **environ;
 typedef struct run_args {
     const char *out;
     double interval_s;
-    int quiet, no_auto, no_default_alerts, clean_live;
+    int quiet, no_auto, no_default_alerts, clean_live, force;
     const char *alert_rules[RUN_MAX_ALERT_ARGS];
     int nalert_rules;
     const char *alerts_file;
@@ -61,6 +65,7 @@ static void run_usage(FILE *f)
             "Run CMD, show a live status line, write a run directory and end with a report.\n\n"
             "  --out DIR             run directory (default ./trainperf-runs/<time>-<cmd>,\n"
             "                        with a `latest` link beside it)\n"
+            "  --force               replace the earlier run already in --out DIR\n"
             "  --interval SECONDS    resource sampling interval (default 1)\n"
             "  --quiet               no status line, no report text\n"
             "  --no-auto             do not inject the Python auto-instrumentation\n"
@@ -147,6 +152,8 @@ static int parse_args(int argc, char **argv, run_args *a)
             a->no_auto = 1;
         } else if (strcmp(opt, "--no-default-alerts") == 0) {
             a->no_default_alerts = 1;
+        } else if (strcmp(opt, "--force") == 0 || strcmp(opt, "-f") == 0) {
+            a->force = 1;
         } else if (strcmp(opt, "--clean-live") == 0) {
             a->clean_live = 1;
         } else if (strcmp(opt, "--alert") == 0) {
@@ -443,6 +450,29 @@ static void status_line(coll *c, int tty, int color)
     fflush(stderr);
 }
 
+/* Reap the tree's orphans (they are ours as subreaper) without touching
+ * the root, whose status the main loop takes. */
+static void reap_orphans(pid_t root)
+{
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0 ||
+            si.si_pid == root)
+            return;
+        waitpid(si.si_pid, NULL, 0);
+    }
+}
+
+/* 1 while a process other than the (reaped) root is still our child. */
+static int orphans_left(pid_t root)
+{
+    reap_orphans(root);
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
 static double mono_s(void)
 {
     struct timespec ts;
@@ -498,8 +528,9 @@ static void print_summary(const coll_summary *s, const char *run_dir, const run_
     if (s->exporter_lost)
         fprintf(o, "  exporters   %llu updates lost to slow consumers\n",
                 (unsigned long long)s->exporter_lost);
-    if (s->io_error[0]) fprintf(o, "  %swarning%s     writing the run directory: %s\n",
-                                color ? CLI_YELLOW : "", r, s->io_error);
+    /* A full disk has its own line (after the summary, even with --quiet). */
+    if (s->io_error[0] && !s->lost.error[0])
+        fprintf(o, "  %swarning%s     %s\n", color ? CLI_YELLOW : "", r, s->io_error);
     fprintf(o, "  run dir     %s\n", run_dir);
 }
 
@@ -543,6 +574,16 @@ int cmd_run(int argc, char **argv)
     if (a.prof.any && a.no_auto) {
         cli_error("%s needs the Python auto-instrumentation, which %s turns off", a.prof.first,
                   user_auto && strcmp(user_auto, "0") == 0 ? "TRAINPERF_AUTO=0" : "--no-auto");
+        return CLI_USAGE;
+    }
+
+    /* The probes would quietly take the default for a bad value: say so
+     * here, before anything starts. */
+    const char *rev = getenv("TRAINPERF_RING_EVENTS");
+    uint32_t ring_ev;
+    if (rev && *rev && probe_ring_events_parse(rev, &ring_ev) != 0) {
+        cli_error("TRAINPERF_RING_EVENTS='%s': expected a whole number of events, 1..%u", rev,
+                  (unsigned)SEG_RING_MAX);
         return CLI_USAGE;
     }
 
@@ -591,13 +632,34 @@ int cmd_run(int argc, char **argv)
     char run_dir[PATH_MAX];
     int rc;
     if (a.out) {
+        if (strlen(a.out) >= sizeof(run_dir) - 64) {
+            cli_error("--out: path longer than %d bytes", (int)sizeof(run_dir) - 64);
+            alerts_free(alerts);
+            return CLI_USAGE;
+        }
         snprintf(run_dir, sizeof(run_dir), "%s", a.out);
-        rc = rec_rundir_prepare(run_dir);
     } else {
         const char *base = strrchr(a.cmd[0], '/');
         rc = rec_rundir_create("trainperf-runs", base ? base + 1 : a.cmd[0], run_dir,
                                sizeof(run_dir));
+        if (rc) {
+            cli_error("cannot write the run directory under ./trainperf-runs: %s",
+                      tpf_strerror(rc));
+            alerts_free(alerts);
+            return CLI_USAGE;
+        }
     }
+    /* One run per directory, locked for the whole run (rundir.h). */
+    int lock_fd = rc = rec_rundir_claim(run_dir, a.force ? REC_CLAIM_FORCE : 0);
+    if (rc == TPF_EBUSY || rc == TPF_EEXIST) {
+        if (rc == TPF_EBUSY)
+            cli_error("run directory %s is in use by another run", run_dir);
+        else
+            cli_error("run directory %s already holds a run (--force replaces it)", run_dir);
+        alerts_free(alerts);
+        return CLI_USAGE;
+    }
+    if (rc > 0) rc = 0;
     if (rc) {
         cli_error("cannot write the run directory %s: %s", a.out ? a.out : "under ./trainperf-runs",
                   tpf_strerror(rc));
@@ -632,6 +694,9 @@ int cmd_run(int argc, char **argv)
         return CLI_FAIL;
     }
     install_signals();
+    /* Processes of the tree that outlive its root come to us (not to init),
+     * so the run goes on while any of them lives (orphans_wait). */
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     sigset_t block, old;
     /* No forwarding until the child has its group. */
     sigemptyset(&block);
@@ -695,6 +760,7 @@ int cmd_run(int argc, char **argv)
         run_child_pgid = 0;
         if (tty_fd >= 0) tcsetpgrp(tty_fd, getpgrp());
         cli_error("cannot run %s: %s", a.cmd[0], strerror(exec_errno));
+        rec_rundir_release(lock_fd);
         alerts_free(alerts);
         return exec_errno == ENOENT ? 127 : 126;
     }
@@ -741,6 +807,7 @@ int cmd_run(int argc, char **argv)
         }
         if (w == child) break;
         if (w < 0 && errno != EINTR) break;
+        reap_orphans(child);
         struct timespec nap = {0, 50 * 1000000L};
         nanosleep(&nap, NULL);
         double now = mono_s();
@@ -748,6 +815,25 @@ int cmd_run(int argc, char **argv)
             status_line(c, tty, color);
             drawn = tty;
             next_status = now + period;
+        }
+    }
+    /* Children that outlive the root still publish steps: keep collecting
+     * until the last one exits (signals still go to the tree's group). */
+    if (orphans_left(child)) {
+        if (!a.quiet) {
+            if (drawn) fputs("\r\033[K", stderr);
+            fprintf(stderr, "trainperf: the command exited; waiting for the processes it left "
+                            "running (Ctrl-C ends them)\n");
+        }
+        while (orphans_left(child)) {
+            struct timespec nap = {0, 50 * 1000000L};
+            nanosleep(&nap, NULL);
+            double now = mono_s();
+            if (c && !a.quiet && now >= next_status) {
+                status_line(c, tty, color);
+                drawn = tty;
+                next_status = now + period;
+            }
         }
     }
     run_child_pgid = 0;
@@ -776,6 +862,14 @@ int cmd_run(int argc, char **argv)
         err[0] = 0;
         int r2 = report_finish_run(absdir, color, a.quiet ? NULL : &term, err, sizeof(err));
         int have_report = r2 >= 0 && term.len > 0;
+        /* A full disk: one line, whatever the verbosity, saying what was lost. */
+        char lost[400];
+        rec_loss_text(&s.lost, lost, sizeof(lost));
+        if (lost[0]) cli_warn("%s", lost);
+        if (s.bad_segments)
+            cli_warn("live/%s%s: not a readable trainperf segment (corrupt header); its events "
+                     "were skipped",
+                     s.bad_segment, s.bad_segments > 1 ? " and others" : "");
         if (a.quiet)
             fprintf(stderr, "trainperf: run directory %s\n", run_dir);
         else
@@ -787,5 +881,6 @@ int cmd_run(int argc, char **argv)
         buf_free(&term);
     }
     alerts_free(alerts);
+    rec_rundir_release(lock_fd);
     return ex.code;
 }

@@ -81,6 +81,8 @@ struct coll {
     agg_step *pend;
     int npend;
     uint64_t dropped_closed;     /* probe drops of closed segments */
+    int nbad_segs;               /* segments skipped as unreadable */
+    char bad_seg[64];            /* the first of them */
 
     coll_frame frame;            /* the collector thread's working frame */
     uint64_t last_sample_ns, next_sample_ns, last_scan_ns;
@@ -305,6 +307,14 @@ static coll_seg *seg_slot(coll *c, const char *file, ino_t ino)
     return s;
 }
 
+/* A segment we cannot read (corrupt header, another layout) is skipped,
+ * but never without a word: counted and named in coll_summary. */
+static void seg_bad(coll *c, coll_seg *s)
+{
+    s->state = SEG_BAD;
+    if (c->nbad_segs++ == 0) snprintf(c->bad_seg, sizeof(c->bad_seg), "%s", s->file);
+}
+
 static void seg_try_open(coll *c, coll_seg *s)
 {
     char path[PATH_MAX + 80];
@@ -312,13 +322,13 @@ static void seg_try_open(coll *c, coll_seg *s)
     seg_reader *r = NULL;
     int rc = seg_reader_open(&r, path);
     if (rc == TPF_EVERSION) {
-        s->state = SEG_BAD; /* another layout: never readable by us */
+        seg_bad(c, s); /* another layout: never readable by us */
         return;
     }
     if (rc < 0) {
         /* A producer still setting its segment up shows a short file or no
          * magic yet: try again at the next scans, then give up. */
-        if (++s->retries > COLL_OPEN_RETRIES) s->state = SEG_BAD;
+        if (++s->retries > COLL_OPEN_RETRIES || c->finished) seg_bad(c, s);
         return;
     }
     const seg_proc_info *pi = seg_reader_info(r);
@@ -365,6 +375,10 @@ static void drain_all(coll *c, int check_dead)
             seg_drain(c, s);
     }
     pend_flush(c);
+    /* Drained is on disk within one drain period: a collector killed now
+     * loses only what it had not drained (that stays in the rings). */
+    for (int k = 0; k < c->nsinks; k++)
+        if (c->sinks[k].ops->on_drain) c->sinks[k].ops->on_drain(c->sinks[k].state);
 }
 
 static uint64_t dropped_now(const coll *c)
@@ -551,6 +565,8 @@ int coll_create(coll **out, const coll_opts *o)
 {
     if (!out || !o || !o->run_dir || !*o->run_dir || strlen(o->run_dir) >= PATH_MAX - 64)
         return TPF_EINVAL;
+    /* NaN and huge values would make undefined conversions to ns. */
+    if (!(o->interval_s <= 3600) || !(o->drain_s <= 60)) return TPF_EINVAL;
     coll *c = calloc(1, sizeof(*c));
     if (!c) return TPF_ENOMEM;
     c->o = *o;
@@ -768,6 +784,9 @@ void coll_get_summary(const coll *c, coll_summary *out)
     out->exporter_lost = c->tally.exporter_lost;
     out->nalerts = c->nnotes;
     snprintf(out->io_error, sizeof(out->io_error), "%s", c->err_text);
+    out->lost = c->tally.lost;
+    out->bad_segments = c->nbad_segs;
+    snprintf(out->bad_segment, sizeof(out->bad_segment), "%s", c->bad_seg);
     out->nsources = c->nsrc;
     memcpy(out->sources, c->status, sizeof(out->sources));
 }

@@ -76,6 +76,9 @@ typedef struct coll_summary {
     uint64_t events_dropped, trace_dropped;
     int nalerts;
     char io_error[200];      /* "" or the first file error of the run */
+    sink_lost lost;          /* what a full disk cost (record/safeout.h) */
+    int bad_segments;        /* live/ segments skipped as unreadable */
+    char bad_segment[64];    /* the first one's file name */
     int nsources;
     run_source sources[RUN_MAX_SOURCES];
     uint64_t exporter_lost;  /* updates Prometheus/TensorBoard dropped */

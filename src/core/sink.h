@@ -77,9 +77,17 @@ typedef struct sink_ctx {
 
 /* Counts sinks publish for others (written by the trace sink, read by the
  * summary sink, which closes after it). */
+/* Rows and events a failing file system cost (record/safeout.h), and the
+ * first such error ("" when none). */
+typedef struct sink_lost {
+    uint64_t steps, metrics, procs, alerts, trace_events;
+    char error[200];
+} sink_lost;
+
 typedef struct sink_tally {
     uint64_t trace_written, trace_dropped;
     uint64_t exporter_lost;   /* updates exporters dropped (slow consumers) */
+    sink_lost lost;
 } sink_tally;
 
 /* The collector's figures as of a call; borrowed for the call. */
@@ -128,6 +136,9 @@ typedef struct sink_ops {
     void (*flush)(void *state, const sink_run *run);
     /* Write what is left and free state. run == NULL: abandoned. */
     void (*close)(void *state, const sink_run *run);
+    /* After each drain round: put what it produced on disk, so a collector
+     * killed next loses nothing it had drained. May be NULL. */
+    void (*on_drain)(void *state);
 } sink_ops;
 
 #endif

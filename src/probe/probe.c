@@ -178,20 +178,31 @@ static int env_int(const char *a, const char *b)
     return (int)v;
 }
 
+int probe_ring_events_parse(const char *s, uint32_t *out)
+{
+    /* strtoull takes "-1" as 2^64-1: a sign is refused, never read as the
+     * largest ring. */
+    if (!s || *s < '0' || *s > '9') return TPF_EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v == 0 || v > SEG_RING_MAX) return TPF_EINVAL;
+    if (v < SEG_RING_MIN) v = SEG_RING_MIN;
+    uint32_t p = SEG_RING_MIN;
+    while (p < v)
+        p <<= 1; /* round up to a power of two */
+    *out = p;
+    return 0;
+}
+
 uint32_t probe_ring_events(void)
 {
     const char *s = getenv("TRAINPERF_RING_EVENTS");
     if (!s || !*s) return SEG_RING_DEFAULT;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v == 0) return SEG_RING_DEFAULT;
-    if (v < SEG_RING_MIN) v = SEG_RING_MIN;
-    if (v > SEG_RING_MAX) v = SEG_RING_MAX;
-    uint32_t p = SEG_RING_MIN;
-    while (p < v)
-        p <<= 1; /* round up to a power of two */
-    return p;
+    /* The probe cannot say anything: a bad value means the default
+     * (`trainperf run` refuses it before starting anything). */
+    uint32_t p;
+    return probe_ring_events_parse(s, &p) == 0 ? p : SEG_RING_DEFAULT;
 }
 
 static pid_t probe_gettid(void)
@@ -239,14 +250,19 @@ static int seg_create_locked(const char *run_dir, probe_seg *out)
      * retired mapping of it may still be written. */
     char tmp[PATH_MAX + 8];
     if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) return TPF_ETOOBIG;
-    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* O_EXCL|O_NOFOLLOW: a link planted at the name is removed, never
+     * written through (the run dir may be shared; see util/afile.h). */
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0 && errno == EEXIST) {
         unlink(tmp);
-        fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     }
     if (fd < 0) return err_from_errno(errno);
-    if (ftruncate(fd, (off_t)file_len) != 0) {
-        rc = err_from_errno(errno);
+    /* Blocks reserved before anything is mapped: on a full file system a
+     * sparse file would kill this process with SIGBUS at its first write to
+     * a new page (docs/run-format.md, "Segment space"). */
+    if ((rc = posix_fallocate(fd, 0, (off_t)file_len)) != 0) {
+        rc = err_from_errno(rc);
         close(fd);
         unlink(tmp);
         return rc;
@@ -421,8 +437,12 @@ static seg_ring_hdr *claim_ring_locked(probe_seg *sg)
     if (n >= h->max_rings) return NULL;
     uint64_t need = h->rings_off + (uint64_t)(n + 1) * h->ring_stride;
     if (need > sg->file_len) {
-        /* Grown before rings_used says the ring exists (see segment.h). */
-        if (sg->fd < 0 || ftruncate(sg->fd, (off_t)need) != 0) return NULL;
+        /* Grown before rings_used says the ring exists (see segment.h), with
+         * its blocks reserved: no space means no ring (the thread's events
+         * are counted as dropped), never a SIGBUS in the training process. */
+        if (sg->fd < 0 ||
+            posix_fallocate(sg->fd, (off_t)sg->file_len, (off_t)(need - sg->file_len)) != 0)
+            return NULL;
         sg->file_len = need;
     }
     atomic_store_explicit(&h->rings_used, n + 1, memory_order_release);

@@ -13,6 +13,9 @@ const char *probe_name_str(tpf_name id);
 /* Records per ring: TRAINPERF_RING_EVENTS rounded up to a power of two and
  * clamped to [SEG_RING_MIN, SEG_RING_MAX]; SEG_RING_DEFAULT when unset. */
 uint32_t probe_ring_events(void);
+/* TRAINPERF_RING_EVENTS text: a whole number 1..SEG_RING_MAX, rounded up to
+ * a power of two (at least SEG_RING_MIN). 0 or TPF_EINVAL. */
+int probe_ring_events_parse(const char *s, uint32_t *out);
 /* Path of this process's current segment written into buf, or NULL when
  * not attached (or buf too small). */
 const char *probe_segment_path(char *buf, size_t cap);

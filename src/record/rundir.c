@@ -11,6 +11,7 @@
 
 #include "record/rundir.h"
 #include "trainperf.h"
+#include "util/afile.h"
 #include "util/err.h"
 
 static int mkdir_p(const char *dir)
@@ -33,19 +34,29 @@ static int mkdir_p(const char *dir)
     return 0;
 }
 
+int rec_rundir_mkdirs(const char *dir)
+{
+    return mkdir_p(dir);
+}
+
 int rec_rundir_prepare(const char *dir)
 {
     if (!dir || !*dir) return TPF_EINVAL;
     if (strlen(dir) >= PATH_MAX - 64) return TPF_ETOOBIG;
     int rc = mkdir_p(dir);
     if (rc) return rc;
-    /* access() answers for the real uid; a probe file answers for real. */
-    char probe[PATH_MAX];
-    snprintf(probe, sizeof(probe), "%s/.trainperf-write-test", dir);
-    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return err_from_errno(errno);
+    /* access() answers for the real uid; a probe file answers for real.
+     * Made with O_EXCL relative to the directory: never through a link. */
+    int dfd = afile_dir_open(dir);
+    if (dfd < 0) return dfd;
+    int fd = afile_create_at(dfd, ".trainperf-write-test", O_WRONLY);
+    if (fd < 0) {
+        close(dfd);
+        return fd;
+    }
     close(fd);
-    unlink(probe);
+    unlinkat(dfd, ".trainperf-write-test", 0);
+    close(dfd);
     char live[PATH_MAX];
     snprintf(live, sizeof(live), "%s/live", dir);
     if (mkdir(live, 0755) != 0 && errno != EEXIST) return err_from_errno(errno);

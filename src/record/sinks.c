@@ -5,13 +5,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "record/exporter.h"
 #include "record/sinks.h"
+#include "record/safeout.h"
 #include "record/trace.h"
 #include "record/writers.h"
 #include "trainperf.h"
+#include "util/afile.h"
 #include "util/err.h"
 
 #define SINK_OUT_FLUSH (256u << 10) /* steps.csv goes out early past this */
@@ -25,6 +28,8 @@ typedef struct stream {
     int fd;
     buf b;
     int err;
+    uint64_t size, lost; /* bytes on disk (whole rows); rows not written */
+    int dead;            /* its header never got out: no rows after it */
 } stream;
 
 static void note(const sink_ctx *ctx, const char *what, int err)
@@ -36,14 +41,15 @@ static int stream_open(void **state, const sink_ctx *ctx, const char *name)
 {
     stream *o = calloc(1, sizeof(*o));
     if (!o) return TPF_ENOMEM;
-    char path[PATH_MAX + 32];
     o->ctx = ctx;
     o->name = name;
     buf_init(&o->b, SINK_OUT_MAX);
-    snprintf(path, sizeof(path), "%s/%s", ctx->run_dir, name);
-    o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    /* A fresh file, never through a planted link (util/afile.h). */
+    int dfd = afile_dir_open(ctx->run_dir);
+    o->fd = dfd < 0 ? dfd : afile_create_at(dfd, name, O_WRONLY | O_APPEND);
+    if (dfd >= 0) close(dfd);
     if (o->fd < 0) {
-        int rc = err_from_errno(errno);
+        int rc = o->fd;
         buf_free(&o->b);
         free(o);
         return rc;
@@ -58,29 +64,52 @@ static void stream_write(stream *o)
         o->err = o->b.err;
         note(o->ctx, o->name, o->err);
     }
-    const char *p = o->b.data;
-    size_t n = o->b.len;
-    while (o->fd >= 0 && n > 0) {
-        ssize_t w = write(o->fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) {
-            /* Disk full and the like: these lines are lost, the run goes on. */
-            if (!o->err) o->err = err_from_errno(errno);
-            note(o->ctx, o->name, o->err);
-            break;
+    if (o->fd >= 0 && o->b.len) {
+        /* Disk full and the like: whole rows or none (record/safeout.h);
+         * the lost rows are counted, the run goes on. */
+        int rc = o->dead ? TPF_EIO : rec_append_whole(o->fd, &o->size, o->b.data, o->b.len, &o->lost);
+        if (o->dead) {
+            for (size_t i = 0; i < o->b.len; i++) o->lost += o->b.data[i] == '\n';
+        } else if (rc) {
+            if (!o->err) o->err = rc;
+            note(o->ctx, o->name, rc);
+            if (o->size == 0) o->dead = 1;
         }
-        p += w;
-        n -= (size_t)w;
     }
     buf_reset(&o->b);
 }
 
-static void stream_flush(void *state, const sink_run *run) { stream_write(state); }
+/* The stream's losses into the run's tally (summary.json "io"). */
+static void stream_tally(stream *o, const sink_run *run)
+{
+    if (!run || !run->tally) return;
+    sink_lost *l = &run->tally->lost;
+    uint64_t *slot = strcmp(o->name, "steps.csv") == 0     ? &l->steps
+                     : strcmp(o->name, "metrics.csv") == 0 ? &l->metrics
+                     : strcmp(o->name, "procs.csv") == 0   ? &l->procs
+                                                           : &l->alerts;
+    *slot = o->lost;
+    if (o->err && !l->error[0])
+        snprintf(l->error, sizeof(l->error), "%s: %s", o->name, tpf_strerror(o->err));
+}
+
+static void stream_flush(void *state, const sink_run *run)
+{
+    stream_write(state);
+    stream_tally(state, run);
+}
+
+static void stream_drain(void *state)
+{
+    stream *o = state;
+    if (o->b.len) stream_write(o);
+}
 
 static void stream_close(void *state, const sink_run *run)
 {
     stream *o = state;
     stream_write(o);
+    stream_tally(o, run);
     if (o->fd >= 0) close(o->fd);
     buf_free(&o->b);
     free(o);
@@ -145,6 +174,7 @@ static void steps_step(void *state, const agg_step *s)
 const sink_ops rec_sink_steps = {
     .name = "steps.csv", .init = steps_init, .on_step = steps_step, .flush = stream_flush,
     .close = stream_close,
+    .on_drain = stream_drain,
 };
 
 /* ---- alerts.jsonl ---- */
@@ -224,6 +254,10 @@ static void trace_tally(trace_sink *ts, const sink_run *run)
     if (!run || !run->tally) return;
     run->tally->trace_written = ts->t.written;
     run->tally->trace_dropped = ts->t.dropped;
+    run->tally->lost.trace_events = ts->t.lost_events;
+    if (ts->t.err && !run->tally->lost.error[0])
+        snprintf(run->tally->lost.error, sizeof(run->tally->lost.error), "trace.json: %s",
+                 tpf_strerror(ts->t.err));
 }
 
 static void trace_flush(void *state, const sink_run *run)
@@ -232,6 +266,13 @@ static void trace_flush(void *state, const sink_run *run)
     int err = rec_trace_flush(&ts->t);
     if (err) note(ts->ctx, "trace.json", err);
     trace_tally(ts, run);
+}
+
+static void trace_drain(void *state)
+{
+    trace_sink *ts = state;
+    /* Hands the events to the writer thread; never waits for the disk. */
+    if (ts->t.pending.len) rec_trace_flush(&ts->t);
 }
 
 static void trace_close(void *state, const sink_run *run)
@@ -245,6 +286,7 @@ static void trace_close(void *state, const sink_run *run)
 const sink_ops rec_sink_trace = {
     .name = "trace.json", .init = trace_init, .on_sample = trace_sample, .on_step = trace_step,
     .on_probe = trace_probe, .on_alert = trace_alert, .flush = trace_flush, .close = trace_close,
+    .on_drain = trace_drain,
 };
 
 /* ---- run.json and summary.json ---- */
@@ -306,9 +348,36 @@ const sink_ops rec_sink_summary = {
     .name = "summary.json", .init = summary_init, .flush = summary_flush, .close = summary_close,
 };
 
+/* ---- the space reserve: first in the table, so it closes first ---- */
+
+static int reserve_init(void **state, const sink_ctx *ctx)
+{
+    /* Room for the last rows, the trace's ']', summary.json, run.json and
+     * the reports, should the disk fill during the run (record/safeout.h). */
+    struct stat st;
+    int dfd = afile_dir_open(ctx->run_dir);
+    /* Usually made already when the directory was claimed (rundir.h). */
+    if (dfd >= 0 && fstatat(dfd, REC_RESERVE_NAME, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        rec_reserve_make(ctx->run_dir);
+    if (dfd >= 0) close(dfd);
+    *state = (void *)ctx->run_dir;
+    return 0;
+}
+
+static void reserve_close(void *state, const sink_run *run)
+{
+    rec_reserve_release(state);
+}
+
+const sink_ops rec_sink_reserve = {
+    .name = "reserve",
+    .init = reserve_init,
+    .close = reserve_close,
+};
+
 /* The run's sinks, in call and close order. Exporters add a line here. */
 const sink_ops *const rec_sinks[] = {
-    &rec_sink_metrics, &rec_sink_procs, &rec_sink_steps,
+    &rec_sink_reserve, &rec_sink_metrics, &rec_sink_procs, &rec_sink_steps,
     &rec_sink_alerts,  &rec_sink_trace, &rec_sink_prometheus, &rec_sink_tensorboard,
     &rec_sink_summary,
 };

@@ -9,6 +9,7 @@
 
 #include "core/sink.h"
 
+extern const sink_ops rec_sink_reserve;  /* space kept for the last files (safeout.h) */
 extern const sink_ops rec_sink_metrics;  /* metrics.csv */
 extern const sink_ops rec_sink_procs;    /* procs.csv */
 extern const sink_ops rec_sink_steps;    /* steps.csv */

@@ -10,7 +10,9 @@
 #include "record/fmt.h"
 #include "record/trace.h"
 #include "record/writers.h"
+#include "record/safeout.h"
 #include "trainperf.h"
+#include "util/afile.h"
 #include "util/err.h"
 #include "util/jsonw.h"
 
@@ -21,18 +23,15 @@
 #define TRACE_PENDING_SOFT (32u << 20)
 #define TRACE_PENDING_MAX (64u << 20)
 
-static int write_all(int fd, const char *p, size_t n)
+/* Whole events or none (record/safeout.h); nothing goes before the '['. */
+static int trace_put(rec_trace *t, const char *p, size_t n)
 {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return err_from_errno(errno);
-        }
-        p += w;
-        n -= (size_t)w;
+    if (n == 0) return 0;
+    if (t->size == 0 && p[0] != '[') {
+        for (size_t i = 0; i < n; i++) t->lost_events += p[i] == '\n';
+        return TPF_EIO;
     }
-    return 0;
+    return rec_append_whole(t->fd, &t->size, p, n, &t->lost_events);
 }
 
 static void *trace_writer(void *arg)
@@ -44,7 +43,7 @@ static void *trace_writer(void *arg)
         if (!t->busy) break; /* quit, nothing left */
         pthread_mutex_unlock(&t->mu);
         /* A failed write (disk full) loses these events, never the run. */
-        int rc = write_all(t->fd, t->inflight.data, t->inflight.len);
+        int rc = trace_put(t, t->inflight.data, t->inflight.len);
         pthread_mutex_lock(&t->mu);
         if (rc && !t->err) t->err = rc;
         buf_reset(&t->inflight);
@@ -63,8 +62,11 @@ int rec_trace_open(rec_trace *t, const char *path, uint64_t start_mono_ns, uint6
     t->max_events = max_events ? max_events : REC_TRACE_MAX_EVENTS;
     buf_init(&t->pending, TRACE_PENDING_MAX);
     buf_init(&t->inflight, TRACE_PENDING_MAX);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return t->err = err_from_errno(errno);
+    char base[256];
+    int dfd = afile_dir_of(path, base, sizeof(base));
+    int fd = dfd < 0 ? dfd : afile_create_at(dfd, base, O_WRONLY | O_APPEND);
+    if (dfd >= 0) close(dfd);
+    if (fd < 0) return t->err = fd;
     t->fd = fd;
     /* Without the thread (no resources) the writes are made in place. */
     if (pthread_mutex_init(&t->mu, NULL) == 0) {
@@ -325,7 +327,7 @@ int rec_trace_flush(rec_trace *t)
     if (!t->has_writer) {
         if (t->pending.err && !t->err) t->err = t->pending.err;
         if (t->pending.len > 0) {
-            int rc = write_all(t->fd, t->pending.data, t->pending.len);
+            int rc = trace_put(t, t->pending.data, t->pending.len);
             /* A failed write (disk full) loses these events, never the run. */
             if (rc && !t->err) t->err = rc;
         }
@@ -350,7 +352,6 @@ int rec_trace_flush(rec_trace *t)
 int rec_trace_close(rec_trace *t)
 {
     if (t->fd >= 0) {
-        buf_puts(&t->pending, "\n]\n");
         if (t->has_writer) {
             pthread_mutex_lock(&t->mu);
             while (t->busy) pthread_cond_wait(&t->cv, &t->mu);
@@ -367,6 +368,12 @@ int rec_trace_close(rec_trace *t)
         } else {
             rec_trace_flush(t);
         }
+        /* The closing bracket on its own, after every event: when the disk
+         * filled, what is there is whole events, and this still ends it
+         * (or "[]" when not even the '[' got out). */
+        const char *end = t->size ? "\n]\n" : "[]\n";
+        int rc = rec_append_whole(t->fd, &t->size, end, strlen(end), NULL);
+        if (rc && !t->err) t->err = rc;
         if (close(t->fd) != 0 && !t->err) t->err = err_from_errno(errno);
         t->fd = -1;
     }

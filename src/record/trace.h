@@ -28,6 +28,8 @@ typedef struct rec_trace {
     uint64_t other_written, other_dropped; /* counters, marks, metadata */
     int nevents;             /* any event written yet (comma placement) */
     int err;                 /* first write error (sticky); writing goes on */
+    uint64_t size;           /* bytes on disk: whole events only (safeout.h) */
+    uint64_t lost_events;    /* events a failed write lost (disk full) */
     buf pending;             /* being filled by the collector thread */
     buf inflight;            /* being written by the writer thread */
     pthread_t writer;

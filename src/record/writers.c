@@ -10,6 +10,7 @@
 #include "core/metrics.h"
 #include "record/ranks_json.h"
 #include "record/writers.h"
+#include "util/afile.h"
 #include "trainperf.h"
 #include "util/err.h"
 #include "util/jsonw.h"
@@ -442,6 +443,7 @@ int rec_summary_json(buf *b, const sink_run *s, uint64_t start_mono_ns)
     jw_kuint(&w, "events_written", s->tally ? s->tally->trace_written : 0);
     jw_kuint(&w, "events_dropped", s->tally ? s->tally->trace_dropped : 0);
     jw_obj_end(&w);
+    rec_loss_json(&w, s->tally ? &s->tally->lost : NULL);
     put_sources(&w, s->nsources, s->sources);
     /* Filled by the diagnosis (report_finish_run). */
     jw_key(&w, "diagnosis");
@@ -453,24 +455,8 @@ int rec_summary_json(buf *b, const sink_run *s, uint64_t start_mono_ns)
 
 int rec_write_atomic(const char *path, const buf *b)
 {
-    char tmp[4096];
-    int n = snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    if (n < 0 || (size_t)n >= sizeof(tmp)) return TPF_ETOOBIG;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return err_from_errno(errno);
-    size_t off = 0;
-    int rc = 0;
-    while (off < b->len) {
-        ssize_t w = write(fd, b->data + off, b->len - off);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            rc = err_from_errno(errno);
-            break;
-        }
-        off += (size_t)w;
-    }
-    if (close(fd) != 0 && rc == 0) rc = err_from_errno(errno);
-    if (rc == 0 && rename(tmp, path) != 0) rc = err_from_errno(errno);
-    if (rc != 0) unlink(tmp);
-    return rc;
+    /* One helper for every whole-file write (util/afile.h): no symlink is
+     * followed, the temporary is made with O_EXCL, fsync'd and renamed. */
+    if (b->err) return b->err;
+    return afile_write(path, b->data ? b->data : "", b->len);
 }

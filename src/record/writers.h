@@ -11,6 +11,7 @@
 #include "core/frame.h"
 #include "core/run.h"
 #include "core/sink.h"
+#include "record/safeout.h"
 #include "util/buf.h"
 
 /* ---- CSV cells (RFC 4180) ---- */

@@ -809,6 +809,15 @@ void diag_compute(diag_run *r)
     if (isfinite(r->events_dropped) && r->events_dropped > 0)
         note(g, "%.0f probe events were dropped (rings full): step figures undercount.",
              r->events_dropped);
+    if (r->io_error[0])
+        note(g,
+             "Writing the run directory failed (%s): %.0f step rows, %.0f metrics rows and %.0f "
+             "trace events were not written; summary.json still counts every step.",
+             r->io_error, isfinite(r->lost_steps) ? r->lost_steps : 0,
+             isfinite(r->lost_rows) ? r->lost_rows : 0, isfinite(r->lost_trace) ? r->lost_trace : 0);
+    if (r->recovered)
+        note(g, "The collector was killed; `trainperf report` recovered the run from live/ "
+                "(what it had drained was on disk, the rest came from the probes' rings).");
     for (int i = 0; i < r->ngpu; i++) {
         const dgpu *gp = &r->gpus[i];
         if (gp->mem_used.n && gp->mem_total > 0 &&

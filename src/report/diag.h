@@ -7,6 +7,7 @@
 #ifndef TPF_ANALYZE_DIAG_H
 #define TPF_ANALYZE_DIAG_H
 
+#include <limits.h>
 #include <stddef.h>
 
 #include "core/figs.h"
@@ -136,7 +137,7 @@ typedef struct diag_result {
 } diag_result;
 
 typedef struct diag_run {
-    char dir[1024];
+    char dir[PATH_MAX]; /* a run dir path of any legal length */
     char name[256]; /* last path component, for titles */
     jr_doc run, summary;
     int have_run, have_summary;
@@ -188,6 +189,10 @@ typedef struct diag_run {
 
     /* summary.json extras */
     double events_dropped, trace_events;
+    /* summary.json "io": what a full disk cost; run.json "recovered" */
+    double lost_steps, lost_rows, lost_trace;
+    char io_error[200];
+    int recovered;
 
     /* ranks, comm/ and many nodes (report_ranks.c) */
     int nranks;

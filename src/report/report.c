@@ -17,6 +17,7 @@
 #include "util/table.h"
 #include "trace/trace.h"
 #include "trainperf.h"
+#include "util/afile.h"
 #include "util/jsonr.h"
 #include "util/jsonw.h"
 
@@ -81,7 +82,7 @@ static int is_trace_name(const char *path)
 static void prof_load(const char *run_dir, prof *p)
 {
     memset(p, 0, sizeof(*p));
-    char dir[1200], err[512];
+    char dir[PATH_MAX + 16], err[512];
     struct stat st;
     snprintf(dir, sizeof(dir), "%s/%s", run_dir, PROF_DIR);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return;
@@ -780,22 +781,14 @@ int report_build_job(const char *const *dirs, int ndirs, report_format fmt, int 
 
 static int write_file(const char *dir, const char *name, const buf *b, char *err, size_t errlen)
 {
-    char path[1200], tmp[1300];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        if (err && errlen) snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
-        return TPF_EIO;
-    }
-    size_t n = b->len ? fwrite(b->data, 1, b->len, f) : 0;
-    int bad = n != b->len;
-    if (fclose(f) != 0) bad = 1;
-    /* replace atomically so a reader never sees half a file */
-    if (bad || rename(tmp, path) != 0) {
-        if (err && errlen) snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        unlink(tmp);
-        return TPF_EIO;
+    /* Relative to the run directory's fd, no symlink followed, replaced
+     * atomically (util/afile.h): a reader never sees half a file. */
+    int dfd = afile_dir_open(dir);
+    int rc = dfd < 0 ? dfd : afile_write_at(dfd, name, b->data ? b->data : "", b->len);
+    if (dfd >= 0) close(dfd);
+    if (rc) {
+        if (err && errlen) snprintf(err, errlen, "%s/%s: %s", dir, name, tpf_strerror(rc));
+        return rc;
     }
     return 0;
 }

@@ -1,10 +1,12 @@
 /* Loading a run directory into bounded aggregates (diag.h). */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "core/metrics.h"
@@ -40,6 +42,45 @@ static void copy_str(char *dst, size_t n, const char *src)
     dst[l] = '\0';
 }
 
+/* A count from a file as uint64_t: 0 when negative, NaN or past the type. */
+static uint64_t u64_or_0(double v)
+{
+    return v > 0 && v < 1.8e19 ? (uint64_t)v : 0;
+}
+
+/* A number from a file as int: dflt when NaN or out of int range. */
+static int int_or(double v, int dflt)
+{
+    return v >= INT_MIN && v <= INT_MAX ? (int)v : dflt;
+}
+
+/* Control bytes in a run's strings (ESC, BEL: a hostile run.json or
+ * alerts.jsonl) become '?': no report format passes them to a terminal. */
+static void unctrl(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
+static void unctrl_run(diag_run *r)
+{
+    unctrl(r->name);
+    unctrl(r->command);
+    unctrl(r->host);
+    unctrl(r->nvml_source);
+    unctrl(r->io_error);
+    for (int i = 0; i < r->ngpu && i < DIAG_MAX_GPUS; i++) {
+        unctrl(r->gpus[i].name);
+        unctrl(r->gpus[i].throttle_words);
+    }
+    for (int i = 0; i < r->nalerts && i < DIAG_MAX_ALERTS; i++) {
+        unctrl(r->alerts[i].rule);
+        unctrl(r->alerts[i].state);
+        unctrl(r->alerts[i].severity);
+        unctrl(r->alerts[i].message);
+    }
+}
+
 /* ---- small statistics -------------------------------------------------- */
 
 static void dstat_add(dstat *s, double v)
@@ -63,7 +104,8 @@ static void dhist_add(dhist *h, double ms)
         h->zero++;
         return;
     }
-    int k = (int)(log(ms / HIST_MIN_MS) / HIST_LOG_STEP);
+    double kd = log(ms / HIST_MIN_MS) / HIST_LOG_STEP; /* inf for ms = inf */
+    int k = kd < DIAG_HIST_BINS ? (int)kd : DIAG_HIST_BINS - 1;
     if (k < 0) k = 0;
     if (k >= DIAG_HIST_BINS) k = DIAG_HIST_BINS - 1;
     h->bins[k]++;
@@ -93,6 +135,10 @@ static void dseries_add(dseries *s, double t, double v)
 {
     if (!isfinite(t) || !isfinite(v)) return;
     if (t < s->t0) t = s->t0;
+    /* Doubling the width until the point fits: a time of 1e19 s (a
+     * hostile steps.csv) must neither overflow the conversion to long (UB)
+     * nor loop for ever; 1e15 bucket widths past the start is not a time. */
+    if (!(s->width > 0) || (t - s->t0) / s->width > 1e15) return;
     long k = (long)((t - s->t0) / s->width);
     while (k >= DIAG_SERIES_CAP) {
         for (int i = 0; i < DIAG_SERIES_CAP / 2; i++) {
@@ -170,11 +216,11 @@ static int is_python_arg(const char *a, int first)
 static void load_run_json(diag_run *r)
 {
     const jr_node *root = r->run.root;
-    r->cpus = (int)(isnan(jr_pnum(root, "cpus")) ? 0 : jr_pnum(root, "cpus"));
+    r->cpus = int_or(jr_pnum(root, "cpus"), 0);
     r->duration_s = jr_pnum(root, "duration_s");
     r->start_unix_s = jr_pnum(root, "start_unix_s");
     r->interval_s = jr_pnum(root, "interval_s");
-    r->root_pid = (int)(isnan(jr_pnum(root, "root_pid")) ? -1 : jr_pnum(root, "root_pid"));
+    r->root_pid = int_or(jr_pnum(root, "root_pid"), -1);
     const char *h = jr_pstr(root, "host");
     snprintf(r->host, sizeof(r->host), "%s", h ? h : "");
     const jr_node *cmd = jr_get(root, "command");
@@ -202,7 +248,7 @@ static void load_run_json(diag_run *r)
         const jr_node *gi = jr_at(g, i);
         dgpu *d = &r->gpus[i];
         double idx = jr_pnum(gi, "index");
-        d->index = isnan(idx) ? i : (int)idx;
+        d->index = int_or(idx, i);
         const char *nm = jr_pstr(gi, "name");
         snprintf(d->name, sizeof(d->name), "%s", nm ? nm : "");
         d->mem_total = jr_pnum(gi, "mem_total_bytes");
@@ -218,8 +264,8 @@ static void load_exit(diag_run *r, const jr_node *ex)
     if (!ex || ex->type != JR_OBJ) return;
     double c = jr_pnum(ex, "code"), s = jr_pnum(ex, "signal");
     r->exit_known = 1;
-    r->exit_code = isnan(c) ? -1 : (int)c;
-    r->exit_signal = isnan(s) ? -1 : (int)s;
+    r->exit_code = int_or(c, -1);
+    r->exit_signal = int_or(s, -1);
 }
 
 /* ---- steps.csv ------------------------------------------------------------ */
@@ -284,6 +330,16 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         csvr_num(&c, c_pid, &pid);
         csvr_num(&c, c_tid, &tid);
         csvr_num(&c, c_step, &stepno);
+        /* A hostile or damaged row must not make an undefined conversion:
+         * times and counts out of any real range skip the row, ids out of
+         * int range are unknown (fuzzed, tests/test_rundir_fuzz.py). */
+        if (!(start > -1e9 && start < 1e9) || !(dur >= 0 && dur < 1e17) ||
+            !(iv >= 0 && iv < 1e17))
+            continue;
+        if (!(rank >= -1 && rank <= INT_MAX)) rank = -1;
+        if (!(pid >= -1 && pid <= INT_MAX)) pid = -1;
+        if (!(tid >= -1 && tid <= INT_MAX)) tid = -1;
+        if (!(stepno >= -1 && stepno < 1e18)) stepno = -1;
         double end = start + dur / 1e9;
         r->steps++;
         if (isnan(r->first_end_s) || end < r->first_end_s) r->first_end_s = end;
@@ -330,12 +386,12 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         s.step = stepno >= 0 ? (uint64_t)stepno : 1; /* unknown: not a warm-up step */
         s.duration_ns = dur > 0 ? (uint64_t)dur : 0;
         s.interval_ns = iv > 0 ? (uint64_t)iv : 0;
-        s.end_ns = end > 0 ? (uint64_t)(end * 1e9) : 1;
+        s.end_ns = u64_or_0(end * 1e9) ? u64_or_0(end * 1e9) : 1;
         for (int p = 0; p < AGG_NPHASES && p < PH_OTHER; p++)
-            if (csvr_num(&c, c_ph[p], &v) && v > 0) s.phase_ns[p] = (uint64_t)v;
-        s.other_ns = other > 0 ? (uint64_t)other : 0;
-        s.samples = sm > 0 ? (uint64_t)sm : 0;
-        if (csvr_num(&c, c_tokens, &v) && v > 0) s.tokens = (uint64_t)v;
+            if (csvr_num(&c, c_ph[p], &v)) s.phase_ns[p] = u64_or_0(v);
+        s.other_ns = u64_or_0(other);
+        s.samples = u64_or_0(sm);
+        if (csvr_num(&c, c_tokens, &v)) s.tokens = u64_or_0(v);
         figs_add(&r->sf, &s);
         /* the data-wait chart leaves out warm-up steps as the figures do */
         double data = 0;
@@ -546,6 +602,7 @@ static int load_procs(diag_run *r, const char *path, char *err, size_t errlen)
     while ((rc = csvr_next(&c)) == 1) {
         double t, pid, v;
         if (!csvr_num(&c, c_t, &t) || !csvr_num(&c, c_pid, &pid)) continue;
+        if (!(pid >= 0 && pid <= INT_MAX)) continue; /* not a pid */
         /* no run.json: the first process listed stands for the root */
         if (root < 0) root = (int)pid;
         if (t != cur_t) {
@@ -637,7 +694,7 @@ void diag_free(diag_run *r)
 
 int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
 {
-    char path[1200], e[400];
+    char path[PATH_MAX + 32], e[400];
     *out = NULL;
     if (err && errlen) err[0] = '\0';
     struct stat st;
@@ -688,6 +745,11 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
         if (isnan(r->duration_s)) r->duration_s = jr_pnum(r->summary.root, "duration_s");
         r->events_dropped = jr_pnum(r->summary.root, "steps.events_dropped");
         r->trace_events = jr_pnum(r->summary.root, "trace.events_written");
+        r->lost_steps = jr_pnum(r->summary.root, "io.lost.steps");
+        r->lost_trace = jr_pnum(r->summary.root, "io.lost.trace_events");
+        r->lost_rows = jr_pnum(r->summary.root, "io.lost.metrics");
+        const char *ioe = jr_pstr(r->summary.root, "io.error");
+        copy_str(r->io_error, sizeof(r->io_error), ioe ? ioe : "");
         double td = jr_pnum(r->summary.root, "trace.events_dropped");
         if (!isnan(td)) r->events_dropped = (isnan(r->events_dropped) ? 0 : r->events_dropped) + td;
     } else if (rc == 0) {
@@ -700,6 +762,8 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
         diag_free(r);
         return TPF_EFORMAT;
     }
+    snprintf(path, sizeof(path), "%s/recovered.json", r->dir);
+    r->recovered = access(path, F_OK) == 0; /* written by a recovery (record/recover.c) */
     snprintf(path, sizeof(path), "%s/steps.csv", r->dir);
     if ((rc = load_steps(r, path, e, sizeof(e))) != 0) goto damaged;
     snprintf(path, sizeof(path), "%s/metrics.csv", r->dir);
@@ -717,6 +781,7 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s))
         r->duration_s = r->last_end_s;
     rr_load_comm(r, r->dir);
+    unctrl_run(r);
     *out = r;
     return 0;
 damaged:
@@ -810,6 +875,8 @@ const char *diag_fmt_dur(char *o, size_t n, double s)
 {
     if (!isfinite(s))
         msg(o, n, "?");
+    else if (s >= 3600 * 1e6)
+        msg(o, n, "%.3g h", s / 3600); /* no int holds it: not a real run */
     else if (s >= 3600)
         msg(o, n, "%dh %02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
     else if (s >= 60)

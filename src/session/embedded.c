@@ -27,6 +27,7 @@ static coll *emb_coll;
 static alert_set *emb_alerts;
 static char emb_dir[PATH_MAX];
 static pid_t emb_pid; /* the process whose thread the collector is */
+static int emb_lock_fd = -1; /* the run directory's lock (rundir.h) */
 
 static void program_label(char *out, size_t n)
 {
@@ -41,13 +42,19 @@ int tpf_start(const tpf_options *opt)
 {
     tpf_options o = TPF_OPTIONS_INIT;
     if (opt) {
+        /* A newer struct than this library knows: refuse, never guess. */
+        if (opt->version > TPF_OPTIONS_VERSION) return TPF_EVERSION;
         /* Older, smaller structs are fine: take the fields they have. */
-        if (opt->version < 1 || opt->size < offsetof(tpf_options, flags) + sizeof(uint32_t))
+        if (opt->version < 1 || opt->size < offsetof(tpf_options, flags) + sizeof(uint32_t) ||
+            opt->size > sizeof(o))
             return TPF_EINVAL;
-        size_t n = opt->size < sizeof(o) ? opt->size : sizeof(o);
-        memcpy(&o, opt, n);
+        memcpy(&o, opt, opt->size);
     }
     if (o.run_dir && (!*o.run_dir || strlen(o.run_dir) >= PATH_MAX - 64)) return TPF_EINVAL;
+    /* Every field checked: 1e300 is no interval (its conversion to
+     * nanoseconds is undefined and the thread would spin in the trainee). */
+    if (o.interval_s != 0 && !(o.interval_s >= 0.01 && o.interval_s <= 3600)) return TPF_EINVAL;
+    if (o.flags & ~(TPF_START_NO_PROCFS | TPF_START_NO_GPU)) return TPF_EINVAL;
     pthread_mutex_lock(&emb_lock);
     int rc = 0;
     const char *env = getenv("TRAINPERF_RUN_DIR");
@@ -58,15 +65,25 @@ int tpf_start(const tpf_options *opt)
     }
     if (o.run_dir) {
         snprintf(emb_dir, sizeof(emb_dir), "%s", o.run_dir);
-        rc = rec_rundir_prepare(emb_dir);
     } else {
         char label[32];
         program_label(label, sizeof(label));
         rc = rec_rundir_create("trainperf-runs", label, emb_dir, sizeof(emb_dir));
     }
     if (rc) goto out;
+    /* A directory another run holds is refused (TPF_EBUSY); an earlier,
+     * finished run in it is replaced: a script started again with the same
+     * run_dir is the common case in embedded mode (docs/python.md). */
+    rc = rec_rundir_claim(emb_dir, REC_CLAIM_FORCE);
+    if (rc < 0) goto out;
+    emb_lock_fd = rc;
+    rc = 0;
     rc = probe_attach(emb_dir);
-    if (rc) goto out;
+    if (rc) {
+        rec_rundir_release(emb_lock_fd);
+        emb_lock_fd = -1;
+        goto out;
+    }
     if (alerts_create(&emb_alerts, 1) < 0) emb_alerts = NULL; /* the run goes on without */
     coll_opts co;
     memset(&co, 0, sizeof(co));
@@ -92,6 +109,8 @@ int tpf_start(const tpf_options *opt)
         probe_detach();
         alerts_free(emb_alerts);
         emb_alerts = NULL;
+        rec_rundir_release(emb_lock_fd);
+        emb_lock_fd = -1;
     }
 out:
     pthread_mutex_unlock(&emb_lock);
@@ -117,6 +136,8 @@ int tpf_stop(void)
     /* The report is extra: the run directory is complete without it. */
     char err[256];
     (void)report_finish_run(emb_dir, 0, NULL, err, sizeof(err));
+    rec_rundir_release(emb_lock_fd);
+    emb_lock_fd = -1;
     pthread_mutex_unlock(&emb_lock);
     return rc;
 }

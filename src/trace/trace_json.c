@@ -17,6 +17,18 @@
 #include "trainperf.h"
 #include "util/err.h"
 
+/* zlib's message without the "<fd:3>: " it puts first for gzdopen'd files:
+ * the caller names the file. */
+static const char *gz_words(const char *m)
+{
+    if (!m || !*m) return "?";
+    if (strncmp(m, "<fd:", 4) == 0) {
+        const char *c = strstr(m, ": ");
+        if (c) return c + 2;
+    }
+    return m;
+}
+
 #define JS_BUFSZ (256 * 1024)
 #define JS_MAX_DEPTH 256
 #define JS_CAPTURE_MAX ((size_t)64 << 20) /* one event's raw text (merge) */
@@ -126,14 +138,14 @@ static int js_fill(jsrc *s)
             return js_fail(s, TPF_EIO, "read error after %llu bytes: %s",
                            (unsigned long long)s->base, strerror(errno));
         return js_fail(s, TPF_EFORMAT, "corrupt gzip data after %llu bytes: %s",
-                       (unsigned long long)s->base, m ? m : "?");
+                       (unsigned long long)s->base, gz_words(m));
     }
     if (n == 0) {
         int zerr = 0;
         const char *m = gzerror(s->gz, &zerr);
         if (zerr != Z_OK && zerr != Z_STREAM_END)
             return js_fail(s, TPF_EFORMAT, "corrupt or truncated gzip data after %llu bytes: %s",
-                           (unsigned long long)s->base, m ? m : "?");
+                           (unsigned long long)s->base, gz_words(m));
         s->eof = 1;
         return 0;
     }
@@ -986,7 +998,7 @@ static void *rd_main(void *arg)
             } else if (n < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
                 rc = TPF_EFORMAT;
                 snprintf(t->msg, sizeof(t->msg), "corrupt or truncated gzip data after %llu bytes: %s",
-                         (unsigned long long)t->produced, m ? m : "?");
+                         (unsigned long long)t->produced, gz_words(m));
             }
         }
         pthread_mutex_lock(&t->mu);

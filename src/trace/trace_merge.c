@@ -12,6 +12,7 @@
 #include "trace/trace.h"
 #include "trace/trace_json.h"
 #include "trainperf.h"
+#include "util/afile.h"
 #include "util/jsonw.h"
 
 #define MAX_PIDS_PER_RANK 1000
@@ -202,13 +203,19 @@ static int merge(const char *const *paths, int n, const char *out_path, int alig
             have = 1;
         }
     }
-    char tmp[4096];
+    /* The output goes through util/afile.h: a fresh O_EXCL temporary beside
+     * it, no symlink followed, renamed into place when whole. */
+    afile_tmp tmp;
+    tmp.fd = -1;
+    int dfd = -1;
     FILE *f = NULL;
     if (!rc) {
-        snprintf(tmp, sizeof(tmp), "%s.tmp%ld", out_path, (long)getpid());
-        f = fopen(tmp, "w");
-        if (!f) {
-            snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
+        char base[256];
+        dfd = afile_dir_of(out_path, base, sizeof(base));
+        int r2 = dfd < 0 ? dfd : afile_tmp_open(&tmp, dfd, base, 1);
+        if (r2 == 0 && !(f = fdopen(tmp.fd, "w"))) r2 = TPF_ENOMEM;
+        if (r2) {
+            snprintf(err, errlen, "cannot write %s: %s", out_path, tpf_strerror(r2));
             rc = TPF_EIO;
         }
     }
@@ -247,17 +254,27 @@ static int merge(const char *const *paths, int n, const char *out_path, int alig
             snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
             rc = TPF_EIO;
         }
+        /* fflush above sent everything; the fd closes through the stream,
+         * after a dup that afile_tmp_commit syncs and closes. */
+        int keep = dup(tmp.fd);
         if (fclose(f) && !rc) {
             snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
             rc = TPF_EIO;
         }
         free(obuf);
-        if (!rc && rename(tmp, out_path)) {
+        tmp.fd = keep;
+        if (keep < 0 && !rc) {
             snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
             rc = TPF_EIO;
         }
-        if (rc) unlink(tmp);
+        int r2 = 0;
+        if (!rc && (r2 = afile_tmp_commit(&tmp)) != 0) {
+            snprintf(err, errlen, "cannot write %s: %s", out_path, tpf_strerror(r2));
+            rc = TPF_EIO;
+        }
+        if (rc) afile_tmp_abort(&tmp);
     }
+    if (dfd >= 0) close(dfd);
     free(mins);
     free(ranks);
     free(bases);

@@ -234,8 +234,10 @@ void trace_short_name(char *dst, size_t n, const char *s)
         memcpy(dst, s, cut);
         memcpy(dst + cut, "...", 4);
     }
+    /* Control bytes (ESC, BEL...) from a trace never reach a terminal. */
     for (char *p = dst; *p; p++)
-        if (*p == '\n' || *p == '\t') *p = ' ';
+        if (*p == '|' || *p == '\n' || *p == '\t') *p = ' ';
+        else if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
 }
 
 static void heading(fmt *f, const char *text) { tbl_heading(f->out, tfmt(f), f->color, text); }

@@ -40,7 +40,8 @@ int err_from_errno(int e)
     case EEXIST: return TPF_EEXIST;
     case EACCES: case EPERM: case EROFS: return TPF_EACCES;
     case EINVAL: return TPF_EINVAL;
-    case EFBIG: case ENOSPC: return TPF_ETOOBIG;
+    case EFBIG: return TPF_ETOOBIG;
+    case ENOSPC: case EDQUOT: return TPF_ENOSPC;
     case EIO: return TPF_EIO;
     default: return TPF_ESYS;
     }

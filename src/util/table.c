@@ -4,12 +4,16 @@
 #include <string.h>
 
 /* s escaped for fmt: md keeps a cell in its column (| and newlines) and
- * shows <, >, & as they are; html as report_html_esc does. */
+ * shows it as text (no emphasis, code or links from a kernel or op name;
+ * <, >, & as they are); html as report_html_esc does. */
 static void esc(buf *o, int fmt, const char *s)
 {
     for (; s && *s; s++) {
         switch (*s) {
-        case '|': buf_puts(o, fmt == TBL_MD ? "\\|" : "|"); break;
+        case '|': case '*': case '_': case '`': case '[': case ']': case '\\':
+            if (fmt == TBL_MD) buf_putc(o, '\\');
+            buf_putc(o, *s);
+            break;
         case '\n': buf_putc(o, fmt == TBL_MD ? ' ' : '\n'); break;
         case '<': buf_puts(o, "&lt;"); break;
         case '>': buf_puts(o, "&gt;"); break;

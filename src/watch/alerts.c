@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "trainperf.h"
 #include "util/human.h"
@@ -646,6 +647,15 @@ int alerts_load_file(alert_set *s, const char *path, char *err, size_t errlen)
     if (!f) {
         if (err && errlen) snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return errno == ENOENT ? TPF_ENOENT : TPF_EIO;
+    }
+    /* fopen opens a directory (or a FIFO that would block): only a file. */
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: %s", path,
+                     S_ISDIR(st.st_mode) ? "is a directory, not a rules file" : "not a regular file");
+        fclose(f);
+        return TPF_EINVAL;
     }
     char line[512];
     int lineno = 0, rc = 0;

@@ -133,7 +133,7 @@ TT_TEST(prom_page_unknown_left_out_labels_escaped)
     s.pid = 42;
     s.interval_ns = s.duration_ns = 5000000;
     figs_add(&fs, &s);
-    sink_tally tally = {0, 0, 0};
+    sink_tally tally = {0}; /* every field, whatever fields the struct gains */
     sink_run run;
     memset(&run, 0, sizeof(run));
     run.frame = &f;

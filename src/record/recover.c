@@ -1,0 +1,293 @@
+/* Recovering an interrupted run (see recover.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "collect/agg.h"
+#include "probe/reader.h"
+#include "record/recover.h"
+#include "record/safeout.h"
+#include "record/writers.h"
+#include "trainperf.h"
+#include "util/afile.h"
+#include "util/csvr.h"
+#include "util/err.h"
+#include "util/jsonr.h"
+#include "util/jsonw.h"
+
+#define RECOVER_MAX_THREADS 4096
+#define RECOVER_MAX_SEGS 65536
+#define RECOVER_TAIL 65536 /* bytes read back to find the last whole line */
+
+typedef struct rcv_thread {
+    int pid, tid;
+    uint64_t next; /* first step number not yet on disk */
+} rcv_thread;
+
+typedef struct rcv {
+    buf rows;
+    uint64_t start_mono_ns;
+    rcv_thread th[RECOVER_MAX_THREADS];
+    int nth;
+    uint64_t steps;
+} rcv;
+
+/* Cut a streamed file back to its last whole line (a collector killed in
+ * the middle of a write). Returns the kept length, or -1. */
+static long cut_to_line(int dfd, const char *name)
+{
+    int fd = openat(dfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat st;
+    long keep = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        off_t size = st.st_size, from = size > RECOVER_TAIL ? size - RECOVER_TAIL : 0;
+        static char tail[RECOVER_TAIL];
+        ssize_t n = pread(fd, tail, (size_t)(size - from), from);
+        if (n >= 0) {
+            ssize_t i = n;
+            while (i > 0 && tail[i - 1] != '\n') i--;
+            keep = (long)(from + i);
+            if (i == 0 && from > 0) keep = (long)size; /* a 64 KiB line: leave it */
+            if (keep != (long)size && ftruncate(fd, (off_t)keep) != 0) keep = -1;
+        }
+    }
+    close(fd);
+    return keep;
+}
+
+/* trace.json: whole events, then the closing bracket. Each event is on its
+ * own line after "[" and separated by ",\n". */
+static int close_trace(int dfd)
+{
+    long keep = cut_to_line(dfd, "trace.json");
+    if (keep < 0) return 0;
+    int fd = openat(dfd, "trace.json", O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return 0;
+    char t[4] = {0};
+    off_t at = keep;
+    /* Back over the separator that ended the last whole line. */
+    while (at > 0) {
+        if (pread(fd, t, 1, at - 1) != 1) break;
+        if (t[0] == '\n' || t[0] == ',' || t[0] == ' ') {
+            at--;
+            continue;
+        }
+        break;
+    }
+    int ok = 0;
+    if (at > 0 && (t[0] == ']')) {
+        ok = 1; /* already closed */
+    } else if (ftruncate(fd, at) == 0) {
+        const char *end = at > 0 ? "\n]\n" : "[]\n";
+        ok = pwrite(fd, end, strlen(end), at) == (ssize_t)strlen(end);
+    }
+    close(fd);
+    return ok;
+}
+
+/* The next step number of each thread from steps.csv, so recovered rows
+ * carry on the numbering. */
+static uint64_t read_steps(rcv *v, const char *dir)
+{
+    char path[4200], e[128];
+    snprintf(path, sizeof(path), "%s/steps.csv", dir);
+    csvr r;
+    if (csvr_open(&r, path, e, sizeof(e)) != 0) return 0;
+    int cp = csvr_col(&r, "pid"), ct = csvr_col(&r, "tid"), cs = csvr_col(&r, "step");
+    uint64_t rows = 0;
+    while (csvr_next(&r) == 1) {
+        rows++;
+        double pid, tid, step;
+        if (!csvr_num(&r, cp, &pid) || !csvr_num(&r, ct, &tid) || !csvr_num(&r, cs, &step) ||
+            !(step >= 0 && step < 1e18))
+            continue;
+        int k;
+        for (k = 0; k < v->nth; k++)
+            if (v->th[k].pid == (int)pid && v->th[k].tid == (int)tid) break;
+        if (k == v->nth) {
+            if (v->nth == RECOVER_MAX_THREADS) continue;
+            v->th[v->nth++] = (rcv_thread){(int)pid, (int)tid, 0};
+        }
+        if ((uint64_t)step + 1 > v->th[k].next) v->th[k].next = (uint64_t)step + 1;
+    }
+    csvr_close(&r);
+    return rows;
+}
+
+static void on_step(void *ctx, const agg_step *s)
+{
+    rcv *v = ctx;
+    agg_step t = *s;
+    for (int k = 0; k < v->nth; k++)
+        if (v->th[k].pid == (int)s->pid && v->th[k].tid == (int)s->tid) {
+            t.step += v->th[k].next;
+            break;
+        }
+    rec_steps_row(&v->rows, &t, v->start_mono_ns);
+    v->steps++;
+}
+
+static const agg_sink rcv_sink_proto = {NULL, on_step, NULL, NULL, NULL};
+
+typedef struct rcv_ev {
+    agg *a;
+    agg_proc *p;
+} rcv_ev;
+
+static void on_event(void *ctx, const seg_event *ev)
+{
+    rcv_ev *x = ctx;
+    agg_event(x->a, x->p, ev);
+}
+
+static int drain_live(rcv *v, const char *dir, rec_recovery *info)
+{
+    char live[4200];
+    snprintf(live, sizeof(live), "%s/live", dir);
+    DIR *d = opendir(live);
+    if (!d) return 0;
+    agg_sink sink = rcv_sink_proto;
+    sink.ctx = v;
+    agg *a = NULL;
+    if (agg_create(&a, &sink) != 0) {
+        closedir(d);
+        return TPF_ENOMEM;
+    }
+    struct dirent *de;
+    int nseg = 0;
+    while ((de = readdir(d)) != NULL && nseg < RECOVER_MAX_SEGS) {
+        size_t n = strlen(de->d_name);
+        if (n < 9 || strncmp(de->d_name, "seg-", 4) != 0 || strcmp(de->d_name + n - 4, ".tpf") != 0)
+            continue;
+        char path[4500];
+        snprintf(path, sizeof(path), "%s/%s", live, de->d_name);
+        seg_reader *r = NULL;
+        if (seg_reader_open(&r, path) != 0) continue;
+        const seg_proc_info *pi = seg_reader_info(r);
+        agg_proc *p = NULL;
+        if (agg_proc_create(&p, pi->pid, pi->rank, pi->local_rank) == 0) {
+            rcv_ev x = {a, p};
+            seg_reader_drain(r, on_event, &x);
+            agg_proc_free(p);
+            info->segments++;
+            info->dropped += seg_reader_dropped(r);
+        }
+        seg_reader_close(r);
+        nseg++;
+    }
+    closedir(d);
+    agg_free(a);
+    return 0;
+}
+
+static int write_marker(int dfd, const rec_recovery *info)
+{
+    buf b;
+    buf_init(&b, 1u << 16);
+    jw w;
+    jw_init(&w, &b, 1);
+    jw_obj_begin(&w);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    jw_key(&w, "recovered_unix_s");
+    jw_numf(&w, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9, 3);
+    jw_kint(&w, "segments", info->segments);
+    jw_kuint(&w, "steps_on_disk", info->steps_before);
+    jw_kuint(&w, "steps_from_rings", info->steps);
+    jw_kuint(&w, "events_dropped", info->dropped);
+    jw_kbool(&w, "trace_repaired", info->trace_repaired);
+    jw_obj_end(&w);
+    buf_putc(&b, '\n');
+    int rc = b.err ? b.err : afile_write_at(dfd, "recovered.json", b.data, b.len);
+    buf_free(&b);
+    return rc;
+}
+
+int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen)
+{
+    memset(info, 0, sizeof(*info));
+    if (err && errlen) err[0] = 0;
+    int dfd = afile_dir_open(dir);
+    if (dfd < 0) return 0; /* the report says what is wrong with dir */
+    struct stat st;
+    if (fstatat(dfd, "run.json", &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        fstatat(dfd, "summary.json", &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+        fstatat(dfd, "recovered.json", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        close(dfd);
+        return 0;
+    }
+    /* A live collector holds the lock: the run is not over, leave it be. The
+     * lock is ours while we work, so two reports never recover twice. */
+    if (flock(dfd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        close(dfd);
+        return 0;
+    }
+    /* Only a run.json the collector wrote at its start (no end, no exit):
+     * a damaged one is the report's to explain, and nothing is touched. */
+    char path[4200], e[200];
+    snprintf(path, sizeof(path), "%s/run.json", dir);
+    jr_doc run;
+    uint64_t start_ns = 0;
+    int ok = 0;
+    if (jr_load_file(&run, path, 0, e, sizeof(e)) == 0) {
+        double s0 = jr_pnum(run.root, "start_mono_ns");
+        const jr_node *ex = jr_get(run.root, "exit");
+        ok = run.root->type == JR_OBJ && s0 > 0 && s0 < 1.8e19 && (!ex || ex->type == JR_NULL);
+        if (ok) start_ns = (uint64_t)s0;
+        jr_free(&run);
+    }
+    if (!ok) {
+        close(dfd);
+        return 0;
+    }
+    rcv *v = calloc(1, sizeof(*v));
+    if (!v) {
+        close(dfd);
+        return TPF_ENOMEM;
+    }
+    buf_init(&v->rows, 256u << 20);
+    v->start_mono_ns = start_ns;
+    /* The space kept for the last words goes to them now. */
+    unlinkat(dfd, REC_RESERVE_NAME, 0);
+    for (const char *const *n = (const char *const[]){"steps.csv", "metrics.csv", "procs.csv",
+                                                       "alerts.jsonl", NULL};
+         *n; n++)
+        cut_to_line(dfd, *n);
+    info->trace_repaired = close_trace(dfd);
+    info->steps_before = read_steps(v, dir);
+    int rc = drain_live(v, dir, info);
+    info->steps = v->steps;
+    if (rc == 0 && v->rows.len) {
+        int fd = afile_append_at(dfd, "steps.csv");
+        if (fd == TPF_ENOENT) {
+            /* The collector died before its first write: header first. */
+            fd = afile_create_at(dfd, "steps.csv", O_WRONLY | O_APPEND);
+            if (fd >= 0) {
+                buf h;
+                buf_init(&h, 4096);
+                rec_steps_header(&h);
+                rc = afile_write_all(fd, h.data, h.len, NULL);
+                buf_free(&h);
+            }
+        }
+        if (fd < 0) rc = fd;
+        if (rc == 0) rc = v->rows.err ? v->rows.err : afile_write_all(fd, v->rows.data, v->rows.len, NULL);
+        if (fd >= 0) close(fd);
+        if (rc && err && errlen) snprintf(err, errlen, "%s/steps.csv: %s", dir, tpf_strerror(rc));
+    }
+    if (rc == 0 && (rc = write_marker(dfd, info)) != 0 && err && errlen)
+        snprintf(err, errlen, "%s/recovered.json: %s", dir, tpf_strerror(rc));
+    buf_free(&v->rows);
+    free(v);
+    close(dfd); /* drops the lock */
+    return rc ? rc : 1;
+}

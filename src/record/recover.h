@@ -1,0 +1,26 @@
+/* Finishing a run whose collector was killed (SIGKILL, the OOM killer):
+ * `trainperf report DIR` calls this before it reports. What the collector
+ * had drained is already on disk (flushed every drain period); what it had
+ * not is still in the probes' rings in DIR/live, and is drained here. */
+#ifndef TPF_RECORD_RECOVER_H
+#define TPF_RECORD_RECOVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rec_recovery {
+    int segments;          /* segments drained */
+    uint64_t steps_before; /* step rows the collector had written */
+    uint64_t steps;        /* step rows added from the rings */
+    uint64_t dropped;      /* events the probes dropped (full rings) */
+    int trace_repaired;    /* trace.json cut back to whole events and closed */
+} rec_recovery;
+
+/* Recover dir when it was left unfinished (run.json without summary.json,
+ * and no live collector holds its lock). Returns 1 when it recovered (info
+ * filled, DIR/recovered.json written), 0 when there was nothing to do (a
+ * finished run, or one still being collected), or a TPF_E* code with a
+ * reason in err. */
+int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen);
+
+#endif
