@@ -58,6 +58,22 @@ static int parse_steps(const char *s, long *lo, long *hi)
 }
 
 /* --critical-path: one trace, one window. */
+/* Print a formatted result (we: the formatter's error) and free it: the
+ * exit status of every form of analyze. */
+static int emit(buf *b, int we)
+{
+    int rc = CLI_OK;
+    if (we) {
+        cli_error("cannot format the result: %s", tpf_strerror(we));
+        rc = CLI_FAIL;
+    } else if (fwrite(b->data, 1, b->len, stdout) != b->len || fflush(stdout) != 0) {
+        cli_error("cannot write the output");
+        rc = CLI_FAIL;
+    }
+    buf_free(b);
+    return rc;
+}
+
 static int analyze_cpath(const char **paths, int np, const trace_opts *o, int json, const char *range,
                          const char *overlay)
 {
@@ -104,7 +120,6 @@ static int analyze_cpath(const char **paths, int np, const trace_opts *o, int js
         cli_error("%s", err);
         return (e == TPF_ENOMEM || e == TPF_ETOOBIG) ? CLI_FAIL : CLI_USAGE;
     }
-    int rc = CLI_OK;
     if (overlay && (e = trace_cpath_overlay(c, overlay, err, sizeof(err)))) {
         cli_error("%s", err);
         trace_cpath_free(c);
@@ -115,15 +130,7 @@ static int analyze_cpath(const char **paths, int np, const trace_opts *o, int js
     int we = json ? trace_cpath_json(c, &b) : trace_cpath_text(c, &b, cli_color(stdout));
     if (!json && overlay && !we) buf_printf(&b, "\noverlay written to %s (open it in ui.perfetto.dev)\n", overlay);
     trace_cpath_free(c);
-    if (we) {
-        cli_error("cannot format the result: %s", tpf_strerror(we));
-        rc = CLI_FAIL;
-    } else if (fwrite(b.data, 1, b.len, stdout) != b.len || fflush(stdout) != 0) {
-        cli_error("cannot write the output");
-        rc = CLI_FAIL;
-    }
-    buf_free(&b);
-    return rc;
+    return emit(&b, we);
 }
 
 /* --diff BASELINE TEST: each a file or a directory of per-rank files. */
@@ -150,16 +157,7 @@ static int analyze_diff(const char **paths, int np, const trace_opts *o, int jso
     buf_init(&b, 0);
     int we = json ? trace_diff_json(d, &b) : trace_diff_text(d, &b, cli_color(stdout));
     trace_diff_free(d);
-    int rc = CLI_OK;
-    if (we) {
-        cli_error("cannot format the result: %s", tpf_strerror(we));
-        rc = CLI_FAIL;
-    } else if (fwrite(b.data, 1, b.len, stdout) != b.len || fflush(stdout) != 0) {
-        cli_error("cannot write the output");
-        rc = CLI_FAIL;
-    }
-    buf_free(&b);
-    return rc;
+    return emit(&b, we);
 }
 
 int cmd_analyze(int argc, char **argv)
@@ -310,20 +308,7 @@ int cmd_analyze(int argc, char **argv)
     buf_init(&b, 0);
     int we = json ? trace_result_json(r, &b) : trace_result_text(r, &b, cli_color(stdout));
     trace_result_free(r);
-    if (we) {
-        cli_error("cannot format the result: %s", tpf_strerror(we));
-        buf_free(&b);
-        rc = CLI_FAIL;
-        goto out;
-    }
-    if (fwrite(b.data, 1, b.len, stdout) != b.len || fflush(stdout) != 0) {
-        cli_error("cannot write the output");
-        buf_free(&b);
-        rc = CLI_FAIL;
-        goto out;
-    }
-    buf_free(&b);
-    rc = CLI_OK;
+    rc = emit(&b, we);
 out:
     free(paths);
     return rc;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "core/metrics.h"
+#include "record/exp_counters.h"
 #include "record/exporter.h"
 #include "trainperf.h"
 #include "util/buf.h"
@@ -34,15 +35,8 @@
 #define PROM_IO_MS 10000           /* per connection, read + write (Prometheus' default scrape timeout) */
 #define PROM_MAX_CONNS 16          /* connections served side by side */
 #define PROM_POLL_MS 250
-#define PROM_MAX_COUNTERS 64       /* probe counters exported (name x rank) */
 #define PROM_MAX_RULES 64
 
-typedef struct prom_counter_t {
-    char name[64];
-    int rank;
-    pid_t pid;
-    double v;
-} prom_counter_t;
 
 typedef struct prom_rank_prev {
     int rank;
@@ -61,16 +55,11 @@ typedef struct prom {
 
     /* collector side */
     buf work;
-    prom_counter_t ctr[PROM_MAX_COUNTERS];
-    int nctr;
-    uint64_t ctr_dropped;
+    exp_counters ctrs;                /* probe counters and the pid -> rank map */
     char rules[PROM_MAX_RULES][64];
     int rule_sev[PROM_MAX_RULES];
     int rule_on[PROM_MAX_RULES];
     int nrules;
-    pid_t rank_pid[AGG_MAX_GROUPS];   /* pid -> rank, from the segments */
-    int rank_of[AGG_MAX_GROUPS];
-    int nranks;
     uint64_t alerts_fired;
     prom_rank_prev prev[AGG_MAX_GROUPS];
     int nprev;
@@ -608,15 +597,6 @@ static prom_rank_prev *prev_of(prom *p, int rank, pid_t pid)
     return r;
 }
 
-static const prom_counter_t *counter_of(const prom *p, const char *name, int rank, pid_t pid)
-{
-    for (int i = 0; i < p->nctr; i++)
-        if (p->ctr[i].rank == rank && (rank >= 0 || p->ctr[i].pid == pid) &&
-            strcmp(p->ctr[i].name, name) == 0)
-            return &p->ctr[i];
-    return NULL;
-}
-
 static void render_steps(buf *b, prom *p, const figs *a, double t)
 {
     char lab[64];
@@ -678,7 +658,7 @@ static void render_steps(buf *b, prom *p, const figs *a, double t)
         if (pr->t > 0 && t > pr->t) {
             double rate = (double)(g->count - pr->count) / (t - pr->t);
             sample(b, p, "rank_steps_per_second", lab, rate);
-            const prom_counter_t *c = counter_of(p, "flops", g->rank, g->pid);
+            const exp_counter *c = exp_counters_find(&p->ctrs, "flops", g->rank, g->pid);
             if (c) sample(&fl, p, "flops_per_second", lab, c->v * rate);
         }
         pr->count = g->count;
@@ -690,23 +670,23 @@ static void render_steps(buf *b, prom *p, const figs *a, double t)
     }
     buf_free(&fl);
     int any = 0;
-    for (int i = 0; i < p->nctr; i++) {
-        if (strcmp(p->ctr[i].name, "mfu") != 0) continue;
+    for (int i = 0; i < p->ctrs.n; i++) {
+        if (strcmp(p->ctrs.c[i].name, "mfu") != 0) continue;
         if (!any++) family(b, "mfu_ratio", "gauge", "Model FLOPs utilisation of each rank, 0-1.");
-        who(lab, sizeof(lab), p->ctr[i].rank, p->ctr[i].pid);
-        sample(b, p, "mfu_ratio", lab, p->ctr[i].v);
+        who(lab, sizeof(lab), p->ctrs.c[i].rank, p->ctrs.c[i].pid);
+        sample(b, p, "mfu_ratio", lab, p->ctrs.c[i].v);
     }
     any = 0;
-    for (int i = 0; i < p->nctr; i++) {
-        if (!strcmp(p->ctr[i].name, "mfu") || !strcmp(p->ctr[i].name, "flops")) continue;
+    for (int i = 0; i < p->ctrs.n; i++) {
+        if (!strcmp(p->ctrs.c[i].name, "mfu") || !strcmp(p->ctrs.c[i].name, "flops")) continue;
         if (!any++) family(b, "probe_value", "gauge", "Last value of each probe counter (tpf_counter).");
         buf l2;
         buf_init(&l2, 512);
-        who(lab, sizeof(lab), p->ctr[i].rank, p->ctr[i].pid);
+        who(lab, sizeof(lab), p->ctrs.c[i].rank, p->ctrs.c[i].pid);
         buf_printf(&l2, "%s,name=\"", lab);
-        esc(&l2, p->ctr[i].name);
+        esc(&l2, p->ctrs.c[i].name);
         buf_putc(&l2, '"');
-        if (!l2.err) sample(b, p, "probe_value", l2.data, p->ctr[i].v);
+        if (!l2.err) sample(b, p, "probe_value", l2.data, p->ctrs.c[i].v);
         buf_free(&l2);
     }
 }
@@ -886,42 +866,10 @@ static void prom_alert(void *st, const alert_event *e)
     p->rule_on[i] = e->fired ? 1 : 0;
 }
 
-static int rank_of_pid(const prom *p, pid_t pid)
-{
-    for (int i = 0; i < p->nranks; i++)
-        if (p->rank_pid[i] == pid) return p->rank_of[i];
-    return -1;
-}
-
-static void prom_counter(prom *p, int rank, pid_t pid, const char *name, double v)
-{
-    for (int i = 0; i < p->nctr; i++) {
-        prom_counter_t *c = &p->ctr[i];
-        if (c->rank == rank && (rank >= 0 || c->pid == pid) && strcmp(c->name, name) == 0) {
-            c->v = v;
-            return;
-        }
-    }
-    if (p->nctr == PROM_MAX_COUNTERS || strlen(name) >= sizeof(p->ctr[0].name)) {
-        p->ctr_dropped++; /* a capped label set: Prometheus wants few series */
-        return;
-    }
-    prom_counter_t *c = &p->ctr[p->nctr++];
-    snprintf(c->name, sizeof(c->name), "%s", name);
-    c->rank = rank;
-    c->pid = pid;
-    c->v = v;
-}
-
 static void prom_probe(void *st, const sink_probe *e)
 {
     prom *p = st;
-    if (e->kind == SINK_PROCESS && e->rank >= 0 && p->nranks < AGG_MAX_GROUPS) {
-        p->rank_pid[p->nranks] = e->pid;
-        p->rank_of[p->nranks++] = e->rank;
-    } else if (e->kind == SINK_COUNTER && e->name) {
-        prom_counter(p, rank_of_pid(p, e->pid), e->pid, e->name, e->value);
-    }
+    exp_counters_probe(&p->ctrs, e);
 }
 
 static void prom_close(void *st, const sink_run *run)

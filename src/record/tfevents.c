@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "record/exp_counters.h"
 #include "record/exporter.h"
 #include "core/metrics.h"
 #include "record/tfevents.h"
@@ -213,15 +214,6 @@ int tfev_event(buf *out, double wall_time, int64_t step, const char *file_versio
 /* ---- the exporter ---- */
 
 #define TFEV_MAX_VALUES 512
-#define TFEV_MAX_COUNTERS 64
-
-typedef struct tfev_ctr {
-    char name[48];
-    int rank;
-    pid_t pid;
-    double v;
-    int fresh;
-} tfev_ctr;
 
 typedef struct tfev {
     int fd;
@@ -242,14 +234,10 @@ typedef struct tfev {
     uint64_t prev_phase[AGG_NPHASES], prev_other, prev_interval;
     uint64_t prev_count[AGG_MAX_GROUPS];
     double prev_t;
-    tfev_ctr ctr[TFEV_MAX_COUNTERS];
-    int nctr;
+    exp_counters ctrs; /* probe counters and the pid -> rank map */
     int64_t step;           /* the step of the last record */
     char alert_text[16][1024];
     int nalert;
-    pid_t rank_pid[AGG_MAX_GROUPS]; /* pid -> rank, from the segments */
-    int rank_of[AGG_MAX_GROUPS];
-    int nranks;
 } tfev;
 
 static void write_fd(tfev *t, const buf *b)
@@ -390,8 +378,8 @@ static void tfev_sample(void *st, const coll_frame *f, const sink_run *run)
     }
     for (int i = 0; a && i < a->ngroups && i < AGG_MAX_GROUPS; i++) t->prev_count[i] = a->groups[i]->count;
     t->prev_t = f->t;
-    for (int i = 0; i < t->nctr; i++) {
-        tfev_ctr *c = &t->ctr[i];
+    for (int i = 0; i < t->ctrs.n; i++) {
+        exp_counter *c = &t->ctrs.c[i];
         if (!c->fresh) continue;
         if (c->rank >= 0)
             snprintf(tag, sizeof(tag), "counters/%s/rank%d", c->name, c->rank);
@@ -440,37 +428,10 @@ static void tfev_alert(void *st, const alert_event *e)
              e->message);
 }
 
-static void tfev_counter(tfev *t, int rank, pid_t pid, const char *name, double v)
-{
-    for (int i = 0; i < t->nctr; i++) {
-        tfev_ctr *c = &t->ctr[i];
-        if (c->rank == rank && (rank >= 0 || c->pid == pid) && strcmp(c->name, name) == 0) {
-            c->v = v;
-            c->fresh = 1;
-            return;
-        }
-    }
-    if (t->nctr == TFEV_MAX_COUNTERS || strlen(name) >= sizeof(t->ctr[0].name)) return;
-    tfev_ctr *c = &t->ctr[t->nctr++];
-    snprintf(c->name, sizeof(c->name), "%s", name);
-    c->rank = rank;
-    c->pid = pid;
-    c->v = v;
-    c->fresh = 1;
-}
-
 static void tfev_probe(void *st, const sink_probe *e)
 {
     tfev *t = st;
-    if (e->kind == SINK_PROCESS && e->rank >= 0 && t->nranks < AGG_MAX_GROUPS) {
-        t->rank_pid[t->nranks] = e->pid;
-        t->rank_of[t->nranks++] = e->rank;
-    } else if (e->kind == SINK_COUNTER && e->name) {
-        int rank = -1;
-        for (int i = 0; i < t->nranks; i++)
-            if (t->rank_pid[i] == e->pid) rank = t->rank_of[i];
-        tfev_counter(t, rank, e->pid, e->name, e->value);
-    }
+    exp_counters_probe(&t->ctrs, e);
 }
 
 static void tfev_close(void *st, const sink_run *run)

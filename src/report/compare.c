@@ -7,7 +7,7 @@
 #include "report/diag.h"
 #include "report/report_html.h"
 #include "report/report_ranks.h"
-#include "report/table.h"
+#include "util/table.h"
 #include "trainperf.h"
 #include "util/jsonw.h"
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report/table.h"
+#include "util/table.h"
 #include "trainperf.h"
 #include "util/csvr.h"
 #include "util/jsonr.h"
@@ -481,7 +481,7 @@ static void sec_attempts(buf *b, const f_model *m, int fmt, int color)
                                    {"end", 11, 0},    {"steps", 8, 1},   {"ckpts", 5, 1},
                                    {"ended by", 8, 0}, {"then", 0, 0}};
     tbl t;
-    tbl_begin(&t, b, (report_format)fmt, color, fmt == FAIL_TEXT ? "ATTEMPTS" : "Attempts", cols,
+    tbl_begin(&t, b, fmt, color, fmt == FAIL_TEXT ? "ATTEMPTS" : "Attempts", cols,
               (int)(sizeof(cols) / sizeof(cols[0])));
     for (int i = 0; i < m->natt; i++) {
         const f_att *x = &m->att[i];

@@ -15,7 +15,7 @@
 #include "report/failures.h"
 #include "report/report_html.h"
 #include "report/report_ranks.h"
-#include "report/table.h"
+#include "util/table.h"
 #include "trace/trace.h"
 #include "trainperf.h"
 #include "util/afile.h"

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "report/failures.h"
-#include "report/table.h"
+#include "util/table.h"
 #include "trainperf.h"
 
 #define CW 1000.0 /* chart width (viewBox units) */

@@ -12,7 +12,7 @@
 
 #include "report/report_html.h"
 #include "report/report_ranks.h"
-#include "report/table.h"
+#include "util/table.h"
 #include "trainperf.h"
 #include "util/csvr.h"
 #include "util/human.h"
@@ -599,6 +599,41 @@ void rr_evidence(const diag_run *r, char *o, size_t n)
     buf_free(&b);
 }
 
+/* The collectives of comm/, one row per op, then how much of their time
+ * was exposed and the FSDP advice: the same section in text and md. */
+static void comm_section(const diag_run *r, buf *b, int fmt, int color)
+{
+    int md = fmt == TBL_MD;
+    static const tbl_col cols[] = {
+        {"op", 24, 0}, {"count", 8, TBL_RIGHT}, {"bytes", 10, TBL_RIGHT}, {"time ms", 10, TBL_RIGHT},
+        {"waited ms", 10, TBL_RIGHT}, {"busbw", 12, TBL_RIGHT},
+    };
+    tbl t;
+    tbl_begin_sub(&t, b, fmt, color, NULL, cols, 6);
+    for (int i = 0; i < r->ncommops; i++) {
+        const dcommop *o = &r->commops[i];
+        char n[32], by[32], tm[32], wt[32], bw[32], bws[40];
+        human_bytes(by, sizeof(by), o->bytes);
+        human_bytes(bw, sizeof(bw), o->busbw_n ? o->busbw_sum / o->busbw_n : NAN);
+        snprintf(bws, sizeof(bws), "%s/s", bw);
+        const char *cells[] = {o->op, num(n, sizeof(n), "%.0f", o->n), by,
+                               num(tm, sizeof(tm), "%.1f", o->dur_ns / 1e6),
+                               num(wt, sizeof(wt), "%.1f", o->wait_ns / 1e6), bws};
+        tbl_row(&t, cells, TBL_PLAIN);
+    }
+    tbl_end(&t);
+    rr_overlap_t ov;
+    if (rr_overlap(r, &ov))
+        buf_printf(b, md ? "\nPer rank and step: collectives in flight %.1f ms, exposed (waited on) "
+                           "%.1f ms, overlapped with compute %.1f ms.\n"
+                         : "  per rank and step: collectives in flight %.1f ms, exposed (waited on) "
+                           "%.1f ms, overlapped with compute %.1f ms\n",
+                   ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
+    char adv[600];
+    rr_fsdp_advice(r, adv, sizeof(adv));
+    if (adv[0]) buf_printf(b, md ? "\n%s\n" : "  %s\n", adv);
+}
+
 void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
 {
     const drank *k[DIAG_MAX_RANKS];
@@ -628,24 +663,7 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
     }
     if (r->ncommops) {
         buf_printf(b, "\n%sCOMMUNICATION%s (comm/: every collective, all ranks)\n", bold, reset);
-        buf_printf(b, "  %-24s %8s %10s %10s %10s %12s\n", "op", "count", "bytes", "time ms",
-                   "waited ms", "busbw");
-        for (int i = 0; i < r->ncommops; i++) {
-            const dcommop *o = &r->commops[i];
-            char by[32], bw[32];
-            human_bytes(by, sizeof(by), o->bytes);
-            human_bytes(bw, sizeof(bw), o->busbw_n ? o->busbw_sum / o->busbw_n : NAN);
-            buf_printf(b, "  %-24s %8.0f %10s %10.1f %10.1f %10s/s\n", o->op, o->n, by,
-                       o->dur_ns / 1e6, o->wait_ns / 1e6, bw);
-        }
-        rr_overlap_t ov;
-        if (rr_overlap(r, &ov))
-            buf_printf(b, "  per rank and step: collectives in flight %.1f ms, exposed (waited on) "
-                          "%.1f ms, overlapped with compute %.1f ms\n",
-                       ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
-        char adv[600];
-        rr_fsdp_advice(r, adv, sizeof(adv));
-        if (adv[0]) buf_printf(b, "  %s\n", adv);
+        comm_section(r, b, TBL_TEXT, bold[0] != 0);
     }
     if (r->nnodes > 1) {
         buf_printf(b, "\n%sNODES%s\n", bold, reset);
@@ -697,23 +715,8 @@ void rr_md(const diag_run *r, buf *b)
         buf_puts(b, ".\n");
     }
     if (r->ncommops) {
-        buf_puts(b, "\n### Communication\n\n| op | count | bytes | time ms | waited ms | busbw/s "
-                    "|\n|---|---|---|---|---|---|\n");
-        for (int i = 0; i < r->ncommops; i++) {
-            const dcommop *o = &r->commops[i];
-            human_bytes(a[0], 32, o->bytes);
-            human_bytes(a[1], 32, o->busbw_n ? o->busbw_sum / o->busbw_n : NAN);
-            buf_printf(b, "| %s | %.0f | %s | %.1f | %.1f | %s |\n", o->op, o->n, a[0],
-                       o->dur_ns / 1e6, o->wait_ns / 1e6, a[1]);
-        }
-        rr_overlap_t ov;
-        if (rr_overlap(r, &ov))
-            buf_printf(b, "\nPer rank and step: collectives in flight %.1f ms, exposed (waited on) "
-                          "%.1f ms, overlapped with compute %.1f ms.\n",
-                       ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
-        char adv[600];
-        rr_fsdp_advice(r, adv, sizeof(adv));
-        if (adv[0]) buf_printf(b, "\n%s\n", adv);
+        tbl_heading(b, TBL_MD, 0, "Communication");
+        comm_section(r, b, TBL_MD, 0);
     }
     if (r->nnodes > 1) {
         buf_puts(b, "\n### Nodes\n\n| node | host | CPUs | ranks | CPU mean % | RSS max | clock "

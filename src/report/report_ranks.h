@@ -74,7 +74,7 @@ void rr_html(const diag_run *r, buf *b);
 void rr_json(const diag_run *r, jw *w); /* keys ranks, straggler, collectives, nodes */
 
 /* compare: per-rank rows of A and B side by side (text, md or html through
- * report/table.h) and the straggler of each; json keys ranks, straggler_a,
+ * util/table.h) and the straggler of each; json keys ranks, straggler_a,
  * straggler_b. */
 void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int color, buf *o);
 void rr_compare_json(const diag_run *a, const diag_run *b, jw *w);

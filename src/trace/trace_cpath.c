@@ -28,6 +28,7 @@
 #include "trace/trace_json.h"
 #include "trainperf.h"
 #include "util/jsonw.h"
+#include "util/table.h"
 
 typedef struct cp_edge {
     uint32_t u, v;
@@ -599,7 +600,7 @@ int trace_cpath_json(const trace_cpath *c, buf *out)
 
 int trace_cpath_text(const trace_cpath *c, buf *o, int color)
 {
-    const char *bo = color ? "\033[1m" : "", *rs = color ? "\033[0m" : "", *dim = color ? "\033[2m" : "";
+    const char *bo = color ? "\033[1m" : "", *rs = color ? "\033[0m" : "";
     int64_t span = win_span(c);
     buf_printf(o, "%sCritical path of %s%s (%s)\n", bo, c->win.what, rs, c->path);
     buf_printf(o, "  %.3f ms on the path of a %.3f ms window; %zu events, %zu edges; bound by %s\n",
@@ -614,24 +615,22 @@ int trace_cpath_text(const trace_cpath *c, buf *o, int color)
                    c->length ? 100.0 * (double)c->by_type[t] / (double)c->length : 0.0, labels[t],
                    (unsigned long long)c->nby_type[t]);
     }
-    buf_printf(o, "\n%sOn the critical path, by name%s\n", bo, rs);
-    buf_printf(o, "%s  %10s %7s %6s  %-12s  %s%s\n", dim, "ms", "%", "edges", "type", "name", rs);
+    static const tbl_col cols[] = {
+        {"ms", 10, TBL_RIGHT}, {"%", 7, TBL_RIGHT}, {"edges", 6, TBL_RIGHT},
+        {"type", 12, TBL_GAP}, {"name", 0, TBL_GAP},
+    };
+    tbl t;
+    tbl_begin_sub(&t, o, TBL_TEXT, color, "On the critical path, by name", cols, 5);
     for (size_t i = 0; i < c->nrows; i++) {
-        char nm[100];
-        const char *s = c->rows[i].name;
-        size_t l = strlen(s);
-        if (l < sizeof(nm)) {
-            memcpy(nm, s, l + 1);
-        } else {
-            size_t cut = sizeof(nm) - 4;
-            while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80) cut--;
-            memcpy(nm, s, cut);
-            memcpy(nm + cut, "...", 4);
-        }
-        buf_printf(o, "  %10.3f %6.1f%% %6llu  %-12s  %s\n", (double)c->rows[i].time / 1e6,
-                   c->length ? 100.0 * (double)c->rows[i].time / (double)c->length : 0.0,
-                   (unsigned long long)c->rows[i].edges, type_names[c->rows[i].type], nm);
+        char nm[100], a[32], b[32], e[32];
+        trace_short_name(nm, sizeof(nm), c->rows[i].name);
+        snprintf(a, sizeof(a), "%.3f", (double)c->rows[i].time / 1e6);
+        snprintf(b, sizeof(b), "%.1f%%", c->length ? 100.0 * (double)c->rows[i].time / (double)c->length : 0.0);
+        snprintf(e, sizeof(e), "%llu", (unsigned long long)c->rows[i].edges);
+        const char *cells[] = {a, b, e, type_names[c->rows[i].type], nm};
+        tbl_row(&t, cells, TBL_PLAIN);
     }
+    tbl_end(&t);
     return o->err;
 }
 

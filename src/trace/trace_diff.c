@@ -14,6 +14,7 @@
 #include "trace/trace_int.h"
 #include "trainperf.h"
 #include "util/jsonw.h"
+#include "util/table.h"
 
 /* A change smaller than this share of the row's baseline (or than 1 us in
  * all) is noise: "same". */
@@ -253,39 +254,32 @@ int trace_diff_json(const trace_diff_result *d, buf *out)
     return jw_error(&w) ? jw_error(&w) : out->err;
 }
 
-static void fmt_name(char *dst, size_t n, const char *s)
-{
-    size_t l = strlen(s);
-    if (l < n) {
-        memcpy(dst, s, l + 1);
-    } else {
-        size_t cut = n - 4;
-        while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80) cut--;
-        memcpy(dst, s, cut);
-        memcpy(dst + cut, "...", 4);
-    }
-    for (char *p = dst; *p; p++)
-        if (*p == '\n' || *p == '\t') *p = ' ';
-}
+static const tbl_col diff_cols[] = {
+    {"status", 7, 0}, {"kind", 6, 0}, {"count A", 8, TBL_RIGHT}, {"count B", 8, TBL_RIGHT},
+    {"total A ms", 11, TBL_RIGHT}, {"total B ms", 11, TBL_RIGHT}, {"delta ms", 11, TBL_RIGHT}, {"change", 8, TBL_RIGHT},
+    {"name", 0, TBL_GAP},
+};
 
-/* One row of the text table. */
-static void text_row(buf *o, const tr_diff_row *r)
+/* One row of the changes table. */
+static void diff_row(tbl *t, const tr_diff_row *r)
 {
-    char nm[80];
-    fmt_name(nm, sizeof(nm), r->name);
+    char nm[80], ca[32], cb[32], ta[32], tb[32], dl[32], pc[32];
+    trace_short_name(nm, sizeof(nm), r->name);
     double p = rel(r->total_a, r->total_b);
-    char pc[32];
     if (isnan(p)) snprintf(pc, sizeof(pc), "new");
     else snprintf(pc, sizeof(pc), "%+.1f%%", p);
-    buf_printf(o, "  %-7s %-6s %8llu %8llu %11.3f %11.3f %+11.3f %8s  %s\n", status_names[r->status],
-               kind_names[r->kind], (unsigned long long)r->count_a, (unsigned long long)r->count_b,
-               (double)r->total_a / 1e6, (double)r->total_b / 1e6, (double)(r->total_b - r->total_a) / 1e6,
-               pc, nm);
+    snprintf(ca, sizeof(ca), "%llu", (unsigned long long)r->count_a);
+    snprintf(cb, sizeof(cb), "%llu", (unsigned long long)r->count_b);
+    snprintf(ta, sizeof(ta), "%.3f", (double)r->total_a / 1e6);
+    snprintf(tb, sizeof(tb), "%.3f", (double)r->total_b / 1e6);
+    snprintf(dl, sizeof(dl), "%+.3f", (double)(r->total_b - r->total_a) / 1e6);
+    const char *cells[] = {status_names[r->status], kind_names[r->kind], ca, cb, ta, tb, dl, pc, nm};
+    tbl_row(t, cells, TBL_PLAIN);
 }
 
 int trace_diff_text(const trace_diff_result *d, buf *o, int color)
 {
-    const char *bo = color ? "\033[1m" : "", *dim = color ? "\033[2m" : "", *rs = color ? "\033[0m" : "";
+    const char *bo = color ? "\033[1m" : "", *rs = color ? "\033[0m" : "";
     buf_printf(o, "%sTrace diff: baseline (%d rank%s) -> test (%d rank%s)%s\n", bo, d->ranks[0],
                d->ranks[0] == 1 ? "" : "s", d->ranks[1], d->ranks[1] == 1 ? "" : "s", rs);
     if (d->steps[0] && d->steps[1])
@@ -308,15 +302,15 @@ int trace_diff_text(const trace_diff_result *d, buf *o, int color)
                (unsigned long long)d->count[TD_ADDED], (unsigned long long)d->count[TD_REMOVED],
                (unsigned long long)d->count[TD_SLOWER], (unsigned long long)d->count[TD_FASTER],
                (unsigned long long)d->count[TD_SAME]);
-    buf_printf(o, "\n%sLargest changes by total time%s\n", bo, rs);
-    buf_printf(o, "%s  %-7s %-6s %8s %8s %11s %11s %11s %8s  %s%s\n", dim, "status", "kind", "count A", "count B",
-               "total A ms", "total B ms", "delta ms", "change", "name", rs);
+    tbl t;
+    tbl_begin_sub(&t, o, TBL_TEXT, color, "Largest changes by total time", diff_cols, 9);
     size_t shown = 0;
     for (size_t i = 0; i < d->nrows && shown < (size_t)d->top_k; i++) {
         if (d->rows[i].status == TD_SAME) continue;
-        text_row(o, &d->rows[i]);
+        diff_row(&t, &d->rows[i]);
         shown++;
     }
+    tbl_end(&t);
     if (!shown) buf_puts(o, "  nothing changed by more than 5% or 1 us\n");
     return o->err;
 }

@@ -9,6 +9,8 @@
 #include "trace/trace_extra.h"
 #include "trace/trace_int.h"
 #include "trainperf.h"
+#include "util/human.h"
+#include "util/table.h"
 
 /* ---- kernel sequences ---------------------------------------------------- */
 
@@ -343,105 +345,98 @@ void trace_extra_json(jw *w, const tr_rank *k)
     jw_arr_end(w);
 }
 
-static void short_copy(char *dst, size_t n, const char *s)
-{
-    size_t l = strlen(s);
-    if (l < n) {
-        memcpy(dst, s, l + 1);
-    } else {
-        size_t cut = n - 4;
-        while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80) cut--;
-        memcpy(dst, s, cut);
-        memcpy(dst + cut, "...", 4);
-    }
-    for (char *p = dst; *p; p++)
-        if (*p == '|' || *p == '\n' || *p == '\t') *p = ' ';
-}
-
-static void ehead(buf *o, int md, int color, const char *t)
-{
-    if (md) buf_printf(o, "\n### %s\n\n", t);
-    else buf_printf(o, "\n%s%s%s\n", color ? "\033[1m" : "", t, color ? "\033[0m" : "");
-}
-
-static void human_bytes(char *b, size_t n, int64_t v)
-{
-    double x = (double)v;
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (fabs(x) >= 1024 && i < 4) x /= 1024, i++;
-    snprintf(b, n, i ? "%.1f %s" : "%.0f %s", x, u[i]);
-}
+static const tbl_col ann_cols[] = {
+    {"ranges", 8, TBL_RIGHT}, {"CPU ms", 10, TBL_RIGHT}, {"kernels", 8, TBL_RIGHT}, {"GPU kernel ms", 14, TBL_RIGHT},
+    {"GPU range ms", 13, TBL_RIGHT}, {"annotation", 0, TBL_GAP},
+};
+static const tbl_col queue_cols[] = {
+    {"stream", 8, TBL_RIGHT}, {"kernels", 9, TBL_RIGHT}, {"max", 6, TBL_RIGHT}, {"mean", 8, TBL_RIGHT},
+};
+static const tbl_col bw_cols[] = {
+    {"count", 8, TBL_RIGHT}, {"bytes", 11, TBL_RIGHT}, {"ms", 10, TBL_RIGHT}, {"mean GB/s", 10, TBL_RIGHT},
+    {"peak GB/s", 10, TBL_RIGHT}, {"copy", 0, TBL_GAP},
+};
 
 void trace_extra_text(buf *o, const tr_rank *k, int md, int color)
 {
     const char *ind = md ? "" : "  ";
-    char nm[96], a[64], b[64];
+    int tf = md ? TBL_MD : TBL_TEXT;
+    char nm[96], a[64], b[64], c[64], d[64], e[64];
+    tbl t;
     if (k->nanns) {
-        ehead(o, md, color, "GPU time per annotation (record_function ranges)");
-        if (md) buf_puts(o, "| ranges | CPU ms | kernels | GPU kernel ms | GPU range ms | annotation |\n| ---: | ---: | ---: | ---: | ---: | --- |\n");
-        else buf_printf(o, "  %8s %10s %8s %14s %13s  %s\n", "ranges", "CPU ms", "kernels", "GPU kernel ms", "GPU range ms", "annotation");
+        tbl_begin_sub(&t, o, tf, color, "GPU time per annotation (record_function ranges)", ann_cols, 6);
         for (size_t i = 0; i < k->nanns; i++) {
             const tr_ann *x = &k->anns[i];
-            short_copy(nm, sizeof(nm), x->name);
-            buf_printf(o, md ? "| %llu | %.3f | %llu | %.3f | %.3f | %s |\n" : "  %8llu %10.3f %8llu %14.3f %13.3f  %s\n",
-                       (unsigned long long)x->ranges, (double)x->cpu / 1e6, (unsigned long long)x->kernels,
-                       (double)x->gpu / 1e6, (double)x->gpu_ann / 1e6, nm);
+            trace_short_name(nm, sizeof(nm), x->name);
+            snprintf(a, sizeof(a), "%llu", (unsigned long long)x->ranges);
+            snprintf(b, sizeof(b), "%.3f", (double)x->cpu / 1e6);
+            snprintf(c, sizeof(c), "%llu", (unsigned long long)x->kernels);
+            snprintf(d, sizeof(d), "%.3f", (double)x->gpu / 1e6);
+            snprintf(e, sizeof(e), "%.3f", (double)x->gpu_ann / 1e6);
+            const char *cells[] = {a, b, c, d, e, nm};
+            tbl_row(&t, cells, TBL_PLAIN);
         }
+        tbl_end(&t);
     }
     if (k->nseqs) {
         snprintf(a, sizeof(a), "Frequent kernel sequences (length %d; fusion candidates)", k->seq_len);
-        ehead(o, md, color, a);
+        tbl_heading(o, tf, color, a);
         for (size_t i = 0; i < k->nseqs; i++) {
             buf_printf(o, "%s%s%llu x, %.3f ms:", ind, md ? "- " : "", (unsigned long long)k->seqs[i].count,
                        (double)k->seqs[i].total / 1e6);
             for (int j = 0; j < k->seq_len; j++) {
-                short_copy(nm, 60, k->seqs[i].names[j]);
+                trace_short_name(nm, 60, k->seqs[i].names[j]);
                 buf_printf(o, "%s %s", j ? " ->" : "", nm);
             }
             buf_puts(o, "\n");
         }
     }
     if (k->nqueues) {
-        ehead(o, md, color, "Queue length per stream (kernels launched, not yet started)");
-        if (md) buf_puts(o, "| stream | kernels | max | mean |\n| ---: | ---: | ---: | ---: |\n");
-        else buf_printf(o, "  %8s %9s %6s %8s\n", "stream", "kernels", "max", "mean");
+        tbl_begin_sub(&t, o, tf, color, "Queue length per stream (kernels launched, not yet started)",
+                      queue_cols, 4);
         for (size_t i = 0; i < k->nqueues; i++) {
             const tr_queue *q = &k->queues[i];
-            buf_printf(o, md ? "| %lld | %llu | %u | %.2f |\n" : "  %8lld %9llu %6u %8.2f\n", (long long)q->stream,
-                       (unsigned long long)q->kernels, q->max, q->mean);
+            snprintf(a, sizeof(a), "%lld", (long long)q->stream);
+            snprintf(b, sizeof(b), "%llu", (unsigned long long)q->kernels);
+            snprintf(c, sizeof(c), "%u", q->max);
+            snprintf(d, sizeof(d), "%.2f", q->mean);
+            const char *cells[] = {a, b, c, d};
+            tbl_row(&t, cells, TBL_PLAIN);
         }
+        tbl_end(&t);
     }
     if (k->nbws) {
-        ehead(o, md, color, "Memory copies: bandwidth");
-        if (md) buf_puts(o, "| count | bytes | ms | mean GB/s | peak GB/s | copy |\n| ---: | ---: | ---: | ---: | ---: | --- |\n");
-        else buf_printf(o, "  %8s %11s %10s %10s %10s  %s\n", "count", "bytes", "ms", "mean GB/s", "peak GB/s", "copy");
+        tbl_begin_sub(&t, o, tf, color, "Memory copies: bandwidth", bw_cols, 6);
         for (size_t i = 0; i < k->nbws; i++) {
             const tr_bw *x = &k->bws[i];
-            human_bytes(a, sizeof(a), x->bytes);
-            short_copy(nm, sizeof(nm), x->name);
-            buf_printf(o, md ? "| %llu | %s | %.3f | %.2f | %.2f | %s |\n" : "  %8llu %11s %10.3f %10.2f %10.2f  %s\n",
-                       (unsigned long long)x->count, a, (double)x->time / 1e6,
-                       x->time > 0 ? (double)x->bytes / (double)x->time : 0.0, x->peak, nm);
+            snprintf(a, sizeof(a), "%llu", (unsigned long long)x->count);
+            human_bytes(b, sizeof(b), (double)x->bytes);
+            snprintf(c, sizeof(c), "%.3f", (double)x->time / 1e6);
+            snprintf(d, sizeof(d), "%.2f", x->time > 0 ? (double)x->bytes / (double)x->time : 0.0);
+            snprintf(e, sizeof(e), "%.2f", x->peak);
+            trace_short_name(nm, sizeof(nm), x->name);
+            const char *cells[] = {a, b, c, d, e, nm};
+            tbl_row(&t, cells, TBL_PLAIN);
         }
+        tbl_end(&t);
     }
     for (size_t i = 0; i < k->nmem; i++) {
         const tr_memdev *m = &k->mem[i];
         char dn[64];
         dev_name(dn, sizeof(dn), m->key);
         snprintf(nm, sizeof(nm), "Memory timeline: %s", dn);
-        ehead(o, md, color, nm);
-        human_bytes(a, sizeof(a), m->peak);
-        human_bytes(b, sizeof(b), m->reserved_peak);
+        tbl_heading(o, tf, color, nm);
+        human_bytes(a, sizeof(a), (double)m->peak);
+        human_bytes(b, sizeof(b), (double)m->reserved_peak);
         buf_printf(o, "%speak allocated %s at %.3f ms%s%s%s; peak reserved %s; %llu allocations, %llu frees\n", ind, a,
                    (double)m->peak_ts / 1e6, m->peak_cat ? " (in " : "", m->peak_cat ? m->peak_cat : "",
                    m->peak_cat ? ")" : "", b, (unsigned long long)m->allocs, (unsigned long long)m->frees);
         for (size_t j = 0; j < k->nmemcats; j++) {
-            const tr_memcat *c = &k->memcats[j];
-            if (c->dev != (int)i) continue;
-            human_bytes(a, sizeof(a), c->bytes);
-            short_copy(nm, sizeof(nm), c->name);
-            buf_printf(o, "%s%s%11s in %llu allocations: %s\n", ind, md ? "- " : "", a, (unsigned long long)c->count, nm);
+            const tr_memcat *mc = &k->memcats[j];
+            if (mc->dev != (int)i) continue;
+            human_bytes(a, sizeof(a), (double)mc->bytes);
+            trace_short_name(nm, sizeof(nm), mc->name);
+            buf_printf(o, "%s%s%11s in %llu allocations: %s\n", ind, md ? "- " : "", a, (unsigned long long)mc->count, nm);
         }
     }
 }

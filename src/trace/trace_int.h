@@ -187,4 +187,8 @@ void trace_extra_json(struct jw *w, const tr_rank *k);
 void trace_extra_text(buf *o, const tr_rank *k, int md, int color);
 void trace_extra_rank_free(tr_rank *k);
 
+/* trace_out.c: s cut to fit n bytes ("..." at a UTF-8 boundary), on one
+ * line: the name cell of the analyser's tables. */
+void trace_short_name(char *dst, size_t n, const char *s);
+
 #endif

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,6 +341,21 @@ static int js_number(jsrc *s, char *nb, size_t *nlen)
     return 0;
 }
 
+/* A number literal and where it started (for the error naming its byte). */
+typedef struct jnum {
+    char s[JS_NUM_MAX];
+    size_t n;
+    uint64_t at;
+} jnum;
+
+static int js_num(jsrc *s, jnum *t)
+{
+    t->at = js_off(s);
+    return js_number(s, t->s, &t->n);
+}
+
+static int num_start(int c) { return c == '-' || (c >= '0' && c <= '9'); }
+
 static int js_bad_number(jsrc *s, uint64_t at)
 {
     return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: malformed number",
@@ -537,14 +553,11 @@ static int js_skip(jsrc *s, int depth)
                                (unsigned long long)(js_off(s) - 1), close);
         }
     }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-        char nb[JS_NUM_MAX];
-        size_t n;
-        uint64_t at = js_off(s);
-        int rc = js_number(s, nb, &n);
+    if (num_start(c)) {
+        jnum t;
+        int rc = js_num(s, &t);
         if (rc) return rc;
-        if (!num_valid(nb, n)) return js_bad_number(s, at);
-        return 0;
+        return num_valid(t.s, t.n) ? 0 : js_bad_number(s, t.at);
     }
     return js_literal(s);
 }
@@ -559,17 +572,15 @@ static int js_scalar_int(jsrc *s, int *isnum, int64_t *v, size_t *off, size_t *l
     size_t o = s->cap_on ? cap_pos(s) : 0;
     int rc;
     *isnum = 0;
-    if (c == '-' || (c >= '0' && c <= '9')) {
-        char nb[JS_NUM_MAX];
-        size_t n;
-        uint64_t at = js_off(s);
-        if ((rc = js_number(s, nb, &n))) return rc;
+    if (num_start(c)) {
+        jnum t;
+        if ((rc = js_num(s, &t))) return rc;
         int64_t x;
-        if (parse_int_lit(nb, n, &x) == 0) {
+        if (parse_int_lit(t.s, t.n, &x) == 0) {
             *isnum = 1;
             *v = x;
-        } else if (trace_parse_us(nb, n, &x, NULL) == TPF_EFORMAT) {
-            return js_bad_number(s, at);
+        } else if (trace_parse_us(t.s, t.n, &x, NULL) == TPF_EFORMAT) {
+            return js_bad_number(s, t.at);
         }
     } else if ((rc = js_skip(s, 1))) {
         return rc;
@@ -585,22 +596,20 @@ static int js_time(jsrc *s, trace_ev *ev, unsigned bit, int64_t *dst, size_t *of
 {
     int c = js_ws(s);
     size_t o = s->cap_on ? cap_pos(s) : 0;
-    if (c == '-' || (c >= '0' && c <= '9')) {
-        char nb[JS_NUM_MAX];
-        size_t n;
-        uint64_t at = js_off(s);
-        int rc = js_number(s, nb, &n);
+    if (num_start(c)) {
+        jnum t;
+        int rc = js_num(s, &t);
         if (rc) return rc;
         int frac = 0;
-        rc = trace_parse_us(nb, n, dst, &frac);
-        if (rc == TPF_EFORMAT) return js_bad_number(s, at);
+        rc = trace_parse_us(t.s, t.n, dst, &frac);
+        if (rc == TPF_EFORMAT) return js_bad_number(s, t.at);
         if (rc == 0) {
             ev->has |= bit;
             if (frac) ev->has |= bit == TEV_TS ? TEV_TS_FRAC : TEV_DUR_FRAC;
             if (s->doubles) {
                 /* An integer literal is a whole number of microseconds, exact
                  * in a double; a fraction is read as Python reads it. */
-                double d = frac ? strtod(nb, NULL) : (double)(*dst / 1000);
+                double d = frac ? strtod(t.s, NULL) : (double)(*dst / 1000);
                 if (bit == TEV_TS) ev->ts_us = d;
                 else ev->dur_us = d;
             }
@@ -656,8 +665,40 @@ static int js_obj_open(jsrc *s)
     return 1;
 }
 
+/* The integer args of an event: the field each fills, the flag it sets when
+ * it is a number, and the flag it sets when present at all. */
+typedef struct int_arg_def {
+    const char *key;
+    size_t off;
+    unsigned flag, any;
+} int_arg_def;
+
+#define IA(k, f, fl, an) {k, offsetof(trace_ev, f), fl, an}
+static const int_arg_def int_args[] = {
+    IA("stream", stream, TEV_STREAM, TEV_STREAM_ANY),
+    IA("correlation", corr, TEV_CORR, 0),
+    IA("bytes", bytes, TEV_BYTES, 0),
+    IA("Bytes", bytes, TEV_BYTES, 0),
+    IA("Total Allocated", mem_alloc, TEV_MEM, 0),
+    IA("Total Reserved", mem_reserved, 0, 0),
+    IA("wait_on_stream", wait_stream, TEV_WAIT, 0),
+    IA("wait_on_cuda_event_record_corr_id", wait_corr, TEV_WAIT, 0),
+    IA("Device Type", devtype, 0, 0),
+    IA("Device Id", dev, TEV_DEV, 0),
+    IA("device", dev, TEV_DEV, 0),
+};
+#undef IA
+
+static const int_arg_def *int_arg(const char *key)
+{
+    for (size_t i = 0; i < sizeof(int_args) / sizeof(int_args[0]); i++)
+        if (strcmp(key, int_args[i].key) == 0) return &int_args[i];
+    return NULL;
+}
+
 static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
 {
+    const int_arg_def *a;
     int rc = js_obj_open(s);
     if (rc <= 0) return rc;
     for (;;) {
@@ -669,34 +710,13 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
             k0 != 'w') {
             /* most args: skip without comparing */
             if ((rc = js_skip(s, 2))) return rc;
-        } else if (strcmp(sc->key, "stream") == 0) {
+        } else if ((a = int_arg(sc->key))) {
             if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            ev->has |= TEV_STREAM_ANY;
-            if (isnum) { ev->stream = v; ev->has |= TEV_STREAM; }
-        } else if (strcmp(sc->key, "correlation") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) { ev->corr = v; ev->has |= TEV_CORR; }
-        } else if (strcmp(sc->key, "bytes") == 0 || strcmp(sc->key, "Bytes") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) { ev->bytes = v; ev->has |= TEV_BYTES; }
-        } else if (strcmp(sc->key, "Total Allocated") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) { ev->mem_alloc = v; ev->has |= TEV_MEM; }
-        } else if (strcmp(sc->key, "Total Reserved") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) ev->mem_reserved = v;
-        } else if (strcmp(sc->key, "wait_on_stream") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) { ev->wait_stream = v; ev->has |= TEV_WAIT; }
-        } else if (strcmp(sc->key, "wait_on_cuda_event_record_corr_id") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) { ev->wait_corr = v; ev->has |= TEV_WAIT; }
-        } else if (strcmp(sc->key, "Device Type") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) ev->devtype = v;
-        } else if (strcmp(sc->key, "Device Id") == 0 || strcmp(sc->key, "device") == 0) {
-            if ((rc = js_scalar_int(s, &isnum, &v, NULL, NULL))) return rc;
-            if (isnum) { ev->dev = v; ev->has |= TEV_DEV; }
+            ev->has |= a->any;
+            if (isnum) {
+                *(int64_t *)((char *)ev + a->off) = v;
+                ev->has |= a->flag;
+            }
         } else if (strcmp(sc->key, "name") == 0 && js_ws(s) == '"') {
             if ((rc = js_string(s, sc->argname, sizeof(sc->argname), NULL))) return rc;
         } else if ((rc = js_skip(s, 2))) {
@@ -771,19 +791,18 @@ static int js_event(jsrc *s, jscratch *sc, trace_ev_fn fn, void *ud)
             }
             break;
         case 'n':
-            if (strcmp(k, "name") == 0 && js_ws(s) == '"') {
-                if ((rc = js_string(s, sc->name, sizeof(sc->name), &ev.name_len))) return rc;
-                ev.has |= TEV_NAME;
+        case 'c': {
+            /* the two string members, read into the scratch buffers */
+            int nm = strcmp(k, "name") == 0;
+            if ((nm || strcmp(k, "cat") == 0) && js_ws(s) == '"') {
+                rc = nm ? js_string(s, sc->name, sizeof(sc->name), &ev.name_len)
+                        : js_string(s, sc->cat, sizeof(sc->cat), &ev.cat_len);
+                if (rc) return rc;
+                ev.has |= nm ? TEV_NAME : TEV_CAT;
                 goto next;
             }
             break;
-        case 'c':
-            if (strcmp(k, "cat") == 0 && js_ws(s) == '"') {
-                if ((rc = js_string(s, sc->cat, sizeof(sc->cat), &ev.cat_len))) return rc;
-                ev.has |= TEV_CAT;
-                goto next;
-            }
-            break;
+        }
         case 'a':
             if (strcmp(k, "args") == 0) {
                 if ((rc = js_args(s, &ev, sc))) return rc;

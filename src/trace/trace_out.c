@@ -2,10 +2,13 @@
  * terminal, markdown for reports. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trace/trace_int.h"
+#include "trainperf.h"
 #include "util/jsonw.h"
+#include "util/table.h"
 
 static const char *trace_type_name(int mask)
 {
@@ -199,6 +202,9 @@ int trace_result_json(const trace_result *r, buf *out)
 }
 
 /* ---- text and markdown --------------------------------------------------- */
+/* Every table below is a column description (util/table.h) plus the loop
+ * that turns one computed row into cells; the table writer lays it out in
+ * text or Markdown. */
 
 typedef struct fmt {
     buf *out;
@@ -208,13 +214,15 @@ typedef struct fmt {
 
 static const char *c_(const fmt *f, const char *code) { return f->color ? code : ""; }
 
+static int tfmt(const fmt *f) { return f->md ? TBL_MD : TBL_TEXT; }
+
 /* Milliseconds with 3 decimals keep ns-level detail readable. */
 static void ms(char *b, size_t n, int64_t ns)
 {
     snprintf(b, n, "%.3f", (double)ns / 1e6);
 }
 
-static void short_name(char *dst, size_t n, const char *s)
+void trace_short_name(char *dst, size_t n, const char *s)
 {
     size_t l = strlen(s);
     if (l < n) {
@@ -232,65 +240,132 @@ static void short_name(char *dst, size_t n, const char *s)
         else if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
 }
 
-/* A Markdown table cell as text: nothing in a name turns into markup. */
-static void md_cell(buf *b, const char *s)
+static void heading(fmt *f, const char *text) { tbl_heading(f->out, tfmt(f), f->color, text); }
+
+static void begin(fmt *f, tbl *t, const char *title, const tbl_col *cols, int n)
 {
-    for (; *s; s++) {
-        switch (*s) {
-        case '<': buf_puts(b, "&lt;"); break;
-        case '>': buf_puts(b, "&gt;"); break;
-        case '&': buf_puts(b, "&amp;"); break;
-        case '|': case '*': case '_': case '`': case '[': case ']': case '\\':
-            buf_putc(b, '\\');
-            buf_putc(b, *s);
-            break;
-        default: buf_putc(b, *s);
-        }
-    }
+    tbl_begin_sub(t, f->out, tfmt(f), f->color, title, cols, n);
 }
 
-static void heading(fmt *f, const char *text)
-{
-    if (f->md) buf_printf(f->out, "\n### %s\n\n", text);
-    else buf_printf(f->out, "\n%s%s%s\n", c_(f, "\033[1m"), text, c_(f, "\033[0m"));
-}
+static const tbl_col gpu_time_cols[] = {{"", 14, TBL_RIGHT}, {"ms", 12, TBL_RIGHT}, {"%", 8, TBL_RIGHT}};
+static const tbl_col type_cols[] = {{"ms", 12, TBL_RIGHT}, {"%", 8, TBL_RIGHT}, {"type", 0, 0}};
+static const tbl_col kernel_cols[] = {
+    {"count", 8, TBL_RIGHT}, {"total ms", 11, TBL_RIGHT}, {"mean us", 10, TBL_RIGHT}, {"min us", 10, TBL_RIGHT},
+    {"max us", 10, TBL_RIGHT}, {"type", 6, TBL_RIGHT}, {"kernel", 0, 0},
+};
+static const tbl_col stream_cols[] = {
+    {"stream", 8, TBL_RIGHT}, {"kernels", 9, TBL_RIGHT}, {"host wait ms", 14, TBL_RIGHT},
+    {"kernel wait ms", 14, TBL_RIGHT}, {"other ms", 14, TBL_RIGHT},
+};
+static const tbl_col op_cols[] = {
+    {"count", 8, TBL_RIGHT}, {"self ms", 12, TBL_RIGHT}, {"total ms", 12, TBL_RIGHT}, {"operator", 0, 0},
+};
+static const tbl_col step_cols[] = {
+    {"step", 8, TBL_RIGHT}, {"ms", 10, TBL_RIGHT}, {"kernels", 9, TBL_RIGHT}, {"GPU busy ms", 12, TBL_RIGHT},
+    {"compute ms", 11, TBL_RIGHT}, {"comm ms", 11, TBL_RIGHT}, {"launch delay us", 16, TBL_RIGHT},
+};
 
-/* One table row: cells are right-aligned except the last (a name). */
-static void row(fmt *f, int ncell, const int *wid, const char *const *cells)
-{
-    if (f->md) {
-        buf_puts(f->out, "|");
-        for (int i = 0; i < ncell; i++) {
-            buf_putc(f->out, ' ');
-            md_cell(f->out, cells[i]);
-            buf_puts(f->out, " |");
-        }
-        buf_puts(f->out, "\n");
-        return;
-    }
-    buf_puts(f->out, " ");
-    for (int i = 0; i < ncell; i++) {
-        if (i == ncell - 1 && wid[i] < 0) buf_printf(f->out, " %s", cells[i]);
-        else buf_printf(f->out, " %*s", wid[i] < 0 ? -wid[i] : wid[i], cells[i]);
-    }
-    buf_puts(f->out, "\n");
-}
-
-static void header(fmt *f, int ncell, const int *wid, const char *const *cells)
-{
-    if (!f->md) buf_puts(f->out, c_(f, "\033[2m"));
-    row(f, ncell, wid, cells);
-    if (!f->md) buf_puts(f->out, c_(f, "\033[0m"));
-    if (f->md) {
-        buf_puts(f->out, "|");
-        for (int i = 0; i < ncell; i++) buf_puts(f->out, i == ncell - 1 ? " --- |" : " ---: |");
-        buf_puts(f->out, "\n");
-    }
-}
-
-static void render_rank(fmt *f, const trace_result *r, const tr_rank *k)
+static void gpu_tables(fmt *f, const tr_rank *k)
 {
     char a[64], b[64], c[64], d[64], e[64], g[64], nm[96];
+    tbl t;
+    begin(f, &t, "GPU time (union of streams)", gpu_time_cols, 3);
+    struct { const char *n; int64_t v; } rows[] = {
+        {"compute", k->compute}, {"non-compute", k->non_compute}, {"idle", k->idle},
+        {"total", k->kernel_time},
+    };
+    for (size_t i = 0; i < 4; i++) {
+        ms(a, sizeof(a), rows[i].v);
+        snprintf(b, sizeof(b), "%.2f", pct(rows[i].v, k->kernel_time));
+        const char *cells[] = {rows[i].n, a, b};
+        tbl_row(&t, cells, TBL_PLAIN);
+    }
+    tbl_end(&t);
+    begin(f, &t, "Kernel types and overlaps", type_cols, 3);
+    int64_t tot = 0;
+    for (int m = 1; m < 8; m++) tot += k->label_time[m];
+    for (int m = 1; m < 8; m++) {
+        if (!k->label_time[m]) continue;
+        ms(a, sizeof(a), k->label_time[m]);
+        snprintf(b, sizeof(b), "%.1f", tot ? 100.0 * (double)k->label_time[m] / (double)tot : 0.0);
+        const char *cells[] = {a, b, trace_type_name(m)};
+        tbl_row(&t, cells, TBL_PLAIN);
+    }
+    tbl_end(&t);
+    if (k->comm_total) {
+        ms(a, sizeof(a), k->overlap);
+        ms(b, sizeof(b), k->comm_total);
+        buf_printf(f->out, "%scommunication overlapped by computation: %s of %s ms (%.2f%%)\n",
+                   f->md ? "\n" : "  ", a, b, pct(k->overlap, k->comm_total));
+    }
+    begin(f, &t, "Top kernels by total time", kernel_cols, 7);
+    for (size_t i = 0; i < k->nkernels; i++) {
+        const tr_kernel *kk = &k->kernels[i];
+        snprintf(a, sizeof(a), "%llu", (unsigned long long)kk->count);
+        ms(b, sizeof(b), kk->sum);
+        snprintf(c, sizeof(c), "%.3f", (double)kk->sum / (double)kk->count / 1e3);
+        snprintf(d, sizeof(d), "%.3f", (double)kk->min / 1e3);
+        snprintf(e, sizeof(e), "%.3f", (double)kk->max / 1e3);
+        snprintf(g, sizeof(g), "%.4s", trace_type_name(kk->type));
+        trace_short_name(nm, sizeof(nm), kk->name);
+        const char *cells[] = {a, b, c, d, e, g, nm};
+        tbl_row(&t, cells, TBL_PLAIN);
+    }
+    tbl_end(&t);
+    begin(f, &t, "GPU idle time per stream", stream_cols, 5);
+    for (size_t i = 0; i < k->nstreams; i++) {
+        const tr_stream *s = &k->streams[i];
+        snprintf(a, sizeof(a), "%lld", (long long)s->stream);
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)s->kernels);
+        ms(c, sizeof(c), s->host_wait);
+        ms(d, sizeof(d), s->kernel_wait);
+        ms(e, sizeof(e), s->other);
+        const char *cells[] = {a, b, c, d, e};
+        tbl_row(&t, cells, TBL_PLAIN);
+    }
+    tbl_end(&t);
+    const tr_launch *l = &k->launch;
+    if (l->count) {
+        heading(f, "Kernel launches");
+        buf_printf(f->out,
+                   "%s%llu launches: CPU %.3f us mean (max %.3f), GPU %.3f us mean, "
+                   "launch delay %.3f us mean (max %.3f)\n%s%llu launches over 50 us on the CPU, "
+                   "%llu delayed over 100 us, %llu kernels shorter than their launch\n",
+                   f->md ? "" : "  ", (unsigned long long)l->count,
+                   (double)l->cpu_sum / (double)l->count / 1e3, (double)l->cpu_max / 1e3,
+                   (double)l->gpu_sum / (double)l->count / 1e3,
+                   (double)l->delay_sum / (double)l->count / 1e3, (double)l->delay_max / 1e3,
+                   f->md ? "\n" : "  ", (unsigned long long)l->cpu_outliers,
+                   (unsigned long long)l->delay_outliers, (unsigned long long)l->short_kernels);
+    }
+}
+
+static void step_table(fmt *f, const tr_rank *k)
+{
+    char a[64], b[64], c[64], d[64], e[64], g[64], h[64];
+    tbl t;
+    begin(f, &t, "Steps", step_cols, 7);
+    for (size_t i = 0; i < k->nsteps; i++) {
+        const tr_step *s = &k->steps[i];
+        snprintf(a, sizeof(a), "%ld", s->num);
+        ms(b, sizeof(b), s->dur);
+        snprintf(c, sizeof(c), "%llu", (unsigned long long)s->kernels);
+        ms(d, sizeof(d), s->busy);
+        ms(e, sizeof(e), s->compute);
+        ms(g, sizeof(g), s->comm);
+        if (s->launch.count)
+            snprintf(h, sizeof(h), "%.3f", (double)s->launch.delay_sum / (double)s->launch.count / 1e3);
+        else
+            snprintf(h, sizeof(h), "-");
+        const char *cells[] = {a, b, c, d, e, g, h};
+        tbl_row(&t, cells, TBL_PLAIN);
+    }
+    tbl_end(&t);
+}
+
+static void render_rank(fmt *f, const tr_rank *k)
+{
+    char a[64], b[64], c[64], nm[96];
     if (f->md) buf_printf(f->out, "\n## Rank %ld — `%s`\n", k->rank, k->path);
     else buf_printf(f->out, "\n%s== rank %ld: %s ==%s\n", c_(f, "\033[1m"), k->rank, k->path, c_(f, "\033[0m"));
     buf_printf(f->out, "%s%llu events, %llu complete, %llu on the GPU%s%s\n", f->md ? "\n" : "",
@@ -298,166 +373,82 @@ static void render_rank(fmt *f, const trace_result *r, const tr_rank *k)
                (unsigned long long)k->gpu_events,
                k->trimmed ? "; last step trimmed (HTA)" : "",
                k->unterminated ? "; array without closing bracket" : "");
-    if (k->gpu_events) {
-        heading(f, "GPU time (union of streams)");
-        static const int w1[] = {14, 12, 8};
-        const char *h1[] = {"", "ms", "%"};
-        header(f, 3, w1, h1);
-        struct { const char *n; int64_t v; } rows[] = {
-            {"compute", k->compute}, {"non-compute", k->non_compute}, {"idle", k->idle},
-            {"total", k->kernel_time},
-        };
-        for (size_t i = 0; i < 4; i++) {
-            ms(a, sizeof(a), rows[i].v);
-            snprintf(b, sizeof(b), "%.2f", pct(rows[i].v, k->kernel_time));
-            const char *cells[] = {rows[i].n, a, b};
-            row(f, 3, w1, cells);
-        }
-        heading(f, "Kernel types and overlaps");
-        static const int w2[] = {12, 8, -1};
-        const char *h2[] = {"ms", "%", "type"};
-        header(f, 3, w2, h2);
-        int64_t tot = 0;
-        for (int m = 1; m < 8; m++) tot += k->label_time[m];
-        for (int m = 1; m < 8; m++) {
-            if (!k->label_time[m]) continue;
-            ms(a, sizeof(a), k->label_time[m]);
-            snprintf(b, sizeof(b), "%.1f", tot ? 100.0 * (double)k->label_time[m] / (double)tot : 0.0);
-            const char *cells[] = {a, b, trace_type_name(m)};
-            row(f, 3, w2, cells);
-        }
-        if (k->comm_total) {
-            ms(a, sizeof(a), k->overlap);
-            ms(b, sizeof(b), k->comm_total);
-            buf_printf(f->out, "%scommunication overlapped by computation: %s of %s ms (%.2f%%)\n",
-                       f->md ? "\n" : "  ", a, b, pct(k->overlap, k->comm_total));
-        }
-        heading(f, "Top kernels by total time");
-        static const int w3[] = {8, 11, 10, 10, 10, 6, -1};
-        const char *h3[] = {"count", "total ms", "mean us", "min us", "max us", "type", "kernel"};
-        header(f, 7, w3, h3);
-        for (size_t i = 0; i < k->nkernels; i++) {
-            const tr_kernel *kk = &k->kernels[i];
-            snprintf(a, sizeof(a), "%llu", (unsigned long long)kk->count);
-            ms(b, sizeof(b), kk->sum);
-            snprintf(c, sizeof(c), "%.3f", (double)kk->sum / (double)kk->count / 1e3);
-            snprintf(d, sizeof(d), "%.3f", (double)kk->min / 1e3);
-            snprintf(e, sizeof(e), "%.3f", (double)kk->max / 1e3);
-            snprintf(g, sizeof(g), "%.4s", trace_type_name(kk->type));
-            short_name(nm, sizeof(nm), kk->name);
-            const char *cells[] = {a, b, c, d, e, g, nm};
-            row(f, 7, w3, cells);
-        }
-        heading(f, "GPU idle time per stream");
-        static const int w4[] = {8, 9, 14, 14, 14};
-        const char *h4[] = {"stream", "kernels", "host wait ms", "kernel wait ms", "other ms"};
-        header(f, 5, w4, h4);
-        for (size_t i = 0; i < k->nstreams; i++) {
-            const tr_stream *s = &k->streams[i];
-            snprintf(a, sizeof(a), "%lld", (long long)s->stream);
-            snprintf(b, sizeof(b), "%llu", (unsigned long long)s->kernels);
-            ms(c, sizeof(c), s->host_wait);
-            ms(d, sizeof(d), s->kernel_wait);
-            ms(e, sizeof(e), s->other);
-            const char *cells[] = {a, b, c, d, e};
-            row(f, 5, w4, cells);
-        }
-        const tr_launch *l = &k->launch;
-        if (l->count) {
-            heading(f, "Kernel launches");
-            buf_printf(f->out,
-                       "%s%llu launches: CPU %.3f us mean (max %.3f), GPU %.3f us mean, "
-                       "launch delay %.3f us mean (max %.3f)\n%s%llu launches over 50 us on the CPU, "
-                       "%llu delayed over 100 us, %llu kernels shorter than their launch\n",
-                       f->md ? "" : "  ", (unsigned long long)l->count,
-                       (double)l->cpu_sum / (double)l->count / 1e3, (double)l->cpu_max / 1e3,
-                       (double)l->gpu_sum / (double)l->count / 1e3,
-                       (double)l->delay_sum / (double)l->count / 1e3, (double)l->delay_max / 1e3,
-                       f->md ? "\n" : "  ", (unsigned long long)l->cpu_outliers,
-                       (unsigned long long)l->delay_outliers, (unsigned long long)l->short_kernels);
-        }
-    } else {
+    if (k->gpu_events)
+        gpu_tables(f, k);
+    else
         buf_printf(f->out, "%sno GPU activity in this trace: CPU analyses only\n", f->md ? "\n" : "  ");
-    }
     for (int pass = 0; pass < 2; pass++) {
         const tr_op *ops = pass ? k->ops_total : k->ops_self;
         size_t n = pass ? k->nops_total : k->nops_self;
         if (!n) continue;
-        heading(f, pass ? "Top CPU operators by total time" : "Top CPU operators by self time");
-        static const int w5[] = {8, 12, 12, -1};
-        const char *h5[] = {"count", "self ms", "total ms", "operator"};
-        header(f, 4, w5, h5);
+        tbl t;
+        begin(f, &t, pass ? "Top CPU operators by total time" : "Top CPU operators by self time", op_cols, 4);
         for (size_t i = 0; i < n; i++) {
             snprintf(a, sizeof(a), "%llu", (unsigned long long)ops[i].count);
             ms(b, sizeof(b), ops[i].self);
             ms(c, sizeof(c), ops[i].total);
-            short_name(nm, sizeof(nm), ops[i].name);
+            trace_short_name(nm, sizeof(nm), ops[i].name);
             const char *cells[] = {a, b, c, nm};
-            row(f, 4, w5, cells);
+            tbl_row(&t, cells, TBL_PLAIN);
         }
+        tbl_end(&t);
     }
     trace_extra_text(f->out, k, f->md, f->color);
-    if (k->nsteps) {
-        heading(f, "Steps");
-        static const int w6[] = {8, 10, 9, 12, 11, 11, 16};
-        const char *h6[] = {"step", "ms", "kernels", "GPU busy ms", "compute ms", "comm ms",
-                            "launch delay us"};
-        header(f, 7, w6, h6);
-        for (size_t i = 0; i < k->nsteps; i++) {
-            const tr_step *s = &k->steps[i];
-            char h[64];
-            snprintf(a, sizeof(a), "%ld", s->num);
-            ms(b, sizeof(b), s->dur);
-            snprintf(c, sizeof(c), "%llu", (unsigned long long)s->kernels);
-            ms(d, sizeof(d), s->busy);
-            ms(e, sizeof(e), s->compute);
-            ms(g, sizeof(g), s->comm);
-            if (s->launch.count)
-                snprintf(h, sizeof(h), "%.3f", (double)s->launch.delay_sum / (double)s->launch.count / 1e3);
-            else
-                snprintf(h, sizeof(h), "-");
-            const char *cells[] = {a, b, c, d, e, g, h};
-            row(f, 7, w6, cells);
-        }
+    if (k->nsteps) step_table(f, k);
+}
+
+/* Step time per rank: a column per rank (ranks capped, as the steps). */
+#define RANK_COLS_MAX 256
+
+static void rank_step_table(fmt *f, const trace_result *r)
+{
+    int nr = r->nranks < RANK_COLS_MAX ? r->nranks : RANK_COLS_MAX;
+    tbl_col *cols = calloc((size_t)nr + 1, sizeof(*cols));
+    char (*heads)[32] = calloc((size_t)nr + 1, sizeof(*heads));
+    const char **cells = calloc((size_t)nr + 1, sizeof(*cells));
+    char (*vals)[64] = calloc((size_t)nr + 1, sizeof(*vals));
+    if (!cols || !heads || !cells || !vals) {
+        f->out->err = TPF_ENOMEM;
+        goto out;
     }
-    (void)r;
+    cols[0] = (tbl_col){"step", 8, TBL_RIGHT};
+    for (int i = 0; i < nr; i++) {
+        snprintf(heads[i + 1], sizeof(heads[i + 1]), "rank %ld", r->ranks[i].rank);
+        cols[i + 1] = (tbl_col){heads[i + 1], 12, TBL_RIGHT};
+    }
+    tbl t;
+    begin(f, &t, "Step time per rank (ms)", cols, nr + 1);
+    const tr_rank *r0 = &r->ranks[0];
+    for (size_t s = 0; s < r0->nsteps && s < 200; s++) {
+        long num = r0->steps[s].num;
+        snprintf(vals[0], sizeof(vals[0]), "%ld", num);
+        cells[0] = vals[0];
+        for (int i = 0; i < nr; i++) {
+            const tr_rank *k = &r->ranks[i];
+            int64_t v = -1;
+            for (size_t j = 0; j < k->nsteps; j++)
+                if (k->steps[j].num == num) { v = k->steps[j].dur; break; }
+            if (v < 0) snprintf(vals[i + 1], sizeof(vals[i + 1]), "-");
+            else ms(vals[i + 1], sizeof(vals[i + 1]), v);
+            cells[i + 1] = vals[i + 1];
+        }
+        tbl_row(&t, cells, TBL_PLAIN);
+    }
+    tbl_end(&t);
+out:
+    free(cols);
+    free(heads);
+    free(cells);
+    free(vals);
 }
 
 static int render(const trace_result *r, buf *out, int md, int color)
 {
     fmt f = {out, md, color};
     if (md) buf_puts(out, "## Profiler traces\n");
-    for (int i = 0; i < r->nranks; i++) render_rank(&f, r, &r->ranks[i]);
+    for (int i = 0; i < r->nranks; i++) render_rank(&f, &r->ranks[i]);
     if (r->nranks > 1) {
-        heading(&f, "Step time per rank (ms)");
-        int nsteps = 0;
-        const tr_rank *r0 = &r->ranks[0];
-        if (md) {
-            buf_puts(out, "| step |");
-            for (int i = 0; i < r->nranks; i++) buf_printf(out, " rank %ld |", r->ranks[i].rank);
-            buf_puts(out, "\n| ---: |");
-            for (int i = 0; i < r->nranks; i++) buf_puts(out, " ---: |");
-            buf_puts(out, "\n");
-        } else {
-            buf_printf(out, "  %s%8s", c_(&f, "\033[2m"), "step");
-            for (int i = 0; i < r->nranks; i++) buf_printf(out, "  %10s%-ld", "rank ", r->ranks[i].rank);
-            buf_printf(out, "%s\n", c_(&f, "\033[0m"));
-        }
-        for (size_t s = 0; s < r0->nsteps && nsteps < 200; s++, nsteps++) {
-            long num = r0->steps[s].num;
-            buf_printf(out, md ? "| %ld |" : "  %8ld", num);
-            for (int i = 0; i < r->nranks; i++) {
-                const tr_rank *k = &r->ranks[i];
-                int64_t v = -1;
-                for (size_t j = 0; j < k->nsteps; j++)
-                    if (k->steps[j].num == num) { v = k->steps[j].dur; break; }
-                char a[64];
-                if (v < 0) snprintf(a, sizeof(a), "-");
-                else ms(a, sizeof(a), v);
-                buf_printf(out, md ? " %s |" : "  %11s", a);
-            }
-            buf_puts(out, "\n");
-        }
+        rank_step_table(&f, r);
         heading(&f, "Stragglers");
         if (!r->nstragglers)
             buf_printf(out, "%sno rank took 10%% longer than the median in any step\n", md ? "" : "  ");

@@ -5,6 +5,7 @@
 #include "tt.h"
 #include "util/buf.h"
 #include "util/jsonw.h"
+#include "util/table.h"
 
 TT_TEST(buf_cap_is_an_error_not_growth)
 {
@@ -69,6 +70,30 @@ TT_TEST(strerror_table)
     TT_EQ_STR(tpf_errname(TPF_ETOOBIG), "TOOBIG");
     TT_EQ_STR(tpf_strerror(-9999), "unknown error");
     TT_EQ_STR(tpf_strerror(0), "success");
+}
+
+/* The trace analyser's layout: a small heading, heads aligned as the cells,
+ * a gap before a trailing name; md escapes what would break the table or
+ * turn into HTML, and aligns number columns right. */
+TT_TEST(table_sub_layout_text_and_md)
+{
+    static const tbl_col cols[] = {{"count", 6, TBL_RIGHT}, {"kind", 5, 0}, {"name", 0, TBL_GAP}};
+    const char *row[] = {"12", "op", "f<int>|g"};
+    buf b;
+    buf_init(&b, 0);
+    tbl t;
+    tbl_begin_sub(&t, &b, TBL_TEXT, 0, "Top", cols, 3);
+    tbl_row(&t, row, TBL_PLAIN);
+    tbl_end(&t);
+    TT_EQ_STR(b.data, "\nTop\n   count kind   name\n      12 op     f<int>|g\n");
+    b.len = 0;
+    b.data[0] = 0;
+    tbl_begin_sub(&t, &b, TBL_MD, 0, "Top", cols, 3);
+    tbl_row(&t, row, TBL_PLAIN);
+    tbl_end(&t);
+    TT_EQ_STR(b.data, "\n### Top\n\n| count | kind | name |\n| ---: | --- | --- |\n"
+                      "| 12 | op | f&lt;int&gt;\\|g |\n");
+    buf_free(&b);
 }
 
 int main(int argc, char **argv) { return tt_main(argc, argv); }
