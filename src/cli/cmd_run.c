@@ -489,6 +489,17 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* The status line when its period has come (the wait loops call this every
+ * 50 ms); *drawn says whether a TTY line is up and must be cleared. */
+static void status_due(coll *c, int tty, int color, double period, double *next, int *drawn)
+{
+    double now = mono_s();
+    if (now < *next) return;
+    status_line(c, tty, color);
+    *drawn = tty;
+    *next = now + period;
+}
+
 /* The short end-of-run summary. With the report following it (full), the
  * percentiles are left to the report, so the terminal never shows two
  * definitions of the same figure. */
@@ -843,12 +854,7 @@ int cmd_run(int argc, char **argv)
             struct timespec nap = {0, 50 * 1000000L};
             nanosleep(&nap, NULL);
             if (sv) sup_tick(sv, color);
-            double now = mono_s();
-            if (c && !a.quiet && now >= next_status) {
-                status_line(c, tty, color);
-                drawn = tty;
-                next_status = now + period;
-            }
+            if (c && !a.quiet) status_due(c, tty, color, period, &next_status, &drawn);
         }
         run_child_pgid = 0;
         /* The terminal comes back for the summary; a Ctrl-C now only counts. */
@@ -881,12 +887,7 @@ int cmd_run(int argc, char **argv)
         while (orphans_left(child)) {
             struct timespec nap = {0, 50 * 1000000L};
             nanosleep(&nap, NULL);
-            double now = mono_s();
-            if (c && !a.quiet && now >= next_status) {
-                status_line(c, tty, color);
-                drawn = tty;
-                next_status = now + period;
-            }
+            if (c && !a.quiet) status_due(c, tty, color, period, &next_status, &drawn);
         }
         run_child_pgid = 0;
         if (drawn && status_rows)

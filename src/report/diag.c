@@ -2,6 +2,7 @@
  * secondary findings and notes. Rules and thresholds: docs/diagnosis.md
  * (keep the two in step). */
 #include "report/diag.h"
+#include "report/diag_rule.h"
 #include "report/report_ranks.h"
 
 #include <ctype.h>
@@ -34,8 +35,7 @@
 #define SWAP_GROWTH_BYTES (256.0 * 1048576.0)
 #define GPU_MEM_FULL_PCT 95.0
 
-static void fmt(char *o, size_t n, const char *f, ...) __attribute__((format(printf, 3, 4)));
-static void fmt(char *o, size_t n, const char *f, ...)
+void diag_fmt(char *o, size_t n, const char *f, ...)
 {
     va_list ap;
     va_start(ap, f);
@@ -43,13 +43,11 @@ static void fmt(char *o, size_t n, const char *f, ...)
     va_end(ap);
 }
 
-static void ev(dfinding *d, const char *name, double v, const char *f, ...)
-    __attribute__((format(printf, 4, 5)));
-static void ev(dfinding *d, const char *name, double v, const char *f, ...)
+void diag_ev(dfinding *d, const char *name, double v, const char *f, ...)
 {
     if (d->nev >= DIAG_MAX_EVIDENCE) return;
     devidence *e = &d->ev[d->nev++];
-    fmt(e->name, sizeof(e->name), "%s", name);
+    diag_fmt(e->name, sizeof(e->name), "%s", name);
     e->value = v;
     va_list ap;
     va_start(ap, f);
@@ -72,8 +70,7 @@ static void finding_head(dfinding *d, const char *id, const char *title, double 
     va_end(ap);
 }
 
-static void rec(dfinding *d, const char *f, ...) __attribute__((format(printf, 2, 3)));
-static void rec(dfinding *d, const char *f, ...)
+void diag_rec(dfinding *d, const char *f, ...)
 {
     if (d->nrec >= DIAG_MAX_RECS) return;
     va_list ap;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "report/diag.h"
+#include "report/diag_rule.h"
 #include "trainperf.h"
 
 #define HOSTCODE_SHARE 0.20   /* unlabelled time that is the user's code */
@@ -18,39 +19,6 @@
 #define CONTEND_MIN_WAIT 15.0   /* % of one core */
 #define GC_SHARE 0.05           /* GC pauses / training time */
 #define ONEOFF_FACTOR 3.0       /* a slow step: over 3x the median */
-
-static void fmt(char *o, size_t n, const char *f, ...) __attribute__((format(printf, 3, 4)));
-static void fmt(char *o, size_t n, const char *f, ...)
-{
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(o, n, f, ap);
-    va_end(ap);
-}
-
-static void ev(dfinding *d, const char *name, double v, const char *f, ...)
-    __attribute__((format(printf, 4, 5)));
-static void ev(dfinding *d, const char *name, double v, const char *f, ...)
-{
-    if (d->nev >= DIAG_MAX_EVIDENCE) return;
-    devidence *e = &d->ev[d->nev++];
-    fmt(e->name, sizeof(e->name), "%s", name);
-    e->value = v;
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(e->text, sizeof(e->text), f, ap);
-    va_end(ap);
-}
-
-static void rec(dfinding *d, const char *f, ...) __attribute__((format(printf, 2, 3)));
-static void rec(dfinding *d, const char *f, ...)
-{
-    if (d->nrec >= DIAG_MAX_RECS) return;
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(d->rec[d->nrec++], sizeof(d->rec[0]), f, ap);
-    va_end(ap);
-}
 
 static const char *base(const char *p)
 {
