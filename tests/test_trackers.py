@@ -167,13 +167,13 @@ def test_mlflow_sqlite_run_gets_trainperf_figures(both):
 def test_profiler_window_where_tensorboard_looks(both):
     """The profiler window is also RUN/plugins/profile/<host>_<pid>.<ms>.pt.trace.json,
     as torch.profiler.tensorboard_trace_handler names it: the same file as
-    profile/trace-<pid>-0.json (a hard link)."""
+    profile/trace-rank<R>-step<S>.json (a hard link)."""
     info, out, run = both
     tb = glob.glob(str(run / "plugins" / "profile" / "*.pt.trace.json"))
     assert len(tb) == 1, tb
     import re
     assert re.fullmatch(r"[^.]+_\d+\.\d+\.pt\.trace\.json", os.path.basename(tb[0]))
-    own = glob.glob(str(run / "profile" / "trace-*-0.json"))
+    own = glob.glob(str(run / "profile" / "trace-rank*-step*.json"))
     assert len(own) == 1 and os.path.samefile(own[0], tb[0])
     assert json.load(open(tb[0]))["traceEvents"]
 

@@ -147,16 +147,21 @@ class _Figures:
         """The top operators of profiler windows of this process not yet sent,
         as prof/<op> = self time in ms (device time when measured)."""
         out = {}
-        pat = os.path.join(self.run_dir, "profile", "top-%d-*.json" % self.pid)
+        # windows are named by rank and step (top-rank<R>-step<S>.json); each
+        # process sends its own rank's
+        from ._profile_hooks import rank as _rank
+        me = _rank()
+        pat = os.path.join(self.run_dir, "profile", "top-rank%d-*.json" % me)
         for path in sorted(glob.glob(pat)):
             if path in self.prof_done:
                 continue
-            self.prof_done.add(path)
             try:
                 with open(path) as f:
-                    ops = json.load(f).get("ops", [])
+                    doc = json.load(f)
             except (OSError, ValueError):
-                continue
+                continue  # being written: next time
+            self.prof_done.add(path)
+            ops = doc.get("ops", []) if isinstance(doc, dict) else []
             for op in ops[:_PROF_TOP]:
                 t = op.get("self_device_us") or op.get("self_cpu_us")
                 if t is None or not op.get("name"):
