@@ -7,6 +7,7 @@ measured, never a wall-clock figure of the machine.
 """
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -89,7 +90,7 @@ COMPUTE_BOUND = textwrap.dedent('''
 # Memory grows with the batch (a 2 MiB activation per sample) while each step
 # has a fixed cost, so samples/s keeps growing until memory runs out.
 BATCH_GROWS = textwrap.dedent('''
-    import time, torch
+    import os, time, torch
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
     D = 1 << 19
@@ -99,11 +100,15 @@ BATCH_GROWS = textwrap.dedent('''
         def __getitem__(self, i): return base[i % 64]
     model = nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for xb in DataLoader(Data(), batch_size=4):
+    peak_at = int(os.environ.get("SHOW_PEAK_AT", "0"))
+    for n, xb in enumerate(DataLoader(Data(), batch_size=4), 1):
         big = torch.empty(xb.shape[0], D)         # 2 MiB of address space per sample
         time.sleep(0.1)                           # fixed cost per step
         loss = model(xb).mean() + big.mean() * 0
         opt.zero_grad(); loss.backward(); opt.step()
+        if n == peak_at:                          # the address space the first steps take
+            print(next(l for l in open("/proc/self/status") if l.startswith("VmPeak")))
+            break
 ''')
 
 
@@ -173,7 +178,16 @@ def test_crashing_trial_is_reported_and_others_go_on(cli, tmp_path):
 
 def test_batch_finder_stops_before_memory_runs_out(cli, tmp_path):
     write(tmp_path, "train.py", BATCH_GROWS)
-    limit = 3 << 30   # address space: torch's import fits, a batch of 1024 x 2 MiB does not
+    # The address space a few steps of batch 4 take under `trainperf run` on
+    # this machine (torch, its threads' arenas, the hook), plus 1.5 GiB: a
+    # batch of 512 x 2 MiB fits, one of 1024 x 2 MiB does not.
+    probe = subprocess.run([cli, "run", "--quiet", "--out", str(tmp_path / "peak"), "--",
+                            sys.executable, "train.py"], capture_output=True, text=True,
+                           env=dict(env_clean(), SHOW_PEAK_AT="3"), cwd=str(tmp_path),
+                           timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    peak_kib = int(re.search(r"VmPeak:\s*(\d+) kB", probe.stdout).group(1))
+    limit = (peak_kib << 10) + (3 << 29)
 
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
