@@ -34,7 +34,8 @@ static void analyze_usage(FILE *f)
             "                 the K-th (from 0) range of record_function NAME\n"
             "  --overlay F    with --critical-path: write the trace plus the path to F (Perfetto)\n"
             "  --jobs N       files analysed at once (default: one per CPU)\n"
-            "  --seq-len N    length of the frequent kernel sequences (2..8, default 3)\n");
+            "  --seq-len N    length of the frequent kernel sequences (2..8, default 3)\n"
+            "  --bins N       bins of the time series over each file (1..1000, default 40)\n");
 }
 
 static int parse_steps(const char *s, long *lo, long *hi)
@@ -195,7 +196,7 @@ int cmd_analyze(int argc, char **argv)
             continue;
         }
         if (strcmp(a, "--rank") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--compat") == 0 ||
-            strcmp(a, "--top") == 0 || strcmp(a, "--jobs") == 0 || strcmp(a, "--seq-len") == 0 ||
+            strcmp(a, "--top") == 0 || strcmp(a, "--jobs") == 0 || strcmp(a, "--seq-len") == 0 || strcmp(a, "--bins") == 0 ||
             strcmp(a, "--overlay") == 0 || strcmp(a, "--cp-range") == 0) {
             if (i + 1 >= argc) {
                 cli_error("%s needs a value (see `trainperf analyze --help`)", a);
@@ -245,6 +246,12 @@ int cmd_analyze(int argc, char **argv)
             overlay = val;
         } else if (strcmp(a, "--cp-range") == 0) {
             cp_range = val;
+        } else if (strcmp(a, "--bins") == 0) {
+            if (cli_parse_long(val, &v) || v < 1 || v > 1000) {
+                cli_error("--bins needs a count between 1 and 1000, not '%s'", val);
+                goto out;
+            }
+            o.bins = (int)v;
         } else if (strcmp(a, "--seq-len") == 0) {
             if (cli_parse_long(val, &v) || v < 2 || v > 8) {
                 cli_error("--seq-len needs a length between 2 and 8, not '%s'", val);

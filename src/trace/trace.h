@@ -23,6 +23,7 @@ typedef struct trace_opts {
     long step_lo, step_hi;
     int jobs;           /* files analysed at once; 0 = one per online CPU */
     int seq_len;        /* kernel sequence length; 0 = 3 */
+    int bins;           /* time-series bins over each file; 0 = 40, at most 1000 */
 } trace_opts;
 
 #define TRACE_MAX_JOBS 64

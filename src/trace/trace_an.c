@@ -40,7 +40,9 @@
 enum {
     C_OTHER = 0, C_CPU_OP, C_USER_ANN, C_RUNTIME, C_DRIVER, C_KERNEL, C_MEMCPY, C_MEMSET,
     C_GPU_ANN, C_PYTHON, C_MTIA, C_SYNC,
-    C_MEMEV /* a "[memory]" instant event of profile_memory (no dur; made a record) */
+    C_MEMEV, /* a "[memory]" instant event of profile_memory (no dur; made a record) */
+    C_COUNTER, /* one series of a counter event (ph "C"): thread = series, corr = value bits */
+    C_COPYBW /* a memory copy's bandwidth, beside its own record: name = kind, thread = GB/s as float bits */
 };
 
 /* F_SU32: the stream was above INT32_MAX and fits 32 bits unsigned (CUPTI
@@ -194,6 +196,10 @@ typedef struct rankst {
     int compat;             /* opts->compat_hta */
     mem_st mem;             /* profile_memory: per device */
     uint64_t badnum;        /* events dropped for a time out of range */
+    tsset ts;               /* time series: the bins are set when pass A is done */
+    int has_span;
+    int64_t tmin, tmax;     /* first start, last end of the records */
+    uint64_t counter_events;
     char last_cat[64];
     size_t last_cat_len;
     int last_code;
@@ -514,6 +520,71 @@ static int spill_chunk(rankst *r)
     return 0;
 }
 
+static inline void span_add(rankst *r, int64_t a, int64_t e)
+{
+    if (e < a) e = a;
+    if (!r->has_span || a < r->tmin) r->tmin = a;
+    if (!r->has_span || e > r->tmax) r->tmax = e;
+    r->has_span = 1;
+}
+
+static int push_rec(rankst *r, const trec *t)
+{
+    r->chunk[r->nchunk++] = *t;
+    r->nrec++;
+    if (r->nchunk == CHUNK_RECS) return spill_chunk(r);
+    return 0;
+}
+
+/* A counter event (ph "C"): each numeric arg is a sample of one series,
+ * named "name", "name (id N)", and ": key" when the key is not the name,
+ * per pid (Chrome keys a counter track by pid, name and id). */
+static int on_counter(rankst *r, const trace_ev *ev)
+{
+    if (!(ev->has & TEV_TS) || !ev->ncargs) return 0;
+    if (ev->ts_ns > TS_LIMIT || ev->ts_ns < -TS_LIMIT) {
+        r->badnum++;
+        return 0;
+    }
+    r->counter_events++;
+    span_add(r, ev->ts_ns, ev->ts_ns);
+    const char *nm = (ev->has & TEV_NAME) ? ev->name : "";
+    int64_t pid = (ev->has & TEV_PID) ? ev->pid : -1;
+    for (int i = 0; i < ev->ncargs; i++) {
+        char label[512];
+        int n = snprintf(label, sizeof(label), "%.200s", nm);
+        if (ev->has & TEV_ID) n += snprintf(label + n, sizeof(label) - (size_t)n, " (id %lld)", (long long)ev->id);
+        if (strcmp(ev->cargs[i].key, nm) != 0)
+            n += snprintf(label + n, sizeof(label) - (size_t)n, "%s%s", nm[0] ? ": " : "", ev->cargs[i].key);
+        trec t;
+        memset(&t, 0, sizeof(t));
+        int rc = st_intern(&r->names, label, strlen(label), &t.name);
+        if (rc) return rc;
+        tseries *se = ts_get(&r->ts, TS_COUNTER, pid, t.name);
+        if (!se) {
+            r->ts.dropped++;
+            continue;
+        }
+        t.ts = ev->ts_ns;
+        t.stream = -1;
+        t.cat = C_COUNTER;
+        t.thread = (uint32_t)(se - r->ts.v);
+        memcpy(&t.corr, &ev->cargs[i].v, sizeof(double));
+        if ((rc = push_rec(r, &t))) return rc;
+    }
+    return 0;
+}
+
+/* HTA's kind of a memory copy (get_memory_kernel_type): "Memset", the first
+ * 11 characters of a Memcpy ("Memcpy HtoD"), else "Memcpy Unknown". */
+static int copy_kind(rankst *r, const char *n, uint32_t *id)
+{
+    if (strncmp(n, "Memset", 6) == 0) return st_intern(&r->names, "Memset", 6, id);
+    if (strncmp(n, "Memcpy", 6) != 0) return st_intern(&r->names, "Memcpy Unknown", 14, id);
+    size_t l = strlen(n);
+    return st_intern(&r->names, n, l < 11 ? l : 11, id);
+}
+
 /* A "[memory]" event: remembered for the timeline as a zero-length record
  * (corr = bytes, rdelta = device), so the sweep sees it in time order. */
 static int on_memory(rankst *r, const trace_ev *ev)
@@ -527,6 +598,7 @@ static int on_memory(rankst *r, const trace_ev *ev)
     int64_t key = (type << 8) | (id + 1);
     int64_t bytes = (ev->has & TEV_BYTES) ? ev->bytes : 0;
     mem_seen(&r->mem, key, ev->ts_ns, bytes, ev->mem_alloc, ev->mem_reserved);
+    span_add(r, ev->ts_ns, ev->ts_ns);
     trec t;
     memset(&t, 0, sizeof(t));
     t.ts = ev->ts_ns;
@@ -554,6 +626,7 @@ static int on_event(void *ud, const trace_ev *ev)
         r->badnum++; /* said in the result: a vanished event is never silent */
         return 0;
     }
+    if (ev->ph == 'C') return on_counter(r, ev);
     if ((ev->has & TEV_MEM) && (ev->has & TEV_TS) && (ev->has & TEV_NAME) && strcmp(ev->name, "[memory]") == 0)
         return on_memory(r, ev);
     if (!(ev->has & TEV_DUR) || !(ev->has & TEV_CAT) || !(ev->has & TEV_TS)) return 0;
@@ -607,6 +680,24 @@ static int on_event(void *ud, const trace_ev *ev)
     const char *nm = (ev->has & TEV_NAME) ? ev->name : "";
     size_t nl = (ev->has & TEV_NAME) ? ev->name_len : 0;
     if ((rc = st_intern(&r->names, nm, nl, &t.name))) return rc;
+    span_add(r, t.ts, t.ts + t.dur);
+    trec bw;
+    bw.cat = 0;
+    if ((t.cat == C_MEMCPY || t.cat == C_MEMSET) &&
+        ((ev->has & TEV_MEMBW) || ((ev->has & TEV_BYTES) && ev->bytes >= 0 && t.dur > 0))) {
+        /* Bandwidth over time, from a record of its own that the sweep sees
+         * in time order: Kineto's figure (from the exact duration) when it
+         * wrote one, else bytes / dur. A copy of 0 us lasts 1 us (HTA). */
+        float gbs = (float)((ev->has & TEV_MEMBW) ? ev->mem_bw : (double)ev->bytes / (double)t.dur);
+        memset(&bw, 0, sizeof(bw));
+        bw.ts = t.ts;
+        bw.dur = t.dur > 0 ? t.dur : 1000;
+        bw.corr = t.corr;
+        bw.stream = -1;
+        bw.cat = C_COPYBW;
+        memcpy(&bw.thread, &gbs, sizeof(gbs));
+        if ((rc = copy_kind(r, nm, &bw.name))) return rc;
+    }
     if ((ev->has & TEV_BYTES) && (t.cat == C_MEMCPY || t.cat == C_MEMSET) && ev->bytes >= 0) {
         /* Bandwidth per kind of copy, over the whole file. */
         nstat *e = &r->names.v[t.name];
@@ -631,15 +722,14 @@ static int on_event(void *ud, const trace_ev *ev)
         r->steps[r->nsteps++] = (tstep){num, t.ts, t.dur, t.name, t.rdelta};
         t.flags |= F_STEP;
     }
-    r->chunk[r->nchunk++] = t;
-    r->nrec++;
-    if (r->nchunk == CHUNK_RECS) return spill_chunk(r);
-    return 0;
+    if (bw.cat == C_COPYBW && (rc = push_rec(r, &bw))) return rc;
+    return push_rec(r, &t);
 }
 
 static void rank_free(rankst *r)
 {
     mem_free_st(&r->mem);
+    ts_free(&r->ts);
     st_free(&r->names);
     free(r->threads);
     free(r->tslots);
@@ -1181,6 +1271,25 @@ static int process(bstate *b, trec *t)
     rankst *r = b->r;
     if (t->cat == C_MEMEV) /* profile_memory: allocation (+) or free (-) */
         return mem_event(&r->mem, t->rdelta, t->ts, t->corr, scope_of(b, t->thread, t->ts, 1));
+    if (t->cat == C_COUNTER) {
+        double v;
+        memcpy(&v, &t->corr, sizeof(v));
+        return ts_sample(&r->ts, &r->ts.v[t->thread], t->ts, v);
+    }
+    if (t->cat == C_COPYBW) {
+        /* the copy's launch decides, as for the copy itself (trim, --steps) */
+        float v;
+        memcpy(&v, &t->thread, sizeof(v));
+        corr_ent *ce = t->corr != -1 ? corr_get(b, t->corr) : NULL;
+        if (b->trim && !(ce ? ce->kept : t->ts < b->cutoff)) return 0;
+        if (!in_steps(b, ce ? ce->step : -1)) return 0;
+        tseries *s = ts_get(&r->ts, TS_BW, 0, t->name);
+        if (!s) {
+            r->ts.dropped++;
+            return 0;
+        }
+        return ts_copy(&r->ts, s, t->ts, t->ts + t->dur, (double)v);
+    }
     nstat *ns = &r->names.v[t->name];
     const char *name = st_str(&r->names, t->name);
     /* HTA rounds when any ts of the file is fractional (pass A kept the
@@ -1252,7 +1361,18 @@ static int process(bstate *b, trec *t)
         if (rc) return rc;
         stream_st *s = stream_get(b, stream);
         if (s && ns->ktype == KT_COMP && (rc = seq_add(&b->seq, &s->ring, t->name, t->dur))) return rc;
-        if (s && ce && queue_launch(b, ce->name) && (rc = queue_add(&s->q, ce->ts, t->ts))) return rc;
+        if (s && ce && queue_launch(b, ce->name)) {
+            if ((rc = queue_add(&s->q, ce->ts, t->ts))) return rc;
+            /* over time: +1 from the launch call to the start, and the
+             * queue just after the launch as the maximum candidate */
+            tseries *qs = ts_get(&r->ts, TS_QUEUE, stream, 0);
+            if (!qs) {
+                r->ts.dropped++;
+            } else {
+                if ((rc = ts_segment(&r->ts, qs, ce->ts, t->ts > ce->ts ? t->ts : ce->ts, 1.0, 1))) return rc;
+                ts_point(&r->ts, qs, ce->ts, (double)s->q.n);
+            }
+        }
     }
     if (ce && ce->ann) {
         nstat *an = &r->names.v[ce->ann - 1];
@@ -1482,6 +1602,66 @@ done:
     return rc;
 }
 
+static int series_cmp(const void *a, const void *b)
+{
+    const tr_series *x = a, *y = b;
+    if (x->kind != y->kind) return x->kind - y->kind;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* The time series of the rank, per bin (queue length per stream, copy
+ * bandwidth per kind, the trace's counter tracks), in that order. */
+static int collect_series(rankst *r, tr_rank *out)
+{
+    const tsset *t = &r->ts;
+    out->ts_t0 = t->bins.t0;
+    out->ts_t1 = t->bins.t1;
+    out->ts_w = t->bins.w;
+    out->ts_bins = t->bins.n;
+    out->counter_events = r->counter_events;
+    out->series_dropped = t->dropped;
+    out->series = calloc(t->n ? t->n : 1, sizeof(tr_series));
+    if (!out->series) return TPF_ENOMEM;
+    for (uint32_t k = 0; k < t->n; k++) {
+        const tseries *s = &t->v[k];
+        if (!s->area) continue;
+        tr_series *o = &out->series[out->nseries];
+        o->kind = s->kind;
+        o->key = s->key;
+        o->samples = s->samples;
+        o->vmax = s->vmax;
+        o->lost = s->lost;
+        if (s->kind == TS_QUEUE) {
+            char nb[64];
+            snprintf(nb, sizeof(nb), "stream %lld", (long long)s->key);
+            o->name = dupstr(nb);
+        } else {
+            o->name = dupstr(st_str(&r->names, s->name));
+        }
+        o->mean = malloc(2 * (size_t)t->bins.n * sizeof(double));
+        if (!o->name || !o->mean) {
+            free(o->name);
+            free(o->mean);
+            return TPF_ENOMEM;
+        }
+        o->max = o->mean + t->bins.n;
+        double area = 0, cov = 0;
+        for (int i = 0; i < t->bins.n; i++) {
+            o->mean[i] = ts_mean(t, s, i);
+            o->max[i] = ts_max(t, s, i);
+            area += s->area[i];
+            cov += s->kind == TS_COUNTER ? s->cov[i] : 0;
+        }
+        /* time-weighted mean over the file (counters: from their first sample) */
+        o->overall = s->kind == TS_COUNTER ? (cov > 0 ? area / cov : s->last_v)
+                                           : area / (double)(t->bins.t1 - t->bins.t0);
+        out->nseries++;
+    }
+    qsort(out->series, out->nseries, sizeof(tr_series), series_cmp);
+    return 0;
+}
+
 static int stream_cmp(const void *a, const void *b)
 {
     const tr_stream *x = a, *y = b;
@@ -1526,12 +1706,23 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
         for (uint32_t i = 0; i < ns; i++)
             if (b.ssorted[i].ts > b.cutoff) b.cutoff = b.ssorted[i].ts;
     }
+    { /* the bins of the time series: the whole file */
+        tsbins *tb = &r->ts.bins;
+        tb->n = o->bins > 0 ? (o->bins > TS_MAX_BINS ? TS_MAX_BINS : o->bins) : TS_DEF_BINS;
+        tb->t0 = r->has_span ? r->tmin : 0;
+        tb->t1 = r->has_span ? r->tmax : 0;
+        int64_t span = tb->t1 - tb->t0;
+        tb->w = span > 0 ? (span + tb->n - 1) / tb->n : 1;
+        tb->n = span > 0 ? (int)((span + tb->w - 1) / tb->w) : 1; /* no bin past the end */
+        if (tb->t1 <= tb->t0) tb->t1 = tb->t0 + 1;
+    }
     if ((rc = merger_open(&m, r))) goto out;
     trec t;
     while ((rc = merger_next(&m, &t)) > 0)
         if ((rc = process(&b, &t))) break;
     if (rc < 0) goto out;
     rc = 0;
+    ts_finish(&r->ts);
     for (uint32_t i = 0; i < r->nthreads; i++)
         while (b.stacks[i].n) stack_pop(&b, &b.stacks[i]);
     sweep_finish(&b.all);
@@ -1592,6 +1783,7 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
     }
     rc = collect_tops(r, out, o->top_k > 0 ? o->top_k : 10);
     if (!rc) rc = collect_extras(&b, out, o->top_k > 0 ? o->top_k : 10);
+    if (!rc) rc = collect_series(r, out);
 out:
     if (rc == TPF_EIO) snprintf(err, errlen, "%s: cannot read back the spill file", r->path);
     else if (rc == TPF_ETOOBIG) snprintf(err, errlen, "%s: more than %d GPU streams", r->path, MAX_STREAMS);
