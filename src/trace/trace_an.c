@@ -199,7 +199,7 @@ typedef struct rankst {
     tsset ts;               /* time series: the bins are set when pass A is done */
     int has_span;
     int64_t tmin, tmax;     /* first start, last end of the records */
-    uint64_t counter_events;
+    uint64_t counter_events, counter_recs;
     char last_cat[64];
     size_t last_cat_len;
     int last_code;
@@ -566,6 +566,9 @@ static int on_counter(rankst *r, const trace_ev *ev)
             continue;
         }
         t.ts = ev->ts_ns;
+        /* samples of one time keep the file's order (the sort puts the
+         * longer first): the last one written is the value that holds */
+        t.dur = -(int64_t)++r->counter_recs;
         t.stream = -1;
         t.cat = C_COUNTER;
         t.thread = (uint32_t)(se - r->ts.v);
