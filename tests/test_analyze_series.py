@@ -211,3 +211,45 @@ def test_bins_must_be_a_sane_count(run_cli, bad):
     p = run_cli("analyze", "--bins", bad, WITH_COUNTERS)
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and "--bins" in p.stderr
+
+
+def test_trace_with_counters_reads_back_as_htas(run_cli, tmp_path):
+    """--counters writes what HTA's generate_trace_with_counters writes:
+    the trace's events unchanged, plus "Queue Length" per stream and
+    "Memcpy BW" per kind of copy; read back, its counter tracks equal those
+    of the file HTA wrote (the fixture), bin by bin."""
+    src = HTA / "critical_path_alexnet.json.gz"
+    out = tmp_path / "with_counters.json"
+    p = run_cli("analyze", "--compat", "hta", "--counters", out, src)
+    assert p.returncode == 0, p.stderr
+    assert f"written to {out}" in p.stdout
+    with gzip.open(src, "rt") as f:
+        orig = json.load(f)["traceEvents"]
+    written = json.loads(out.read_text())["traceEvents"]
+    assert [e for e in written if e.get("ph") != "C"] == orig
+    assert not list(tmp_path.glob("*.tmp*"))
+
+    def counters(path):
+        r = analyze(run_cli, "--bins", "200", path)["ranks"][0]
+        return r["time_series"], {x["name"]: x for x in r["time_series"]["series"] if x["kind"] == "counter"}
+
+    ts_ours, ours = counters(out)
+    ts_hta, theirs = counters(WITH_COUNTERS)
+    assert (ts_ours["start_ns"], ts_ours["bin_ns"]) == (ts_hta["start_ns"], ts_hta["bin_ns"])
+    assert set(ours) == set(theirs) and len(ours) == 4
+    for name, t in theirs.items():
+        o = ours[name]
+        assert o["samples"] == t["samples"], name
+        for a, b in zip(o["bin_max"] + o["bin_mean"], t["bin_max"] + t["bin_mean"]):
+            assert (a is None and b is None) or a == pytest.approx(b, rel=1e-6, abs=1e-7), name
+
+
+def test_counters_option_errors(run_cli, tmp_path):
+    a = HTA / "trace_compare_base.json.gz"
+    b = HTA / "trace_compare_test.json.gz"
+    for args in (["--counters", tmp_path / "o.json", a, b],
+                 ["--diff", "--counters", tmp_path / "o.json", a, b]):
+        p = run_cli("analyze", *args)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--counters" in p.stderr
+    p = run_cli("analyze", "--counters", tmp_path / "no" / "such" / "dir.json", a)
+    assert p.returncode != 0 and p.stderr.count("\n") == 1 and "cannot write" in p.stderr

@@ -200,6 +200,9 @@ typedef struct rankst {
     int has_span;
     int64_t tmin, tmax;     /* first start, last end of the records */
     uint64_t counter_events, counter_recs;
+    struct rankst *dsink;   /* --counters: the queue/bandwidth changes go here */
+    int has_gpu_thread;
+    uint32_t gpu_thread;    /* (pid, tid) of the first device event: bandwidth counters' pid */
     char last_cat[64];
     size_t last_cat_len;
     int last_code;
@@ -712,6 +715,11 @@ static int on_event(void *ud, const trace_ev *ev)
     if ((rc = thread_intern(r, (ev->has & TEV_PID) ? ev->pid : -1, (ev->has & TEV_TID) ? ev->tid : -1,
                             &t.thread)))
         return rc;
+    if (!r->has_gpu_thread && rec_stream(&t) >= 0 &&
+        (t.cat == C_KERNEL || t.cat == C_MEMCPY || t.cat == C_MEMSET || t.cat == C_MTIA)) {
+        r->has_gpu_thread = 1;
+        r->gpu_thread = t.thread;
+    }
     long num;
     if (rec_stream(&t) < 0 && step_number(nm, &num)) {
         if (r->nsteps >= MAX_STEPS) return TPF_ETOOBIG;
@@ -1268,6 +1276,22 @@ static int idle_account(bstate *b, int64_t stream, int64_t ts, int64_t end, cons
     return 0;
 }
 
+/* --counters: one change of a series (v added at ts), kept in time order by
+ * the same spill and merge as the events; increments sort first at one time
+ * (the launch before the start, as HTA's counter). */
+static int delta_add(rankst *r, int64_t ts, double v, const tseries *s, uint32_t thread)
+{
+    trec d;
+    memset(&d, 0, sizeof(d));
+    d.ts = ts;
+    d.dur = v > 0 ? 1 : -1;
+    memcpy(&d.corr, &v, sizeof(v));
+    d.name = (uint32_t)(s - r->ts.v);
+    d.thread = thread;
+    d.stream = -1;
+    return push_rec(r->dsink, &d);
+}
+
 static int process(bstate *b, trec *t)
 {
     const int64_t stream = rec_stream(t);
@@ -1291,7 +1315,10 @@ static int process(bstate *b, trec *t)
             r->ts.dropped++;
             return 0;
         }
-        return ts_copy(&r->ts, s, t->ts, t->ts + t->dur, (double)v);
+        int rc = ts_copy(&r->ts, s, t->ts, t->ts + t->dur, (double)v);
+        if (!rc && r->dsink && v > 0 && (rc = delta_add(r, t->ts, v, s, r->gpu_thread)) == 0)
+            rc = delta_add(r, t->ts + t->dur, -(double)v, s, r->gpu_thread);
+        return rc;
     }
     nstat *ns = &r->names.v[t->name];
     const char *name = st_str(&r->names, t->name);
@@ -1374,6 +1401,9 @@ static int process(bstate *b, trec *t)
             } else {
                 if ((rc = ts_segment(&r->ts, qs, ce->ts, t->ts > ce->ts ? t->ts : ce->ts, 1.0, 1))) return rc;
                 ts_point(&r->ts, qs, ce->ts, (double)s->q.n);
+                if (r->dsink && ((rc = delta_add(r, ce->ts, 1.0, qs, t->thread)) ||
+                                 (rc = delta_add(r, t->ts > ce->ts ? t->ts : ce->ts, -1.0, qs, t->thread))))
+                    return rc;
             }
         }
     }
@@ -1857,21 +1887,25 @@ static int find_stragglers(trace_result *res)
     return 0;
 }
 
+static void rank_out_free(tr_rank *k)
+{
+    free(k->path);
+    for (size_t j = 0; j < k->nkernels; j++) free(k->kernels[j].name);
+    for (size_t j = 0; j < k->nops_self; j++) free(k->ops_self[j].name);
+    for (size_t j = 0; j < k->nops_total; j++) free(k->ops_total[j].name);
+    free(k->kernels);
+    free(k->ops_self);
+    free(k->ops_total);
+    free(k->streams);
+    free(k->steps);
+    trace_extra_rank_free(k);
+}
+
 void trace_result_free(trace_result *r)
 {
     if (!r) return;
     for (int i = 0; i < r->nranks; i++) {
-        tr_rank *k = &r->ranks[i];
-        free(k->path);
-        for (size_t j = 0; j < k->nkernels; j++) free(k->kernels[j].name);
-        for (size_t j = 0; j < k->nops_self; j++) free(k->ops_self[j].name);
-        for (size_t j = 0; j < k->nops_total; j++) free(k->ops_total[j].name);
-        free(k->kernels);
-        free(k->ops_self);
-        free(k->ops_total);
-        free(k->streams);
-        free(k->steps);
-        trace_extra_rank_free(k);
+        rank_out_free(&r->ranks[i]);
     }
     free(r->ranks);
     free(r->stragglers);
@@ -2283,5 +2317,134 @@ out:
     free(cs.v);
     rank_free(&r);
     if (rc) trace_window_free(w);
+    return rc;
+}
+
+/* ---- --counters: the trace plus its time series as counter events -------- */
+
+typedef struct cw_st {
+    FILE *f;
+    int first;
+} cw_st;
+
+static int cw_copy(void *ud, const trace_ev *ev)
+{
+    cw_st *s = ud;
+    if (!s->first && fputs(",\n", s->f) == EOF) return TPF_EIO;
+    s->first = 0;
+    if (fwrite(ev->raw, 1, ev->raw_len, s->f) != ev->raw_len) return TPF_EIO;
+    return 0;
+}
+
+static void cw_us(char *b, size_t n, int64_t ns)
+{
+    int64_t a = ns < 0 ? -ns : ns;
+    snprintf(b, n, "%s%lld.%03lld", ns < 0 ? "-" : "", (long long)(a / 1000), (long long)(a % 1000));
+}
+
+int trace_write_counters(const char *path, const trace_opts *opts, const char *out_path, char *err,
+                         size_t errlen)
+{
+    rankst r, d;
+    memset(&r, 0, sizeof(r));
+    memset(&d, 0, sizeof(d));
+    tr_rank out;
+    memset(&out, 0, sizeof(out));
+    merger m;
+    memset(&m, 0, sizeof(m));
+    FILE *f = NULL;
+    char tmp[4096];
+    tmp[0] = '\0';
+    double *val = NULL;
+    int rc = pass_a(&r, path, opts->compat_hta, err, errlen);
+    if (rc) goto out;
+    int trim = 0;
+    for (uint32_t j = 1; opts->compat_hta && j < r.nsteps && !trim; j++) trim = r.steps[j].num != r.steps[0].num;
+    buf_init(&d.names.arena, 1);
+    d.chunk = malloc(CHUNK_RECS * sizeof(trec));
+    val = calloc(TS_MAX_SERIES, sizeof(double));
+    if (!d.chunk || !val) { rc = TPF_ENOMEM; goto nomem; }
+    r.dsink = &d;
+    if ((rc = pass_b(&r, opts, trim, &out, err, errlen))) goto out;
+    if (d.spill) {
+        if ((rc = spill_chunk(&d))) goto io;
+    } else {
+        qsort(d.chunk, d.nchunk, sizeof(trec), rec_cmp);
+    }
+    snprintf(tmp, sizeof(tmp), "%s.tmp%ld", out_path, (long)getpid());
+    if (!(f = fopen(tmp, "w"))) {
+        snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
+        rc = TPF_EIO;
+        goto out;
+    }
+    fputs("{", f);
+    if (r.meta.has_rank) fprintf(f, "\"distributedInfo\": {\"rank\": %ld},\n", r.meta.rank);
+    if (r.meta.has_base) fprintf(f, "\"baseTimeNanoseconds\": %lld,\n", (long long)r.meta.base_ns);
+    fputs("\"traceEvents\": [\n", f);
+    cw_st cs = {f, 1};
+    char e2[512];
+    e2[0] = '\0';
+    if ((rc = trace_read(path, cw_copy, &cs, TRACE_RAW, NULL, e2, sizeof(e2)))) {
+        snprintf(err, errlen, "%s", e2[0] ? e2 : tpf_strerror(rc));
+        goto out;
+    }
+    /* the changes in time order, each series' running value after each */
+    if ((rc = merger_open(&m, &d))) goto io;
+    trec t;
+    while ((rc = merger_next(&m, &t)) > 0) {
+        const tseries *s = &r.ts.v[t.name];
+        double v;
+        memcpy(&v, &t.corr, sizeof(v));
+        val[t.name] += v;
+        if (fabs(val[t.name]) < 1e-9) val[t.name] = 0; /* what the sums leave of a copy that ended */
+        char ts[64];
+        cw_us(ts, sizeof(ts), t.ts);
+        long long pid = t.thread < r.nthreads ? (long long)r.threads[t.thread].pid : -1;
+        if (s->kind == TS_QUEUE)
+            fprintf(f, ",\n{\"ph\": \"C\", \"name\": \"Queue Length\", \"pid\": %lld, \"id\": %lld, \"ts\": %s, "
+                       "\"args\": {\"Queue Length\": %.0f}}",
+                    pid, (long long)s->key, ts, val[t.name]);
+        else {
+            jw j;
+            buf nb;
+            buf_init(&nb, 1 << 16);
+            jw_init(&j, &nb, 0);
+            jw_str(&j, st_str(&r.names, s->name));
+            fprintf(f, ",\n{\"ph\": \"C\", \"name\": %.*s, \"pid\": %lld, \"ts\": %s, \"args\": {\"Memcpy BW\": %.9g}}",
+                    (int)nb.len, nb.data ? nb.data : "\"\"", pid, ts, val[t.name]);
+            buf_free(&nb);
+        }
+    }
+    if (rc < 0) goto io;
+    rc = 0;
+    fputs("\n]}\n", f);
+    if (ferror(f) | fclose(f)) {
+        f = NULL;
+        snprintf(err, errlen, "cannot write %s", out_path);
+        rc = TPF_EIO;
+        goto out;
+    }
+    f = NULL;
+    if (rename(tmp, out_path)) {
+        snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
+        rc = TPF_EIO;
+    } else {
+        tmp[0] = '\0';
+    }
+    goto out;
+io:
+    snprintf(err, errlen, "%s: cannot write or read back the spill file", path);
+    goto out;
+nomem:
+    snprintf(err, errlen, "%s: out of memory", path);
+out:
+    merger_close(&m);
+    if (f) fclose(f);
+    if (tmp[0]) unlink(tmp);
+    free(val);
+    rank_out_free(&out);
+    r.dsink = NULL;
+    rank_free(&d);
+    rank_free(&r);
     return rc;
 }
