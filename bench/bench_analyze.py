@@ -14,9 +14,11 @@ RSS flat: the 1 GB trace within 1.25x of a 4x smaller generated one, and under
 64 MiB. Exits 1 on a miss.
 
 Ranks in parallel: N copies of the 35 MB trace as ranks 0..N-1 (N = CPUs,
-at least 2), analysed with --jobs 1 and with --jobs N in the same run: MB/s
-per run (wall) and per core (CPU), and the wall-clock ratio, which is only
-meaningful on cores nobody else uses (on the 2 shared cores of CI it is not).
+at least 2, or --ranks N), analysed with --jobs 1 and with --jobs N in the
+same run, interleaved: MB/s per run (wall) and per core (CPU), the cores
+each run had (its own CPU plus the machine's idle time, from /proc/stat, over
+its wall time), and the wall-clock ratio next to the ratio those cores
+allow: on the 2 shared cores of CI the second is the one to read.
 
     bench/bench_analyze.py [--gb 1.0] [--keep] [--ranks-only]
 """
@@ -37,25 +39,49 @@ HTA_PY = ROOT / "build" / "hta-venv" / "bin" / "python"
 HTA_MAX_BYTES = 200 << 20
 
 
+def cpu_idle():
+    """(idle, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return v[3] + v[4], sum(v[:8])
+
+
+LAST_AVAIL = [0.0]
+
+
 def run(cmd):
     """(wall s, CPU s, peak RSS MiB) of one child; raises on failure.
 
     The child is started through /usr/bin/time, a small process: a fork of
-    this (large) Python process would carry its RSS high-water mark along."""
+    this (large) Python process would carry its RSS high-water mark along.
+    LAST_AVAIL[0]: the cores this run had, its own CPU plus the machine's
+    idle time, over its wall time (what a parallel speed-up can reach)."""
     out = BUILD / "bench-analyze" / "time.out"
+    i0, _ = cpu_idle()
     t0 = time.perf_counter()
     p = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "-o", str(out), *cmd],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - t0
+    i1, _ = cpu_idle()
     if p.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed: {p.stderr.decode(errors='replace')[-500:]}")
     rss_kb, user, sys_ = out.read_text().split()[-3:]
-    return wall, float(user) + float(sys_), int(rss_kb) / 1024.0
+    cpu = float(user) + float(sys_)
+    hz = os.sysconf("SC_CLK_TCK")
+    LAST_AVAIL[0] = (cpu + (i1 - i0) / hz) / wall if wall > 0 else 0.0
+    return wall, cpu, int(rss_kb) / 1024.0
 
 
 def best(cmd, n):
-    runs = [run(cmd) for _ in range(n)]
-    return min(r[0] for r in runs), min(r[1] for r in runs), max(r[2] for r in runs)
+    """Best of n runs: min wall, min CPU, max RSS; and the cores available
+    in the run with the best wall time."""
+    runs = []
+    for _ in range(n):
+        r = run(cmd)
+        runs.append((*r, LAST_AVAIL[0]))
+    fastest = min(runs, key=lambda r: r[0])
+    LAST_AVAIL[0] = fastest[3]
+    return fastest[0], min(r[1] for r in runs), max(r[2] for r in runs)
 
 
 def generate(dst, src_events, target_bytes):
@@ -85,9 +111,12 @@ def generate(dst, src_events, target_bytes):
     return rep
 
 
-def ranks_bench(cli, plain, work):
-    """1 rank, then N ranks with --jobs 1 and --jobs N."""
-    n = max(2, min(os.cpu_count() or 2, 16))
+def ranks_bench(cli, plain, work, n=None):
+    """1 rank, then N ranks with --jobs 1 and --jobs N: MB/s per run (wall)
+    and per core (CPU), and the cores the run had (its CPU plus the idle
+    time of the machine, over its wall time): the wall-clock speed-up of N
+    jobs can reach min(N, cores available), no more."""
+    n = n or max(2, min(os.cpu_count() or 2, 16))
     files = []
     for r in range(n):
         f = work / f"trace_rank-{r}.json"
@@ -96,16 +125,29 @@ def ranks_bench(cli, plain, work):
     size = plain.stat().st_size
     w1, c1, m1 = best([str(cli), "analyze", "--json", "--jobs", "1", files[0]], 3)
     print(f"  1 rank   {size / 1e6:7.1f} MB: {w1:6.2f} s wall {size / w1 / 1e6:5.0f} MB/s per run, "
-          f"{c1:6.2f} s CPU {size / c1 / 1e6:5.0f} MB/s per core, peak RSS {m1:5.1f} MiB", flush=True)
+          f"{c1:6.2f} s CPU {size / c1 / 1e6:5.0f} MB/s per core, peak RSS {m1:5.1f} MiB, "
+          f"{LAST_AVAIL[0]:4.1f} cores available", flush=True)
     res = {}
+    # interleaved, so that both settings see the same neighbours
+    runs = {1: [], n: []}
+    for _ in range(3):
+        for jobs in (1, n):
+            r = run([str(cli), "analyze", "--json", "--jobs", str(jobs), *files])
+            runs[jobs].append((*r, LAST_AVAIL[0]))
     for jobs in (1, n):
-        w, c, m = best([str(cli), "analyze", "--json", "--jobs", str(jobs), *files], 2)
-        res[jobs] = w
+        w, _, _, avail = min(runs[jobs], key=lambda r: r[0])
+        c = min(r[1] for r in runs[jobs])
+        m = max(r[2] for r in runs[jobs])
+        res[jobs] = (w, avail)
         print(f"  {n} ranks --jobs {jobs:<2d} {n * size / 1e6:7.1f} MB: {w:6.2f} s wall "
               f"{n * size / w / 1e6:5.0f} MB/s per run, {c:6.2f} s CPU {n * size / c / 1e6:5.0f} MB/s per core, "
-              f"peak RSS {m:5.1f} MiB", flush=True)
-    print(f"  {n} ranks: --jobs {n} is {res[1] / res[n]:.2f}x faster in wall time than --jobs 1 "
-          f"({os.cpu_count()} CPUs, shared or not)")
+              f"peak RSS {m:5.1f} MiB, {avail:4.1f} cores available", flush=True)
+    # One job can use at most one core, N jobs at most N: what the cores
+    # each run had allow for the ratio of the two.
+    ceiling = min(n, res[n][1]) / max(min(1.0, res[1][1]), 1e-9)
+    print(f"  {n} ranks: --jobs {n} is {res[1][0] / res[n][0]:.2f}x faster in wall time than --jobs 1; "
+          f"the cores the two runs had allow {ceiling:.2f}x ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
+    return res[1][0] / res[n][0], ceiling
 
 
 def main():
@@ -113,6 +155,7 @@ def main():
     ap.add_argument("--gb", type=float, default=1.0)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--ranks-only", action="store_true", help="only the 1-rank / N-rank comparison")
+    ap.add_argument("--ranks", type=int, default=0, help="N for the rank comparison (default: CPUs, 2..16)")
     a = ap.parse_args()
     cli = BUILD / "trainperf"
     if not cli.exists() or not TRACE.exists():
@@ -124,7 +167,7 @@ def main():
     plain.write_bytes(gzip.decompress(TRACE.read_bytes()))
     if a.ranks_only:
         try:
-            ranks_bench(cli, plain, work)
+            ranks_bench(cli, plain, work, a.ranks)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return 0
@@ -166,7 +209,7 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     plain.write_bytes(gzip.decompress(TRACE.read_bytes()))
     try:
-        ranks_bench(cli, plain, work)
+        ranks_bench(cli, plain, work, a.ranks)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     small_rss, mid_rss, big_rss = rows[1][4], rows[2][4], rows[3][4]

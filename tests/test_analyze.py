@@ -342,32 +342,38 @@ def _peak_rss_kb(cmd, tmp_path):
 @pytest.mark.skipif(SANITIZE, reason="RSS under ASan measures the sanitizer, not the analyser")
 @pytest.mark.skipif(not os.path.exists("/usr/bin/time"), reason="GNU time (Debian package `time`) is absent")
 def test_memory_does_not_grow_with_the_trace(traces_dir, tmp_path):
-    """A 6x longer trace (the same real events repeated, shifted in time)
-    must not need noticeably more memory: events are streamed and spilled."""
+    """A longer trace (the same real events repeated, shifted in time) must
+    not need noticeably more memory: events are streamed and spilled. The
+    baseline is 3 copies, where the working sets (sort chunk, merge buffers,
+    the launch map of about a second of launches) are full: from 1 copy to
+    3 they fill (8.8 -> 14.2 MiB), which is not growth with the trace."""
     d = load_plain(traces_dir / "trace_diff_control_control.json.gz")
     ev = d["traceEvents"]
     span = max(e.get("ts", 0) + e.get("dur", 0) for e in ev) - min(e["ts"] for e in ev if "ts" in e) + 1000
-    big = tmp_path / "big.json"
-    with open(big, "w") as f:
-        f.write('{"traceEvents":[')
-        first = True
-        for rep in range(6):
-            for e in ev:
-                e2 = dict(e)
-                if "ts" in e2:
-                    e2["ts"] = e2["ts"] + rep * span
-                if "correlation" in (e2.get("args") or {}):
-                    e2["args"] = dict(e2["args"], correlation=e2["args"]["correlation"] + rep * 10**7)
-                f.write(("" if first else ",") + json.dumps(e2))
-                first = False
-        f.write("]}")
-    small = tmp_path / "small.json"
-    small.write_text(json.dumps(d))
+
+    def repeated(path, reps):
+        with open(path, "w") as f:
+            f.write('{"traceEvents":[')
+            first = True
+            for rep in range(reps):
+                for e in ev:
+                    e2 = dict(e)
+                    if "ts" in e2:
+                        e2["ts"] = e2["ts"] + rep * span
+                    if "correlation" in (e2.get("args") or {}):
+                        e2["args"] = dict(e2["args"], correlation=e2["args"]["correlation"] + rep * 10**7)
+                    f.write(("" if first else ",") + json.dumps(e2))
+                    first = False
+            f.write("]}")
+        return path
+
+    small = repeated(tmp_path / "small.json", 3)
+    big = repeated(tmp_path / "big.json", 7)
     cli = str(BUILD / "trainperf")
     rss_small = _peak_rss_kb([cli, "analyze", "--json", str(small)], tmp_path)
     rss_big = _peak_rss_kb([cli, "analyze", "--json", str(big)], tmp_path)
-    assert big.stat().st_size > 5 * small.stat().st_size
-    assert rss_big < rss_small * 1.3 + 4096, (rss_small, rss_big)
+    assert big.stat().st_size > 2.2 * small.stat().st_size
+    assert rss_big < rss_small * 1.1 + 2048, (rss_small, rss_big)
 
 
 @pytest.mark.torch

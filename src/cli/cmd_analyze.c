@@ -34,7 +34,10 @@ static void analyze_usage(FILE *f)
             "                 the K-th (from 0) range of record_function NAME\n"
             "  --overlay F    with --critical-path: write the trace plus the path to F (Perfetto)\n"
             "  --jobs N       files analysed at once (default: one per CPU)\n"
-            "  --seq-len N    length of the frequent kernel sequences (2..8, default 3)\n");
+            "  --seq-len N    length of the frequent kernel sequences (2..8, default 3)\n"
+            "  --bins N       bins of the time series over each file (1..1000, default 40)\n"
+            "  --counters F   one trace: write it to F with its queue length and copy bandwidth\n"
+            "                 as counter events (HTA's generate_trace_with_counters; Perfetto)\n");
 }
 
 static int parse_steps(const char *s, long *lo, long *hi)
@@ -165,7 +168,7 @@ int cmd_analyze(int argc, char **argv)
     trace_opts o;
     memset(&o, 0, sizeof(o));
     int json = 0, diff = 0, cpath = 0;
-    const char *overlay = NULL, *cp_range = NULL;
+    const char *overlay = NULL, *cp_range = NULL, *counters = NULL;
     const char **paths = calloc((size_t)argc, sizeof(*paths));
     int np = 0;
     if (!paths) {
@@ -195,7 +198,7 @@ int cmd_analyze(int argc, char **argv)
             continue;
         }
         if (strcmp(a, "--rank") == 0 || strcmp(a, "--steps") == 0 || strcmp(a, "--compat") == 0 ||
-            strcmp(a, "--top") == 0 || strcmp(a, "--jobs") == 0 || strcmp(a, "--seq-len") == 0 ||
+            strcmp(a, "--top") == 0 || strcmp(a, "--jobs") == 0 || strcmp(a, "--seq-len") == 0 || strcmp(a, "--bins") == 0 || strcmp(a, "--counters") == 0 ||
             strcmp(a, "--overlay") == 0 || strcmp(a, "--cp-range") == 0) {
             if (i + 1 >= argc) {
                 cli_error("%s needs a value (see `trainperf analyze --help`)", a);
@@ -245,6 +248,14 @@ int cmd_analyze(int argc, char **argv)
             overlay = val;
         } else if (strcmp(a, "--cp-range") == 0) {
             cp_range = val;
+        } else if (strcmp(a, "--counters") == 0) {
+            counters = val;
+        } else if (strcmp(a, "--bins") == 0) {
+            if (cli_parse_long(val, &v) || v < 1 || v > 1000) {
+                cli_error("--bins needs a count between 1 and 1000, not '%s'", val);
+                goto out;
+            }
+            o.bins = (int)v;
         } else if (strcmp(a, "--seq-len") == 0) {
             if (cli_parse_long(val, &v) || v < 2 || v > 8) {
                 cli_error("--seq-len needs a length between 2 and 8, not '%s'", val);
@@ -280,6 +291,11 @@ int cmd_analyze(int argc, char **argv)
         cli_error("--diff and --critical-path are separate analyses: run them one at a time");
         goto out;
     }
+    if (counters && (diff || cpath)) {
+        cli_error("--counters goes with the plain analysis of one trace, not with %s",
+                  diff ? "--diff" : "--critical-path");
+        goto out;
+    }
     if (diff) {
         rc = analyze_diff(paths, np, &o, json);
         goto out;
@@ -293,6 +309,12 @@ int cmd_analyze(int argc, char **argv)
     char **files = NULL;
     int nf = 0;
     int e = trace_expand_args(paths, np, &files, &nf, err, sizeof(err));
+    if (!e && counters && nf != 1) {
+        trace_paths_free(files, nf);
+        cli_error("--counters writes one trace: give one file, not %d", nf);
+        goto out;
+    }
+    if (!e && counters) e = trace_write_counters(files[0], &o, counters, err, sizeof(err));
     if (!e) e = trace_analyze((const char *const *)files, nf, &o, &r, err, sizeof(err));
     trace_paths_free(files, nf);
     if (e) {
@@ -307,6 +329,8 @@ int cmd_analyze(int argc, char **argv)
     buf b;
     buf_init(&b, 0);
     int we = json ? trace_result_json(r, &b) : trace_result_text(r, &b, cli_color(stdout));
+    if (!json && counters && !we)
+        buf_printf(&b, "\ntrace with counters written to %s (open it in ui.perfetto.dev)\n", counters);
     trace_result_free(r);
     rc = emit(&b, we);
 out:

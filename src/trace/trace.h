@@ -23,6 +23,7 @@ typedef struct trace_opts {
     long step_lo, step_hi;
     int jobs;           /* files analysed at once; 0 = one per online CPU */
     int seq_len;        /* kernel sequence length; 0 = 3 */
+    int bins;           /* time-series bins over each file; 0 = 40, at most 1000 */
 } trace_opts;
 
 #define TRACE_MAX_JOBS 64
@@ -66,6 +67,17 @@ int trace_merge(const char *const *paths, int n, const char *out_path, int align
  * (the run directories of a job's nodes, aligned by report/report_ranks.c). */
 int trace_merge_offsets(const char *const *paths, int n, const char *out_path,
                         const double *offsets_s, char *err, size_t errlen);
+
+/* Write the trace at path to out_path with its time series added as counter
+ * events, as HTA's generate_trace_with_counters does: "Queue Length" per
+ * stream (id = stream) and "Memcpy BW" per kind of copy (named by the kind).
+ * Computed as trace_analyze computes them with opts (--compat hta: HTA's
+ * launch list and trimming). The other top-level members of the file are
+ * not copied, except distributedInfo.rank and baseTimeNanoseconds. Written
+ * to a temporary file and renamed. Errors as trace_analyze, TPF_EIO for the
+ * output. */
+int trace_write_counters(const char *path, const trace_opts *opts, const char *out_path, char *err,
+                         size_t errlen);
 
 /* The trace files (*.json, *.json.gz) directly inside dir, sorted by name.
  * On success *paths (n entries, possibly 0) is owned by the caller: free it

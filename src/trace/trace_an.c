@@ -40,7 +40,9 @@
 enum {
     C_OTHER = 0, C_CPU_OP, C_USER_ANN, C_RUNTIME, C_DRIVER, C_KERNEL, C_MEMCPY, C_MEMSET,
     C_GPU_ANN, C_PYTHON, C_MTIA, C_SYNC,
-    C_MEMEV /* a "[memory]" instant event of profile_memory (no dur; made a record) */
+    C_MEMEV, /* a "[memory]" instant event of profile_memory (no dur; made a record) */
+    C_COUNTER, /* one series of a counter event (ph "C"): thread = series, corr = value bits */
+    C_COPYBW /* a memory copy's bandwidth, beside its own record: name = kind, thread = GB/s as float bits */
 };
 
 /* F_SU32: the stream was above INT32_MAX and fits 32 bits unsigned (CUPTI
@@ -194,6 +196,13 @@ typedef struct rankst {
     int compat;             /* opts->compat_hta */
     mem_st mem;             /* profile_memory: per device */
     uint64_t badnum;        /* events dropped for a time out of range */
+    tsset ts;               /* time series: the bins are set when pass A is done */
+    int has_span;
+    int64_t tmin, tmax;     /* first start, last end of the records */
+    uint64_t counter_events, counter_recs;
+    struct rankst *dsink;   /* --counters: the queue/bandwidth changes go here */
+    int has_gpu_thread;
+    uint32_t gpu_thread;    /* (pid, tid) of the first device event: bandwidth counters' pid */
     char last_cat[64];
     size_t last_cat_len;
     int last_code;
@@ -514,6 +523,74 @@ static int spill_chunk(rankst *r)
     return 0;
 }
 
+static inline void span_add(rankst *r, int64_t a, int64_t e)
+{
+    if (e < a) e = a;
+    if (!r->has_span || a < r->tmin) r->tmin = a;
+    if (!r->has_span || e > r->tmax) r->tmax = e;
+    r->has_span = 1;
+}
+
+static int push_rec(rankst *r, const trec *t)
+{
+    r->chunk[r->nchunk++] = *t;
+    r->nrec++;
+    if (r->nchunk == CHUNK_RECS) return spill_chunk(r);
+    return 0;
+}
+
+/* A counter event (ph "C"): each numeric arg is a sample of one series,
+ * named "name", "name (id N)", and ": key" when the key is not the name,
+ * per pid (Chrome keys a counter track by pid, name and id). */
+static int on_counter(rankst *r, const trace_ev *ev)
+{
+    if (!(ev->has & TEV_TS) || !ev->ncargs) return 0;
+    if (ev->ts_ns > TS_LIMIT || ev->ts_ns < -TS_LIMIT) {
+        r->badnum++;
+        return 0;
+    }
+    r->counter_events++;
+    span_add(r, ev->ts_ns, ev->ts_ns);
+    const char *nm = (ev->has & TEV_NAME) ? ev->name : "";
+    int64_t pid = (ev->has & TEV_PID) ? ev->pid : -1;
+    for (int i = 0; i < ev->ncargs; i++) {
+        char label[512];
+        int n = snprintf(label, sizeof(label), "%.200s", nm);
+        if (ev->has & TEV_ID) n += snprintf(label + n, sizeof(label) - (size_t)n, " (id %lld)", (long long)ev->id);
+        if (strcmp(ev->cargs[i].key, nm) != 0)
+            n += snprintf(label + n, sizeof(label) - (size_t)n, "%s%s", nm[0] ? ": " : "", ev->cargs[i].key);
+        trec t;
+        memset(&t, 0, sizeof(t));
+        int rc = st_intern(&r->names, label, strlen(label), &t.name);
+        if (rc) return rc;
+        tseries *se = ts_get(&r->ts, TS_COUNTER, pid, t.name);
+        if (!se) {
+            r->ts.dropped++;
+            continue;
+        }
+        t.ts = ev->ts_ns;
+        /* samples of one time keep the file's order (the sort puts the
+         * longer first): the last one written is the value that holds */
+        t.dur = -(int64_t)++r->counter_recs;
+        t.stream = -1;
+        t.cat = C_COUNTER;
+        t.thread = (uint32_t)(se - r->ts.v);
+        memcpy(&t.corr, &ev->cargs[i].v, sizeof(double));
+        if ((rc = push_rec(r, &t))) return rc;
+    }
+    return 0;
+}
+
+/* HTA's kind of a memory copy (get_memory_kernel_type): "Memset", the first
+ * 11 characters of a Memcpy ("Memcpy HtoD"), else "Memcpy Unknown". */
+static int copy_kind(rankst *r, const char *n, uint32_t *id)
+{
+    if (strncmp(n, "Memset", 6) == 0) return st_intern(&r->names, "Memset", 6, id);
+    if (strncmp(n, "Memcpy", 6) != 0) return st_intern(&r->names, "Memcpy Unknown", 14, id);
+    size_t l = strlen(n);
+    return st_intern(&r->names, n, l < 11 ? l : 11, id);
+}
+
 /* A "[memory]" event: remembered for the timeline as a zero-length record
  * (corr = bytes, rdelta = device), so the sweep sees it in time order. */
 static int on_memory(rankst *r, const trace_ev *ev)
@@ -527,6 +604,7 @@ static int on_memory(rankst *r, const trace_ev *ev)
     int64_t key = (type << 8) | (id + 1);
     int64_t bytes = (ev->has & TEV_BYTES) ? ev->bytes : 0;
     mem_seen(&r->mem, key, ev->ts_ns, bytes, ev->mem_alloc, ev->mem_reserved);
+    span_add(r, ev->ts_ns, ev->ts_ns);
     trec t;
     memset(&t, 0, sizeof(t));
     t.ts = ev->ts_ns;
@@ -554,6 +632,7 @@ static int on_event(void *ud, const trace_ev *ev)
         r->badnum++; /* said in the result: a vanished event is never silent */
         return 0;
     }
+    if (ev->ph == 'C') return on_counter(r, ev);
     if ((ev->has & TEV_MEM) && (ev->has & TEV_TS) && (ev->has & TEV_NAME) && strcmp(ev->name, "[memory]") == 0)
         return on_memory(r, ev);
     if (!(ev->has & TEV_DUR) || !(ev->has & TEV_CAT) || !(ev->has & TEV_TS)) return 0;
@@ -607,6 +686,24 @@ static int on_event(void *ud, const trace_ev *ev)
     const char *nm = (ev->has & TEV_NAME) ? ev->name : "";
     size_t nl = (ev->has & TEV_NAME) ? ev->name_len : 0;
     if ((rc = st_intern(&r->names, nm, nl, &t.name))) return rc;
+    span_add(r, t.ts, t.ts + t.dur);
+    trec bw;
+    bw.cat = 0;
+    if ((t.cat == C_MEMCPY || t.cat == C_MEMSET) &&
+        ((ev->has & TEV_MEMBW) || ((ev->has & TEV_BYTES) && ev->bytes >= 0 && t.dur > 0))) {
+        /* Bandwidth over time, from a record of its own that the sweep sees
+         * in time order: Kineto's figure (from the exact duration) when it
+         * wrote one, else bytes / dur. A copy of 0 us lasts 1 us (HTA). */
+        float gbs = (float)((ev->has & TEV_MEMBW) ? ev->mem_bw : (double)ev->bytes / (double)t.dur);
+        memset(&bw, 0, sizeof(bw));
+        bw.ts = t.ts;
+        bw.dur = t.dur > 0 ? t.dur : 1000;
+        bw.corr = t.corr;
+        bw.stream = -1;
+        bw.cat = C_COPYBW;
+        memcpy(&bw.thread, &gbs, sizeof(gbs));
+        if ((rc = copy_kind(r, nm, &bw.name))) return rc;
+    }
     if ((ev->has & TEV_BYTES) && (t.cat == C_MEMCPY || t.cat == C_MEMSET) && ev->bytes >= 0) {
         /* Bandwidth per kind of copy, over the whole file. */
         nstat *e = &r->names.v[t.name];
@@ -618,6 +715,11 @@ static int on_event(void *ud, const trace_ev *ev)
     if ((rc = thread_intern(r, (ev->has & TEV_PID) ? ev->pid : -1, (ev->has & TEV_TID) ? ev->tid : -1,
                             &t.thread)))
         return rc;
+    if (!r->has_gpu_thread && rec_stream(&t) >= 0 &&
+        (t.cat == C_KERNEL || t.cat == C_MEMCPY || t.cat == C_MEMSET || t.cat == C_MTIA)) {
+        r->has_gpu_thread = 1;
+        r->gpu_thread = t.thread;
+    }
     long num;
     if (rec_stream(&t) < 0 && step_number(nm, &num)) {
         if (r->nsteps >= MAX_STEPS) return TPF_ETOOBIG;
@@ -631,15 +733,14 @@ static int on_event(void *ud, const trace_ev *ev)
         r->steps[r->nsteps++] = (tstep){num, t.ts, t.dur, t.name, t.rdelta};
         t.flags |= F_STEP;
     }
-    r->chunk[r->nchunk++] = t;
-    r->nrec++;
-    if (r->nchunk == CHUNK_RECS) return spill_chunk(r);
-    return 0;
+    if (bw.cat == C_COPYBW && (rc = push_rec(r, &bw))) return rc;
+    return push_rec(r, &t);
 }
 
 static void rank_free(rankst *r)
 {
     mem_free_st(&r->mem);
+    ts_free(&r->ts);
     st_free(&r->names);
     free(r->threads);
     free(r->tslots);
@@ -1175,12 +1276,50 @@ static int idle_account(bstate *b, int64_t stream, int64_t ts, int64_t end, cons
     return 0;
 }
 
+/* --counters: one change of a series (v added at ts), kept in time order by
+ * the same spill and merge as the events; increments sort first at one time
+ * (the launch before the start, as HTA's counter). */
+static int delta_add(rankst *r, int64_t ts, double v, const tseries *s, uint32_t thread)
+{
+    trec d;
+    memset(&d, 0, sizeof(d));
+    d.ts = ts;
+    d.dur = v > 0 ? 1 : -1;
+    memcpy(&d.corr, &v, sizeof(v));
+    d.name = (uint32_t)(s - r->ts.v);
+    d.thread = thread;
+    d.stream = -1;
+    return push_rec(r->dsink, &d);
+}
+
 static int process(bstate *b, trec *t)
 {
     const int64_t stream = rec_stream(t);
     rankst *r = b->r;
     if (t->cat == C_MEMEV) /* profile_memory: allocation (+) or free (-) */
         return mem_event(&r->mem, t->rdelta, t->ts, t->corr, scope_of(b, t->thread, t->ts, 1));
+    if (t->cat == C_COUNTER) {
+        double v;
+        memcpy(&v, &t->corr, sizeof(v));
+        return ts_sample(&r->ts, &r->ts.v[t->thread], t->ts, v);
+    }
+    if (t->cat == C_COPYBW) {
+        /* the copy's launch decides, as for the copy itself (trim, --steps) */
+        float v;
+        memcpy(&v, &t->thread, sizeof(v));
+        corr_ent *ce = t->corr != -1 ? corr_get(b, t->corr) : NULL;
+        if (b->trim && !(ce ? ce->kept : t->ts < b->cutoff)) return 0;
+        if (!in_steps(b, ce ? ce->step : -1)) return 0;
+        tseries *s = ts_get(&r->ts, TS_BW, 0, t->name);
+        if (!s) {
+            r->ts.dropped++;
+            return 0;
+        }
+        int rc = ts_copy(&r->ts, s, t->ts, t->ts + t->dur, (double)v);
+        if (!rc && r->dsink && v > 0 && (rc = delta_add(r, t->ts, v, s, r->gpu_thread)) == 0)
+            rc = delta_add(r, t->ts + t->dur, -(double)v, s, r->gpu_thread);
+        return rc;
+    }
     nstat *ns = &r->names.v[t->name];
     const char *name = st_str(&r->names, t->name);
     /* HTA rounds when any ts of the file is fractional (pass A kept the
@@ -1252,7 +1391,21 @@ static int process(bstate *b, trec *t)
         if (rc) return rc;
         stream_st *s = stream_get(b, stream);
         if (s && ns->ktype == KT_COMP && (rc = seq_add(&b->seq, &s->ring, t->name, t->dur))) return rc;
-        if (s && ce && queue_launch(b, ce->name) && (rc = queue_add(&s->q, ce->ts, t->ts))) return rc;
+        if (s && ce && queue_launch(b, ce->name)) {
+            if ((rc = queue_add(&s->q, ce->ts, t->ts))) return rc;
+            /* over time: +1 from the launch call to the start, and the
+             * queue just after the launch as the maximum candidate */
+            tseries *qs = ts_get(&r->ts, TS_QUEUE, stream, 0);
+            if (!qs) {
+                r->ts.dropped++;
+            } else {
+                if ((rc = ts_segment(&r->ts, qs, ce->ts, t->ts > ce->ts ? t->ts : ce->ts, 1.0, 1))) return rc;
+                ts_point(&r->ts, qs, ce->ts, (double)s->q.n);
+                if (r->dsink && ((rc = delta_add(r, ce->ts, 1.0, qs, t->thread)) ||
+                                 (rc = delta_add(r, t->ts > ce->ts ? t->ts : ce->ts, -1.0, qs, t->thread))))
+                    return rc;
+            }
+        }
     }
     if (ce && ce->ann) {
         nstat *an = &r->names.v[ce->ann - 1];
@@ -1482,6 +1635,66 @@ done:
     return rc;
 }
 
+static int series_cmp(const void *a, const void *b)
+{
+    const tr_series *x = a, *y = b;
+    if (x->kind != y->kind) return x->kind - y->kind;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* The time series of the rank, per bin (queue length per stream, copy
+ * bandwidth per kind, the trace's counter tracks), in that order. */
+static int collect_series(rankst *r, tr_rank *out)
+{
+    const tsset *t = &r->ts;
+    out->ts_t0 = t->bins.t0;
+    out->ts_t1 = t->bins.t1;
+    out->ts_w = t->bins.w;
+    out->ts_bins = t->bins.n;
+    out->counter_events = r->counter_events;
+    out->series_dropped = t->dropped;
+    out->series = calloc(t->n ? t->n : 1, sizeof(tr_series));
+    if (!out->series) return TPF_ENOMEM;
+    for (uint32_t k = 0; k < t->n; k++) {
+        const tseries *s = &t->v[k];
+        if (!s->area) continue;
+        tr_series *o = &out->series[out->nseries];
+        o->kind = s->kind;
+        o->key = s->key;
+        o->samples = s->samples;
+        o->vmax = s->vmax;
+        o->lost = s->lost;
+        if (s->kind == TS_QUEUE) {
+            char nb[64];
+            snprintf(nb, sizeof(nb), "stream %lld", (long long)s->key);
+            o->name = dupstr(nb);
+        } else {
+            o->name = dupstr(st_str(&r->names, s->name));
+        }
+        o->mean = malloc(2 * (size_t)t->bins.n * sizeof(double));
+        if (!o->name || !o->mean) {
+            free(o->name);
+            free(o->mean);
+            return TPF_ENOMEM;
+        }
+        o->max = o->mean + t->bins.n;
+        double area = 0, cov = 0;
+        for (int i = 0; i < t->bins.n; i++) {
+            o->mean[i] = ts_mean(t, s, i);
+            o->max[i] = ts_max(t, s, i);
+            area += s->area[i];
+            cov += s->kind == TS_COUNTER ? s->cov[i] : 0;
+        }
+        /* time-weighted mean over the file (counters: from their first sample) */
+        o->overall = s->kind == TS_COUNTER ? (cov > 0 ? area / cov : s->last_v)
+                                           : area / (double)(t->bins.t1 - t->bins.t0);
+        out->nseries++;
+    }
+    qsort(out->series, out->nseries, sizeof(tr_series), series_cmp);
+    return 0;
+}
+
 static int stream_cmp(const void *a, const void *b)
 {
     const tr_stream *x = a, *y = b;
@@ -1526,12 +1739,23 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
         for (uint32_t i = 0; i < ns; i++)
             if (b.ssorted[i].ts > b.cutoff) b.cutoff = b.ssorted[i].ts;
     }
+    { /* the bins of the time series: the whole file */
+        tsbins *tb = &r->ts.bins;
+        tb->n = o->bins > 0 ? (o->bins > TS_MAX_BINS ? TS_MAX_BINS : o->bins) : TS_DEF_BINS;
+        tb->t0 = r->has_span ? r->tmin : 0;
+        tb->t1 = r->has_span ? r->tmax : 0;
+        int64_t span = tb->t1 - tb->t0;
+        tb->w = span > 0 ? (span + tb->n - 1) / tb->n : 1;
+        tb->n = span > 0 ? (int)((span + tb->w - 1) / tb->w) : 1; /* no bin past the end */
+        if (tb->t1 <= tb->t0) tb->t1 = tb->t0 + 1;
+    }
     if ((rc = merger_open(&m, r))) goto out;
     trec t;
     while ((rc = merger_next(&m, &t)) > 0)
         if ((rc = process(&b, &t))) break;
     if (rc < 0) goto out;
     rc = 0;
+    ts_finish(&r->ts);
     for (uint32_t i = 0; i < r->nthreads; i++)
         while (b.stacks[i].n) stack_pop(&b, &b.stacks[i]);
     sweep_finish(&b.all);
@@ -1592,6 +1816,7 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
     }
     rc = collect_tops(r, out, o->top_k > 0 ? o->top_k : 10);
     if (!rc) rc = collect_extras(&b, out, o->top_k > 0 ? o->top_k : 10);
+    if (!rc) rc = collect_series(r, out);
 out:
     if (rc == TPF_EIO) snprintf(err, errlen, "%s: cannot read back the spill file", r->path);
     else if (rc == TPF_ETOOBIG) snprintf(err, errlen, "%s: more than %d GPU streams", r->path, MAX_STREAMS);
@@ -1662,21 +1887,25 @@ static int find_stragglers(trace_result *res)
     return 0;
 }
 
+static void rank_out_free(tr_rank *k)
+{
+    free(k->path);
+    for (size_t j = 0; j < k->nkernels; j++) free(k->kernels[j].name);
+    for (size_t j = 0; j < k->nops_self; j++) free(k->ops_self[j].name);
+    for (size_t j = 0; j < k->nops_total; j++) free(k->ops_total[j].name);
+    free(k->kernels);
+    free(k->ops_self);
+    free(k->ops_total);
+    free(k->streams);
+    free(k->steps);
+    trace_extra_rank_free(k);
+}
+
 void trace_result_free(trace_result *r)
 {
     if (!r) return;
     for (int i = 0; i < r->nranks; i++) {
-        tr_rank *k = &r->ranks[i];
-        free(k->path);
-        for (size_t j = 0; j < k->nkernels; j++) free(k->kernels[j].name);
-        for (size_t j = 0; j < k->nops_self; j++) free(k->ops_self[j].name);
-        for (size_t j = 0; j < k->nops_total; j++) free(k->ops_total[j].name);
-        free(k->kernels);
-        free(k->ops_self);
-        free(k->ops_total);
-        free(k->streams);
-        free(k->steps);
-        trace_extra_rank_free(k);
+        rank_out_free(&r->ranks[i]);
     }
     free(r->ranks);
     free(r->stragglers);
@@ -2088,5 +2317,134 @@ out:
     free(cs.v);
     rank_free(&r);
     if (rc) trace_window_free(w);
+    return rc;
+}
+
+/* ---- --counters: the trace plus its time series as counter events -------- */
+
+typedef struct cw_st {
+    FILE *f;
+    int first;
+} cw_st;
+
+static int cw_copy(void *ud, const trace_ev *ev)
+{
+    cw_st *s = ud;
+    if (!s->first && fputs(",\n", s->f) == EOF) return TPF_EIO;
+    s->first = 0;
+    if (fwrite(ev->raw, 1, ev->raw_len, s->f) != ev->raw_len) return TPF_EIO;
+    return 0;
+}
+
+static void cw_us(char *b, size_t n, int64_t ns)
+{
+    int64_t a = ns < 0 ? -ns : ns;
+    snprintf(b, n, "%s%lld.%03lld", ns < 0 ? "-" : "", (long long)(a / 1000), (long long)(a % 1000));
+}
+
+int trace_write_counters(const char *path, const trace_opts *opts, const char *out_path, char *err,
+                         size_t errlen)
+{
+    rankst r, d;
+    memset(&r, 0, sizeof(r));
+    memset(&d, 0, sizeof(d));
+    tr_rank out;
+    memset(&out, 0, sizeof(out));
+    merger m;
+    memset(&m, 0, sizeof(m));
+    FILE *f = NULL;
+    char tmp[4096];
+    tmp[0] = '\0';
+    double *val = NULL;
+    int rc = pass_a(&r, path, opts->compat_hta, err, errlen);
+    if (rc) goto out;
+    int trim = 0;
+    for (uint32_t j = 1; opts->compat_hta && j < r.nsteps && !trim; j++) trim = r.steps[j].num != r.steps[0].num;
+    buf_init(&d.names.arena, 1);
+    d.chunk = malloc(CHUNK_RECS * sizeof(trec));
+    val = calloc(TS_MAX_SERIES, sizeof(double));
+    if (!d.chunk || !val) { rc = TPF_ENOMEM; goto nomem; }
+    r.dsink = &d;
+    if ((rc = pass_b(&r, opts, trim, &out, err, errlen))) goto out;
+    if (d.spill) {
+        if ((rc = spill_chunk(&d))) goto io;
+    } else {
+        qsort(d.chunk, d.nchunk, sizeof(trec), rec_cmp);
+    }
+    snprintf(tmp, sizeof(tmp), "%s.tmp%ld", out_path, (long)getpid());
+    if (!(f = fopen(tmp, "w"))) {
+        snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
+        rc = TPF_EIO;
+        goto out;
+    }
+    fputs("{", f);
+    if (r.meta.has_rank) fprintf(f, "\"distributedInfo\": {\"rank\": %ld},\n", r.meta.rank);
+    if (r.meta.has_base) fprintf(f, "\"baseTimeNanoseconds\": %lld,\n", (long long)r.meta.base_ns);
+    fputs("\"traceEvents\": [\n", f);
+    cw_st cs = {f, 1};
+    char e2[512];
+    e2[0] = '\0';
+    if ((rc = trace_read(path, cw_copy, &cs, TRACE_RAW, NULL, e2, sizeof(e2)))) {
+        snprintf(err, errlen, "%s", e2[0] ? e2 : tpf_strerror(rc));
+        goto out;
+    }
+    /* the changes in time order, each series' running value after each */
+    if ((rc = merger_open(&m, &d))) goto io;
+    trec t;
+    while ((rc = merger_next(&m, &t)) > 0) {
+        const tseries *s = &r.ts.v[t.name];
+        double v;
+        memcpy(&v, &t.corr, sizeof(v));
+        val[t.name] += v;
+        if (fabs(val[t.name]) < 1e-9) val[t.name] = 0; /* what the sums leave of a copy that ended */
+        char ts[64];
+        cw_us(ts, sizeof(ts), t.ts);
+        long long pid = t.thread < r.nthreads ? (long long)r.threads[t.thread].pid : -1;
+        if (s->kind == TS_QUEUE)
+            fprintf(f, ",\n{\"ph\": \"C\", \"name\": \"Queue Length\", \"pid\": %lld, \"id\": %lld, \"ts\": %s, "
+                       "\"args\": {\"Queue Length\": %.0f}}",
+                    pid, (long long)s->key, ts, val[t.name]);
+        else {
+            jw j;
+            buf nb;
+            buf_init(&nb, 1 << 16);
+            jw_init(&j, &nb, 0);
+            jw_str(&j, st_str(&r.names, s->name));
+            fprintf(f, ",\n{\"ph\": \"C\", \"name\": %.*s, \"pid\": %lld, \"ts\": %s, \"args\": {\"Memcpy BW\": %.9g}}",
+                    (int)nb.len, nb.data ? nb.data : "\"\"", pid, ts, val[t.name]);
+            buf_free(&nb);
+        }
+    }
+    if (rc < 0) goto io;
+    rc = 0;
+    fputs("\n]}\n", f);
+    if (ferror(f) | fclose(f)) {
+        f = NULL;
+        snprintf(err, errlen, "cannot write %s", out_path);
+        rc = TPF_EIO;
+        goto out;
+    }
+    f = NULL;
+    if (rename(tmp, out_path)) {
+        snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
+        rc = TPF_EIO;
+    } else {
+        tmp[0] = '\0';
+    }
+    goto out;
+io:
+    snprintf(err, errlen, "%s: cannot write or read back the spill file", path);
+    goto out;
+nomem:
+    snprintf(err, errlen, "%s: out of memory", path);
+out:
+    merger_close(&m);
+    if (f) fclose(f);
+    if (tmp[0]) unlink(tmp);
+    free(val);
+    rank_out_free(&out);
+    r.dsink = NULL;
+    rank_free(&d);
+    rank_free(&r);
     return rc;
 }

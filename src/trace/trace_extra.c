@@ -225,6 +225,238 @@ void mem_free_st(mem_st *m)
     m->ncats = 0;
 }
 
+/* ---- time series ---------------------------------------------------------- */
+
+static uint32_t ts_hash(int kind, int64_t key, uint32_t name)
+{
+    uint64_t h = ((uint64_t)key * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)name << 3) ^ (uint64_t)kind;
+    return (uint32_t)((h * 0xff51afd7ed558ccdull) >> 40);
+}
+
+tseries *ts_get(tsset *t, int kind, int64_t key, uint32_t name)
+{
+    const uint32_t mask = TS_MAX_SERIES * 4 - 1;
+    uint32_t j = ts_hash(kind, key, name) & mask;
+    while (t->slots[j]) {
+        tseries *s = &t->v[t->slots[j] - 1];
+        if (s->kind == kind && s->key == key && s->name == name) return s;
+        j = (j + 1) & mask;
+    }
+    if (t->n >= TS_MAX_SERIES) return NULL;
+    if (!t->v && !(t->v = calloc(TS_MAX_SERIES, sizeof(tseries)))) return NULL;
+    tseries *s = &t->v[t->n];
+    memset(s, 0, sizeof(*s));
+    s->kind = kind;
+    s->key = key;
+    s->name = name;
+    t->slots[j] = ++t->n;
+    return s;
+}
+
+/* Arrays on first use, once the bins are known (after pass A). */
+static int ts_alloc(tsset *t, tseries *s)
+{
+    if (s->area) return 0;
+    size_t n = (size_t)t->bins.n + 1;
+    double *a = calloc(7 * n, sizeof(double));
+    if (!a) return TPF_ENOMEM;
+    s->area = a;
+    s->darea = a + n;
+    s->dcover = a + 2 * n;
+    s->max = a + 3 * n;
+    s->cov = a + 4 * n;
+    s->dcov = a + 5 * n;
+    for (size_t i = 0; i < n; i++) s->max[i] = s->kind == TS_COUNTER ? NAN : 0.0;
+    return 0;
+}
+
+static int ts_bin(const tsbins *b, int64_t x)
+{
+    if (x <= b->t0) return 0;
+    int64_t i = (x - b->t0) / b->w;
+    return i >= b->n ? b->n - 1 : (int)i;
+}
+
+static int64_t ts_lo(const tsbins *b, int i) { return b->t0 + (int64_t)i * b->w; }
+
+static int64_t ts_width(const tsbins *b, int i)
+{
+    int64_t hi = i == b->n - 1 ? b->t1 : ts_lo(b, i + 1);
+    int64_t wd = hi - ts_lo(b, i);
+    return wd > 0 ? wd : 1;
+}
+
+/* v over [a, e): partial bins into p directly, whole bins through the
+ * difference array d (O(1) whatever the span). */
+static void ts_range(const tsbins *b, double *p, double *d, int64_t a, int64_t e, double v)
+{
+    if (a < b->t0) a = b->t0;
+    if (e > b->t1) e = b->t1;
+    if (e <= a) return;
+    int i = ts_bin(b, a), j = ts_bin(b, e - 1);
+    if (i == j) {
+        p[i] += v * (double)(e - a);
+        return;
+    }
+    p[i] += v * (double)(ts_lo(b, i + 1) - a);
+    p[j] += v * (double)(e - ts_lo(b, j));
+    if (j > i + 1) {
+        d[i + 1] += v;
+        d[j] -= v;
+    }
+}
+
+int ts_segment(tsset *t, tseries *s, int64_t a, int64_t e, double v, int cover)
+{
+    int rc = ts_alloc(t, s);
+    if (rc) return rc;
+    const tsbins *b = &t->bins;
+    ts_range(b, s->area, s->darea, a, e, v);
+    if (cover && e > a) {
+        /* the bins whose start lies in [a, e) */
+        int64_t k0 = a <= b->t0 ? 0 : (a - b->t0 + b->w - 1) / b->w;
+        int64_t k1 = e - 1 < b->t0 ? -1 : (e - 1 - b->t0) / b->w;
+        if (k1 >= b->n) k1 = b->n - 1;
+        if (k0 <= k1) {
+            s->dcover[k0] += v;
+            s->dcover[k1 + 1] -= v;
+        }
+    }
+    return 0;
+}
+
+void ts_point(tsset *t, tseries *s, int64_t x, double v)
+{
+    if (!s->area) return;
+    int i = ts_bin(&t->bins, x);
+    if (isnan(s->max[i]) || v > s->max[i]) s->max[i] = v;
+    if (v > s->vmax || !s->samples) s->vmax = v;
+    s->samples++;
+}
+
+/* A counter's value v over [a, e): means over the covered time, and the
+ * maximum of every bin it touches (segments of one series never overlap). */
+static void ts_hold(tsset *t, tseries *s, int64_t a, int64_t e, double v)
+{
+    const tsbins *b = &t->bins;
+    if (a < b->t0) a = b->t0;
+    if (e > b->t1) e = b->t1;
+    if (e <= a) return;
+    ts_range(b, s->area, s->darea, a, e, v);
+    ts_range(b, s->cov, s->dcov, a, e, 1.0);
+    for (int i = ts_bin(b, a), j = ts_bin(b, e - 1); i <= j; i++)
+        if (isnan(s->max[i]) || v > s->max[i]) s->max[i] = v;
+}
+
+int ts_sample(tsset *t, tseries *s, int64_t x, double v)
+{
+    int rc = ts_alloc(t, s);
+    if (rc) return rc;
+    if (s->has_last) ts_hold(t, s, s->last_ts, x, s->last_v);
+    s->has_last = 1;
+    s->last_ts = x;
+    s->last_v = v;
+    ts_point(t, s, x, v);
+    return 0;
+}
+
+static void fl_pop(tseries *s)
+{
+    ts_flight v = s->fl[--s->nfl];
+    uint32_t i = 0;
+    for (;;) {
+        uint32_t l = 2 * i + 1, m = i;
+        int64_t mv = v.end;
+        if (l < s->nfl && s->fl[l].end < mv) m = l, mv = s->fl[l].end;
+        if (l + 1 < s->nfl && s->fl[l + 1].end < mv) m = l + 1, mv = s->fl[l + 1].end;
+        if (m == i) break;
+        s->fl[i] = s->fl[m];
+        i = m;
+    }
+    if (s->nfl) s->fl[i] = v;
+}
+
+int ts_copy(tsset *t, tseries *s, int64_t a, int64_t e, double v)
+{
+    int rc = ts_segment(t, s, a, e, v, 1);
+    if (rc) return rc;
+    while (s->nfl && s->fl[0].end <= a) {
+        s->cur -= s->fl[0].v;
+        fl_pop(s);
+    }
+    if (!s->nfl) s->cur = 0.0; /* no drift from the sums */
+    if (s->nfl == s->capfl) {
+        if (s->capfl >= TS_HEAP_CAP) {
+            s->lost++; /* bounded: its bandwidth is in the means, not in the maxima */
+            ts_point(t, s, a, s->cur + v);
+            return 0;
+        }
+        uint32_t nc = s->capfl ? s->capfl * 2 : 16;
+        ts_flight *nf = realloc(s->fl, nc * sizeof(*nf));
+        if (!nf) return TPF_ENOMEM;
+        s->fl = nf;
+        s->capfl = nc;
+    }
+    uint32_t i = s->nfl++;
+    while (i) {
+        uint32_t p = (i - 1) / 2;
+        if (s->fl[p].end <= e) break;
+        s->fl[i] = s->fl[p];
+        i = p;
+    }
+    s->fl[i] = (ts_flight){e, v};
+    s->cur += v;
+    ts_point(t, s, a, s->cur);
+    return 0;
+}
+
+int ts_finish(tsset *t)
+{
+    const tsbins *b = &t->bins;
+    for (uint32_t k = 0; k < t->n; k++) {
+        tseries *s = &t->v[k];
+        if (!s->area) continue;
+        if (s->kind == TS_COUNTER && s->has_last) ts_hold(t, s, s->last_ts, b->t1, s->last_v);
+        double da = 0, dc = 0, dv = 0;
+        for (int i = 0; i < b->n; i++) {
+            da += s->darea[i];
+            dc += s->dcover[i];
+            dv += s->dcov[i];
+            s->area[i] += da * (double)b->w;
+            s->cov[i] += dv * (double)b->w;
+            if (s->kind != TS_COUNTER && dc > s->max[i]) s->max[i] = dc;
+        }
+        free(s->fl);
+        s->fl = NULL;
+        s->nfl = s->capfl = 0;
+    }
+    return 0;
+}
+
+double ts_mean(const tsset *t, const tseries *s, int i)
+{
+    if (!s->area) return NAN;
+    /* a bin where a counter only has samples at one instant: the highest */
+    if (s->kind == TS_COUNTER) return s->cov[i] > 0 ? s->area[i] / s->cov[i] : s->max[i];
+    return s->area[i] / (double)ts_width(&t->bins, i);
+}
+
+double ts_max(const tsset *t, const tseries *s, int i)
+{
+    (void)t;
+    return s->area ? s->max[i] : NAN;
+}
+
+void ts_free(tsset *t)
+{
+    for (uint32_t k = 0; t->v && k < t->n; k++) {
+        free(t->v[k].area);
+        free(t->v[k].fl);
+    }
+    free(t->v);
+    memset(t, 0, sizeof(*t));
+}
+
 /* ---- rendering --------------------------------------------------------------- */
 
 void trace_extra_rank_free(tr_rank *k)
@@ -235,6 +467,11 @@ void trace_extra_rank_free(tr_rank *k)
     for (size_t i = 0; i < k->nbws; i++) free(k->bws[i].name);
     for (size_t i = 0; i < k->nmem; i++) free(k->mem[i].peak_cat);
     for (size_t i = 0; i < k->nmemcats; i++) free(k->memcats[i].name);
+    for (size_t i = 0; i < k->nseries; i++) {
+        free(k->series[i].name);
+        free(k->series[i].mean);
+    }
+    free(k->series);
     free(k->anns);
     free(k->seqs);
     free(k->queues);
@@ -312,6 +549,41 @@ void trace_extra_json(jw *w, const tr_rank *k)
         jw_obj_end(w);
     }
     jw_arr_end(w);
+    jw_key(w, "time_series");
+    jw_obj_begin(w);
+    jw_kint(w, "start_ns", k->ts_t0);
+    jw_kint(w, "end_ns", k->ts_t1);
+    jw_kint(w, "bin_ns", k->ts_w);
+    jw_kint(w, "bins", k->ts_bins);
+    jw_kuint(w, "counter_events", k->counter_events);
+    jw_kuint(w, "dropped_samples", k->series_dropped);
+    jw_key(w, "series");
+    jw_arr_begin(w);
+    for (size_t i = 0; i < k->nseries; i++) {
+        const tr_series *x = &k->series[i];
+        static const char *const kinds[] = {"", "queue_length", "memcpy_bandwidth", "counter"};
+        jw_obj_begin(w);
+        jw_kstr(w, "kind", kinds[x->kind]);
+        jw_kstr(w, "name", x->name);
+        if (x->kind == TS_QUEUE) jw_kint(w, "stream", x->key);
+        if (x->kind == TS_COUNTER) jw_kint(w, "pid", x->key);
+        jw_kstr(w, "unit", x->kind == TS_QUEUE ? "kernels" : x->kind == TS_BW ? "GB/s" : NULL);
+        jw_kuint(w, "samples", x->samples);
+        jw_knum(w, "max", x->vmax);
+        jw_knum(w, "mean", x->overall);
+        if (x->kind == TS_BW) jw_kuint(w, "lost", x->lost);
+        jw_key(w, "bin_mean");
+        jw_arr_begin(w);
+        for (int b = 0; b < k->ts_bins; b++) jw_num(w, x->mean[b]);
+        jw_arr_end(w);
+        jw_key(w, "bin_max");
+        jw_arr_begin(w);
+        for (int b = 0; b < k->ts_bins; b++) jw_num(w, x->max[b]);
+        jw_arr_end(w);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_obj_end(w);
     jw_key(w, "memory");
     jw_arr_begin(w);
     for (size_t i = 0; i < k->nmem; i++) {
@@ -345,12 +617,40 @@ void trace_extra_json(jw *w, const tr_rank *k)
     jw_arr_end(w);
 }
 
+/* One character per bin, eight heights scaled to the largest bin; '.' for
+ * zero, ' ' where the series has no value. */
+static void ts_sparkline(char *dst, size_t n, const double *v, int nb)
+{
+    static const char *const lv[] = {"\u2581", "\u2582", "\u2583", "\u2584",
+                                     "\u2585", "\u2586", "\u2587", "\u2588"};
+    double top = 0;
+    for (int i = 0; i < nb; i++)
+        if (!isnan(v[i]) && v[i] > top) top = v[i];
+    size_t o = 0;
+    for (int i = 0; i < nb && o + 4 < n; i++) {
+        const char *c;
+        if (isnan(v[i])) c = " ";
+        else if (v[i] <= 0 || top <= 0) c = ".";
+        else {
+            int l = (int)(v[i] / top * 8.0);
+            c = lv[l < 0 ? 0 : l > 7 ? 7 : l];
+        }
+        size_t cl = strlen(c);
+        memcpy(dst + o, c, cl);
+        o += cl;
+    }
+    dst[o] = '\0';
+}
+
 static const tbl_col ann_cols[] = {
     {"ranges", 8, TBL_RIGHT}, {"CPU ms", 10, TBL_RIGHT}, {"kernels", 8, TBL_RIGHT}, {"GPU kernel ms", 14, TBL_RIGHT},
     {"GPU range ms", 13, TBL_RIGHT}, {"annotation", 0, TBL_GAP},
 };
 static const tbl_col queue_cols[] = {
     {"stream", 8, TBL_RIGHT}, {"kernels", 9, TBL_RIGHT}, {"max", 6, TBL_RIGHT}, {"mean", 8, TBL_RIGHT},
+};
+static const tbl_col ts_cols[] = {
+    {"series", 30, 0}, {"max", 9, TBL_RIGHT}, {"mean", 9, TBL_RIGHT}, {"over time (mean per bin)", 0, TBL_GAP},
 };
 static const tbl_col bw_cols[] = {
     {"count", 8, TBL_RIGHT}, {"bytes", 11, TBL_RIGHT}, {"ms", 10, TBL_RIGHT}, {"mean GB/s", 10, TBL_RIGHT},
@@ -419,6 +719,27 @@ void trace_extra_text(buf *o, const tr_rank *k, int md, int color)
             tbl_row(&t, cells, TBL_PLAIN);
         }
         tbl_end(&t);
+    }
+    if (k->nseries) {
+        char title[192];
+        snprintf(title, sizeof(title),
+                 "Over time: %d bins of %.3f ms from the first event (queue length, copy GB/s, counters)",
+                 k->ts_bins, (double)k->ts_w / 1e6);
+        tbl_begin_sub(&t, o, tf, color, title, ts_cols, 4);
+        for (size_t i = 0; i < k->nseries; i++) {
+            const tr_series *x = &k->series[i];
+            char spark[3 * TS_MAX_BINS + 8];
+            ts_sparkline(spark, sizeof(spark), x->mean, k->ts_bins);
+            trace_short_name(nm, 31, x->name);
+            snprintf(a, sizeof(a), "%.4g", x->vmax);
+            snprintf(b, sizeof(b), "%.4g", x->overall);
+            const char *cells[] = {nm, a, b, spark};
+            tbl_row(&t, cells, TBL_PLAIN);
+        }
+        tbl_end(&t);
+        if (k->series_dropped)
+            buf_printf(o, "%s%llu samples of series past the %d kept were not counted\n", ind,
+                       (unsigned long long)k->series_dropped, TS_MAX_SERIES);
     }
     for (size_t i = 0; i < k->nmem; i++) {
         const tr_memdev *m = &k->mem[i];

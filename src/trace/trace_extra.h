@@ -2,7 +2,10 @@
  * trace_an.c one event at a time, each with bounded state:
  *  - frequent kernel sequences per stream (fusion candidates),
  *  - queue length per stream (kernels launched and not yet finished),
- *  - memory timeline of profile_memory traces ("[memory]" events).
+ *  - memory timeline of profile_memory traces ("[memory]" events),
+ *  - time series in fixed bins: queue length per stream, memory-copy
+ *    bandwidth per kind of copy, and the trace's own counter tracks
+ *    (ph "C" events).
  * GPU time per user annotation and memory-copy bandwidth are kept per name
  * in trace_an.c's name table and only rendered here. */
 #ifndef TPF_TRACE_EXTRA_H
@@ -95,5 +98,75 @@ void mem_seen(mem_st *m, int64_t key, int64_t ts, int64_t bytes, int64_t total_a
  * cat (name id + 1; 0 = none) was innermost. */
 int mem_event(mem_st *m, int64_t key, int64_t ts, int64_t bytes, uint32_t cat);
 void mem_free_st(mem_st *m);
+
+/* ---- time series ------------------------------------------------------------ */
+
+#define TS_DEF_BINS 40
+#define TS_MAX_BINS 1000
+#define TS_MAX_SERIES 256        /* per rank: streams, copy kinds, counter tracks */
+#define TS_HEAP_CAP 4096         /* copies in flight per kind */
+
+enum { TS_QUEUE = 1, TS_BW, TS_COUNTER };
+
+/* n bins of w ns from t0; bin i is [t0 + i*w, t0 + (i+1)*w), the last one
+ * cut at t1 (the rank's last event end). */
+typedef struct tsbins {
+    int64_t t0, t1, w;
+    int n;
+} tsbins;
+
+typedef struct ts_flight {
+    int64_t end;
+    double v;
+} ts_flight;
+
+/* One series: a step function of time, summarised per bin by its
+ * time-weighted mean and its maximum. Arrays are allocated on first use. */
+typedef struct tseries {
+    int kind;                    /* TS_* */
+    int64_t key;                 /* stream (queue), pid (counter), 0 (bandwidth) */
+    uint32_t name;               /* name id: copy kind or counter label */
+    double *area;                /* value x ns inside each bin (partial bins) */
+    double *darea;               /* whole bins: difference array of value x w */
+    double *dcover;              /* value at each bin's start: difference array */
+    double *max;                 /* NAN = no value in the bin */
+    double *cov, *dcov;          /* counters: ns of each bin where the series has a value */
+    uint64_t samples;
+    double vmax;
+    int has_last;                /* counters: the previous sample holds until the next */
+    int64_t last_ts;
+    double last_v;
+    ts_flight *fl;               /* bandwidth: copies in flight (min-heap by end) */
+    uint32_t nfl, capfl;
+    double cur;
+    uint64_t lost;               /* copies past TS_HEAP_CAP in flight */
+} tseries;
+
+typedef struct tsset {
+    tsbins bins;
+    tseries *v;
+    uint32_t n;
+    uint32_t slots[TS_MAX_SERIES * 4];  /* index + 1 by (kind, key, name) */
+    uint64_t dropped;            /* samples of series past TS_MAX_SERIES */
+} tsset;
+
+/* The series (kind, key, name), added when new; NULL past the cap (counted). */
+tseries *ts_get(tsset *t, int kind, int64_t key, uint32_t name);
+/* value v held over [a, e): into the means; cover: also the value at the
+ * starts of the bins in [a, e) (for sums of overlapping intervals, whose
+ * maximum is then taken by ts_point at each interval start). */
+int ts_segment(tsset *t, tseries *s, int64_t a, int64_t e, double v, int cover);
+/* The series takes value v at time x (a maximum candidate). */
+void ts_point(tsset *t, tseries *s, int64_t x, double v);
+/* Counter sample: the previous value holds until x. */
+int ts_sample(tsset *t, tseries *s, int64_t x, double v);
+/* Bandwidth: a copy of v GB/s over [a, e), copies arriving by start. */
+int ts_copy(tsset *t, tseries *s, int64_t a, int64_t e, double v);
+/* Close every series at bins.t1; means and maxima then final. */
+int ts_finish(tsset *t);
+/* Per-bin mean of series s after ts_finish (NAN where it had no value). */
+double ts_mean(const tsset *t, const tseries *s, int i);
+double ts_max(const tsset *t, const tseries *s, int i);
+void ts_free(tsset *t);
 
 #endif

@@ -86,6 +86,18 @@ typedef struct tr_memcat {
     uint64_t count;
 } tr_memcat;
 
+/* A time series in the rank's bins (trace_extra.h, TS_*): per bin the
+ * time-weighted mean and the maximum; NAN where it has no value. */
+typedef struct tr_series {
+    int kind;
+    char *name;             /* "stream 7", "Memcpy HtoD", a counter's label */
+    int64_t key;            /* stream, or a counter's pid */
+    uint64_t samples;       /* change points seen (launches, copies, counter samples) */
+    double vmax, overall;   /* maximum; time-weighted mean over the file */
+    uint64_t lost;          /* copies past the in-flight cap (in means, not maxima) */
+    double *mean, *max;     /* ts_bins each; one allocation from mean */
+} tr_series;
+
 typedef struct tr_rank {
     char *path;
     long rank;
@@ -120,6 +132,11 @@ typedef struct tr_rank {
     size_t nmem;
     tr_memcat *memcats;
     size_t nmemcats;
+    int64_t ts_t0, ts_t1, ts_w;  /* bins: ts_bins of ts_w ns from ts_t0, the last cut at ts_t1 */
+    int ts_bins;
+    tr_series *series;
+    size_t nseries;
+    uint64_t series_dropped, counter_events;
 } tr_rank;
 
 typedef struct tr_straggler {

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,6 +77,7 @@ typedef struct jscratch {
     char cat[256];
     char argname[256];
     char key[64];
+    trace_carg cargs[TRACE_CARGS_MAX];
 } jscratch;
 
 static int js_fail(jsrc *s, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -701,12 +703,31 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
     const int_arg_def *a;
     int rc = js_obj_open(s);
     if (rc <= 0) return rc;
+    /* Counter values: Kineto writes "ph" first, so this costs nothing on
+     * its files; writers that put "args" first pay for their numbers. */
+    const int ctr = ev->ph == 'C' || ev->ph == 0;
     for (;;) {
         if ((rc = js_key(s, sc, "event args"))) return rc;
         int isnum;
         int64_t v;
         char k0 = sc->key[0];
-        if (k0 != 's' && k0 != 'c' && k0 != 'n' && k0 != 'b' && k0 != 'B' && k0 != 'T' && k0 != 'D' &&
+        if (ctr && num_start(js_ws(s)) && !int_arg(sc->key)) {
+            jnum t;
+            if ((rc = js_num(s, &t))) return rc;
+            if (!num_valid(t.s, t.n)) return js_bad_number(s, t.at);
+            double d = strtod(t.s, NULL);
+            if (isfinite(d) && ev->ncargs < TRACE_CARGS_MAX) {
+                trace_carg *c = &sc->cargs[ev->ncargs++];
+                snprintf(c->key, sizeof(c->key), "%s", sc->key);
+                c->v = d;
+            }
+        } else if (k0 == 'm' && num_start(js_ws(s)) && strcmp(sc->key, "memory bandwidth (GB/s)") == 0) {
+            jnum t;
+            if ((rc = js_num(s, &t))) return rc;
+            if (!num_valid(t.s, t.n)) return js_bad_number(s, t.at);
+            ev->mem_bw = strtod(t.s, NULL);
+            if (isfinite(ev->mem_bw) && ev->mem_bw >= 0) ev->has |= TEV_MEMBW;
+        } else if (k0 != 's' && k0 != 'c' && k0 != 'n' && k0 != 'b' && k0 != 'B' && k0 != 'T' && k0 != 'D' &&
             k0 != 'w') {
             /* most args: skip without comparing */
             if ((rc = js_skip(s, 2))) return rc;
@@ -716,6 +737,11 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
             if (isnum) {
                 *(int64_t *)((char *)ev + a->off) = v;
                 ev->has |= a->flag;
+                if (ctr && ev->ncargs < TRACE_CARGS_MAX) {
+                    trace_carg *c = &sc->cargs[ev->ncargs++];
+                    snprintf(c->key, sizeof(c->key), "%s", sc->key);
+                    c->v = (double)v;
+                }
             }
         } else if (strcmp(sc->key, "name") == 0 && js_ws(s) == '"') {
             if ((rc = js_string(s, sc->argname, sizeof(sc->argname), NULL))) return rc;
@@ -737,6 +763,7 @@ static int js_event(jsrc *s, jscratch *sc, trace_ev_fn fn, void *ud)
     ev.name = sc->name;
     ev.cat = sc->cat;
     ev.arg_name = sc->argname;
+    ev.cargs = sc->cargs;
     sc->name[0] = sc->cat[0] = sc->argname[0] = '\0';
     int rc, c;
     if (s->capturing) {

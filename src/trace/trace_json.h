@@ -35,6 +35,7 @@ enum {
     TEV_DEV = 1 << 14,        /* args."Device Id" */
     TEV_DUR_FRAC = 1 << 15,   /* dur literal was not an integer */
     TEV_WAIT = 1 << 16,       /* cuda_sync args: wait_on_stream, wait_on_cuda_event_record_corr_id */
+    TEV_MEMBW = 1 << 17,      /* args."memory bandwidth (GB/s)" (Kineto, from the exact ns duration) */
 };
 
 /* Flags of trace_read's mode argument. */
@@ -42,6 +43,14 @@ enum {
     TRACE_RAW = 1,            /* fill ev.raw (merge) */
     TRACE_DOUBLE = 2,         /* fill ev.ts_us/dur_us as Python's float() reads them */
 };
+
+/* A numeric member of the args of a counter event (ph "C"): one series. */
+typedef struct trace_carg {
+    char key[64];
+    double v;
+} trace_carg;
+
+#define TRACE_CARGS_MAX 8
 
 /* One event, valid only during the callback. Strings are NUL-terminated and
  * may be truncated to TRACE_STR_MAX bytes. */
@@ -61,6 +70,11 @@ typedef struct trace_ev {
     int64_t dev;              /* args."Device Id" */
     int64_t devtype;          /* args."Device Type" (0 CPU, 1 CUDA, ...) */
     int64_t wait_stream, wait_corr; /* TEV_WAIT */
+    /* ph "C": the numeric args (finite values; at most TRACE_CARGS_MAX).
+     * Collected for every event whose "ph" is "C" or comes after "args". */
+    const trace_carg *cargs;
+    int ncargs;
+    double mem_bw;            /* TEV_MEMBW */
     double ts_us, dur_us;     /* TRACE_DOUBLE: the literals as doubles (HTA's pandas) */
     /* Raw text of the event object when capture is on (merge), with the byte
      * spans of some values inside it (offset, length; length 0 = absent). */

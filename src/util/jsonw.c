@@ -88,7 +88,7 @@ void jw_num(jw *w, double v)
     jw_pre(w);
     if (!isfinite(v))
         buf_puts(w->out, "null");
-    else if (v == (double)(int64_t)v && fabs(v) < 1e15)
+    else if (fabs(v) < 1e15 && v == (double)(int64_t)v) /* range first: the cast of a larger value is UB */
         buf_printf(w->out, "%lld", (long long)v);
     else
         buf_printf(w->out, "%.10g", v);

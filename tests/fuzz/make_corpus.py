@@ -48,7 +48,13 @@ def main():
                 put((arr + ("\n]" if i == 0 else ",\n")).encode())
     for s in (b"", b"[", b"{}", b"[]", b'{"traceEvents":[{}]}', b'[{"ts":1e400,"dur":-0.5}]',
               b'{"traceEvents":[{"ph":"X","cat":"kernel","name":"\\ud800x","ts":1,"dur":2,'
-              b'"args":{"stream":"7","correlation":1.5}}]}'):
+              b'"args":{"stream":"7","correlation":1.5}}]}',
+              # counter events in both member orders, ids, several series; a copy with its GB/s
+              b'{"traceEvents":[{"pid":0,"ts":5,"args":{"Queue Length":1},"ph":"C","name":"Queue Length","id":7},'
+              b'{"ph":"C","name":"ctr","pid":1,"ts":2.5,"args":{"a":1e308,"b":-3,"c":"x","d":[1]}},'
+              b'{"ph":"C","name":"ctr","pid":1,"ts":2.5,"args":{"a":2}},'
+              b'{"ph":"X","cat":"gpu_memcpy","name":"Memcpy HtoD (Pageable -> Device)","pid":0,"tid":7,"ts":3,'
+              b'"dur":0,"args":{"stream":7,"correlation":4,"bytes":256,"memory bandwidth (GB/s)":0.14}}]}'):
         put(s)
     print(f"{n} seeds in {out}")
 

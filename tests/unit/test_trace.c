@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "trace/trace.h"
+#include "trace/trace_extra.h"
 #include "trace/trace_int.h"
 #include "trace/trace_json.h"
 #include "trainperf.h"
@@ -434,6 +435,54 @@ TT_TEST(out_of_range_doubles_and_memory_args)
     TT_EQ_INT(f.dev[2], 0);
     TT_EQ_INT(f.devtype[2], 1);
     TT_ASSERT(f.has[3] & TEV_BADNUM);
+}
+
+/* Bins of 10 ns from 0, the last cut at 95: a value held over [5, 87)
+ * fills bins 1..7 whole and 0 and 8 in part; a counter holds each sample
+ * until the next, the last until the end, and has no value before its
+ * first sample. Expected values follow from those definitions. */
+TT_TEST(time_series_bins_means_and_maxima)
+{
+    tsset t;
+    memset(&t, 0, sizeof(t));
+    t.bins = (tsbins){0, 95, 10, 10};
+    tseries *q = ts_get(&t, TS_QUEUE, 7, 0);
+    tseries *c = ts_get(&t, TS_COUNTER, 1, 3);
+    TT_ASSERT(q && c && q != c && ts_get(&t, TS_QUEUE, 7, 0) == q);
+    TT_EQ_INT(ts_segment(&t, q, 5, 87, 2.0, 1), 0);
+    ts_point(&t, q, 5, 2.0);
+    TT_EQ_INT(ts_sample(&t, c, 10, 3.0), 0);
+    TT_EQ_INT(ts_sample(&t, c, 50, 1.0), 0);
+    TT_EQ_INT(ts_finish(&t), 0);
+    TT_ASSERT(fabs(ts_mean(&t, q, 0) - 2.0 * 5 / 10) < 1e-12);
+    for (int i = 1; i <= 7; i++) TT_ASSERT(fabs(ts_mean(&t, q, i) - 2.0) < 1e-12);
+    TT_ASSERT(fabs(ts_mean(&t, q, 8) - 2.0 * 7 / 10) < 1e-12);
+    TT_ASSERT(ts_mean(&t, q, 9) == 0.0);
+    for (int i = 0; i <= 8; i++) TT_ASSERT(ts_max(&t, q, i) == 2.0);
+    TT_ASSERT(ts_max(&t, q, 9) == 0.0);
+    TT_ASSERT(isnan(ts_mean(&t, c, 0)) && isnan(ts_max(&t, c, 0)));
+    for (int i = 1; i <= 4; i++) TT_ASSERT(ts_mean(&t, c, i) == 3.0 && ts_max(&t, c, i) == 3.0);
+    for (int i = 5; i <= 9; i++) TT_ASSERT(ts_mean(&t, c, i) == 1.0 && ts_max(&t, c, i) == 1.0);
+    ts_free(&t);
+}
+
+/* Copies of one kind add up while they overlap: the maximum of a bin is the
+ * sum in flight, its mean the GB moved in it over its width. */
+TT_TEST(time_series_copies_in_flight_add_up)
+{
+    tsset t;
+    memset(&t, 0, sizeof(t));
+    t.bins = (tsbins){0, 100, 50, 2};
+    tseries *b = ts_get(&t, TS_BW, 0, 1);
+    TT_EQ_INT(ts_copy(&t, b, 10, 30, 4.0), 0);
+    TT_EQ_INT(ts_copy(&t, b, 20, 60, 1.0), 0);  /* overlaps the first: 5 GB/s */
+    TT_EQ_INT(ts_copy(&t, b, 40, 45, 2.0), 0);  /* the first is over: 3 */
+    TT_EQ_INT(ts_finish(&t), 0);
+    TT_ASSERT(ts_max(&t, b, 0) == 5.0);
+    TT_ASSERT(ts_max(&t, b, 1) == 1.0);         /* the second, still running at 50 */
+    TT_ASSERT(fabs(ts_mean(&t, b, 0) - (4.0 * 20 + 1.0 * 30 + 2.0 * 5) / 50) < 1e-12);
+    TT_ASSERT(fabs(ts_mean(&t, b, 1) - 1.0 * 10 / 50) < 1e-12);
+    ts_free(&t);
 }
 
 int main(int argc, char **argv) { return tt_main(argc, argv); }
