@@ -16,8 +16,10 @@
 #include "trainperf.h"
 #include "util/csvr.h"
 #include "util/human.h"
+#include "util/jsonr.h"
 
 #define RR_MAX_ALIGN_OPS 50000 /* collectives kept per node for clock alignment */
+#define RR_MAX_FLOPS_FILE ((size_t)16 << 20) /* a FLOP table of a very large model */
 
 /* Ranks that had a rank number (torchrun, srun, mpirun). */
 static int nranked(const diag_run *r)
@@ -46,6 +48,7 @@ static int sorted_ranks(const diag_run *r, const drank **out)
 
 typedef struct rrow {
     double steps, warm, p50, p95, data, compute, comm, sps, busbw;
+    double flops_per_s, mfu; /* model FLOP/s over the warm steps, its share of the peak */
 } rrow;
 
 /* The step figures of a rank (core/figs.h groups: the owner of the figure),
@@ -89,6 +92,116 @@ static void rank_row(const diag_run *r, int rank, rrow *o)
     o->sps = g->samples > 0 && g->interval_ns > 0
                  ? (double)g->samples / ((double)g->interval_ns / 1e9)
                  : NAN;
+    /* the step rate of the warm steps (the counted step, slowed by counting,
+     * is one of them) times the FLOPs of one step */
+    o->flops_per_s = o->mfu = NAN;
+    if (k && k->flops_step > 0 && g->warm_count && g->warm_interval_ns) {
+        o->flops_per_s = k->flops_step * (double)g->warm_count / ((double)g->warm_interval_ns / 1e9);
+        if (k->peak_flops > 0) o->mfu = o->flops_per_s / k->peak_flops;
+    }
+}
+
+/* ---- model FLOPs and the job's figures -------------------------------------- */
+
+static void load_flops_file(diag_run *r, const char *path)
+{
+    jr_doc d;
+    char e[200];
+    if (jr_load_file(&d, path, RR_MAX_FLOPS_FILE, e, sizeof(e)) != 0) return;
+    double rank = jr_num(jr_get(d.root, "rank")), fl = jr_num(jr_get(d.root, "total_flops"));
+    double peak = jr_num(jr_get(d.root, "peak_flops_per_s"));
+    double step = jr_num(jr_get(d.root, "step"));
+    const char *method = jr_str(jr_get(d.root, "method"));
+    const char *psrc = jr_str(jr_get(d.root, "peak_source"));
+    if (!psrc) psrc = jr_str(jr_get(d.root, "mfu_reason")); /* files older than the peak keys */
+    int declared = method && strcmp(method, "declared") == 0;
+    drank *k = NULL;
+    for (int i = 0; isfinite(rank) && i < r->nranks; i++)
+        if (r->ranks[i].rank == (int)rank) k = &r->ranks[i];
+    /* a run of one process without a rank: its file says rank 0 */
+    if (!k && r->nranks == 1 && r->ranks[0].rank < 0 && rank == 0) k = &r->ranks[0];
+    if (k && isfinite(fl) && fl > 0) {
+        int better = !(k->flops_step > 0) || (declared && k->flops_at >= 0) ||
+                     (!declared && k->flops_at >= 0 && isfinite(step) && step > k->flops_at);
+        if (better) {
+            k->flops_step = fl;
+            k->flops_at = declared ? -1 : (isfinite(step) ? step : 0);
+            k->peak_flops = isfinite(peak) && peak > 0 ? peak : 0;
+            snprintf(k->flops_src, sizeof(k->flops_src), "%s", declared ? "declared" : "counted");
+            snprintf(k->peak_src, sizeof(k->peak_src), "%s", psrc ? psrc : "");
+        }
+    }
+    jr_free(&d);
+}
+
+void rr_load_flops(diag_run *r, const char *run_dir)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%.1000s/flops", run_dir);
+    DIR *d = opendir(path);
+    if (!d) return;
+    struct dirent *de;
+    int files = 0;
+    while ((de = readdir(d)) != NULL && files < 4096) {
+        size_t l = strlen(de->d_name);
+        if (strncmp(de->d_name, "flops-rank", 10) != 0 || l < 15 ||
+            strcmp(de->d_name + l - 5, ".json") != 0)
+            continue;
+        snprintf(path, sizeof(path), "%.1000s/flops/%.150s", run_dir, de->d_name);
+        load_flops_file(r, path);
+        files++;
+    }
+    closedir(d);
+}
+
+void rr_job_figures(const diag_run *r, rr_job *j)
+{
+    dfig f;
+    diag_figures(r, &f);
+    memset(j, 0, sizeof(*j));
+    j->steps = f.steps;
+    j->samples_per_s = f.samples_per_s;
+    j->tokens_per_s = f.tokens_per_s;
+    double fps = 0, used = 0, peak = 0;
+    for (int i = 0; i < r->nranks; i++) {
+        const drank *k = &r->ranks[i];
+        if (k->rank < 0 && r->nranks > 1) continue;
+        j->ranks++;
+        rrow w;
+        rank_row(r, k->rank, &w);
+        if (!isfinite(w.flops_per_s)) continue;
+        if (!j->flops_ranks++) snprintf(j->peak_src, sizeof(j->peak_src), "%s", k->peak_src);
+        fps += w.flops_per_s;
+        if (k->peak_flops > 0) {
+            j->mfu_ranks++;
+            used += w.flops_per_s;
+            peak += k->peak_flops;
+        }
+    }
+    j->flops_per_s = j->flops_ranks ? fps : NAN;
+    j->mfu = peak > 0 ? used / peak : NAN;
+}
+
+/* "12.3%", or "—" when unknown (MFU needs FLOPs and a peak). */
+static const char *pct_or_dash(char *o, size_t n, double v)
+{
+    if (!isfinite(v)) return "—";
+    snprintf(o, n, "%.1f%%", 100 * v);
+    return o;
+}
+
+/* TFLOP/s with three significant digits, or "—". */
+static const char *tflops_or_dash(char *o, size_t n, double v)
+{
+    if (!isfinite(v)) return "—";
+    snprintf(o, n, "%.3g", v / 1e12);
+    return o;
+}
+
+/* printf's %*s counts bytes: "—" is one column in three bytes. */
+static int colw(const char *s, int w)
+{
+    return strcmp(s, "—") == 0 ? w + 2 : w;
 }
 
 /* ---- the straggler ----------------------------------------------------------- */
@@ -561,6 +674,7 @@ int rr_load_job(const char *const *dirs, int n, diag_run **out, char *err, size_
             return rc;
         }
         rr_load_comm(r, dirs[i]);
+        rr_load_flops(r, dirs[i]);
     }
     free(a0);
     r->cur_node = 0;
@@ -634,27 +748,76 @@ static void comm_section(const diag_run *r, buf *b, int fmt, int color)
     if (adv[0]) buf_printf(b, md ? "\n%s\n" : "  %s\n", adv);
 }
 
+/* The job's figures as one sentence (text and md; html escapes it):
+ * optimizer steps, samples/s, tokens/s, model FLOP/s and MFU, or why not. */
+static void job_words(const diag_run *r, buf *b)
+{
+    rr_job j;
+    rr_job_figures(r, &j);
+    char a[3][32];
+    buf_printf(b, "%s optimizer steps (not a sum over ranks), %s samples/s", num(a[0], 32, "%.0f", j.steps),
+               num(a[1], 32, "%.1f", j.samples_per_s));
+    if (isfinite(j.tokens_per_s) && j.tokens_per_s > 0)
+        buf_printf(b, ", %s tokens/s", num(a[2], 32, "%.0f", j.tokens_per_s));
+    if (!j.flops_ranks) {
+        buf_puts(b, "; MFU — (model FLOPs unknown: `trainperf run --flops-step N` counts them, "
+                    "trainperf.declare_flops() declares them)");
+        return;
+    }
+    buf_printf(b, "; model %s TFLOP/s", tflops_or_dash(a[0], 32, j.flops_per_s));
+    if (j.flops_ranks < j.ranks) buf_printf(b, " (%d of %d ranks)", j.flops_ranks, j.ranks);
+    if (j.mfu_ranks)
+        buf_printf(b, ", MFU %s%s (peak: %s)", pct_or_dash(a[1], 32, j.mfu),
+                   j.mfu_ranks < j.flops_ranks ? " of the ranks with a peak" : "", j.peak_src);
+    else
+        buf_printf(b, ", MFU — (%s)", j.peak_src[0] ? j.peak_src : "no peak FLOP/s");
+}
+
+/* job_words escaped for Markdown or HTML (a peak source comes from a file). */
+static void job_words_esc(const diag_run *r, buf *b, int fmt)
+{
+    buf w;
+    buf_init(&w, 1024);
+    job_words(r, &w);
+    const char *cell[] = {w.data ? w.data : ""};
+    tbl_cells(b, fmt, cell, 1);
+    buf_free(&w);
+}
+
 void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
 {
     const drank *k[DIAG_MAX_RANKS];
     int n = sorted_ranks(r, k);
-    if (n < 2 && r->nnodes < 2) return;
-    char a[6][32];
+    if (n < 2 && r->nnodes < 2) {
+        rr_job j;
+        rr_job_figures(r, &j);
+        if (j.flops_ranks) { /* one process: its model FLOPs, where known */
+            buf_printf(b, "\n%sMODEL FLOPS%s\n  ", bold, reset);
+            job_words(r, b);
+            buf_puts(b, "\n");
+        }
+        return;
+    }
+    char a[8][32];
     buf_printf(b, "\n%sRANKS%s  %d ranks", bold, reset, n);
     if (r->nnodes > 1) buf_printf(b, " on %d nodes", r->nnodes);
     buf_puts(b, "\n");
-    buf_printf(b, "  %4s %5s %6s %8s %8s %8s %8s %8s %10s\n", "rank", "node", "steps", "p50 ms",
-               "p95 ms", "data ms", "compute", "comm ms", "samples/s");
+    buf_printf(b, "  %4s %5s %6s %8s %8s %8s %8s %8s %10s %8s %6s\n", "rank", "node", "steps",
+               "p50 ms", "p95 ms", "data ms", "compute", "comm ms", "samples/s", "TFLOP/s", "MFU");
     for (int i = 0; i < n; i++) {
         rrow w;
         rank_row(r, k[i]->rank, &w);
-        buf_printf(b, "  %4d %5d %6.0f %8s %8s %8s %8s %8s %10s\n", k[i]->rank, k[i]->node,
+        const char *tf = tflops_or_dash(a[6], 32, w.flops_per_s), *mf = pct_or_dash(a[7], 32, w.mfu);
+        buf_printf(b, "  %4d %5d %6.0f %8s %8s %8s %8s %8s %10s %*s %*s\n", k[i]->rank, k[i]->node,
                    w.steps, num(a[0], 32, "%.1f", w.p50), num(a[1], 32, "%.1f", w.p95),
                    num(a[2], 32, "%.1f", w.data), num(a[3], 32, "%.1f", w.compute),
-                   num(a[4], 32, "%.1f", w.comm), num(a[5], 32, "%.1f", w.sps));
+                   num(a[4], 32, "%.1f", w.comm), num(a[5], 32, "%.1f", w.sps), colw(tf, 8), tf,
+                   colw(mf, 6), mf);
     }
     buf_puts(b, "  (per step: data = data-loader wait, comm = waiting in collectives, compute = "
-                "the rest)\n");
+                "the rest)\n  job: ");
+    job_words(r, b);
+    buf_puts(b, "\n");
     rr_strag s;
     if (rr_straggler(r, &s)) {
         buf_puts(b, "  straggler: ");
@@ -693,21 +856,34 @@ void rr_md(const diag_run *r, buf *b)
 {
     const drank *k[DIAG_MAX_RANKS];
     int n = sorted_ranks(r, k);
-    if (n < 2 && r->nnodes < 2) return;
-    char a[7][32];
+    char a[8][32];
+    if (n < 2 && r->nnodes < 2) {
+        rr_job j;
+        rr_job_figures(r, &j);
+        if (j.flops_ranks) {
+            buf_puts(b, "\n## Model FLOPs\n\n");
+            job_words_esc(r, b, TBL_MD);
+            buf_puts(b, ".\n");
+        }
+        return;
+    }
     buf_printf(b, "\n## Ranks\n\n%d ranks", n);
     if (r->nnodes > 1) buf_printf(b, " on %d nodes", r->nnodes);
     buf_puts(b, ". Per step: data = data-loader wait, comm = waiting in collectives, compute = the "
                 "rest.\n\n| rank | node | steps | p50 ms | p95 ms | data ms | compute ms | comm ms | "
-                "samples/s |\n|---|---|---|---|---|---|---|---|---|\n");
+                "samples/s | TFLOP/s | MFU |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
         rrow w;
         rank_row(r, k[i]->rank, &w);
-        buf_printf(b, "| %d | %d | %.0f | %s | %s | %s | %s | %s | %s |\n", k[i]->rank, k[i]->node,
-                   w.steps, num(a[0], 32, "%.1f", w.p50), num(a[1], 32, "%.1f", w.p95),
+        buf_printf(b, "| %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", k[i]->rank,
+                   k[i]->node, w.steps, num(a[0], 32, "%.1f", w.p50), num(a[1], 32, "%.1f", w.p95),
                    num(a[2], 32, "%.1f", w.data), num(a[3], 32, "%.1f", w.compute),
-                   num(a[4], 32, "%.1f", w.comm), num(a[5], 32, "%.1f", w.sps));
+                   num(a[4], 32, "%.1f", w.comm), num(a[5], 32, "%.1f", w.sps),
+                   tflops_or_dash(a[6], 32, w.flops_per_s), pct_or_dash(a[7], 32, w.mfu));
     }
+    buf_puts(b, "\n**Job**: ");
+    job_words_esc(r, b, TBL_MD);
+    buf_puts(b, ".\n");
     rr_strag s;
     if (rr_straggler(r, &s)) {
         buf_puts(b, "\n**Straggler**: ");
@@ -738,23 +914,35 @@ void rr_html(const diag_run *r, buf *b)
 {
     const drank *k[DIAG_MAX_RANKS];
     int n = sorted_ranks(r, k);
-    if (n < 2) return;
-    char a[6][32];
+    char a[8][32];
+    if (n < 2) {
+        rr_job j;
+        rr_job_figures(r, &j);
+        if (j.flops_ranks && r->nnodes < 2) {
+            buf_puts(b, "<h2>Model FLOPs</h2>\n<p>");
+            job_words_esc(r, b, TBL_HTML);
+            buf_puts(b, ".</p>\n");
+        }
+        return;
+    }
     buf_puts(b, "<h2>Ranks</h2>\n<table><tr><th>rank</th><th>node</th><th>steps</th><th>p50 "
                 "ms</th><th>p95 ms</th><th>data ms</th><th>compute ms</th><th>comm ms</th>"
-                "<th>samples/s</th></tr>\n");
+                "<th>samples/s</th><th>TFLOP/s</th><th>MFU</th></tr>\n");
     for (int i = 0; i < n; i++) {
         rrow w;
         rank_row(r, k[i]->rank, &w);
         buf_printf(b,
                    "<tr><td>%d</td><td>%d</td><td>%.0f</td><td>%s</td><td>%s</td><td>%s</td>"
-                   "<td>%s</td><td>%s</td><td>%s</td></tr>\n",
+                   "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
                    k[i]->rank, k[i]->node, w.steps, num(a[0], 32, "%.1f", w.p50),
                    num(a[1], 32, "%.1f", w.p95), num(a[2], 32, "%.1f", w.data),
                    num(a[3], 32, "%.1f", w.compute), num(a[4], 32, "%.1f", w.comm),
-                   num(a[5], 32, "%.1f", w.sps));
+                   num(a[5], 32, "%.1f", w.sps), tflops_or_dash(a[6], 32, w.flops_per_s),
+                   pct_or_dash(a[7], 32, w.mfu));
     }
-    buf_puts(b, "</table>\n");
+    buf_puts(b, "</table>\n<p><b>Job</b>: ");
+    job_words_esc(r, b, TBL_HTML);
+    buf_puts(b, ".</p>\n");
     rr_strag s;
     if (rr_straggler(r, &s)) {
         buf b2;
@@ -831,9 +1019,29 @@ void rr_json(const diag_run *r, jw *w)
         jw_knum(w, "comm_bytes", r->have_comm ? k[i]->comm_bytes : NAN);
         jw_knum(w, "comm_busbw_bps", x.busbw);
         jw_kstr(w, "top_collective", k[i]->top_op[0] ? k[i]->top_op : NULL);
+        jw_knum(w, "flops_per_step", k[i]->flops_step > 0 ? k[i]->flops_step : NAN);
+        jw_kstr(w, "flops_source", k[i]->flops_step > 0 ? k[i]->flops_src : NULL);
+        jw_knum(w, "flops_per_s", x.flops_per_s);
+        jw_knum(w, "peak_flops_per_s", k[i]->peak_flops > 0 ? k[i]->peak_flops : NAN);
+        jw_kstr(w, "peak_source", k[i]->peak_src[0] ? k[i]->peak_src : NULL);
+        jw_knum(w, "mfu", x.mfu);
         jw_obj_end(w);
     }
     jw_arr_end(w);
+    rr_job j;
+    rr_job_figures(r, &j);
+    jw_key(w, "job");
+    jw_obj_begin(w);
+    jw_knum(w, "optimizer_steps", j.steps);
+    jw_knum(w, "samples_per_s", j.samples_per_s);
+    jw_knum(w, "tokens_per_s", j.tokens_per_s);
+    jw_knum(w, "flops_per_s", j.flops_per_s);
+    jw_knum(w, "mfu", j.mfu);
+    jw_kint(w, "ranks", j.ranks);
+    jw_kint(w, "flops_ranks", j.flops_ranks);
+    jw_kint(w, "mfu_ranks", j.mfu_ranks);
+    jw_kstr(w, "peak_source", j.peak_src[0] ? j.peak_src : NULL);
+    jw_obj_end(w);
     jw_key(w, "straggler");
     rr_strag s;
     if (!rr_straggler(r, &s)) {
