@@ -6,6 +6,8 @@
 --slow-rank R --slow-ms M: rank R spends M ms more in its step (compute);
 --slow-loader-rank R: rank R's DataLoader takes M ms more per batch.
 --fsdp: shard the model with FSDP2 fully_shard instead of DDP.
+--declare-flops: declare the model's FLOPs per step (trainperf.declare_flops:
+2 FLOPs per multiply-add, forward and backward), for MFU in the report.
 """
 import argparse
 import os
@@ -43,6 +45,7 @@ def main():
     ap.add_argument("--fsdp", action="store_true")
     ap.add_argument("--barrier-every", type=int, default=0)
     ap.add_argument("--print-checksum", action="store_true")
+    ap.add_argument("--declare-flops", action="store_true")
     a = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -60,6 +63,12 @@ def main():
     else:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if a.declare_flops:
+        import trainperf
+        # GEMMs: forward, the weights' gradients, and the inputs' gradients of
+        # every layer but the first
+        macs = a.dim * a.hidden + a.hidden * a.hidden + a.hidden * 4
+        trainperf.declare_flops(2 * a.batch * (3 * macs - a.dim * a.hidden))
     per_batch = a.slow_ms / 1e3 / a.batch if rank == a.slow_loader_rank else 0
     loader = DataLoader(Data(a.steps * a.batch, a.dim, per_batch), batch_size=a.batch)
     slow = a.slow_ms / 1e3 if rank == a.slow_rank else 0
