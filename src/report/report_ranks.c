@@ -737,15 +737,24 @@ static void comm_section(const diag_run *r, buf *b, int fmt, int color)
     }
     tbl_end(&t);
     rr_overlap_t ov;
+    int html = fmt == TBL_HTML;
     if (rr_overlap(r, &ov))
-        buf_printf(b, md ? "\nPer rank and step: collectives in flight %.1f ms, exposed (waited on) "
-                           "%.1f ms, overlapped with compute %.1f ms.\n"
-                         : "  per rank and step: collectives in flight %.1f ms, exposed (waited on) "
-                           "%.1f ms, overlapped with compute %.1f ms\n",
+        buf_printf(b, html ? "<p>Per rank and step: collectives in flight %.1f ms, exposed (waited "
+                             "on) %.1f ms, overlapped with compute %.1f ms.</p>\n"
+                   : md ? "\nPer rank and step: collectives in flight %.1f ms, exposed (waited on) "
+                          "%.1f ms, overlapped with compute %.1f ms.\n"
+                        : "  per rank and step: collectives in flight %.1f ms, exposed (waited on) "
+                          "%.1f ms, overlapped with compute %.1f ms\n",
                    ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
     char adv[600];
     rr_fsdp_advice(r, adv, sizeof(adv));
-    if (adv[0]) buf_printf(b, md ? "\n%s\n" : "  %s\n", adv);
+    if (adv[0] && html) {
+        buf_puts(b, "<p>");
+        report_html_esc(b, adv);
+        buf_puts(b, "</p>\n");
+    } else if (adv[0]) {
+        buf_printf(b, md ? "\n%s\n" : "  %s\n", adv);
+    }
 }
 
 /* The job's figures as one sentence (text and md; html escapes it):
@@ -910,6 +919,8 @@ void rr_md(const diag_run *r, buf *b)
 
 /* ---- html: table and heatmap -------------------------------------------------- */
 
+static void rr_html_heatmap(const drank *const *k, int n, buf *b);
+
 void rr_html(const diag_run *r, buf *b)
 {
     const drank *k[DIAG_MAX_RANKS];
@@ -953,6 +964,35 @@ void rr_html(const diag_run *r, buf *b)
         buf_puts(b, ".</p>\n");
         buf_free(&b2);
     }
+    rr_html_heatmap(k, n, b);
+    if (r->ncommops) {
+        buf_puts(b, "<h2>Communication</h2>\n");
+        comm_section(r, b, TBL_HTML, 0);
+    }
+    if (r->nnodes > 1) {
+        buf_puts(b, "<h2>Nodes</h2>\n<table><tr><th>node</th><th>host</th><th>CPUs</th>"
+                    "<th>ranks</th><th>CPU mean %</th><th>tree CPU %</th><th>RSS max</th>"
+                    "<th>clock offset s</th><th>wall clocks said s</th><th>alignment error "
+                    "ms</th><th>collectives matched</th></tr>\n");
+        for (int i = 0; i < r->nnodes; i++) {
+            const dnode *nd = &r->nodes[i];
+            buf_printf(b, "<tr><td>%d</td><td>", i);
+            report_html_esc(b, nd->host[0] ? nd->host : "?");
+            buf_printf(b, "</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td>"
+                          "<td>%+.3f</td><td>%+.3f</td><td>%s</td><td>%.0f</td></tr>\n",
+                       nd->cpus, nd->nranks, num(a[0], 32, "%.0f", nd->cpu_mean),
+                       num(a[1], 32, "%.0f", nd->tree_cpu_mean), human_bytes(a[2], 32, nd->rss_max),
+                       nd->offset_s, nd->wall_offset_s,
+                       i == 0 ? "0 (reference)" : num(a[3], 32, "%.2f", nd->align_err_s * 1e3),
+                       nd->align_n);
+        }
+        buf_puts(b, "</table>\n");
+    }
+}
+
+/* The rank x time heatmap of step time (n ranks in rank order). */
+static void rr_html_heatmap(const drank *const *k, int n, buf *b)
+{
     /* heatmap: one row per rank, one cell per time bucket, colour = step time
      * relative to the slowest bucket */
     int cols = 0;
