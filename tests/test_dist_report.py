@@ -80,6 +80,11 @@ def test_flops_files_of_each_node_give_mfu_per_rank_and_for_the_job(run_cli, tmp
     # every column lines up: the dash is one column wide
     head = [l for l in text.splitlines() if "TFLOP/s" in l][0]
     assert len(row1.rstrip()) == len(head.rstrip())  # characters: "—" is 3 bytes, 1 column
+    # compare shows each rank's MFU (rank 0 in node0's run, with a peak)
+    p = run_cli("compare", job / "node0", job / "node1", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)["ranks"]
+    assert abs(c[0]["a"]["mfu"] - by[0]["mfu"]) < 1e-9 and c[1]["b"]["mfu"] is None
 
 
 def test_a_clock_seconds_off_is_aligned_on_the_collectives(run_cli, tmp_path):

@@ -1189,22 +1189,24 @@ void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int col
     int ranks[DIAG_MAX_RANKS];
     int n = union_ranks(a, b, ranks);
     if (n < 2) return;
-    static const tbl_col cols[] = {{"rank", 6, 0},      {"step p50 ms", 16, 1},
-                                   {"compute ms", 16, 1}, {"data wait ms", 16, 1},
-                                   {"comm wait ms", 16, 1}};
+    static const tbl_col cols[] = {{"rank", 6, 0},          {"step p50 ms", 16, 1},
+                                   {"compute ms", 16, 1},     {"data wait ms", 16, 1},
+                                   {"comm wait ms", 16, 1},   {"MFU", 16, 1}};
     tbl t;
-    tbl_begin(&t, o, fmt, color, "Ranks (A → B, per step)", cols, 5);
+    tbl_begin(&t, o, fmt, color, "Ranks (A → B, per step)", cols, 6);
     for (int i = 0; i < n; i++) {
         rrow x, y;
         cmp_row(a, ranks[i], &x);
         cmp_row(b, ranks[i], &y);
-        char c[5][64], u[2][32];
+        char c[6][80], u[2][32];
         snprintf(c[0], sizeof(c[0]), "%d", ranks[i]);
         const double va[4] = {x.p50, x.compute, x.data, x.comm}, vb[4] = {y.p50, y.compute, y.data, y.comm};
         for (int k = 0; k < 4; k++)
             snprintf(c[k + 1], sizeof(c[k + 1]), "%s → %s", num(u[0], 32, "%.1f", va[k]),
                      num(u[1], 32, "%.1f", vb[k]));
-        const char *cells[] = {c[0], c[1], c[2], c[3], c[4]};
+        snprintf(c[5], sizeof(c[5]), "%s → %s", pct_or_dash(u[0], 32, x.mfu),
+                 pct_or_dash(u[1], 32, y.mfu));
+        const char *cells[] = {c[0], c[1], c[2], c[3], c[4], c[5]};
         tbl_row(&t, cells, TBL_PLAIN);
     }
     tbl_end(&t);
@@ -1247,6 +1249,7 @@ void rr_compare_json(const diag_run *a, const diag_run *b, jw *w)
             jw_knum(w, "compute_ms", x[k].compute);
             jw_knum(w, "data_wait_ms", x[k].data);
             jw_knum(w, "comm_wait_ms", x[k].comm);
+            jw_knum(w, "mfu", x[k].mfu);
             jw_obj_end(w);
         }
         jw_obj_end(w);
