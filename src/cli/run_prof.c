@@ -99,9 +99,10 @@ int runprof_option(run_prof *p, const char *opt, const char *val)
         snprintf(num, sizeof(num), "%ld,%ld,%ld,%ld", v[0], v[1], v[2], v[3]);
         val = num;
     } else if (o->kind == 3) {
-        double x;
-        if (!val || (strcmp(val, "measure") != 0 &&
-                     (cli_parse_double(val, &x) != 0 || !(x > 0) || x > 1e21))) {
+        /* cli_parse_double caps at 1e12 (durations): a GPU peak is ~1e15 */
+        char *end = NULL;
+        double x = val ? strtod(val, &end) : 0;
+        if (!val || (strcmp(val, "measure") != 0 && (end == val || *end || !(x > 0) || x > 1e21))) {
             cli_error("%s '%s': expected a peak in FLOP/s per rank (e.g. 312e12) or 'measure'",
                       opt, val ? val : "");
             return -1;
