@@ -162,12 +162,13 @@ def test_slow_loader_of_one_of_four_ranks_is_named(tmp_path):
     assert rep["job"]["mfu"] == pytest.approx(sum(r["flops_per_s"] for r in rep["ranks"]) / 8e11)
 
 
-def mlp_flops(dim=256, hidden=512, batch=16):
+def mlp_flops(dim=256, hidden=512, batch=16, tokens=False):
     """FLOPs of one training step of examples/train_ddp.py's MLP: the GEMMs of
     forward, of the weights' gradients and of the inputs' gradients of every
-    layer but the first, 2 FLOPs per multiply-add."""
+    layer but the first (all of them with --tokens: the embeddings below it
+    train), 2 FLOPs per multiply-add."""
     macs = dim * hidden + hidden * hidden + hidden * 4
-    return 2 * batch * (3 * macs - dim * hidden)
+    return 2 * batch * (3 * macs - (0 if tokens else dim * hidden))
 
 
 def warm_rate(steps_csv, rank):
@@ -179,17 +180,18 @@ def warm_rate(steps_csv, rank):
 
 def test_mfu_per_rank_from_counted_flops_and_a_measured_peak(tmp_path):
     out = tmp_path / "run"
-    trainperf_run(out, torchrun(2, "--steps", 10), "--flops-step", "2", "--peak-flops", "measure")
+    trainperf_run(out, torchrun(2, "--steps", 10, "--tokens", 8), "--flops-step", "2",
+                  "--peak-flops", "measure")
     rep = report_json(out)
     fps, peaks = [], []
     for r in rep["ranks"]:
         # FlopCounterMode's count of step 2 is the analytic count of the MLP
-        assert r["flops_source"] == "counted" and r["flops_per_step"] == mlp_flops()
+        assert r["flops_source"] == "counted" and r["flops_per_step"] == mlp_flops(tokens=True)
         # a matmul measured in each rank gives its peak
         assert r["peak_flops_per_s"] > 0 and r["peak_source"].startswith("measured")
         # FLOP/s: the FLOPs of a step at the rank's own rate over its warm steps
         assert r["flops_per_s"] == pytest.approx(
-            mlp_flops() * warm_rate(out / "steps.csv", r["rank"]), rel=1e-6)
+            mlp_flops(tokens=True) * warm_rate(out / "steps.csv", r["rank"]), rel=1e-6)
         assert r["mfu"] == pytest.approx(r["flops_per_s"] / r["peak_flops_per_s"])
         assert 0 < r["mfu"] < 1
         fps.append(r["flops_per_s"])
@@ -197,12 +199,16 @@ def test_mfu_per_rank_from_counted_flops_and_a_measured_peak(tmp_path):
     job = rep["job"]
     assert job["optimizer_steps"] == 10 and job["flops_ranks"] == job["mfu_ranks"] == 2
     assert job["flops_per_s"] == pytest.approx(sum(fps))
+    # the job's samples and tokens a second, summed over ranks: 8 tokens a sample
+    assert job["samples_per_s"] == pytest.approx(sum(r["samples_per_s"] for r in rep["ranks"]))
+    assert job["tokens_per_s"] == pytest.approx(8 * job["samples_per_s"])
     assert job["mfu"] == pytest.approx(sum(fps) / sum(peaks))
     text = subprocess.run([str(BUILD / "trainperf"), "report", str(out)], capture_output=True,
                           text=True, timeout=60).stdout
     assert "TFLOP/s" in text and "MFU %.1f%% (peak: measured" % (100 * job["mfu"]) in text
     md = (out / "report.md").read_text()
     assert "| samples/s | TFLOP/s | MFU |" in md and "**Job**: 10 optimizer steps" in md
+    assert "%.0f tokens/s" % job["tokens_per_s"] in md
     html = (out / "report.html").read_text()
     assert "<th>MFU</th>" in html and "<b>Job</b>" in html
 
@@ -210,7 +216,7 @@ def test_mfu_per_rank_from_counted_flops_and_a_measured_peak(tmp_path):
 def test_fsdp2_all_gathers_and_reduce_scatters_are_counted(tmp_path):
     out = tmp_path / "run"
     steps = 6
-    trainperf_run(out, torchrun(2, "--steps", steps, "--fsdp"))
+    trainperf_run(out, torchrun(2, "--steps", steps, "--fsdp"), "--flops-step", "2")
     ops = rows(out / "comm" / "ops-rank0.csv")
     kinds = {o["op"] for o in ops}
     assert any("all_gather" in k for k in kinds) and any("reduce_scatter" in k for k in kinds)
@@ -229,6 +235,8 @@ def test_fsdp2_all_gathers_and_reduce_scatters_are_counted(tmp_path):
     text = subprocess.run([str(BUILD / "trainperf"), "report", str(out)], capture_output=True,
                           text=True, timeout=60).stdout
     assert "FSDP: all-gathers take" in text and "prefetch" in text
+    # sharded parameters, whole model computed on each rank's batch: the full count
+    assert [r["flops_per_step"] for r in rep["ranks"]] == [mlp_flops()] * 2
 
 
 def test_two_nodes_under_their_own_runs_report_as_one_job(tmp_path):
