@@ -71,6 +71,7 @@ typedef struct drank {
     /* model FLOPs (flops/): of one step and the peak FLOP/s MFU is taken
      * against; 0 unknown (no step has zero FLOPs, no device a zero peak) */
     double flops_step, peak_flops, flops_at; /* flops_at: the counted step, -1 declared */
+    double flops_at_ns;    /* that step's interval (slowed by counting), 0 unknown */
     char flops_src[16];    /* "counted" or "declared" */
     char peak_src[160];    /* where the peak comes from, or why there is none */
     dseries s_step;        /* step time (ms) over time: the html heatmap */

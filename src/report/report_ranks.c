@@ -92,13 +92,48 @@ static void rank_row(const diag_run *r, int rank, rrow *o)
     o->sps = g->samples > 0 && g->interval_ns > 0
                  ? (double)g->samples / ((double)g->interval_ns / 1e9)
                  : NAN;
-    /* the step rate of the warm steps (the counted step, slowed by counting,
-     * is one of them) times the FLOPs of one step */
+    /* the step rate of the warm steps, less the counted one (counting slows
+     * it several times over), times the FLOPs of one step */
     o->flops_per_s = o->mfu = NAN;
     if (k && k->flops_step > 0 && g->warm_count && g->warm_interval_ns) {
-        o->flops_per_s = k->flops_step * (double)g->warm_count / ((double)g->warm_interval_ns / 1e9);
+        double cnt = (double)g->warm_count, span = (double)g->warm_interval_ns;
+        if (k->flops_at > 0 && k->flops_at_ns > 0 && cnt > 1 && span > k->flops_at_ns) {
+            cnt -= 1;
+            span -= k->flops_at_ns;
+        }
+        o->flops_per_s = k->flops_step * cnt / (span / 1e9);
         if (k->peak_flops > 0) o->mfu = o->flops_per_s / k->peak_flops;
     }
+}
+
+/* The interval of each counted step of run_dir's ranks (steps.csv). */
+static void counted_step_times(diag_run *r, const char *run_dir)
+{
+    int want = 0;
+    for (int i = 0; i < r->nranks; i++)
+        if (r->ranks[i].node == r->cur_node && r->ranks[i].flops_at > 0) want++;
+    if (!want) return;
+    char path[1200];
+    csvr c;
+    char e[200];
+    snprintf(path, sizeof(path), "%.1000s/steps.csv", run_dir);
+    if (csvr_open(&c, path, e, sizeof(e)) != 0) return;
+    int c_rank = csvr_col(&c, "rank"), c_step = csvr_col(&c, "step");
+    int c_iv = csvr_col(&c, "interval_ns");
+    while (want > 0 && c_step >= 0 && c_iv >= 0 && csvr_next(&c) == 1) {
+        double rk = -1, st, iv;
+        if (!csvr_num(&c, c_step, &st) || !csvr_num(&c, c_iv, &iv)) continue;
+        if (!csvr_num(&c, c_rank, &rk)) rk = -1;
+        for (int i = 0; i < r->nranks; i++) {
+            drank *k = &r->ranks[i];
+            if (k->node == r->cur_node && k->rank == (int)rk && k->flops_at == st &&
+                k->flops_at_ns == 0) {
+                k->flops_at_ns = iv;
+                want--;
+            }
+        }
+    }
+    csvr_close(&c);
 }
 
 /* ---- model FLOPs and the job's figures -------------------------------------- */
@@ -126,6 +161,7 @@ static void load_flops_file(diag_run *r, const char *path)
         if (better) {
             k->flops_step = fl;
             k->flops_at = declared ? -1 : (isfinite(step) ? step : 0);
+            k->flops_at_ns = 0;
             k->peak_flops = isfinite(peak) && peak > 0 ? peak : 0;
             snprintf(k->flops_src, sizeof(k->flops_src), "%s", declared ? "declared" : "counted");
             snprintf(k->peak_src, sizeof(k->peak_src), "%s", psrc ? psrc : "");
@@ -152,6 +188,7 @@ void rr_load_flops(diag_run *r, const char *run_dir)
         files++;
     }
     closedir(d);
+    counted_step_times(r, run_dir);
 }
 
 void rr_job_figures(const diag_run *r, rr_job *j)
@@ -764,8 +801,8 @@ static void job_words(const diag_run *r, buf *b)
     rr_job j;
     rr_job_figures(r, &j);
     char a[3][32];
-    buf_printf(b, "%s optimizer steps (not a sum over ranks), %s samples/s", num(a[0], 32, "%.0f", j.steps),
-               num(a[1], 32, "%.1f", j.samples_per_s));
+    buf_printf(b, "%s optimizer steps%s, %s samples/s", num(a[0], 32, "%.0f", j.steps),
+               j.ranks > 1 ? " (not a sum over ranks)" : "", num(a[1], 32, "%.1f", j.samples_per_s));
     if (isfinite(j.tokens_per_s) && j.tokens_per_s > 0)
         buf_printf(b, ", %s tokens/s", num(a[2], 32, "%.0f", j.tokens_per_s));
     if (!j.flops_ranks) {
