@@ -119,8 +119,8 @@ class StepMonitor:
             # the report's MFU per rank reads the declared count (RUN/flops/)
             from ._profile_hooks import declare_flops, peak_for
             try:
-                peak, _ = peak_for(self.device, self.dtype)
-                declare_flops(self.user_flops, peak, out_dir=h.out_dir)
+                declare_flops(self.user_flops, out_dir=h.out_dir,
+                              peak=peak_for(self.device, self.dtype))
             except (ValueError, OSError):
                 pass
         f = h.flops_by_step.get(i)

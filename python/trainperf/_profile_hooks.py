@@ -130,16 +130,20 @@ def peak_for(device=None, dtype=None):
         return None, "no peak FLOP/s: %s" % (exc,)
 
 
-def declare_flops(per_step, peak_flops_per_s=None, out_dir=None):
+def declare_flops(per_step, peak_flops_per_s=None, out_dir=None, peak=None):
     """Write this rank's declared FLOPs per step (and the peak FLOP/s MFU is
-    taken against; None: peak_for()) to RUN/flops/flops-rank<R>-declared.json,
-    where `trainperf report` finds them. Returns the path, or None when it
-    could not be written."""
+    taken against; None: peak_for(), or peak=(value, source) already found) to
+    RUN/flops/flops-rank<R>-declared.json, where `trainperf report` finds
+    them. Returns the path, or None when it could not be written."""
     per_step = float(per_step)
     if not per_step > 0:
         raise ValueError("FLOPs per step must be positive, not %r" % (per_step,))
     if peak_flops_per_s is not None:
         peak, src = float(peak_flops_per_s), "declared"
+        if not peak > 0:
+            raise ValueError("peak FLOP/s must be positive, not %r" % (peak_flops_per_s,))
+    elif peak is not None:
+        peak, src = peak
     else:
         peak, src = peak_for()
     r = rank()
