@@ -284,7 +284,13 @@ int rr_straggler(const diag_run *r, rr_strag *s)
     /* the others' wait must be the straggler's own time: noise in the
      * collectives alone (a loaded host) is not a straggler */
     int own = s->extra_data_ms + s->extra_compute_ms >= 0.5 * s->gap_ms;
-    return s->share >= RR_STRAGGLER_SHARE && own;
+    /* and it stands alone: a second rank waiting about as little is not
+     * held back by it (ranks sharing too few cores take turns) */
+    double next = INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != least && row[i].comm < next) next = row[i].comm;
+    int alone = next - row[least].comm >= 0.5 * s->gap_ms;
+    return s->share >= RR_STRAGGLER_SHARE && own && alone;
 }
 
 /* ---- overlap and FSDP ------------------------------------------------------- */
