@@ -81,7 +81,7 @@ def unique_path(path):
 _measured_peak = None  # this process's measured matmul rate, once measured
 
 
-def measure_matmul_peak(n=512, reps=5):
+def measure_matmul_peak(n=512, reps=10):
     """FLOP/s of the best of reps n x n float32 matmuls on the CPU, with the
     threads torch uses here (the peak this rank can reach as configured)."""
     global _measured_peak
@@ -111,21 +111,29 @@ def peak_for(device=None, dtype=None):
     A CPU has no default peak: a spec sheet figure for a CPU is rarely what a
     training process with its thread count can reach. Never raises."""
     env = os.environ.get("TRAINPERF_PEAK_FLOPS", "").strip()
-    try:
-        if env == "measure":
-            return measure_matmul_peak()
-        if env:
+    if env and env != "measure":
+        try:
             v = float(env)
-            if not v > 0:
-                raise ValueError(env)
-            return v, "declared (TRAINPERF_PEAK_FLOPS)"
+        except ValueError:
+            v = 0.0
+        if not 0 < v < float("inf"):
+            return None, "TRAINPERF_PEAK_FLOPS=%r is not a number of FLOP/s or 'measure'" % env
+        return v, "declared (TRAINPERF_PEAK_FLOPS)"
+    try:
+        import torch
+        on_cpu = (str(device).startswith("cpu") if device is not None
+                  else not torch.cuda.is_available())
+        if env == "measure":
+            if not on_cpu:
+                # a CPU matmul says nothing of a GPU's peak
+                return None, ("--peak-flops measure times a CPU matmul, and this rank trains "
+                              "on a GPU: the GPU table or a declared number gives its peak")
+            return measure_matmul_peak()
         from .torch_helpers import peak_flops
         peak, why = peak_flops(device, dtype)
         if peak is None:
             why += "; a CPU or unlisted device: --peak-flops X|measure (TRAINPERF_PEAK_FLOPS)"
         return peak, why
-    except ValueError:
-        return None, "TRAINPERF_PEAK_FLOPS=%r is not a number of FLOP/s or 'measure'" % env
     except Exception as exc:
         return None, "no peak FLOP/s: %s" % (exc,)
 
