@@ -152,7 +152,7 @@ void runprof_usage(FILE *f)
             "  --memory-every N      CUDA allocator stats every N steps; a memory snapshot on OOM\n"
             "  --flops-step N        count FLOPs by module on step N (RUN/flops/), with TFLOP/s\n"
             "                        and MFU\n"
-            "  --peak-flops X|measure  peak FLOP/s of one rank for MFU where the GPU table has\n"
-            "                        none (a CPU): a number, or measure a matmul in each rank\n"
+            "  --peak-flops X|measure  peak FLOP/s of one rank for MFU, instead of the GPU table\n"
+            "                        (needed on a CPU): a number, or measure a matmul in each rank\n"
             "  --comm-log-step N     log every collective of step N (distributed runs)\n");
 }
