@@ -204,6 +204,10 @@ def test_mfu_per_rank_from_counted_flops_and_a_measured_peak(tmp_path):
     assert job["samples_per_s"] == pytest.approx(sum(r["samples_per_s"] for r in rep["ranks"]))
     assert job["tokens_per_s"] == pytest.approx(8 * job["samples_per_s"])
     assert job["mfu"] == pytest.approx(sum(fps) / sum(peaks))
+    # summary.json holds the same figures (written by the end-of-run report)
+    mf = json.load(open(out / "summary.json"))["model_flops"]
+    assert mf["mfu"] == job["mfu"] and mf["flops_per_s"] == job["flops_per_s"]
+    assert sorted(r["rank"] for r in mf["per_rank"]) == [0, 1]
     text = subprocess.run([str(BUILD / "trainperf"), "report", str(out)], capture_output=True,
                           text=True, timeout=60).stdout
     assert "TFLOP/s" in text and "MFU %.1f%% (peak: measured" % (100 * job["mfu"]) in text

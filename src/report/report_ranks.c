@@ -219,6 +219,45 @@ void rr_job_figures(const diag_run *r, rr_job *j)
     j->mfu = peak > 0 ? used / peak : NAN;
 }
 
+int rr_summary_flops(const diag_run *r, buf *b)
+{
+    rr_job j;
+    rr_job_figures(r, &j);
+    if (!j.flops_ranks) return 0;
+    jw w;
+    buf_puts(b, "  \"model_flops\": ");
+    jw_init(&w, b, 0);
+    jw_obj_begin(&w);
+    jw_knum(&w, "flops_per_s", j.flops_per_s);
+    jw_knum(&w, "mfu", j.mfu);
+    jw_kint(&w, "flops_ranks", j.flops_ranks);
+    jw_kint(&w, "mfu_ranks", j.mfu_ranks);
+    jw_kstr(&w, "peak_source", j.peak_src[0] ? j.peak_src : NULL);
+    jw_key(&w, "per_rank");
+    jw_arr_begin(&w);
+    for (int i = 0; i < r->nranks; i++) {
+        const drank *k = &r->ranks[i];
+        if (!(k->flops_step > 0)) continue;
+        rrow x;
+        rank_row(r, k->rank, &x);
+        jw_obj_begin(&w);
+        jw_key(&w, "rank");
+        if (k->rank >= 0)
+            jw_int(&w, k->rank);
+        else
+            jw_null(&w);
+        jw_knum(&w, "flops_per_step", k->flops_step);
+        jw_kstr(&w, "flops_source", k->flops_src);
+        jw_knum(&w, "flops_per_s", x.flops_per_s);
+        jw_knum(&w, "peak_flops_per_s", k->peak_flops > 0 ? k->peak_flops : NAN);
+        jw_knum(&w, "mfu", x.mfu);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    return 1;
+}
+
 /* "12.3%", or "—" when unknown (MFU needs FLOPs and a peak). */
 static const char *pct_or_dash(char *o, size_t n, double v)
 {

@@ -64,6 +64,10 @@ typedef struct rr_job {
     char peak_src[160]; /* the first rank's peak source (or why none) */
 } rr_job;
 void rr_job_figures(const diag_run *r, rr_job *j);
+/* `  "model_flops": {...}` (no trailing comma) into b for summary.json when
+ * some rank's FLOPs are known: the job's FLOP/s and MFU and each rank's;
+ * returns 1 when written, 0 (nothing written) otherwise. */
+int rr_summary_flops(const diag_run *r, buf *b);
 
 /* Run directories, a parent of run directories expanded (sorted by name).
  * *out: n strdup'd strings in a calloc'd array, freed by the caller. */
