@@ -107,6 +107,11 @@ def test_ddp_collectives_are_comm_with_bytes_and_bandwidth(tmp_path):
     assert {c["op"] for c in rep["collectives"]} >= {"all_reduce", "barrier"}
     md = (out / "report.md").read_text()
     assert "## Ranks" in md and "| 1 | 0 | %d |" % steps in md
+    # no FLOPs counted or declared: no MFU, said as such (not 0)
+    job = rep["job"]
+    assert job["optimizer_steps"] == steps and job["flops_ranks"] == 0 and job["mfu"] is None
+    assert all(r["mfu"] is None and r["flops_per_step"] is None for r in rep["ranks"])
+    assert md.count("| — | — |") == 2 and "MFU — (model FLOPs unknown" in md
     html = (out / "report.html").read_text()
     assert "<h2>Ranks</h2>" in html and "heatmap of step time" in html
 
@@ -141,7 +146,7 @@ def test_slow_rank_is_named_live_and_in_the_report(tmp_path):
 def test_slow_loader_of_one_of_four_ranks_is_named(tmp_path):
     out = tmp_path / "run"
     trainperf_run(out, torchrun(4, "--steps", 16, "--slow-loader-rank", 2, "--slow-ms", 40,
-                                "--hidden", 256))
+                                "--hidden", 256, "--declare-flops"), "--peak-flops", "2e11")
     rep = report_json(out)
     assert [r["rank"] for r in rep["ranks"]] == [0, 1, 2, 3]
     assert rep["steps"]["count"] == 16
@@ -149,12 +154,74 @@ def test_slow_loader_of_one_of_four_ranks_is_named(tmp_path):
     assert s and s["rank"] == 2 and s["where"] == "data loader"
     by = {r["rank"]: r for r in rep["ranks"]}
     assert by[2]["data_wait_ms"] > max(by[r]["data_wait_ms"] for r in (0, 1, 3)) + 20
+    # FLOPs declared by the script (trainperf.declare_flops) and a declared peak
+    for r in rep["ranks"]:
+        assert r["flops_source"] == "declared" and r["flops_per_step"] == mlp_flops(256, 256)
+        assert r["peak_flops_per_s"] == 2e11 and "declared" in r["peak_source"]
+        assert r["mfu"] == pytest.approx(r["flops_per_s"] / 2e11)
+    assert rep["job"]["mfu"] == pytest.approx(sum(r["flops_per_s"] for r in rep["ranks"]) / 8e11)
+
+
+def mlp_flops(dim=256, hidden=512, batch=16, tokens=False):
+    """FLOPs of one training step of examples/train_ddp.py's MLP: the GEMMs of
+    forward, of the weights' gradients and of the inputs' gradients of every
+    layer but the first (all of them with --tokens: the embeddings below it
+    train), 2 FLOPs per multiply-add."""
+    macs = dim * hidden + hidden * hidden + hidden * 4
+    return 2 * batch * (3 * macs - (0 if tokens else dim * hidden))
+
+
+def warm_rate(steps_csv, rank, counted=None):
+    """Steps per second of a rank over its warm steps (step 0 left out, and the
+    step whose FLOPs were counted: counting slows it)."""
+    iv = [int(r["interval_ns"]) for r in rows(steps_csv)
+          if r["rank"] == str(rank) and r["step"] not in ("0", str(counted))]
+    return len(iv) / (sum(iv) / 1e9)
+
+
+def test_mfu_per_rank_from_counted_flops_and_a_measured_peak(tmp_path):
+    out = tmp_path / "run"
+    trainperf_run(out, torchrun(2, "--steps", 10, "--tokens", 8), "--flops-step", "2",
+                  "--peak-flops", "measure")
+    rep = report_json(out)
+    fps, peaks = [], []
+    for r in rep["ranks"]:
+        # FlopCounterMode's count of step 2 is the analytic count of the MLP
+        assert r["flops_source"] == "counted" and r["flops_per_step"] == mlp_flops(tokens=True)
+        # a matmul measured in each rank gives its peak
+        assert r["peak_flops_per_s"] > 0 and r["peak_source"].startswith("measured")
+        # FLOP/s: the FLOPs of a step at the rank's own rate over its warm steps
+        assert r["flops_per_s"] == pytest.approx(
+            mlp_flops(tokens=True) * warm_rate(out / "steps.csv", r["rank"], counted=2), rel=1e-6)
+        assert r["mfu"] == pytest.approx(r["flops_per_s"] / r["peak_flops_per_s"])
+        assert 0 < r["mfu"] < 1
+        fps.append(r["flops_per_s"])
+        peaks.append(r["peak_flops_per_s"])
+    job = rep["job"]
+    assert job["optimizer_steps"] == 10 and job["flops_ranks"] == job["mfu_ranks"] == 2
+    assert job["flops_per_s"] == pytest.approx(sum(fps))
+    # the job's samples and tokens a second, summed over ranks: 8 tokens a sample
+    assert job["samples_per_s"] == pytest.approx(sum(r["samples_per_s"] for r in rep["ranks"]))
+    assert job["tokens_per_s"] == pytest.approx(8 * job["samples_per_s"])
+    assert job["mfu"] == pytest.approx(sum(fps) / sum(peaks))
+    # summary.json holds the same figures (written by the end-of-run report)
+    mf = json.load(open(out / "summary.json"))["model_flops"]
+    assert mf["mfu"] == job["mfu"] and mf["flops_per_s"] == job["flops_per_s"]
+    assert sorted(r["rank"] for r in mf["per_rank"]) == [0, 1]
+    text = subprocess.run([str(BUILD / "trainperf"), "report", str(out)], capture_output=True,
+                          text=True, timeout=60).stdout
+    assert "TFLOP/s" in text and "MFU %.1f%% (peak: measured" % (100 * job["mfu"]) in text
+    md = (out / "report.md").read_text()
+    assert "| samples/s | TFLOP/s | MFU |" in md and "**Job**: 10 optimizer steps" in md
+    assert "%.0f tokens/s" % job["tokens_per_s"] in md
+    html = (out / "report.html").read_text()
+    assert "<th>MFU</th>" in html and "<b>Job</b>" in html
 
 
 def test_fsdp2_all_gathers_and_reduce_scatters_are_counted(tmp_path):
     out = tmp_path / "run"
     steps = 6
-    trainperf_run(out, torchrun(2, "--steps", steps, "--fsdp"))
+    trainperf_run(out, torchrun(2, "--steps", steps, "--fsdp"), "--flops-step", "2")
     ops = rows(out / "comm" / "ops-rank0.csv")
     kinds = {o["op"] for o in ops}
     assert any("all_gather" in k for k in kinds) and any("reduce_scatter" in k for k in kinds)
@@ -173,13 +240,16 @@ def test_fsdp2_all_gathers_and_reduce_scatters_are_counted(tmp_path):
     text = subprocess.run([str(BUILD / "trainperf"), "report", str(out)], capture_output=True,
                           text=True, timeout=60).stdout
     assert "FSDP: all-gathers take" in text and "prefetch" in text
+    # sharded parameters, whole model computed on each rank's batch: the full count
+    assert [r["flops_per_step"] for r in rep["ranks"]] == [mlp_flops()] * 2
 
 
 def test_two_nodes_under_their_own_runs_report_as_one_job(tmp_path):
     port = free_port()
     runs = [tmp_path / "job" / ("node%d" % n) for n in (0, 1)]
     procs = [trainperf_run(runs[n], torchrun(1, "--steps", 12, "--slow-rank", 1, "--slow-ms", 30,
-                                             nnodes=2, node_rank=n, port=port), wait=False)
+                                             nnodes=2, node_rank=n, port=port),
+                           "--flops-step", "2", wait=False)
              for n in (0, 1)]
     for p in procs:
         o, e = p.communicate(timeout=300)
@@ -193,6 +263,9 @@ def test_two_nodes_under_their_own_runs_report_as_one_job(tmp_path):
         nodes = rep["nodes"]
         assert len(nodes) == 2 and nodes[1]["collectives_matched"] >= 12
         assert rep["straggler"]["rank"] == 1  # found across nodes
+        # each node's FLOP count reaches its rank; no peak on a CPU: no MFU
+        assert all(r["flops_per_step"] == mlp_flops() for r in rep["ranks"])
+        assert rep["job"]["flops_ranks"] == 2 and rep["job"]["mfu"] is None
     true_offset = nodes[1]["clock_offset_s"]
     # a host whose clock is 5 s off: the collectives put it back
     rj = json.load(open(runs[1] / "run.json"))

@@ -35,6 +35,59 @@ def test_the_nodes_of_a_job_report_as_one(run_cli):
     assert "## Ranks" in md and "### Nodes" in md
     html = rep(run_cli, JOB, "--format", "html")
     assert html.count("<rect") >= 2 and "heatmap of step time" in html
+    # per-node resources and the collectives in html too
+    assert "<h2>Nodes</h2>" in html and "<h2>Communication</h2>" in html
+    assert "<td>0 (reference)</td>" in html and "<th>all_reduce</th>" in html
+
+
+def test_flops_files_of_each_node_give_mfu_per_rank_and_for_the_job(run_cli, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(JOB, job)
+    # rank 0 declared on node 0 with a peak; rank 1 counted on node 1 without one
+    for node, rank, body in (
+            (0, 0, {"step": None, "rank": 0, "method": "declared", "total_flops": 4e9,
+                    "peak_flops_per_s": 1e12, "peak_source": "declared"}),
+            (1, 1, {"step": 3, "rank": 1, "method": "FlopCounterMode", "total_flops": 3e9,
+                    "peak_flops_per_s": None, "peak_source": "CUDA is not available"})):
+        d = job / ("node%d" % node) / "flops"
+        d.mkdir()
+        (d / ("flops-rank%d-step3.json" % rank)).write_text(json.dumps(body))
+    (job / "node1" / "flops" / "flops-rank1-step9.json").write_text('{"rank": 1, "total_fl')
+    r = json.loads(rep(run_cli, job, "--format", "json"))
+    by = {x["rank"]: x for x in r["ranks"]}
+    rate = {}
+    for x in by.values():
+        rows = [l.split(",") for l in (job / ("node%d" % x["node"]) / "steps.csv").read_text()
+                .splitlines()]
+        h = rows[0]
+        # warm steps; a counted step (rank 1's step 3) is left out: counting slows it
+        iv = [int(v[h.index("interval_ns")]) for v in rows[1:]
+              if v[h.index("rank")] == str(x["rank"]) and v[h.index("step")] != "0"
+              and not (x["rank"] == 1 and v[h.index("step")] == "3")]
+        rate[x["rank"]] = len(iv) / (sum(iv) / 1e9)
+    assert by[0]["flops_per_step"] == 4e9 and by[0]["flops_source"] == "declared"
+    assert abs(by[0]["flops_per_s"] / (4e9 * rate[0]) - 1) < 1e-6
+    assert abs(by[0]["mfu"] - by[0]["flops_per_s"] / 1e12) < 1e-9
+    # the damaged file is skipped; no peak: FLOP/s without MFU
+    assert by[1]["flops_per_step"] == 3e9 and by[1]["mfu"] is None
+    assert abs(by[1]["flops_per_s"] / (3e9 * rate[1]) - 1) < 1e-6
+    assert by[1]["peak_source"] == "CUDA is not available"
+    j = r["job"]
+    assert j["flops_ranks"] == 2 and j["mfu_ranks"] == 1
+    assert abs(j["flops_per_s"] / (by[0]["flops_per_s"] + by[1]["flops_per_s"]) - 1) < 1e-6
+    assert abs(j["mfu"] - by[0]["mfu"]) < 1e-9  # over the ranks with a peak
+    text = rep(run_cli, job)
+    assert "MFU %.1f%% of the ranks with a peak (peak: declared)" % (100 * j["mfu"]) in text
+    row1 = [l for l in text.splitlines() if l.split()[:2] == ["1", "1"]][0]
+    assert row1.rstrip().endswith("—")
+    # every column lines up: the dash is one column wide
+    head = [l for l in text.splitlines() if "TFLOP/s" in l][0]
+    assert len(row1.rstrip()) == len(head.rstrip())  # characters: "—" is 3 bytes, 1 column
+    # compare shows each rank's MFU (rank 0 in node0's run, with a peak)
+    p = run_cli("compare", job / "node0", job / "node1", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)["ranks"]
+    assert abs(c[0]["a"]["mfu"] - by[0]["mfu"]) < 1e-9 and c[1]["b"]["mfu"] is None
 
 
 def test_a_clock_seconds_off_is_aligned_on_the_collectives(run_cli, tmp_path):

@@ -410,3 +410,43 @@ def test_auto_hook_with_torch_compile(tmp_path):
     rows = steps(tmp_path / "run")
     assert len(rows) == 5
     assert all(int(r["forward_ns"]) > 0 and int(r["backward_ns"]) > 0 for r in rows)
+
+
+DECLARED = """
+    import sys, torch, trainperf
+    out = sys.argv[1]
+    trainperf.start(out, interval_s=0.2)
+    model = torch.nn.Linear(32, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    @trainperf.monitor(flops=123456789, samples=16)
+    def train_step(x):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    for i in range(8):
+        train_step(torch.randn(16, 32))
+    trainperf.stop()
+"""
+
+
+def test_declared_flops_give_the_report_its_mfu(tmp_path, run_cli):
+    out = tmp_path / "run"
+    res = run_py([script(tmp_path, DECLARED), out], TRAINPERF_PEAK_FLOPS="2e9")
+    assert res.returncode == 0, res.stderr
+    fl = json.loads((out / "flops" / "flops-rank0-declared.json").read_text())
+    assert fl["method"] == "declared" and fl["total_flops"] == 123456789
+    assert fl["peak_flops_per_s"] == 2e9 and "TRAINPERF_PEAK_FLOPS" in fl["peak_source"]
+    p = run_cli("report", out, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    job = json.loads(p.stdout)["job"]
+    warm = [int(r["interval_ns"]) for r in steps(out) if r["step"] != "0"]
+    assert job["flops_per_s"] == pytest.approx(123456789 * len(warm) / (sum(warm) / 1e9), rel=1e-6)
+    assert job["mfu"] == pytest.approx(job["flops_per_s"] / 2e9)
+    text = run_cli("report", out).stdout
+    assert "MODEL FLOPS" in text and "MFU %.1f%%" % (100 * job["mfu"]) in text
+    # a count that is not one is refused with a clear error
+    import trainperf
+    with pytest.raises(ValueError, match="positive"):
+        trainperf.declare_flops(0)

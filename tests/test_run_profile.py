@@ -33,6 +33,8 @@ def run(cli, *args, env=None, timeout=300):
     (["--profile", "1,1,3,1,1"], "expected WAIT,WARMUP,ACTIVE"),
     (["--memory-every", "0"], "--memory-every '0'"),
     (["--flops-step", "-1"], "--flops-step '-1'"),
+    (["--peak-flops", "fast"], "--peak-flops 'fast': expected a peak in FLOP/s"),
+    (["--peak-flops", "0"], "--peak-flops '0'"),
     (["--profile-memory=yes"], "--profile-memory takes no value"),
     (["--no-auto", "--profile", "1,1,1"], "--profile needs the Python auto-instrumentation"),
 ])
@@ -57,12 +59,14 @@ def test_user_trainperf_auto_0_is_an_opt_out(cli, tmp_path):
 
 def test_profiling_flags_reach_the_child_as_documented_variables(cli, tmp_path):
     res = run(cli, "run", "--quiet", "--out", tmp_path / "run", "--profile", "2,1,3",
-              "--record-shapes", "--flops-step", "4", "--flops-step", "5", "--", "env",
+              "--record-shapes", "--flops-step", "4", "--flops-step", "5", "--peak-flops",
+              "312e12", "--", "env",
               env=env_without_trainperf(TRAINPERF_FLOPS_STEP="9"))
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert "TRAINPERF_PROFILE=2,1,3,1" in lines
     assert "TRAINPERF_RECORD_SHAPES=1" in lines
+    assert "TRAINPERF_PEAK_FLOPS=312e12" in lines
     assert [ln for ln in lines if ln.startswith("TRAINPERF_FLOPS_STEP=")] == \
         ["TRAINPERF_FLOPS_STEP=5"]
 

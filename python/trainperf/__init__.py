@@ -27,6 +27,7 @@ __all__ = [
     "start", "stop", "step", "phase", "counter", "mark", "timed", "monitor",
     "attached", "dropped", "run_dir", "name", "step_begin", "step_end",
     "range_push", "range_pop", "TrainperfWarning", "IMPL", "performance_monitor", "benchmark",
+    "declare_flops",
 ]
 
 
@@ -221,6 +222,19 @@ def performance_monitor(model: Any = None, enabled: bool = True,
     from ._monitor import performance_monitor as pm
     return pm(model, enabled, flop_counter_step, comm_logger_step, wait, warmup, active,
               repeat, **options)
+
+
+def declare_flops(per_step: float, peak_flops_per_s: Optional[float] = None) -> Optional[str]:
+    """Declare the model FLOPs of one training step of this rank (forward,
+    backward and optimizer; e.g. 6 x parameters x tokens per step for a
+    transformer) and, optionally, the peak FLOP/s MFU is taken against
+    (None: the GPU table, or TRAINPERF_PEAK_FLOPS / `run --peak-flops`).
+    `trainperf report` then shows TFLOP/s and MFU per rank and for the job
+    (docs/distributed.md). Written to RUN/flops/flops-rank<R>-declared.json;
+    returns that path, or None when it could not be written. ValueError when
+    per_step is not positive."""
+    from ._profile_hooks import declare_flops as _declare
+    return _declare(per_step, peak_flops_per_s)
 
 
 def benchmark(model, dataloader, steps=50, warmup=5, optimizer=None, loss_fn=None, device=None):

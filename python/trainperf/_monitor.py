@@ -115,6 +115,14 @@ class StepMonitor:
 
     def _after(self, i, dt):
         st, h = self.stats, self.hooks
+        if self.user_flops and i == 0:
+            # the report's MFU per rank reads the declared count (RUN/flops/)
+            from ._profile_hooks import declare_flops, peak_for
+            try:
+                declare_flops(self.user_flops, out_dir=h.out_dir,
+                              peak=peak_for(self.device, self.dtype))
+            except (ValueError, OSError):
+                pass
         f = h.flops_by_step.get(i)
         if f is not None:
             st.flops[i] = f["total_flops"]

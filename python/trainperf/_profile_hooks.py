@@ -11,7 +11,8 @@ one step. Whatever fails says why once and the training goes on.
 The zero-code settings come from environment variables set by `trainperf run`
 (docs/cli.md): TRAINPERF_PROFILE=W,WU,A,R, TRAINPERF_PROFILE_MEMORY=1,
 TRAINPERF_RECORD_SHAPES=1, TRAINPERF_WITH_STACK=1, TRAINPERF_MEMORY_EVERY=N,
-TRAINPERF_FLOPS_STEP=N, TRAINPERF_COMM_LOG_STEP=N.
+TRAINPERF_FLOPS_STEP=N, TRAINPERF_COMM_LOG_STEP=N; TRAINPERF_PEAK_FLOPS=X|measure
+(the peak FLOP/s that MFU is taken against).
 """
 import json
 import os
@@ -20,11 +21,11 @@ import time
 
 import trainperf
 
-__all__ = ["StepHooks", "from_env", "rank", "flop_table"]
+__all__ = ["StepHooks", "from_env", "rank", "flop_table", "peak_for", "declare_flops"]
 
 ENV_VARS = ("TRAINPERF_PROFILE", "TRAINPERF_PROFILE_MEMORY", "TRAINPERF_RECORD_SHAPES",
             "TRAINPERF_WITH_STACK", "TRAINPERF_MEMORY_EVERY", "TRAINPERF_FLOPS_STEP",
-            "TRAINPERF_COMM_LOG_STEP")
+            "TRAINPERF_COMM_LOG_STEP")  # TRAINPERF_PEAK_FLOPS alone starts no hooks
 
 # Rows of the FLOP table printed and written (the JSON keeps every module).
 _TABLE_ROWS = 40
@@ -75,6 +76,97 @@ def unique_path(path):
         root, e2 = os.path.splitext(root)
         ext = e2 + ext
     return "%s-pid%d%s" % (root, os.getpid(), ext)
+
+
+_measured_peak = None  # this process's measured matmul rate, once measured
+
+
+def measure_matmul_peak(n=512, reps=10):
+    """FLOP/s of the best of reps n x n float32 matmuls on the CPU, with the
+    threads torch uses here (the peak this rank can reach as configured)."""
+    global _measured_peak
+    if _measured_peak is None:
+        import torch
+        with torch.no_grad():
+            a, b = torch.randn(n, n), torch.randn(n, n)
+            torch.mm(a, b)  # warm: first-call allocation and dispatch
+            best = None
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                torch.mm(a, b)
+                dt = time.perf_counter() - t0
+                if dt > 0 and (best is None or dt < best):
+                    best = dt
+        _measured_peak = (2.0 * n ** 3 / best if best else None,
+                          "measured: best of %d float32 %dx%d matmuls on the CPU, %d thread%s"
+                          % (reps, n, n, torch.get_num_threads(),
+                             "" if torch.get_num_threads() == 1 else "s"))
+    return _measured_peak
+
+
+def peak_for(device=None, dtype=None):
+    """(peak FLOP/s or None, where it comes from or why there is none) for
+    MFU in this process: TRAINPERF_PEAK_FLOPS (a number: declared; "measure":
+    a CPU matmul measured here), else the GPU table (torch_helpers.peak_flops).
+    A CPU has no default peak: a spec sheet figure for a CPU is rarely what a
+    training process with its thread count can reach. Never raises."""
+    env = os.environ.get("TRAINPERF_PEAK_FLOPS", "").strip()
+    if env and env != "measure":
+        try:
+            v = float(env)
+        except ValueError:
+            v = 0.0
+        if not 0 < v < float("inf"):
+            return None, "TRAINPERF_PEAK_FLOPS=%r is not a number of FLOP/s or 'measure'" % env
+        return v, "declared (TRAINPERF_PEAK_FLOPS)"
+    try:
+        import torch
+        on_cpu = (str(device).startswith("cpu") if device is not None
+                  else not torch.cuda.is_available())
+        if env == "measure":
+            if not on_cpu:
+                # a CPU matmul says nothing of a GPU's peak
+                return None, ("--peak-flops measure times a CPU matmul, and this rank trains "
+                              "on a GPU: the GPU table or a declared number gives its peak")
+            return measure_matmul_peak()
+        from .torch_helpers import peak_flops
+        peak, why = peak_flops(device, dtype)
+        if peak is None:
+            why += "; a CPU or unlisted device: --peak-flops X|measure (TRAINPERF_PEAK_FLOPS)"
+        return peak, why
+    except Exception as exc:
+        return None, "no peak FLOP/s: %s" % (exc,)
+
+
+def declare_flops(per_step, peak_flops_per_s=None, out_dir=None, peak=None):
+    """Write this rank's declared FLOPs per step (and the peak FLOP/s MFU is
+    taken against; None: peak_for(), or peak=(value, source) already found) to
+    RUN/flops/flops-rank<R>-declared.json, where `trainperf report` finds
+    them. Returns the path, or None when it could not be written."""
+    per_step = float(per_step)
+    if not per_step > 0:
+        raise ValueError("FLOPs per step must be positive, not %r" % (per_step,))
+    if peak_flops_per_s is not None:
+        peak, src = float(peak_flops_per_s), "declared"
+        if not peak > 0:
+            raise ValueError("peak FLOP/s must be positive, not %r" % (peak_flops_per_s,))
+    elif peak is not None:
+        peak, src = peak
+    else:
+        peak, src = peak_for()
+    r = rank()
+    d = _out_dir("flops", out_dir)
+    path = os.path.join(d, "flops-rank%d-declared.json" % r)
+    try:
+        os.makedirs(d, exist_ok=True)
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w") as fh:
+            json.dump({"step": None, "rank": r, "method": "declared", "total_flops": per_step,
+                       "peak_flops_per_s": peak, "peak_source": src}, fh, indent=1)
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    return path
 
 
 def _fmt_flops(v):
@@ -342,11 +434,14 @@ class StepHooks:
             return
         if self.flops is not None and self.flops.get("step_time_s") is None:
             self._flops_write()  # the previous FLOP step was followed by this one
+        counted_s = time.perf_counter() - self._flop_t0
+        # the peak is measured (on a CPU) here, in the step counting already slows
+        peak, peak_src = peak_for(self.device, self.dtype)
         self.flops = self.flops_by_step[i] = {"step": i, "rank": rank(), "method": "FlopCounterMode",
                       "total_flops": total, "by_module": by_mod, "by_op": by_op,
-                      "counted_step_time_s": time.perf_counter() - self._flop_t0,
+                      "counted_step_time_s": counted_s,
                       "step_time_s": None, "tflops_per_s": None, "mfu": None,
-                      "mfu_reason": None}
+                      "mfu_reason": None, "peak_flops_per_s": peak, "peak_source": peak_src}
         try:
             trainperf.counter("flops", float(total))
         except Exception:
@@ -358,14 +453,14 @@ class StepHooks:
     def _flops_rate(self, dt):
         """The FLOP rate from the step after the counted one (counting slows
         the counted step down)."""
-        from .torch_helpers import mfu
         f = self.flops
         f["step_time_s"] = dt
         f["tflops_per_s"] = f["total_flops"] / dt / 1e12
-        try:
-            f["mfu"], f["mfu_reason"] = mfu(f["total_flops"], dt, self.device, self.dtype)
-        except Exception as exc:
-            f["mfu"], f["mfu_reason"] = None, str(exc)
+        peak = f.get("peak_flops_per_s")
+        if peak:
+            f["mfu"], f["mfu_reason"] = f["total_flops"] / dt / peak, f["peak_source"]
+        else:
+            f["mfu"], f["mfu_reason"] = None, f.get("peak_source") or "no peak FLOP/s"
         try:
             trainperf.counter("tflops_per_s", f["tflops_per_s"])
             if f["mfu"] is not None:

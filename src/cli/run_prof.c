@@ -15,7 +15,7 @@
 typedef struct prof_opt {
     const char *opt;
     const char *var;   /* environment variable for the hook */
-    int kind;          /* 0 flag, 1 step count (N >= 1 or >= 0), 2 schedule */
+    int kind;          /* 0 flag, 1 step count (N >= 1 or >= 0), 2 schedule, 3 FLOP/s */
     long min;
 } prof_opt;
 
@@ -27,6 +27,7 @@ static const prof_opt prof_opts[] = {
     {"--memory-every", "TRAINPERF_MEMORY_EVERY", 1, 1},
     {"--flops-step", "TRAINPERF_FLOPS_STEP", 1, 0},
     {"--comm-log-step", "TRAINPERF_COMM_LOG_STEP", 1, 0},
+    {"--peak-flops", "TRAINPERF_PEAK_FLOPS", 3, 0},
 };
 #define NPROF_OPTS ((int)(sizeof(prof_opts) / sizeof(prof_opts[0])))
 
@@ -97,6 +98,15 @@ int runprof_option(run_prof *p, const char *opt, const char *val)
         }
         snprintf(num, sizeof(num), "%ld,%ld,%ld,%ld", v[0], v[1], v[2], v[3]);
         val = num;
+    } else if (o->kind == 3) {
+        /* cli_parse_double caps at 1e12 (durations): a GPU peak is ~1e15 */
+        char *end = NULL;
+        double x = val ? strtod(val, &end) : 0;
+        if (!val || (strcmp(val, "measure") != 0 && (end == val || *end || !(x > 0) || x > 1e21))) {
+            cli_error("%s '%s': expected a peak in FLOP/s per rank (e.g. 312e12) or 'measure'",
+                      opt, val ? val : "");
+            return -1;
+        }
     } else if (o->kind == 1) {
         long n;
         if (!val || cli_parse_long(val, &n) != 0 || n < o->min || n > RUNPROF_MAX_STEPS) {
@@ -142,5 +152,7 @@ void runprof_usage(FILE *f)
             "  --memory-every N      CUDA allocator stats every N steps; a memory snapshot on OOM\n"
             "  --flops-step N        count FLOPs by module on step N (RUN/flops/), with TFLOP/s\n"
             "                        and MFU\n"
+            "  --peak-flops X|measure  peak FLOP/s of one rank for MFU, instead of the GPU table\n"
+            "                        (needed on a CPU): a number, or measure a matmul in each rank\n"
             "  --comm-log-step N     log every collective of step N (distributed runs)\n");
 }

@@ -43,6 +43,12 @@ void ranks_live(agg *a, coll_frame *f)
     /* the others' wait must show up as the straggler's own time (compute or
      * data): noise in the collectives alone is no straggler */
     if (iv[s] - cw[s] - others_own < 0.5 * gap) gap = 0;
+    /* and it stands alone: a second rank waiting about as little is not held
+     * back by it (ranks sharing too few cores take turns) */
+    double next = INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != s && cw[i] < next) next = cw[i];
+    if (next - cw[s] < 0.5 * gap) gap = 0;
     fv_set(&f->straggler_pct, 100.0 * gap / step);
     fv_set(&f->straggler_wait_ms, gap);
     fv_set(&f->straggler_data_ms, dw[s] - others_data);

@@ -68,6 +68,12 @@ typedef struct drank {
     char top_op[32];       /* its most frequent collective (comm/), "" unknown */
     double comm_bytes, comm_ops, comm_busbw_sum, comm_busbw_n;
     double comm_busy_ns;   /* time with a collective in flight (union of ops), warm steps */
+    /* model FLOPs (flops/): of one step and the peak FLOP/s MFU is taken
+     * against; 0 unknown (no step has zero FLOPs, no device a zero peak) */
+    double flops_step, peak_flops, flops_at; /* flops_at: the counted step, -1 declared */
+    double flops_at_ns;    /* that step's interval (slowed by counting), 0 unknown */
+    char flops_src[16];    /* "counted" or "declared" */
+    char peak_src[160];    /* where the peak comes from, or why there is none */
     dseries s_step;        /* step time (ms) over time: the html heatmap */
 } drank;
 

@@ -813,7 +813,7 @@ static int write_summary(diag_run *r, char *err, size_t errlen)
         buf_puts(&b, "{\n");
         int first = 1;
         for (const jr_node *c = root->child; c; c = c->next) {
-            if (strcmp(c->key, "diagnosis") == 0) continue;
+            if (strcmp(c->key, "diagnosis") == 0 || strcmp(c->key, "model_flops") == 0) continue;
             if (!first) buf_puts(&b, ",\n");
             first = 0;
             buf_puts(&b, "  ");
@@ -822,6 +822,7 @@ static int write_summary(diag_run *r, char *err, size_t errlen)
             buf_append(&b, r->summary.text + c->off, c->end - c->off);
         }
         if (!first) buf_puts(&b, ",\n");
+        if (rr_summary_flops(r, &b)) buf_puts(&b, ",\n"); /* MFU: flops/ and steps.csv */
         buf_puts(&b, "  \"diagnosis\": ");
         jw_init(&w, &b, 0);
         diag_write_json(r, &w);

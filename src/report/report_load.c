@@ -802,6 +802,7 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
         r->duration_s = r->last_end_s;
     dc_load_pyprof(r);
     rr_load_comm(r, r->dir);
+    rr_load_flops(r, r->dir);
     unctrl_run(r);
     *out = r;
     return 0;

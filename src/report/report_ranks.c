@@ -16,8 +16,10 @@
 #include "trainperf.h"
 #include "util/csvr.h"
 #include "util/human.h"
+#include "util/jsonr.h"
 
 #define RR_MAX_ALIGN_OPS 50000 /* collectives kept per node for clock alignment */
+#define RR_MAX_FLOPS_FILE ((size_t)16 << 20) /* a FLOP table of a very large model */
 
 /* Ranks that had a rank number (torchrun, srun, mpirun). */
 static int nranked(const diag_run *r)
@@ -46,6 +48,7 @@ static int sorted_ranks(const diag_run *r, const drank **out)
 
 typedef struct rrow {
     double steps, warm, p50, p95, data, compute, comm, sps, busbw;
+    double flops_per_s, mfu; /* model FLOP/s over the warm steps, its share of the peak */
 } rrow;
 
 /* The step figures of a rank (core/figs.h groups: the owner of the figure),
@@ -89,6 +92,192 @@ static void rank_row(const diag_run *r, int rank, rrow *o)
     o->sps = g->samples > 0 && g->interval_ns > 0
                  ? (double)g->samples / ((double)g->interval_ns / 1e9)
                  : NAN;
+    /* the step rate of the warm steps, less the counted one (counting slows
+     * it several times over), times the FLOPs of one step */
+    o->flops_per_s = o->mfu = NAN;
+    if (k && k->flops_step > 0 && g->warm_count && g->warm_interval_ns) {
+        double cnt = (double)g->warm_count, span = (double)g->warm_interval_ns;
+        if (k->flops_at > 0 && k->flops_at_ns > 0 && cnt > 1 && span > k->flops_at_ns) {
+            cnt -= 1;
+            span -= k->flops_at_ns;
+        }
+        o->flops_per_s = k->flops_step * cnt / (span / 1e9);
+        if (k->peak_flops > 0) o->mfu = o->flops_per_s / k->peak_flops;
+    }
+}
+
+/* The interval of each counted step of run_dir's ranks (steps.csv). */
+static void counted_step_times(diag_run *r, const char *run_dir)
+{
+    int want = 0;
+    for (int i = 0; i < r->nranks; i++)
+        if (r->ranks[i].node == r->cur_node && r->ranks[i].flops_at > 0) want++;
+    if (!want) return;
+    char path[1200];
+    csvr c;
+    char e[200];
+    snprintf(path, sizeof(path), "%.1000s/steps.csv", run_dir);
+    if (csvr_open(&c, path, e, sizeof(e)) != 0) return;
+    int c_rank = csvr_col(&c, "rank"), c_step = csvr_col(&c, "step");
+    int c_iv = csvr_col(&c, "interval_ns");
+    while (want > 0 && c_step >= 0 && c_iv >= 0 && csvr_next(&c) == 1) {
+        double rk = -1, st, iv;
+        if (!csvr_num(&c, c_step, &st) || !csvr_num(&c, c_iv, &iv)) continue;
+        if (!csvr_num(&c, c_rank, &rk)) rk = -1;
+        for (int i = 0; i < r->nranks; i++) {
+            drank *k = &r->ranks[i];
+            if (k->node == r->cur_node && k->rank == (int)rk && k->flops_at == st &&
+                k->flops_at_ns == 0) {
+                k->flops_at_ns = iv;
+                want--;
+            }
+        }
+    }
+    csvr_close(&c);
+}
+
+/* ---- model FLOPs and the job's figures -------------------------------------- */
+
+static void load_flops_file(diag_run *r, const char *path)
+{
+    jr_doc d;
+    char e[200];
+    if (jr_load_file(&d, path, RR_MAX_FLOPS_FILE, e, sizeof(e)) != 0) return;
+    double rank = jr_num(jr_get(d.root, "rank")), fl = jr_num(jr_get(d.root, "total_flops"));
+    double peak = jr_num(jr_get(d.root, "peak_flops_per_s"));
+    double step = jr_num(jr_get(d.root, "step"));
+    const char *method = jr_str(jr_get(d.root, "method"));
+    const char *psrc = jr_str(jr_get(d.root, "peak_source"));
+    if (!psrc) psrc = jr_str(jr_get(d.root, "mfu_reason")); /* files older than the peak keys */
+    int declared = method && strcmp(method, "declared") == 0;
+    drank *k = NULL;
+    for (int i = 0; isfinite(rank) && i < r->nranks; i++)
+        if (r->ranks[i].rank == (int)rank) k = &r->ranks[i];
+    /* a run of one process without a rank: its file says rank 0 */
+    if (!k && r->nranks == 1 && r->ranks[0].rank < 0 && rank == 0) k = &r->ranks[0];
+    if (k && isfinite(fl) && fl > 0) {
+        int better = !(k->flops_step > 0) || (declared && k->flops_at >= 0) ||
+                     (!declared && k->flops_at >= 0 && isfinite(step) && step > k->flops_at);
+        if (better) {
+            k->flops_step = fl;
+            k->flops_at = declared ? -1 : (isfinite(step) ? step : 0);
+            k->flops_at_ns = 0;
+            k->peak_flops = isfinite(peak) && peak > 0 ? peak : 0;
+            snprintf(k->flops_src, sizeof(k->flops_src), "%s", declared ? "declared" : "counted");
+            snprintf(k->peak_src, sizeof(k->peak_src), "%s", psrc ? psrc : "");
+        }
+    }
+    jr_free(&d);
+}
+
+void rr_load_flops(diag_run *r, const char *run_dir)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%.1000s/flops", run_dir);
+    DIR *d = opendir(path);
+    if (!d) return;
+    struct dirent *de;
+    int files = 0;
+    while ((de = readdir(d)) != NULL && files < 4096) {
+        size_t l = strlen(de->d_name);
+        if (strncmp(de->d_name, "flops-rank", 10) != 0 || l < 15 ||
+            strcmp(de->d_name + l - 5, ".json") != 0)
+            continue;
+        snprintf(path, sizeof(path), "%.1000s/flops/%.150s", run_dir, de->d_name);
+        load_flops_file(r, path);
+        files++;
+    }
+    closedir(d);
+    counted_step_times(r, run_dir);
+}
+
+void rr_job_figures(const diag_run *r, rr_job *j)
+{
+    dfig f;
+    diag_figures(r, &f);
+    memset(j, 0, sizeof(*j));
+    j->steps = f.steps;
+    j->samples_per_s = f.samples_per_s;
+    j->tokens_per_s = f.tokens_per_s;
+    double fps = 0, used = 0, peak = 0;
+    for (int i = 0; i < r->nranks; i++) {
+        const drank *k = &r->ranks[i];
+        if (k->rank < 0 && r->nranks > 1) continue;
+        j->ranks++;
+        rrow w;
+        rank_row(r, k->rank, &w);
+        if (!isfinite(w.flops_per_s)) continue;
+        if (!j->flops_ranks++) snprintf(j->peak_src, sizeof(j->peak_src), "%s", k->peak_src);
+        fps += w.flops_per_s;
+        if (k->peak_flops > 0) {
+            j->mfu_ranks++;
+            used += w.flops_per_s;
+            peak += k->peak_flops;
+        }
+    }
+    j->flops_per_s = j->flops_ranks ? fps : NAN;
+    j->mfu = peak > 0 ? used / peak : NAN;
+}
+
+int rr_summary_flops(const diag_run *r, buf *b)
+{
+    rr_job j;
+    rr_job_figures(r, &j);
+    if (!j.flops_ranks) return 0;
+    jw w;
+    buf_puts(b, "  \"model_flops\": ");
+    jw_init(&w, b, 0);
+    jw_obj_begin(&w);
+    jw_knum(&w, "flops_per_s", j.flops_per_s);
+    jw_knum(&w, "mfu", j.mfu);
+    jw_kint(&w, "flops_ranks", j.flops_ranks);
+    jw_kint(&w, "mfu_ranks", j.mfu_ranks);
+    jw_kstr(&w, "peak_source", j.peak_src[0] ? j.peak_src : NULL);
+    jw_key(&w, "per_rank");
+    jw_arr_begin(&w);
+    for (int i = 0; i < r->nranks; i++) {
+        const drank *k = &r->ranks[i];
+        if (!(k->flops_step > 0)) continue;
+        rrow x;
+        rank_row(r, k->rank, &x);
+        jw_obj_begin(&w);
+        jw_key(&w, "rank");
+        if (k->rank >= 0)
+            jw_int(&w, k->rank);
+        else
+            jw_null(&w);
+        jw_knum(&w, "flops_per_step", k->flops_step);
+        jw_kstr(&w, "flops_source", k->flops_src);
+        jw_knum(&w, "flops_per_s", x.flops_per_s);
+        jw_knum(&w, "peak_flops_per_s", k->peak_flops > 0 ? k->peak_flops : NAN);
+        jw_knum(&w, "mfu", x.mfu);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    return 1;
+}
+
+/* "12.3%", or "—" when unknown (MFU needs FLOPs and a peak). */
+static const char *pct_or_dash(char *o, size_t n, double v)
+{
+    if (!isfinite(v)) return "—";
+    snprintf(o, n, "%.1f%%", 100 * v);
+    return o;
+}
+
+/* TFLOP/s with three significant digits, or "—". */
+static const char *tflops_or_dash(char *o, size_t n, double v)
+{
+    if (!isfinite(v)) return "—";
+    snprintf(o, n, "%.3g", v / 1e12);
+    return o;
+}
+
+/* printf's %*s counts bytes: "—" is one column in three bytes. */
+static int colw(const char *s, int w)
+{
+    return strcmp(s, "—") == 0 ? w + 2 : w;
 }
 
 /* ---- the straggler ----------------------------------------------------------- */
@@ -134,7 +323,13 @@ int rr_straggler(const diag_run *r, rr_strag *s)
     /* the others' wait must be the straggler's own time: noise in the
      * collectives alone (a loaded host) is not a straggler */
     int own = s->extra_data_ms + s->extra_compute_ms >= 0.5 * s->gap_ms;
-    return s->share >= RR_STRAGGLER_SHARE && own;
+    /* and it stands alone: a second rank waiting about as little is not
+     * held back by it (ranks sharing too few cores take turns) */
+    double next = INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != least && row[i].comm < next) next = row[i].comm;
+    int alone = next - row[least].comm >= 0.5 * s->gap_ms;
+    return s->share >= RR_STRAGGLER_SHARE && own && alone;
 }
 
 /* ---- overlap and FSDP ------------------------------------------------------- */
@@ -561,6 +756,7 @@ int rr_load_job(const char *const *dirs, int n, diag_run **out, char *err, size_
             return rc;
         }
         rr_load_comm(r, dirs[i]);
+        rr_load_flops(r, dirs[i]);
     }
     free(a0);
     r->cur_node = 0;
@@ -623,38 +819,96 @@ static void comm_section(const diag_run *r, buf *b, int fmt, int color)
     }
     tbl_end(&t);
     rr_overlap_t ov;
+    int html = fmt == TBL_HTML;
     if (rr_overlap(r, &ov))
-        buf_printf(b, md ? "\nPer rank and step: collectives in flight %.1f ms, exposed (waited on) "
-                           "%.1f ms, overlapped with compute %.1f ms.\n"
-                         : "  per rank and step: collectives in flight %.1f ms, exposed (waited on) "
-                           "%.1f ms, overlapped with compute %.1f ms\n",
+        buf_printf(b, html ? "<p>Per rank and step: collectives in flight %.1f ms, exposed (waited "
+                             "on) %.1f ms, overlapped with compute %.1f ms.</p>\n"
+                   : md ? "\nPer rank and step: collectives in flight %.1f ms, exposed (waited on) "
+                          "%.1f ms, overlapped with compute %.1f ms.\n"
+                        : "  per rank and step: collectives in flight %.1f ms, exposed (waited on) "
+                          "%.1f ms, overlapped with compute %.1f ms\n",
                    ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
     char adv[600];
     rr_fsdp_advice(r, adv, sizeof(adv));
-    if (adv[0]) buf_printf(b, md ? "\n%s\n" : "  %s\n", adv);
+    if (adv[0] && html) {
+        buf_puts(b, "<p>");
+        report_html_esc(b, adv);
+        buf_puts(b, "</p>\n");
+    } else if (adv[0]) {
+        buf_printf(b, md ? "\n%s\n" : "  %s\n", adv);
+    }
+}
+
+/* The job's figures as one sentence (text and md; html escapes it):
+ * optimizer steps, samples/s, tokens/s, model FLOP/s and MFU, or why not. */
+static void job_words(const diag_run *r, buf *b)
+{
+    rr_job j;
+    rr_job_figures(r, &j);
+    char a[3][32];
+    buf_printf(b, "%s optimizer steps%s, %s samples/s", num(a[0], 32, "%.0f", j.steps),
+               j.ranks > 1 ? " (not a sum over ranks)" : "", num(a[1], 32, "%.1f", j.samples_per_s));
+    if (isfinite(j.tokens_per_s) && j.tokens_per_s > 0)
+        buf_printf(b, ", %s tokens/s", num(a[2], 32, "%.0f", j.tokens_per_s));
+    if (!j.flops_ranks) {
+        buf_puts(b, "; MFU — (model FLOPs unknown: `trainperf run --flops-step N` counts them, "
+                    "trainperf.declare_flops() declares them)");
+        return;
+    }
+    buf_printf(b, "; model %s TFLOP/s", tflops_or_dash(a[0], 32, j.flops_per_s));
+    if (j.flops_ranks < j.ranks) buf_printf(b, " (%d of %d ranks)", j.flops_ranks, j.ranks);
+    if (j.mfu_ranks)
+        buf_printf(b, ", MFU %s%s (peak: %s)", pct_or_dash(a[1], 32, j.mfu),
+                   j.mfu_ranks < j.flops_ranks ? " of the ranks with a peak" : "", j.peak_src);
+    else
+        buf_printf(b, ", MFU — (%s)", j.peak_src[0] ? j.peak_src : "no peak FLOP/s");
+}
+
+/* job_words escaped for Markdown or HTML (a peak source comes from a file). */
+static void job_words_esc(const diag_run *r, buf *b, int fmt)
+{
+    buf w;
+    buf_init(&w, 1024);
+    job_words(r, &w);
+    const char *cell[] = {w.data ? w.data : ""};
+    tbl_cells(b, fmt, cell, 1);
+    buf_free(&w);
 }
 
 void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
 {
     const drank *k[DIAG_MAX_RANKS];
     int n = sorted_ranks(r, k);
-    if (n < 2 && r->nnodes < 2) return;
-    char a[6][32];
+    if (n < 2 && r->nnodes < 2) {
+        rr_job j;
+        rr_job_figures(r, &j);
+        if (j.flops_ranks) { /* one process: its model FLOPs, where known */
+            buf_printf(b, "\n%sMODEL FLOPS%s\n  ", bold, reset);
+            job_words(r, b);
+            buf_puts(b, "\n");
+        }
+        return;
+    }
+    char a[8][32];
     buf_printf(b, "\n%sRANKS%s  %d ranks", bold, reset, n);
     if (r->nnodes > 1) buf_printf(b, " on %d nodes", r->nnodes);
     buf_puts(b, "\n");
-    buf_printf(b, "  %4s %5s %6s %8s %8s %8s %8s %8s %10s\n", "rank", "node", "steps", "p50 ms",
-               "p95 ms", "data ms", "compute", "comm ms", "samples/s");
+    buf_printf(b, "  %4s %5s %6s %8s %8s %8s %8s %8s %10s %8s %6s\n", "rank", "node", "steps",
+               "p50 ms", "p95 ms", "data ms", "compute", "comm ms", "samples/s", "TFLOP/s", "MFU");
     for (int i = 0; i < n; i++) {
         rrow w;
         rank_row(r, k[i]->rank, &w);
-        buf_printf(b, "  %4d %5d %6.0f %8s %8s %8s %8s %8s %10s\n", k[i]->rank, k[i]->node,
+        const char *tf = tflops_or_dash(a[6], 32, w.flops_per_s), *mf = pct_or_dash(a[7], 32, w.mfu);
+        buf_printf(b, "  %4d %5d %6.0f %8s %8s %8s %8s %8s %10s %*s %*s\n", k[i]->rank, k[i]->node,
                    w.steps, num(a[0], 32, "%.1f", w.p50), num(a[1], 32, "%.1f", w.p95),
                    num(a[2], 32, "%.1f", w.data), num(a[3], 32, "%.1f", w.compute),
-                   num(a[4], 32, "%.1f", w.comm), num(a[5], 32, "%.1f", w.sps));
+                   num(a[4], 32, "%.1f", w.comm), num(a[5], 32, "%.1f", w.sps), colw(tf, 8), tf,
+                   colw(mf, 6), mf);
     }
     buf_puts(b, "  (per step: data = data-loader wait, comm = waiting in collectives, compute = "
-                "the rest)\n");
+                "the rest)\n  job: ");
+    job_words(r, b);
+    buf_puts(b, "\n");
     rr_strag s;
     if (rr_straggler(r, &s)) {
         buf_puts(b, "  straggler: ");
@@ -693,21 +947,34 @@ void rr_md(const diag_run *r, buf *b)
 {
     const drank *k[DIAG_MAX_RANKS];
     int n = sorted_ranks(r, k);
-    if (n < 2 && r->nnodes < 2) return;
-    char a[7][32];
+    char a[8][32];
+    if (n < 2 && r->nnodes < 2) {
+        rr_job j;
+        rr_job_figures(r, &j);
+        if (j.flops_ranks) {
+            buf_puts(b, "\n## Model FLOPs\n\n");
+            job_words_esc(r, b, TBL_MD);
+            buf_puts(b, ".\n");
+        }
+        return;
+    }
     buf_printf(b, "\n## Ranks\n\n%d ranks", n);
     if (r->nnodes > 1) buf_printf(b, " on %d nodes", r->nnodes);
     buf_puts(b, ". Per step: data = data-loader wait, comm = waiting in collectives, compute = the "
                 "rest.\n\n| rank | node | steps | p50 ms | p95 ms | data ms | compute ms | comm ms | "
-                "samples/s |\n|---|---|---|---|---|---|---|---|---|\n");
+                "samples/s | TFLOP/s | MFU |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
         rrow w;
         rank_row(r, k[i]->rank, &w);
-        buf_printf(b, "| %d | %d | %.0f | %s | %s | %s | %s | %s | %s |\n", k[i]->rank, k[i]->node,
-                   w.steps, num(a[0], 32, "%.1f", w.p50), num(a[1], 32, "%.1f", w.p95),
+        buf_printf(b, "| %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", k[i]->rank,
+                   k[i]->node, w.steps, num(a[0], 32, "%.1f", w.p50), num(a[1], 32, "%.1f", w.p95),
                    num(a[2], 32, "%.1f", w.data), num(a[3], 32, "%.1f", w.compute),
-                   num(a[4], 32, "%.1f", w.comm), num(a[5], 32, "%.1f", w.sps));
+                   num(a[4], 32, "%.1f", w.comm), num(a[5], 32, "%.1f", w.sps),
+                   tflops_or_dash(a[6], 32, w.flops_per_s), pct_or_dash(a[7], 32, w.mfu));
     }
+    buf_puts(b, "\n**Job**: ");
+    job_words_esc(r, b, TBL_MD);
+    buf_puts(b, ".\n");
     rr_strag s;
     if (rr_straggler(r, &s)) {
         buf_puts(b, "\n**Straggler**: ");
@@ -734,27 +1001,41 @@ void rr_md(const diag_run *r, buf *b)
 
 /* ---- html: table and heatmap -------------------------------------------------- */
 
+static void rr_html_heatmap(const drank *const *k, int n, buf *b);
+
 void rr_html(const diag_run *r, buf *b)
 {
     const drank *k[DIAG_MAX_RANKS];
     int n = sorted_ranks(r, k);
-    if (n < 2) return;
-    char a[6][32];
+    char a[8][32];
+    if (n < 2) {
+        rr_job j;
+        rr_job_figures(r, &j);
+        if (j.flops_ranks && r->nnodes < 2) {
+            buf_puts(b, "<h2>Model FLOPs</h2>\n<p>");
+            job_words_esc(r, b, TBL_HTML);
+            buf_puts(b, ".</p>\n");
+        }
+        return;
+    }
     buf_puts(b, "<h2>Ranks</h2>\n<table><tr><th>rank</th><th>node</th><th>steps</th><th>p50 "
                 "ms</th><th>p95 ms</th><th>data ms</th><th>compute ms</th><th>comm ms</th>"
-                "<th>samples/s</th></tr>\n");
+                "<th>samples/s</th><th>TFLOP/s</th><th>MFU</th></tr>\n");
     for (int i = 0; i < n; i++) {
         rrow w;
         rank_row(r, k[i]->rank, &w);
         buf_printf(b,
                    "<tr><td>%d</td><td>%d</td><td>%.0f</td><td>%s</td><td>%s</td><td>%s</td>"
-                   "<td>%s</td><td>%s</td><td>%s</td></tr>\n",
+                   "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
                    k[i]->rank, k[i]->node, w.steps, num(a[0], 32, "%.1f", w.p50),
                    num(a[1], 32, "%.1f", w.p95), num(a[2], 32, "%.1f", w.data),
                    num(a[3], 32, "%.1f", w.compute), num(a[4], 32, "%.1f", w.comm),
-                   num(a[5], 32, "%.1f", w.sps));
+                   num(a[5], 32, "%.1f", w.sps), tflops_or_dash(a[6], 32, w.flops_per_s),
+                   pct_or_dash(a[7], 32, w.mfu));
     }
-    buf_puts(b, "</table>\n");
+    buf_puts(b, "</table>\n<p><b>Job</b>: ");
+    job_words_esc(r, b, TBL_HTML);
+    buf_puts(b, ".</p>\n");
     rr_strag s;
     if (rr_straggler(r, &s)) {
         buf b2;
@@ -765,6 +1046,35 @@ void rr_html(const diag_run *r, buf *b)
         buf_puts(b, ".</p>\n");
         buf_free(&b2);
     }
+    rr_html_heatmap(k, n, b);
+    if (r->ncommops) {
+        buf_puts(b, "<h2>Communication</h2>\n");
+        comm_section(r, b, TBL_HTML, 0);
+    }
+    if (r->nnodes > 1) {
+        buf_puts(b, "<h2>Nodes</h2>\n<table><tr><th>node</th><th>host</th><th>CPUs</th>"
+                    "<th>ranks</th><th>CPU mean %</th><th>tree CPU %</th><th>RSS max</th>"
+                    "<th>clock offset s</th><th>wall clocks said s</th><th>alignment error "
+                    "ms</th><th>collectives matched</th></tr>\n");
+        for (int i = 0; i < r->nnodes; i++) {
+            const dnode *nd = &r->nodes[i];
+            buf_printf(b, "<tr><td>%d</td><td>", i);
+            report_html_esc(b, nd->host[0] ? nd->host : "?");
+            buf_printf(b, "</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td>"
+                          "<td>%+.3f</td><td>%+.3f</td><td>%s</td><td>%.0f</td></tr>\n",
+                       nd->cpus, nd->nranks, num(a[0], 32, "%.0f", nd->cpu_mean),
+                       num(a[1], 32, "%.0f", nd->tree_cpu_mean), human_bytes(a[2], 32, nd->rss_max),
+                       nd->offset_s, nd->wall_offset_s,
+                       i == 0 ? "0 (reference)" : num(a[3], 32, "%.2f", nd->align_err_s * 1e3),
+                       nd->align_n);
+        }
+        buf_puts(b, "</table>\n");
+    }
+}
+
+/* The rank x time heatmap of step time (n ranks in rank order). */
+static void rr_html_heatmap(const drank *const *k, int n, buf *b)
+{
     /* heatmap: one row per rank, one cell per time bucket, colour = step time
      * relative to the slowest bucket */
     int cols = 0;
@@ -831,9 +1141,29 @@ void rr_json(const diag_run *r, jw *w)
         jw_knum(w, "comm_bytes", r->have_comm ? k[i]->comm_bytes : NAN);
         jw_knum(w, "comm_busbw_bps", x.busbw);
         jw_kstr(w, "top_collective", k[i]->top_op[0] ? k[i]->top_op : NULL);
+        jw_knum(w, "flops_per_step", k[i]->flops_step > 0 ? k[i]->flops_step : NAN);
+        jw_kstr(w, "flops_source", k[i]->flops_step > 0 ? k[i]->flops_src : NULL);
+        jw_knum(w, "flops_per_s", x.flops_per_s);
+        jw_knum(w, "peak_flops_per_s", k[i]->peak_flops > 0 ? k[i]->peak_flops : NAN);
+        jw_kstr(w, "peak_source", k[i]->peak_src[0] ? k[i]->peak_src : NULL);
+        jw_knum(w, "mfu", x.mfu);
         jw_obj_end(w);
     }
     jw_arr_end(w);
+    rr_job j;
+    rr_job_figures(r, &j);
+    jw_key(w, "job");
+    jw_obj_begin(w);
+    jw_knum(w, "optimizer_steps", j.steps);
+    jw_knum(w, "samples_per_s", j.samples_per_s);
+    jw_knum(w, "tokens_per_s", j.tokens_per_s);
+    jw_knum(w, "flops_per_s", j.flops_per_s);
+    jw_knum(w, "mfu", j.mfu);
+    jw_kint(w, "ranks", j.ranks);
+    jw_kint(w, "flops_ranks", j.flops_ranks);
+    jw_kint(w, "mfu_ranks", j.mfu_ranks);
+    jw_kstr(w, "peak_source", j.peak_src[0] ? j.peak_src : NULL);
+    jw_obj_end(w);
     jw_key(w, "straggler");
     rr_strag s;
     if (!rr_straggler(r, &s)) {
@@ -941,22 +1271,24 @@ void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int col
     int ranks[DIAG_MAX_RANKS];
     int n = union_ranks(a, b, ranks);
     if (n < 2) return;
-    static const tbl_col cols[] = {{"rank", 6, 0},      {"step p50 ms", 16, 1},
-                                   {"compute ms", 16, 1}, {"data wait ms", 16, 1},
-                                   {"comm wait ms", 16, 1}};
+    static const tbl_col cols[] = {{"rank", 6, 0},          {"step p50 ms", 16, 1},
+                                   {"compute ms", 16, 1},     {"data wait ms", 16, 1},
+                                   {"comm wait ms", 16, 1},   {"MFU", 16, 1}};
     tbl t;
-    tbl_begin(&t, o, fmt, color, "Ranks (A → B, per step)", cols, 5);
+    tbl_begin(&t, o, fmt, color, "Ranks (A → B, per step)", cols, 6);
     for (int i = 0; i < n; i++) {
         rrow x, y;
         cmp_row(a, ranks[i], &x);
         cmp_row(b, ranks[i], &y);
-        char c[5][64], u[2][32];
+        char c[6][80], u[2][32];
         snprintf(c[0], sizeof(c[0]), "%d", ranks[i]);
         const double va[4] = {x.p50, x.compute, x.data, x.comm}, vb[4] = {y.p50, y.compute, y.data, y.comm};
         for (int k = 0; k < 4; k++)
             snprintf(c[k + 1], sizeof(c[k + 1]), "%s → %s", num(u[0], 32, "%.1f", va[k]),
                      num(u[1], 32, "%.1f", vb[k]));
-        const char *cells[] = {c[0], c[1], c[2], c[3], c[4]};
+        snprintf(c[5], sizeof(c[5]), "%s → %s", pct_or_dash(u[0], 32, x.mfu),
+                 pct_or_dash(u[1], 32, y.mfu));
+        const char *cells[] = {c[0], c[1], c[2], c[3], c[4], c[5]};
         tbl_row(&t, cells, TBL_PLAIN);
     }
     tbl_end(&t);
@@ -999,6 +1331,7 @@ void rr_compare_json(const diag_run *a, const diag_run *b, jw *w)
             jw_knum(w, "compute_ms", x[k].compute);
             jw_knum(w, "data_wait_ms", x[k].data);
             jw_knum(w, "comm_wait_ms", x[k].comm);
+            jw_knum(w, "mfu", x[k].mfu);
             jw_obj_end(w);
         }
         jw_obj_end(w);

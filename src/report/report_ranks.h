@@ -49,6 +49,26 @@ void rr_fsdp_advice(const diag_run *r, char *out, size_t n);
  * bus bandwidth). Missing or damaged files are skipped. */
 void rr_load_comm(diag_run *r, const char *run_dir);
 
+/* Read run_dir/flops/flops-rank<R>-*.json (counted by `run --flops-step`,
+ * or declared with trainperf.declare_flops) into the ranks of r: FLOPs per
+ * step and the peak FLOP/s. A declared count wins over a counted one; of
+ * counted ones the latest step. Damaged files are skipped. */
+void rr_load_flops(diag_run *r, const char *run_dir);
+
+/* The job's figures: optimizer steps (not a sum over ranks), samples/s and
+ * tokens/s summed over ranks, model FLOP/s summed over the ranks whose FLOPs
+ * are known and MFU = their FLOP/s over their peaks (NAN unknown). */
+typedef struct rr_job {
+    double steps, samples_per_s, tokens_per_s, flops_per_s, mfu;
+    int ranks, flops_ranks, mfu_ranks;
+    char peak_src[160]; /* the first rank's peak source (or why none) */
+} rr_job;
+void rr_job_figures(const diag_run *r, rr_job *j);
+/* `  "model_flops": {...}` (no trailing comma) into b for summary.json when
+ * some rank's FLOPs are known: the job's FLOP/s and MFU and each rank's;
+ * returns 1 when written, 0 (nothing written) otherwise. */
+int rr_summary_flops(const diag_run *r, buf *b);
+
 /* Run directories, a parent of run directories expanded (sorted by name).
  * *out: n strdup'd strings in a calloc'd array, freed by the caller. */
 int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char *err,

@@ -239,4 +239,43 @@ TT_TEST(the_rank_the_others_wait_for_is_named_live)
     teardown();
 }
 
+TT_TEST(two_ranks_that_wait_as_little_are_no_straggler)
+{
+    setup();
+    agg_proc *q[4];
+    for (int r = 0; r < 4; r++) agg_proc_create(&q[r], 300 + r, r, r);
+    /* ranks 2 and 3 wait 30 ms a step for ranks 0 and 1 (two ranks taking
+     * turns on too few cores): no one rank holds the others back */
+    for (int i = 0; i < 4; i++) {
+        for (int r = 0; r < 4; r++) {
+            seg_event e;
+            memset(&e, 0, sizeof(e));
+            e.tid = 1;
+            uint64_t t0 = (uint64_t)i * 50 * MS;
+            e.kind = SEG_EV_STEP_BEGIN;
+            e.ts_ns = t0;
+            agg_event(a, q[r], &e);
+            if (r >= 2) {
+                e.kind = SEG_EV_PUSH;
+                e.name = TPF_PHASE_COMM;
+                e.ts_ns = t0 + 15 * MS;
+                agg_event(a, q[r], &e);
+                e.kind = SEG_EV_POP;
+                e.ts_ns = t0 + 45 * MS;
+                agg_event(a, q[r], &e);
+            }
+            e.kind = SEG_EV_STEP_END;
+            e.ts_ns = t0 + 50 * MS;
+            agg_event(a, q[r], &e);
+        }
+    }
+    static coll_frame f;
+    memset(&f, 0, sizeof(f));
+    agg_live(a, &f, 1.0, 200 * MS);
+    TT_ASSERT(f.straggler_pct.ok);
+    TT_NEAR(f.straggler_pct.v, 0.0, 1e-9);
+    for (int r = 0; r < 4; r++) agg_proc_free(q[r]);
+    teardown();
+}
+
 int main(int argc, char **argv) { return tt_main(argc, argv); }
