@@ -637,7 +637,7 @@ def test_threads_each_have_their_steps(cli, child, tmp_path):
 
 def test_user_alert_fires_and_is_recorded(cli, child, tmp_path):
     run = tmp_path / "run"
-    rule = "slow_data: data_wait.pct > 20 for 0.4s"
+    rule = "slow_data: data_wait.share > 0.2 for 0.4s"
     # data 2 ms vs 1 ms of compute per step: the data share is about two thirds.
     p = subprocess.run([cli, "run", "--out", run, "--interval", "0.2", "--no-default-alerts",
                         "--alert", rule, "--", child, "steps", "400", "0", "2000"],
@@ -647,7 +647,7 @@ def test_user_alert_fires_and_is_recorded(cli, child, tmp_path):
     assert ri["options"]["alerts"] == [rule]
     lines = [json.loads(l) for l in (run / "alerts.jsonl").read_text().splitlines()]
     fired = [l for l in lines if l["state"] == "fired"]
-    assert fired and fired[0]["rule"] == "slow_data" and fired[0]["value"] > 20
+    assert fired and fired[0]["rule"] == "slow_data" and fired[0]["value"] > 0.2
     assert {"t", "rule", "expr", "state", "severity", "value", "message"} <= fired[0].keys()
     assert [a["rule"] for a in sm["alerts"]] == [l["rule"] for l in fired]
     assert any(e.get("cat") == "alert" and e["name"] == "slow_data" for e in events)

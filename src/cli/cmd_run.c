@@ -426,7 +426,7 @@ static void status_line(coll *c, int tty, int color)
         PUT(" steps %.0f", f.steps.v);
         if (f.step_rate.ok) PUT(" | %.2f steps/s", f.step_rate.v);
         if (f.sample_rate.ok && f.sample_rate.v > 0) PUT(" | %.1f samples/s", f.sample_rate.v);
-        if (f.data_wait_pct.ok) PUT(" | data wait %.0f%%", f.data_wait_pct.v);
+        if (f.data_wait_share.ok) PUT(" | data wait %.0f%%", 100 * f.data_wait_share.v);
     } else {
         PUT(" no steps yet");
     }

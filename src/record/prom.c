@@ -473,7 +473,7 @@ static const prom_fig host_figs[] = {
     {"tokens_per_second", "gauge", "Tokens per second, all ranks, over the last interval.", F(token_rate),
      1, NULL, 1},
     {"data_wait_ratio", "gauge", "Data-wait share of step time over the last interval.",
-     F(data_wait_pct), 0.01, NULL, 1},
+     F(data_wait_share), 1, NULL, 1},
     {"step_interval_mean_seconds", "gauge", "Mean step time over the last interval.", F(step_time_ms),
      0.001, NULL, 1},
     {"step_time_median_seconds", "gauge", "Running median step time over the run.",

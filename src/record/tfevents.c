@@ -349,7 +349,7 @@ static void tfev_sample(void *st, const coll_frame *f, const sink_run *run)
     putf(t, &f->sample_rate, "throughput/samples_per_s", 1);
     putf(t, &f->token_rate, "throughput/tokens_per_s", 1);
     putf(t, &f->step_time_ms, "step_time/interval_mean_ms", 1);
-    putf(t, &f->data_wait_pct, "data_wait/share_pct", 1);
+    putf(t, &f->data_wait_share, "data_wait/share_pct", 100);
     if (a && a->count) {
         put(t, "step_time/p50_ms", sketch_quantile(&a->step_ns, 0.5) / 1e6);
         put(t, "step_time/p90_ms", sketch_quantile(&a->step_ns, 0.9) / 1e6);

@@ -121,7 +121,7 @@ HOST_FIELD(m_tree_rss, tree_rss_bytes)
 HOST_FIELD(m_tree_procs, tree_procs)
 HOST_FIELD(m_steps, steps)
 HOST_FIELD(m_step_rate, step_rate)
-HOST_FIELD(m_data_wait, data_wait_pct)
+HOST_FIELD(m_data_wait, data_wait_share)
 HOST_FIELD(m_step_ms, step_time_ms)
 HOST_FIELD(m_stall_s, since_last_step_s)
 HOST_FIELD(m_straggler, straggler_pct)
@@ -287,7 +287,7 @@ static const metric metrics[] = {
     {"step.stall_s", MK_HOST, MU_S, m_stall_s, NULL, "time since the last step"},
     {"step.stall_ratio", MK_HOST, MU_RATIO, m_stall_ratio, NULL,
      "time since the last step in median step times"},
-    {"data_wait.pct", MK_HOST, MU_PCT, m_data_wait, NULL, "data-wait share of step time"},
+    {"data_wait.share", MK_HOST, MU_RATIO, m_data_wait, NULL, "data-wait share of step time (0-1)"},
     {"rank.straggler_pct", MK_HOST, MU_PCT, m_straggler, NULL,
      "step time the other ranks wait for the slowest"},
     {"gpu.util", MK_GPU, MU_PCT, NULL, g_util, "utilisation"},
@@ -323,7 +323,7 @@ static const default_rule defaults[] = {
     {"gpu_hot", "gpu.temp >= 85 for 30s", ALERT_WARNING, 0},
     {"gpu_throttled", "gpu.throttled == 1 for 30s", ALERT_WARNING, 0},
     {"gpu_lost", "gpu.lost == 1", ALERT_CRITICAL, 0},
-    {"data_wait", "data_wait.pct > 30 for 60s", ALERT_WARNING, 1},
+    {"data_wait", "data_wait.share > 0.3 for 60s", ALERT_WARNING, 1},
     {"step_regression", "step.time_ratio > 1.5 for 60s", ALERT_WARNING, 1},
     {"hang", "step.stall_ratio > 50 for 10s", ALERT_CRITICAL, 1},
     {"straggler", "rank.straggler_pct > 10 for 30s", ALERT_WARNING, 1},
