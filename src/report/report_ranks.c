@@ -52,9 +52,9 @@ typedef struct rrow {
 static const jw_field cmp_fields[] = {
     JW_FIELD(DBL, "steps", rrow, steps),
     JW_FIELD(DBL, "step_time_ms_p50", rrow, p50),
-    JW_FIELD(DBL, "compute_ms", rrow, compute),
-    JW_FIELD(DBL, "data_wait_ms", rrow, data),
-    JW_FIELD(DBL, "comm_wait_ms", rrow, comm),
+    JW_FIELD(DBL, "compute_ms_mean", rrow, compute),
+    JW_FIELD(DBL, "data_wait_ms_mean", rrow, data),
+    JW_FIELD(DBL, "comm_wait_ms_mean", rrow, comm),
 };
 
 /* The step figures of a rank (core/figs.h groups: the owner of the figure),
@@ -833,9 +833,10 @@ void rr_json(const diag_run *r, jw *w)
         jw_knum(w, "steps", x.steps);
         jw_knum(w, "step_time_ms_p50", x.p50);
         jw_knum(w, "step_time_ms_p95", x.p95);
-        jw_knum(w, "data_wait_ms", x.data);
-        jw_knum(w, "compute_ms", x.compute);
-        jw_knum(w, "comm_wait_ms", x.comm);
+        /* per warm step: summary.json per_rank's names for the same figures */
+        jw_knum(w, "data_wait_ms_mean", x.data);
+        jw_knum(w, "compute_ms_mean", x.compute);
+        jw_knum(w, "comm_wait_ms_mean", x.comm);
         jw_knum(w, "samples_per_s", x.sps);
         jw_knum(w, "comm_bytes", r->have_comm ? k[i]->comm_bytes : NAN);
         jw_knum(w, "comm_busbw_bps", x.busbw);
