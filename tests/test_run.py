@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import time
@@ -685,6 +686,23 @@ def test_plain_status_lines_when_not_a_tty(cli, tmp_path):
                        capture_output=True, text=True, timeout=120, env=env_clean())
     assert q.returncode == 0
     assert q.stderr.splitlines() == [f"trainperf: run directory {run}"]
+
+
+@pytest.mark.slow
+def test_status_line_shows_the_firing_alert_and_data_wait(cli, child, tmp_path):
+    # The status line's data comes from a sink (record/status.c): the sample
+    # and the alerts that fire, both as of the same sample.
+    run = tmp_path / "run"
+    rule = "slow_data: data_wait.share > 0.2 for 0.4s"
+    p = subprocess.run([cli, "run", "--out", run, "--interval", "0.2", "--no-default-alerts",
+                        "--alert", rule, "--", child, "steps", "4000", "0", "2000"],
+                       capture_output=True, text=True, timeout=180, env=env_clean())
+    assert p.returncode == 0, p.stderr
+    status = [l for l in p.stderr.splitlines() if l.startswith("[trainperf")]
+    assert status, p.stderr
+    m = re.search(r"data wait (\d+)%", status[0])
+    assert m and 20 < int(m.group(1)) <= 100, status[0]
+    assert "alerts: slow_data" in status[0], status[0]
 
 
 def test_embedded_default_run_dir(child, tmp_path):

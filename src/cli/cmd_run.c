@@ -35,6 +35,7 @@
 #include "record/rundir.h"
 #include "record/safeout.h"
 #include "record/sinks.h"
+#include "record/status.h"
 #include "trainperf.h"
 #include "util/buf.h"
 #include "watch/alerts.h"
@@ -409,11 +410,15 @@ static void status_draw(const char *line)
     status_put(out, n);
 }
 
-static void status_line(coll *c, int tty, int color)
+/* What the status sink (record/status.h, one of rec_sinks) keeps for the
+ * line: filled on the collector thread, drawn from this one. */
+static rec_status status_data;
+
+static void status_line(int tty, int color)
 {
     static coll_frame f;
-    char alerts[COLL_ALERTS_TEXT];
-    if (coll_status(c, &f, alerts) != 0) return;
+    char alerts[REC_STATUS_ALERTS];
+    if (rec_status_get(&status_data, &f, alerts) != 0) return;
     char line[1024], tmp[64];
     size_t off = 0;
 #define PUT(...)                                                                          \
@@ -491,11 +496,11 @@ static double mono_s(void)
 
 /* The status line when its period has come (the wait loops call this every
  * 50 ms); *drawn says whether a TTY line is up and must be cleared. */
-static void status_due(coll *c, int tty, int color, double period, double *next, int *drawn)
+static void status_due(int tty, int color, double period, double *next, int *drawn)
 {
     double now = mono_s();
     if (now < *next) return;
-    status_line(c, tty, color);
+    status_line(tty, color);
     *drawn = tty;
     *next = now + period;
 }
@@ -815,7 +820,8 @@ int cmd_run(int argc, char **argv)
     co.start_unix_s = start_unix;
     co.sinks = rec_sinks;
     co.nsinks = rec_nsinks;
-    rec_export_config xc = {prom_fd, !a.no_tensorboard};
+    rec_status_init(&status_data);
+    rec_export_config xc = {prom_fd, !a.no_tensorboard, a.quiet ? NULL : &status_data};
     co.sink_config = &xc;
     coll *c = NULL;
     rc = coll_create(&c, &co);
@@ -854,7 +860,7 @@ int cmd_run(int argc, char **argv)
             struct timespec nap = {0, 50 * 1000000L};
             nanosleep(&nap, NULL);
             if (sv) sup_tick(sv, color);
-            if (c && !a.quiet) status_due(c, tty, color, period, &next_status, &drawn);
+            if (c && !a.quiet) status_due(tty, color, period, &next_status, &drawn);
         }
         run_child_pgid = 0;
         /* The terminal comes back for the summary; a Ctrl-C now only counts. */
@@ -887,7 +893,7 @@ int cmd_run(int argc, char **argv)
         while (orphans_left(child)) {
             struct timespec nap = {0, 50 * 1000000L};
             nanosleep(&nap, NULL);
-            if (c && !a.quiet) status_due(c, tty, color, period, &next_status, &drawn);
+            if (c && !a.quiet) status_due(tty, color, period, &next_status, &drawn);
         }
         run_child_pgid = 0;
         if (drawn && status_rows)
@@ -912,6 +918,7 @@ int cmd_run(int argc, char **argv)
         coll_summary s;
         coll_get_summary(c, &s);
         coll_free(c);
+        rec_status_destroy(&status_data);
         if (a.clean_live) clean_live(absdir);
         buf term;
         buf_init(&term, 4u << 20);
