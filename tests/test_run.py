@@ -649,6 +649,8 @@ def test_user_alert_fires_and_is_recorded(cli, child, tmp_path):
     lines = [json.loads(l) for l in (run / "alerts.jsonl").read_text().splitlines()]
     fired = [l for l in lines if l["state"] == "fired"]
     assert fired and fired[0]["rule"] == "slow_data" and fired[0]["value"] > 0.2
+    # a share (0-1) is said as a percentage
+    assert re.search(r"share of step time \d+% \(> 20%\)", fired[0]["message"]), fired[0]
     assert {"t", "rule", "expr", "state", "severity", "value", "message"} <= fired[0].keys()
     assert [a["rule"] for a in sm["alerts"]] == [l["rule"] for l in fired]
     assert any(e.get("cat") == "alert" and e["name"] == "slow_data" for e in events)

@@ -33,7 +33,8 @@
 #define GPU_THROTTLE_SLOW_BITS (0x8u | 0x20u | 0x40u | 0x80u)
 
 enum metric_kind { MK_HOST, MK_GPU };
-enum metric_unit { MU_PCT, MU_BYTES, MU_BPS, MU_S, MU_C, MU_RATIO, MU_COUNT, MU_W, MU_FLAG };
+/* MU_SHARE: 0-1, shown as a percentage */
+enum metric_unit { MU_PCT, MU_BYTES, MU_BPS, MU_S, MU_C, MU_RATIO, MU_COUNT, MU_W, MU_FLAG, MU_SHARE };
 
 typedef struct trend {
     double t[TREND_CAP], v[TREND_CAP];
@@ -287,7 +288,7 @@ static const metric metrics[] = {
     {"step.stall_s", MK_HOST, MU_S, m_stall_s, NULL, "time since the last step"},
     {"step.stall_ratio", MK_HOST, MU_RATIO, m_stall_ratio, NULL,
      "time since the last step in median step times"},
-    {"data_wait.share", MK_HOST, MU_RATIO, m_data_wait, NULL, "data-wait share of step time (0-1)"},
+    {"data_wait.share", MK_HOST, MU_SHARE, m_data_wait, NULL, "data-wait share of step time"},
     {"rank.straggler_pct", MK_HOST, MU_PCT, m_straggler, NULL,
      "step time the other ranks wait for the slowest"},
     {"gpu.util", MK_GPU, MU_PCT, NULL, g_util, "utilisation"},
@@ -861,6 +862,7 @@ static void fmt_value(char *o, size_t n, int unit, double v)
     double a = fabs(v);
     switch (unit) {
     case MU_PCT: snprintf(o, n, "%.0f%%", v); break;
+    case MU_SHARE: snprintf(o, n, "%.0f%%", 100 * v); break;
     case MU_BYTES:
     case MU_BPS: {
         char t[32];
