@@ -830,6 +830,7 @@ int cmd_run(int argc, char **argv)
         /* The child runs on unwatched: never stop someone's training for us. */
         cli_warn("cannot watch the run (%s); waiting for the command", tpf_strerror(rc));
         coll_free(c);
+        rec_status_destroy(&status_data);
         c = NULL;
     }
     sup *sv = NULL;
