@@ -89,7 +89,7 @@ static void fill_frame(coll_frame *f, double t)
     fv_set(&f->step_rate, 2.5);
     fv_set(&f->sample_rate, 640);
     fv_set(&f->token_rate, 1.3e6);
-    fv_set(&f->data_wait_pct, 4);
+    fv_set(&f->data_wait_share, 0.04);
     fv_set(&f->step_time_ms, 400);
     fv_set(&f->step_time_median_ms, 398);
     fv_set(&f->since_last_step_s, 0.1);
@@ -228,10 +228,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_exporters: %s\n", err);
         return 2;
     }
-    static const char *rules[] = {"data_wait: data_wait.pct > 30 for 60s", "hang: step.stall_ratio > 50 for 10s",
+    static const char *rules[] = {"data_wait: data_wait.share > 0.3 for 60s", "hang: step.stall_ratio > 50 for 10s",
                                   "gpu_underused: gpu.util < 30 for 60s"};
     run_meta meta = {"run", NULL, "/", "benchnode", "6.1", 64, 1e12, 1, 1, 3, rules};
-    rec_export_config cfg = {lfd, 1};
+    rec_export_config cfg = {lfd, 1, NULL};
     sink_ctx ctx = {dir, 1000000000ull, 1.7e9, 1.0, 0, &meta, &cfg, note_err, NULL};
     sinkrun s[3] = {{&rec_sink_metrics, NULL, 0, 0}, {&rec_sink_prometheus, NULL, 0, 0},
                     {&rec_sink_tensorboard, NULL, 0, 0}};

@@ -309,7 +309,7 @@ def test_tensorboard_reads_the_event_file(run_cli, tmp_path):
     pytest.importorskip("tensorboard")
     out = tmp_path / "run"
     p = run_cli("run", "--quiet", "--interval", "0.1", "--out", out,
-                "--alert", "slowdata: data_wait.pct > 5", "--",
+                "--alert", "slowdata: data_wait.share > 0.05", "--",
                 TRAINER, "--steps", "150", "--data-delay-ms", "3", "--quiet")
     assert p.returncode == 0, p.stderr
     files = list(out.glob("events.out.tfevents.*"))

@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -180,6 +181,38 @@ def test_torn_last_alert_line_is_tolerated(run_cli, tmp_path):
         f.write('{"t": 99.0, "rule": "hang", "sta')  # a crash mid-write
     j = report_json(run_cli, run)
     assert len(j["alerts"]) == 2
+
+
+def test_data_wait_read_under_its_old_name_too(run_cli, tmp_path):
+    # The fixtures are run directories of an earlier build: metrics.csv names
+    # the data-wait share data_wait_pct (0-100); now it is data_wait_share
+    # (0-1). A reader takes both and shows the same figure.
+    old = tmp_path / "old"
+    shutil.copytree(RUNS / "input-bound", old)
+    (old / "summary.json").unlink()  # top falls back on metrics.csv
+    new = tmp_path / "new"
+    shutil.copytree(old, new)
+    with open(old / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert "data_wait_pct" in rows[0] and "data_wait_share" not in rows[0]
+    last_pct = float(rows[-1]["data_wait_pct"])
+    for row in rows:
+        v = row.pop("data_wait_pct")
+        row["data_wait_share"] = "" if v == "" else "%.4f" % (float(v) / 100)
+    with open(new / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    shown = []
+    for run in (old, new):
+        p = run_cli("top", "--once", run)
+        assert p.returncode == 0, p.stderr
+        m = re.search(r"data wait (\d+)%", p.stdout)
+        assert m, p.stdout
+        shown.append(int(m.group(1)))
+        # the report of either builds, with the same diagnosis
+        assert report_json(run_cli, run)["diagnosis"]["primary"]["id"] == "input-bound"
+    assert shown[0] == shown[1] == round(last_pct)
 
 
 # ---- advice in the run's own terms ---------------------------------------------------

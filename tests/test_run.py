@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import time
@@ -637,7 +638,7 @@ def test_threads_each_have_their_steps(cli, child, tmp_path):
 
 def test_user_alert_fires_and_is_recorded(cli, child, tmp_path):
     run = tmp_path / "run"
-    rule = "slow_data: data_wait.pct > 20 for 0.4s"
+    rule = "slow_data: data_wait.share > 0.2 for 0.4s"
     # data 2 ms vs 1 ms of compute per step: the data share is about two thirds.
     p = subprocess.run([cli, "run", "--out", run, "--interval", "0.2", "--no-default-alerts",
                         "--alert", rule, "--", child, "steps", "400", "0", "2000"],
@@ -647,7 +648,9 @@ def test_user_alert_fires_and_is_recorded(cli, child, tmp_path):
     assert ri["options"]["alerts"] == [rule]
     lines = [json.loads(l) for l in (run / "alerts.jsonl").read_text().splitlines()]
     fired = [l for l in lines if l["state"] == "fired"]
-    assert fired and fired[0]["rule"] == "slow_data" and fired[0]["value"] > 20
+    assert fired and fired[0]["rule"] == "slow_data" and fired[0]["value"] > 0.2
+    # a share (0-1) is said as a percentage
+    assert re.search(r"share of step time \d+% \(> 20%\)", fired[0]["message"]), fired[0]
     assert {"t", "rule", "expr", "state", "severity", "value", "message"} <= fired[0].keys()
     assert [a["rule"] for a in sm["alerts"]] == [l["rule"] for l in fired]
     assert any(e.get("cat") == "alert" and e["name"] == "slow_data" for e in events)
@@ -685,6 +688,23 @@ def test_plain_status_lines_when_not_a_tty(cli, tmp_path):
                        capture_output=True, text=True, timeout=120, env=env_clean())
     assert q.returncode == 0
     assert q.stderr.splitlines() == [f"trainperf: run directory {run}"]
+
+
+@pytest.mark.slow
+def test_status_line_shows_the_firing_alert_and_data_wait(cli, child, tmp_path):
+    # The status line's data comes from a sink (record/status.c): the sample
+    # and the alerts that fire, both as of the same sample.
+    run = tmp_path / "run"
+    rule = "slow_data: data_wait.share > 0.2 for 0.4s"
+    p = subprocess.run([cli, "run", "--out", run, "--interval", "0.2", "--no-default-alerts",
+                        "--alert", rule, "--", child, "steps", "4000", "0", "2000"],
+                       capture_output=True, text=True, timeout=180, env=env_clean())
+    assert p.returncode == 0, p.stderr
+    status = [l for l in p.stderr.splitlines() if l.startswith("[trainperf")]
+    assert status, p.stderr
+    m = re.search(r"data wait (\d+)%", status[0])
+    assert m and 20 < int(m.group(1)) <= 100, status[0]
+    assert "alerts: slow_data" in status[0], status[0]
 
 
 def test_embedded_default_run_dir(child, tmp_path):

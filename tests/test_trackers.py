@@ -135,7 +135,7 @@ def test_wandb_offline_run_gets_trainperf_figures(both):
     assert steps == sorted(steps) and 0 < steps[-1] <= info["steps"]
     last = tp[-1]
     assert last["trainperf/steps_per_s"] > 0 and last["trainperf/step_time_ms"] > 0
-    assert 0 <= last["trainperf/data_wait_pct"] <= 100
+    assert 0 <= last["trainperf/data_wait_share"] <= 1
     assert last["trainperf/rss_bytes"] > 10e6
     # The profiler window's top operators, under prof/ (self time, ms).
     prof = {k: v for r in rows for k, v in r.items() if k.startswith("prof/")}

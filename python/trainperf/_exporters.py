@@ -103,11 +103,15 @@ class _Figures:
         if m:
             last = m[-1]
             for col, key in (("step_rate", "steps_per_s"), ("sample_rate", "samples_per_s"),
-                             ("token_rate", "tokens_per_s"), ("data_wait_pct", "data_wait_pct"),
+                             ("token_rate", "tokens_per_s"), ("data_wait_share", "data_wait_share"),
                              ("tree_cpu_pct", "cpu_pct"), ("tree_rss_bytes", "rss_bytes"),
                              ("cpu_pct", "host_cpu_pct"), ("mem_available_bytes",
                                                            "host_mem_available_bytes")):
                 v = _num(last.get(col))
+                if v is None and col == "data_wait_share" and last.get("data_wait_pct"):
+                    # run directories of earlier builds: the share in percent
+                    v = _num(last.get("data_wait_pct"))
+                    v = None if v is None else v / 100.0
                 if v is not None:
                     d["trainperf/" + key] = v
             for k, v in last.items():
@@ -130,7 +134,7 @@ class _Figures:
                 data = [int(r["data_ns"]) for r in recent if r.get("data_ns")]
                 tot = sum(int(r["interval_ns"]) for r in recent if r.get("interval_ns"))
                 if tot:
-                    d["trainperf/rank_data_wait_pct"] = 100.0 * sum(data) / tot
+                    d["trainperf/rank_data_wait_share"] = sum(data) / tot
                     rate = len(recent) / (tot / 1e9)
                     d["trainperf/rank_steps_per_s"] = rate
                     fl = _notes.get("flops")

@@ -35,6 +35,7 @@
 #include "record/rundir.h"
 #include "record/safeout.h"
 #include "record/sinks.h"
+#include "record/status.h"
 #include "trainperf.h"
 #include "util/buf.h"
 #include "watch/alerts.h"
@@ -409,11 +410,15 @@ static void status_draw(const char *line)
     status_put(out, n);
 }
 
-static void status_line(coll *c, int tty, int color)
+/* What the status sink (record/status.h, one of rec_sinks) keeps for the
+ * line: filled on the collector thread, drawn from this one. */
+static rec_status status_data;
+
+static void status_line(int tty, int color)
 {
     static coll_frame f;
-    char alerts[COLL_ALERTS_TEXT];
-    if (coll_status(c, &f, alerts) != 0) return;
+    char alerts[REC_STATUS_ALERTS];
+    if (rec_status_get(&status_data, &f, alerts) != 0) return;
     char line[1024], tmp[64];
     size_t off = 0;
 #define PUT(...)                                                                          \
@@ -426,7 +431,7 @@ static void status_line(coll *c, int tty, int color)
         PUT(" steps %.0f", f.steps.v);
         if (f.step_rate.ok) PUT(" | %.2f steps/s", f.step_rate.v);
         if (f.sample_rate.ok && f.sample_rate.v > 0) PUT(" | %.1f samples/s", f.sample_rate.v);
-        if (f.data_wait_pct.ok) PUT(" | data wait %.0f%%", f.data_wait_pct.v);
+        if (f.data_wait_share.ok) PUT(" | data wait %.0f%%", 100 * f.data_wait_share.v);
     } else {
         PUT(" no steps yet");
     }
@@ -491,11 +496,11 @@ static double mono_s(void)
 
 /* The status line when its period has come (the wait loops call this every
  * 50 ms); *drawn says whether a TTY line is up and must be cleared. */
-static void status_due(coll *c, int tty, int color, double period, double *next, int *drawn)
+static void status_due(int tty, int color, double period, double *next, int *drawn)
 {
     double now = mono_s();
     if (now < *next) return;
-    status_line(c, tty, color);
+    status_line(tty, color);
     *drawn = tty;
     *next = now + period;
 }
@@ -815,7 +820,8 @@ int cmd_run(int argc, char **argv)
     co.start_unix_s = start_unix;
     co.sinks = rec_sinks;
     co.nsinks = rec_nsinks;
-    rec_export_config xc = {prom_fd, !a.no_tensorboard};
+    rec_status_init(&status_data);
+    rec_export_config xc = {prom_fd, !a.no_tensorboard, a.quiet ? NULL : &status_data};
     co.sink_config = &xc;
     coll *c = NULL;
     rc = coll_create(&c, &co);
@@ -824,6 +830,7 @@ int cmd_run(int argc, char **argv)
         /* The child runs on unwatched: never stop someone's training for us. */
         cli_warn("cannot watch the run (%s); waiting for the command", tpf_strerror(rc));
         coll_free(c);
+        rec_status_destroy(&status_data);
         c = NULL;
     }
     sup *sv = NULL;
@@ -854,7 +861,7 @@ int cmd_run(int argc, char **argv)
             struct timespec nap = {0, 50 * 1000000L};
             nanosleep(&nap, NULL);
             if (sv) sup_tick(sv, color);
-            if (c && !a.quiet) status_due(c, tty, color, period, &next_status, &drawn);
+            if (c && !a.quiet) status_due(tty, color, period, &next_status, &drawn);
         }
         run_child_pgid = 0;
         /* The terminal comes back for the summary; a Ctrl-C now only counts. */
@@ -887,7 +894,7 @@ int cmd_run(int argc, char **argv)
         while (orphans_left(child)) {
             struct timespec nap = {0, 50 * 1000000L};
             nanosleep(&nap, NULL);
-            if (c && !a.quiet) status_due(c, tty, color, period, &next_status, &drawn);
+            if (c && !a.quiet) status_due(tty, color, period, &next_status, &drawn);
         }
         run_child_pgid = 0;
         if (drawn && status_rows)
@@ -912,6 +919,7 @@ int cmd_run(int argc, char **argv)
         coll_summary s;
         coll_get_summary(c, &s);
         coll_free(c);
+        rec_status_destroy(&status_data);
         if (a.clean_live) clean_live(absdir);
         buf term;
         buf_init(&term, 4u << 20);

@@ -130,6 +130,14 @@ static double col(const top_row *r, const char *name)
     return NAN;
 }
 
+/* The data-wait share of the last row, 0-1 (run directories written by
+ * earlier builds have it as data_wait_pct, 0-100). */
+static double col_data_wait(const top_row *r)
+{
+    double v = col(r, "data_wait_share");
+    return isfinite(v) ? v : col(r, "data_wait_pct") / 100;
+}
+
 static const char *col_str(const top_row *r, const char *name)
 {
     for (int i = 0; i < r->nh && i < r->nc; i++)
@@ -246,7 +254,7 @@ static int render(const char *dir, top_row *r, int tty, int color)
             printf("  steps %s  %s steps/s  %s samples/s  data wait %s%%\n",
                    num(t1, sizeof(t1), steps, 0), num(t2, sizeof(t2), col(r, "step_rate"), 2),
                    num(t3, sizeof(t3), col(r, "sample_rate"), 1),
-                   num(t4, sizeof(t4), col(r, "data_wait_pct"), 0));
+                   num(t4, sizeof(t4), 100 * col_data_wait(r), 0));
         else
             printf("  no steps yet\n");
         if (!have_sum) {

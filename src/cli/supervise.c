@@ -565,9 +565,7 @@ static void heartbeat(sup *s, const char *state)
     buf b;
     buf_init(&b, 1u << 20);
     jw w;
-    jw_init(&w, &b, 1);
-    jw_obj_begin(&w);
-    jw_kint(&w, "format", 1);
+    jw_doc_begin(&w, &b, "format", 1);
     jw_kstr(&w, "state", state);
     jw_kint(&w, "supervisor_pid", getpid());
     jw_kint(&w, "attempt", s->natt);
@@ -689,9 +687,7 @@ static void write_attempts(sup *s)
     buf b;
     buf_init(&b, 16u << 20);
     jw w;
-    jw_init(&w, &b, 1);
-    jw_obj_begin(&w);
-    jw_kint(&w, "format", 1);
+    jw_doc_begin(&w, &b, "format", 1);
     jw_key(&w, "attempts");
     jw_arr_begin(&w);
     for (int i = 0; i < s->natt; i++) attempt_json(&w, &s->att[i], i + 1);
@@ -1045,9 +1041,7 @@ void sup_finish(sup *s)
     buf b;
     buf_init(&b, 1u << 20);
     jw w;
-    jw_init(&w, &b, 1);
-    jw_obj_begin(&w);
-    jw_kint(&w, "format", 1);
+    jw_doc_begin(&w, &b, "format", 1);
     jw_key(&w, "options");
     jw_obj_begin(&w);
     jw_key(&w, "hang_timeout_s");

@@ -271,7 +271,7 @@ void agg_live(agg *a, coll_frame *f, double dt, uint64_t now_ns)
         fv_set(&f->token_rate, (double)a->live_tokens / dt);
     }
     if (a->live_interval_ns > 0)
-        fv_set(&f->data_wait_pct, 100.0 * (double)a->live_data_ns / (double)a->live_interval_ns);
+        fv_set(&f->data_wait_share, (double)a->live_data_ns / (double)a->live_interval_ns);
     if (a->live_count > 0)
         fv_set(&f->step_time_ms, (double)a->live_interval_ns / (double)a->live_count / 1e6);
     if (a->f.count > 0) {

@@ -32,7 +32,6 @@ static const src_ops *const coll_sources[] = {&procfs_source, &sched_source, &nv
 #define COLL_SCAN_NS 100000000ull /* look for new segments, dead producers */
 #define COLL_PEND_MAX 4096       /* steps sorted by end time per drain */
 #define COLL_MAX_SINKS 16
-#define COLL_MAX_ACTIVE 32
 #define COLL_OPEN_RETRIES 100    /* a segment still initialising */
 
 enum { SEG_OPEN = 0, SEG_CLOSED = 1, SEG_BAD = 2, SEG_WAIT = 3 };
@@ -90,8 +89,6 @@ struct coll {
     int nsamples;
 
     alert_event aev[16];
-    const char *active[COLL_MAX_ACTIVE];
-    int nactive;
     run_alert notes[RUN_MAX_ALERTS];
     int nnotes, nalert_rules;
     const char **alert_rules;
@@ -101,9 +98,6 @@ struct coll {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop, running, finished;
-    coll_frame last;
-    int have_last;
-    char active_text[COLL_ALERTS_TEXT];
     pthread_t th;
 
     int first_err;
@@ -392,15 +386,6 @@ static uint64_t dropped_now(const coll *c)
 
 /* ---- sampling ---- */
 
-static void active_update(coll *c, const alert_event *e)
-{
-    int i;
-    for (i = 0; i < c->nactive; i++)
-        if (strcmp(c->active[i], e->rule) == 0) break;
-    if (e->fired && i == c->nactive && c->nactive < COLL_MAX_ACTIVE) c->active[c->nactive++] = e->rule;
-    if (!e->fired && i < c->nactive) c->active[i] = c->active[--c->nactive];
-}
-
 static void check_alerts(coll *c, const coll_frame *f)
 {
     if (!c->o.alerts) return;
@@ -409,7 +394,6 @@ static void check_alerts(coll *c, const coll_frame *f)
         const alert_event *e = &c->aev[i];
         for (int k = 0; k < c->nsinks; k++)
             if (c->sinks[k].ops->on_alert) c->sinks[k].ops->on_alert(c->sinks[k].state, e);
-        active_update(c, e);
         if (e->fired && c->nnotes < RUN_MAX_ALERTS) {
             run_alert *nt = &c->notes[c->nnotes++];
             snprintf(nt->rule, sizeof(nt->rule), "%s", e->rule ? e->rule : "");
@@ -482,22 +466,6 @@ static void take_sample(coll *c, uint64_t now)
     for (int k = 0; k < c->nsinks; k++)
         if (c->sinks[k].ops->on_sample) c->sinks[k].ops->on_sample(c->sinks[k].state, f, &run);
     check_alerts(c, f);
-
-    pthread_mutex_lock(&c->mu);
-    memcpy(&c->last, f, sizeof(*f));
-    c->last.tree_pids = NULL; /* valid during the sample only */
-    c->last.procs = NULL;
-    c->last.nprocs = 0;
-    c->have_last = 1;
-    size_t off = 0;
-    c->active_text[0] = 0;
-    for (int i = 0; i < c->nactive && off + 1 < sizeof(c->active_text); i++) {
-        int w = snprintf(c->active_text + off, sizeof(c->active_text) - off, "%s%s",
-                         i ? ", " : "", c->active[i]);
-        if (w < 0) break;
-        off += (size_t)w;
-    }
-    pthread_mutex_unlock(&c->mu);
 
     run_view(c, &run); /* alerts may have fired */
     for (int k = 0; k < c->nsinks; k++)
@@ -749,18 +717,6 @@ int coll_finish(coll *c, const run_exit *ex)
     c->events_dropped = dropped;
     sinks_close(c, 1);
     return c->first_err;
-}
-
-int coll_status(coll *c, coll_frame *f, char alerts[COLL_ALERTS_TEXT])
-{
-    pthread_mutex_lock(&c->mu);
-    int ok = c->have_last;
-    if (ok) {
-        memcpy(f, &c->last, sizeof(*f));
-        if (alerts) memcpy(alerts, c->active_text, COLL_ALERTS_TEXT);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return ok ? 0 : TPF_ESTATE;
 }
 
 void coll_get_summary(const coll *c, coll_summary *out)

@@ -4,8 +4,9 @@
  * run directory's files are record/sinks.h, docs/run-format.md).
  *
  *   coll_create -> coll_start (first sample, run.json, thread) ->
- *   coll_status (any thread, while running) -> coll_finish (stop, final
- *   drain and sample, summary.json, run.json again) -> coll_free.
+ *   coll_finish (stop, final drain and sample, summary.json, run.json
+ *   again) -> coll_free. A live view (the CLI's status line) is a sink too
+ *   (record/status.h).
  *
  * Errors writing files (disk full) are recorded and the run goes on: they
  * never stop the watched program. */
@@ -53,13 +54,6 @@ int coll_start(coll *c);
  * it could be). Call once. */
 int coll_finish(coll *c, const run_exit *ex);
 void coll_free(coll *c);
-
-#define COLL_ALERTS_TEXT 160
-
-/* The latest sample (copied) and the active alerts' rule names joined by
- * ", " ("" when none). Thread-safe. Returns 0, or TPF_ESTATE before the
- * first sample. */
-int coll_status(coll *c, coll_frame *f, char alerts[COLL_ALERTS_TEXT]);
 
 /* End-of-run figures for the CLI (valid after coll_finish). NaN: unknown. */
 typedef struct coll_summary {

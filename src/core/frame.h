@@ -84,7 +84,7 @@ typedef struct coll_frame {
     /* steps (from the segments), filled by the aggregator */
     fval steps;            /* completed so far, all ranks */
     fval step_rate, sample_rate, token_rate; /* over the interval */
-    fval data_wait_pct;    /* data share of step interval time over the interval */
+    fval data_wait_share;  /* data share of step interval time over the interval, 0-1 */
     fval step_time_ms;     /* mean step interval over this sample interval */
     fval step_time_median_ms; /* running median over the run */
     fval since_last_step_s; /* time since the last step ended (any rank) */

@@ -33,7 +33,7 @@ const metric_def metric_table[] = {
     {"step_rate", "steps/s", "steps per second per rank", METRIC_RATE, 3, F(step_rate), "throughput"},
     {"sample_rate", "samples/s", "samples per second", METRIC_RATE, 3, F(sample_rate), "throughput"},
     {"token_rate", "tokens/s", "tokens per second", METRIC_RATE, 3, F(token_rate), "throughput"},
-    {"data_wait_pct", "%", "data-wait share of step time", METRIC_GAUGE, 2, F(data_wait_pct), "data_wait"},
+    {"data_wait_share", "0-1", "data-wait share of step time", METRIC_GAUGE, 4, F(data_wait_share), "data_wait"},
     {"tree_runq_pct", "% of one core", "run-queue wait of the tree's threads (schedstat)", METRIC_GAUGE, 2, F(tree_runq_pct), "tree"},
     {"tree_runnable", "count", "runnable threads of the tree", METRIC_GAUGE, 0, F(tree_runnable), "tree"},
     {"cpus_usable", "count", "CPUs the run may use (affinity, cgroup quota)", METRIC_GAUGE, 2, F(cpus_usable), NULL},

@@ -43,3 +43,5 @@ void exp_counters_probe(exp_counters *x, const sink_probe *e)
     c->v = e->value;
     c->fresh = 1;
 }
+
+void exp_counters_on_probe(void *st, const sink_probe *e) { exp_counters_probe(st, e); }

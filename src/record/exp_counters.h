@@ -33,6 +33,9 @@ typedef struct exp_counters {
 /* Take a probe event: SINK_PROCESS records the pid's rank, SINK_COUNTER
  * updates (or adds) its series; other kinds are ignored. */
 void exp_counters_probe(exp_counters *x, const sink_probe *e);
+/* The same as a sink_ops on_probe, for a sink whose state starts with its
+ * exp_counters (the Prometheus and TensorBoard sinks). */
+void exp_counters_on_probe(void *st, const sink_probe *e);
 /* The series of name for rank (or pid when rank < 0); NULL when none. */
 exp_counter *exp_counters_find(exp_counters *x, const char *name, int rank, pid_t pid);
 

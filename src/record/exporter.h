@@ -10,11 +10,15 @@
 
 #include "core/sink.h"
 
-/* What coll_opts.sink_config points to for a run with exporters. */
+struct rec_status;
+
+/* What coll_opts.sink_config points to: the options of the sinks a run may
+ * leave out (exporters, the status line). */
 typedef struct rec_export_config {
     int prom_fd;          /* listening socket (prom_listen), owned by the sink from
                            * its init on; -1: no Prometheus endpoint */
     int tensorboard;      /* write RUN/events.out.tfevents.* */
+    struct rec_status *status; /* the status line's data (record/status.h); NULL: none */
 } rec_export_config;
 
 extern const sink_ops rec_sink_prometheus;

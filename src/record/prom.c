@@ -46,6 +46,7 @@ typedef struct prom_rank_prev {
 } prom_rank_prev;
 
 typedef struct prom {
+    exp_counters ctrs; /* first: on_probe is exp_counters_on_probe */
     int lfd;
     int wake[2];
     pthread_t th;
@@ -55,7 +56,6 @@ typedef struct prom {
 
     /* collector side */
     buf work;
-    exp_counters ctrs;                /* probe counters and the pid -> rank map */
     char rules[PROM_MAX_RULES][64];
     int rule_sev[PROM_MAX_RULES];
     int rule_on[PROM_MAX_RULES];
@@ -73,6 +73,7 @@ typedef struct prom {
     uint64_t scrapes, scrape_errors; /* atomic */
     int quit;
 } prom;
+_Static_assert(offsetof(prom, ctrs) == 0, "ctrs comes first");
 
 /* ---- address and socket ---- */
 
@@ -472,7 +473,7 @@ static const prom_fig host_figs[] = {
     {"tokens_per_second", "gauge", "Tokens per second, all ranks, over the last interval.", F(token_rate),
      1, NULL, 1},
     {"data_wait_ratio", "gauge", "Data-wait share of step time over the last interval.",
-     F(data_wait_pct), 0.01, NULL, 1},
+     F(data_wait_share), 1, NULL, 1},
     {"step_interval_mean_seconds", "gauge", "Mean step time over the last interval.", F(step_time_ms),
      0.001, NULL, 1},
     {"step_time_median_seconds", "gauge", "Running median step time over the run.",
@@ -866,12 +867,6 @@ static void prom_alert(void *st, const alert_event *e)
     p->rule_on[i] = e->fired ? 1 : 0;
 }
 
-static void prom_probe(void *st, const sink_probe *e)
-{
-    prom *p = st;
-    exp_counters_probe(&p->ctrs, e);
-}
-
 static void prom_close(void *st, const sink_run *run)
 {
     prom *p = st;
@@ -898,7 +893,7 @@ const sink_ops rec_sink_prometheus = {
     .name = "prometheus",
     .init = prom_init,
     .on_sample = prom_sample,
-    .on_probe = prom_probe,
+    .on_probe = exp_counters_on_probe,
     .on_alert = prom_alert,
     .close = prom_close,
 };

@@ -1,6 +1,7 @@
 /* Writing through a full file system (see safeout.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/statvfs.h>
@@ -82,11 +83,31 @@ void rec_reserve_release(const char *run_dir)
     close(dfd);
 }
 
+/* What a failing file system cost, one row per count: its JSON key (run.json
+ * io.lost) and its words in the warning line. */
+static const struct {
+    const char *key, *what;
+    size_t off;
+} lost_parts[] = {
+    {"steps", "steps.csv rows", offsetof(rec_loss, steps)},
+    {"metrics", "metrics.csv rows", offsetof(rec_loss, metrics)},
+    {"procs", "procs.csv rows", offsetof(rec_loss, procs)},
+    {"alerts", "alerts", offsetof(rec_loss, alerts)},
+    {"trace_events", "trace events", offsetof(rec_loss, trace_events)},
+};
+#define NLOST (sizeof(lost_parts) / sizeof(lost_parts[0]))
+
+static uint64_t lost_n(const rec_loss *l, size_t i)
+{
+    return *(const uint64_t *)((const char *)l + lost_parts[i].off);
+}
+
 void rec_loss_text(const rec_loss *l, char *out, size_t cap)
 {
     out[0] = 0;
-    if (!l->error[0] && !l->steps && !l->metrics && !l->procs && !l->alerts && !l->trace_events)
-        return;
+    int any = l->error[0] != 0;
+    for (size_t i = 0; i < NLOST; i++) any |= lost_n(l, i) != 0;
+    if (!any) return;
     size_t off = 0;
 #define LPUT(...)                                                                                  \
     do {                                                                                           \
@@ -95,17 +116,9 @@ void rec_loss_text(const rec_loss *l, char *out, size_t cap)
     } while (0)
     LPUT("writing the run directory failed (%s)", l->error[0] ? l->error : "unknown error");
     const char *sep = ": not written: ";
-    struct {
-        uint64_t n;
-        const char *what;
-    } parts[] = {{l->steps, "steps.csv rows"},
-                 {l->metrics, "metrics.csv rows"},
-                 {l->procs, "procs.csv rows"},
-                 {l->alerts, "alerts"},
-                 {l->trace_events, "trace events"}};
-    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
-        if (!parts[i].n) continue;
-        LPUT("%s%llu %s", sep, (unsigned long long)parts[i].n, parts[i].what);
+    for (size_t i = 0; i < NLOST; i++) {
+        if (!lost_n(l, i)) continue;
+        LPUT("%s%llu %s", sep, (unsigned long long)lost_n(l, i), lost_parts[i].what);
         sep = ", ";
     }
 #undef LPUT
@@ -124,11 +137,7 @@ void rec_loss_json(jw *w, const rec_loss *l)
         jw_null(w);
     jw_key(w, "lost");
     jw_obj_begin(w);
-    jw_kuint(w, "steps", l->steps);
-    jw_kuint(w, "metrics", l->metrics);
-    jw_kuint(w, "procs", l->procs);
-    jw_kuint(w, "alerts", l->alerts);
-    jw_kuint(w, "trace_events", l->trace_events);
+    for (size_t i = 0; i < NLOST; i++) jw_kuint(w, lost_parts[i].key, lost_n(l, i));
     jw_obj_end(w);
     jw_obj_end(w);
 }

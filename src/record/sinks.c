@@ -10,6 +10,7 @@
 
 #include "record/exporter.h"
 #include "record/sinks.h"
+#include "record/status.h"
 #include "record/safeout.h"
 #include "record/trace.h"
 #include "record/writers.h"
@@ -379,6 +380,6 @@ const sink_ops rec_sink_reserve = {
 const sink_ops *const rec_sinks[] = {
     &rec_sink_reserve, &rec_sink_metrics, &rec_sink_procs, &rec_sink_steps,
     &rec_sink_alerts,  &rec_sink_trace, &rec_sink_prometheus, &rec_sink_tensorboard,
-    &rec_sink_summary,
+    &rec_sink_summary, &rec_sink_status,
 };
 const size_t rec_nsinks = sizeof(rec_sinks) / sizeof(rec_sinks[0]);

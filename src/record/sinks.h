@@ -16,6 +16,8 @@ extern const sink_ops rec_sink_steps;    /* steps.csv */
 extern const sink_ops rec_sink_alerts;   /* alerts.jsonl */
 extern const sink_ops rec_sink_trace;    /* trace.json */
 extern const sink_ops rec_sink_summary;  /* run.json (first sample, end), summary.json (end) */
+/* and, declared beside their options: rec_sink_prometheus,
+ * rec_sink_tensorboard (exporter.h), rec_sink_status (status.h) */
 
 extern const sink_ops *const rec_sinks[];
 extern const size_t rec_nsinks;

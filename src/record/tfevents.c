@@ -216,6 +216,7 @@ int tfev_event(buf *out, double wall_time, int64_t step, const char *file_versio
 #define TFEV_MAX_VALUES 512
 
 typedef struct tfev {
+    exp_counters ctrs; /* first: on_probe is exp_counters_on_probe */
     int fd;
     double start_unix_s;
     uint64_t start_mono_ns;
@@ -234,11 +235,11 @@ typedef struct tfev {
     uint64_t prev_phase[AGG_NPHASES], prev_other, prev_interval;
     uint64_t prev_count[AGG_MAX_GROUPS];
     double prev_t;
-    exp_counters ctrs; /* probe counters and the pid -> rank map */
     int64_t step;           /* the step of the last record */
     char alert_text[16][1024];
     int nalert;
 } tfev;
+_Static_assert(offsetof(tfev, ctrs) == 0, "ctrs comes first");
 
 static void write_fd(tfev *t, const buf *b)
 {
@@ -348,7 +349,7 @@ static void tfev_sample(void *st, const coll_frame *f, const sink_run *run)
     putf(t, &f->sample_rate, "throughput/samples_per_s", 1);
     putf(t, &f->token_rate, "throughput/tokens_per_s", 1);
     putf(t, &f->step_time_ms, "step_time/interval_mean_ms", 1);
-    putf(t, &f->data_wait_pct, "data_wait/share_pct", 1);
+    putf(t, &f->data_wait_share, "data_wait/share_pct", 100);
     if (a && a->count) {
         put(t, "step_time/p50_ms", sketch_quantile(&a->step_ns, 0.5) / 1e6);
         put(t, "step_time/p90_ms", sketch_quantile(&a->step_ns, 0.9) / 1e6);
@@ -428,12 +429,6 @@ static void tfev_alert(void *st, const alert_event *e)
              e->message);
 }
 
-static void tfev_probe(void *st, const sink_probe *e)
-{
-    tfev *t = st;
-    exp_counters_probe(&t->ctrs, e);
-}
-
 static void tfev_close(void *st, const sink_run *run)
 {
     tfev *t = st;
@@ -507,7 +502,7 @@ const sink_ops rec_sink_tensorboard = {
     .name = "tensorboard",
     .init = tfev_init,
     .on_sample = tfev_sample,
-    .on_probe = tfev_probe,
+    .on_probe = exp_counters_on_probe,
     .on_alert = tfev_alert,
     .flush = tfev_flush,
     .close = tfev_close,

@@ -215,9 +215,7 @@ int rec_run_json(buf *b, const sink_ctx *ctx, const sink_run *ri)
     static const run_meta none = {.mode = "run", .mem_total_bytes = NAN, .auto_hook = -1};
     const run_meta *m = ctx->meta ? ctx->meta : &none;
     jw w;
-    jw_init(&w, b, 1);
-    jw_obj_begin(&w);
-    jw_kint(&w, "format_version", 1);
+    jw_doc_begin(&w, b, "format_version", 1);
     jw_kstr(&w, "trainperf_version", TPF_VERSION_STRING);
     jw_kstr(&w, "mode", m->mode ? m->mode : "run");
     jw_key(&w, "command");
@@ -418,9 +416,7 @@ static void put_steps(jw *w, const sink_run *s, uint64_t start_mono_ns)
 int rec_summary_json(buf *b, const sink_run *s, uint64_t start_mono_ns)
 {
     jw w;
-    jw_init(&w, b, 1);
-    jw_obj_begin(&w);
-    jw_kint(&w, "format_version", 1);
+    jw_doc_begin(&w, b, "format_version", 1);
     jw_key(&w, "duration_s");
     jw_numf(&w, s->duration_s, 6);
     put_exit(&w, &s->exit);

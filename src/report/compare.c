@@ -195,9 +195,7 @@ static void md_out(const diag_run *a, const diag_run *b, const dfig *fa, const d
 static void json_out(const diag_run *a, const diag_run *b, const dfig *fa, const dfig *fb, buf *o)
 {
     jw w;
-    jw_init(&w, o, 1);
-    jw_obj_begin(&w);
-    jw_kint(&w, "format_version", 1);
+    jw_doc_begin(&w, o, "format_version", 1);
     jw_kstr(&w, "a", a->name);
     jw_kstr(&w, "b", b->name);
     jw_key(&w, "metrics");

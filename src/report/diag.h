@@ -177,9 +177,9 @@ typedef struct diag_run {
     double msamples;
     dstat cpu, iowait, mem_used, mem_avail, mem_total, swap, psi_cpu, psi_mem, psi_mem_full, psi_io,
         psi_io_full, disk_r, disk_w, tree_cpu, main_cpu, tree_rss, tree_procs, tree_read,
-        tree_write, net_rx, net_tx, data_wait_pct;
+        tree_write, net_rx, net_tx, data_wait_share;
     double swap_first;
-    dseries s_cpu, s_tree_cpu, s_main_cpu, s_mem_used_pct, s_tree_rss, s_data_wait_pct,
+    dseries s_cpu, s_tree_cpu, s_main_cpu, s_mem_used_pct, s_tree_rss, s_data_wait_share,
         s_metric_sample_rate;
     int ngpu;
     dgpu gpus[DIAG_MAX_GPUS];

@@ -107,14 +107,18 @@ static double overhead(double c, double t, double m)
     return c / t + t / 2 / m;
 }
 
+static const jw_field ckpt_fields[] = {
+    JW_FIELD(INT, "count", fail_ckpt, n),
+    JW_FIELD(DBL, "cost_s", fail_ckpt, cost_s),
+    JW_FIELD(DBL, "max_s", fail_ckpt, max_s),
+    JW_FIELD(DBL, "share", fail_ckpt, share),
+    JW_FIELD(DBL, "interval_s", fail_ckpt, interval_s),
+};
+
 void fail_ckpt_json(jw *w, const fail_ckpt *c, double mtbf_s)
 {
     jw_obj_begin(w);
-    jw_kint(w, "count", c->n);
-    jw_knum(w, "cost_s", c->cost_s);
-    jw_knum(w, "max_s", c->max_s);
-    jw_knum(w, "share", c->share);
-    jw_knum(w, "interval_s", c->interval_s);
+    jw_fields(w, c, ckpt_fields, JW_NFIELDS(ckpt_fields));
     jw_knum(w, "mtbf_s", mtbf_s);
     jw_knum(w, "optimal_interval_s", fail_daly(c->cost_s, mtbf_s));
     jw_knum(w, "young_interval_s", fail_young(c->cost_s, mtbf_s));
@@ -130,6 +134,16 @@ typedef struct f_hang {
     int attempt;
     char verdict[640], stacks[64], action[16], kind[16];
 } f_hang;
+
+static const jw_field hang_fields[] = {
+    JW_FIELD(DBL, "t", f_hang, t),
+    JW_FIELD(INT, "attempt", f_hang, attempt),
+    JW_FIELD(DBL, "since_last_step_s", f_hang, since),
+    JW_FIELD(DBL, "bound_s", f_hang, bound),
+    JW_FIELD(STR, "verdict", f_hang, verdict),
+    JW_FIELD(STRZ, "stacks", f_hang, stacks),
+    JW_FIELD(STR, "action", f_hang, action),
+};
 
 typedef struct f_att {
     double start, dur, steps, ckpts, backoff;
@@ -352,27 +366,10 @@ static const char *att_end(const f_att *a, char *o, size_t n)
     return o;
 }
 
-static void esc(buf *b, int fmt, const char *s)
-{
-    if (fmt == FAIL_HTML) {
-        for (; *s; s++) {
-            switch (*s) {
-            case '&': buf_puts(b, "&amp;"); break;
-            case '<': buf_puts(b, "&lt;"); break;
-            case '>': buf_puts(b, "&gt;"); break;
-            case '"': buf_puts(b, "&quot;"); break;
-            default: buf_putc(b, *s);
-            }
-        }
-    } else if (fmt == FAIL_MD) {
-        for (; *s; s++) {
-            if (strchr("|*_`<>[]\\#", *s)) buf_putc(b, '\\');
-            buf_putc(b, *s);
-        }
-    } else {
-        buf_puts(b, s);
-    }
-}
+/* fmt goes to the table writer's escaping as it is */
+_Static_assert((int)FAIL_TEXT == (int)TBL_TEXT && (int)FAIL_MD == (int)TBL_MD &&
+                   (int)FAIL_HTML == (int)TBL_HTML,
+               "FAIL_* formats are TBL_* formats");
 
 void fail_headline(buf *b, const char *run_dir, int fmt, int color)
 {
@@ -390,13 +387,13 @@ void fail_headline(buf *b, const char *run_dir, int fmt, int color)
             buf_puts(b, "**Hang:** ");
         else
             buf_printf(b, "%sHANG%s ", red, rs);
-        esc(b, fmt, h->verdict[0] ? h->verdict : "no process answered");
+        tbl_esc(b, fmt, h->verdict[0] ? h->verdict : "no process answered");
         if (fmt == FAIL_HTML) buf_puts(b, "</div><p>");
         buf_printf(b, "%s(no step for %s at t = %.0f s", fmt == FAIL_HTML ? "" : " ",
                    dur(a, sizeof(a), h->since), h->t);
         if (h->stacks[0]) {
             buf_puts(b, "; stacks in ");
-            esc(b, fmt, h->stacks);
+            tbl_esc(b, fmt, h->stacks);
         }
         if (m->nhangs_total > 1) buf_printf(b, "; %d hangs in all", m->nhangs_total);
         buf_puts(b, ")");
@@ -435,7 +432,7 @@ static void sec_hangs(buf *b, const f_model *m, int fmt, int color)
         buf_printf(b, "t = %.0f s, attempt %d: no step for %s (bound %s, %s); action %s: ", h->t,
                    h->attempt, dur(a, sizeof(a), h->since), dur(c, sizeof(c), h->bound),
                    h->kind[0] ? h->kind : "?", h->action[0] ? h->action : "dump");
-        esc(b, fmt, h->verdict[0] ? h->verdict : "no process answered");
+        tbl_esc(b, fmt, h->verdict[0] ? h->verdict : "no process answered");
         if (fmt == FAIL_MD) buf_puts(b, "\n");
         else para_end(b, fmt);
     }
@@ -444,12 +441,12 @@ static void sec_hangs(buf *b, const f_model *m, int fmt, int color)
         const f_hang *h = &m->hangs[m->nhangs - 1];
         para_begin(b, fmt);
         buf_puts(b, "Stacks of the last hang (");
-        esc(b, fmt, h->stacks);
+        tbl_esc(b, fmt, h->stacks);
         buf_puts(b, "):");
         para_end(b, fmt);
         if (fmt == FAIL_HTML) {
             buf_puts(b, "<pre>");
-            esc(b, fmt, m->stack_text);
+            tbl_esc(b, fmt, m->stack_text);
             buf_puts(b, "</pre>\n");
         } else if (fmt == FAIL_MD) {
             buf_puts(b, "```\n");
@@ -581,32 +578,6 @@ void fail_sections(buf *b, const char *run_dir, int fmt, int color)
 
 /* ---- JSON ---- */
 
-static void copy_node(jw *w, const jr_node *n, int depth)
-{
-    if (!n || depth > 16) {
-        jw_null(w);
-        return;
-    }
-    switch (n->type) {
-    case JR_NULL: jw_null(w); break;
-    case JR_BOOL: jw_bool(w, n->num != 0); break;
-    case JR_NUM: jw_num(w, n->num); break;
-    case JR_STR: jw_str(w, n->str); break;
-    case JR_ARR:
-        jw_arr_begin(w);
-        for (const jr_node *c = n->child; c; c = c->next) copy_node(w, c, depth + 1);
-        jw_arr_end(w);
-        break;
-    case JR_OBJ:
-        jw_obj_begin(w);
-        for (const jr_node *c = n->child; c; c = c->next) {
-            jw_key(w, c->key);
-            copy_node(w, c, depth + 1);
-        }
-        jw_obj_end(w);
-        break;
-    }
-}
 
 void fail_json(jw *w, const char *run_dir)
 {
@@ -616,7 +587,7 @@ void fail_json(jw *w, const char *run_dir)
     fail_ckpt ck;
     if (jr_load_file(&d, path, FAIL_FILE_MAX, err, sizeof(err)) == 0) {
         jw_key(w, "failures");
-        copy_node(w, d.root, 0);
+        jr_write(w, d.root);
         jr_free(&d);
     } else {
         /* an embedded run or one cut short: what steps.csv says, when it
@@ -634,18 +605,8 @@ void fail_json(jw *w, const char *run_dir)
     jw_arr_begin(w);
     if (m) {
         load_hangs(m, run_dir);
-        for (int i = 0; i < m->nhangs; i++) {
-            const f_hang *h = &m->hangs[i];
-            jw_obj_begin(w);
-            jw_knum(w, "t", h->t);
-            jw_kint(w, "attempt", h->attempt);
-            jw_knum(w, "since_last_step_s", h->since);
-            jw_knum(w, "bound_s", h->bound);
-            jw_kstr(w, "verdict", h->verdict);
-            jw_kstr(w, "stacks", h->stacks[0] ? h->stacks : NULL);
-            jw_kstr(w, "action", h->action);
-            jw_obj_end(w);
-        }
+        for (int i = 0; i < m->nhangs; i++)
+            jw_fields_obj(w, &m->hangs[i], hang_fields, JW_NFIELDS(hang_fields));
         free(m);
     }
     jw_arr_end(w);

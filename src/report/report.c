@@ -205,35 +205,6 @@ static void prof_text(const prof *p, buf *b, int color)
     if (p->res && trace_result_text(p->res, b, color) != 0) return;
 }
 
-/* Copy a parsed JSON value into the writer (integers stay exact). */
-static void json_copy(jw *w, const jr_node *n)
-{
-    switch (n->type) {
-    case JR_NULL: jw_null(w); break;
-    case JR_BOOL: jw_bool(w, n->num != 0); break;
-    case JR_STR: jw_str(w, n->str); break;
-    case JR_NUM:
-        if (isfinite(n->num) && n->num == floor(n->num) && fabs(n->num) < 9007199254740992.0)
-            jw_int(w, (int64_t)n->num);
-        else
-            jw_num(w, n->num);
-        break;
-    case JR_ARR:
-        jw_arr_begin(w);
-        for (const jr_node *c = n->child; c; c = c->next)
-            json_copy(w, c);
-        jw_arr_end(w);
-        break;
-    case JR_OBJ:
-        jw_obj_begin(w);
-        for (const jr_node *c = n->child; c; c = c->next) {
-            jw_key(w, c->key);
-            json_copy(w, c);
-        }
-        jw_obj_end(w);
-        break;
-    }
-}
 
 /* "profiler": null without RUN/profile/, else the files, what could not be
  * analysed, and the analysis in `trainperf analyze --json`'s schema. */
@@ -259,7 +230,7 @@ static void prof_json(const prof *p, jw *w)
     char err[160];
     if (p->res && trace_result_json(p->res, &t) == 0 &&
         jr_parse(&d, t.data, t.len, 0, err, sizeof(err)) == 0) {
-        json_copy(w, d.root);
+        jr_write(w, d.root);
         jr_free(&d);
     } else {
         jw_null(w);
@@ -444,30 +415,8 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
 
 /* ---- Markdown ------------------------------------------------------------------ */
 
-/* Markdown table cells: escape the characters that would break a table or
- * turn into markup; HTML-like text is escaped so a viewer shows it as text. */
-static void md_esc(buf *b, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '|': buf_puts(b, "\\|"); break;
-        case '<': buf_puts(b, "&lt;"); break;
-        case '>': buf_puts(b, "&gt;"); break;
-        case '&': buf_puts(b, "&amp;"); break;
-        case '*':
-        case '_':
-        case '`':
-        case '[':
-        case ']':
-        case '\\':
-            buf_putc(b, '\\');
-            buf_putc(b, *s);
-            break;
-        case '\n': buf_putc(b, ' '); break;
-        default: buf_putc(b, *s);
-        }
-    }
-}
+/* Markdown text: the table writer's escaping (util/table.h). */
+static void md_esc(buf *b, const char *s) { tbl_esc(b, TBL_MD, s); }
 
 static void md_finding(buf *b, const dfinding *d)
 {
@@ -643,9 +592,7 @@ static void json_report(const diag_run *r, const prof *pf, buf *b)
     dfig f;
     diag_figures(r, &f);
     jw w;
-    jw_init(&w, b, 1);
-    jw_obj_begin(&w);
-    jw_kint(&w, "format_version", 1);
+    jw_doc_begin(&w, b, "format_version", 1);
     jw_key(&w, "run");
     jw_obj_begin(&w);
     jw_kstr(&w, "name", r->name);
@@ -830,9 +777,7 @@ static int write_summary(diag_run *r, char *err, size_t errlen)
     } else {
         dfig f;
         diag_figures(r, &f);
-        jw_init(&w, &b, 1);
-        jw_obj_begin(&w);
-        jw_kint(&w, "format_version", 1);
+        jw_doc_begin(&w, &b, "format_version", 1);
         jw_knum(&w, "duration_s", f.duration_s);
         jw_kstr(&w, "note", "written by the report: the collector left no summary.json");
         jw_key(&w, "steps");

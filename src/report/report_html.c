@@ -26,19 +26,7 @@ static const char *const phase_color[PH_COUNT] = {"#e4572e", "#4e79a7", "#59a14f
 static const char *const line_color[] = {"#4e79a7", "#e4572e", "#59a14f", "#b07aa1",
                                          "#edc948", "#76b7b2", "#9c755f", "#ff9da7"};
 
-void report_html_esc(buf *b, const char *s)
-{
-    for (; s && *s; s++) {
-        switch (*s) {
-        case '&': buf_puts(b, "&amp;"); break;
-        case '<': buf_puts(b, "&lt;"); break;
-        case '>': buf_puts(b, "&gt;"); break;
-        case '"': buf_puts(b, "&quot;"); break;
-        case '\'': buf_puts(b, "&#39;"); break;
-        default: buf_putc(b, *s);
-        }
-    }
-}
+void report_html_esc(buf *b, const char *s) { tbl_esc(b, TBL_HTML, s); }
 
 /* A "nice" axis maximum: 1, 2, 2.5 or 5 times a power of ten. */
 static double nice_max(double v)

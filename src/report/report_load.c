@@ -469,7 +469,7 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         [M_TREE_WRITE] = {"tree_write_bps", offsetof(diag_run, tree_write)},
         [M_NET_RX] = {"net_rx_bps", offsetof(diag_run, net_rx)},
         [M_NET_TX] = {"net_tx_bps", offsetof(diag_run, net_tx)},
-        [M_DATA_WAIT] = {"data_wait_pct", offsetof(diag_run, data_wait_pct)},
+        [M_DATA_WAIT] = {"data_wait_share", offsetof(diag_run, data_wait_share)},
     };
     enum { NC = sizeof(cols) / sizeof(cols[0]) };
     int idx[NC];
@@ -483,6 +483,10 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         }
         idx[i] = csvr_col(&c, cols[i].col);
     }
+    /* run directories written by earlier builds have the data-wait share
+     * as data_wait_pct (0-100) */
+    int dw_pct = idx[M_DATA_WAIT] < 0 ? csvr_col(&c, "data_wait_pct") : -1;
+    if (dw_pct >= 0) idx[M_DATA_WAIT] = dw_pct;
     /* per-GPU columns (core/metrics.c metric_gpu_table names): gpu<N>_util_pct
      * defines which GPUs exist; the dstat order below is G_UTIL .. G_ENERGY */
     enum { G_UTIL, G_MEM_UTIL, G_MEM_USED, G_TEMP, G_POWER, G_ENERGY, G_THROTTLE, G_MEM_TOTAL };
@@ -522,7 +526,7 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
     if (width < 0.1) width = 0.1;
     dseries *all[] = {
         &r->s_cpu,      &r->s_tree_cpu,      &r->s_main_cpu,          &r->s_mem_used_pct,
-        &r->s_tree_rss, &r->s_data_wait_pct, &r->s_metric_sample_rate};
+        &r->s_tree_rss, &r->s_data_wait_share, &r->s_metric_sample_rate};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         dseries_init(all[i], width);
     for (int i = 0; i < r->ngpu; i++) {
@@ -545,6 +549,7 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         int ok[NC];
         for (int i = 0; i < NC; i++)
             ok[i] = csvr_num(&c, idx[i], &val[i]);
+        if (dw_pct >= 0) val[M_DATA_WAIT] /= 100;
         /* a sample taken after the whole tree exited describes no process:
          * its zeros would pull the tree's means below the main process's */
         if (ok[M_TREE_PROCS] && val[M_TREE_PROCS] == 0)
@@ -556,7 +561,7 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         if (ok[M_TREE_CPU]) dseries_add(&r->s_tree_cpu, t, val[M_TREE_CPU]);
         if (ok[M_MAIN_CPU]) dseries_add(&r->s_main_cpu, t, val[M_MAIN_CPU]);
         if (ok[M_TREE_RSS]) dseries_add(&r->s_tree_rss, t, val[M_TREE_RSS]);
-        if (ok[M_DATA_WAIT]) dseries_add(&r->s_data_wait_pct, t, val[M_DATA_WAIT]);
+        if (ok[M_DATA_WAIT]) dseries_add(&r->s_data_wait_share, t, val[M_DATA_WAIT]);
         if (ok[M_MEM_USED] && ok[M_MEM_TOTAL] && val[M_MEM_TOTAL] > 0)
             dseries_add(&r->s_mem_used_pct, t, 100 * val[M_MEM_USED] / val[M_MEM_TOTAL]);
         if (csvr_num(&c, c_sr, &v)) dseries_add(&r->s_metric_sample_rate, t, v);

@@ -51,6 +51,16 @@ typedef struct rrow {
     double flops_per_s, mfu; /* model FLOP/s over the warm steps, its share of the peak */
 } rrow;
 
+/* A rank's side in the compare JSON. */
+static const jw_field cmp_fields[] = {
+    JW_FIELD(DBL, "steps", rrow, steps),
+    JW_FIELD(DBL, "step_time_ms_p50", rrow, p50),
+    JW_FIELD(DBL, "compute_ms_mean", rrow, compute),
+    JW_FIELD(DBL, "data_wait_ms_mean", rrow, data),
+    JW_FIELD(DBL, "comm_wait_ms_mean", rrow, comm),
+    JW_FIELD(DBL, "mfu", rrow, mfu),
+};
+
 /* The step figures of a rank (core/figs.h groups: the owner of the figure),
  * NULL when the run has none. */
 static const agg_group *group_of_rank(const diag_run *r, int rank)
@@ -1134,9 +1144,10 @@ void rr_json(const diag_run *r, jw *w)
         jw_knum(w, "steps", x.steps);
         jw_knum(w, "step_time_ms_p50", x.p50);
         jw_knum(w, "step_time_ms_p95", x.p95);
-        jw_knum(w, "data_wait_ms", x.data);
-        jw_knum(w, "compute_ms", x.compute);
-        jw_knum(w, "comm_wait_ms", x.comm);
+        /* per warm step: summary.json per_rank's names for the same figures */
+        jw_knum(w, "data_wait_ms_mean", x.data);
+        jw_knum(w, "compute_ms_mean", x.compute);
+        jw_knum(w, "comm_wait_ms_mean", x.comm);
         jw_knum(w, "samples_per_s", x.sps);
         jw_knum(w, "comm_bytes", r->have_comm ? k[i]->comm_bytes : NAN);
         jw_knum(w, "comm_busbw_bps", x.busbw);
@@ -1213,22 +1224,21 @@ void rr_json(const diag_run *r, jw *w)
     }
     jw_key(w, "nodes");
     jw_arr_begin(w);
-    for (int i = 0; i < r->nnodes; i++) {
-        const dnode *nd = &r->nodes[i];
-        jw_obj_begin(w);
-        jw_kstr(w, "dir", nd->dir);
-        jw_kstr(w, "host", nd->host[0] ? nd->host : NULL);
-        jw_kint(w, "cpus", nd->cpus);
-        jw_kint(w, "ranks", nd->nranks);
-        jw_knum(w, "clock_offset_s", nd->offset_s);
-        jw_knum(w, "wall_clock_offset_s", nd->wall_offset_s);
-        jw_knum(w, "alignment_error_s", nd->align_err_s);
-        jw_knum(w, "collectives_matched", nd->align_n);
-        jw_knum(w, "cpu_pct_mean", nd->cpu_mean);
-        jw_knum(w, "tree_cpu_pct_mean", nd->tree_cpu_mean);
-        jw_knum(w, "tree_rss_bytes_max", nd->rss_max);
-        jw_obj_end(w);
-    }
+    static const jw_field node_fields[] = {
+        JW_FIELD(STR, "dir", dnode, dir),
+        JW_FIELD(STRZ, "host", dnode, host),
+        JW_FIELD(INT, "cpus", dnode, cpus),
+        JW_FIELD(INT, "ranks", dnode, nranks),
+        JW_FIELD(DBL, "clock_offset_s", dnode, offset_s),
+        JW_FIELD(DBL, "wall_clock_offset_s", dnode, wall_offset_s),
+        JW_FIELD(DBL, "alignment_error_s", dnode, align_err_s),
+        JW_FIELD(DBL, "collectives_matched", dnode, align_n),
+        JW_FIELD(DBL, "cpu_pct_mean", dnode, cpu_mean),
+        JW_FIELD(DBL, "tree_cpu_pct_mean", dnode, tree_cpu_mean),
+        JW_FIELD(DBL, "tree_rss_bytes_max", dnode, rss_max),
+    };
+    for (int i = 0; i < r->nnodes; i++)
+        jw_fields_obj(w, &r->nodes[i], node_fields, JW_NFIELDS(node_fields));
     jw_arr_end(w);
 }
 
@@ -1325,14 +1335,7 @@ void rr_compare_json(const diag_run *a, const diag_run *b, jw *w)
         jw_kint(w, "rank", ranks[i]);
         for (int k = 0; k < 2; k++) {
             jw_key(w, k ? "b" : "a");
-            jw_obj_begin(w);
-            jw_knum(w, "steps", x[k].steps);
-            jw_knum(w, "step_time_ms_p50", x[k].p50);
-            jw_knum(w, "compute_ms", x[k].compute);
-            jw_knum(w, "data_wait_ms", x[k].data);
-            jw_knum(w, "comm_wait_ms", x[k].comm);
-            jw_knum(w, "mfu", x[k].mfu);
-            jw_obj_end(w);
+            jw_fields_obj(w, &x[k], cmp_fields, JW_NFIELDS(cmp_fields));
         }
         jw_obj_end(w);
     }

@@ -493,17 +493,16 @@ void trace_extra_json(jw *w, const tr_rank *k)
 {
     jw_key(w, "annotations");
     jw_arr_begin(w);
-    for (size_t i = 0; i < k->nanns; i++) {
-        const tr_ann *a = &k->anns[i];
-        jw_obj_begin(w);
-        jw_kstr(w, "name", a->name);
-        jw_kuint(w, "ranges", a->ranges);
-        jw_kint(w, "cpu_ns", a->cpu);
-        jw_kuint(w, "kernels", a->kernels);
-        jw_kint(w, "gpu_kernel_ns", a->gpu);
-        jw_kint(w, "gpu_annotation_ns", a->gpu_ann);
-        jw_obj_end(w);
-    }
+    static const jw_field ann_fields[] = {
+        JW_FIELD(PSTR, "name", tr_ann, name),
+        JW_FIELD(U64, "ranges", tr_ann, ranges),
+        JW_FIELD(I64, "cpu_ns", tr_ann, cpu),
+        JW_FIELD(U64, "kernels", tr_ann, kernels),
+        JW_FIELD(I64, "gpu_kernel_ns", tr_ann, gpu),
+        JW_FIELD(I64, "gpu_annotation_ns", tr_ann, gpu_ann),
+    };
+    for (size_t i = 0; i < k->nanns; i++)
+        jw_fields_obj(w, &k->anns[i], ann_fields, JW_NFIELDS(ann_fields));
     jw_arr_end(w);
     jw_key(w, "kernel_sequences");
     jw_obj_begin(w);

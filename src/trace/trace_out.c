@@ -30,18 +30,24 @@ static double pct(int64_t part, int64_t whole)
 static void j_launch(jw *w, const char *key, const tr_launch *l)
 {
     jw_key(w, key);
+    static const jw_field sums[] = {
+        JW_FIELD(U64, "count", tr_launch, count),
+        JW_FIELD(I64, "cpu_sum_ns", tr_launch, cpu_sum),
+        JW_FIELD(I64, "gpu_sum_ns", tr_launch, gpu_sum),
+        JW_FIELD(I64, "delay_sum_ns", tr_launch, delay_sum),
+        JW_FIELD(I64, "cpu_max_ns", tr_launch, cpu_max),
+        JW_FIELD(I64, "delay_max_ns", tr_launch, delay_max),
+    };
+    static const jw_field outliers[] = {
+        JW_FIELD(U64, "cpu_outliers", tr_launch, cpu_outliers),
+        JW_FIELD(U64, "delay_outliers", tr_launch, delay_outliers),
+        JW_FIELD(U64, "short_kernels", tr_launch, short_kernels),
+    };
     jw_obj_begin(w);
-    jw_kuint(w, "count", l->count);
-    jw_kint(w, "cpu_sum_ns", l->cpu_sum);
-    jw_kint(w, "gpu_sum_ns", l->gpu_sum);
-    jw_kint(w, "delay_sum_ns", l->delay_sum);
-    jw_kint(w, "cpu_max_ns", l->cpu_max);
-    jw_kint(w, "delay_max_ns", l->delay_max);
-    if (l->count) jw_knum(w, "delay_mean_ns", (double)l->delay_sum / (double)l->count);
-    else { jw_key(w, "delay_mean_ns"); jw_null(w); }
-    jw_kuint(w, "cpu_outliers", l->cpu_outliers);
-    jw_kuint(w, "delay_outliers", l->delay_outliers);
-    jw_kuint(w, "short_kernels", l->short_kernels);
+    jw_fields(w, l, sums, JW_NFIELDS(sums));
+    /* NAN (no launches) is written as null */
+    jw_knum(w, "delay_mean_ns", l->count ? (double)l->delay_sum / (double)l->count : NAN);
+    jw_fields(w, l, outliers, JW_NFIELDS(outliers));
     jw_obj_end(w);
 }
 
@@ -49,14 +55,13 @@ static void j_ops(jw *w, const char *key, const tr_op *ops, size_t n)
 {
     jw_key(w, key);
     jw_arr_begin(w);
-    for (size_t i = 0; i < n; i++) {
-        jw_obj_begin(w);
-        jw_kstr(w, "name", ops[i].name);
-        jw_kuint(w, "count", ops[i].count);
-        jw_kint(w, "self_ns", ops[i].self);
-        jw_kint(w, "total_ns", ops[i].total);
-        jw_obj_end(w);
-    }
+    static const jw_field op_fields[] = {
+        JW_FIELD(PSTR, "name", tr_op, name),
+        JW_FIELD(U64, "count", tr_op, count),
+        JW_FIELD(I64, "self_ns", tr_op, self),
+        JW_FIELD(I64, "total_ns", tr_op, total),
+    };
+    for (size_t i = 0; i < n; i++) jw_fields_obj(w, &ops[i], op_fields, JW_NFIELDS(op_fields));
     jw_arr_end(w);
 }
 

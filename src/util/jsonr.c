@@ -445,3 +445,37 @@ const char *jr_pstr(const jr_node *n, const char *path)
 {
     return jr_str(jr_path(n, path));
 }
+
+static void write_node(jw *w, const jr_node *n, int depth)
+{
+    if (!n || depth > 16) {
+        jw_null(w);
+        return;
+    }
+    switch (n->type) {
+    case JR_NULL: jw_null(w); break;
+    case JR_BOOL: jw_bool(w, n->num != 0); break;
+    case JR_STR: jw_str(w, n->str); break;
+    case JR_NUM:
+        if (isfinite(n->num) && n->num == floor(n->num) && fabs(n->num) < 9007199254740992.0)
+            jw_int(w, (int64_t)n->num);
+        else
+            jw_num(w, n->num);
+        break;
+    case JR_ARR:
+        jw_arr_begin(w);
+        for (const jr_node *c = n->child; c; c = c->next) write_node(w, c, depth + 1);
+        jw_arr_end(w);
+        break;
+    case JR_OBJ:
+        jw_obj_begin(w);
+        for (const jr_node *c = n->child; c; c = c->next) {
+            jw_key(w, c->key);
+            write_node(w, c, depth + 1);
+        }
+        jw_obj_end(w);
+        break;
+    }
+}
+
+void jr_write(jw *w, const jr_node *n) { write_node(w, n, 0); }

@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include "util/jsonw.h"
+
 typedef enum jr_type { JR_NULL, JR_BOOL, JR_NUM, JR_STR, JR_ARR, JR_OBJ } jr_type;
 
 typedef struct jr_node {
@@ -58,5 +60,9 @@ double jr_pnum(const jr_node *n, const char *path);
 /* The string at n, or NULL. */
 const char *jr_str(const jr_node *n);
 const char *jr_pstr(const jr_node *n, const char *path);
+
+/* Write a parsed value (and what it holds) into w: integers stay exact,
+ * nesting past 16 levels is written as null. */
+void jr_write(jw *w, const jr_node *n);
 
 #endif

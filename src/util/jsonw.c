@@ -133,6 +133,39 @@ void jw_kint(jw *w, const char *k, int64_t v) { jw_key(w, k); jw_int(w, v); }
 void jw_kuint(jw *w, const char *k, uint64_t v) { jw_key(w, k); jw_uint(w, v); }
 void jw_kbool(jw *w, const char *k, int v) { jw_key(w, k); jw_bool(w, v); }
 
+void jw_doc_begin(jw *w, buf *out, const char *version_key, int version)
+{
+    jw_init(w, out, 1);
+    jw_obj_begin(w);
+    jw_kint(w, version_key, version);
+}
+
+void jw_fields(jw *w, const void *base, const jw_field *f, size_t n)
+{
+    const char *p = base;
+    for (size_t i = 0; i < n; i++) {
+        const void *m = p + f[i].off;
+        jw_key(w, f[i].key);
+        switch (f[i].type) {
+        case JWF_INT: jw_int(w, *(const int *)m); break;
+        case JWF_I64: jw_int(w, *(const int64_t *)m); break;
+        case JWF_U64: jw_uint(w, *(const uint64_t *)m); break;
+        case JWF_DBL: jw_num(w, *(const double *)m); break;
+        case JWF_STR: jw_str(w, (const char *)m); break;
+        case JWF_STRZ: jw_str(w, *(const char *)m ? (const char *)m : NULL); break;
+        case JWF_PSTR: jw_str(w, *(const char *const *)m); break;
+        default: jw_null(w); break;
+        }
+    }
+}
+
+void jw_fields_obj(jw *w, const void *base, const jw_field *f, size_t n)
+{
+    jw_obj_begin(w);
+    jw_fields(w, base, f, n);
+    jw_obj_end(w);
+}
+
 int jw_error(const jw *w) { return w->err ? w->err : w->out->err; }
 
 /* Length of a valid UTF-8 sequence starting at s (at most n bytes), or 0. */

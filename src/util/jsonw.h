@@ -3,6 +3,7 @@
 #ifndef TPF_UTIL_JSONW_H
 #define TPF_UTIL_JSONW_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "util/buf.h"
@@ -40,6 +41,33 @@ void jw_knum(jw *w, const char *k, double v);
 void jw_kint(jw *w, const char *k, int64_t v);
 void jw_kuint(jw *w, const char *k, uint64_t v);
 void jw_kbool(jw *w, const char *k, int v);
+/* A JSON document that starts with its format version: jw_init (pretty),
+ * "{" and "version_key": version. */
+void jw_doc_begin(jw *w, buf *out, const char *version_key, int version);
+
+/* Struct members written as "key": value, described once as a table
+ * (JW_FIELD rows) instead of one jw_k* call per member. */
+enum {
+    JWF_INT,  /* int */
+    JWF_I64,  /* int64_t */
+    JWF_U64,  /* uint64_t */
+    JWF_DBL,  /* double; NaN -> null */
+    JWF_STR,  /* char array */
+    JWF_STRZ, /* char array; empty -> null */
+    JWF_PSTR, /* const char *; NULL -> null */
+};
+typedef struct jw_field {
+    const char *key;
+    int type;
+    size_t off;
+} jw_field;
+#define JW_FIELD(type, key, T, member) {key, JWF_##type, offsetof(T, member)}
+#define JW_NFIELDS(f) (sizeof(f) / sizeof((f)[0]))
+/* The members of `base` that `f` lists, inside the current object. */
+void jw_fields(jw *w, const void *base, const jw_field *f, size_t n);
+/* The same as one object: {members}. */
+void jw_fields_obj(jw *w, const void *base, const jw_field *f, size_t n);
+
 /* 0, or the first error (nesting misuse: TPF_EINVAL; buffer: buf's error). */
 int jw_error(const jw *w);
 

@@ -6,8 +6,12 @@
 /* s escaped for fmt: md keeps a cell in its column (| and newlines) and
  * shows it as text (no emphasis, code or links from a kernel or op name;
  * <, >, & as they are); html as report_html_esc does. */
-static void esc(buf *o, int fmt, const char *s)
+void tbl_esc(buf *o, int fmt, const char *s)
 {
+    if (fmt != TBL_MD && fmt != TBL_HTML) {
+        if (s) buf_puts(o, s);
+        return;
+    }
     for (; s && *s; s++) {
         switch (*s) {
         case '|': case '*': case '_': case '`': case '[': case ']': case '\\':
@@ -49,7 +53,7 @@ static void md_cells(buf *b, const char *const *cells, int n)
     buf_putc(b, '|');
     for (int i = 0; i < n; i++) {
         buf_putc(b, ' ');
-        esc(b, TBL_MD, cells[i]);
+        tbl_esc(b, TBL_MD, cells[i]);
         buf_puts(b, " |");
     }
     buf_putc(b, '\n');
@@ -61,7 +65,7 @@ void tbl_heading(buf *b, int fmt, int color, const char *title)
         buf_printf(b, "\n### %s\n\n", title);
     } else if (fmt == TBL_HTML) {
         buf_puts(b, "<h3>");
-        esc(b, TBL_HTML, title);
+        tbl_esc(b, TBL_HTML, title);
         buf_puts(b, "</h3>");
     } else {
         buf_printf(b, "\n%s%s%s\n", color ? "\033[1m" : "", title, color ? "\033[0m" : "");
@@ -96,7 +100,7 @@ static void begin_md(tbl *t, const char *title)
         buf_putc(b, '|');
         for (int i = 0; i < t->ncols; i++) {
             buf_putc(b, ' ');
-            esc(b, TBL_MD, t->cols[i].head ? t->cols[i].head : "");
+            tbl_esc(b, TBL_MD, t->cols[i].head ? t->cols[i].head : "");
             buf_puts(b, " |");
         }
         buf_puts(b, "\n|");
@@ -109,7 +113,7 @@ static void begin_md(tbl *t, const char *title)
     for (int i = 0; i < t->ncols; i++) {
         const char *h = t->cols[i].head ? t->cols[i].head : "";
         buf_putc(b, ' ');
-        esc(b, TBL_MD, h);
+        tbl_esc(b, TBL_MD, h);
         buf_puts(b, *h ? " |" : "|");
     }
     buf_puts(b, "\n|");
@@ -124,13 +128,13 @@ static void begin_html(tbl *t, const char *title)
         tbl_heading(b, TBL_HTML, 0, title);
     } else if (title) {
         buf_puts(b, "<h2>");
-        esc(b, TBL_HTML, title);
+        tbl_esc(b, TBL_HTML, title);
         buf_puts(b, "</h2>");
     }
     buf_puts(b, "<table><tr>");
     for (int i = 0; i < t->ncols; i++) {
         buf_puts(b, i && t->cols[i].flags & TBL_RIGHT ? "<th class=\"n\">" : "<th>");
-        esc(b, TBL_HTML, t->cols[i].head);
+        tbl_esc(b, TBL_HTML, t->cols[i].head);
         buf_puts(b, "</th>");
     }
     buf_puts(b, "</tr>\n");
@@ -174,7 +178,7 @@ static void html_row(tbl *t, const char *const *cells, int mark)
     int last = t->ncols - 1;
     /* the first cell heads its row, unless it is a number (a time) */
     buf_puts(b, t->cols[0].flags & TBL_RIGHT ? "<tr><td class=\"n\">" : "<tr><th>");
-    esc(b, TBL_HTML, cells[0]);
+    tbl_esc(b, TBL_HTML, cells[0]);
     buf_puts(b, t->cols[0].flags & TBL_RIGHT ? "</td>" : "</th>");
     for (int i = 1; i < t->ncols; i++) {
         if (i == last && mark != TBL_PLAIN)
@@ -183,7 +187,7 @@ static void html_row(tbl *t, const char *const *cells, int mark)
             buf_puts(b, "<td class=\"\">");
         else
             buf_puts(b, t->cols[i].flags & TBL_RIGHT ? "<td class=\"n\">" : "<td>");
-        esc(b, TBL_HTML, cells[i]);
+        tbl_esc(b, TBL_HTML, cells[i]);
         buf_puts(b, "</td>");
     }
     buf_puts(b, "</tr>\n");
@@ -205,7 +209,6 @@ void tbl_end(tbl *t)
 void tbl_cells(buf *b, int fmt, const char *const *cells, int n)
 {
     for (int i = 0; i < n; i++) {
-        if (fmt == TBL_MD || fmt == TBL_HTML) esc(b, fmt, cells[i]);
-        else buf_puts(b, cells[i]);
+        tbl_esc(b, fmt, cells[i]);
     }
 }

@@ -58,6 +58,10 @@ void tbl_heading(buf *b, int fmt, int color, const char *title);
  * (TBL_GOOD / TBL_BAD / TBL_PLAIN) says how the last cell reads. */
 void tbl_row(tbl *t, const char *const *cells, int mark);
 void tbl_end(tbl *t);
+/* s escaped for fmt: Markdown (characters that would break a table or turn
+ * into markup; HTML-like text as entities, newlines as spaces), HTML
+ * (entities), text as it is. NULL writes nothing. */
+void tbl_esc(buf *b, int fmt, const char *s);
 /* n cells as text escaped for fmt (md, html), without table markup. */
 void tbl_cells(buf *b, int fmt, const char *const *cells, int n);
 

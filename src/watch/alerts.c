@@ -33,7 +33,8 @@
 #define GPU_THROTTLE_SLOW_BITS (0x8u | 0x20u | 0x40u | 0x80u)
 
 enum metric_kind { MK_HOST, MK_GPU };
-enum metric_unit { MU_PCT, MU_BYTES, MU_BPS, MU_S, MU_C, MU_RATIO, MU_COUNT, MU_W, MU_FLAG };
+/* MU_SHARE: 0-1, shown as a percentage */
+enum metric_unit { MU_PCT, MU_BYTES, MU_BPS, MU_S, MU_C, MU_RATIO, MU_COUNT, MU_W, MU_FLAG, MU_SHARE };
 
 typedef struct trend {
     double t[TREND_CAP], v[TREND_CAP];
@@ -41,16 +42,20 @@ typedef struct trend {
     double last_t;
 } trend;
 
+/* A rule's condition: "metric op thr [for dur_s]", or off ("NAME: off"). */
+typedef struct parsed {
+    int metric;  /* index into metrics[] */
+    int op;
+    double thr, dur_s;
+    int off;
+} parsed;
+
 typedef struct alert_rule {
     char name[ALERT_NAME_MAX];
     char expr[ALERT_EXPR_MAX];
     char text[ALERT_NAME_MAX + ALERT_EXPR_MAX + 4]; /* "name: expr" */
-    int metric;                                     /* index into metrics[] */
-    int op;
-    double thr;
-    double dur_s;
+    parsed cond;     /* the expression as parsed */
     int severity;
-    int off;         /* disabled ("NAME: off") */
     int needs_steps; /* only once training steps have started */
     const char *msg; /* default rules: message template id, else NULL */
     /* state */
@@ -121,7 +126,7 @@ HOST_FIELD(m_tree_rss, tree_rss_bytes)
 HOST_FIELD(m_tree_procs, tree_procs)
 HOST_FIELD(m_steps, steps)
 HOST_FIELD(m_step_rate, step_rate)
-HOST_FIELD(m_data_wait, data_wait_pct)
+HOST_FIELD(m_data_wait, data_wait_share)
 HOST_FIELD(m_step_ms, step_time_ms)
 HOST_FIELD(m_stall_s, since_last_step_s)
 HOST_FIELD(m_straggler, straggler_pct)
@@ -287,7 +292,7 @@ static const metric metrics[] = {
     {"step.stall_s", MK_HOST, MU_S, m_stall_s, NULL, "time since the last step"},
     {"step.stall_ratio", MK_HOST, MU_RATIO, m_stall_ratio, NULL,
      "time since the last step in median step times"},
-    {"data_wait.pct", MK_HOST, MU_PCT, m_data_wait, NULL, "data-wait share of step time"},
+    {"data_wait.share", MK_HOST, MU_SHARE, m_data_wait, NULL, "data-wait share of step time"},
     {"rank.straggler_pct", MK_HOST, MU_PCT, m_straggler, NULL,
      "step time the other ranks wait for the slowest"},
     {"gpu.util", MK_GPU, MU_PCT, NULL, g_util, "utilisation"},
@@ -323,7 +328,7 @@ static const default_rule defaults[] = {
     {"gpu_hot", "gpu.temp >= 85 for 30s", ALERT_WARNING, 0},
     {"gpu_throttled", "gpu.throttled == 1 for 30s", ALERT_WARNING, 0},
     {"gpu_lost", "gpu.lost == 1", ALERT_CRITICAL, 0},
-    {"data_wait", "data_wait.pct > 30 for 60s", ALERT_WARNING, 1},
+    {"data_wait", "data_wait.share > 0.3 for 60s", ALERT_WARNING, 1},
     {"step_regression", "step.time_ratio > 1.5 for 60s", ALERT_WARNING, 1},
     {"hang", "step.stall_ratio > 50 for 10s", ALERT_CRITICAL, 1},
     {"straggler", "rank.straggler_pct > 10 for 30s", ALERT_WARNING, 1},
@@ -332,12 +337,6 @@ static const default_rule defaults[] = {
 };
 
 /* ---- parsing ------------------------------------------------------------ */
-
-typedef struct parsed {
-    int metric, op;
-    double thr, dur_s;
-    int off;
-} parsed;
 
 static void perr(char *err, size_t errlen, size_t pos, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -513,7 +512,7 @@ static int parse_rule(const char *s, size_t start, parsed *p, char *err, size_t 
 
 static void rule_settext(alert_rule *r)
 {
-    snprintf(r->text, sizeof(r->text), "%s: %s", r->name, r->off ? "off" : r->expr);
+    snprintf(r->text, sizeof(r->text), "%s: %s", r->name, r->cond.off ? "off" : r->expr);
 }
 
 static int rule_set(alert_set *s, const char *name, const char *expr, size_t expr_off,
@@ -543,11 +542,7 @@ static int rule_set(alert_set *s, const char *name, const char *expr, size_t exp
         r->severity = sev;
         r->needs_steps = needs_steps;
     }
-    r->off = p->off;
-    r->metric = p->metric;
-    r->op = p->op;
-    r->thr = p->thr;
-    r->dur_s = p->dur_s;
+    r->cond = *p;
     if (!p->off) {
         /* normalised expression: trimmed */
         const char *e = expr + expr_off;
@@ -824,7 +819,7 @@ static int clear_cond(int op, double v, double thr, int unit)
  * that holds the condition most strongly). *gi gets the GPU index, or -1. */
 static fval rule_value(const alert_set *s, const alert_rule *r, const coll_frame *f, int *gi)
 {
-    const metric *m = &metrics[r->metric];
+    const metric *m = &metrics[r->cond.metric];
     *gi = -1;
     if (m->kind == MK_HOST) return m->host(f, s);
     fval best = nofv();
@@ -842,12 +837,12 @@ static fval rule_value(const alert_set *s, const alert_rule *r, const coll_frame
         int better;
         if (!best.ok)
             better = 1;
-        else if (r->op == OP_LT || r->op == OP_LE)
+        else if (r->cond.op == OP_LT || r->cond.op == OP_LE)
             better = v.v < best.v;
-        else if (r->op == OP_GT || r->op == OP_GE)
+        else if (r->cond.op == OP_GT || r->cond.op == OP_GE)
             better = v.v > best.v;
         else
-            better = cmp(r->op, v.v, r->thr) && !cmp(r->op, best.v, r->thr);
+            better = cmp(r->cond.op, v.v, r->cond.thr) && !cmp(r->cond.op, best.v, r->cond.thr);
         if (better) {
             best = v;
             *gi = f->gpu[g].index;
@@ -861,6 +856,7 @@ static void fmt_value(char *o, size_t n, int unit, double v)
     double a = fabs(v);
     switch (unit) {
     case MU_PCT: snprintf(o, n, "%.0f%%", v); break;
+    case MU_SHARE: snprintf(o, n, "%.0f%%", 100 * v); break;
     case MU_BYTES:
     case MU_BPS: {
         char t[32];
@@ -900,11 +896,11 @@ static void fmt_dur(char *o, size_t n, double s)
 static void make_message(const alert_set *s, const alert_rule *r, const coll_frame *f, int gi,
                          double v, int fired, char *o, size_t n)
 {
-    const metric *m = &metrics[r->metric];
+    const metric *m = &metrics[r->cond.metric];
     char val[48], dur[32], thr[48];
     fmt_value(val, sizeof(val), m->unit, v);
-    fmt_value(thr, sizeof(thr), m->unit, r->thr);
-    fmt_dur(dur, sizeof(dur), r->dur_s);
+    fmt_value(thr, sizeof(thr), m->unit, r->cond.thr);
+    fmt_dur(dur, sizeof(dur), r->cond.dur_s);
     char who[32] = "";
     if (gi >= 0) snprintf(who, sizeof(who), "GPU %d ", gi);
     if (!fired) {
@@ -946,10 +942,10 @@ static void make_message(const alert_set *s, const alert_rule *r, const coll_fra
         for (int k = 0; k < f->ngpu && k < FRAME_MAX_GPUS; k++)
             if (f->gpu[k].index == gi) why = f->gpu[k].throttle;
         snprintf(o, n, "%sclocks slowed down%s%s for %s", who, why[0] ? ": " : "", why, dur);
-    } else if (r->dur_s > 0) {
-        snprintf(o, n, "%s%s %s (%s %s) for %s", who, m->what, val, op_text[r->op], thr, dur);
+    } else if (r->cond.dur_s > 0) {
+        snprintf(o, n, "%s%s %s (%s %s) for %s", who, m->what, val, op_text[r->cond.op], thr, dur);
     } else {
-        snprintf(o, n, "%s%s %s (%s %s)", who, m->what, val, op_text[r->op], thr);
+        snprintf(o, n, "%s%s %s (%s %s)", who, m->what, val, op_text[r->cond.op], thr);
     }
 }
 
@@ -961,19 +957,19 @@ int alerts_eval(alert_set *s, const coll_frame *f, alert_event *out, int max)
     int started = f->steps.ok && f->steps.v >= 1;
     for (int k = 0; k < s->nrule; k++) {
         alert_rule *r = &s->rule[k];
-        if (r->off) continue;
+        if (r->cond.off) continue;
         int gi;
         fval v = rule_value(s, r, f, &gi);
         if (r->needs_steps && !started) v = nofv();
         int emit = 0;
         if (!r->active) {
             /* unknown is not a value: it neither fires nor counts as held */
-            if (v.ok && cmp(r->op, v.v, r->thr)) {
+            if (v.ok && cmp(r->cond.op, v.v, r->cond.thr)) {
                 if (!r->holding) {
                     r->holding = 1;
                     r->hold_t = f->t;
                 }
-                if (f->t - r->hold_t >= r->dur_s - 1e-9) {
+                if (f->t - r->hold_t >= r->cond.dur_s - 1e-9) {
                     r->active = 1;
                     r->holding = 0;
                     r->clearing = 0;
@@ -983,12 +979,12 @@ int alerts_eval(alert_set *s, const coll_frame *f, alert_event *out, int max)
                 r->holding = 0;
             }
         } else {
-            if (v.ok && clear_cond(r->op, v.v, r->thr, metrics[r->metric].unit)) {
+            if (v.ok && clear_cond(r->cond.op, v.v, r->cond.thr, metrics[r->cond.metric].unit)) {
                 if (!r->clearing) {
                     r->clearing = 1;
                     r->clear_t = f->t;
                 }
-                if (f->t - r->clear_t >= r->dur_s - 1e-9) {
+                if (f->t - r->clear_t >= r->cond.dur_s - 1e-9) {
                     r->active = 0;
                     r->clearing = 0;
                     emit = -1;

@@ -434,7 +434,7 @@ TT_TEST(names_override_and_off)
     for (int t2 = 0; t2 < 200; t2++) {
         coll_frame *f = at(t2);
         fv_set(&f->steps, t2 + 1);
-        fv_set(&f->data_wait_pct, 90);
+        fv_set(&f->data_wait_share, 0.9);
         int n = alerts_eval(s, f, ev, 16);
         for (int i = 0; i < n; i++)
             fired_dw += strcmp(ev[i].rule, "data_wait") == 0;
@@ -502,7 +502,7 @@ TT_TEST(default_set_quiet_on_healthy_frames)
         fv_set(&f->step_time_ms, 200 + (t % 7));
         fv_set(&f->step_time_median_ms, 203);
         fv_set(&f->since_last_step_s, 0.1);
-        fv_set(&f->data_wait_pct, 2);
+        fv_set(&f->data_wait_share, 0.02);
         f->ngpu = 2;
         for (int g = 0; g < 2; g++) {
             f->gpu[g].index = g;

@@ -94,7 +94,7 @@ static void fill_frame(coll_frame *f, double t, int variant)
         fv_set(&f->disk_read_bps, 1048576);
         fv_set(&f->step_rate, 10);
         fv_set(&f->sample_rate, 320);
-        fv_set(&f->data_wait_pct, 42.5);
+        fv_set(&f->data_wait_share, 0.425);
     }
     f->ngpu = 1;
     gpu_frame *g = &f->gpu[0];

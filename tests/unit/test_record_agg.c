@@ -162,13 +162,13 @@ TT_TEST(live_figures_per_interval)
     TT_NEAR(f.step_rate.v, 2.0, 1e-9);
     TT_NEAR(f.sample_rate.v, 8.0, 1e-9);
     TT_NEAR(f.token_rate.v, 32.0, 1e-9);
-    TT_NEAR(f.data_wait_pct.v, 50.0, 1e-9);
+    TT_NEAR(f.data_wait_share.v, 0.5, 1e-9);
     TT_NEAR(f.step_time_ms.v, 10.0, 1e-9);
     TT_NEAR(f.since_last_step_s.v, 0.005, 1e-9);
     memset(&f, 0, sizeof(f));
     agg_live(a, &f, 1.0, 50 * MS);   /* an interval without steps */
     TT_NEAR(f.step_rate.v, 0.0, 0);
-    TT_ASSERT(!f.data_wait_pct.ok && !f.step_time_ms.ok);
+    TT_ASSERT(!f.data_wait_share.ok && !f.step_time_ms.ok);
     teardown();
 }
 

@@ -1,9 +1,13 @@
 /* buf and the JSON writer. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "trainperf.h"
 #include "tt.h"
 #include "util/buf.h"
+#include "util/jsonr.h"
 #include "util/jsonw.h"
 #include "util/table.h"
 
@@ -52,6 +56,75 @@ TT_TEST(json_writer_nesting_and_escapes)
     jw_obj_end(&w);
     TT_EQ_INT(jw_error(&w), 0);
     TT_EQ_STR(b.data, "{\"a\":\"q\\\"\\\\\\n\\u003cscript\\u003e\",\"l\":[-3,0.5,null,true],\"e\":{}}");
+    buf_free(&b);
+}
+
+typedef struct fields_t {
+    int i;
+    int64_t big;
+    uint64_t u;
+    double d, nan;
+    char name[8], empty[8];
+    const char *p, *none;
+} fields_t;
+
+TT_TEST(json_fields_table_writes_each_type)
+{
+    static const jw_field f[] = {
+        JW_FIELD(INT, "i", fields_t, i),       JW_FIELD(I64, "big", fields_t, big),
+        JW_FIELD(U64, "u", fields_t, u),       JW_FIELD(DBL, "d", fields_t, d),
+        JW_FIELD(DBL, "nan", fields_t, nan),   JW_FIELD(STR, "name", fields_t, name),
+        JW_FIELD(STR, "empty", fields_t, empty), JW_FIELD(STRZ, "emptyz", fields_t, empty),
+        JW_FIELD(PSTR, "p", fields_t, p),      JW_FIELD(PSTR, "none", fields_t, none),
+    };
+    fields_t v = {-7, -9007199254740993LL, 18446744073709551615ULL, 0.25, NAN, "x\"y", "", "q", NULL};
+    buf b;
+    buf_init(&b, 0);
+    jw w;
+    jw_doc_begin(&w, &b, "format", 3);
+    w.pretty = 0; /* compact from here on: the assertion reads easier */
+    jw_key(&w, "v");
+    jw_fields_obj(&w, &v, f, JW_NFIELDS(f));
+    jw_obj_end(&w);
+    TT_EQ_INT(jw_error(&w), 0);
+    TT_ASSERT(strstr(b.data, "\"format\": 3") != NULL);
+    TT_ASSERT(strstr(b.data, "{\"i\":-7,\"big\":-9007199254740993,\"u\":18446744073709551615,"
+                             "\"d\":0.25,\"nan\":null,\"name\":\"x\\\"y\",\"empty\":\"\","
+                             "\"emptyz\":null,\"p\":\"q\",\"none\":null}") != NULL);
+    buf_free(&b);
+}
+
+TT_TEST(json_copy_keeps_integers_and_caps_depth)
+{
+    /* 2^52 + 1 stays exact (%.10g would round it); 20 levels: the deepest
+     * written as null */
+    const char *text = "{\"n\":4503599627370497,\"f\":0.5,\"s\":\"a\",\"t\":true,\"z\":null,"
+                       "\"deep\":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]}";
+    jr_doc d;
+    char err[128];
+    TT_EQ_INT(jr_parse(&d, text, strlen(text), 1000, err, sizeof(err)), 0);
+    buf b;
+    buf_init(&b, 0);
+    jw w;
+    jw_init(&w, &b, 0);
+    jr_write(&w, d.root);
+    TT_EQ_INT(jw_error(&w), 0);
+    TT_ASSERT(strstr(b.data, "{\"n\":4503599627370497,\"f\":0.5,\"s\":\"a\",\"t\":true,\"z\":null,") == b.data);
+    TT_ASSERT(strstr(b.data, "null]]]") != NULL && strstr(b.data, "[1]") == NULL);
+    jr_free(&d);
+    buf_free(&b);
+}
+
+TT_TEST(table_escapes_per_format)
+{
+    buf b;
+    buf_init(&b, 0);
+    tbl_esc(&b, TBL_TEXT, "a|<b>*'\"");
+    buf_putc(&b, '\n');
+    tbl_esc(&b, TBL_MD, "a|<b>*_\n");
+    buf_putc(&b, '\n');
+    tbl_esc(&b, TBL_HTML, "a|<b>&'\"");
+    TT_EQ_STR(b.data, "a|<b>*'\"\na\\|&lt;b&gt;\\*\\_ \na|&lt;b&gt;&amp;&#39;&quot;");
     buf_free(&b);
 }
 
