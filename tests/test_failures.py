@@ -191,24 +191,68 @@ os.execv("/bin/sleep", ["sleep", "600"])
     assert h["processes"][0]["source"] != "faulthandler"
 
 
-def test_process_without_the_hook_gets_native_stacks(run_cli, tmp_path):
-    # --no-auto: no faulthandler, no answering thread; gdb when installed, /proc always
-    s = script(tmp_path, "plain.py", """
+PLAIN = """
+def sleeping_here():
+    time.sleep(60)
+
 steps(15)
-time.sleep(60)
-""")
+sleeping_here()
+"""
+
+
+def hang_without_hook(run_cli, tmp_path):
+    # --no-auto: no faulthandler, no answering thread: read from outside only
+    s = script(tmp_path, "plain.py", PLAIN)
     run = tmp_path / "run"
     r = run_cli("run", "--quiet", "--no-auto", "--out", run, "--hang-timeout", "1s",
-                "--on-hang", "kill", "--", sys.executable, s, timeout=120, env=py_env())
+                "--on-hang", "kill", "--", sys.executable, s, timeout=180, env=py_env())
     assert r.returncode == 128 + 15, r.stderr
     h = jsonl(run, "hangs.jsonl")[0]
     p = h["processes"][0]
     stacks = (run / h["stacks"]).read_text()
     assert "Threads (/proc" in stacks and "wchan" in stacks
-    if shutil.which("gdb"):
-        assert p["source"] == "gdb" and "Native stacks (gdb)" in stacks
     assert p["where"], h
     assert h["verdict"].startswith("pid %d (" % p["pid"])
+    return h, p, stacks
+
+
+def test_process_without_the_hook_gets_python_stacks_from_pyspy(run_cli, tmp_path):
+    if not shutil.which("py-spy"):
+        pytest.skip("py-spy not installed (scripts/install-deps.sh installs it)")
+    h, p, stacks = hang_without_hook(run_cli, tmp_path)
+    assert p["source"].startswith("py-spy"), h
+    assert "Python stacks (py-spy dump):" in stacks and '"MainThread"' in stacks
+    # the Python place, not a native frame, names the culprit
+    assert "in sleeping_here (plain.py:" in h["verdict"], h
+    assert re.search(r"sleeping_here \(.*plain\.py:\d+\)", stacks), stacks
+    if shutil.which("gdb"):
+        # native stacks of the same process as well, said to come from gdb
+        assert p["source"] == "py-spy+gdb" and "Native stacks (gdb):" in stacks
+        assert stacks.index("Python stacks (py-spy") < stacks.index("Native stacks (gdb)")
+
+
+def test_process_without_the_hook_gets_native_stacks_from_gdb(run_cli, tmp_path):
+    if not shutil.which("gdb"):
+        pytest.skip("gdb not installed (scripts/install-deps.sh installs it)")
+    # a C program has no Python stacks: gdb's alone
+    sleeper = shutil.which("sleep")
+    run = tmp_path / "run"
+    prog = tmp_path / "c_stepper.sh"
+    prog.write_text("#!/bin/sh\nexec %s %s\n" % (sys.executable, script(tmp_path, "cstep.py", """
+steps(15)
+os.execv(%r, ["sleep", "60"])
+""" % sleeper)))
+    prog.chmod(0o755)
+    r = run_cli("run", "--quiet", "--no-auto", "--out", run, "--hang-timeout", "1s",
+                "--on-hang", "kill", "--", prog, timeout=180, env=py_env())
+    assert r.returncode == 128 + 15, r.stderr
+    h = jsonl(run, "hangs.jsonl")[0]
+    p = h["processes"][0]
+    stacks = (run / h["stacks"]).read_text()
+    assert p["comm"] == "sleep" and p["source"] == "gdb", h
+    assert "Native stacks (gdb):" in stacks and "#0 " in stacks
+    assert "py-spy" not in stacks  # not a Python process: py-spy is not tried
+    assert p["where"].endswith("(native)"), h
 
 
 def test_restart_after_one_failure(run_cli, tmp_path):

@@ -23,7 +23,8 @@
 #define HD_SCAN_MAX 65536       /* /proc entries looked at */
 #define HD_FILE_MAX (4u << 20)  /* bytes of one process's stacks kept */
 #define HD_OUT_MAX (64u << 20)  /* the whole stacks file */
-#define HD_HELPERS_MAX 4        /* processes given to gdb/py-spy (each up to a timeout) */
+#define HD_PYSPY_MAX 8          /* processes given to py-spy (fast: it only reads memory) */
+#define HD_GDB_MAX 4            /* processes given to gdb (seconds each: it loads symbols) */
 #define HD_HELPER_TIMEOUT_S 10.0
 
 static double now_s(void)
@@ -258,7 +259,7 @@ static void parse_faulthandler(const char *t, hd_proc *p)
 
 /* py-spy dump: per thread a line `Thread N (state): "name"`, then frames
  * `    fn (path/file.py:12)`, innermost first. The MainThread's innermost
- * user frame. */
+ * user frame, and the torch.distributed call it is in. */
 static void parse_pyspy(const char *t, hd_proc *p)
 {
     const char *m = strstr(t, "\"MainThread\"");
@@ -270,6 +271,9 @@ static void parse_pyspy(const char *t, hd_proc *p)
         if (sscanf(q + 1, " %95s (%199[^:]:%d)", fn, file, &line) == 3) {
             const char *base = strrchr(file, '/');
             base = base ? base + 1 : file;
+            if (!p->coll[0] && strstr(file, "torch/distributed/") && is_collective(fn) &&
+                strcmp(fn, "wait") != 0)
+                snprintf(p->coll, sizeof(p->coll), "%.40s", fn);
             if (!first[0]) snprintf(first, sizeof(first), "%.90s (%.120s:%d)", fn, base, line);
             if (!is_lib_path(file)) {
                 snprintf(p->where, sizeof(p->where), "%.90s (%.120s:%d)", fn, base, line);
@@ -529,6 +533,80 @@ static void build_verdict(hd_result *r)
     }
 }
 
+/* A CPython interpreter: its executable is python* or it maps libpython
+ * (an embedding program). */
+static int is_python_proc(pid_t pid)
+{
+    char path[64], exe[PATH_MAX];
+    snprintf(path, sizeof(path), "/proc/%ld/exe", (long)pid);
+    ssize_t n = readlink(path, exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        const char *base = strrchr(exe, '/');
+        if (strncmp(base ? base + 1 : exe, "python", 6) == 0) return 1;
+    }
+    snprintf(path, sizeof(path), "/proc/%ld/maps", (long)pid);
+    char *maps = slurp(path, 16u << 20, NULL);
+    int py = maps && strstr(maps, "/libpython") != NULL;
+    free(maps);
+    return py;
+}
+
+/* A process that did not announce itself (no auto hook, or not Python):
+ * read from outside with ptrace. Python stacks from py-spy for a Python
+ * process, native stacks from gdb for every process, each when installed
+ * (and within its count); the dump says which tool gave what. */
+static void from_outside(hd_proc *p, buf *b, int have_pyspy, int have_gdb, int *npyspy, int *ngdb)
+{
+    char pidtxt[24];
+    snprintf(pidtxt, sizeof(pidtxt), "%ld", (long)p->pid);
+    int python = is_python_proc(p->pid);
+    p->how[0] = 0;
+    if (python && have_pyspy && *npyspy < HD_PYSPY_MAX) {
+        char *argv[] = {"py-spy", "dump", "--pid", pidtxt, NULL};
+        buf_puts(b, "Python stacks (py-spy dump):\n");
+        size_t before = b->len;
+        run_helper(argv, b, p->pid);
+        (*npyspy)++;
+        snprintf(p->how, sizeof(p->how), "py-spy");
+        if (b->len > before) {
+            char *t = strndup(b->data + before, b->len - before);
+            if (t) parse_pyspy(t, p);
+            free(t);
+        }
+        if (b->len && b->data[b->len - 1] != '\n') buf_putc(b, '\n');
+    } else if (python) {
+        if (have_pyspy)
+            buf_printf(b, "(Python stacks: py-spy skipped, already run on %d processes)\n",
+                       HD_PYSPY_MAX);
+        else
+            buf_puts(b, "(Python stacks: py-spy is not installed; pip install py-spy)\n");
+    }
+    if (have_gdb && *ngdb < HD_GDB_MAX) {
+        /* no auto-loaded python-gdb.py: its warning is noise, its loading slow */
+        char *argv[] = {"gdb", "-nx", "-batch", "-iex", "set auto-load python-scripts off", "-p",
+                        pidtxt, "-ex", "thread apply all bt 64", NULL};
+        buf_puts(b, "Native stacks (gdb):\n");
+        size_t before = b->len;
+        run_helper(argv, b, p->pid);
+        (*ngdb)++;
+        size_t hl = strlen(p->how);
+        snprintf(p->how + hl, sizeof(p->how) - hl, "%sgdb", hl ? "+" : "");
+        if (!p->where[0] && b->len > before) {
+            char *t = strndup(b->data + before, b->len - before);
+            if (t) parse_gdb(t, p);
+            free(t);
+        }
+        if (b->len && b->data[b->len - 1] != '\n') buf_putc(b, '\n');
+    } else {
+        if (have_gdb)
+            buf_printf(b, "(native stacks: gdb skipped, already run on %d processes)\n", HD_GDB_MAX);
+        else
+            buf_puts(b, "(native stacks: gdb is not installed)\n");
+    }
+    if (!p->how[0]) snprintf(p->how, sizeof(p->how), "proc");
+}
+
 int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_result *res)
 {
     memset(res, 0, sizeof(*res));
@@ -613,7 +691,7 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
 
     buf b;
     buf_init(&b, HD_OUT_MAX);
-    int helpers = 0, have_gdb = in_path("gdb"), have_pyspy = in_path("py-spy");
+    int npyspy = 0, ngdb = 0, have_gdb = in_path("gdb"), have_pyspy = in_path("py-spy");
     for (int i = 0; i < np; i++) {
         hd_proc *p = &res->procs[i];
         if (p->rank >= 0)
@@ -640,37 +718,8 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
                 buf_puts(&b, "(no answer to faulthandler's signal)\n");
             }
             free(all);
-        } else if (helpers < HD_HELPERS_MAX && have_pyspy && strncmp(p->comm, "python", 6) == 0) {
-            char pidtxt[24];
-            snprintf(pidtxt, sizeof(pidtxt), "%ld", (long)p->pid);
-            char *argv[] = {"py-spy", "dump", "--pid", pidtxt, NULL};
-            buf_puts(&b, "Python stacks (py-spy dump):\n");
-            size_t before = b.len;
-            run_helper(argv, &b, p->pid);
-            helpers++;
-            snprintf(p->how, sizeof(p->how), "py-spy");
-            if (b.len > before) {
-                char *t = strndup(b.data + before, b.len - before);
-                if (t) parse_pyspy(t, p);
-                free(t);
-            }
-        } else if (helpers < HD_HELPERS_MAX && have_gdb) {
-            char pidtxt[24];
-            snprintf(pidtxt, sizeof(pidtxt), "%ld", (long)p->pid);
-            char *argv[] = {"gdb", "-nx", "-batch", "-p", pidtxt, "-ex", "thread apply all bt 64",
-                            NULL};
-            buf_puts(&b, "Native stacks (gdb):\n");
-            size_t before = b.len;
-            run_helper(argv, &b, p->pid);
-            helpers++;
-            snprintf(p->how, sizeof(p->how), "gdb");
-            if (b.len > before) {
-                char *t = strndup(b.data + before, b.len - before);
-                if (t) parse_gdb(t, p);
-                free(t);
-            }
         } else {
-            snprintf(p->how, sizeof(p->how), "proc");
+            from_outside(p, &b, have_pyspy, have_gdb, &npyspy, &ngdb);
         }
         buf_puts(&b, "Threads (/proc: state, kernel wait channel):\n");
         proc_threads(p->pid, &b);

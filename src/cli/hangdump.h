@@ -5,9 +5,10 @@
  * real-time signal named in its first line: every thread's Python stack,
  * written by C code even while the GIL is held) and ctl-PID (a FIFO a small
  * thread of the process reads: it answers with state-PID.json, the innermost
- * user frame and the collective in progress). Other processes get their
- * native stacks from gdb (or Python stacks from py-spy) when installed, and
- * always their threads' states and kernel wait channels from /proc. Nothing
+ * user frame and the collective in progress). Other processes are read from
+ * outside: Python stacks from py-spy (Python processes) and native stacks
+ * from gdb (every process), each when installed, and always their threads'
+ * states and kernel wait channels from /proc. Nothing
  * is ever signalled that did not ask for it. */
 #ifndef TPF_CLI_HANGDUMP_H
 #define TPF_CLI_HANGDUMP_H
@@ -29,7 +30,8 @@ typedef struct hd_proc {
     char where[256];   /* "wait_for_peer (train.py:12)", "" unknown */
     char coll[48];     /* collective in progress ("all_reduce"), "" none */
     long long seq;     /* its sequence number; -1 unknown */
-    char how[24];      /* where the stack came from: "faulthandler", "gdb", "proc" ... */
+    char how[24];      /* where the stack came from: "python", "faulthandler", "py-spy+gdb",
+                          "py-spy", "gdb", "proc" */
 } hd_proc;
 
 typedef struct hd_result {
