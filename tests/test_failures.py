@@ -47,6 +47,12 @@ def jsonl(run, name):
     return [json.loads(l) for l in p.read_text().splitlines() if l.strip()]
 
 
+# The given bound applies before the first step too (start-up hangs): these
+# tests are about hangs after it, so start-up (a loaded machine, torch's
+# import) gets a generous bound of its own.
+LATE_START = ("--startup-timeout", "10m")
+
+
 def py_env():
     return {"PYTHONPATH": str(PYDIR), "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -61,8 +67,8 @@ steps(20)
 wait_for_peer()
 """)
     run = tmp_path / "run"
-    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "2s", "--on-hang", "kill",
-                "--", sys.executable, s, timeout=120, env=py_env())
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "2s", *LATE_START,
+                "--on-hang", "kill", "--", sys.executable, s, timeout=120, env=py_env())
     # killed by the watch's SIGTERM: the exit is the command's own
     assert r.returncode == 128 + 15, r.stderr
     assert "hang: pid" in r.stderr and "wait_for_peer (hang.py:" in r.stderr
@@ -163,8 +169,8 @@ steps(15)
 spin_in_c()
 """)
     run = tmp_path / "run"
-    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "kill",
-                "--", sys.executable, s, timeout=120, env=py_env())
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", *LATE_START,
+                "--on-hang", "kill", "--", sys.executable, s, timeout=120, env=py_env())
     assert r.returncode == 128 + 15, r.stderr
     h = jsonl(run, "hangs.jsonl")[0]
     p = h["processes"][0]
@@ -182,8 +188,8 @@ steps(15)
 os.execv("/bin/sleep", ["sleep", "600"])
 """)
     run = tmp_path / "run"
-    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "kill",
-                "--", sys.executable, s, timeout=120, env=py_env())
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", *LATE_START,
+                "--on-hang", "kill", "--", sys.executable, s, timeout=120, env=py_env())
     # ended by the watch's SIGTERM, not by SIGRTMIN+6
     assert r.returncode == 128 + 15, r.stderr
     h = jsonl(run, "hangs.jsonl")[0]
@@ -205,7 +211,8 @@ def hang_without_hook(run_cli, tmp_path):
     s = script(tmp_path, "plain.py", PLAIN)
     run = tmp_path / "run"
     r = run_cli("run", "--quiet", "--no-auto", "--out", run, "--hang-timeout", "1s",
-                "--on-hang", "kill", "--", sys.executable, s, timeout=180, env=py_env())
+                *LATE_START, "--on-hang", "kill", "--", sys.executable, s, timeout=180,
+                env=py_env())
     assert r.returncode == 128 + 15, r.stderr
     h = jsonl(run, "hangs.jsonl")[0]
     p = h["processes"][0]
@@ -244,7 +251,7 @@ os.execv(%r, ["sleep", "60"])
 """ % sleeper)))
     prog.chmod(0o755)
     r = run_cli("run", "--quiet", "--no-auto", "--out", run, "--hang-timeout", "1s",
-                "--on-hang", "kill", "--", prog, timeout=180, env=py_env())
+                *LATE_START, "--on-hang", "kill", "--", prog, timeout=180, env=py_env())
     assert r.returncode == 128 + 15, r.stderr
     h = jsonl(run, "hangs.jsonl")[0]
     p = h["processes"][0]
@@ -253,6 +260,70 @@ os.execv(%r, ["sleep", "60"])
     assert "Native stacks (gdb):" in stacks and "#0 " in stacks
     assert "py-spy" not in stacks  # not a Python process: py-spy is not tried
     assert p["where"].endswith("(native)"), h
+
+
+def test_hang_before_the_first_step_with_a_given_bound(run_cli, tmp_path):
+    # stuck before its loop: the given bound applies from the command's start
+    s = script(tmp_path, "early.py", """
+def stuck_before_loop():
+    while True:
+        time.sleep(0.1)
+
+stuck_before_loop()
+steps(10)
+""")
+    run = tmp_path / "run"
+    # 10 s: a generous margin for the interpreter to reach the function on a
+    # loaded machine (the watch would name the import it is in otherwise)
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "10s", "--on-hang", "kill",
+                "--", sys.executable, s, timeout=180, env=py_env())
+    assert r.returncode == 128 + 15, r.stderr
+    assert "no first step after" in r.stderr and "startup bound 10 s" in r.stderr, r.stderr
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1, h
+    h = h[0]
+    assert h["bound_kind"] == "startup" and h["before_first_step"] is True
+    assert h["bound_s"] == 10 and h["since_last_step_s"] >= 10
+    assert h["verdict"].startswith("pid ") and "in stuck_before_loop (early.py:" in h["verdict"]
+    att = load(run, "attempts.json")["attempts"]
+    assert len(att) == 1 and att[0]["ended_by"] == "hang" and att[0]["steps"] == 0
+    md = (run / "report.md").read_text()
+    assert "**Hang:** pid" in md and "no first step after" in md
+    assert load(run, "failures.json")["options"]["startup_timeout_s"] == 10
+
+
+def test_startup_bound_defaults(run_cli, tmp_path):
+    # learned bound (default): 30 min before the first step and until the
+    # learned bound is armed; what the heartbeat shows an outside watchdog
+    s = script(tmp_path, "hb.py", """
+import json
+hb = os.path.join(os.environ["TRAINPERF_RUN_DIR"], "heartbeat.json")
+for _ in range(1200):
+    try:
+        with open(hb) as f:
+            doc = json.load(f)
+        break
+    except (OSError, ValueError):
+        time.sleep(0.05)
+print("HB", doc["steps"], doc["hang_bound_s"], doc["hang_bound_kind"], flush=True)
+steps(5)
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--", sys.executable, s, timeout=120,
+                env=py_env())
+    assert r.returncode == 0, r.stderr
+    assert "HB 0 1800.0 startup" in r.stdout, r.stdout
+    hb = load(run, "heartbeat.json")
+    # 5 steps: the learned bound is not armed yet (10 are needed)
+    assert hb["steps"] == 5 and hb["hang_bound_s"] == 1800 and hb["hang_bound_kind"] == "startup"
+    assert load(run, "failures.json")["options"]["startup_timeout_s"] == 1800
+    # the watch off: no startup bound either
+    run2 = tmp_path / "run2"
+    r = run_cli("run", "--quiet", "--out", run2, "--hang-timeout", "off", "--", sys.executable,
+                s, timeout=120, env=py_env())
+    assert r.returncode == 0, r.stderr
+    assert "HB 0 None None" in r.stdout, r.stdout
+    assert load(run2, "failures.json")["options"]["startup_timeout_s"] is None
 
 
 def test_restart_after_one_failure(run_cli, tmp_path):
@@ -294,9 +365,9 @@ if not os.path.exists(sys.argv[1]):
         time.sleep(0.1)
 """)
     run = tmp_path / "run"
-    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "restart",
-                "--restart-backoff", "0s", "--", sys.executable, s, marker, timeout=120,
-                env=py_env())
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", *LATE_START,
+                "--on-hang", "restart", "--restart-backoff", "0s", "--", sys.executable, s, marker,
+                timeout=120, env=py_env())
     assert r.returncode == 0, r.stderr
     att = load(run, "attempts.json")["attempts"]
     assert [a["ended_by"] for a in att] == ["hang", "exit"]
@@ -338,6 +409,8 @@ def test_restart_on_chooses_what_restarts(run_cli, tmp_path):
     (["--restart-on", "sometimes"], "--restart-on"),
     (["--mtbf", "never"], "--mtbf"),
     (["--on-hang", "kill", "--hang-timeout", "off"], "--on-hang kill"),
+    (["--startup-timeout", "soon"], "--startup-timeout"),
+    (["--startup-timeout", "0s"], "--startup-timeout"),
 ])
 def test_bad_failure_options(run_cli, tmp_path, args, word):
     run = tmp_path / "run"
@@ -382,8 +455,9 @@ def test_torchrun_hang_names_the_rank(run_cli, tmp_path):
     s = tmp_path / "ddp_hang.py"
     s.write_text(DDP_HANG)
     run = tmp_path / "run"
-    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "3s", "--on-hang", "kill", "--",
-                torchrun, "--standalone", "--nproc-per-node", "2", s, timeout=300)
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "3s", *LATE_START,
+                "--on-hang", "kill", "--", torchrun, "--standalone", "--nproc-per-node", "2", s,
+                timeout=300)
     assert r.returncode != 0
     h = jsonl(run, "hangs.jsonl")
     assert len(h) == 1, r.stderr
@@ -403,6 +477,56 @@ def test_torchrun_hang_names_the_rank(run_cli, tmp_path):
     assert sorted(x["rank"] for x in hb["ranks"]) == [0, 1]
     assert all(x["step"] >= 8 for x in hb["ranks"])
     assert "**Hang:** rank 1 in wait" in (run / "report.md").read_text()
+
+
+RDZV_HANG = r"""
+import os
+import time
+import torch.distributed as dist
+
+def late_to_the_party():
+    while True:
+        time.sleep(0.1)
+
+if os.environ["RANK"] == "1":
+    late_to_the_party()        # never joins the rendezvous
+dist.init_process_group("gloo")
+dist.barrier()
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_torchrun_rank_missing_from_the_rendezvous(run_cli, tmp_path):
+    # no step ever: the given bound applies from the start (30 s: a generous
+    # margin for torchrun and both ranks to import torch on a loaded machine)
+    pytest.importorskip("torch")
+    torchrun = shutil.which("torchrun")
+    if not torchrun:
+        pytest.skip("torchrun not installed")
+    s = tmp_path / "rdzv.py"
+    s.write_text(RDZV_HANG)
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "30s", "--on-hang", "kill", "--",
+                torchrun, "--standalone", "--nproc-per-node", "2", s, timeout=300)
+    assert r.returncode != 0
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1, r.stderr
+    h = h[0]
+    assert h["before_first_step"] is True and h["bound_kind"] == "startup"
+    v = h["verdict"]
+    # the rank that never came first; the one waiting for it in the set-up
+    assert v.startswith("rank 1 in late_to_the_party (rdzv.py:"), v
+    assert "; rank 0 in init_process_group (rdzv.py:" in v, v
+    procs = {p["rank"]: p for p in h["processes"] if p["rank"] is not None}
+    assert procs[0]["collective"] == "init_process_group" and procs[1]["collective"] is None
+    stacks = (run / h["stacks"]).read_text()
+    assert "==== rank 0, pid" in stacks and "==== rank 1, pid" in stacks
+    assert "in init_process_group" in stacks and "in late_to_the_party" in stacks
+    # --on-hang kill ended the whole job
+    att = load(run, "attempts.json")["attempts"]
+    assert len(att) == 1 and att[0]["ended_by"] == "hang" and att[0]["steps"] == 0
+    assert not [p for p in h["processes"] if os.path.exists("/proc/%d" % p["pid"])]
 
 
 CKPT = r"""
@@ -494,8 +618,8 @@ def test_eval_and_checkpoint_are_not_hangs(run_cli, tmp_path):
     s = tmp_path / "pauses.py"
     s.write_text(PAUSES)
     run = tmp_path / "run"
-    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "kill", "--",
-                sys.executable, s, timeout=300)
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", *LATE_START,
+                "--on-hang", "kill", "--", sys.executable, s, timeout=300)
     assert r.returncode == 0, r.stderr
     assert jsonl(run, "hangs.jsonl") == []
     att = load(run, "attempts.json")["attempts"]

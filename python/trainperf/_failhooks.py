@@ -85,6 +85,9 @@ _COLLECTIVES = {
     "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast",
     "broadcast_object_list", "reduce", "gather", "scatter", "barrier", "monitored_barrier",
     "send", "recv", "batch_isend_irecv",
+    # set-up that waits for every rank: a rank missing from the rendezvous
+    # holds the others here
+    "init_process_group", "new_group",
 }
 
 

@@ -176,7 +176,9 @@ static int is_collective(const char *fn)
                                       "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
                                       "broadcast", "broadcast_object_list", "reduce", "gather",
                                       "scatter", "barrier", "monitored_barrier", "send", "recv",
-                                      "isend", "irecv", "batch_isend_irecv", "wait", NULL};
+                                      "isend", "irecv", "batch_isend_irecv", "wait",
+                                      /* set-up waits for every rank (rendezvous) */
+                                      "init_process_group", "new_group", NULL};
     for (int i = 0; ops[i]; i++)
         if (strcmp(fn, ops[i]) == 0) return 1;
     return 0;

@@ -128,6 +128,7 @@ void fail_ckpt_json(jw *w, const fail_ckpt *c, double mtbf_s)
 typedef struct f_hang {
     double t, since, bound;
     int attempt;
+    int first; /* before the attempt's first step: since counts from its start */
     char verdict[640], stacks[64], action[16], kind[16];
 } f_hang;
 
@@ -207,6 +208,8 @@ static void load_hangs(f_model *m, const char *run_dir)
         cpy(h->stacks, sizeof(h->stacks), jr_pstr(d.root, "stacks"));
         cpy(h->action, sizeof(h->action), jr_pstr(d.root, "action"));
         cpy(h->kind, sizeof(h->kind), jr_pstr(d.root, "bound_kind"));
+        const jr_node *fs = jr_get(d.root, "before_first_step");
+        h->first = fs && fs->type == JR_BOOL && fs->num != 0;
         jr_free(&d);
     }
     free(line);
@@ -392,8 +395,9 @@ void fail_headline(buf *b, const char *run_dir, int fmt, int color)
             buf_printf(b, "%sHANG%s ", red, rs);
         esc(b, fmt, h->verdict[0] ? h->verdict : "no process answered");
         if (fmt == FAIL_HTML) buf_puts(b, "</div><p>");
-        buf_printf(b, "%s(no step for %s at t = %.0f s", fmt == FAIL_HTML ? "" : " ",
-                   dur(a, sizeof(a), h->since), h->t);
+        buf_printf(b, "%s(%s %s at t = %.0f s", fmt == FAIL_HTML ? "" : " ",
+                   h->first ? "no first step after" : "no step for", dur(a, sizeof(a), h->since),
+                   h->t);
         if (h->stacks[0]) {
             buf_puts(b, "; stacks in ");
             esc(b, fmt, h->stacks);
@@ -432,8 +436,9 @@ static void sec_hangs(buf *b, const f_model *m, int fmt, int color)
         const f_hang *h = &m->hangs[i];
         para_begin(b, fmt);
         if (fmt == FAIL_MD) buf_puts(b, "- ");
-        buf_printf(b, "t = %.0f s, attempt %d: no step for %s (bound %s, %s); action %s: ", h->t,
-                   h->attempt, dur(a, sizeof(a), h->since), dur(c, sizeof(c), h->bound),
+        buf_printf(b, "t = %.0f s, attempt %d: %s %s (bound %s, %s); action %s: ", h->t,
+                   h->attempt, h->first ? "no first step after" : "no step for",
+                   dur(a, sizeof(a), h->since), dur(c, sizeof(c), h->bound),
                    h->kind[0] ? h->kind : "?", h->action[0] ? h->action : "dump");
         esc(b, fmt, h->verdict[0] ? h->verdict : "no process answered");
         if (fmt == FAIL_MD) buf_puts(b, "\n");
@@ -640,6 +645,7 @@ void fail_json(jw *w, const char *run_dir)
             jw_knum(w, "t", h->t);
             jw_kint(w, "attempt", h->attempt);
             jw_knum(w, "since_last_step_s", h->since);
+            jw_kbool(w, "before_first_step", h->first);
             jw_knum(w, "bound_s", h->bound);
             jw_kstr(w, "verdict", h->verdict);
             jw_kstr(w, "stacks", h->stacks[0] ? h->stacks : NULL);
