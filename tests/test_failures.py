@@ -326,6 +326,69 @@ steps(5)
     assert load(run2, "failures.json")["options"]["startup_timeout_s"] is None
 
 
+EMBEDDED = r"""
+import os, sys, time, threading
+import trainperf
+
+run = trainperf.start(sys.argv[1], interval_s=0.2)
+
+def waiting_for_the_loader():
+    # stuck until the collector has saved the stacks (up to 2 min on a loaded machine)
+    for _ in range(1200):
+        if os.path.exists(os.path.join(run, "hangs.jsonl")):
+            break
+        time.sleep(0.1)
+
+def side_worker():
+    while True:
+        time.sleep(0.5)
+
+threading.Thread(target=side_worker, name="side", daemon=True).start()
+for _ in range(20):
+    with trainperf.step():
+        time.sleep(0.01)
+waiting_for_the_loader()
+for _ in range(5):
+    with trainperf.step():
+        time.sleep(0.01)
+trainperf.stop()
+print("STOPPED", flush=True)
+"""
+
+
+def test_embedded_mode_saves_python_stacks_on_the_hang_alert(tmp_path):
+    # no `trainperf run`: the in-process collector's hang alert is the trigger
+    import subprocess
+    s = tmp_path / "emb.py"
+    s.write_text(EMBEDDED)
+    run = tmp_path / "run"
+    env = dict(os.environ, **py_env())
+    env.pop("TRAINPERF_RUN_DIR", None)
+    r = subprocess.run([sys.executable, str(s), str(run)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and "STOPPED" in r.stdout, r.stderr
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1, h
+    h = h[0]
+    assert h["bound_kind"] == "alert" and h["action"] == "dump" and h["since_last_step_s"] > 0
+    p = h["processes"][0]
+    assert p["source"] == "faulthandler" and p["rank"] is None, h
+    assert h["verdict"].startswith("pid %d (" % p["pid"]), h
+    assert "in waiting_for_the_loader (emb.py:" in h["verdict"], h
+    stacks = (run / h["stacks"]).read_text()
+    assert "embedded mode" in stacks.splitlines()[0]
+    # every Python thread, the side thread included, and every thread from /proc
+    assert "in side_worker" in stacks and "in waiting_for_the_loader" in stacks
+    assert "Threads (/proc" in stacks and "tid %d " % p["pid"] in stacks
+    alerts = [a for a in jsonl(run, "alerts.jsonl") if a["rule"] == "hang"]
+    assert alerts and alerts[0]["state"] == "fired"
+    md = (run / "report.md").read_text()
+    assert "**Hang:** pid" in md.split("\n| |")[0] and "## Hangs" in md
+    # the training went on after the dump
+    rows = (run / "steps.csv").read_text().splitlines()
+    assert len(rows) == 1 + 25
+
+
 def test_restart_after_one_failure(run_cli, tmp_path):
     marker = tmp_path / "failed-once"
     s = script(tmp_path, "flaky.py", """

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/hangdump.h"
+#include "watch/hangdump.h"
 #include "record/writers.h"
 #include "report/failures.h"
 #include "trainperf.h"
@@ -848,29 +848,7 @@ static void fire_hang(sup *s, double t, double since, double bound, const char *
     jw_kstr(&w, "stacks", rc ? NULL : res->stacks);
     jw_kstr(&w, "action", action_name(s->o.on_hang));
     jw_key(&w, "processes");
-    jw_arr_begin(&w);
-    for (int i = 0; i < res->nprocs; i++) {
-        const hd_proc *p = &res->procs[i];
-        jw_obj_begin(&w);
-        jw_kint(&w, "pid", p->pid);
-        jw_kint(&w, "ppid", p->ppid);
-        jw_key(&w, "rank");
-        if (p->rank >= 0)
-            jw_int(&w, p->rank);
-        else
-            jw_null(&w);
-        jw_kstr(&w, "comm", p->comm);
-        jw_kstr(&w, "where", p->where[0] ? p->where : NULL);
-        jw_kstr(&w, "collective", p->coll[0] ? p->coll : NULL);
-        jw_key(&w, "seq");
-        if (p->seq >= 0)
-            jw_int(&w, p->seq);
-        else
-            jw_null(&w);
-        jw_kstr(&w, "source", p->how);
-        jw_obj_end(&w);
-    }
-    jw_arr_end(&w);
+    hd_procs_json(&w, res);
     jw_obj_end(&w);
     append_line(s, "hangs.jsonl", &b);
     free(res);

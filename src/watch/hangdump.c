@@ -1,5 +1,5 @@
 /* Stacks of every process of a tree (see hangdump.h). */
-#include "cli/hangdump.h"
+#include "watch/hangdump.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -609,6 +610,27 @@ static void from_outside(hd_proc *p, buf *b, int have_pyspy, int have_gdb, int *
     if (!p->how[0]) snprintf(p->how, sizeof(p->how), "proc");
 }
 
+/* RUN/hangs/<n>.txt: the headline, the verdict, then b. */
+static int write_stacks(const char *run_dir, int n, const char *headline, hd_result *res,
+                        const buf *b)
+{
+    char path[PATH_MAX];
+    int rc = 0;
+    snprintf(path, sizeof(path), "%s/hangs", run_dir);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) rc = err_from_errno(errno);
+    snprintf(res->stacks, sizeof(res->stacks), "hangs/%d.txt", n);
+    snprintf(path, sizeof(path), "%s/%s", run_dir, res->stacks);
+    if (!rc && !b->err) {
+        FILE *f = fopen(path, "we");
+        if (f) fprintf(f, "%s\nverdict: %s\n\n", headline, res->verdict);
+        if (!f || fwrite(b->data, 1, b->len, f) != b->len) rc = err_from_errno(errno ? errno : EIO);
+        if (f && fclose(f) != 0 && !rc) rc = err_from_errno(errno);
+    } else if (!rc) {
+        rc = b->err;
+    }
+    return rc;
+}
+
 int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_result *res)
 {
     memset(res, 0, sizeof(*res));
@@ -740,19 +762,98 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
     free(w);
     build_verdict(res);
 
-    int rc = 0;
-    snprintf(path, sizeof(path), "%s/hangs", run_dir);
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) rc = err_from_errno(errno);
-    snprintf(res->stacks, sizeof(res->stacks), "hangs/%d.txt", n);
-    snprintf(path, sizeof(path), "%s/%s", run_dir, res->stacks);
-    if (!rc && !b.err) {
-        FILE *f = fopen(path, "w");
-        if (f) fprintf(f, "%s\nverdict: %s\n\n", headline, res->verdict);
-        if (!f || fwrite(b.data, 1, b.len, f) != b.len) rc = err_from_errno(errno ? errno : EIO);
-        if (f && fclose(f) != 0 && !rc) rc = err_from_errno(errno);
-    } else if (!rc) {
-        rc = b.err;
-    }
+    int rc = write_stacks(run_dir, n, headline, res, &b);
     buf_free(&b);
     return rc;
+}
+
+/* hd_dump_self: a thread whose signals are all blocked (the collector's)
+ * takes faulthandler's signal itself, so the handler has written every
+ * Python thread's stack when pthread_kill returns. */
+int hd_dump_self(const char *run_dir, int n, const char *headline, hd_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    res->nprocs = 1;
+    hd_proc *p = &res->procs[0];
+    p->pid = getpid();
+    p->ppid = getppid();
+    p->seq = -1;
+    p->rank = env_rank(p->pid);
+    p->rank_root = p->rank >= 0;
+    read_comm(p->pid, p->comm, sizeof(p->comm));
+    buf b;
+    buf_init(&b, HD_OUT_MAX);
+    if (p->rank >= 0)
+        buf_printf(&b, "==== rank %d, pid %ld (%s), this process (embedded mode) ====\n", p->rank,
+                   (long)p->pid, p->comm);
+    else
+        buf_printf(&b, "==== pid %ld (%s), this process (embedded mode) ====\n", (long)p->pid,
+                   p->comm);
+    char path[PATH_MAX];
+    live_path(path, sizeof(path), run_dir, "pystack", p->pid, ".txt");
+    char *head = slurp(path, 256, NULL);
+    const char *sp = head ? strstr(head, "signal=") : NULL;
+    long sig = sp ? strtol(sp + 7, NULL, 10) : 0;
+    free(head);
+    snprintf(p->how, sizeof(p->how), "proc");
+    if (sig > 0 && sig < 65 && catches(p->pid, (int)sig)) {
+        p->python = 1;
+        off_t before = file_size(path);
+        sigset_t one, old;
+        sigemptyset(&one);
+        sigaddset(&one, (int)sig);
+        pthread_sigmask(SIG_UNBLOCK, &one, &old);
+        int sent = pthread_kill(pthread_self(), (int)sig) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        size_t len = 0;
+        char *all = sent ? slurp(path, HD_FILE_MAX + (size_t)(before > 0 ? before : 0), &len) : NULL;
+        if (all && before >= 0 && (off_t)len > before) {
+            const char *chunk = all + before;
+            p->answered = 1;
+            snprintf(p->how, sizeof(p->how), "faulthandler");
+            buf_puts(&b, "Python stacks (faulthandler):\n");
+            buf_puts(&b, chunk);
+            parse_faulthandler(chunk, p);
+        } else {
+            buf_puts(&b, "(no answer to faulthandler's signal)\n");
+        }
+        free(all);
+    } else {
+        buf_puts(&b, "(no Python stacks: faulthandler is registered by trainperf.start() in "
+                     "Python; native stacks are not taken in embedded mode)\n");
+    }
+    buf_puts(&b, "Threads (/proc: state, kernel wait channel):\n");
+    proc_threads(p->pid, &b);
+    buf_putc(&b, '\n');
+    build_verdict(res);
+    int rc = write_stacks(run_dir, n, headline, res, &b);
+    buf_free(&b);
+    return rc;
+}
+
+void hd_procs_json(jw *w, const hd_result *res)
+{
+    jw_arr_begin(w);
+    for (int i = 0; i < res->nprocs; i++) {
+        const hd_proc *p = &res->procs[i];
+        jw_obj_begin(w);
+        jw_kint(w, "pid", p->pid);
+        jw_kint(w, "ppid", p->ppid);
+        jw_key(w, "rank");
+        if (p->rank >= 0)
+            jw_int(w, p->rank);
+        else
+            jw_null(w);
+        jw_kstr(w, "comm", p->comm);
+        jw_kstr(w, "where", p->where[0] ? p->where : NULL);
+        jw_kstr(w, "collective", p->coll[0] ? p->coll : NULL);
+        jw_key(w, "seq");
+        if (p->seq >= 0)
+            jw_int(w, p->seq);
+        else
+            jw_null(w);
+        jw_kstr(w, "source", p->how);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
 }
