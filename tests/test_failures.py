@@ -389,6 +389,69 @@ def test_embedded_mode_saves_python_stacks_on_the_hang_alert(tmp_path):
     assert len(rows) == 1 + 25
 
 
+EMBEDDED_C = r"""
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+#include "trainperf.h"
+
+static void nap_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void steps(int n)
+{
+    for (int i = 0; i < n; i++) {
+        tpf_step_begin();
+        nap_ms(10);
+        tpf_step_end(1, 0);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    char hangs[4096];
+    tpf_options o = TPF_OPTIONS_INIT;
+    o.run_dir = argv[1];
+    o.interval_s = 0.2;
+    if (tpf_start(&o) != 0) return 10;
+    steps(20);
+    snprintf(hangs, sizeof(hangs), "%s/hangs.jsonl", argv[1]);
+    for (int i = 0; i < 1200 && access(hangs, F_OK) != 0; i++) nap_ms(100);
+    steps(5);
+    return tpf_stop() == 0 ? 0 : 11;
+}
+"""
+
+
+def test_embedded_mode_in_c_saves_the_threads_of_proc(build, tmp_path):
+    # a C program has no Python stacks: /proc's threads and wait channels
+    import subprocess
+    from conftest import SANITIZE
+    src = tmp_path / "emb.c"
+    src.write_text(EMBEDDED_C)
+    exe = tmp_path / "emb"
+    san = ["-fsanitize=address,undefined"] if SANITIZE else []
+    subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-g", *san, "-I", str(ROOT / "include"),
+                    str(src), str(build / "libtrainperf.a"), "-pthread", "-lm", "-ldl", "-lz",
+                    "-o", str(exe)], check=True, timeout=120)
+    run = tmp_path / "run"
+    env = dict(os.environ)
+    env.pop("TRAINPERF_RUN_DIR", None)
+    r = subprocess.run([str(exe), str(run)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1, h
+    p = h[0]["processes"][0]
+    assert p["source"] == "proc" and p["comm"] == "emb", h
+    assert h[0]["verdict"].startswith("pid %d (emb) in kernel wait " % p["pid"]), h
+    stacks = (run / h[0]["stacks"]).read_text()
+    assert "no Python stacks" in stacks and "tid %d " % p["pid"] in stacks
+    assert len((run / "steps.csv").read_text().splitlines()) == 1 + 25
+
+
 def test_restart_after_one_failure(run_cli, tmp_path):
     marker = tmp_path / "failed-once"
     s = script(tmp_path, "flaky.py", """

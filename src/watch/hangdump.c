@@ -825,6 +825,15 @@ int hd_dump_self(const char *run_dir, int n, const char *headline, hd_result *re
     buf_puts(&b, "Threads (/proc: state, kernel wait channel):\n");
     proc_threads(p->pid, &b);
     buf_putc(&b, '\n');
+    if (!p->where[0]) {
+        /* the main thread's kernel wait channel, as a last resort */
+        char wp[64];
+        snprintf(wp, sizeof(wp), "/proc/%ld/wchan", (long)p->pid);
+        char *wc = slurp(wp, 128, NULL);
+        if (wc && *wc && strcmp(wc, "0") != 0)
+            snprintf(p->where, sizeof(p->where), "kernel wait %s", wc);
+        free(wc);
+    }
     build_verdict(res);
     int rc = write_stacks(run_dir, n, headline, res, &b);
     buf_free(&b);
