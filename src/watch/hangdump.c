@@ -356,7 +356,7 @@ static void run_helper(char *const argv[], buf *out, pid_t target)
     if (term) kill(target, SIGCONT);
 }
 
-static int in_path(const char *name)
+int hd_in_path(const char *name)
 {
     const char *path = getenv("PATH");
     if (!path) return 0;
@@ -715,7 +715,7 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
 
     buf b;
     buf_init(&b, HD_OUT_MAX);
-    int npyspy = 0, ngdb = 0, have_gdb = in_path("gdb"), have_pyspy = in_path("py-spy");
+    int npyspy = 0, ngdb = 0, have_gdb = hd_in_path("gdb"), have_pyspy = hd_in_path("py-spy");
     for (int i = 0; i < np; i++) {
         hd_proc *p = &res->procs[i];
         if (p->rank >= 0)

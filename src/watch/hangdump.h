@@ -61,6 +61,9 @@ int hd_dump_self(const char *run_dir, int n, const char *headline, hd_result *re
 /* The "processes" array of a hangs.jsonl line (docs/run-format.md). */
 void hd_procs_json(jw *w, const hd_result *res);
 
+/* 1 when an executable of that name is on PATH (py-spy, gdb). */
+int hd_in_path(const char *name);
+
 /* The processes of root's tree (root first), at most max. */
 int hd_tree(pid_t root, pid_t *out, pid_t *ppid, int max);
 
