@@ -800,8 +800,9 @@ static void fire_hang(sup *s, double t, double since, double bound, const char *
         snprintf(what, sizeof(what), "no first step %.1f s after the command started", since);
     else
         snprintf(what, sizeof(what), "no step for %.1f s", since);
-    snprintf(headline, sizeof(headline), "trainperf hang %d: %s (bound %.1f s, %s), attempt %d, t = %.1f s",
-             s->nhangs, what, bound, kind, s->natt, t);
+    snprintf(headline, sizeof(headline),
+             "trainperf hang %d: %s (bound %.1f s, %s), attempt %d, t = %.1f s", s->nhangs, what,
+             bound, kind, s->natt, t);
     hd_result *res = calloc(1, sizeof(*res));
     if (!res) return;
     int rc = hd_dump(s->run_dir, s->child, s->nhangs, headline, res);
@@ -928,7 +929,11 @@ void sup_tick(sup *s, int color)
     if (isfinite(s->seen_t) && s->seen_t > mark) mark = s->seen_t;
     if (!isfinite(mark)) return;
     double since = t - mark;
-    if (since > bound) {
+    /* before the first step nothing was seen to count from: a first step
+     * that ended just inside the bound may still be on its way to
+     * steps.csv, so the watch waits the collector's lag on top */
+    double need = bound + (isfinite(a->last_step_t) ? 0 : s->o.settle_s);
+    if (since > need) {
         s->stall_fired = 1;
         fire_hang(s, t, t - (isfinite(a->last_step_t) ? a->last_step_t : a->start_t), bound,
                   kind, !isfinite(a->last_step_t), color);
