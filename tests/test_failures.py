@@ -605,6 +605,59 @@ def test_torchrun_hang_names_the_rank(run_cli, tmp_path):
     assert "**Hang:** rank 1 in wait" in (run / "report.md").read_text()
 
 
+DDP_HANG_NO_HOOK = r"""
+import time
+import torch
+import torch.distributed as dist
+import trainperf
+
+def wait_for_peer():
+    while True:
+        time.sleep(0.1)
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.Linear(8, 8)
+for step in range(10000):
+    with trainperf.step():  # --no-auto: the script's own steps
+        if rank == 1 and step == 8:
+            wait_for_peer()
+        model(torch.randn(4, 8)).sum().backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_torchrun_hang_without_the_hook_read_by_pyspy(run_cli, tmp_path):
+    # no auto hook in any process: py-spy reads every rank's Python stack from
+    # outside (what people do by hand over every PID), gdb adds native stacks
+    pytest.importorskip("torch")
+    torchrun = shutil.which("torchrun")
+    if not torchrun:
+        pytest.skip("torchrun not installed")
+    if not shutil.which("py-spy"):
+        pytest.skip("py-spy not installed (scripts/install-deps.sh installs it)")
+    s = tmp_path / "ddp_plain.py"
+    s.write_text(DDP_HANG_NO_HOOK)
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--no-auto", "--out", run, "--hang-timeout", "3s", *LATE_START,
+                "--on-hang", "kill", "--", torchrun, "--standalone", "--nproc-per-node", "2", s,
+                timeout=300, env=py_env())
+    assert r.returncode != 0
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1, r.stderr
+    v = h[0]["verdict"]
+    assert v.startswith("rank 1 in wait_for_peer (ddp_plain.py:"), v
+    assert "; rank 0 in all_reduce (ddp_plain.py:" in v, v
+    procs = {p["rank"]: p for p in h[0]["processes"] if p["rank"] is not None}
+    assert all(p["source"].startswith("py-spy") for p in procs.values()), procs
+    assert procs[0]["collective"] == "all_reduce" and procs[1]["collective"] is None
+    stacks = (run / h[0]["stacks"]).read_text()
+    assert stacks.count("Python stacks (py-spy dump):") >= 2
+
+
 RDZV_HANG = r"""
 import os
 import time

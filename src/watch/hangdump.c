@@ -566,7 +566,8 @@ static void from_outside(hd_proc *p, buf *b, int have_pyspy, int have_gdb, int *
     int python = is_python_proc(p->pid);
     p->how[0] = 0;
     if (python && have_pyspy && *npyspy < HD_PYSPY_MAX) {
-        char *argv[] = {"py-spy", "dump", "--pid", pidtxt, NULL};
+        /* full paths: the library's frames are told from the user's by them */
+        char *argv[] = {"py-spy", "dump", "--full-filenames", "--pid", pidtxt, NULL};
         buf_puts(b, "Python stacks (py-spy dump):\n");
         size_t before = b->len;
         run_helper(argv, b, p->pid);
