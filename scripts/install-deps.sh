@@ -6,7 +6,8 @@
 #           tmux (`trainperf top` checked on a terminal against a live job);
 #           gdb (native stacks of hung processes without the Python hook, docs/failures.md)
 #   PyPI:   torch==2.13.0 (CPU), pytest, psutil, lightning, transformers, accelerate,
-#           tensorboard (its reader checks our event files), wandb and mlflow (offline/sqlite tests)
+#           tensorboard (its reader checks our event files), wandb and mlflow (offline/sqlite tests),
+#           py-spy (Python stacks of hung processes without the Python hook, docs/failures.md)
 set -euo pipefail
 
 SUDO=""
@@ -48,5 +49,11 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
     echo "install-deps: pip install ${missing[*]}"
     "$PY" -m pip install -q "${missing[@]}"
+fi
+# py-spy is a program, not a module: looked for on PATH (pip puts it beside python)
+pybin=$("$PY" -c 'import sys, os; print(os.path.dirname(sys.executable))')
+if ! command -v py-spy >/dev/null && [ ! -x "$pybin/py-spy" ]; then
+    echo "install-deps: pip install py-spy"
+    "$PY" -m pip install -q py-spy
 fi
 echo "install-deps: ok"

@@ -138,3 +138,17 @@ def test_bad_option_is_a_usage_error(run_cli):
     assert p.stderr.count("\n") == 1 and "--frobnicate" in p.stderr
     p = run_cli("doctor", "--timeout", "soon")
     assert p.returncode == 2
+
+
+def test_hang_stack_tools_are_found_on_path(run_cli, tmp_path):
+    # py-spy and gdb read the stacks of hung processes without the Python hook
+    import shutil
+    env = {"TRAINPERF_NVML_LIB": str(tmp_path / "none.so")}
+    c = _json(run_cli, env)["hang_stacks"]
+    have = [bool(shutil.which("py-spy")), bool(shutil.which("gdb"))]
+    assert c["status"] == ("ok" if all(have) else "limited" if any(have) else "missing"), c
+    assert ("py-spy found" in c["detail"]) == have[0] and ("gdb found" in c["detail"]) == have[1]
+    # neither on PATH: both named, with how to install them
+    c = _json(run_cli, dict(env, PATH=str(tmp_path)))["hang_stacks"]
+    assert c["status"] == "missing"
+    assert c["fix"] == "pip install py-spy; apt-get install gdb", c

@@ -47,6 +47,12 @@ def jsonl(run, name):
     return [json.loads(l) for l in p.read_text().splitlines() if l.strip()]
 
 
+# The given bound applies before the first step too (start-up hangs): these
+# tests are about hangs after it, so start-up (a loaded machine, torch's
+# import) gets a generous bound of its own.
+LATE_START = ("--startup-timeout", "10m")
+
+
 def py_env():
     return {"PYTHONPATH": str(PYDIR), "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -61,8 +67,8 @@ steps(20)
 wait_for_peer()
 """)
     run = tmp_path / "run"
-    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "2s", "--on-hang", "kill",
-                "--", sys.executable, s, timeout=120, env=py_env())
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "2s", *LATE_START,
+                "--on-hang", "kill", "--", sys.executable, s, timeout=120, env=py_env())
     # killed by the watch's SIGTERM: the exit is the command's own
     assert r.returncode == 128 + 15, r.stderr
     assert "hang: pid" in r.stderr and "wait_for_peer (hang.py:" in r.stderr
@@ -163,8 +169,8 @@ steps(15)
 spin_in_c()
 """)
     run = tmp_path / "run"
-    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "kill",
-                "--", sys.executable, s, timeout=120, env=py_env())
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", *LATE_START,
+                "--on-hang", "kill", "--", sys.executable, s, timeout=120, env=py_env())
     assert r.returncode == 128 + 15, r.stderr
     h = jsonl(run, "hangs.jsonl")[0]
     p = h["processes"][0]
@@ -182,8 +188,8 @@ steps(15)
 os.execv("/bin/sleep", ["sleep", "600"])
 """)
     run = tmp_path / "run"
-    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "kill",
-                "--", sys.executable, s, timeout=120, env=py_env())
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", *LATE_START,
+                "--on-hang", "kill", "--", sys.executable, s, timeout=120, env=py_env())
     # ended by the watch's SIGTERM, not by SIGRTMIN+6
     assert r.returncode == 128 + 15, r.stderr
     h = jsonl(run, "hangs.jsonl")[0]
@@ -191,24 +197,260 @@ os.execv("/bin/sleep", ["sleep", "600"])
     assert h["processes"][0]["source"] != "faulthandler"
 
 
-def test_process_without_the_hook_gets_native_stacks(run_cli, tmp_path):
-    # --no-auto: no faulthandler, no answering thread; gdb when installed, /proc always
-    s = script(tmp_path, "plain.py", """
+PLAIN = """
+def sleeping_here():
+    time.sleep(60)
+
 steps(15)
-time.sleep(60)
-""")
+sleeping_here()
+"""
+
+
+def hang_without_hook(run_cli, tmp_path):
+    # --no-auto: no faulthandler, no answering thread: read from outside only
+    s = script(tmp_path, "plain.py", PLAIN)
     run = tmp_path / "run"
     r = run_cli("run", "--quiet", "--no-auto", "--out", run, "--hang-timeout", "1s",
-                "--on-hang", "kill", "--", sys.executable, s, timeout=120, env=py_env())
+                *LATE_START, "--on-hang", "kill", "--", sys.executable, s, timeout=180,
+                env=py_env())
     assert r.returncode == 128 + 15, r.stderr
     h = jsonl(run, "hangs.jsonl")[0]
     p = h["processes"][0]
     stacks = (run / h["stacks"]).read_text()
     assert "Threads (/proc" in stacks and "wchan" in stacks
-    if shutil.which("gdb"):
-        assert p["source"] == "gdb" and "Native stacks (gdb)" in stacks
     assert p["where"], h
     assert h["verdict"].startswith("pid %d (" % p["pid"])
+    return h, p, stacks
+
+
+def test_process_without_the_hook_gets_python_stacks_from_pyspy(run_cli, tmp_path):
+    if not shutil.which("py-spy"):
+        pytest.skip("py-spy not installed (scripts/install-deps.sh installs it)")
+    h, p, stacks = hang_without_hook(run_cli, tmp_path)
+    assert p["source"].startswith("py-spy"), h
+    assert "Python stacks (py-spy dump):" in stacks and '"MainThread"' in stacks
+    # the Python place, not a native frame, names the culprit
+    assert "in sleeping_here (plain.py:" in h["verdict"], h
+    assert re.search(r"sleeping_here \(.*plain\.py:\d+\)", stacks), stacks
+    if shutil.which("gdb"):
+        # native stacks of the same process as well, said to come from gdb
+        assert p["source"] == "py-spy+gdb" and "Native stacks (gdb):" in stacks
+        assert stacks.index("Python stacks (py-spy") < stacks.index("Native stacks (gdb)")
+
+
+def test_process_without_the_hook_gets_native_stacks_from_gdb(run_cli, tmp_path):
+    if not shutil.which("gdb"):
+        pytest.skip("gdb not installed (scripts/install-deps.sh installs it)")
+    # a C program has no Python stacks: gdb's alone
+    sleeper = shutil.which("sleep")
+    run = tmp_path / "run"
+    prog = tmp_path / "c_stepper.sh"
+    prog.write_text("#!/bin/sh\nexec %s %s\n" % (sys.executable, script(tmp_path, "cstep.py", """
+steps(15)
+os.execv(%r, ["sleep", "60"])
+""" % sleeper)))
+    prog.chmod(0o755)
+    r = run_cli("run", "--quiet", "--no-auto", "--out", run, "--hang-timeout", "1s",
+                *LATE_START, "--on-hang", "kill", "--", prog, timeout=180, env=py_env())
+    assert r.returncode == 128 + 15, r.stderr
+    h = jsonl(run, "hangs.jsonl")[0]
+    p = h["processes"][0]
+    stacks = (run / h["stacks"]).read_text()
+    assert p["comm"] == "sleep" and p["source"] == "gdb", h
+    assert "Native stacks (gdb):" in stacks and "#0 " in stacks
+    assert "py-spy" not in stacks  # not a Python process: py-spy is not tried
+    assert p["where"].endswith("(native)"), h
+
+
+def test_hang_before_the_first_step_with_a_given_bound(run_cli, tmp_path):
+    # stuck before its loop: the given bound applies from the command's start
+    s = script(tmp_path, "early.py", """
+def stuck_before_loop():
+    while True:
+        time.sleep(0.1)
+
+stuck_before_loop()
+steps(10)
+""")
+    run = tmp_path / "run"
+    # 10 s: a generous margin for the interpreter to reach the function on a
+    # loaded machine (the watch would name the import it is in otherwise)
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "10s", "--startup-timeout", "10s",
+                "--on-hang", "kill",
+                "--", sys.executable, s, timeout=180, env=py_env())
+    assert r.returncode == 128 + 15, r.stderr
+    assert "no first step after" in r.stderr and "startup bound 10 s" in r.stderr, r.stderr
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1, h
+    h = h[0]
+    assert h["bound_kind"] == "startup" and h["before_first_step"] is True
+    assert h["bound_s"] == 10 and h["since_last_step_s"] >= 10
+    assert h["verdict"].startswith("pid ") and "in stuck_before_loop (early.py:" in h["verdict"]
+    att = load(run, "attempts.json")["attempts"]
+    assert len(att) == 1 and att[0]["ended_by"] == "hang" and att[0]["steps"] == 0
+    md = (run / "report.md").read_text()
+    assert "**Hang:** pid" in md and "no first step after" in md
+    assert load(run, "failures.json")["options"]["startup_timeout_s"] == 10
+
+
+def test_startup_bound_defaults(run_cli, tmp_path):
+    # learned bound (default): 30 min before the first step and until the
+    # learned bound is armed; what the heartbeat shows an outside watchdog
+    s = script(tmp_path, "hb.py", """
+import json
+hb = os.path.join(os.environ["TRAINPERF_RUN_DIR"], "heartbeat.json")
+for _ in range(1200):
+    try:
+        with open(hb) as f:
+            doc = json.load(f)
+        break
+    except (OSError, ValueError):
+        time.sleep(0.05)
+print("HB", doc["steps"], doc["hang_bound_s"], doc["hang_bound_kind"], flush=True)
+steps(5)
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--", sys.executable, s, timeout=120,
+                env=py_env())
+    assert r.returncode == 0, r.stderr
+    assert "HB 0 1800.0 startup" in r.stdout, r.stdout
+    hb = load(run, "heartbeat.json")
+    # 5 steps: the learned bound is not armed yet (10 are needed)
+    assert hb["steps"] == 5 and hb["hang_bound_s"] == 1800 and hb["hang_bound_kind"] == "startup"
+    assert load(run, "failures.json")["options"]["startup_timeout_s"] == 1800
+    # the watch off: no startup bound either
+    run2 = tmp_path / "run2"
+    r = run_cli("run", "--quiet", "--out", run2, "--hang-timeout", "off", "--", sys.executable,
+                s, timeout=120, env=py_env())
+    assert r.returncode == 0, r.stderr
+    assert "HB 0 None None" in r.stdout, r.stdout
+    assert load(run2, "failures.json")["options"]["startup_timeout_s"] is None
+
+
+EMBEDDED = r"""
+import os, sys, time, threading
+import trainperf
+
+run = trainperf.start(sys.argv[1], interval_s=0.2)
+
+def waiting_for_the_loader():
+    # stuck until the collector has saved the stacks (up to 2 min on a loaded machine)
+    for _ in range(1200):
+        if os.path.exists(os.path.join(run, "hangs.jsonl")):
+            break
+        time.sleep(0.1)
+
+def side_worker():
+    while True:
+        time.sleep(0.5)
+
+threading.Thread(target=side_worker, name="side", daemon=True).start()
+for _ in range(20):
+    with trainperf.step():
+        time.sleep(0.01)
+waiting_for_the_loader()
+for _ in range(5):
+    with trainperf.step():
+        time.sleep(0.01)
+trainperf.stop()
+print("STOPPED", flush=True)
+"""
+
+
+def test_embedded_mode_saves_python_stacks_on_the_hang_alert(tmp_path):
+    # no `trainperf run`: the in-process collector's hang alert is the trigger
+    import subprocess
+    s = tmp_path / "emb.py"
+    s.write_text(EMBEDDED)
+    run = tmp_path / "run"
+    env = dict(os.environ, **py_env())
+    env.pop("TRAINPERF_RUN_DIR", None)
+    r = subprocess.run([sys.executable, str(s), str(run)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and "STOPPED" in r.stdout, r.stderr
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1, h
+    h = h[0]
+    assert h["bound_kind"] == "alert" and h["action"] == "dump" and h["since_last_step_s"] > 0
+    p = h["processes"][0]
+    assert p["source"] == "faulthandler" and p["rank"] is None, h
+    assert h["verdict"].startswith("pid %d (" % p["pid"]), h
+    assert "in waiting_for_the_loader (emb.py:" in h["verdict"], h
+    stacks = (run / h["stacks"]).read_text()
+    assert "embedded mode" in stacks.splitlines()[0]
+    # every Python thread, the side thread included, and every thread from /proc
+    assert "in side_worker" in stacks and "in waiting_for_the_loader" in stacks
+    assert "Threads (/proc" in stacks and "tid %d " % p["pid"] in stacks
+    alerts = [a for a in jsonl(run, "alerts.jsonl") if a["rule"] == "hang"]
+    assert alerts and alerts[0]["state"] == "fired"
+    md = (run / "report.md").read_text()
+    assert "**Hang:** pid" in md.split("\n| |")[0] and "## Hangs" in md
+    # the training went on after the dump
+    rows = (run / "steps.csv").read_text().splitlines()
+    assert len(rows) == 1 + 25
+
+
+EMBEDDED_C = r"""
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+#include "trainperf.h"
+
+static void nap_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void steps(int n)
+{
+    for (int i = 0; i < n; i++) {
+        tpf_step_begin();
+        nap_ms(10);
+        tpf_step_end(1, 0);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    char hangs[4096];
+    tpf_options o = TPF_OPTIONS_INIT;
+    o.run_dir = argv[1];
+    o.interval_s = 0.2;
+    if (tpf_start(&o) != 0) return 10;
+    steps(20);
+    snprintf(hangs, sizeof(hangs), "%s/hangs.jsonl", argv[1]);
+    for (int i = 0; i < 1200 && access(hangs, F_OK) != 0; i++) nap_ms(100);
+    steps(5);
+    return tpf_stop() == 0 ? 0 : 11;
+}
+"""
+
+
+def test_embedded_mode_in_c_saves_the_threads_of_proc(build, tmp_path):
+    # a C program has no Python stacks: /proc's threads and wait channels
+    import subprocess
+    from conftest import SANITIZE
+    src = tmp_path / "emb.c"
+    src.write_text(EMBEDDED_C)
+    exe = tmp_path / "emb"
+    san = ["-fsanitize=address,undefined"] if SANITIZE else []
+    subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-g", *san, "-I", str(ROOT / "include"),
+                    str(src), str(build / "libtrainperf.a"), "-pthread", "-lm", "-ldl", "-lz",
+                    "-o", str(exe)], check=True, timeout=120)
+    run = tmp_path / "run"
+    env = dict(os.environ)
+    env.pop("TRAINPERF_RUN_DIR", None)
+    r = subprocess.run([str(exe), str(run)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1, h
+    p = h[0]["processes"][0]
+    assert p["source"] == "proc" and p["comm"] == "emb", h
+    assert h[0]["verdict"].startswith("pid %d (emb) in kernel wait " % p["pid"]), h
+    stacks = (run / h[0]["stacks"]).read_text()
+    assert "no Python stacks" in stacks and "tid %d " % p["pid"] in stacks
+    assert len((run / "steps.csv").read_text().splitlines()) == 1 + 25
 
 
 def test_restart_after_one_failure(run_cli, tmp_path):
@@ -250,9 +492,9 @@ if not os.path.exists(sys.argv[1]):
         time.sleep(0.1)
 """)
     run = tmp_path / "run"
-    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "restart",
-                "--restart-backoff", "0s", "--", sys.executable, s, marker, timeout=120,
-                env=py_env())
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", *LATE_START,
+                "--on-hang", "restart", "--restart-backoff", "0s", "--", sys.executable, s, marker,
+                timeout=120, env=py_env())
     assert r.returncode == 0, r.stderr
     att = load(run, "attempts.json")["attempts"]
     assert [a["ended_by"] for a in att] == ["hang", "exit"]
@@ -294,6 +536,8 @@ def test_restart_on_chooses_what_restarts(run_cli, tmp_path):
     (["--restart-on", "sometimes"], "--restart-on"),
     (["--mtbf", "never"], "--mtbf"),
     (["--on-hang", "kill", "--hang-timeout", "off"], "--on-hang kill"),
+    (["--startup-timeout", "soon"], "--startup-timeout"),
+    (["--startup-timeout", "0s"], "--startup-timeout"),
 ])
 def test_bad_failure_options(run_cli, tmp_path, args, word):
     run = tmp_path / "run"
@@ -338,8 +582,9 @@ def test_torchrun_hang_names_the_rank(run_cli, tmp_path):
     s = tmp_path / "ddp_hang.py"
     s.write_text(DDP_HANG)
     run = tmp_path / "run"
-    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "3s", "--on-hang", "kill", "--",
-                torchrun, "--standalone", "--nproc-per-node", "2", s, timeout=300)
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "3s", *LATE_START,
+                "--on-hang", "kill", "--", torchrun, "--standalone", "--nproc-per-node", "2", s,
+                timeout=300)
     assert r.returncode != 0
     h = jsonl(run, "hangs.jsonl")
     assert len(h) == 1, r.stderr
@@ -359,6 +604,110 @@ def test_torchrun_hang_names_the_rank(run_cli, tmp_path):
     assert sorted(x["rank"] for x in hb["ranks"]) == [0, 1]
     assert all(x["step"] >= 8 for x in hb["ranks"])
     assert "**Hang:** rank 1 in wait" in (run / "report.md").read_text()
+
+
+DDP_HANG_NO_HOOK = r"""
+import time
+import torch
+import torch.distributed as dist
+import trainperf
+
+def wait_for_peer():
+    while True:
+        time.sleep(0.1)
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.Linear(8, 8)
+for step in range(10000):
+    with trainperf.step():  # --no-auto: the script's own steps
+        if rank == 1 and step == 8:
+            wait_for_peer()
+        model(torch.randn(4, 8)).sum().backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_torchrun_hang_without_the_hook_read_by_pyspy(run_cli, tmp_path):
+    # no auto hook in any process: py-spy reads every rank's Python stack from
+    # outside (what people do by hand over every PID), gdb adds native stacks
+    pytest.importorskip("torch")
+    torchrun = shutil.which("torchrun")
+    if not torchrun:
+        pytest.skip("torchrun not installed")
+    if not shutil.which("py-spy"):
+        pytest.skip("py-spy not installed (scripts/install-deps.sh installs it)")
+    s = tmp_path / "ddp_plain.py"
+    s.write_text(DDP_HANG_NO_HOOK)
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--no-auto", "--out", run, "--hang-timeout", "3s", *LATE_START,
+                "--on-hang", "kill", "--", torchrun, "--standalone", "--nproc-per-node", "2", s,
+                timeout=300, env=py_env())
+    assert r.returncode != 0
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1, r.stderr
+    v = h[0]["verdict"]
+    assert v.startswith("rank 1 in wait_for_peer (ddp_plain.py:"), v
+    assert "; rank 0 in all_reduce (ddp_plain.py:" in v, v
+    procs = {p["rank"]: p for p in h[0]["processes"] if p["rank"] is not None}
+    assert all(p["source"].startswith("py-spy") for p in procs.values()), procs
+    assert procs[0]["collective"] == "all_reduce" and procs[1]["collective"] is None
+    stacks = (run / h[0]["stacks"]).read_text()
+    assert stacks.count("Python stacks (py-spy dump):") >= 2
+
+
+RDZV_HANG = r"""
+import os
+import time
+import torch.distributed as dist
+
+def late_to_the_party():
+    while True:
+        time.sleep(0.1)
+
+if os.environ["RANK"] == "1":
+    late_to_the_party()        # never joins the rendezvous
+dist.init_process_group("gloo")
+dist.barrier()
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_torchrun_rank_missing_from_the_rendezvous(run_cli, tmp_path):
+    # no step ever: the given bound applies from the start (30 s: a generous
+    # margin for torchrun and both ranks to import torch on a loaded machine)
+    pytest.importorskip("torch")
+    torchrun = shutil.which("torchrun")
+    if not torchrun:
+        pytest.skip("torchrun not installed")
+    s = tmp_path / "rdzv.py"
+    s.write_text(RDZV_HANG)
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "30s", "--startup-timeout", "30s",
+                "--on-hang", "kill", "--",
+                torchrun, "--standalone", "--nproc-per-node", "2", s, timeout=300)
+    assert r.returncode != 0
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1, r.stderr
+    h = h[0]
+    assert h["before_first_step"] is True and h["bound_kind"] == "startup"
+    v = h["verdict"]
+    # the rank that never came first; the one waiting for it in the set-up
+    assert v.startswith("rank 1 in late_to_the_party (rdzv.py:"), v
+    assert "; rank 0 in init_process_group (rdzv.py:" in v, v
+    procs = {p["rank"]: p for p in h["processes"] if p["rank"] is not None}
+    assert procs[0]["collective"] == "init_process_group" and procs[1]["collective"] is None
+    stacks = (run / h["stacks"]).read_text()
+    assert "==== rank 0, pid" in stacks and "==== rank 1, pid" in stacks
+    assert "in init_process_group" in stacks and "in late_to_the_party" in stacks
+    # --on-hang kill ended the whole job
+    att = load(run, "attempts.json")["attempts"]
+    assert len(att) == 1 and att[0]["ended_by"] == "hang" and att[0]["steps"] == 0
+    assert not [p for p in h["processes"] if os.path.exists("/proc/%d" % p["pid"])]
 
 
 CKPT = r"""
@@ -450,8 +799,8 @@ def test_eval_and_checkpoint_are_not_hangs(run_cli, tmp_path):
     s = tmp_path / "pauses.py"
     s.write_text(PAUSES)
     run = tmp_path / "run"
-    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", "--on-hang", "kill", "--",
-                sys.executable, s, timeout=300)
+    r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", *LATE_START,
+                "--on-hang", "kill", "--", sys.executable, s, timeout=300)
     assert r.returncode == 0, r.stderr
     assert jsonl(run, "hangs.jsonl") == []
     att = load(run, "attempts.json")["attempts"]

@@ -102,6 +102,8 @@ def start(run_dir: "Optional[Union[str, os.PathLike]]" = None, interval_s: float
     rc = _core.start(run_dir, float(interval_s), flags)
     if rc == 0:
         _started_here = True
+        from . import _failhooks  # stacks on hang (docs/failures.md, embedded mode)
+        _failhooks.install_embedded(_core.run_dir())
         from . import _exporters  # W&B / MLflow, only when the script has a run
         _exporters.start(_core.run_dir())
         return _core.run_dir()
@@ -122,6 +124,8 @@ def stop() -> Optional[str]:
     d = _core.run_dir()
     _started_here = False
     rc = _core.stop()
+    from . import _failhooks
+    _failhooks.uninstall_embedded()
     if rc != 0 and rc != _ERR_STATE:
         warnings.warn("trainperf.stop: %s (%s)" % _core.strerror(rc)[::-1], TrainperfWarning,
                       stacklevel=2)

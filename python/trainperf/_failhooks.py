@@ -85,6 +85,9 @@ _COLLECTIVES = {
     "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast",
     "broadcast_object_list", "reduce", "gather", "scatter", "barrier", "monitored_barrier",
     "send", "recv", "batch_isend_irecv",
+    # set-up that waits for every rank: a rank missing from the rendezvous
+    # holds the others here
+    "init_process_group", "new_group",
 }
 
 
@@ -358,6 +361,50 @@ def patch_torch(torch):
         Module.train = train
     except Exception:
         pass
+
+
+_embedded = False
+
+
+def install_embedded(run_dir):
+    """Embedded mode (trainperf.start(), no `trainperf run`): faulthandler on
+    the real-time signal, so that the collector thread, when its `hang` alert
+    fires, saves every Python thread's stack (src/watch/hangdump.c
+    hd_dump_self). No answering thread and no import hooks: nothing else
+    runs in this process. Never raises."""
+    global _live, _embedded
+    if _live is not None or not run_dir:
+        return  # under `trainperf run` (install() did it), or already
+    try:
+        _live = os.path.join(run_dir, "live")
+        os.makedirs(_live, exist_ok=True)
+        _register_faulthandler()
+        _embedded = True
+    except Exception:
+        _live = None
+
+
+def uninstall_embedded():
+    """After trainperf.stop(): the signal goes back to its default and the
+    file is closed (the run directory may be moved)."""
+    global _live, _embedded, _fh_file, _sig
+    if not _embedded:
+        return
+    _embedded = False
+    try:
+        import faulthandler
+        if _sig is not None:
+            faulthandler.unregister(_sig)
+        if _fh_file is not None:
+            _fh_file.close()
+            # only the header line: no hang was dumped, nothing to keep
+            if os.path.getsize(_fh_file.name) <= 96:
+                os.unlink(_fh_file.name)
+    except Exception:
+        pass
+    _fh_file = None
+    _sig = None
+    _live = None
 
 
 def install():

@@ -22,6 +22,7 @@
 #include "trainperf.h"
 #include "util/buf.h"
 #include "util/jsonw.h"
+#include "watch/hangdump.h"
 
 typedef enum { ST_OK, ST_LIMITED, ST_MISSING } doc_status;
 static const char *const status_word[] = {"ok", "limited", "missing"};
@@ -331,6 +332,30 @@ static void check_perf(doc_check *c, doc_perf *p)
     else
         snprintf(c->fix, sizeof(c->fix),
                  "no hardware PMU is exposed (a VM without vPMU?): enable it in the hypervisor");
+}
+
+/* ---- stacks of hung processes (docs/failures.md) ----------------------- */
+
+static void check_stacks(doc_check *c)
+{
+    c->name = "hang_stacks";
+    c->label = "stacks";
+    c->enables = "stacks of hung processes without the Python hook (`run --hang-timeout`): "
+                 "Python stacks from py-spy, native stacks from gdb";
+    int pyspy = hd_in_path("py-spy"), gdb = hd_in_path("gdb");
+    char b[32], scope[48] = "";
+    if (read_text("/proc/sys/kernel/yama/ptrace_scope", b, sizeof(b)) == 0)
+        snprintf(scope, sizeof(scope), "; kernel.yama.ptrace_scope %ld", strtol(b, NULL, 10));
+    c->status = pyspy && gdb ? ST_OK : pyspy || gdb ? ST_LIMITED : ST_MISSING;
+    snprintf(c->detail, sizeof(c->detail), "py-spy %s, gdb %s%s", pyspy ? "found" : "not found",
+             gdb ? "found" : "not found", scope);
+    if (!pyspy || !gdb)
+        snprintf(c->fix, sizeof(c->fix), "%s%s%s", pyspy ? "" : "pip install py-spy",
+                 !pyspy && !gdb ? "; " : "", gdb ? "" : "apt-get install gdb");
+    else if (scope[0] && strtol(b, NULL, 10) >= 2)
+        snprintf(c->fix, sizeof(c->fix),
+                 "sysctl kernel.yama.ptrace_scope=1 (2 and 3 forbid attaching to one's own "
+                 "processes)");
 }
 
 /* ---- Python and PyTorch ------------------------------------------------ */
@@ -723,7 +748,7 @@ int cmd_doctor(int argc, char **argv)
     if (!py || !*py) py = "python3";
 
     static nvml_sys_info si;
-    doc_check cs[8];
+    doc_check cs[9];
     int psi[3];
     doc_cg cg;
     doc_perf pf;
@@ -745,13 +770,14 @@ int cmd_doctor(int argc, char **argv)
               "multi-GPU collectives; their kernels in torch.profiler traces give `trainperf "
               "analyze` its communication and overlap figures",
               "pip install nvidia-nccl-cu12 (CUDA wheels of torch bring it), or install libnccl2");
+    check_stacks(&cs[8]);
     if (json) {
-        if (print_json(cs, 8, &si, psi, &cg, &pf, &pyi, cupti, nccl) != 0) {
+        if (print_json(cs, 9, &si, psi, &cg, &pf, &pyi, cupti, nccl) != 0) {
             cli_error("doctor: could not build the JSON output");
             return CLI_FAIL;
         }
     } else {
-        print_text(cs, 8, &si);
+        print_text(cs, 9, &si);
     }
     return CLI_OK;
 }

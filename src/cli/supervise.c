@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/hangdump.h"
+#include "watch/hangdump.h"
 #include "record/writers.h"
 #include "report/failures.h"
 #include "trainperf.h"
@@ -74,7 +74,8 @@ double sup_parse_duration(const char *s)
     return v * mul;
 }
 
-static const char *const sup_value_opts[] = {"--hang-timeout",  "--on-hang",       "--restart",
+static const char *const sup_value_opts[] = {"--hang-timeout",  "--startup-timeout",
+                                             "--on-hang",       "--restart",
                                              "--restart-on",    "--restart-backoff",
                                              "--restart-no-progress", "--mtbf", NULL};
 
@@ -151,6 +152,25 @@ int sup_parse_opt(sup_opts *o, const char *opt, const char *val)
         o->hang_timeout_s = d;
         return 1;
     }
+    if (strcmp(opt, "--startup-timeout") == 0) {
+        if (strcmp(val, "off") == 0) {
+            o->startup_s = -1;
+            return 1;
+        }
+        if (strcmp(val, "auto") == 0) {
+            o->startup_s = 0;
+            return 1;
+        }
+        double d = sup_parse_duration(val);
+        if (d < 1 || d > 30 * 86400.0) {
+            cli_error("--startup-timeout '%s': expected a duration of at least 1s (5m, 1h), "
+                      "'auto' or 'off'",
+                      val);
+            return -1;
+        }
+        o->startup_s = d;
+        return 1;
+    }
     if (strcmp(opt, "--on-hang") == 0) {
         if (strcmp(val, "dump") == 0)
             o->on_hang = SUP_HANG_DUMP;
@@ -208,7 +228,14 @@ int sup_parse_opt(sup_opts *o, const char *opt, const char *val)
 
 int sup_opts_check(sup_opts *o)
 {
-    if (o->on_hang != SUP_HANG_DUMP && o->hang_timeout_s < 0) {
+    /* auto: the given bound but at least 5 min (imports, loading a model and
+     * the rendezvous take minutes: a short bound meant for steps must not kill
+     * a slow start), 30 min with the learned one, off with the watch off */
+    if (o->startup_s == 0)
+        o->startup_s = o->hang_timeout_s > 0    ? fmax(o->hang_timeout_s, SUP_STARTUP_MIN_S)
+                       : o->hang_timeout_s == 0 ? SUP_STARTUP_AUTO_S
+                                                : -1;
+    if (o->on_hang != SUP_HANG_DUMP && o->hang_timeout_s < 0 && o->startup_s < 0) {
         cli_error("--on-hang %s needs the hang watch: drop --hang-timeout off",
                   o->on_hang == SUP_HANG_KILL ? "kill" : "restart");
         return -1;
@@ -225,6 +252,9 @@ void sup_usage(FILE *f)
             "  --hang-timeout D      no step for D (90s, 10m, 1h) is a hang: stacks of every\n"
             "                        process go to hangs/; 'auto' (default): max(10 x p99 step\n"
             "                        time, 60s) learned after 10 steps, 'auto:FLOOR', 'off'\n"
+            "  --startup-timeout D   no first step for D after the command starts is a hang too\n"
+            "                        (rendezvous, loading); default: the given --hang-timeout\n"
+            "                        but at least 5m, or 30m with the learned one; 'off'\n"
             "  --on-hang ACTION      dump (default: stacks only), kill, or restart\n"
             "  --restart N           restart a failed command up to N times\n"
             "  --restart-on LIST     what restarts: nonzero,signal,hang (default all) or exit codes\n"
@@ -459,6 +489,10 @@ static void on_row(sup *s, char *l)
     if (step > 0 && isfinite(iv)) {
         double v = iv - (ev > 0 ? ev : 0) - (ck > 0 ? ck : 0);
         if (v < 0) v = 0;
+        /* a step that spanned a stall past the armed bound (a hang that
+         * resumed) is not a step time: learning it would raise the bound to
+         * 10 x the hang */
+        if (s->bound_s > 0 && v / 1e9 >= s->bound_s) return;
         s->ring[s->ring_pos] = v / 1e9;
         s->ring_pos = (s->ring_pos + 1) % SUP_RING;
         if (s->nring < SUP_RING) s->nring++;
@@ -517,19 +551,35 @@ static double p99(const sup *s)
     return tmp[i];
 }
 
-/* The bound now in force for the running attempt; 0 when not armed. */
-static double bound_now(sup *s, const sup_attempt *a)
+/* The bound now in force for the running attempt; 0 when not armed. *kind:
+ * "given", "learned", or "startup" (before the attempt's first step, and
+ * with the learned bound until it is armed). */
+static double bound_now(sup *s, const sup_attempt *a, const char **kind)
 {
-    if (s->o.hang_timeout_s < 0 || !a) return 0;
-    if (s->o.hang_timeout_s > 0) return a->steps > 0 ? s->o.hang_timeout_s : 0;
-    if (s->bound_dirty) {
-        s->bound_dirty = 0;
-        if (s->warm_steps >= SUP_ARM_STEPS) {
-            double b = SUP_K * p99(s);
-            s->bound_s = b > s->o.hang_floor_s ? b : s->o.hang_floor_s;
+    if (!a) return 0;
+    if (a->steps > 0 && s->o.hang_timeout_s > 0) {
+        *kind = "given";
+        return s->o.hang_timeout_s;
+    }
+    if (a->steps > 0 && s->o.hang_timeout_s == 0) {
+        if (s->bound_dirty) {
+            s->bound_dirty = 0;
+            if (s->warm_steps >= SUP_ARM_STEPS) {
+                double b = SUP_K * p99(s);
+                s->bound_s = b > s->o.hang_floor_s ? b : s->o.hang_floor_s;
+            }
+        }
+        if (s->bound_s > 0) {
+            *kind = "learned";
+            return s->bound_s;
         }
     }
-    return a->steps > 0 ? s->bound_s : 0;
+    if (a->steps > 0 && s->o.hang_timeout_s < 0) return 0;
+    if (s->o.startup_s > 0) {
+        *kind = "startup";
+        return s->o.startup_s;
+    }
+    return 0;
 }
 
 /* ---- files ---- */
@@ -588,13 +638,15 @@ static void heartbeat(sup *s, const char *state)
         jw_key(&w, "since_last_step_s");
         jw_null(&w);
     }
+    /* the bound in force now: the startup bound before the first step */
+    const char *kind = NULL;
+    double bound = s->natt ? bound_now(s, &s->att[s->natt - 1], &kind) : 0;
     jw_key(&w, "hang_bound_s");
-    if (s->o.hang_timeout_s > 0)
-        jw_num(&w, s->o.hang_timeout_s);
-    else if (s->bound_s > 0 && s->o.hang_timeout_s == 0)
-        jw_numf(&w, s->bound_s, 3);
+    if (bound > 0)
+        jw_numf(&w, bound, 3);
     else
         jw_null(&w);
+    jw_kstr(&w, "hang_bound_kind", bound > 0 ? kind : NULL);
     jw_kint(&w, "hangs", s->nhangs);
     /* per rank: the stream of each rank with the most steps; rank-less per pid */
     jw_key(&w, "ranks");
@@ -735,21 +787,29 @@ static const char *action_name(int a)
     return a == SUP_HANG_KILL ? "kill" : a == SUP_HANG_RESTART ? "restart" : "dump";
 }
 
-static void fire_hang(sup *s, double t, double since, double bound, int color)
+/* since: from the last step, or from the attempt's start when it made none
+ * (first: 1). kind: the bound's (bound_now). */
+static void fire_hang(sup *s, double t, double since, double bound, const char *kind, int first,
+                      int color)
 {
     s->nhangs++;
-    char headline[256];
+    char headline[256], what[96];
+    if (first)
+        snprintf(what, sizeof(what), "no first step %.1f s after the command started", since);
+    else
+        snprintf(what, sizeof(what), "no step for %.1f s", since);
     snprintf(headline, sizeof(headline),
-             "trainperf hang %d: no step for %.1f s (bound %.1f s, %s), attempt %d, t = %.1f s",
-             s->nhangs, since, bound, s->o.hang_timeout_s > 0 ? "given" : "learned", s->natt, t);
+             "trainperf hang %d: %s (bound %.1f s, %s), attempt %d, t = %.1f s", s->nhangs, what,
+             bound, kind, s->natt, t);
     hd_result *res = calloc(1, sizeof(*res));
     if (!res) return;
     int rc = hd_dump(s->run_dir, s->child, s->nhangs, headline, res);
     snprintf(s->last_verdict, sizeof(s->last_verdict), "%s", res->verdict);
     snprintf(s->last_stacks, sizeof(s->last_stacks), "%s", rc ? "" : res->stacks);
     char msg[1024];
-    snprintf(msg, sizeof(msg), "hang: %s (no step for %.0f s, bound %.0f s; stacks in %s)",
-             res->verdict[0] ? res->verdict : "no process answered", since, bound,
+    snprintf(msg, sizeof(msg), "hang: %s (%s %.0f s, %sbound %.0f s; stacks in %s)",
+             res->verdict[0] ? res->verdict : "no process answered",
+             first ? "no first step after" : "no step for", since, first ? "startup " : "", bound,
              rc ? "(not written)" : res->stacks);
 
     buf b;
@@ -761,7 +821,7 @@ static void fire_hang(sup *s, double t, double since, double bound, int color)
     jw_numf(&w, t, 3);
     jw_kstr(&w, "rule", "hang_watch");
     char expr[96];
-    snprintf(expr, sizeof(expr), "no step for %.1fs", bound);
+    snprintf(expr, sizeof(expr), "%s %.1fs", first ? "no first step for" : "no step for", bound);
     jw_kstr(&w, "expr", expr);
     jw_kstr(&w, "state", "fired");
     jw_kstr(&w, "severity", "critical");
@@ -781,34 +841,13 @@ static void fire_hang(sup *s, double t, double since, double bound, int color)
     jw_numf(&w, since, 3);
     jw_key(&w, "bound_s");
     jw_numf(&w, bound, 3);
-    jw_kstr(&w, "bound_kind", s->o.hang_timeout_s > 0 ? "given" : "learned");
+    jw_kstr(&w, "bound_kind", kind);
+    jw_kbool(&w, "before_first_step", first);
     jw_kstr(&w, "verdict", res->verdict);
     jw_kstr(&w, "stacks", rc ? NULL : res->stacks);
     jw_kstr(&w, "action", action_name(s->o.on_hang));
     jw_key(&w, "processes");
-    jw_arr_begin(&w);
-    for (int i = 0; i < res->nprocs; i++) {
-        const hd_proc *p = &res->procs[i];
-        jw_obj_begin(&w);
-        jw_kint(&w, "pid", p->pid);
-        jw_kint(&w, "ppid", p->ppid);
-        jw_key(&w, "rank");
-        if (p->rank >= 0)
-            jw_int(&w, p->rank);
-        else
-            jw_null(&w);
-        jw_kstr(&w, "comm", p->comm);
-        jw_kstr(&w, "where", p->where[0] ? p->where : NULL);
-        jw_kstr(&w, "collective", p->coll[0] ? p->coll : NULL);
-        jw_key(&w, "seq");
-        if (p->seq >= 0)
-            jw_int(&w, p->seq);
-        else
-            jw_null(&w);
-        jw_kstr(&w, "source", p->how);
-        jw_obj_end(&w);
-    }
-    jw_arr_end(&w);
+    hd_procs_json(&w, res);
     jw_obj_end(&w);
     append_line(s, "hangs.jsonl", &b);
     free(res);
@@ -867,7 +906,8 @@ void sup_tick(sup *s, int color)
     if (s->total_steps != s->hb_steps || m - s->last_hb >= SUP_HEARTBEAT_IDLE_S)
         heartbeat(s, s->stall_fired ? "hung" : "running");
     if (s->hang_ended || s->stall_fired) return;
-    double bound = bound_now(s, a);
+    const char *kind = "";
+    double bound = bound_now(s, a, &kind);
     if (bound <= 0) return;
     if (busy_now(s)) {
         /* one busy stretch: since it began, or since the last step within it
@@ -878,7 +918,8 @@ void sup_tick(sup *s, int color)
     } else {
         s->busy_since_t = NAN;
     }
-    double mark = a->last_step_t;
+    /* before the attempt's first step: since it started (rendezvous, loading) */
+    double mark = isfinite(a->last_step_t) ? a->last_step_t : a->start_t;
     if (isfinite(s->busy_end_t) && s->busy_end_t > mark) mark = s->busy_end_t;
     /* steps reach steps.csv a sampling interval late (more on a loaded host):
      * count from when they were seen, so our own lag never fires the watch
@@ -886,9 +927,14 @@ void sup_tick(sup *s, int color)
     if (isfinite(s->seen_t) && s->seen_t > mark) mark = s->seen_t;
     if (!isfinite(mark)) return;
     double since = t - mark;
-    if (since > bound) {
+    /* before the first step nothing was seen to count from: a first step
+     * that ended just inside the bound may still be on its way to
+     * steps.csv, so the watch waits the collector's lag on top */
+    double need = bound + (isfinite(a->last_step_t) ? 0 : s->o.settle_s);
+    if (since > need) {
         s->stall_fired = 1;
-        fire_hang(s, t, t - a->last_step_t, bound, color);
+        fire_hang(s, t, t - (isfinite(a->last_step_t) ? a->last_step_t : a->start_t), bound,
+                  kind, !isfinite(a->last_step_t), color);
     }
 }
 
@@ -1051,6 +1097,11 @@ void sup_finish(sup *s)
         jw_null(&w);
     jw_kstr(&w, "hang_timeout", s->o.hang_timeout_s > 0 ? "given" : s->o.hang_timeout_s < 0 ? "off" : "auto");
     jw_knum(&w, "hang_floor_s", s->o.hang_floor_s);
+    jw_key(&w, "startup_timeout_s");
+    if (s->o.startup_s > 0)
+        jw_num(&w, s->o.startup_s);
+    else
+        jw_null(&w);
     jw_kstr(&w, "on_hang", action_name(s->o.on_hang));
     jw_kint(&w, "restarts", s->o.restarts < 0 ? 0 : s->o.restarts);
     jw_knum(&w, "mtbf_s", s->o.mtbf_s > 0 ? s->o.mtbf_s : NAN);

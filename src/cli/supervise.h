@@ -22,10 +22,15 @@ enum sup_on_hang { SUP_HANG_DUMP = 0, SUP_HANG_KILL = 1, SUP_HANG_RESTART = 2 };
 #define SUP_ON_SIGNAL 2u  /* killed by a signal (not one the user sent to trainperf) */
 #define SUP_ON_HANG 4u    /* ended by the hang watch (--on-hang restart) */
 #define SUP_MAX_CODES 16
+#define SUP_STARTUP_AUTO_S 1800.0 /* startup bound with the learned hang bound: 30 min */
+#define SUP_STARTUP_MIN_S 300.0   /* ... and at least this with a given one: 5 min */
 
 typedef struct sup_opts {
     double hang_timeout_s;  /* > 0 given; 0 learned (auto); < 0 off */
     double hang_floor_s;    /* the learned bound's floor */
+    double startup_s;       /* bound before an attempt's first step (and until the learned
+                               bound is armed): > 0 given; 0 auto (the given hang bound, or
+                               SUP_STARTUP_AUTO_S with the learned one); < 0 off */
     int on_hang;            /* enum sup_on_hang */
     int restarts;           /* --restart N; -1 not given */
     unsigned restart_on;    /* SUP_ON_* */

@@ -132,6 +132,7 @@ void fail_ckpt_json(jw *w, const fail_ckpt *c, double mtbf_s)
 typedef struct f_hang {
     double t, since, bound;
     int attempt;
+    int first; /* before the attempt's first step: since counts from its start */
     char verdict[640], stacks[64], action[16], kind[16];
 } f_hang;
 
@@ -139,6 +140,7 @@ static const jw_field hang_fields[] = {
     JW_FIELD(DBL, "t", f_hang, t),
     JW_FIELD(INT, "attempt", f_hang, attempt),
     JW_FIELD(DBL, "since_last_step_s", f_hang, since),
+    JW_FIELD(BOOL, "before_first_step", f_hang, first),
     JW_FIELD(DBL, "bound_s", f_hang, bound),
     JW_FIELD(STR, "verdict", f_hang, verdict),
     JW_FIELD(STRZ, "stacks", f_hang, stacks),
@@ -221,6 +223,8 @@ static void load_hangs(f_model *m, const char *run_dir)
         cpy(h->stacks, sizeof(h->stacks), jr_pstr(d.root, "stacks"));
         cpy(h->action, sizeof(h->action), jr_pstr(d.root, "action"));
         cpy(h->kind, sizeof(h->kind), jr_pstr(d.root, "bound_kind"));
+        const jr_node *fs = jr_get(d.root, "before_first_step");
+        h->first = fs && fs->type == JR_BOOL && fs->num != 0;
         jr_free(&d);
     }
     free(line);
@@ -389,8 +393,9 @@ void fail_headline(buf *b, const char *run_dir, int fmt, int color)
             buf_printf(b, "%sHANG%s ", red, rs);
         tbl_esc(b, fmt, h->verdict[0] ? h->verdict : "no process answered");
         if (fmt == FAIL_HTML) buf_puts(b, "</div><p>");
-        buf_printf(b, "%s(no step for %s at t = %.0f s", fmt == FAIL_HTML ? "" : " ",
-                   dur(a, sizeof(a), h->since), h->t);
+        buf_printf(b, "%s(%s %s at t = %.0f s", fmt == FAIL_HTML ? "" : " ",
+                   h->first ? "no first step after" : "no step for", dur(a, sizeof(a), h->since),
+                   h->t);
         if (h->stacks[0]) {
             buf_puts(b, "; stacks in ");
             tbl_esc(b, fmt, h->stacks);
@@ -429,8 +434,9 @@ static void sec_hangs(buf *b, const f_model *m, int fmt, int color)
         const f_hang *h = &m->hangs[i];
         para_begin(b, fmt);
         if (fmt == FAIL_MD) buf_puts(b, "- ");
-        buf_printf(b, "t = %.0f s, attempt %d: no step for %s (bound %s, %s); action %s: ", h->t,
-                   h->attempt, dur(a, sizeof(a), h->since), dur(c, sizeof(c), h->bound),
+        buf_printf(b, "t = %.0f s, attempt %d: %s %s (bound %s, %s); action %s: ", h->t,
+                   h->attempt, h->first ? "no first step after" : "no step for",
+                   dur(a, sizeof(a), h->since), dur(c, sizeof(c), h->bound),
                    h->kind[0] ? h->kind : "?", h->action[0] ? h->action : "dump");
         tbl_esc(b, fmt, h->verdict[0] ? h->verdict : "no process answered");
         if (fmt == FAIL_MD) buf_puts(b, "\n");

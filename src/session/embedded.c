@@ -6,7 +6,9 @@
  * with the run directory's sinks, then the end-of-run report as an explicit
  * last step. collect/ itself knows neither sinks nor reports. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,7 +22,10 @@
 #include "record/sinks.h"
 #include "report/report.h"
 #include "trainperf.h"
+#include "util/buf.h"
+#include "util/jsonw.h"
 #include "watch/alerts.h"
+#include "watch/hangdump.h"
 
 static pthread_mutex_t emb_lock = PTHREAD_MUTEX_INITIALIZER;
 static coll *emb_coll;
@@ -28,6 +33,106 @@ static alert_set *emb_alerts;
 static char emb_dir[PATH_MAX];
 static pid_t emb_pid; /* the process whose thread the collector is */
 static int emb_lock_fd = -1; /* the run directory's lock (rundir.h) */
+
+/* ---- hang stacks (docs/failures.md, "Embedded mode") ----
+ *
+ * With no `trainperf run` supervisor, the built-in `hang` alert (no step for
+ * 50 x the median step time, held 10 s) is the trigger: the collector thread
+ * saves this process's stacks (hd_dump_self: Python threads through
+ * faulthandler, /proc for every thread) to hangs/N.txt and a line to
+ * hangs.jsonl, as the supervisor does. */
+
+#define EMB_HANGS_MAX 20 /* dumps per run: a run that stalls again and again */
+
+typedef struct emb_hang {
+    char run_dir[PATH_MAX];
+    double since_s;      /* since_last_step_s of the latest sample; NAN unknown */
+    int n;
+} emb_hang;
+
+static int eh_init(void **state, const sink_ctx *ctx)
+{
+    emb_hang *h = calloc(1, sizeof(*h));
+    if (!h) return 1; /* the run goes on without stacks */
+    snprintf(h->run_dir, sizeof(h->run_dir), "%s", ctx->run_dir);
+    h->since_s = NAN;
+    *state = h;
+    return 0;
+}
+
+static void eh_sample(void *state, const coll_frame *f, const sink_run *run)
+{
+    (void)run;
+    emb_hang *h = state;
+    h->since_s = f->since_last_step_s.ok ? f->since_last_step_s.v : NAN;
+}
+
+static void eh_alert(void *state, const alert_event *e)
+{
+    emb_hang *h = state;
+    if (!e->fired || strcmp(e->rule, "hang") != 0 || h->n >= EMB_HANGS_MAX) return;
+    h->n++;
+    char headline[256];
+    snprintf(headline, sizeof(headline),
+             "trainperf hang %d (embedded mode): no step for %.1f s (alert: %s), t = %.1f s", h->n,
+             h->since_s, e->expr ? e->expr : "hang", e->t);
+    hd_result *res = calloc(1, sizeof(*res));
+    if (!res) return;
+    int rc = hd_dump_self(h->run_dir, h->n, headline, res);
+    buf b;
+    buf_init(&b, 1u << 20);
+    jw w;
+    jw_init(&w, &b, 0);
+    jw_obj_begin(&w);
+    jw_kint(&w, "hang", h->n);
+    jw_key(&w, "t");
+    jw_numf(&w, e->t, 3);
+    jw_kint(&w, "attempt", 1);
+    jw_key(&w, "since_last_step_s");
+    jw_numf(&w, h->since_s, 3);
+    jw_key(&w, "bound_s");
+    jw_null(&w);
+    jw_kstr(&w, "bound_kind", "alert");
+    jw_kstr(&w, "rule", e->expr);
+    jw_kbool(&w, "before_first_step", 0);
+    jw_kstr(&w, "verdict", res->verdict);
+    jw_kstr(&w, "stacks", rc ? NULL : res->stacks);
+    jw_kstr(&w, "action", "dump");
+    jw_key(&w, "processes");
+    hd_procs_json(&w, res);
+    jw_obj_end(&w);
+    buf_putc(&b, '\n');
+    free(res);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/hangs.jsonl", h->run_dir);
+    if (!b.err) {
+        /* one write with O_APPEND: a whole line or nothing */
+        int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            ssize_t wr = write(fd, b.data, b.len);
+            (void)wr;
+            close(fd);
+        }
+    }
+    buf_free(&b);
+}
+
+static void eh_close(void *state, const sink_run *run)
+{
+    (void)run;
+    free(state);
+}
+
+static const sink_ops emb_hang_sink = {
+    .name = "hang-stacks",
+    .init = eh_init,
+    .on_sample = eh_sample,
+    .on_alert = eh_alert,
+    .close = eh_close,
+};
+
+#define EMB_MAX_SINKS 32
+static const sink_ops *emb_sinks[EMB_MAX_SINKS];
 
 static void program_label(char *out, size_t n)
 {
@@ -94,8 +199,12 @@ int tpf_start(const tpf_options *opt)
     co.flags = o.flags;
     co.auto_hook = -1;
     co.alerts = emb_alerts;
-    co.sinks = rec_sinks;
-    co.nsinks = rec_nsinks;
+    /* the run directory's sinks, then the hang stacks */
+    size_t ns = 0;
+    for (size_t i = 0; i < rec_nsinks && ns < EMB_MAX_SINKS - 1; i++) emb_sinks[ns++] = rec_sinks[i];
+    emb_sinks[ns++] = &emb_hang_sink;
+    co.sinks = emb_sinks;
+    co.nsinks = ns;
     rc = coll_create(&emb_coll, &co);
     if (rc == 0) {
         emb_pid = getpid();

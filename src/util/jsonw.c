@@ -154,6 +154,7 @@ void jw_fields(jw *w, const void *base, const jw_field *f, size_t n)
         case JWF_STR: jw_str(w, (const char *)m); break;
         case JWF_STRZ: jw_str(w, *(const char *)m ? (const char *)m : NULL); break;
         case JWF_PSTR: jw_str(w, *(const char *const *)m); break;
+        case JWF_BOOL: jw_bool(w, *(const int *)m != 0); break;
         default: jw_null(w); break;
         }
     }

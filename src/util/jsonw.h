@@ -55,6 +55,7 @@ enum {
     JWF_STR,  /* char array */
     JWF_STRZ, /* char array; empty -> null */
     JWF_PSTR, /* const char *; NULL -> null */
+    JWF_BOOL, /* int; non-zero -> true */
 };
 typedef struct jw_field {
     const char *key;

@@ -1,5 +1,5 @@
 /* Stacks of every process of a tree (see hangdump.h). */
-#include "cli/hangdump.h"
+#include "watch/hangdump.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +24,8 @@
 #define HD_SCAN_MAX 65536       /* /proc entries looked at */
 #define HD_FILE_MAX (4u << 20)  /* bytes of one process's stacks kept */
 #define HD_OUT_MAX (64u << 20)  /* the whole stacks file */
-#define HD_HELPERS_MAX 4        /* processes given to gdb/py-spy (each up to a timeout) */
+#define HD_PYSPY_MAX 8          /* processes given to py-spy (fast: it only reads memory) */
+#define HD_GDB_MAX 4            /* processes given to gdb (seconds each: it loads symbols) */
 #define HD_HELPER_TIMEOUT_S 10.0
 
 static double now_s(void)
@@ -175,7 +177,9 @@ static int is_collective(const char *fn)
                                       "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
                                       "broadcast", "broadcast_object_list", "reduce", "gather",
                                       "scatter", "barrier", "monitored_barrier", "send", "recv",
-                                      "isend", "irecv", "batch_isend_irecv", "wait", NULL};
+                                      "isend", "irecv", "batch_isend_irecv", "wait",
+                                      /* set-up waits for every rank (rendezvous) */
+                                      "init_process_group", "new_group", NULL};
     for (int i = 0; ops[i]; i++)
         if (strcmp(fn, ops[i]) == 0) return 1;
     return 0;
@@ -258,7 +262,7 @@ static void parse_faulthandler(const char *t, hd_proc *p)
 
 /* py-spy dump: per thread a line `Thread N (state): "name"`, then frames
  * `    fn (path/file.py:12)`, innermost first. The MainThread's innermost
- * user frame. */
+ * user frame, and the torch.distributed call it is in. */
 static void parse_pyspy(const char *t, hd_proc *p)
 {
     const char *m = strstr(t, "\"MainThread\"");
@@ -270,6 +274,9 @@ static void parse_pyspy(const char *t, hd_proc *p)
         if (sscanf(q + 1, " %95s (%199[^:]:%d)", fn, file, &line) == 3) {
             const char *base = strrchr(file, '/');
             base = base ? base + 1 : file;
+            if (!p->coll[0] && strstr(file, "torch/distributed/") && is_collective(fn) &&
+                strcmp(fn, "wait") != 0)
+                snprintf(p->coll, sizeof(p->coll), "%.40s", fn);
             if (!first[0]) snprintf(first, sizeof(first), "%.90s (%.120s:%d)", fn, base, line);
             if (!is_lib_path(file)) {
                 snprintf(p->where, sizeof(p->where), "%.90s (%.120s:%d)", fn, base, line);
@@ -349,7 +356,7 @@ static void run_helper(char *const argv[], buf *out, pid_t target)
     if (term) kill(target, SIGCONT);
 }
 
-static int in_path(const char *name)
+int hd_in_path(const char *name)
 {
     const char *path = getenv("PATH");
     if (!path) return 0;
@@ -529,6 +536,102 @@ static void build_verdict(hd_result *r)
     }
 }
 
+/* A CPython interpreter: its executable is python* or it maps libpython
+ * (an embedding program). */
+static int is_python_proc(pid_t pid)
+{
+    char path[64], exe[PATH_MAX];
+    snprintf(path, sizeof(path), "/proc/%ld/exe", (long)pid);
+    ssize_t n = readlink(path, exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        const char *base = strrchr(exe, '/');
+        if (strncmp(base ? base + 1 : exe, "python", 6) == 0) return 1;
+    }
+    snprintf(path, sizeof(path), "/proc/%ld/maps", (long)pid);
+    char *maps = slurp(path, 16u << 20, NULL);
+    int py = maps && strstr(maps, "/libpython") != NULL;
+    free(maps);
+    return py;
+}
+
+/* A process that did not announce itself (no auto hook, or not Python):
+ * read from outside with ptrace. Python stacks from py-spy for a Python
+ * process, native stacks from gdb for every process, each when installed
+ * (and within its count); the dump says which tool gave what. */
+static void from_outside(hd_proc *p, buf *b, int have_pyspy, int have_gdb, int *npyspy, int *ngdb)
+{
+    char pidtxt[24];
+    snprintf(pidtxt, sizeof(pidtxt), "%ld", (long)p->pid);
+    int python = is_python_proc(p->pid);
+    p->how[0] = 0;
+    if (python && have_pyspy && *npyspy < HD_PYSPY_MAX) {
+        /* full paths: the library's frames are told from the user's by them */
+        char *argv[] = {"py-spy", "dump", "--full-filenames", "--pid", pidtxt, NULL};
+        buf_puts(b, "Python stacks (py-spy dump):\n");
+        size_t before = b->len;
+        run_helper(argv, b, p->pid);
+        (*npyspy)++;
+        snprintf(p->how, sizeof(p->how), "py-spy");
+        if (b->len > before) {
+            char *t = strndup(b->data + before, b->len - before);
+            if (t) parse_pyspy(t, p);
+            free(t);
+        }
+        if (b->len && b->data[b->len - 1] != '\n') buf_putc(b, '\n');
+    } else if (python) {
+        if (have_pyspy)
+            buf_printf(b, "(Python stacks: py-spy skipped, already run on %d processes)\n",
+                       HD_PYSPY_MAX);
+        else
+            buf_puts(b, "(Python stacks: py-spy is not installed; pip install py-spy)\n");
+    }
+    if (have_gdb && *ngdb < HD_GDB_MAX) {
+        /* no auto-loaded python-gdb.py: its warning is noise, its loading slow */
+        char *argv[] = {"gdb", "-nx", "-batch", "-iex", "set auto-load python-scripts off", "-p",
+                        pidtxt, "-ex", "thread apply all bt 64", NULL};
+        buf_puts(b, "Native stacks (gdb):\n");
+        size_t before = b->len;
+        run_helper(argv, b, p->pid);
+        (*ngdb)++;
+        size_t hl = strlen(p->how);
+        snprintf(p->how + hl, sizeof(p->how) - hl, "%sgdb", hl ? "+" : "");
+        if (!p->where[0] && b->len > before) {
+            char *t = strndup(b->data + before, b->len - before);
+            if (t) parse_gdb(t, p);
+            free(t);
+        }
+        if (b->len && b->data[b->len - 1] != '\n') buf_putc(b, '\n');
+    } else {
+        if (have_gdb)
+            buf_printf(b, "(native stacks: gdb skipped, already run on %d processes)\n", HD_GDB_MAX);
+        else
+            buf_puts(b, "(native stacks: gdb is not installed)\n");
+    }
+    if (!p->how[0]) snprintf(p->how, sizeof(p->how), "proc");
+}
+
+/* RUN/hangs/<n>.txt: the headline, the verdict, then b. */
+static int write_stacks(const char *run_dir, int n, const char *headline, hd_result *res,
+                        const buf *b)
+{
+    char path[PATH_MAX];
+    int rc = 0;
+    snprintf(path, sizeof(path), "%s/hangs", run_dir);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) rc = err_from_errno(errno);
+    snprintf(res->stacks, sizeof(res->stacks), "hangs/%d.txt", n);
+    snprintf(path, sizeof(path), "%s/%s", run_dir, res->stacks);
+    if (!rc && !b->err) {
+        FILE *f = fopen(path, "we");
+        if (f) fprintf(f, "%s\nverdict: %s\n\n", headline, res->verdict);
+        if (!f || fwrite(b->data, 1, b->len, f) != b->len) rc = err_from_errno(errno ? errno : EIO);
+        if (f && fclose(f) != 0 && !rc) rc = err_from_errno(errno);
+    } else if (!rc) {
+        rc = b->err;
+    }
+    return rc;
+}
+
 int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_result *res)
 {
     memset(res, 0, sizeof(*res));
@@ -613,7 +716,7 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
 
     buf b;
     buf_init(&b, HD_OUT_MAX);
-    int helpers = 0, have_gdb = in_path("gdb"), have_pyspy = in_path("py-spy");
+    int npyspy = 0, ngdb = 0, have_gdb = hd_in_path("gdb"), have_pyspy = hd_in_path("py-spy");
     for (int i = 0; i < np; i++) {
         hd_proc *p = &res->procs[i];
         if (p->rank >= 0)
@@ -640,37 +743,8 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
                 buf_puts(&b, "(no answer to faulthandler's signal)\n");
             }
             free(all);
-        } else if (helpers < HD_HELPERS_MAX && have_pyspy && strncmp(p->comm, "python", 6) == 0) {
-            char pidtxt[24];
-            snprintf(pidtxt, sizeof(pidtxt), "%ld", (long)p->pid);
-            char *argv[] = {"py-spy", "dump", "--pid", pidtxt, NULL};
-            buf_puts(&b, "Python stacks (py-spy dump):\n");
-            size_t before = b.len;
-            run_helper(argv, &b, p->pid);
-            helpers++;
-            snprintf(p->how, sizeof(p->how), "py-spy");
-            if (b.len > before) {
-                char *t = strndup(b.data + before, b.len - before);
-                if (t) parse_pyspy(t, p);
-                free(t);
-            }
-        } else if (helpers < HD_HELPERS_MAX && have_gdb) {
-            char pidtxt[24];
-            snprintf(pidtxt, sizeof(pidtxt), "%ld", (long)p->pid);
-            char *argv[] = {"gdb", "-nx", "-batch", "-p", pidtxt, "-ex", "thread apply all bt 64",
-                            NULL};
-            buf_puts(&b, "Native stacks (gdb):\n");
-            size_t before = b.len;
-            run_helper(argv, &b, p->pid);
-            helpers++;
-            snprintf(p->how, sizeof(p->how), "gdb");
-            if (b.len > before) {
-                char *t = strndup(b.data + before, b.len - before);
-                if (t) parse_gdb(t, p);
-                free(t);
-            }
         } else {
-            snprintf(p->how, sizeof(p->how), "proc");
+            from_outside(p, &b, have_pyspy, have_gdb, &npyspy, &ngdb);
         }
         buf_puts(&b, "Threads (/proc: state, kernel wait channel):\n");
         proc_threads(p->pid, &b);
@@ -689,19 +763,107 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
     free(w);
     build_verdict(res);
 
-    int rc = 0;
-    snprintf(path, sizeof(path), "%s/hangs", run_dir);
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) rc = err_from_errno(errno);
-    snprintf(res->stacks, sizeof(res->stacks), "hangs/%d.txt", n);
-    snprintf(path, sizeof(path), "%s/%s", run_dir, res->stacks);
-    if (!rc && !b.err) {
-        FILE *f = fopen(path, "w");
-        if (f) fprintf(f, "%s\nverdict: %s\n\n", headline, res->verdict);
-        if (!f || fwrite(b.data, 1, b.len, f) != b.len) rc = err_from_errno(errno ? errno : EIO);
-        if (f && fclose(f) != 0 && !rc) rc = err_from_errno(errno);
-    } else if (!rc) {
-        rc = b.err;
-    }
+    int rc = write_stacks(run_dir, n, headline, res, &b);
     buf_free(&b);
     return rc;
+}
+
+/* hd_dump_self: a thread whose signals are all blocked (the collector's)
+ * takes faulthandler's signal itself, so the handler has written every
+ * Python thread's stack when pthread_kill returns. */
+int hd_dump_self(const char *run_dir, int n, const char *headline, hd_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    res->nprocs = 1;
+    hd_proc *p = &res->procs[0];
+    p->pid = getpid();
+    p->ppid = getppid();
+    p->seq = -1;
+    p->rank = env_rank(p->pid);
+    p->rank_root = p->rank >= 0;
+    read_comm(p->pid, p->comm, sizeof(p->comm));
+    buf b;
+    buf_init(&b, HD_OUT_MAX);
+    if (p->rank >= 0)
+        buf_printf(&b, "==== rank %d, pid %ld (%s), this process (embedded mode) ====\n", p->rank,
+                   (long)p->pid, p->comm);
+    else
+        buf_printf(&b, "==== pid %ld (%s), this process (embedded mode) ====\n", (long)p->pid,
+                   p->comm);
+    char path[PATH_MAX];
+    live_path(path, sizeof(path), run_dir, "pystack", p->pid, ".txt");
+    char *head = slurp(path, 256, NULL);
+    const char *sp = head ? strstr(head, "signal=") : NULL;
+    long sig = sp ? strtol(sp + 7, NULL, 10) : 0;
+    free(head);
+    snprintf(p->how, sizeof(p->how), "proc");
+    if (sig > 0 && sig < 65 && catches(p->pid, (int)sig)) {
+        p->python = 1;
+        off_t before = file_size(path);
+        sigset_t one, old;
+        sigemptyset(&one);
+        sigaddset(&one, (int)sig);
+        pthread_sigmask(SIG_UNBLOCK, &one, &old);
+        int sent = pthread_kill(pthread_self(), (int)sig) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        size_t len = 0;
+        char *all = sent ? slurp(path, HD_FILE_MAX + (size_t)(before > 0 ? before : 0), &len) : NULL;
+        if (all && before >= 0 && (off_t)len > before) {
+            const char *chunk = all + before;
+            p->answered = 1;
+            snprintf(p->how, sizeof(p->how), "faulthandler");
+            buf_puts(&b, "Python stacks (faulthandler):\n");
+            buf_puts(&b, chunk);
+            parse_faulthandler(chunk, p);
+        } else {
+            buf_puts(&b, "(no answer to faulthandler's signal)\n");
+        }
+        free(all);
+    } else {
+        buf_puts(&b, "(no Python stacks: faulthandler is registered by trainperf.start() in "
+                     "Python; native stacks are not taken in embedded mode)\n");
+    }
+    buf_puts(&b, "Threads (/proc: state, kernel wait channel):\n");
+    proc_threads(p->pid, &b);
+    buf_putc(&b, '\n');
+    if (!p->where[0]) {
+        /* the main thread's kernel wait channel, as a last resort */
+        char wp[64];
+        snprintf(wp, sizeof(wp), "/proc/%ld/wchan", (long)p->pid);
+        char *wc = slurp(wp, 128, NULL);
+        if (wc && *wc && strcmp(wc, "0") != 0)
+            snprintf(p->where, sizeof(p->where), "kernel wait %s", wc);
+        free(wc);
+    }
+    build_verdict(res);
+    int rc = write_stacks(run_dir, n, headline, res, &b);
+    buf_free(&b);
+    return rc;
+}
+
+void hd_procs_json(jw *w, const hd_result *res)
+{
+    jw_arr_begin(w);
+    for (int i = 0; i < res->nprocs; i++) {
+        const hd_proc *p = &res->procs[i];
+        jw_obj_begin(w);
+        jw_kint(w, "pid", p->pid);
+        jw_kint(w, "ppid", p->ppid);
+        jw_key(w, "rank");
+        if (p->rank >= 0)
+            jw_int(w, p->rank);
+        else
+            jw_null(w);
+        jw_kstr(w, "comm", p->comm);
+        jw_kstr(w, "where", p->where[0] ? p->where : NULL);
+        jw_kstr(w, "collective", p->coll[0] ? p->coll : NULL);
+        jw_key(w, "seq");
+        if (p->seq >= 0)
+            jw_int(w, p->seq);
+        else
+            jw_null(w);
+        jw_kstr(w, "source", p->how);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
 }

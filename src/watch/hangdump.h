@@ -5,17 +5,19 @@
  * real-time signal named in its first line: every thread's Python stack,
  * written by C code even while the GIL is held) and ctl-PID (a FIFO a small
  * thread of the process reads: it answers with state-PID.json, the innermost
- * user frame and the collective in progress). Other processes get their
- * native stacks from gdb (or Python stacks from py-spy) when installed, and
- * always their threads' states and kernel wait channels from /proc. Nothing
+ * user frame and the collective in progress). Other processes are read from
+ * outside: Python stacks from py-spy (Python processes) and native stacks
+ * from gdb (every process), each when installed, and always their threads'
+ * states and kernel wait channels from /proc. Nothing
  * is ever signalled that did not ask for it. */
-#ifndef TPF_CLI_HANGDUMP_H
-#define TPF_CLI_HANGDUMP_H
+#ifndef TPF_WATCH_HANGDUMP_H
+#define TPF_WATCH_HANGDUMP_H
 
 #include <stddef.h>
 #include <sys/types.h>
 
 #include "util/buf.h"
+#include "util/jsonw.h"
 
 #define HD_MAX_PROCS 256
 
@@ -29,7 +31,8 @@ typedef struct hd_proc {
     char where[256];   /* "wait_for_peer (train.py:12)", "" unknown */
     char coll[48];     /* collective in progress ("all_reduce"), "" none */
     long long seq;     /* its sequence number; -1 unknown */
-    char how[24];      /* where the stack came from: "faulthandler", "gdb", "proc" ... */
+    char how[24];      /* where the stack came from: "python", "faulthandler", "py-spy+gdb",
+                          "py-spy", "gdb", "proc" */
 } hd_proc;
 
 typedef struct hd_result {
@@ -44,6 +47,22 @@ typedef struct hd_result {
  * answer. Returns 0 or a negative TPF_E code (the file could not be written;
  * res is still filled as far as it got). */
 int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_result *res);
+
+/* Embedded mode (no supervisor): the stacks of the calling process, from a
+ * thread of its own that is no Python thread (the collector). Python
+ * threads' stacks through faulthandler, when trainperf.start() registered it
+ * (RUN/live/pystack-PID.txt names its signal): the signal is raised on the
+ * calling thread, so the dump is complete when this returns; every thread's
+ * state and wait channel from /proc. No debugger is attached: it would stop
+ * the training process itself. Writes RUN/hangs/<n>.txt; fills *res (one
+ * process). Returns 0 or a negative TPF_E code. */
+int hd_dump_self(const char *run_dir, int n, const char *headline, hd_result *res);
+
+/* The "processes" array of a hangs.jsonl line (docs/run-format.md). */
+void hd_procs_json(jw *w, const hd_result *res);
+
+/* 1 when an executable of that name is on PATH (py-spy, gdb). */
+int hd_in_path(const char *name);
 
 /* The processes of root's tree (root first), at most max. */
 int hd_tree(pid_t root, pid_t *out, pid_t *ppid, int max);
