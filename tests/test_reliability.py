@@ -19,6 +19,8 @@ TRAINER = str(BUILD / "examples" / "trainer")
 def env_clean(**extra):
     e = dict(os.environ)
     e.pop("TRAINPERF_RUN_DIR", None)
+    e.pop("TRAINPERF_SEG_DIR", None)
+    e.pop("TRAINPERF_SHM_DIR", None)
     e.update(extra)
     return e
 

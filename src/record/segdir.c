@@ -169,7 +169,9 @@ void rec_segdir_remove(rec_segdir *sd)
 {
     if (!sd || sd->fd < 0) return;
     if (empty_dir(sd->fd)) rmdir(sd->path);
-    close(sd->fd); /* drops the lock */
+    /* For every holder: forked workers (embedded mode) share the fd. */
+    flock(sd->fd, LOCK_UN);
+    close(sd->fd);
     sd->fd = -1;
     sd->path[0] = 0;
 }
