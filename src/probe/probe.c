@@ -325,7 +325,7 @@ static int seg_create_in(const char *run_dir, int shm, probe_seg *out)
     }
     /* Blocks reserved before anything is mapped: on a full file system a
      * sparse file would kill this process with SIGBUS at its first write to
-     * a new page (docs/run-format.md, "Segment space"). */
+     * a new page (docs/reliability.md). */
     int rc = shm && !shm_room(fd, file_len) ? TPF_ENOSPC : 0;
     if (rc == 0 && (rc = posix_fallocate(fd, 0, (off_t)file_len)) != 0) rc = err_from_errno(rc);
     if (rc) {
