@@ -19,6 +19,8 @@ TRAINER = str(BUILD / "examples" / "trainer")
 def env_clean(**extra):
     e = dict(os.environ)
     e.pop("TRAINPERF_RUN_DIR", None)
+    e.pop("TRAINPERF_SEG_DIR", None)
+    e.pop("TRAINPERF_SHM_DIR", None)
     e.update(extra)
     return e
 
@@ -56,6 +58,18 @@ def test_full_fs_at_start_never_kills_the_trainee(cli, tmp_path):
         p = run(cli, m / "r", TRAINER, "--steps", "400", "--quiet")
         assert p.returncode == 0, p.stderr  # was 135 (SIGBUS) on main
         sm = json.loads((m / "r" / "summary.json").read_text())
+        # The segments are off the full file system: every step is counted.
+        assert sm["steps"]["count"] == 400 and sm["steps"]["events_dropped"] == 0
+
+
+def test_full_fs_with_segments_in_the_run_dir_never_kills_the_trainee(cli, tmp_path):
+    # No /dev/shm to be had: the segments go to live/ on the full tmpfs.
+    with small_fs(tmp_path / "m", "200k") as m:
+        p = subprocess.run([cli, "run", "--quiet", "--out", str(m / "r"), "--", TRAINER,
+                            "--steps", "400", "--quiet"], capture_output=True, text=True,
+                           timeout=120, env=env_clean(TRAINPERF_SHM_DIR=str(tmp_path / "none")))
+        assert p.returncode == 0, p.stderr  # was 135 (SIGBUS) on main
+        sm = json.loads((m / "r" / "summary.json").read_text())
         assert sm["steps"]["count"] < 400
         # Either the segment fitted and no ring could be had (the probe went
         # quiet and counted its events), or not even the segment fitted (the
@@ -66,9 +80,13 @@ def test_full_fs_at_start_never_kills_the_trainee(cli, tmp_path):
 
 def test_segment_space_is_reserved_not_sparse(cli, tmp_path):
     d = tmp_path / "r"
-    p = run(cli, d, TRAINER, "--steps", "20", "--quiet")
+    p = subprocess.run([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps", "20",
+                        "--quiet"], capture_output=True, text=True, timeout=120,
+                       env=env_clean(TRAINPERF_SHM_DIR=str(tmp_path / "none")))
     assert p.returncode == 0, p.stderr
-    for seg in (d / "live").glob("seg-*.tpf"):
+    segs = list((d / "live").glob("seg-*.tpf"))
+    assert segs
+    for seg in segs:
         st = seg.stat()
         assert st.st_blocks * 512 >= st.st_size  # every byte has its block
 
@@ -360,3 +378,294 @@ def test_truncated_gzip_trace_is_named_as_such(cli, tmp_path):
     p = subprocess.run([cli, "analyze", str(f)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert "truncated gzip" in p.stderr and "<fd:" not in p.stderr and "JSON" not in p.stderr
+
+
+# ---- 1 (end). a slow or hung run-dir file system never stalls steps ----
+# The segments live in a private directory under /dev/shm (tmpfs: no
+# write-back), named in run.json, never on the run directory's file system.
+
+def _segdir(d):
+    return json.loads((d / "run.json").read_text())["segments_dir"]
+
+
+def _wait_rows(d, n, proc, timeout=120):
+    for _ in range(int(timeout / 0.02)):
+        if (d / "steps.csv").exists() and len((d / "steps.csv").read_text().splitlines()) > n:
+            return
+        assert proc.poll() is None, "the run ended early"
+        time.sleep(0.02)
+    raise AssertionError("no steps came")
+
+
+def _wait_file(f, timeout=120):
+    for _ in range(int(timeout / 0.05)):
+        if f.exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_segments_are_off_the_run_dir_file_system(cli, tmp_path):
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    d = tmp_path / "r"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                           "100000", "--quiet"], env=env_clean(), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_rows(d, 5, tp)
+        sd = _segdir(d)
+        assert sd and sd.startswith("/dev/shm/trainperf-")
+        st = os.stat(sd)
+        assert st.st_uid == os.geteuid() and (st.st_mode & 0o777) == 0o700
+        segs = [os.path.join(sd, n) for n in os.listdir(sd) if n.endswith(".tpf")]
+        assert segs
+        for seg in segs:
+            ss = os.lstat(seg)
+            assert ss.st_dev != os.stat(d).st_dev  # not on the run dir's file system
+            assert (ss.st_mode & 0o777) == 0o600
+        fstype = subprocess.run(["stat", "-f", "-c", "%T", sd], capture_output=True,
+                                text=True).stdout.strip()
+        assert fstype == "tmpfs"
+        assert not list((d / "live").glob("seg-*"))
+    finally:
+        tp.send_signal(signal.SIGINT)
+        _, err = tp.communicate(timeout=120)
+    assert "warning" not in err, err
+    assert not os.path.exists(sd)  # removed when the run finished
+    assert json.loads((d / "summary.json").read_text())["steps"]["count"] == len(steps_rows(d))
+
+
+def _private_shm(tmp_path):
+    base = tmp_path / "shm"
+    base.mkdir()
+    base.chmod(0o1777)  # as /dev/shm: anyone may write, sticky
+    return base
+
+
+def test_no_segments_left_after_normal_failed_and_killed_runs(cli, tmp_path):
+    base = _private_shm(tmp_path)
+    env = env_clean(TRAINPERF_SHM_DIR=str(base))
+
+    def go(d, *cmd):
+        return subprocess.run([cli, "run", "--quiet", "--out", str(tmp_path / d), "--", *cmd],
+                              capture_output=True, text=True, timeout=120, env=env)
+
+    assert go("ok", TRAINER, "--steps", "20", "--quiet").returncode == 0
+    assert len(steps_rows(tmp_path / "ok")) == 20
+    assert _segdir(tmp_path / "ok").startswith(str(base))
+    assert go("fail", "sh", "-c", f"{TRAINER} --steps 5 --quiet; exit 3").returncode == 3
+    assert go("sig", "sh", "-c", f"{TRAINER} --steps 5 --quiet; kill -9 $$").returncode == 137
+    bad = tmp_path / "notexe"
+    bad.write_bytes(b"\x7fELF garbage")
+    bad.chmod(0o755)
+    assert go("exec", str(bad)).returncode == 126  # exec itself fails
+    assert os.listdir(base) == []
+    # Killed collector: the segments stay (nothing published is lost) until
+    # `trainperf report` has recovered the run from them.
+    d = tmp_path / "killed"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps", "400",
+                           "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_rows(d, 30, tp)
+    kids = _children(tp.pid)
+    tp.kill()
+    tp.wait()
+    _wait_gone(kids[0])
+    assert len(os.listdir(base)) == 1
+    p = subprocess.run([cli, "report", str(d)], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0 and "recovered an interrupted run" in p.stderr, p.stderr
+    assert len(steps_rows(d)) == 400
+    assert os.listdir(base) == []
+
+
+def test_dead_runs_segments_are_swept_after_recovering_them(cli, tmp_path):
+    base = _private_shm(tmp_path)
+    env = env_clean(TRAINPERF_SHM_DIR=str(base))
+    d = tmp_path / "killed"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps", "400",
+                           "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_rows(d, 30, tp)
+    kids = _children(tp.pid)
+    tp.kill()
+    tp.wait()
+    _wait_gone(kids[0])
+    on_disk = len(steps_rows(d))
+    assert on_disk < 400 and len(os.listdir(base)) == 1
+    # The next run finds the dead run's segments: recovers that run into its
+    # own directory (nothing published is lost), then frees the memory.
+    p = subprocess.run([cli, "run", "--quiet", "--out", str(tmp_path / "next"), "--", TRAINER,
+                        "--steps", "5", "--quiet"], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert p.returncode == 0, p.stderr
+    assert os.listdir(base) == []
+    assert len(steps_rows(d)) == 400
+    rec = json.loads((d / "recovered.json").read_text())
+    assert rec["steps_from_rings"] == 400 - on_disk
+
+
+def test_a_live_runs_segments_are_never_swept(cli, tmp_path):
+    base = _private_shm(tmp_path)
+    env = env_clean(TRAINPERF_SHM_DIR=str(base))
+    d = tmp_path / "live"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                           "100000", "--quiet"], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    try:
+        _wait_rows(d, 5, tp)
+        sd = _segdir(d)
+        p = subprocess.run([cli, "run", "--quiet", "--out", str(tmp_path / "other"), "--", "true"],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 0, p.stderr
+        assert os.path.isdir(sd) and [n for n in os.listdir(sd) if n.endswith(".tpf")]
+    finally:
+        tp.send_signal(signal.SIGINT)
+        tp.wait(timeout=120)
+    assert os.listdir(base) == []
+
+
+def test_planted_entries_in_the_shm_base_are_never_followed(cli, tmp_path):
+    base = _private_shm(tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "seg-1.tpf").write_text("precious\n")
+    (victim / "run").write_text("precious\n")
+    (base / "trainperf-AAAAAA").symlink_to(victim)  # a link where our dirs go
+    os.mkfifo(base / "trainperf-BBBBBB")
+    other = base / "trainperf-CCCCCC"  # another user's directory
+    other.mkdir(mode=0o700)
+    (other / "seg-1.tpf").write_text("theirs\n")
+    if os.geteuid() == 0:
+        os.chown(other, 65534, 65534)
+    p = subprocess.run([cli, "run", "--quiet", "--out", str(tmp_path / "r"), "--", TRAINER,
+                        "--steps", "20", "--quiet"], capture_output=True, text=True, timeout=120,
+                       env=env_clean(TRAINPERF_SHM_DIR=str(base)))
+    assert p.returncode == 0, p.stderr
+    assert len(steps_rows(tmp_path / "r")) == 20
+    assert (victim / "seg-1.tpf").read_text() == "precious\n"
+    assert (victim / "run").read_text() == "precious\n"
+    assert sorted(os.listdir(base)) == ["trainperf-AAAAAA", "trainperf-BBBBBB", "trainperf-CCCCCC"]
+    assert (other / "seg-1.tpf").read_text() == "theirs\n"
+
+
+@pytest.mark.parametrize("kind", ["symlink", "open"])
+def test_probe_refuses_a_segment_dir_that_is_not_private(tmp_path, kind):
+    # The probe takes TRAINPERF_SEG_DIR only when it is a real directory,
+    # ours, closed to others; otherwise its segment goes to RUN/live.
+    target = tmp_path / "target"
+    target.mkdir(mode=0o700)
+    if kind == "symlink":
+        segdir = tmp_path / "trainperf-link"
+        segdir.symlink_to(target)
+    else:
+        segdir = target
+        target.chmod(0o777)
+    d = tmp_path / "r"
+    p = subprocess.run([TRAINER, "--steps", "5", "--quiet"], capture_output=True, text=True,
+                       timeout=60, env=env_clean(TRAINPERF_RUN_DIR=str(d),
+                                                 TRAINPERF_SEG_DIR=str(segdir)))
+    assert p.returncode == 0, p.stderr
+    assert os.listdir(target) == []
+    assert len(list((d / "live").glob("seg-*.tpf"))) == 1
+
+
+def test_no_usable_shm_falls_back_to_the_run_dir_with_one_warning(cli, tmp_path):
+    d = tmp_path / "r"
+    p = subprocess.run([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps", "30",
+                        "--quiet"], capture_output=True, text=True, timeout=120,
+                       env=env_clean(TRAINPERF_SHM_DIR=str(tmp_path / "missing")))
+    assert p.returncode == 0, p.stderr
+    warn = [l for l in p.stderr.splitlines() if "warning" in l]
+    assert len(warn) == 1 and "segments go to the run directory" in warn[0], p.stderr
+    assert "missing" in warn[0]
+    assert _segdir(d) is None
+    assert len(list((d / "live").glob("seg-*.tpf"))) == 1
+    assert len(steps_rows(d)) == 30
+
+
+def test_too_small_shm_falls_back_to_the_run_dir_with_one_warning(cli, tmp_path):
+    with small_fs(tmp_path / "shm", "1m") as base:
+        d = tmp_path / "r"
+        p = subprocess.run([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps", "30",
+                            "--quiet"], capture_output=True, text=True, timeout=120,
+                           env=env_clean(TRAINPERF_SHM_DIR=str(base)))
+        assert p.returncode == 0, p.stderr
+        warn = [l for l in p.stderr.splitlines() if "warning" in l]
+        assert len(warn) == 1 and "too little" in warn[0], p.stderr
+        assert os.listdir(base) == []
+        assert len(steps_rows(d)) == 30
+
+
+def _marked_trainer(marker, steps):
+    # The trainee says when it has finished, outside the run directory.
+    return ["sh", "-c", f"{TRAINER} --steps {steps} --quiet && echo done > {marker}"]
+
+
+def test_stopped_collector_never_holds_the_trainee_back(cli, tmp_path):
+    d = tmp_path / "r"
+    marker = tmp_path / "done"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--",
+                           *_marked_trainer(marker, 3000)], env=env_clean(),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_rows(d, 5, tp)
+        tp.send_signal(signal.SIGSTOP)
+        # All its steps and its exit happen while the collector is stopped.
+        finished = _wait_file(marker)
+    finally:
+        tp.send_signal(signal.SIGCONT)
+    _, err = tp.communicate(timeout=120)
+    assert finished, "the trainee waited for the stopped collector"
+    assert tp.returncode == 0, err
+    sm = json.loads((d / "summary.json").read_text())
+    assert sm["steps"]["count"] == 3000  # the rings held what was not drained
+    assert len(steps_rows(d)) == 3000
+
+
+@contextlib.contextmanager
+def frozen_capable_fs(path):
+    """An ext4 file system on a loop device at path, which fsfreeze can stop
+    as a hung network file system stops: writes and page faults block."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a loop device needs root (CI runs as root)")
+    img = path.parent / (path.name + ".img")
+    path.mkdir(parents=True, exist_ok=True)
+    with open(img, "wb") as f:
+        f.truncate(64 << 20)
+    p = subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"cannot make an ext4 image here: {p.stderr.strip()}")
+    p = subprocess.run(["mount", "-o", "loop,noatime", str(img), str(path)], capture_output=True,
+                       text=True)
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a loop device here: {p.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["fsfreeze", "-u", str(path)], capture_output=True)
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+        img.unlink()
+
+
+def test_hung_run_dir_file_system_never_stalls_the_steps(cli, tmp_path):
+    with frozen_capable_fs(tmp_path / "m") as m:
+        d = m / "r"
+        marker = tmp_path / "done"
+        tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--",
+                               *_marked_trainer(marker, 3000)], env=env_clean(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_rows(d, 5, tp)
+            p = subprocess.run(["fsfreeze", "-f", str(m)], capture_output=True, text=True)
+            if p.returncode != 0:
+                pytest.skip(f"fsfreeze refused: {p.stderr.strip()}")
+            # The run directory's file system answers nothing now; the
+            # trainee runs all its steps and exits all the same.
+            finished = _wait_file(marker)
+        finally:
+            subprocess.run(["fsfreeze", "-u", str(m)], capture_output=True)
+        _, err = tp.communicate(timeout=300)
+        assert finished, "the trainee stalled on the frozen run-dir file system"
+        assert tp.returncode == 0, err
+        sm = json.loads((d / "summary.json").read_text())
+        assert sm["steps"]["count"] == 3000
+        assert len(steps_rows(d)) == 3000

@@ -310,7 +310,9 @@ def test_sigkill_child_loses_no_published_step(cli, child, tmp_path):
     p = start_slow(cli, child, run)
     try:
         printed = read_lines(p, 40)
-        seg = next((run / "live").glob("seg-*.tpf"))
+        # The segments live off the run directory, where run.json says.
+        segdir = pathlib.Path(json.loads((run / "run.json").read_text())["segments_dir"])
+        seg = next(segdir.glob("seg-*.tpf"))
         pid = int(seg.stem.split("-")[1])
         os.kill(pid, signal.SIGKILL)
         rest, err = p.communicate(timeout=60)

@@ -34,6 +34,7 @@
 #include "record/exporter.h"
 #include "record/rundir.h"
 #include "record/safeout.h"
+#include "record/segdir.h"
 #include "record/sinks.h"
 #include "record/status.h"
 #include "trainperf.h"
@@ -279,31 +280,32 @@ static int has_key(const char *entry, const char *key)
 /* The child's environment: ours, with the run's variables set. */
 typedef struct child_envp {
     char **env;
-    char *own[2];   /* strings made here */
+    char *own[3];   /* strings made here */
 } child_envp;
 
 static void env_free(child_envp *e)
 {
     free(e->own[0]);
     free(e->own[1]);
+    free(e->own[2]);
     free(e->env);
     memset(e, 0, sizeof(*e));
 }
 
-static int child_env(child_envp *e, const char *run_dir, const char *pydir, int no_auto,
-                     const run_prof *prof)
+static int child_env(child_envp *e, const char *run_dir, const char *seg_dir, const char *pydir,
+                     int no_auto, const run_prof *prof)
 {
     memset(e, 0, sizeof(*e));
     size_t n = 0;
     while (environ[n]) n++;
-    e->env = calloc(n + 5 + RUNPROF_MAX_ENV, sizeof(char *));
+    e->env = calloc(n + 6 + RUNPROF_MAX_ENV, sizeof(char *));
     if (!e->env) return -1;
     size_t k = 0;
     const char *oldpp = getenv("PYTHONPATH");
     int set_pp = !no_auto && pydir[0];
     for (size_t i = 0; i < n; i++) {
         /* with --no-auto the user's own TRAINPERF_AUTO (an opt-out) stays */
-        if (has_key(environ[i], "TRAINPERF_RUN_DIR") ||
+        if (has_key(environ[i], "TRAINPERF_RUN_DIR") || has_key(environ[i], "TRAINPERF_SEG_DIR") ||
             (!no_auto && has_key(environ[i], "TRAINPERF_AUTO")))
             continue;
         if (set_pp && has_key(environ[i], "PYTHONPATH")) continue;
@@ -316,6 +318,15 @@ static int child_env(child_envp *e, const char *run_dir, const char *pydir, int 
         return -1;
     }
     e->env[k++] = e->own[0];
+    /* The probes' segments off the run directory (record/segdir.h). */
+    if (seg_dir && *seg_dir) {
+        if (asprintf(&e->own[2], "TRAINPERF_SEG_DIR=%s", seg_dir) < 0) {
+            e->own[2] = NULL;
+            env_free(e);
+            return -1;
+        }
+        e->env[k++] = e->own[2];
+    }
     if (!no_auto) e->env[k++] = "TRAINPERF_AUTO=1";
     for (int i = 0; i < prof->nenv; i++)
         e->env[k++] = (char *)prof->env[i];
@@ -745,6 +756,9 @@ int cmd_run(int argc, char **argv)
             return CLI_USAGE;
         }
     }
+    /* Segment directories of dead runs: recovered into their run
+     * directories, then removed (they hold memory). */
+    rec_segdir_sweep();
     /* One run per directory, locked for the whole run (rundir.h). */
     int lock_fd = rc = rec_rundir_claim(run_dir, a.force ? REC_CLAIM_FORCE : 0);
     if (rc == TPF_EBUSY || rc == TPF_EEXIST) {
@@ -768,11 +782,22 @@ int cmd_run(int argc, char **argv)
 
     if (prom_fd >= 0) run_export_note(absdir, prom_url, a.quiet);
 
+    /* The probes' segments go off the run directory's file system, so a
+     * stalled one never stalls the steps (record/segdir.h); when that cannot
+     * be, they go to live/ and the user is told once. */
+    rec_segdir sd;
+    char why[PATH_MAX + 100];
+    if (rec_segdir_make(&sd, absdir, probe_ring_events(), why, sizeof(why)) != 0)
+        cli_warn("the probes' segments go to the run directory (%s): a stalled file system "
+                 "there can stall the steps",
+                 why);
+
     char pydir[PATH_MAX];
     cli_python_dir(pydir, sizeof(pydir));
     child_envp cenv;
-    if (child_env(&cenv, absdir, pydir, a.no_auto, &a.prof) != 0) {
+    if (child_env(&cenv, absdir, sd.path, pydir, a.no_auto, &a.prof) != 0) {
         cli_error("out of memory");
+        rec_segdir_remove(&sd);
         alerts_free(alerts);
         return CLI_FAIL;
     }
@@ -795,12 +820,14 @@ int cmd_run(int argc, char **argv)
     int exec_errno = spawn(exe, a.cmd, cenv.env, tty_fd, &child);
     if (exec_errno < 0) {
         cli_error("%s: %s", exec_errno == -1 ? "pipe" : "fork", strerror(errno));
+        rec_segdir_remove(&sd);
         env_free(&cenv);
         alerts_free(alerts);
         return CLI_FAIL;
     }
     if (exec_errno > 0) {
         cli_error("cannot run %s: %s", a.cmd[0], strerror(exec_errno));
+        rec_segdir_remove(&sd);
         rec_rundir_release(lock_fd);
         env_free(&cenv);
         alerts_free(alerts);
@@ -810,6 +837,7 @@ int cmd_run(int argc, char **argv)
     coll_opts co;
     memset(&co, 0, sizeof(co));
     co.run_dir = absdir;
+    co.seg_dir = sd.path[0] ? sd.path : NULL;
     co.mode = "run";
     co.argv = a.cmd;
     co.root_pid = child;
@@ -920,6 +948,8 @@ int cmd_run(int argc, char **argv)
         coll_get_summary(c, &s);
         coll_free(c);
         rec_status_destroy(&status_data);
+        /* Drained to the last event: the segments' memory goes back. */
+        rec_segdir_remove(&sd);
         if (a.clean_live) clean_live(absdir);
         buf term;
         buf_init(&term, 4u << 20);
@@ -931,7 +961,7 @@ int cmd_run(int argc, char **argv)
         rec_loss_text(&s.lost, lost, sizeof(lost));
         if (lost[0]) cli_warn("%s", lost);
         if (s.bad_segments)
-            cli_warn("live/%s%s: not a readable trainperf segment (corrupt header); its events "
+            cli_warn("%s%s: not a readable trainperf segment (corrupt header); its events "
                      "were skipped",
                      s.bad_segment, s.bad_segments > 1 ? " and others" : "");
         if (a.quiet)
@@ -944,6 +974,7 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "\n%s", term.data);
         buf_free(&term);
     }
+    rec_segdir_remove(&sd); /* no collector: nothing to drain */
     alerts_free(alerts);
     rec_rundir_release(lock_fd);
     return ex.code;

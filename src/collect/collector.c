@@ -34,11 +34,12 @@ static const src_ops *const coll_sources[] = {&procfs_source, &sched_source, &nv
 #define COLL_MAX_SINKS 16
 #define COLL_OPEN_RETRIES 100    /* a segment still initialising */
 
-enum { SEG_OPEN = 0, SEG_CLOSED = 1, SEG_BAD = 2, SEG_WAIT = 3 };
+enum { SEG_OPEN = 0, SEG_CLOSED = 1, SEG_BAD = 2, SEG_WAIT = 3, SEG_GONE = 4 };
 
 typedef struct coll_seg {
     char file[64];
     ino_t ino;
+    int shm; /* in the segment directory (o.seg_dir), not in live/ */
     int state;
     int retries;
     seg_reader *r;
@@ -82,7 +83,8 @@ struct coll {
     int npend;
     uint64_t dropped_closed;     /* probe drops of closed segments */
     int nbad_segs;               /* segments skipped as unreadable */
-    char bad_seg[64];            /* the first of them */
+    char bad_seg[PATH_MAX + 64]; /* the first of them */
+    char seg_dir[PATH_MAX];      /* o.seg_dir copied; "" when none */
 
     coll_frame frame;            /* the collector thread's working frame */
     uint64_t last_sample_ns, next_sample_ns, last_scan_ns;
@@ -272,11 +274,11 @@ static void set_file(coll_seg *s, const char *file)
     s->file[n] = 0;
 }
 
-static coll_seg *seg_slot(coll *c, const char *file, ino_t ino)
+static coll_seg *seg_slot(coll *c, const char *file, ino_t ino, int shm)
 {
     for (int i = 0; i < c->nsegs; i++) {
         coll_seg *s = &c->segs[i];
-        if (strcmp(s->file, file) != 0) continue;
+        if (s->shm != shm || strcmp(s->file, file) != 0) continue;
         if (s->ino == ino) return s;
         /* Same name, new file: the pid was reused by a new producer. */
         if (s->state == SEG_OPEN) seg_close(c, s);
@@ -284,6 +286,7 @@ static coll_seg *seg_slot(coll *c, const char *file, ino_t ino)
         s->state = SEG_WAIT;
         set_file(s, file);
         s->ino = ino;
+        s->shm = shm;
         return s;
     }
     if (c->nsegs == c->capsegs) {
@@ -299,21 +302,30 @@ static coll_seg *seg_slot(coll *c, const char *file, ino_t ino)
     s->state = SEG_WAIT;
     set_file(s, file);
     s->ino = ino;
+    s->shm = shm;
     return s;
 }
 
 /* A segment we cannot read (corrupt header, another layout) is skipped,
  * but never without a word: counted and named in coll_summary. */
+static void seg_path(const coll *c, const coll_seg *s, char *path, size_t cap)
+{
+    /* Both directories are shorter than PATH_MAX - 64 (coll_create). */
+    int n = s->shm ? snprintf(path, cap, "%s/%s", c->seg_dir, s->file)
+                   : snprintf(path, cap, "%s/live/%s", c->run_dir, s->file);
+    if (n < 0 || (size_t)n >= cap) path[0] = 0;
+}
+
 static void seg_bad(coll *c, coll_seg *s)
 {
     s->state = SEG_BAD;
-    if (c->nbad_segs++ == 0) snprintf(c->bad_seg, sizeof(c->bad_seg), "%s", s->file);
+    if (c->nbad_segs++ == 0) seg_path(c, s, c->bad_seg, sizeof(c->bad_seg));
 }
 
 static void seg_try_open(coll *c, coll_seg *s)
 {
     char path[PATH_MAX + 80];
-    snprintf(path, sizeof(path), "%s/live/%s", c->run_dir, s->file);
+    seg_path(c, s, path, sizeof(path));
     seg_reader *r = NULL;
     int rc = seg_reader_open(&r, path);
     if (rc == TPF_EVERSION) {
@@ -338,11 +350,9 @@ static void seg_try_open(coll *c, coll_seg *s)
     probe_out(c, &p);
 }
 
-static void seg_scan(coll *c)
+static void seg_scan_dir(coll *c, const char *dir, int shm)
 {
-    char live[PATH_MAX + 8];
-    snprintf(live, sizeof(live), "%s/live", c->run_dir);
-    DIR *d = opendir(live);
+    DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
@@ -350,30 +360,55 @@ static void seg_scan(coll *c)
         if (n < 9 || n >= 64 || strncmp(de->d_name, "seg-", 4) != 0 ||
             strcmp(de->d_name + n - 4, ".tpf") != 0)
             continue;
-        coll_seg *s = seg_slot(c, de->d_name, de->d_ino);
+        coll_seg *s = seg_slot(c, de->d_name, de->d_ino, shm);
         if (s && s->state == SEG_WAIT) seg_try_open(c, s);
     }
     closedir(d);
+}
+
+/* The segment directory (off the run directory), then live/ (segments the
+ * segment directory could not take, or probes started without it). */
+static void seg_scan(coll *c)
+{
+    if (c->seg_dir[0]) seg_scan_dir(c, c->seg_dir, 1);
+    char live[PATH_MAX + 8];
+    snprintf(live, sizeof(live), "%s/live", c->run_dir);
+    seg_scan_dir(c, live, 0);
 }
 
 /* dead: the producers that have exited get a last drain and are closed, so
  * a month of DataLoader workers does not pile up mappings. */
 static void drain_all(coll *c, int check_dead)
 {
+    int gone = 0;
     for (int i = 0; i < c->nsegs; i++) {
         coll_seg *s = &c->segs[i];
         if (s->state != SEG_OPEN) continue;
         int dead = check_dead && s->pid > 0 && kill(s->pid, 0) != 0 && errno == ESRCH;
-        if (dead)
+        if (dead) {
             seg_close(c, s);
-        else
+            gone += s->shm;
+        } else {
             seg_drain(c, s);
+        }
     }
     pend_flush(c);
     /* Drained is on disk within one drain period: a collector killed now
      * loses only what it had not drained (that stays in the rings). */
     for (int k = 0; k < c->nsinks; k++)
         if (c->sinks[k].ops->on_drain) c->sinks[k].ops->on_drain(c->sinks[k].state);
+    /* An exited producer's segment in the segment directory is memory
+     * (tmpfs): once its last events are out, it goes. A month of DataLoader
+     * workers must not pile up there. */
+    for (int i = 0; gone && i < c->nsegs; i++) {
+        coll_seg *s = &c->segs[i];
+        if (s->state != SEG_CLOSED || !s->shm) continue;
+        char path[PATH_MAX + 80];
+        seg_path(c, s, path, sizeof(path));
+        unlink(path);
+        s->state = SEG_GONE;
+        gone--;
+    }
 }
 
 static uint64_t dropped_now(const coll *c)
@@ -545,6 +580,8 @@ int coll_create(coll **out, const coll_opts *o)
     if (c->o.start_unix_s <= 0) c->o.start_unix_s = unix_now();
     snprintf(c->run_dir, sizeof(c->run_dir), "%s", o->run_dir);
     c->o.run_dir = c->run_dir;
+    snprintf(c->seg_dir, sizeof(c->seg_dir), "%s", o->seg_dir ? o->seg_dir : "");
+    c->o.seg_dir = c->seg_dir[0] ? c->seg_dir : NULL;
     c->ctx.root_pid = o->root_pid;
     c->ctx.run_dir = c->run_dir;
     c->ctx.interval_s = c->o.interval_s;
@@ -600,6 +637,7 @@ int coll_create(coll **out, const coll_opts *o)
         .auto_hook = c->o.auto_hook,
         .nalert_rules = c->nalert_rules,
         .alert_rules = c->alert_rules,
+        .segments_dir = c->o.seg_dir,
     };
     c->sctx = (sink_ctx){
         .run_dir = c->run_dir,

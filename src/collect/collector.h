@@ -13,6 +13,7 @@
 #ifndef TPF_COLLECT_COLLECTOR_H
 #define TPF_COLLECT_COLLECTOR_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -24,6 +25,10 @@
 
 typedef struct coll_opts {
     const char *run_dir;     /* exists and is writable (rec_rundir_prepare) */
+    /* The probes' segment directory off the run directory (record/segdir.h),
+     * scanned with run_dir/live; NULL: live/ only. Segments of exited
+     * processes are removed from it once drained (they hold memory). */
+    const char *seg_dir;
     const char *mode;        /* "run" | "embedded" */
     char *const *argv;       /* the watched command, NULL-terminated; may be NULL */
     pid_t root_pid;          /* the watched process tree's root */
@@ -71,8 +76,8 @@ typedef struct coll_summary {
     int nalerts;
     char io_error[200];      /* "" or the first file error of the run */
     sink_lost lost;          /* what a full disk cost (record/safeout.h) */
-    int bad_segments;        /* live/ segments skipped as unreadable */
-    char bad_segment[64];    /* the first one's file name */
+    int bad_segments;        /* segments skipped as unreadable */
+    char bad_segment[PATH_MAX + 64]; /* the first one's path */
     int nsources;
     run_source sources[RUN_MAX_SOURCES];
     uint64_t exporter_lost;  /* updates Prometheus/TensorBoard dropped */

@@ -56,6 +56,7 @@ typedef struct run_meta {
     int auto_hook;        /* -1: not applicable */
     int nalert_rules;
     const char *const *alert_rules;
+    const char *segments_dir; /* the probes' segment directory (record/segdir.h); NULL: live/ */
 } run_meta;
 
 /* What a sink knows for its whole life (borrowed until close). */

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -59,6 +60,7 @@ typedef struct probe_seg {
     seg_header *h;
     int fd; /* kept to grow the file as rings are claimed; -1 */
     uint64_t file_len;
+    int shm; /* in the segment directory (tmpfs): keep its floor free */
 } probe_seg;
 
 static probe_seg g_seg = {.fd = -1};
@@ -66,6 +68,11 @@ static uint32_t g_gen = PROBE_GEN0 - 1;
 static int g_clock_tsc; /* read on the hot path; set before publish */
 static char g_run_dir[PATH_MAX];
 static char g_run_dir_pub[PATH_MAX]; /* what tpf_run_dir() hands out */
+/* The run's private segment directory off the run directory's file system
+ * (TRAINPERF_SEG_DIR, made by `trainperf run` in /dev/shm; "" for none):
+ * see record/segdir.h for why. */
+static char g_seg_dir[PATH_MAX];
+static char g_seg_path[PATH_MAX + 32]; /* the current segment's path */
 /* Mappings of earlier attaches. Not unmapped at detach: a thread may still
  * be inside a write to them. */
 static probe_seg g_retired[PROBE_MAX_RETIRED];
@@ -221,18 +228,74 @@ static int ensure_dir(const char *dir)
     return err_from_errno(errno);
 }
 
-static int seg_create_locked(const char *run_dir, probe_seg *out)
+/* The segment directory as an fd, only when it is what `trainperf run`
+ * made: a real directory (no symlink), ours, closed to everyone else. A
+ * directory someone else could write to is never used. */
+static int seg_dir_open(const char *dir)
 {
-    char path[PATH_MAX];
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return err_from_errno(errno);
+    struct stat st;
+    if (fstat(dfd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        close(dfd);
+        return TPF_EACCES;
+    }
+    return dfd;
+}
+
+/* 1 when len more bytes may be taken in the file system of fd: the segment
+ * directory's tmpfs is shared with the trainee's own users of /dev/shm
+ * (DataLoader tensors, NCCL), so seg_shm_keep of it always stays free. */
+static int shm_room(int fd, uint64_t len)
+{
+    struct statvfs v;
+    if (fstatvfs(fd, &v) != 0) return 0;
+    uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize, size = (uint64_t)v.f_blocks * v.f_frsize;
+    return avail >= len && avail - len >= seg_shm_keep(size);
+}
+
+/* Where a segment is made: dfd and the name's directory for
+ * probe_segment_path. Off the run directory when a segment directory is
+ * known (steps never wait for a stalled run-dir file system), else
+ * RUN_DIR/live (created when missing). */
+static int seg_place(const char *run_dir, int shm, char *where, size_t cap)
+{
+    if (shm) {
+        if ((size_t)snprintf(where, cap, "%s", g_seg_dir) >= cap) return TPF_ETOOBIG;
+        return seg_dir_open(g_seg_dir);
+    }
     int rc = ensure_dir(run_dir);
     if (rc) return rc;
-    if ((size_t)snprintf(path, sizeof(path), "%s/live", run_dir) >= sizeof(path))
-        return TPF_ETOOBIG;
-    if ((rc = ensure_dir(path)) != 0) return rc;
+    if ((size_t)snprintf(where, cap, "%s/live", run_dir) >= cap) return TPF_ETOOBIG;
+    if ((rc = ensure_dir(where)) != 0) return rc;
+    int dfd = open(where, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return dfd < 0 ? err_from_errno(errno) : dfd;
+}
+
+static int seg_create_in(const char *run_dir, int shm, probe_seg *out);
+
+static int seg_create_locked(const char *run_dir, probe_seg *out)
+{
+    /* The segment directory first; when it cannot take the segment (gone,
+     * not ours, its tmpfs short of room) the run directory does. */
+    if (g_seg_dir[0] && seg_create_in(run_dir, 1, out) == 0) return 0;
+    return seg_create_in(run_dir, 0, out);
+}
+
+static int seg_create_in(const char *run_dir, int shm, probe_seg *out)
+{
+    char where[PATH_MAX];
+    int dfd = seg_place(run_dir, shm, where, sizeof(where));
+    if (dfd < 0) return dfd;
     pid_t pid = getpid();
-    if ((size_t)snprintf(path, sizeof(path), "%s/live/seg-%d.tpf", run_dir, (int)pid) >=
-        sizeof(path))
+    char name[64], tmp[64];
+    snprintf(name, sizeof(name), "seg-%d.tpf", (int)pid);
+    snprintf(tmp, sizeof(tmp), "seg-%d.tpf.tmp", (int)pid);
+    if ((size_t)snprintf(g_seg_path, sizeof(g_seg_path), "%s/%s", where, name) >=
+        sizeof(g_seg_path)) {
+        close(dfd);
         return TPF_ETOOBIG;
+    }
 
     const clk_calib *ck = clk_setup();
     uint32_t ring_events = probe_ring_events();
@@ -245,26 +308,30 @@ static int seg_create_locked(const char *run_dir, probe_seg *out)
     uint64_t file_len = rings_off;
 
     /* Built under a temporary name and renamed into place when complete, so
-     * a collector scanning live/ never sees a half-made segment. A file left
-     * by an earlier attach of this pid is replaced, never truncated: our own
-     * retired mapping of it may still be written. */
-    char tmp[PATH_MAX + 8];
-    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) return TPF_ETOOBIG;
-    /* O_EXCL|O_NOFOLLOW: a link planted at the name is removed, never
-     * written through (the run dir may be shared; see util/afile.h). */
-    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+     * a collector scanning the directory never sees a half-made segment. A
+     * file left by an earlier attach of this pid is replaced, never
+     * truncated: our own retired mapping of it may still be written.
+     * O_EXCL|O_NOFOLLOW relative to the directory: a link planted at the
+     * name is removed, never written through (see util/afile.h). */
+    int fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) {
-        unlink(tmp);
-        fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        unlinkat(dfd, tmp, 0);
+        fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     }
-    if (fd < 0) return err_from_errno(errno);
+    if (fd < 0) {
+        int rc = err_from_errno(errno);
+        close(dfd);
+        return rc;
+    }
     /* Blocks reserved before anything is mapped: on a full file system a
      * sparse file would kill this process with SIGBUS at its first write to
-     * a new page (docs/run-format.md, "Segment space"). */
-    if ((rc = posix_fallocate(fd, 0, (off_t)file_len)) != 0) {
-        rc = err_from_errno(rc);
+     * a new page (docs/reliability.md). */
+    int rc = shm && !shm_room(fd, file_len) ? TPF_ENOSPC : 0;
+    if (rc == 0 && (rc = posix_fallocate(fd, 0, (off_t)file_len)) != 0) rc = err_from_errno(rc);
+    if (rc) {
         close(fd);
-        unlink(tmp);
+        unlinkat(dfd, tmp, 0);
+        close(dfd);
         return rc;
     }
     /* Mapped to its full size: pages past the end are touched only after
@@ -272,7 +339,8 @@ static int seg_create_locked(const char *run_dir, probe_seg *out)
     void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
         close(fd);
-        unlink(tmp);
+        unlinkat(dfd, tmp, 0);
+        close(dfd);
         return TPF_ENOMEM;
     }
     seg_header *h = base;
@@ -304,18 +372,21 @@ static int seg_create_locked(const char *run_dir, probe_seg *out)
     for (uint32_t id = 1; id < g_name_count; id++)
         if (g_names[id][0]) seg_put_name_locked(h, id);
     atomic_store_explicit(&h->state, SEG_STATE_READY, memory_order_release);
-    if (rename(tmp, path) != 0) {
+    if (renameat(dfd, tmp, dfd, name) != 0) {
         rc = err_from_errno(errno);
         munmap(base, size);
         close(fd);
-        unlink(tmp);
+        unlinkat(dfd, tmp, 0);
+        close(dfd);
         return rc;
     }
+    close(dfd);
     out->base = base;
     out->size = size;
     out->h = h;
     out->fd = fd;
     out->file_len = file_len;
+    out->shm = shm;
     return 0;
 }
 
@@ -351,14 +422,24 @@ static int attach_locked(const char *run_dir)
     return 0;
 }
 
-int probe_attach(const char *run_dir)
+int probe_attach_at(const char *run_dir, const char *seg_dir)
 {
     if (!run_dir || !*run_dir || strlen(run_dir) >= sizeof(g_run_dir) - 32) return TPF_EINVAL;
+    if (seg_dir && strlen(seg_dir) >= sizeof(g_seg_dir) - 32) return TPF_EINVAL;
     pthread_mutex_lock(&g_lock);
     int rc = TPF_EBUSY;
-    if (atomic_load_explicit(&g_state, memory_order_relaxed) == 0) rc = attach_locked(run_dir);
+    if (atomic_load_explicit(&g_state, memory_order_relaxed) == 0) {
+        /* Kept for forked children, which make their own segments there. */
+        snprintf(g_seg_dir, sizeof(g_seg_dir), "%s", seg_dir ? seg_dir : "");
+        rc = attach_locked(run_dir);
+    }
     pthread_mutex_unlock(&g_lock);
     return rc;
+}
+
+int probe_attach(const char *run_dir)
+{
+    return probe_attach_at(run_dir, NULL);
 }
 
 static void retire_locked(void)
@@ -392,9 +473,7 @@ const char *probe_segment_path(char *buf, size_t cap)
 {
     pthread_mutex_lock(&g_lock);
     const char *r = NULL;
-    if (g_seg.h &&
-        (size_t)snprintf(buf, cap, "%s/live/seg-%d.tpf", g_run_dir, (int)g_seg.h->pid) < cap)
-        r = buf;
+    if (g_seg.h && (size_t)snprintf(buf, cap, "%s", g_seg_path) < cap) r = buf;
     pthread_mutex_unlock(&g_lock);
     return r;
 }
@@ -440,7 +519,7 @@ static seg_ring_hdr *claim_ring_locked(probe_seg *sg)
         /* Grown before rings_used says the ring exists (see segment.h), with
          * its blocks reserved: no space means no ring (the thread's events
          * are counted as dropped), never a SIGBUS in the training process. */
-        if (sg->fd < 0 ||
+        if (sg->fd < 0 || (sg->shm && !shm_room(sg->fd, need - sg->file_len)) ||
             posix_fallocate(sg->fd, (off_t)sg->file_len, (off_t)(need - sg->file_len)) != 0)
             return NULL;
         sg->file_len = need;
@@ -644,5 +723,8 @@ __attribute__((constructor)) static void probe_init(void)
     const char *dir = getenv("TRAINPERF_RUN_DIR");
     if (!dir || !*dir || strlen(dir) >= sizeof(g_run_dir) - 32) return;
     memcpy(g_run_dir, dir, strlen(dir) + 1);
+    /* Set by `trainperf run` beside TRAINPERF_RUN_DIR (record/segdir.h). */
+    const char *sd = getenv("TRAINPERF_SEG_DIR");
+    if (sd && *sd && strlen(sd) < sizeof(g_seg_dir) - 32) memcpy(g_seg_dir, sd, strlen(sd) + 1);
     atomic_store_explicit(&g_state, PROBE_PENDING, memory_order_release);
 }

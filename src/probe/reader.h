@@ -1,7 +1,7 @@
 /* The collector's side of the shared segments, and the probe's attach calls.
  *
  * A probe (any process using libtrainperf) writes events into its own segment
- * file RUN_DIR/live/seg-<pid>.tpf; the collector maps each segment read-only
+ * file SEG_DIR/seg-<pid>.tpf (or RUN_DIR/live/seg-<pid>.tpf); the collector maps each segment read-only
  * (or read-write for the consumer indices) and drains it. Events published
  * before the producer died (even by SIGKILL) are still drained. */
 #ifndef TPF_PROBE_READER_H
@@ -63,8 +63,13 @@ uint64_t seg_reader_dropped(const seg_reader *r);
 
 /* ---- probe side (used by embedded mode and tests) ---- */
 
-/* Attach this process's probe to run_dir (creates run_dir/live/seg-<pid>.tpf).
- * TPF_EBUSY when already attached. Not for the hot path. */
+/* Attach this process's probe to run_dir. Its segment seg-<pid>.tpf is made
+ * in seg_dir when one is given and usable (a private directory off the run
+ * directory's file system: record/segdir.h), else in run_dir/live. Forked
+ * children make theirs the same way. TPF_EBUSY when already attached. Not
+ * for the hot path. */
+int probe_attach_at(const char *run_dir, const char *seg_dir);
+/* probe_attach_at(run_dir, NULL). */
 int probe_attach(const char *run_dir);
 /* Stop writing events (already published events stay in the segment). */
 void probe_detach(void);

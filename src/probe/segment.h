@@ -128,6 +128,17 @@ static inline uint64_t seg_round_page(uint64_t n)
     return (n + SEG_PAGE - 1) & ~(uint64_t)(SEG_PAGE - 1);
 }
 
+/* The room segments leave free on a tmpfs of `size` bytes (/dev/shm): the
+ * trainee's own users of it (DataLoader workers' tensors, NCCL) come first.
+ * Half of it up to 4 GiB, and never less than 256 MiB, so a small /dev/shm
+ * (a container's default 64 MiB) is never used and segments stay in the run
+ * directory. */
+static inline uint64_t seg_shm_keep(uint64_t size)
+{
+    uint64_t keep = size / 2, lo = (uint64_t)256 << 20, hi = (uint64_t)4 << 30;
+    return keep < lo ? lo : keep > hi ? hi : keep;
+}
+
 static inline uint64_t seg_ring_stride(uint32_t ring_events)
 {
     return seg_round_page(sizeof(seg_ring_hdr) + (uint64_t)ring_events * sizeof(seg_rec));

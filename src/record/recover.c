@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "probe/reader.h"
 #include "record/recover.h"
 #include "record/safeout.h"
+#include "record/segdir.h"
 #include "record/writers.h"
 #include "trainperf.h"
 #include "util/afile.h"
@@ -149,10 +151,9 @@ static void on_event(void *ctx, const seg_event *ev)
     agg_event(x->a, x->p, ev);
 }
 
-static int drain_live(rcv *v, const char *dir, rec_recovery *info)
+/* Drain the segments in live (RUN/live, or the run's segment directory). */
+static int drain_dir(rcv *v, const char *live, rec_recovery *info)
 {
-    char live[4200];
-    snprintf(live, sizeof(live), "%s/live", dir);
     DIR *d = opendir(live);
     if (!d) return 0;
     agg_sink sink = rcv_sink_proto;
@@ -233,7 +234,7 @@ int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen)
     }
     /* Only a run.json the collector wrote at its start (no end, no exit):
      * a damaged one is the report's to explain, and nothing is touched. */
-    char path[4200], e[200];
+    char path[4200], e[200], segdir[PATH_MAX] = "";
     snprintf(path, sizeof(path), "%s/run.json", dir);
     jr_doc run;
     uint64_t start_ns = 0;
@@ -243,6 +244,12 @@ int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen)
         const jr_node *ex = jr_get(run.root, "exit");
         ok = run.root->type == JR_OBJ && s0 > 0 && s0 < 1.8e19 && (!ex || ex->type == JR_NULL);
         if (ok) start_ns = (uint64_t)s0;
+        /* Where the segments were, when not in live/: used only when that
+         * directory is ours and says it belongs to this run (segdir.h), so
+         * a run.json from elsewhere cannot point us at other files. */
+        const jr_node *sd = jr_get(run.root, "segments_dir");
+        if (ok && sd && sd->type == JR_STR && rec_segdir_of_run(jr_str(sd), dir))
+            snprintf(segdir, sizeof(segdir), "%s", jr_str(sd));
         jr_free(&run);
     }
     if (!ok) {
@@ -264,7 +271,10 @@ int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen)
         cut_to_line(dfd, *n);
     info->trace_repaired = close_trace(dfd);
     info->steps_before = read_steps(v, dir);
-    int rc = drain_live(v, dir, info);
+    char live[4200];
+    snprintf(live, sizeof(live), "%s/live", dir);
+    int rc = drain_dir(v, live, info);
+    if (rc == 0 && segdir[0]) rc = drain_dir(v, segdir, info);
     info->steps = v->steps;
     if (rc == 0 && v->rows.len) {
         int fd = afile_append_at(dfd, "steps.csv");
@@ -288,6 +298,14 @@ int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen)
         snprintf(err, errlen, "%s/recovered.json: %s", dir, tpf_strerror(rc));
     buf_free(&v->rows);
     free(v);
+    /* Drained and on disk: the segments' memory goes back, unless a process
+     * of the run still writes to them. */
+    if (rc == 0 && segdir[0]) {
+        int sfd = rec_segdir_open(segdir);
+        int busy = sfd < 0 || rec_segdir_busy(sfd);
+        if (sfd >= 0) close(sfd);
+        if (!busy) rec_segdir_remove_path(segdir);
+    }
     close(dfd); /* drops the lock */
     return rc ? rc : 1;
 }

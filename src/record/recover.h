@@ -1,7 +1,9 @@
 /* Finishing a run whose collector was killed (SIGKILL, the OOM killer):
  * `trainperf report DIR` calls this before it reports. What the collector
  * had drained is already on disk (flushed every drain period); what it had
- * not is still in the probes' rings in DIR/live, and is drained here. */
+ * not is still in the probes' rings (the segment directory run.json names,
+ * record/segdir.h, or DIR/live), and is drained here; a segment directory
+ * is removed once drained, unless a process of the run still writes to it. */
 #ifndef TPF_RECORD_RECOVER_H
 #define TPF_RECORD_RECOVER_H
 

@@ -53,13 +53,15 @@ uint64_t rec_reserve_make(const char *run_dir)
     if (dfd < 0) return 0;
     int fd = afile_create_at(dfd, REC_RESERVE_NAME, O_WRONLY);
     uint64_t got = 0;
-    /* An eighth of the free space at most: the probes' segments and the
-     * streamed rows come first, the reserve only keeps the last words. */
+    /* A quarter of the free space at most: the streamed rows come first,
+     * the reserve only keeps the last words (summary.json, run.json, the
+     * reports: some 60 KiB for a short run, more than an eighth of a tiny
+     * file system). The probes' segments are no longer here (segdir.h). */
     struct statvfs sv;
     uint64_t cap = REC_RESERVE_BYTES;
     if (fd >= 0 && fstatvfs(fd, &sv) == 0) {
         uint64_t free_b = (uint64_t)sv.f_bavail * sv.f_frsize;
-        if (free_b / 8 < cap) cap = free_b / 8;
+        if (free_b / 4 < cap) cap = free_b / 4;
     }
     if (fd >= 0) {
         for (uint64_t want = cap; want >= (4u << 10); want /= 2) {

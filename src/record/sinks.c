@@ -349,7 +349,7 @@ const sink_ops rec_sink_summary = {
     .name = "summary.json", .init = summary_init, .flush = summary_flush, .close = summary_close,
 };
 
-/* ---- the space reserve: first in the table, so it closes first ---- */
+/* ---- the space reserve: closes before the trace (see rec_sinks) ---- */
 
 static int reserve_init(void **state, const sink_ctx *ctx)
 {
@@ -376,10 +376,13 @@ const sink_ops rec_sink_reserve = {
     .close = reserve_close,
 };
 
-/* The run's sinks, in call and close order. Exporters add a line here. */
+/* The run's sinks, in call and close order. Exporters add a line here. The
+ * reserve closes after the streamed CSV files and before the trace: on a full
+ * disk the CSVs' last rows are counted as lost rather than eating the room
+ * kept for the trace's ']', summary.json, run.json and the reports. */
 const sink_ops *const rec_sinks[] = {
-    &rec_sink_reserve, &rec_sink_metrics, &rec_sink_procs, &rec_sink_steps,
-    &rec_sink_alerts,  &rec_sink_trace, &rec_sink_prometheus, &rec_sink_tensorboard,
+    &rec_sink_metrics, &rec_sink_procs,      &rec_sink_steps,       &rec_sink_alerts,
+    &rec_sink_reserve, &rec_sink_trace,      &rec_sink_prometheus,  &rec_sink_tensorboard,
     &rec_sink_summary, &rec_sink_status,
 };
 const size_t rec_nsinks = sizeof(rec_sinks) / sizeof(rec_sinks[0]);

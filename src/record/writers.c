@@ -246,6 +246,12 @@ int rec_run_json(buf *b, const sink_ctx *ctx, const sink_run *ri)
         jw_null(&w);
     jw_knum(&w, "interval_s", ctx->interval_s);
     jw_kint(&w, "root_pid", m->root_pid);
+    /* where the probes' segments are while the run goes (null: live/) */
+    jw_key(&w, "segments_dir");
+    if (m->segments_dir && *m->segments_dir)
+        jw_str(&w, m->segments_dir);
+    else
+        jw_null(&w);
     put_exit(&w, &ri->exit);
     jw_key(&w, "gpus");
     jw_arr_begin(&w);

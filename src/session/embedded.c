@@ -17,8 +17,10 @@
 #include <unistd.h>
 
 #include "collect/collector.h"
+#include "probe/probe.h"
 #include "probe/reader.h"
 #include "record/rundir.h"
+#include "record/segdir.h"
 #include "record/sinks.h"
 #include "report/report.h"
 #include "trainperf.h"
@@ -33,6 +35,7 @@ static alert_set *emb_alerts;
 static char emb_dir[PATH_MAX];
 static pid_t emb_pid; /* the process whose thread the collector is */
 static int emb_lock_fd = -1; /* the run directory's lock (rundir.h) */
+static rec_segdir emb_sd = {.fd = -1}; /* the probes' segments (segdir.h) */
 
 /* ---- hang stacks (docs/failures.md, "Embedded mode") ----
  *
@@ -183,8 +186,15 @@ int tpf_start(const tpf_options *opt)
     if (rc < 0) goto out;
     emb_lock_fd = rc;
     rc = 0;
-    rc = probe_attach(emb_dir);
+    /* Segments off the run directory, as under `trainperf run`; without a
+     * usable /dev/shm they go to live/ (run.json segments_dir is null). */
+    char abs[PATH_MAX];
+    if (!realpath(emb_dir, abs) ||
+        rec_segdir_make(&emb_sd, abs, probe_ring_events(), NULL, 0) != 0)
+        emb_sd.fd = -1;
+    rc = probe_attach_at(emb_dir, emb_sd.fd >= 0 ? emb_sd.path : NULL);
     if (rc) {
+        rec_segdir_remove(&emb_sd);
         rec_rundir_release(emb_lock_fd);
         emb_lock_fd = -1;
         goto out;
@@ -193,6 +203,7 @@ int tpf_start(const tpf_options *opt)
     coll_opts co;
     memset(&co, 0, sizeof(co));
     co.run_dir = emb_dir;
+    co.seg_dir = emb_sd.fd >= 0 ? emb_sd.path : NULL;
     co.mode = "embedded";
     co.root_pid = getpid();
     co.interval_s = o.interval_s > 0 ? o.interval_s : 1.0;
@@ -216,6 +227,7 @@ int tpf_start(const tpf_options *opt)
     }
     if (rc) {
         probe_detach();
+        rec_segdir_remove(&emb_sd);
         alerts_free(emb_alerts);
         emb_alerts = NULL;
         rec_rundir_release(emb_lock_fd);
@@ -240,6 +252,8 @@ int tpf_stop(void)
     int rc = coll_finish(emb_coll, NULL);
     coll_free(emb_coll);
     emb_coll = NULL;
+    /* Drained: the segments' memory goes back. */
+    rec_segdir_remove(&emb_sd);
     alerts_free(emb_alerts);
     emb_alerts = NULL;
     /* The report is extra: the run directory is complete without it. */

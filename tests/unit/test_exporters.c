@@ -106,7 +106,7 @@ TT_TEST(prom_page_unknown_left_out_labels_escaped)
     int fd = prom_listen("127.0.0.1", 0, &port, err, sizeof(err));
     TT_ASSERT(fd >= 0 && port > 0);
     static const char *rules[] = {"data_wait: data_wait.share > 0.3 for 60s", "gpu_hot: off"};
-    run_meta meta = {"run", NULL, "/", "node\"1", "6.1", 2, 1e9, 1, 1, 2, rules};
+    run_meta meta = {"run", NULL, "/", "node\"1", "6.1", 2, 1e9, 1, 1, 2, rules, NULL};
     rec_export_config cfg = {fd, 0, NULL};
     sink_ctx ctx = {"/nonexistent", 0, 1.7e9, 1.0, 0, &meta, &cfg, NULL, NULL};
     void *st = NULL;

@@ -1,5 +1,7 @@
 /* Issue 11: option validation and the afile helper (util/afile.h). */
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
@@ -10,8 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "probe/probe.h"
 #include "trainperf.h"
 #include "tt.h"
+#include "record/segdir.h"
 #include "util/afile.h"
 
 static void tmpdir(char *d, size_t cap)
@@ -125,6 +129,88 @@ TT_TEST(afile_write_reports_a_missing_dir)
 {
     TT_EQ_INT(afile_write("/nonexistent-dir-tpf/x.json", "{}", 2), TPF_ENOENT);
     TT_ASSERT(afile_write("", "", 0) < 0);
+}
+
+/* The segment directory (record/segdir.h): private, found back from its run,
+ * never anything planted. */
+TT_TEST(segdir_is_private_and_knows_its_run)
+{
+    char base[64], run[64], other[64], p[PATH_MAX + 64];
+    tmpdir(base, sizeof(base));
+    tmpdir(run, sizeof(run));
+    tmpdir(other, sizeof(other));
+    chmod(base, 01777);
+    setenv("TRAINPERF_SHM_DIR", base, 1);
+    rec_segdir sd;
+    char why[256];
+    TT_EQ_INT(rec_segdir_make(&sd, run, 1024, why, sizeof(why)), 0);
+    TT_ASSERT(strncmp(sd.path, base, strlen(base)) == 0);
+    struct stat st;
+    TT_EQ_INT(lstat(sd.path, &st), 0);
+    TT_ASSERT(S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0700);
+    TT_EQ_INT(rec_segdir_of_run(sd.path, run), 1);
+    TT_EQ_INT(rec_segdir_of_run(sd.path, other), 0);
+    /* Not ours to use: a link to it, another name, a directory open to others. */
+    snprintf(p, sizeof(p), "%s/trainperf-link", base);
+    TT_EQ_INT(symlink(sd.path, p), 0);
+    TT_ASSERT(rec_segdir_open(p) < 0);
+    TT_EQ_INT(rec_segdir_of_run(p, run), 0);
+    TT_ASSERT(rec_segdir_open(other) < 0);
+    snprintf(p, sizeof(p), "%s/trainperf-open", base);
+    TT_EQ_INT(mkdir(p, 0700), 0);
+    chmod(p, 0755);
+    TT_ASSERT(rec_segdir_open(p) < 0);
+    int fd = rec_segdir_open(sd.path);
+    TT_ASSERT(fd >= 0);
+    TT_EQ_INT(rec_segdir_busy(fd), 0);
+    close(fd);
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s", sd.path);
+    rec_segdir_remove(&sd);
+    TT_ASSERT(access(path, F_OK) != 0);
+    TT_EQ_INT(sd.fd, -1);
+    /* No base: an error and a reason, nothing made. */
+    setenv("TRAINPERF_SHM_DIR", "/nonexistent-tpf-shm", 1);
+    TT_ASSERT(rec_segdir_make(&sd, run, 1024, why, sizeof(why)) < 0);
+    TT_ASSERT(strstr(why, "/nonexistent-tpf-shm") != NULL);
+    TT_EQ_INT(sd.fd, -1);
+    unsetenv("TRAINPERF_SHM_DIR");
+    rmrf(base);
+    rmrf(run);
+    rmrf(other);
+}
+
+TT_TEST(embedded_segments_are_off_the_run_dir_and_removed_at_stop)
+{
+    char base[64], d[64];
+    tmpdir(base, sizeof(base));
+    tmpdir(d, sizeof(d));
+    chmod(base, 01777);
+    setenv("TRAINPERF_SHM_DIR", base, 1);
+    unsetenv("TRAINPERF_RUN_DIR");
+    tpf_options o = TPF_OPTIONS_INIT;
+    o.run_dir = d;
+    o.flags = TPF_START_NO_GPU | TPF_START_NO_PROCFS;
+    TT_EQ_INT(tpf_start(&o), 0);
+    tpf_step_begin();
+    tpf_step_end(1, 0);
+    char seg[PATH_MAX];
+    TT_ASSERT(probe_segment_path(seg, sizeof(seg)) != NULL);
+    TT_ASSERT(strncmp(seg, base, strlen(base)) == 0);
+    struct stat ss, ds;
+    TT_EQ_INT(stat(seg, &ss), 0);
+    TT_EQ_INT(stat(d, &ds), 0);
+    TT_EQ_INT((int)(ss.st_mode & 0777), 0600);
+    TT_EQ_INT(tpf_stop(), 0);
+    TT_ASSERT(access(seg, F_OK) != 0);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A '%s')\"", base);
+    TT_EQ_INT(system(cmd), 0); /* nothing left in the base */
+    snprintf(cmd, sizeof(cmd), "grep -q '\"segments_dir\": \"%s/trainperf-' '%s/run.json'", base, d);
+    TT_EQ_INT(system(cmd), 0);
+    unsetenv("TRAINPERF_SHM_DIR");
+    rmrf(base);
+    rmrf(d);
 }
 
 int main(int argc, char **argv) { return tt_main(argc, argv); }
