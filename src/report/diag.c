@@ -29,6 +29,8 @@
 #define STRAGGLER_RATIO 1.20
 #define UNSTABLE_CV 0.5
 #define UNSTABLE_TAIL 3.0 /* p99 / p50 */
+#define UNSTABLE_P95 1.5  /* p95 / p50: the variation reaches beyond a few steps */
+#define UNSTABLE_MIN_SLOW 3 /* steps over UNSTABLE_TAIL x the median */
 #define THROTTLE_SHARE 0.10
 #define MEM_AVAIL_MIN_PCT 5.0
 #define PSI_MEM_FULL_PCT 5.0
@@ -412,11 +414,23 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
 {
     double s = c->share[PH_DATA];
     if (!c->steps_ok || !(s >= INPUT_SHARE)) return 0;
+    /* the wait must be the run's steady state, not a few slow batches (an
+     * epoch's worker start-up, one slow read): with the steps that waited
+     * longest left out, the rest still wait that share (when a zero-code
+     * or steps.csv replay measured it per step) */
+    int ntrim = 0;
+    double steady = dc_steady_data_share(r, &ntrim);
+    if (isfinite(steady) && !(steady >= INPUT_SHARE)) return 0;
+    double score = isfinite(steady) && steady < s ? steady : s;
     int io = io_evidence(r, c);
-    finding_head(d, io ? "storage-io" : "input-bound", io ? "Storage I/O" : "Input-bound", s,
+    finding_head(d, io ? "storage-io" : "input-bound", io ? "Storage I/O" : "Input-bound", score,
                  "%s takes %.0f%% of step time%s", "waiting for the next batch", 100 * s,
                  io ? ", and the data comes slowly off storage" : "");
     ev(d, "data_wait_share", s, "data wait is %.0f%% of step time", 100 * s);
+    if (isfinite(steady) && ntrim > 0)
+        ev(d, "steady_data_wait_share", steady,
+           "%.0f%% without the %d steps that waited longest: every step waits, not a few", 100 * steady,
+           ntrim);
     if (isfinite(c->f.data_p50) && isfinite(c->f.step_p50))
         ev(d, "data_wait_p50_ms", c->f.data_p50, "median data wait %.1f ms per step of %.1f ms",
            c->f.data_p50, c->f.step_p50);
@@ -644,8 +658,18 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
     char m[256];
     int hang = fired(r, "hang", &t, m, sizeof(m));
     double tail = isfinite(c->f.step_p99) && c->f.step_p50 > 0 ? c->f.step_p99 / c->f.step_p50 : NAN;
-    int noisy = r->sf.step_ns.count >= 10 && ((isfinite(c->f.step_cv) && c->f.step_cv >= UNSTABLE_CV) ||
-                                        (isfinite(tail) && tail >= UNSTABLE_TAIL));
+    /* variance needs more than one or two outliers (a warm-up step, one
+     * slow batch): a CV carried by a tail that reaches p95, or a p99 tail
+     * made of several slow steps (p99 of a short run is its slowest step) */
+    double n = (double)r->sf.step_ns.count;
+    double p95r = isfinite(c->f.step_p95) && c->f.step_p50 > 0 ? c->f.step_p95 / c->f.step_p50 : NAN;
+    int nslow = 0;
+    for (int i = 0; i < r->cause.nslow; i++)
+        if (r->cause.slow[i].ms > UNSTABLE_TAIL * c->f.step_p50) nslow++;
+    int many = nslow >= UNSTABLE_MIN_SLOW && nslow >= 0.01 * n;
+    int noisy = n >= 10 && ((isfinite(c->f.step_cv) && c->f.step_cv >= UNSTABLE_CV &&
+                             isfinite(p95r) && p95r >= UNSTABLE_P95) ||
+                            (isfinite(tail) && tail >= UNSTABLE_TAIL && many));
     double tr;
     char mr[256];
     int regress = fired(r, "step_regression", &tr, mr, sizeof(mr));
@@ -850,6 +874,22 @@ void diag_compute(diag_run *r)
         if (strcmp(cand[i].id, "cpu-contention") == 0) ic = i;
         if (strcmp(cand[i].id, "unstable") == 0 && strstr(cand[i].title, "stopped") == NULL)
             iu = i;
+    }
+    /* so does waiting for batches: loaders deliver them in bursts (two
+     * workers finish together), the step time follows the data wait */
+    int ii = -1;
+    for (int i = 0; i < nc; i++)
+        if (strcmp(cand[i].id, "input-bound") == 0 || strcmp(cand[i].id, "storage-io") == 0)
+            if (cand[i].ev[0].name[0] && strcmp(cand[i].ev[0].name, "data_wait_share") == 0) ii = i;
+    if (ic < 0 && ii >= 0 && iu >= 0 && strcmp(cand[iu].id, "unstable") == 0 &&
+        !fired(r, "step_regression", NULL, NULL, 0)) {
+        if (isfinite(c.f.step_cv))
+            ev(&cand[ii], "step_time_cv", c.f.step_cv,
+               "step time varies (coefficient of variation %.2f) with the wait for each batch",
+               c.f.step_cv);
+        for (int i = iu; i + 1 < nc; i++)
+            copy_finding(&cand[i], &cand[i + 1]);
+        nc--;
     }
     if (ic >= 0 && iu >= 0) {
         if (isfinite(c.f.step_cv))
