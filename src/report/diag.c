@@ -652,11 +652,20 @@ static int cand_host(const diag_run *r, const ctx *c, dfinding *d)
     return 1;
 }
 
+/* The hang alert fired after the last step and the program then ended by
+ * itself with status 0: it finished its loop and spent the time after it
+ * (tear-down, a final evaluation or save), it did not hang. */
+static int ended_after_loop(const diag_run *r, double alert_t)
+{
+    return r->exit_known && r->exit_code == 0 && r->exit_signal <= 0 &&
+           isfinite(r->last_end_s) && r->last_end_s < alert_t;
+}
+
 static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
 {
     double t;
     char m[256];
-    int hang = fired(r, "hang", &t, m, sizeof(m));
+    int hang = fired(r, "hang", &t, m, sizeof(m)) && !ended_after_loop(r, t);
     double tail = isfinite(c->f.step_p99) && c->f.step_p50 > 0 ? c->f.step_p99 / c->f.step_p50 : NAN;
     /* variance needs more than one or two outliers (a warm-up step, one
      * slow batch): a CV carried by a tail that reaches p95, or a p99 tail
@@ -890,6 +899,43 @@ void diag_compute(diag_run *r)
         for (int i = iu; i + 1 < nc; i++)
             copy_finding(&cand[i], &cand[i + 1]);
         nc--;
+        iu = -1;
+    }
+    /* and GC pauses, when they hold the slowest steps */
+    int ig = -1;
+    for (int i = 0; i < nc; i++)
+        if (strcmp(cand[i].id, "gc-pauses") == 0) ig = i;
+    if (ig >= 0 && iu >= 0 && !fired(r, "step_regression", NULL, NULL, 0)) {
+        int by_gc = 0;
+        for (int k = 0; k < cand[iu].nev; k++)
+            if (strcmp(cand[iu].ev[k].name, "slow_steps_gc_share") == 0) by_gc = 1;
+        if (by_gc) {
+            if (isfinite(c.f.step_cv))
+                ev(&cand[ig], "step_time_cv", c.f.step_cv,
+                   "step time varies (coefficient of variation %.2f): the slowest steps held the "
+                   "pauses",
+                   c.f.step_cv);
+            for (int i = iu; i + 1 < nc; i++)
+                copy_finding(&cand[i], &cand[i + 1]);
+            nc--;
+            if (ic > iu) ic--;
+            iu = -1;
+        }
+    }
+    /* and, on one host, a rank slowed in its own step while the run's
+     * threads waited for a CPU: that rank got fewer cycles (a slow
+     * loader stays a straggler finding: its cause is the rank's own) */
+    int is = -1;
+    for (int i = 0; i < nc; i++)
+        if (strcmp(cand[i].id, "straggler") == 0) is = i;
+    if (ic >= 0 && is >= 0 && r->nnodes <= 1 && !strstr(cand[is].summary, "data loader")) {
+        ev(&cand[ic], "straggler_rank", cand[is].ev[0].value,
+           "%s: ranks on this host share its cores", cand[is].summary);
+        for (int i = is; i + 1 < nc; i++)
+            copy_finding(&cand[i], &cand[i + 1]);
+        nc--;
+        if (iu > is) iu--;
+        if (ic > is) ic--;
     }
     if (ic >= 0 && iu >= 0) {
         if (isfinite(c.f.step_cv))
@@ -1008,6 +1054,12 @@ void diag_compute(diag_run *r)
                  "GPU %d memory peaked at %.0f%% of capacity: little headroom for larger batches.",
                  gp->index, 100 * gp->mem_used.max / gp->mem_total);
     }
+    double th;
+    if (fired(r, "hang", &th, NULL, 0) && ended_after_loop(r, th) && isfinite(r->duration_s))
+        note(g,
+             "The program ran %.1f s after its last step and then exited normally (work after "
+             "the training loop, or a slow exit), so the hang alert is not a finding.",
+             r->duration_s - r->last_end_s);
     if (r->nalerts_fired > 0)
         note(g, "%d alert%s fired during the run (see Alerts).", r->nalerts_fired,
              r->nalerts_fired == 1 ? "" : "s");

@@ -603,6 +603,10 @@ double dc_explain_variability(const diag_run *r, dfinding *d, double p50_ms)
                "finding (drop_last=True / mark_dynamic for a partial last batch).",
             ncomp, nslow);
     }
+    /* the gc-pauses finding, when it holds, takes this one in (diag.c) */
+    if (2 * ngc >= nslow)
+        ev(d, "slow_steps_gc_share", (double)ngc / nslow,
+           "%d of the %d slowest steps held a long GC pause", ngc, nslow);
     if (ngc)
         rec(d, "%d of the %d slowest steps held a long GC pause: gc.freeze() after start-up, or "
                "gc.collect() at a fixed step interval.",
