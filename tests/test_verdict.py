@@ -248,3 +248,25 @@ def test_gc_pauses_are_not_host_code(run_cli, tmp_path):
                                             gc=gc)))
     assert dg["primary"]["id"] == "gc-pauses", ids(dg)
     assert "host-code" not in ids(dg), ids(dg)
+
+
+def busy_metrics(n, tree=60.0, runq=80.0):
+    m = quiet_metrics(n, tree=tree)
+    for r in m:
+        r.update(cpu_pct=95, psi_cpu_some_pct=80, tree_runq_pct=runq, tree_runnable=2)
+    return m
+
+
+def test_marginal_comm_on_a_contended_host_is_contention_evidence(run_cli, tmp_path):
+    # 25% of step time in collectives while the ranks wait for CPUs: the
+    # waiting inflates the collectives; the run itself is not comm-bound
+    comm = lambda share: (lambda i: {"comm_ns": int(share * 20e6), "forward_ns": int(0.25 * 20e6),
+                                     "backward_ns": int((0.7 - share) * 20e6)})
+    dg = diagnosis(run_cli, make_run(tmp_path / "a", steady_steps(60, 20.0, extra=comm(0.25)),
+                                     busy_metrics(8)))
+    assert ids(dg)[:2] == ["cpu-contention", "compute-bound"], ids(dg)
+    assert any(e["name"] == "comm_share" for e in dg["primary"]["evidence"])
+    # half the step in collectives is the run's own, contention or not
+    dg = diagnosis(run_cli, make_run(tmp_path / "b", steady_steps(60, 20.0, extra=comm(0.5)),
+                                     busy_metrics(8)))
+    assert "communication" in ids(dg), ids(dg)

@@ -937,6 +937,24 @@ void diag_compute(diag_run *r)
         if (iu > is) iu--;
         if (ic > is) ic--;
     }
+    /* and collectives on one host whose share is within twice the
+     * threshold: ranks that wait for a CPU also arrive late at every
+     * all-reduce and move its bytes slowly (gloo reduces on the CPU), so
+     * the share is not the run's own; it stays as contention's evidence */
+    int icm = -1;
+    for (int i = 0; i < nc; i++)
+        if (strcmp(cand[i].id, "communication") == 0) icm = i;
+    if (ic >= 0 && icm >= 0 && r->nnodes <= 1 && cand[icm].score < 2 * COMM_SHARE) {
+        ev(&cand[ic], "comm_share", cand[icm].score,
+           "collectives took %.0f%% of step time while the ranks waited for CPUs (measure "
+           "again on free cores before tuning communication)",
+           100 * cand[icm].score);
+        for (int i = icm; i + 1 < nc; i++)
+            copy_finding(&cand[i], &cand[i + 1]);
+        nc--;
+        if (iu > icm) iu--;
+        if (ic > icm) ic--;
+    }
     if (ic >= 0 && iu >= 0) {
         if (isfinite(c.f.step_cv))
             ev(&cand[ic], "step_time_cv", c.f.step_cv,
@@ -1008,7 +1026,13 @@ void diag_compute(diag_run *r)
         for (int i = 0; i < nc; i++)
             if (strcmp(cand[i].id, "cpu-contention") != 0 && cand[i].score >= 0.1) only_env = 0;
         if (only_env && strcmp(cand[0].id, "cpu-contention") == 0 && g->nsec < DIAG_MAX_FINDINGS) {
-            dfinding *h = &g->sec[g->nsec++];
+            /* ahead of the minor findings, as when no contention leads */
+            int at = 0;
+            while (at < g->nsec && g->sec[at].score >= 0.1) at++;
+            for (int i = g->nsec; i > at; i--)
+                copy_finding(&g->sec[i], &g->sec[i - 1]);
+            g->nsec++;
+            dfinding *h = &g->sec[at];
             memset(h, 0, sizeof(*h));
             healthy(r, &c, h);
         }
