@@ -922,13 +922,15 @@ void diag_compute(diag_run *r)
             iu = -1;
         }
     }
-    /* and, on one host, a rank slowed in its own step while the run's
-     * threads waited for a CPU: that rank got fewer cycles (a slow
-     * loader stays a straggler finding: its cause is the rank's own) */
+    /* and, on one host, a rank slowed in its own step by less than twice
+     * the threshold (gap share < 20%, or < 1.4x the median rank: score
+     * < 0.5) while the run's threads waited for a CPU: that rank got fewer
+     * cycles (a slow loader, or a larger gap, stays a straggler finding) */
     int is = -1;
     for (int i = 0; i < nc; i++)
         if (strcmp(cand[i].id, "straggler") == 0) is = i;
-    if (ic >= 0 && is >= 0 && r->nnodes <= 1 && !strstr(cand[is].summary, "data loader")) {
+    if (ic >= 0 && is >= 0 && r->nnodes <= 1 && cand[is].score < 0.5 &&
+        !strstr(cand[is].summary, "data loader")) {
         ev(&cand[ic], "straggler_rank", cand[is].ev[0].value,
            "%s: ranks on this host share its cores", cand[is].summary);
         for (int i = is; i + 1 < nc; i++)
