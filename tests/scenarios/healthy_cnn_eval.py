@@ -7,10 +7,10 @@ from torch import nn
 
 torch.manual_seed(0)
 train = torch.utils.data.DataLoader(
-    torch.utils.data.TensorDataset(torch.randn(2048, 1, 28, 28), torch.randint(0, 10, (2048,))),
+    torch.utils.data.TensorDataset(torch.randn(1024, 1, 28, 28), torch.randint(0, 10, (1024,))),
     batch_size=64, shuffle=True)
 val = torch.utils.data.DataLoader(
-    torch.utils.data.TensorDataset(torch.randn(1024, 1, 28, 28), torch.randint(0, 10, (1024,))),
+    torch.utils.data.TensorDataset(torch.randn(512, 1, 28, 28), torch.randint(0, 10, (512,))),
     batch_size=128)
 model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                       nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
