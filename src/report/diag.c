@@ -675,7 +675,8 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
     int nslow = 0;
     for (int i = 0; i < r->cause.nslow; i++)
         if (r->cause.slow[i].ms > UNSTABLE_TAIL * c->f.step_p50) nslow++;
-    int many = nslow >= UNSTABLE_MIN_SLOW && nslow >= 0.01 * n;
+    /* (the slowest DC_MAX_SLOW are kept: all of them slow is many) */
+    int many = nslow >= UNSTABLE_MIN_SLOW && (nslow >= 0.01 * n || nslow == DC_MAX_SLOW);
     int noisy = n >= 10 && ((isfinite(c->f.step_cv) && c->f.step_cv >= UNSTABLE_CV &&
                              isfinite(p95r) && p95r >= UNSTABLE_P95) ||
                             (isfinite(tail) && tail >= UNSTABLE_TAIL && many));
