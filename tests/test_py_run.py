@@ -149,3 +149,43 @@ def test_interpreter_without_the_extension_falls_back(cli, build, tmp_path, impl
     else:
         assert rows == []
         assert res.stderr.count("TrainperfWarning") == 1
+
+
+EVAL_SLOW_VAL = '''
+import time, torch
+class SlowVal(torch.utils.data.Dataset):
+    def __len__(self): return 16
+    def __getitem__(self, i):
+        time.sleep(0.01)  # a slow validation read
+        return torch.randn(16), i % 4
+train = torch.utils.data.DataLoader(
+    torch.utils.data.TensorDataset(torch.randn(320, 16), torch.randint(0, 4, (320,))), batch_size=16)
+val = torch.utils.data.DataLoader(SlowVal(), batch_size=4)
+model = torch.nn.Linear(16, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step, (x, y) in enumerate(train):
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step(); opt.zero_grad()
+    if step % 5 == 2:  # a training step follows every evaluation
+        model.eval()
+        with torch.no_grad():
+            for vx, vy in val:
+                model(vx)
+        model.train()
+'''
+
+
+def test_eval_batches_are_eval_time_not_data_wait(cli, tmp_path):
+    script = tmp_path / "evalslow.py"
+    script.write_text(EVAL_SLOW_VAL)
+    res = trainperf_run(cli, tmp_path / "run", script)
+    assert res.returncode == 0, res.stderr
+    rows = steps(tmp_path / "run")
+    assert len(rows) == 20
+    ev = [r for r in rows if int(r["eval_ns"]) > 0]
+    # 4 evaluations of 16 samples sleeping 10 ms each: at least 160 ms apiece
+    assert len(ev) == 4 and all(int(r["eval_ns"]) >= 16 * 0.01 * 1e9 for r in ev)
+    # the training loader's batches are in memory: the sleeps are not data wait
+    assert col_sum(rows, "data_ns") < 0.25 * col_sum(rows, "eval_ns")
+    # nor training samples
+    assert all(int(r["samples"]) == 16 for r in rows)

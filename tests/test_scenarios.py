@@ -19,17 +19,9 @@ harness = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(harness)
 
 
-# Known false verdicts on the merged tree (issue 12 is open for them): the
-# test still runs and reports; an unexpected pass is shown as XPASS.
-KNOWN_WRONG = {
-    "gc_pressure": "GC pauses measured (1.6 s) but host-code leads and gc-pauses is not found",
-    "healthy_ddp": "exposed all-reduce of two ranks on a shared 2-core box read as communication",
-    "input_bound_workers2": "two workers' bursty batches read as unstable step time",
-    # right in some runs, wrong in others on the merged tree:
-    "eval_loop_plain": "sometimes input-bound: the eval loop's batches counted as data wait",
-    "memory_other_process": "sometimes input-bound instead of compute-bound",
-    "oversubscription": "sometimes compute-bound: the scheduler evidence misses the threshold",
-}
+# Known false verdicts (issue 12 tracks them): the test still runs and
+# reports; an unexpected pass is shown as XPASS.
+KNOWN_WRONG = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(

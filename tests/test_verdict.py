@@ -196,3 +196,77 @@ def test_damaged_pyprof_is_skipped(run_cli, tmp_path):
     (d / "pyprof" / "events-101.json").write_text('[1, 2')
     dg = diagnosis(run_cli, d)
     assert dg["primary"]["id"] == "compute-bound"
+
+
+def test_a_few_slow_batches_are_not_input_bound(run_cli, tmp_path):
+    # 4 batches (epoch starts, a slow read) wait 200 ms: 44% of the run's time
+    # in data wait, but no other step waits: not an input-bound run (the
+    # slow steps themselves may be a variance finding)
+    few = steady_steps(100, 10.0, extra=lambda i: {"data_ns": int(200e6), "interval_ns": int(210e6)}
+                       if i in (20, 45, 70, 95) else None)
+    dg = diagnosis(run_cli, make_run(tmp_path / "few", few, quiet_metrics(8)))
+    assert "input-bound" not in ids(dg), ids(dg)
+    # the same total wait spread over every step is
+    steady = steady_steps(100, 18.0, data_ms=8.0)
+    dg = diagnosis(run_cli, make_run(tmp_path / "steady", steady, quiet_metrics(8)))
+    assert dg["primary"]["id"] == "input-bound", ids(dg)
+    assert any(e["name"] == "steady_data_wait_share" and e["value"] > 0.4
+               for e in dg["primary"]["evidence"])
+
+
+def test_bursty_batches_are_input_bound_not_unstable(run_cli, tmp_path):
+    # two workers finish together: every other step waits 30 ms for data
+    st = steady_steps(100, 5.0, extra=lambda i: {"data_ns": int(30e6), "interval_ns": int(35e6)}
+                      if i % 2 else None)
+    dg = diagnosis(run_cli, make_run(tmp_path / "r", st, quiet_metrics(8)))
+    assert dg["primary"]["id"] == "input-bound", ids(dg)
+    assert "unstable" not in ids(dg), ids(dg)
+
+
+def test_one_slow_step_is_not_unstable(run_cli, tmp_path):
+    # one warm-up step 75x the median (an optimizer's first step) makes the
+    # CV large; a few slow steps are not instability
+    one = steady_steps(50, 2.0, extra=lambda i: {"interval_ns": int(150e6)} if i == 1 else None)
+    dg = diagnosis(run_cli, make_run(tmp_path / "one", one, quiet_metrics(8)))
+    assert "unstable" not in ids(dg), ids(dg)
+    # many slow steps are
+    many = steady_steps(100, 2.0, extra=lambda i: {"interval_ns": int(20e6)} if i % 7 == 3 else None)
+    dg = diagnosis(run_cli, make_run(tmp_path / "many", many, quiet_metrics(8)))
+    assert "unstable" in ids(dg), ids(dg)
+
+
+def test_gc_pauses_are_not_host_code(run_cli, tmp_path):
+    # the sampler's samples cover the time outside GC pauses: 60% of them
+    # outside phases is 60% of the 30% left, not of the run
+    st = steady_steps(100, 20.0, fwd=0.1, bwd=0.1, opt=0.05)
+    pauses = [[1.0 + 0.2 * k, 0.14, 2] for k in range(10)]
+    gc = {"collections": [300, 30, 10], "pause_s": 1.4, "max_s": 0.14, "pauses": pauses}
+    top = [{"func": "records", "file": "/x/train.py", "line": 12, "kind": "python",
+            "samples": 30}]
+    dg = diagnosis(run_cli, make_run(tmp_path / "r", st, quiet_metrics(8),
+                                     events(other_top=top, by_phase={"other": 30, "forward": 20},
+                                            gc=gc)))
+    assert dg["primary"]["id"] == "gc-pauses", ids(dg)
+    assert "host-code" not in ids(dg), ids(dg)
+
+
+def busy_metrics(n, tree=60.0, runq=80.0):
+    m = quiet_metrics(n, tree=tree)
+    for r in m:
+        r.update(cpu_pct=95, psi_cpu_some_pct=80, tree_runq_pct=runq, tree_runnable=2)
+    return m
+
+
+def test_marginal_comm_on_a_contended_host_is_contention_evidence(run_cli, tmp_path):
+    # 25% of step time in collectives while the ranks wait for CPUs: the
+    # waiting inflates the collectives; the run itself is not comm-bound
+    comm = lambda share: (lambda i: {"comm_ns": int(share * 20e6), "forward_ns": int(0.25 * 20e6),
+                                     "backward_ns": int((0.7 - share) * 20e6)})
+    dg = diagnosis(run_cli, make_run(tmp_path / "a", steady_steps(60, 20.0, extra=comm(0.25)),
+                                     busy_metrics(8)))
+    assert ids(dg)[:2] == ["cpu-contention", "compute-bound"], ids(dg)
+    assert any(e["name"] == "comm_share" for e in dg["primary"]["evidence"])
+    # half the step in collectives is the run's own, contention or not
+    dg = diagnosis(run_cli, make_run(tmp_path / "b", steady_steps(60, 20.0, extra=comm(0.5)),
+                                     busy_metrics(8)))
+    assert "communication" in ids(dg), ids(dg)

@@ -200,9 +200,15 @@ def patch_dataloader(torch=None):
     base_iter = dl._BaseDataLoaderIter
     orig_next = base_iter.__next__
 
+    ev = _evalhooks.ev
+
     def next_timed(self):
         if not st.open and _auto_steps:
             _begin_if_closed()
+        if ev.active:
+            # an evaluation's batches are the evaluation's time, not a
+            # training data wait, and not training samples
+            return orig_next(self)
         st.in_data += 1
         push(1)  # TPF_PHASE_DATA
         try:

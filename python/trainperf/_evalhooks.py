@@ -44,6 +44,7 @@ class _Ev:
 
 ev = _Ev()
 gc_stats = {"collections": [0, 0, 0], "pause_s": 0.0, "max_s": 0.0, "pauses": []}
+gc_last_end = [0.0]     # perf_counter() when the last collection ended (the sampler reads it)
 compile_stats = {"frames": 0, "compile_s": 0.0, "recompiles": 0, "events": []}
 loader_stats = {"iterators": 0, "workers": 0, "persistent": False, "epochs": []}
 _push = _pop = None
@@ -122,7 +123,9 @@ def _gc_cb(phase, info):
     if phase == "start":
         _gc_t0[0] = time.perf_counter()
         return
-    dt = time.perf_counter() - _gc_t0[0]
+    end = time.perf_counter()
+    gc_last_end[0] = end
+    dt = end - _gc_t0[0]
     g = info.get("generation", 0)
     if 0 <= g <= 2:
         gc_stats["collections"][g] += 1

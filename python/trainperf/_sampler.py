@@ -95,7 +95,7 @@ def _classify(code):
 _INNER_WINS = {"compile", "checkpoint", "comm"}
 
 
-def _sample_once(frames, tid):
+def _sample_once(frames, tid, gc=False):
     f = frames.get(tid)
     if f is None:
         return
@@ -118,7 +118,12 @@ def _sample_once(frames, tid):
         # keep the outer frames (the user's code) and the innermost few
         stack = stack[:12] + [(None, 0)] + stack[-(MAX_DEPTH - 12):]
     phase = special or outer
-    if _evalhooks.ev.active and phase in (None, "forward", "data"):
+    if gc:
+        # the sampler was held past its time by a collection (it holds the
+        # GIL): the stack is where the collection started, not where the
+        # time went
+        phase = "gc"
+    elif _evalhooks.ev.active and phase in (None, "forward", "data"):
         phase = "eval"
     if phase is None:
         phase = "other" if _evalhooks.ev.training_started else "startup"
@@ -249,18 +254,21 @@ def _loop(tid):
     next_flush = time.monotonic() + FLUSH_EVERY_S
     getframes = sys._current_frames
     perf = time.perf_counter
+    gc_end = _evalhooks.gc_last_end
+    due = perf() + period
     while not _stop.wait(period):
         if os.getpid() != _pid:
             return
         t0 = perf()
         try:
-            _sample_once(getframes(), tid)
+            _sample_once(getframes(), tid, gc_end[0] > due)
         except Exception:
             pass
         _cost_s[0] += perf() - t0
         if time.monotonic() >= next_flush:
             _flush()
             next_flush = time.monotonic() + FLUSH_EVERY_S
+        due = perf() + period
 
 
 def start():

@@ -29,6 +29,8 @@
 #define STRAGGLER_RATIO 1.20
 #define UNSTABLE_CV 0.5
 #define UNSTABLE_TAIL 3.0 /* p99 / p50 */
+#define UNSTABLE_P95 1.5  /* p95 / p50: the variation reaches beyond a few steps */
+#define UNSTABLE_MIN_SLOW 3 /* steps over UNSTABLE_TAIL x the median */
 #define THROTTLE_SHARE 0.10
 #define MEM_AVAIL_MIN_PCT 5.0
 #define PSI_MEM_FULL_PCT 5.0
@@ -412,11 +414,23 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
 {
     double s = c->share[PH_DATA];
     if (!c->steps_ok || !(s >= INPUT_SHARE)) return 0;
+    /* the wait must be the run's steady state, not a few slow batches (an
+     * epoch's worker start-up, one slow read): with the steps that waited
+     * longest left out, the rest still wait that share (when a zero-code
+     * or steps.csv replay measured it per step) */
+    int ntrim = 0;
+    double steady = dc_steady_data_share(r, &ntrim);
+    if (isfinite(steady) && !(steady >= INPUT_SHARE)) return 0;
+    double score = isfinite(steady) && steady < s ? steady : s;
     int io = io_evidence(r, c);
-    finding_head(d, io ? "storage-io" : "input-bound", io ? "Storage I/O" : "Input-bound", s,
+    finding_head(d, io ? "storage-io" : "input-bound", io ? "Storage I/O" : "Input-bound", score,
                  "%s takes %.0f%% of step time%s", "waiting for the next batch", 100 * s,
                  io ? ", and the data comes slowly off storage" : "");
     ev(d, "data_wait_share", s, "data wait is %.0f%% of step time", 100 * s);
+    if (isfinite(steady) && ntrim > 0)
+        ev(d, "steady_data_wait_share", steady,
+           "%.0f%% without the %d steps that waited longest: every step waits, not a few", 100 * steady,
+           ntrim);
     if (isfinite(c->f.data_p50) && isfinite(c->f.step_p50))
         ev(d, "data_wait_p50_ms", c->f.data_p50, "median data wait %.1f ms per step of %.1f ms",
            c->f.data_p50, c->f.step_p50);
@@ -638,14 +652,34 @@ static int cand_host(const diag_run *r, const ctx *c, dfinding *d)
     return 1;
 }
 
+/* The hang alert fired after the last step and the program then ended by
+ * itself with status 0: it finished its loop and spent the time after it
+ * (tear-down, a final evaluation or save), it did not hang. */
+static int ended_after_loop(const diag_run *r, double alert_t)
+{
+    return r->exit_known && r->exit_code == 0 && r->exit_signal <= 0 &&
+           isfinite(r->last_end_s) && r->last_end_s < alert_t;
+}
+
 static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
 {
     double t;
     char m[256];
-    int hang = fired(r, "hang", &t, m, sizeof(m));
+    int hang = fired(r, "hang", &t, m, sizeof(m)) && !ended_after_loop(r, t);
     double tail = isfinite(c->f.step_p99) && c->f.step_p50 > 0 ? c->f.step_p99 / c->f.step_p50 : NAN;
-    int noisy = r->sf.step_ns.count >= 10 && ((isfinite(c->f.step_cv) && c->f.step_cv >= UNSTABLE_CV) ||
-                                        (isfinite(tail) && tail >= UNSTABLE_TAIL));
+    /* variance needs more than one or two outliers (a warm-up step, one
+     * slow batch): a CV carried by a tail that reaches p95, or a p99 tail
+     * made of several slow steps (p99 of a short run is its slowest step) */
+    double n = (double)r->sf.step_ns.count;
+    double p95r = isfinite(c->f.step_p95) && c->f.step_p50 > 0 ? c->f.step_p95 / c->f.step_p50 : NAN;
+    int nslow = 0;
+    for (int i = 0; i < r->cause.nslow; i++)
+        if (r->cause.slow[i].ms > UNSTABLE_TAIL * c->f.step_p50) nslow++;
+    /* (the slowest DC_MAX_SLOW are kept: all of them slow is many) */
+    int many = nslow >= UNSTABLE_MIN_SLOW && (nslow >= 0.01 * n || nslow == DC_MAX_SLOW);
+    int noisy = n >= 10 && ((isfinite(c->f.step_cv) && c->f.step_cv >= UNSTABLE_CV &&
+                             isfinite(p95r) && p95r >= UNSTABLE_P95) ||
+                            (isfinite(tail) && tail >= UNSTABLE_TAIL && many));
     double tr;
     char mr[256];
     int regress = fired(r, "step_regression", &tr, mr, sizeof(mr));
@@ -851,6 +885,79 @@ void diag_compute(diag_run *r)
         if (strcmp(cand[i].id, "unstable") == 0 && strstr(cand[i].title, "stopped") == NULL)
             iu = i;
     }
+    /* so does waiting for batches: loaders deliver them in bursts (two
+     * workers finish together), the step time follows the data wait */
+    int ii = -1;
+    for (int i = 0; i < nc; i++)
+        if (strcmp(cand[i].id, "input-bound") == 0 || strcmp(cand[i].id, "storage-io") == 0)
+            if (cand[i].ev[0].name[0] && strcmp(cand[i].ev[0].name, "data_wait_share") == 0) ii = i;
+    if (ic < 0 && ii >= 0 && iu >= 0 && strcmp(cand[iu].id, "unstable") == 0 &&
+        !fired(r, "step_regression", NULL, NULL, 0)) {
+        if (isfinite(c.f.step_cv))
+            ev(&cand[ii], "step_time_cv", c.f.step_cv,
+               "step time varies (coefficient of variation %.2f) with the wait for each batch",
+               c.f.step_cv);
+        for (int i = iu; i + 1 < nc; i++)
+            copy_finding(&cand[i], &cand[i + 1]);
+        nc--;
+        iu = -1;
+    }
+    /* and GC pauses, when they hold the slowest steps */
+    int ig = -1;
+    for (int i = 0; i < nc; i++)
+        if (strcmp(cand[i].id, "gc-pauses") == 0) ig = i;
+    if (ig >= 0 && iu >= 0 && !fired(r, "step_regression", NULL, NULL, 0)) {
+        int by_gc = 0;
+        for (int k = 0; k < cand[iu].nev; k++)
+            if (strcmp(cand[iu].ev[k].name, "slow_steps_gc_share") == 0) by_gc = 1;
+        if (by_gc) {
+            if (isfinite(c.f.step_cv))
+                ev(&cand[ig], "step_time_cv", c.f.step_cv,
+                   "step time varies (coefficient of variation %.2f): the slowest steps held the "
+                   "pauses",
+                   c.f.step_cv);
+            for (int i = iu; i + 1 < nc; i++)
+                copy_finding(&cand[i], &cand[i + 1]);
+            nc--;
+            if (ic > iu) ic--;
+            iu = -1;
+        }
+    }
+    /* and, on one host, a rank slowed in its own step by less than twice
+     * the threshold (gap share < 20%, or < 1.4x the median rank: score
+     * < 0.5) while the run's threads waited for a CPU: that rank got fewer
+     * cycles (a slow loader, or a larger gap, stays a straggler finding) */
+    int is = -1;
+    for (int i = 0; i < nc; i++)
+        if (strcmp(cand[i].id, "straggler") == 0) is = i;
+    if (ic >= 0 && is >= 0 && r->nnodes <= 1 && cand[is].score < 0.5 &&
+        !strstr(cand[is].summary, "data loader")) {
+        ev(&cand[ic], "straggler_rank", cand[is].ev[0].value,
+           "%s: ranks on this host share its cores", cand[is].summary);
+        for (int i = is; i + 1 < nc; i++)
+            copy_finding(&cand[i], &cand[i + 1]);
+        nc--;
+        if (iu > is) iu--;
+        if (ic > is) ic--;
+    }
+    /* and collectives on one host whose share is within twice the
+     * threshold: ranks that wait for a CPU also arrive late at every
+     * all-reduce and move its bytes slowly (gloo reduces on the CPU), so
+     * the share is not the run's own; it stays as contention's evidence */
+    int icm = -1;
+    for (int i = 0; i < nc; i++)
+        if (strcmp(cand[i].id, "communication") == 0) icm = i;
+    if (ic >= 0 && icm >= 0 && r->nnodes <= 1 && cand[icm].score < 2 * COMM_SHARE) {
+        ev(&cand[ic], "comm_share", cand[icm].score,
+           "collectives took %.0f%% of step time while the ranks waited for CPUs (measure "
+           "again on free cores before tuning communication)",
+           100 * cand[icm].score);
+        for (int i = icm; i + 1 < nc; i++)
+            copy_finding(&cand[i], &cand[i + 1]);
+        nc--;
+        if (iu > icm) iu--;
+        if (ic > icm) ic--;
+    }
     if (ic >= 0 && iu >= 0) {
         if (isfinite(c.f.step_cv))
             ev(&cand[ic], "step_time_cv", c.f.step_cv,
@@ -922,7 +1029,13 @@ void diag_compute(diag_run *r)
         for (int i = 0; i < nc; i++)
             if (strcmp(cand[i].id, "cpu-contention") != 0 && cand[i].score >= 0.1) only_env = 0;
         if (only_env && strcmp(cand[0].id, "cpu-contention") == 0 && g->nsec < DIAG_MAX_FINDINGS) {
-            dfinding *h = &g->sec[g->nsec++];
+            /* ahead of the minor findings, as when no contention leads */
+            int at = 0;
+            while (at < g->nsec && g->sec[at].score >= 0.1) at++;
+            for (int i = g->nsec; i > at; i--)
+                copy_finding(&g->sec[i], &g->sec[i - 1]);
+            g->nsec++;
+            dfinding *h = &g->sec[at];
             memset(h, 0, sizeof(*h));
             healthy(r, &c, h);
         }
@@ -968,6 +1081,12 @@ void diag_compute(diag_run *r)
                  "GPU %d memory peaked at %.0f%% of capacity: little headroom for larger batches.",
                  gp->index, 100 * gp->mem_used.max / gp->mem_total);
     }
+    double th;
+    if (fired(r, "hang", &th, NULL, 0) && ended_after_loop(r, th) && isfinite(r->duration_s))
+        note(g,
+             "The program ran %.1f s after its last step and then exited normally (work after "
+             "the training loop, or a slow exit), so the hang alert is not a finding.",
+             r->duration_s - r->last_end_s);
     if (r->nalerts_fired > 0)
         note(g, "%d alert%s fired during the run (see Alerts).", r->nalerts_fired,
              r->nalerts_fired == 1 ? "" : "s");

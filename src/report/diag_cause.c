@@ -19,6 +19,8 @@
 #define CONTEND_MIN_WAIT 15.0   /* % of one core */
 #define GC_SHARE 0.05           /* GC pauses / training time */
 #define ONEOFF_FACTOR 3.0       /* a slow step: over 3x the median */
+#define STEADY_TRIM 0.05        /* share of steps with the longest data waits left out */
+#define STEADY_TRIM_MIN 3
 
 static const char *base(const char *p)
 {
@@ -29,9 +31,25 @@ static const char *base(const char *p)
 /* ---- loading ------------------------------------------------------------- */
 
 void dc_step(diag_run *r, double start, double end, double train_ns, double eval_ns,
-             double ckpt_ns)
+             double ckpt_ns, double data_ns)
 {
     dcause *c = &r->cause;
+    /* data wait against training time (waits inside evaluation are the
+     * evaluation's); the DC_MAX_SLOW longest waits kept, longest first */
+    double dw = data_ns > 0 ? (data_ns < train_ns ? data_ns : train_ns) : 0;
+    c->dw_n++;
+    c->dw_sum += dw;
+    c->dw_iv_sum += train_ns;
+    if (c->ndwtop < DC_MAX_SLOW || dw > c->dwtop[c->ndwtop - 1][0]) {
+        int j = c->ndwtop < DC_MAX_SLOW ? c->ndwtop++ : c->ndwtop - 1;
+        while (j > 0 && c->dwtop[j - 1][0] < dw) {
+            c->dwtop[j][0] = c->dwtop[j - 1][0];
+            c->dwtop[j][1] = c->dwtop[j - 1][1];
+            j--;
+        }
+        c->dwtop[j][0] = dw;
+        c->dwtop[j][1] = train_ns;
+    }
     if (eval_ns > 0 || ckpt_ns > 0) c->eval_steps++;
     c->eval_ns += eval_ns;
     c->ckpt_ns += ckpt_ns;
@@ -208,6 +226,23 @@ void dc_load_pyprof(diag_run *r)
 
 /* ---- findings ------------------------------------------------------------ */
 
+double dc_steady_data_share(const diag_run *r, int *ntrim)
+{
+    const dcause *c = &r->cause;
+    if (ntrim) *ntrim = 0;
+    if (c->dw_n < 5 || !(c->dw_iv_sum > 0)) return NAN;
+    /* one step in twenty, at least 3: more than a few batches must wait */
+    int k = (int)ceil(STEADY_TRIM * c->dw_n);
+    if (k < STEADY_TRIM_MIN) k = STEADY_TRIM_MIN;
+    if (k > c->ndwtop) k = c->ndwtop;
+    if (k > c->dw_n - 3) k = (int)c->dw_n - 3;
+    double d = c->dw_sum, iv = c->dw_iv_sum;
+    for (int i = 0; i < k; i++)
+        d -= c->dwtop[i][0], iv -= c->dwtop[i][1];
+    if (ntrim) *ntrim = k;
+    return iv > 0 ? (d > 0 ? d / iv : 0) : NAN;
+}
+
 int dc_step_level(const char *id)
 {
     static const char *const ids[] = {"input-bound", "host-code", "gc-pauses", "recompile",
@@ -226,18 +261,30 @@ static const char *kind_words(const char *k)
     return "Python code on the host";
 }
 
+static double gc_pause(const dcause *c, int *npause);
+
 int dc_cand_hostcode(const diag_run *r, dfinding *d)
 {
     const dcause *c = &r->cause;
     double train = c->ph_train + c->ph_compile;
     if (!c->have_pyprof || train < 5 || c->nfunc == 0) return 0;
-    double share = c->ph_other / train;
+    double share = c->ph_other / train, sshare = share;
+    /* GC pauses are the gc-pauses finding's, not the user's code */
+    int npause = 0;
+    double gcs = r->sum_interval_ns > 0 ? gc_pause(c, &npause) / (r->sum_interval_ns / 1e9) : 0;
+    if (!(gcs > 0 && gcs < 1)) gcs = 0;
     /* a run too short for many samples: the steps' own unlabelled share
-     * carries the size, the few samples still name the function */
+     * (which holds the pauses outside phases) carries the size, the few
+     * samples still name the function */
     if (train < HOSTCODE_MIN_SAMPLES) {
         double so = r->sum_interval_ns > 0 ? r->sum_phase_ns[PH_OTHER] / r->sum_interval_ns : NAN;
         if (!(so >= HOSTCODE_SHARE) || !(share >= HOSTCODE_SHARE)) return 0;
-        share = so;
+        share = so - gcs;
+    } else {
+        /* the sampler waits for the GIL while the collector runs, so its
+         * samples cover the time outside GC pauses (the one taken just
+         * after a pause is labelled gc by the hook): a share of that time */
+        share *= 1 - gcs;
     }
     if (!(share >= HOSTCODE_SHARE)) return 0;
     const dc_func *f = &c->funcs[0];
@@ -263,12 +310,10 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
         "%.0f%% of training time is outside the model and the DataLoader: %.0f%% in %s "
         "(%s:%d), %s",
         100 * share, 100 * fshare, f->func, f->file, f->line, kind_words(f->kind));
-    /* (GC pauses hold the GIL, so the sampler never sees them: they are
-     * not in this share) */
     d->score = share;
     ev(d, "unlabelled_share", share,
-       "%.0f%% of %.0f stack samples of the training thread fell outside known phases", 100 * share,
-       train);
+       "%.0f%% of %.0f stack samples of the training thread fell outside known phases%s",
+       100 * sshare, train, gcs > 0 ? " (of the time outside GC pauses)" : "");
     for (int i = 0; i < c->nfunc && i < 4; i++)
         if (c->funcs[i].samples / train >= 0.03)
             ev(d, "function_share", c->funcs[i].samples / train, "%.0f%% in %s (%s:%d): %s",
@@ -404,15 +449,13 @@ int dc_cand_oversub(const diag_run *r, dfinding *d)
     return 1;
 }
 
-int dc_cand_gc(const diag_run *r, dfinding *d)
+/* GC pause seconds after training began, less those inside a torch.compile
+ * compile (dynamo allocates a lot: they are the compile's); *npause gets
+ * the pauses long enough to be kept with their time that count. */
+static double gc_pause(const dcause *c, int *npause)
 {
-    const dcause *c = &r->cause;
-    double train_s = r->sum_interval_ns / 1e9;
-    if (!c->have_pyprof || !(train_s > 0) || !(c->gc_pause_s > 0)) return 0;
-    /* pauses inside a compile are the compile's (dynamo allocates a lot);
-     * a finding needs repeated pauses, not one full collection */
     double pause = c->gc_pause_s;
-    int npause = 0;
+    *npause = 0;
     for (int i = 0; i < c->ngc; i++) {
         int in_compile = 0;
         for (int k = 0; k < c->ncomp && !in_compile; k++)
@@ -421,8 +464,19 @@ int dc_cand_gc(const diag_run *r, dfinding *d)
         if (in_compile)
             pause -= c->gc[i].dur;
         else
-            npause++;
+            (*npause)++;
     }
+    return pause > 0 ? pause : 0;
+}
+
+int dc_cand_gc(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    double train_s = r->sum_interval_ns / 1e9;
+    if (!c->have_pyprof || !(train_s > 0) || !(c->gc_pause_s > 0)) return 0;
+    /* a finding needs repeated pauses, not one full collection */
+    int npause = 0;
+    double pause = gc_pause(c, &npause);
     double share = pause / train_s;
     if (!(share >= GC_SHARE) || npause < 3) return 0;
     fmt(d->id, sizeof(d->id), "gc-pauses");
@@ -549,6 +603,10 @@ double dc_explain_variability(const diag_run *r, dfinding *d, double p50_ms)
                "finding (drop_last=True / mark_dynamic for a partial last batch).",
             ncomp, nslow);
     }
+    /* the gc-pauses finding, when it holds, takes this one in (diag.c) */
+    if (2 * ngc >= nslow)
+        ev(d, "slow_steps_gc_share", (double)ngc / nslow,
+           "%d of the %d slowest steps held a long GC pause", ngc, nslow);
     if (ngc)
         rec(d, "%d of the %d slowest steps held a long GC pause: gc.freeze() after start-up, or "
                "gc.collect() at a fixed step interval.",

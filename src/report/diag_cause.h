@@ -53,6 +53,12 @@ typedef struct dcause {
     double eval_steps, eval_ns, ckpt_ns;
     int nslow;
     dc_slow slow[DC_MAX_SLOW];
+    /* data wait of warm training steps, and the steps that waited longest
+     * (data, training time), so a few slow batches can be told apart from
+     * a steady wait (dc_steady_data_share) */
+    double dw_n, dw_sum, dw_iv_sum;
+    int ndwtop;
+    double dwtop[DC_MAX_SLOW][2];
 
     /* metrics.csv, sched source */
     double runq_n, runq_sum, runnable_n, runnable_sum, runnable_max, usable_n, usable_sum,
@@ -69,7 +75,7 @@ struct dfinding;
 void dc_load_pyprof(struct diag_run *r);
 /* Called by load_steps per row / load_metrics per sample. */
 void dc_step(struct diag_run *r, double start, double end, double train_ns, double eval_ns,
-             double ckpt_ns);
+             double ckpt_ns, double data_ns);
 void dc_metric(struct diag_run *r, double t, const double *v, const int *ok);
 
 
@@ -83,6 +89,11 @@ int dc_cand_compile(const struct diag_run *r, struct dfinding *d);
  * returns the share of the slow steps explained by one-off causes (compile,
  * epoch boundaries), 0..1. */
 double dc_explain_variability(const struct diag_run *r, struct dfinding *d, double p50_ms);
+/* Data wait / training time of the warm steps with the few steps that
+ * waited longest left out (epoch starts, worker start-up, one slow batch):
+ * the wait a run has on every step. *ntrim gets how many were left out.
+ * NAN with fewer than 5 steps. */
+double dc_steady_data_share(const struct diag_run *r, int *ntrim);
 /* Per-step evidence ids (need no resource samples). */
 int dc_step_level(const char *id);
 #endif

@@ -23,8 +23,9 @@ def records(n):
     return out
 
 
-# a large long-lived heap that every full collection walks
-keep = [{"k": i, "v": [i, str(i)]} for i in range(600_000)]
+# a large long-lived heap that every full collection walks (sized so that
+# several full collections happen in the run, not one or two)
+keep = [{"k": i, "v": [i, str(i)]} for i in range(200_000)]
 model = torch.nn.Linear(32, 4)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for it in range(120):

@@ -1,7 +1,10 @@
 # expect: primary=compute-bound
 # launch: torchrun=2
 # must_not: straggler, unstable, input-bound, host-code, undetermined, memory-capacity
-"""DDP over gloo with two ranks, one thread each (torchrun's default)."""
+"""DDP over gloo with two ranks, one thread each (torchrun's default), with
+batches large enough that each step computes much longer than its gradient
+all-reduce takes (compute grows with the batch, the all-reduce does not):
+comm_bound_ddp.py is the same model with small batches."""
 import os
 
 import torch
@@ -10,9 +13,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 dist.init_process_group("gloo")
 torch.manual_seed(dist.get_rank())
-ds = torch.utils.data.TensorDataset(torch.randn(2048, 256), torch.randint(0, 10, (2048,)))
+ds = torch.utils.data.TensorDataset(torch.randn(16384, 256), torch.randint(0, 10, (16384,)))
 sampler = torch.utils.data.distributed.DistributedSampler(ds)
-dl = torch.utils.data.DataLoader(ds, batch_size=64, sampler=sampler)
+dl = torch.utils.data.DataLoader(ds, batch_size=512, sampler=sampler)
 model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
                                 torch.nn.Linear(1024, 10)))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
