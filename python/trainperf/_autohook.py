@@ -95,6 +95,10 @@ class _State(threading.local):
 
 _st = _State()
 _tune = None             # trainperf._knobs while a `trainperf tune` trial runs, else None
+# False while a callback records the optimizer phase itself: Lightning runs the
+# training step's closure inside optimizer.step(), so the global hooks' range
+# would enclose forward and backward and interleave with the callback's ranges.
+_opt_phase = True
 _auto_steps = False      # the full auto hook is on: DataLoader batches may begin a step
 _dataloader_patched = False
 
@@ -397,10 +401,12 @@ def patch_torch(torch):
             _evalhooks.eval_leave()
         if not st.open:
             _begin_if_closed()
-        push(OPTIMIZER)
+        if _opt_phase:
+            push(OPTIMIZER)
 
     def opt_post(opt, args, kwargs):
-        pop()
+        if _opt_phase:
+            pop()
         oid = id(opt)
         if primary[0] is None:
             primary[0] = oid
