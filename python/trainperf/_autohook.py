@@ -201,6 +201,7 @@ def patch_dataloader(torch=None):
     push, pop = core.range_push, core.range_pop
     st = _st
     tensor_type = torch.Tensor
+    seq_types = (tuple, list)
     base_iter = dl._BaseDataLoaderIter
     orig_next = base_iter.__next__
 
@@ -215,11 +216,16 @@ def patch_dataloader(torch=None):
             pop()
             st.in_data -= 1
         try:
-            s, t = _batch_size(batch, tensor_type)
+            # the common batch, (tensor, ...): no call into _batch_size
+            if type(batch) in seq_types and batch and isinstance(batch[0], tensor_type) \
+                    and batch[0].dim():
+                st.samples += batch[0].shape[0]
+            else:
+                s, t = _batch_size(batch, tensor_type)
+                st.samples += s
+                st.tokens += t
         except Exception:
-            s, t = 0, 0
-        st.samples += s
-        st.tokens += t
+            pass
         return batch
 
     next_timed.__wrapped__ = orig_next
@@ -243,15 +249,20 @@ def patch_backward(torch=None):
     push, pop = core.range_push, core.range_pop
     autograd = torch.autograd
     orig_backward = autograd.backward
+    timed = getattr(core, "timed", None)
 
-    def backward_timed(*args, **kwargs):
-        if _tune is not None:
-            _tune.on_backward(args)
-        push(3)  # TPF_PHASE_BACKWARD
-        try:
-            return orig_backward(*args, **kwargs)
-        finally:
-            pop()
+    if _tune is None and timed is not None:
+        # push, call, pop in C: no Python frame per backward
+        backward_timed = timed(orig_backward, 3)  # TPF_PHASE_BACKWARD
+    else:
+        def backward_timed(*args, **kwargs):
+            if _tune is not None:
+                _tune.on_backward(args)
+            push(3)  # TPF_PHASE_BACKWARD
+            try:
+                return orig_backward(*args, **kwargs)
+            finally:
+                pop()
 
     backward_timed.__wrapped__ = orig_backward
     backward_timed.__doc__ = orig_backward.__doc__
