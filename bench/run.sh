@@ -45,6 +45,7 @@ done
 # is the baseline that bench_procfs drives in the same run.
 py bench/bench_analyze.py
 py bench/bench_python.py
+py bench/bench_autohook.py --all
 py bench/bench_comm.py
 py bench/bench_exporters_e2e.py
 

@@ -189,3 +189,63 @@ def test_eval_batches_are_eval_time_not_data_wait(cli, tmp_path):
     assert col_sum(rows, "data_ns") < 0.25 * col_sum(rows, "eval_ns")
     # nor training samples
     assert all(int(r["samples"]) == 16 for r in rows)
+
+
+LIGHTNING_CB = """
+    import sys, torch, lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+    from trainperf.lightning import TrainperfCallback
+    max_steps = int(sys.argv[1])
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(),
+                                           torch.nn.Linear(32, 1))
+        def training_step(self, batch, i):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
+        def validation_step(self, batch, i):
+            x, y = batch
+            self.log("val", torch.nn.functional.mse_loss(self.net(x), y))
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(512, 8), torch.randn(512, 1))
+    cb = TrainperfCallback()
+    trainer = L.Trainer(max_steps=max_steps, callbacks=[cb], val_check_interval=10,
+                        limit_val_batches=3, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        accelerator="cpu", devices=1)
+    trainer.fit(Tiny(), DataLoader(data, batch_size=4), DataLoader(data, batch_size=4))
+    print("steps", trainer.global_step, cb.steps)
+"""
+
+PHASES = ("data_ns", "forward_ns", "backward_ns", "optimizer_ns", "comm_ns", "eval_ns",
+          "checkpoint_ns")
+
+
+def test_lightning_callback_phases_never_exceed_the_step(cli, tmp_path):
+    # Issue 12: under `trainperf run` the auto hook's optimizer range (around
+    # optimizer.step(closure), which runs training_step and backward) stacked
+    # with the callback's phases: 133% of the step. Every row must add up.
+    pytest.importorskip("lightning")
+    p = tmp_path / "lit.py"
+    p.write_text(__import__("textwrap").dedent(LIGHTNING_CB))
+    N = 40
+    res = trainperf_run(cli, tmp_path / "run", p, N)
+    assert res.returncode == 0, res.stderr
+    assert result_line(res.stdout)[1:] == [str(N), str(N)]
+    rows = steps(tmp_path / "run")
+    assert len(rows) == N
+    for r in rows:
+        ph = {c: int(r[c]) for c in PHASES}
+        iv, dur = int(r["interval_ns"]), int(r["duration_ns"])
+        assert sum(ph.values()) <= iv, r
+        assert int(r["other_ns"]) == iv - sum(ph.values()), r
+        # the callback opens and closes these inside its step
+        assert ph["forward_ns"] + ph["backward_ns"] + ph["optimizer_ns"] <= dur, r
+        assert ph["forward_ns"] > 0 and ph["backward_ns"] > 0 and ph["optimizer_ns"] > 0, r
+    # validation ran (sanity check and every 10 steps) and was recorded as eval
+    assert sum(int(r["eval_ns"]) for r in rows) > 0

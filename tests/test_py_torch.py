@@ -336,6 +336,10 @@ def test_lightning_callback_records_each_optimizer_step(tmp_path, accum):
     assert all(int(r["samples"]) == 4 * accum for r in rows)
     for col in ("forward_ns", "backward_ns", "optimizer_ns", "data_ns"):
         assert all(int(r[col]) > 0 for r in rows), col
+    phases = ("data_ns", "forward_ns", "backward_ns", "optimizer_ns", "comm_ns", "eval_ns",
+              "checkpoint_ns")
+    for r in rows:  # phases nest: never more than the step (issue 12)
+        assert sum(int(r[c]) for c in phases) <= int(r["interval_ns"]), r
 
 
 HF = """

@@ -95,6 +95,10 @@ class _State(threading.local):
 
 _st = _State()
 _tune = None             # trainperf._knobs while a `trainperf tune` trial runs, else None
+# False while a callback records the optimizer phase itself: Lightning runs the
+# training step's closure inside optimizer.step(), so the global hooks' range
+# would enclose forward and backward and interleave with the callback's ranges.
+_opt_phase = True
 _auto_steps = False      # the full auto hook is on: DataLoader batches may begin a step
 _dataloader_patched = False
 
@@ -197,6 +201,7 @@ def patch_dataloader(torch=None):
     push, pop = core.range_push, core.range_pop
     st = _st
     tensor_type = torch.Tensor
+    seq_types = (tuple, list)
     base_iter = dl._BaseDataLoaderIter
     orig_next = base_iter.__next__
 
@@ -217,11 +222,16 @@ def patch_dataloader(torch=None):
             pop()
             st.in_data -= 1
         try:
-            s, t = _batch_size(batch, tensor_type)
+            # the common batch, (tensor, ...): no call into _batch_size
+            if type(batch) in seq_types and batch and isinstance(batch[0], tensor_type) \
+                    and batch[0].dim():
+                st.samples += batch[0].shape[0]
+            else:
+                s, t = _batch_size(batch, tensor_type)
+                st.samples += s
+                st.tokens += t
         except Exception:
-            s, t = 0, 0
-        st.samples += s
-        st.tokens += t
+            pass
         return batch
 
     next_timed.__wrapped__ = orig_next
@@ -245,15 +255,20 @@ def patch_backward(torch=None):
     push, pop = core.range_push, core.range_pop
     autograd = torch.autograd
     orig_backward = autograd.backward
+    timed = getattr(core, "timed", None)
 
-    def backward_timed(*args, **kwargs):
-        if _tune is not None:
-            _tune.on_backward(args)
-        push(3)  # TPF_PHASE_BACKWARD
-        try:
-            return orig_backward(*args, **kwargs)
-        finally:
-            pop()
+    if _tune is None and timed is not None:
+        # push, call, pop in C: no Python frame per backward
+        backward_timed = timed(orig_backward, 3)  # TPF_PHASE_BACKWARD
+    else:
+        def backward_timed(*args, **kwargs):
+            if _tune is not None:
+                _tune.on_backward(args)
+            push(3)  # TPF_PHASE_BACKWARD
+            try:
+                return orig_backward(*args, **kwargs)
+            finally:
+                pop()
 
     backward_timed.__wrapped__ = orig_backward
     backward_timed.__doc__ = orig_backward.__doc__
@@ -403,10 +418,12 @@ def patch_torch(torch):
             _evalhooks.eval_leave()
         if not st.open:
             _begin_if_closed()
-        push(OPTIMIZER)
+        if _opt_phase:
+            push(OPTIMIZER)
 
     def opt_post(opt, args, kwargs):
-        pop()
+        if _opt_phase:
+            pop()
         oid = id(opt)
         if primary[0] is None:
             primary[0] = oid

@@ -48,7 +48,19 @@ COMM = 5  # TPF_PHASE_COMM
 _mono = time.monotonic_ns
 _lock = threading.Lock()
 _installed = False
-_tls = threading.local()
+
+
+class _Tls(threading.local):
+    # Defaults as class attributes: getattr(tls, name, 0) on a missing
+    # attribute raises and catches AttributeError inside, several µs per
+    # backward in a training loop (issue 12 item 9).
+    depth = 0
+    tail = 0
+    tail_t0 = 0
+    in_backward = 0
+
+
+_tls = _Tls()
 
 _seq = {}          # group key -> ops issued so far
 _inflight = {}     # id(record) -> record, ops issued and not completed

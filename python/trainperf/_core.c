@@ -127,6 +127,108 @@ static PyTypeObject phase_type = {
     .tp_members = phase_members,
 };
 
+/* ---- Timed: a callable that runs fn inside a range ---------------------- */
+
+/* The auto hook's per-step wrappers (torch.autograd.backward) cost a Python
+ * frame and a try/finally each; this does the same push / call / pop in C,
+ * with vectorcall, so a wrapped call costs about what the call alone does. */
+#if PY_VERSION_HEX >= 0x030C0000
+#define CORE_HAVE_VECTORCALL Py_TPFLAGS_HAVE_VECTORCALL
+#else
+#define CORE_HAVE_VECTORCALL _Py_TPFLAGS_HAVE_VECTORCALL
+#endif
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fn;
+    tpf_name id;
+    vectorcallfunc vectorcall;
+    PyObject *dict; /* __wrapped__, __doc__, ... as functools.wraps would set */
+} core_timed;
+
+static PyObject *timed_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames)
+{
+    core_timed *t = (core_timed *)self;
+    tpf_range_push(t->id);
+    PyObject *r = PyObject_Vectorcall(t->fn, args, nargsf, kwnames);
+    tpf_range_pop();
+    return r;
+}
+
+static void timed_dealloc(core_timed *t)
+{
+    PyObject_GC_UnTrack(t);
+    Py_CLEAR(t->fn);
+    Py_CLEAR(t->dict);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static int timed_traverse(core_timed *t, visitproc visit, void *arg)
+{
+    Py_VISIT(t->fn);
+    Py_VISIT(t->dict);
+    return 0;
+}
+
+static int timed_clear(core_timed *t)
+{
+    Py_CLEAR(t->fn);
+    Py_CLEAR(t->dict);
+    return 0;
+}
+
+static PyObject *timed_repr(core_timed *t)
+{
+    return PyUnicode_FromFormat("<trainperf timed %R id=%u>", t->fn, (unsigned)t->id);
+}
+
+static PyGetSetDef timed_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject timed_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "trainperf._core.Timed",
+    .tp_basicsize = sizeof(core_timed),
+    .tp_dealloc = (destructor)timed_dealloc,
+    .tp_repr = (reprfunc)timed_repr,
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | CORE_HAVE_VECTORCALL,
+    .tp_doc = "timed(fn, name): fn(*args, **kwargs) inside the range name (functions only: "
+              "it does not bind as a method).",
+    .tp_traverse = (traverseproc)timed_traverse,
+    .tp_clear = (inquiry)timed_clear,
+    .tp_getset = timed_getset,
+    .tp_dictoffset = offsetof(core_timed, dict),
+    .tp_vectorcall_offset = offsetof(core_timed, vectorcall),
+};
+
+/* timed(fn, name) -> a Timed calling fn inside range name; new reference. */
+static PyObject *core_timed_new(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "timed(fn, name) takes 2 arguments");
+        return NULL;
+    }
+    if (!PyCallable_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "timed(): fn must be callable");
+        return NULL;
+    }
+    tpf_name id = core_name_of(args[1]);
+    if (id == 0 && PyErr_Occurred()) return NULL;
+    core_timed *t = PyObject_GC_New(core_timed, &timed_type);
+    if (!t) return NULL;
+    Py_INCREF(args[0]);
+    t->fn = args[0];
+    t->id = id;
+    t->vectorcall = timed_vectorcall;
+    t->dict = NULL;
+    PyObject_GC_Track(t);
+    return (PyObject *)t;
+}
+
 /* phase(name) -> the cached Phase for name. */
 static PyObject *core_phase_get(PyObject *self, PyObject *arg)
 {
@@ -432,6 +534,8 @@ static PyMethodDef core_methods[] = {
      "disable_auto_steps($module, /)\n--\n\nTurn the auto-instrumentation's step boundaries off."},
     {"range_push", core_range_push, METH_O, "range_push($module, name, /)\n--\n\nPush a range (name: str or interned id)."},
     {"range_pop", core_range_pop, METH_NOARGS, "range_pop($module, /)\n--\n\nPop the innermost range."},
+    {"timed", (PyCFunction)(void (*)(void))core_timed_new, METH_FASTCALL,
+     "timed($module, fn, name, /)\n--\n\nA callable running fn inside range name (push, call, pop in C)."},
     {"counter", (PyCFunction)(void (*)(void))core_counter, METH_FASTCALL,
      "counter($module, name, value, /)\n--\n\nRecord a sampled value."},
     {"mark", core_mark, METH_O, "mark($module, name, /)\n--\n\nRecord an instant event."},
@@ -459,7 +563,9 @@ PyMODINIT_FUNC PyInit__core(void);
 
 PyMODINIT_FUNC PyInit__core(void)
 {
-    if (PyType_Ready(&phase_type) < 0 || PyType_Ready(&step_type) < 0) return NULL;
+    if (PyType_Ready(&phase_type) < 0 || PyType_Ready(&step_type) < 0 ||
+        PyType_Ready(&timed_type) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (!m) return NULL;
     name_ids = PyDict_New();

@@ -40,6 +40,8 @@ class _Ev:
     in_fwd = 0              # forward depth on the training thread
     training_started = False
     thread = None           # ident of the thread running steps
+    ranges = True           # push the eval range (False: a callback records eval itself)
+    pushed = False          # this eval pushed one
 
 
 ev = _Ev()
@@ -66,7 +68,9 @@ def eval_enter():
     ev.active = True
     ev.entries += 1
     ev.t_enter = _now()
-    _push(EVAL)
+    ev.pushed = ev.ranges
+    if ev.pushed:
+        _push(EVAL)
 
 
 def eval_leave():
@@ -79,7 +83,9 @@ def eval_leave():
         return
     ev.active = False
     ev.time_s += _now() - ev.t_enter
-    _pop()
+    if ev.pushed:
+        ev.pushed = False
+        _pop()
 
 
 # --- model.eval() / model.train() ------------------------------------------

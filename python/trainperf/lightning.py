@@ -32,7 +32,7 @@ import time
 import warnings
 
 import trainperf
-from . import _autohook
+from . import _autohook, _evalhooks
 from ._figures import MetricsTail, StepWindow, Thresholds
 
 __all__ = ["TrainperfCallback", "ThroughputMonitor", "ProfilerMonitor", "ResourceMonitor",
@@ -101,6 +101,14 @@ class TrainperfCallback(Callback):
         if self._start:
             trainperf.start(self._run_dir, interval_s=self._interval)
         trainperf._core.disable_auto_steps()
+        if self._records:
+            # The auto hook's optimizer range would enclose the closure
+            # (training_step, backward) and its eval range (opened by
+            # model.eval(), closed by the next training forward: Lightning
+            # restores train mode without model.train()) would stay open into
+            # our step; both interleave with our ranges on one stack.
+            _autohook._opt_phase = False
+            _evalhooks.ev.ranges = False
         _autohook.patch_dataloader()
         d = trainperf.run_dir()
         self._tail = MetricsTail(d)
@@ -115,6 +123,9 @@ class TrainperfCallback(Callback):
 
     def _end(self):
         self._set_phase(0)
+        if self._records:
+            _autohook._opt_phase = True
+            _evalhooks.ev.ranges = True
         if self._hooks is not None:
             self._hooks.close()
             self._hooks = None

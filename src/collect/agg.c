@@ -9,21 +9,22 @@
 
 typedef struct agg_frame_ent {
     tpf_name name;
-    uint8_t counted;      /* outermost of its phase: its time goes to the step */
-    uint8_t paused;       /* a comm range inside it is open: the time is comm's */
     uint64_t begin_ns;    /* for the trace */
-    uint64_t cut_ns;      /* time before this was already given to a step */
 } agg_frame_ent;
 
+/* Phase time is exclusive, so the phases of a step never sum to more than
+ * its interval however ranges nest: at any instant at most one phase of a
+ * thread counts (t->cur, since t->mark_ns). See cur_phase for which. */
 typedef struct agg_thread {
     pid_t tid;
     uint8_t in_step;
     uint64_t step;
     uint64_t begin_ns, prev_end_ns; /* prev_end_ns 0: no step ended yet */
-    uint64_t pre_data_ns;           /* data time before the first step began */
+    uint64_t pre_ns;                /* phase time before the first step began */
     int depth, overflow;
+    int cur;                        /* phase index counting now, -1: none */
+    uint64_t mark_ns;               /* since when cur counts */
     agg_frame_ent stack[AGG_MAX_DEPTH];
-    uint32_t phase_open[AGG_NPHASES];
     uint64_t acc[AGG_NPHASES];      /* phase time since the previous step ended */
 } agg_thread;
 
@@ -101,6 +102,7 @@ static agg_thread *thread_of(agg *a, agg_proc *p, pid_t tid)
         return NULL;
     }
     t->tid = tid;
+    t->cur = -1;
     p->last = p->nthreads;
     p->threads[p->nthreads++] = t;
     return t;
@@ -113,30 +115,34 @@ static int phase_index(tpf_name n)
 
 static uint64_t span(uint64_t from, uint64_t to) { return to > from ? to - from : 0; }
 
-#define PH_COMM_IDX (TPF_PHASE_COMM - 1)
+#define PH_EVAL_IDX (TPF_PHASE_EVAL - 1)
+#define PH_CKPT_IDX (TPF_PHASE_CHECKPOINT - 1)
 
-/* Communication is exclusive: while the outermost comm range is open, the
- * phases it sits in (an all-reduce inside backward) stop counting, so comm
- * time is not counted twice. */
-static void comm_pause(agg_thread *t, uint64_t now)
+/* Which phase counts for a stack of ranges: evaluation and checkpointing
+ * take everything inside them (the eval loader, a save's collectives: not
+ * training), the outermost of them wins; otherwise the innermost phase does,
+ * so an all-reduce inside backward is comm, and the forward and backward a
+ * closure runs inside optimizer.step() (Lightning, LBFGS) are forward and
+ * backward, not optimizer time as well. Ranges of other names are
+ * transparent. */
+static int cur_phase(const agg_thread *t)
 {
+    int inner = -1;
     for (int i = 0; i < t->depth; i++) {
-        agg_frame_ent *e = &t->stack[i];
-        int ph = phase_index(e->name);
-        if (ph < 0 || ph == PH_COMM_IDX || !e->counted || e->paused) continue;
-        t->acc[ph] += span(e->cut_ns, now);
-        e->cut_ns = now;
-        e->paused = 1;
+        int ph = phase_index(t->stack[i].name);
+        if (ph == PH_EVAL_IDX || ph == PH_CKPT_IDX) return ph;
+        if (ph >= 0) inner = ph;
     }
+    return inner;
 }
 
-static void comm_resume(agg_thread *t, uint64_t now)
+/* Give the time since mark to the phase counting so far, from now on to
+ * whatever the stack says. */
+static void phase_cut(agg_thread *t, uint64_t now)
 {
-    for (int i = 0; i < t->depth; i++)
-        if (t->stack[i].paused) {
-            t->stack[i].paused = 0;
-            t->stack[i].cut_ns = now;
-        }
+    if (t->cur >= 0) t->acc[t->cur] += span(t->mark_ns, now);
+    if (now > t->mark_ns) t->mark_ns = now;
+    t->cur = cur_phase(t);
 }
 
 static void on_push(agg_thread *t, const seg_event *ev)
@@ -145,18 +151,11 @@ static void on_push(agg_thread *t, const seg_event *ev)
         t->overflow++; /* keep pops matched */
         return;
     }
+    phase_cut(t, ev->ts_ns);
     agg_frame_ent *e = &t->stack[t->depth++];
     e->name = ev->name;
-    e->begin_ns = e->cut_ns = ev->ts_ns;
-    e->counted = 0;
-    e->paused = 0;
-    int ph = phase_index(ev->name);
-    if (ph >= 0) {
-        /* Nested ranges of the same phase are not counted twice. */
-        e->counted = t->phase_open[ph] == 0;
-        if (ph == PH_COMM_IDX && e->counted) comm_pause(t, ev->ts_ns);
-        t->phase_open[ph]++;
-    }
+    e->begin_ns = ev->ts_ns;
+    t->cur = cur_phase(t);
 }
 
 static void on_pop(agg *a, agg_proc *p, agg_thread *t, const seg_event *ev)
@@ -169,13 +168,9 @@ static void on_pop(agg *a, agg_proc *p, agg_thread *t, const seg_event *ev)
         a->f.unmatched_pops++;
         return;
     }
+    phase_cut(t, ev->ts_ns);
     agg_frame_ent *e = &t->stack[--t->depth];
-    int ph = phase_index(e->name);
-    if (ph >= 0) {
-        if (e->counted && !e->paused) t->acc[ph] += span(e->cut_ns, ev->ts_ns);
-        t->phase_open[ph]--;
-        if (ph == PH_COMM_IDX && e->counted) comm_resume(t, ev->ts_ns);
-    }
+    t->cur = cur_phase(t);
     if (a->sink.range) {
         agg_range r = {p->pid, t->tid, e->name, e->begin_ns, ev->ts_ns, t->depth};
         if (r.end_ns < r.begin_ns) r.end_ns = r.begin_ns;
@@ -183,22 +178,23 @@ static void on_pop(agg *a, agg_proc *p, agg_thread *t, const seg_event *ev)
     }
 }
 
+static uint64_t acc_sum(const agg_thread *t)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < AGG_NPHASES; i++) n += t->acc[i];
+    return n;
+}
+
 static void on_step_end(agg *a, agg_proc *p, agg_thread *t, const seg_event *ev)
 {
     uint64_t end = ev->ts_ns;
+    /* A range still open gives the time so far to this step. */
+    phase_cut(t, end);
     if (!t->in_step) {
-        /* An end without a begin: the step ran since the previous end. */
+        /* An end without a begin: the step ran since the previous end (the
+         * first one: its phases are all the time there is). */
         t->begin_ns = t->prev_end_ns ? t->prev_end_ns : end;
-        if (!t->prev_end_ns) t->pre_data_ns = t->acc[0];
-    }
-    /* Ranges still open give the time so far to this step. */
-    for (int i = 0; i < t->depth; i++) {
-        agg_frame_ent *e = &t->stack[i];
-        int ph = phase_index(e->name);
-        if (ph >= 0 && e->counted) {
-            if (!e->paused) t->acc[ph] += span(e->cut_ns, end);
-            e->cut_ns = end;
-        }
+        if (!t->prev_end_ns) t->pre_ns = acc_sum(t);
     }
     agg_step s;
     memset(&s, 0, sizeof(s));
@@ -210,11 +206,26 @@ static void on_step_end(agg *a, agg_proc *p, agg_thread *t, const seg_event *ev)
     s.begin_ns = t->begin_ns;
     s.end_ns = end;
     s.duration_ns = span(t->begin_ns, end);
-    s.interval_ns = t->prev_end_ns ? span(t->prev_end_ns, end) : s.duration_ns + t->pre_data_ns;
+    s.interval_ns = t->prev_end_ns ? span(t->prev_end_ns, end) : s.duration_ns + t->pre_ns;
     uint64_t phases = 0;
     for (int i = 0; i < AGG_NPHASES; i++) {
         s.phase_ns[i] = t->acc[i];
         phases += t->acc[i];
+    }
+    if (phases > s.interval_ns) {
+        /* Cannot happen with exclusive phases and one clock per thread; a
+         * last line so that a row never says more than 100%. */
+        uint64_t sum = 0;
+        for (int i = 0; i < AGG_NPHASES; i++) {
+            s.phase_ns[i] = (uint64_t)((double)s.phase_ns[i] * (double)s.interval_ns / (double)phases);
+            sum += s.phase_ns[i];
+        }
+        for (int i = 0; i < AGG_NPHASES && sum > s.interval_ns; i++) { /* rounding */
+            uint64_t d = sum - s.interval_ns < s.phase_ns[i] ? sum - s.interval_ns : s.phase_ns[i];
+            s.phase_ns[i] -= d;
+            sum -= d;
+        }
+        phases = sum;
     }
     s.other_ns = s.interval_ns > phases ? s.interval_ns - phases : 0;
     s.samples = ev->samples;
@@ -248,8 +259,14 @@ void agg_event(agg *a, agg_proc *p, const seg_event *ev)
     if (!t) return;
     switch (ev->kind) {
     case SEG_EV_STEP_BEGIN:
-        /* A second begin restarts the step; phase time so far is kept. */
-        if (!t->prev_end_ns && !t->in_step) t->pre_data_ns = t->acc[0];
+        /* A second begin restarts the step; phase time so far is kept. Before
+         * the first step, the phase time so far (loading the first batch, a
+         * sanity evaluation) lengthens that step's interval, which it is
+         * counted in. */
+        if (!t->prev_end_ns) {
+            phase_cut(t, ev->ts_ns);
+            t->pre_ns = acc_sum(t);
+        }
         t->in_step = 1;
         t->begin_ns = ev->ts_ns;
         break;

@@ -195,6 +195,63 @@ TT_TEST(comm_inside_backward_is_comm_not_backward)
     teardown();
 }
 
+/* Issue 12: phases nested across names (optimizer.step(closure) runs forward
+ * and backward inside the optimizer range; two recorders pushing on one
+ * thread) summed to more than the step. Phases are exclusive: the innermost
+ * counts, except eval/checkpoint which take what runs inside them. */
+TT_TEST(phases_nested_across_names_never_exceed_the_interval)
+{
+    setup();
+    feed(0, SEG_EV_PUSH, TPF_PHASE_EVAL, 1);      /* a sanity evaluation before step 0 */
+    feed(1, SEG_EV_PUSH, TPF_PHASE_DATA, 1);      /* its loader: eval time */
+    feed(2, SEG_EV_POP, 0, 1);
+    feed(3, SEG_EV_POP, 0, 1);
+    feed(3, SEG_EV_PUSH, TPF_PHASE_DATA, 1);
+    feed(4, SEG_EV_POP, 0, 1);
+    feed(4, SEG_EV_STEP_BEGIN, 0, 1);
+    feed(4, SEG_EV_PUSH, TPF_PHASE_FORWARD, 1);   /* a callback's forward */
+    feed(5, SEG_EV_PUSH, TPF_PHASE_OPTIMIZER, 1); /* optimizer.step(closure) */
+    feed(6, SEG_EV_PUSH, TPF_PHASE_FORWARD, 1);   /* the model, inside the closure */
+    feed(8, SEG_EV_POP, 0, 1);
+    feed(9, SEG_EV_PUSH, TPF_PHASE_BACKWARD, 1);
+    feed(12, SEG_EV_POP, 0, 1);
+    feed(14, SEG_EV_POP, 0, 1);                   /* optimizer.step ends */
+    feed(15, SEG_EV_POP, 0, 1);
+    feed(15, SEG_EV_STEP_END, 0, 1);
+    /* step 1: pops out of order (two recorders), eval inside a step */
+    feed(15, SEG_EV_STEP_BEGIN, 0, 1);
+    feed(15, SEG_EV_PUSH, TPF_PHASE_FORWARD, 1);
+    feed(16, SEG_EV_PUSH, TPF_PHASE_OPTIMIZER, 1);
+    feed(17, SEG_EV_POP, 0, 1);                   /* pops the optimizer: forward again */
+    feed(18, SEG_EV_PUSH, TPF_PHASE_CHECKPOINT, 1);
+    feed(19, SEG_EV_PUSH, TPF_PHASE_COMM, 1);     /* a save's collective: checkpoint */
+    feed(20, SEG_EV_POP, 0, 1);
+    feed(21, SEG_EV_POP, 0, 1);
+    feed(22, SEG_EV_POP, 0, 1);
+    feed(23, SEG_EV_STEP_END, 0, 1);
+    TT_EQ_INT(ngot, 2);
+    /* step 0: interval = duration 11 + 4 ms of phases before it */
+    TT_EQ_INT(got[0].duration_ns, 11 * MS);
+    TT_EQ_INT(got[0].interval_ns, 15 * MS);
+    TT_EQ_INT(got[0].phase_ns[TPF_PHASE_EVAL - 1], 3 * MS);
+    TT_EQ_INT(got[0].phase_ns[TPF_PHASE_DATA - 1], 1 * MS);
+    TT_EQ_INT(got[0].phase_ns[TPF_PHASE_FORWARD - 1], 1 * MS + 2 * MS + 1 * MS); /* 4-5, 6-8, 14-15 */
+    TT_EQ_INT(got[0].phase_ns[TPF_PHASE_BACKWARD - 1], 3 * MS);
+    TT_EQ_INT(got[0].phase_ns[TPF_PHASE_OPTIMIZER - 1], 1 * MS + 1 * MS + 2 * MS); /* 5-6, 8-9, 12-14 */
+    TT_EQ_INT(got[0].other_ns, 0);
+    TT_EQ_INT(got[1].phase_ns[TPF_PHASE_OPTIMIZER - 1], 1 * MS);
+    TT_EQ_INT(got[1].phase_ns[TPF_PHASE_FORWARD - 1], 1 * MS + 1 * MS + 1 * MS); /* 15-16, 17-18, 21-22 */
+    TT_EQ_INT(got[1].phase_ns[TPF_PHASE_CHECKPOINT - 1], 3 * MS);
+    TT_EQ_INT(got[1].phase_ns[TPF_PHASE_COMM - 1], 0);
+    TT_EQ_INT(got[1].other_ns, 1 * MS);
+    for (int i = 0; i < 2; i++) {
+        uint64_t sum = got[i].other_ns;
+        for (int k = 0; k < AGG_NPHASES; k++) sum += got[i].phase_ns[k];
+        TT_EQ_INT(sum, got[i].interval_ns);
+    }
+    teardown();
+}
+
 TT_TEST(the_rank_the_others_wait_for_is_named_live)
 {
     setup();
