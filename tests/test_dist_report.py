@@ -130,6 +130,8 @@ def test_compare_shows_ranks_side_by_side(run_cli):
     assert [x["rank"] for x in c["ranks"]] == [0, 1]
     # rank 0 lives in node0's run only
     assert c["ranks"][0]["a"]["steps"] == 12 and c["ranks"][0]["b"]["steps"] is None
+    # a rank a run lacks has no figure at all: MFU unknown too, never stack garbage
+    assert all(v is None for v in c["ranks"][0]["b"].values()), c["ranks"][0]["b"]
     for fmt, head in (("text", "Ranks (A → B, per step)"), ("md", "## Ranks (A → B"),
                       ("html", "<h2>Ranks (A → B")):
         p = run_cli("compare", JOB / "node0", JOB / "node1", "--format", fmt)

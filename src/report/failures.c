@@ -107,6 +107,8 @@ static double overhead(double c, double t, double m)
     return c / t + t / 2 / m;
 }
 
+/* The checkpoint figures as summary.json's failures.checkpoint has them:
+ * written by fail_ckpt_json, read back by fail_model. */
 static const jw_field ckpt_fields[] = {
     JW_FIELD(INT, "count", fail_ckpt, n),
     JW_FIELD(DBL, "cost_s", fail_ckpt, cost_s),
@@ -136,6 +138,7 @@ typedef struct f_hang {
     char verdict[640], stacks[64], action[16], kind[16];
 } f_hang;
 
+/* A hang as hangs.jsonl and the JSON report have it (read and written). */
 static const jw_field hang_fields[] = {
     JW_FIELD(DBL, "t", f_hang, t),
     JW_FIELD(INT, "attempt", f_hang, attempt),
@@ -214,14 +217,8 @@ static void load_hangs(f_model *m, const char *run_dir)
             m->nhangs--;
         }
         f_hang *h = &m->hangs[m->nhangs++];
-        h->t = jr_pnum(d.root, "t");
-        h->since = jr_pnum(d.root, "since_last_step_s");
-        h->bound = jr_pnum(d.root, "bound_s");
-        double a = jr_pnum(d.root, "attempt");
-        h->attempt = isfinite(a) ? to_int(a) : 1;
-        cpy(h->verdict, sizeof(h->verdict), jr_pstr(d.root, "verdict"));
-        cpy(h->stacks, sizeof(h->stacks), jr_pstr(d.root, "stacks"));
-        cpy(h->action, sizeof(h->action), jr_pstr(d.root, "action"));
+        *h = (f_hang){.attempt = 1}; /* a line from before attempts were counted */
+        jr_fields(d.root, h, hang_fields, JW_NFIELDS(hang_fields));
         cpy(h->kind, sizeof(h->kind), jr_pstr(d.root, "bound_kind"));
         const jr_node *fs = jr_get(d.root, "before_first_step");
         h->first = fs && fs->type == JR_BOOL && fs->num != 0;
@@ -319,11 +316,7 @@ static void load(f_model *m, const char *run_dir)
         const jr_node *ck = jr_get(d.root, "checkpoint");
         if (ck && ck->type == JR_OBJ) {
             have_ck = 1;
-            m->ck.n = to_int(jr_pnum(ck, "count"));
-            m->ck.cost_s = jr_pnum(ck, "cost_s");
-            m->ck.max_s = jr_pnum(ck, "max_s");
-            m->ck.share = jr_pnum(ck, "share");
-            m->ck.interval_s = jr_pnum(ck, "interval_s");
+            jr_fields(ck, &m->ck, ckpt_fields, JW_NFIELDS(ckpt_fields));
         }
         jr_free(&d);
     }

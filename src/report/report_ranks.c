@@ -51,15 +51,22 @@ typedef struct rrow {
     double flops_per_s, mfu; /* model FLOP/s over the warm steps, its share of the peak */
 } rrow;
 
-/* A rank's side in the compare JSON. */
-static const jw_field cmp_fields[] = {
-    JW_FIELD(DBL, "steps", rrow, steps),
-    JW_FIELD(DBL, "step_time_ms_p50", rrow, p50),
-    JW_FIELD(DBL, "compute_ms_mean", rrow, compute),
-    JW_FIELD(DBL, "data_wait_ms_mean", rrow, data),
-    JW_FIELD(DBL, "comm_wait_ms_mean", rrow, comm),
-    JW_FIELD(DBL, "mfu", rrow, mfu),
+/* A rank's figures in compare, described once: the column of the table
+ * ("A → B"; NULL: JSON only) and the key of a rank's side in the JSON. */
+typedef struct cmp_col {
+    const char *head;
+    jw_field f;
+    int share; /* shown as a percentage (MFU); others with one decimal */
+} cmp_col;
+static const cmp_col cmp_cols[] = {
+    {NULL, JW_FIELD(DBL, "steps", rrow, steps), 0},
+    {"step p50 ms", JW_FIELD(DBL, "step_time_ms_p50", rrow, p50), 0},
+    {"compute ms", JW_FIELD(DBL, "compute_ms_mean", rrow, compute), 0},
+    {"data wait ms", JW_FIELD(DBL, "data_wait_ms_mean", rrow, data), 0},
+    {"comm wait ms", JW_FIELD(DBL, "comm_wait_ms_mean", rrow, comm), 0},
+    {"MFU", JW_FIELD(DBL, "mfu", rrow, mfu), 1},
 };
+#define CMP_NCOLS ((int)(sizeof(cmp_cols) / sizeof(cmp_cols[0])))
 
 /* The step figures of a rank (core/figs.h groups: the owner of the figure),
  * NULL when the run has none. */
@@ -84,6 +91,7 @@ static void rank_row(const diag_run *r, int rank, rrow *o)
     const agg_group *g = group_of_rank(r, rank);
     const drank *k = find_rank(r, rank);
     o->busbw = k && k->comm_busbw_n > 0 ? k->comm_busbw_sum / k->comm_busbw_n : NAN;
+    o->flops_per_s = o->mfu = NAN;
     if (!g) {
         o->steps = o->warm = o->p50 = o->p95 = o->data = o->compute = o->comm = o->sps = NAN;
         return;
@@ -104,7 +112,6 @@ static void rank_row(const diag_run *r, int rank, rrow *o)
                  : NAN;
     /* the step rate of the warm steps, less the counted one (counting slows
      * it several times over), times the FLOPs of one step */
-    o->flops_per_s = o->mfu = NAN;
     if (k && k->flops_step > 0 && g->warm_count && g->warm_interval_ns) {
         double cnt = (double)g->warm_count, span = (double)g->warm_interval_ns;
         if (k->flops_at > 0 && k->flops_at_ns > 0 && cnt > 1 && span > k->flops_at_ns) {
@@ -1281,24 +1288,30 @@ void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int col
     int ranks[DIAG_MAX_RANKS];
     int n = union_ranks(a, b, ranks);
     if (n < 2) return;
-    static const tbl_col cols[] = {{"rank", 6, 0},          {"step p50 ms", 16, 1},
-                                   {"compute ms", 16, 1},     {"data wait ms", 16, 1},
-                                   {"comm wait ms", 16, 1},   {"MFU", 16, 1}};
+    tbl_col cols[CMP_NCOLS + 1] = {{"rank", 6, 0}};
+    int nc = 1;
+    for (int k = 0; k < CMP_NCOLS; k++)
+        if (cmp_cols[k].head) cols[nc++] = (tbl_col){cmp_cols[k].head, 16, 1};
     tbl t;
-    tbl_begin(&t, o, fmt, color, "Ranks (A → B, per step)", cols, 6);
+    tbl_begin(&t, o, fmt, color, "Ranks (A → B, per step)", cols, nc);
     for (int i = 0; i < n; i++) {
-        rrow x, y;
-        cmp_row(a, ranks[i], &x);
-        cmp_row(b, ranks[i], &y);
-        char c[6][80], u[2][32];
+        rrow x[2];
+        cmp_row(a, ranks[i], &x[0]);
+        cmp_row(b, ranks[i], &x[1]);
+        char c[CMP_NCOLS + 1][80], u[2][32];
+        const char *cells[CMP_NCOLS + 1] = {c[0]};
         snprintf(c[0], sizeof(c[0]), "%d", ranks[i]);
-        const double va[4] = {x.p50, x.compute, x.data, x.comm}, vb[4] = {y.p50, y.compute, y.data, y.comm};
-        for (int k = 0; k < 4; k++)
-            snprintf(c[k + 1], sizeof(c[k + 1]), "%s → %s", num(u[0], 32, "%.1f", va[k]),
-                     num(u[1], 32, "%.1f", vb[k]));
-        snprintf(c[5], sizeof(c[5]), "%s → %s", pct_or_dash(u[0], 32, x.mfu),
-                 pct_or_dash(u[1], 32, y.mfu));
-        const char *cells[] = {c[0], c[1], c[2], c[3], c[4], c[5]};
+        for (int k = 0, j = 1; k < CMP_NCOLS; k++) {
+            if (!cmp_cols[k].head) continue;
+            const char *s[2];
+            for (int side = 0; side < 2; side++) {
+                double v = *(const double *)((const char *)&x[side] + cmp_cols[k].f.off);
+                s[side] = cmp_cols[k].share ? pct_or_dash(u[side], 32, v) : num(u[side], 32, "%.1f", v);
+            }
+            snprintf(c[j], sizeof(c[j]), "%s → %s", s[0], s[1]);
+            cells[j] = c[j];
+            j++;
+        }
         tbl_row(&t, cells, TBL_PLAIN);
     }
     tbl_end(&t);
@@ -1335,7 +1348,9 @@ void rr_compare_json(const diag_run *a, const diag_run *b, jw *w)
         jw_kint(w, "rank", ranks[i]);
         for (int k = 0; k < 2; k++) {
             jw_key(w, k ? "b" : "a");
-            jw_fields_obj(w, &x[k], cmp_fields, JW_NFIELDS(cmp_fields));
+            jw_obj_begin(w);
+            for (int c = 0; c < CMP_NCOLS; c++) jw_fields(w, &x[k], &cmp_cols[c].f, 1);
+            jw_obj_end(w);
         }
         jw_obj_end(w);
     }

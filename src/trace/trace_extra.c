@@ -489,21 +489,19 @@ static void dev_name(char *b, size_t n, int64_t key)
     else snprintf(b, n, "device type %d:%d", type, id);
 }
 
+/* GPU time per annotation: text and JSON from one column list. */
+static const tr_col ann_cols[] = {
+    TR_COL("annotation", 0, TBL_GAP, NAME, PSTR, "name", tr_ann, name),
+    TR_COL("ranges", 8, TBL_RIGHT, COUNT, U64, "ranges", tr_ann, ranges),
+    TR_COL("CPU ms", 10, TBL_RIGHT, MS, I64, "cpu_ns", tr_ann, cpu),
+    TR_COL("kernels", 8, TBL_RIGHT, COUNT, U64, "kernels", tr_ann, kernels),
+    TR_COL("GPU kernel ms", 14, TBL_RIGHT, MS, I64, "gpu_kernel_ns", tr_ann, gpu),
+    TR_COL("GPU range ms", 13, TBL_RIGHT, MS, I64, "gpu_annotation_ns", tr_ann, gpu_ann),
+};
+
 void trace_extra_json(jw *w, const tr_rank *k)
 {
-    jw_key(w, "annotations");
-    jw_arr_begin(w);
-    static const jw_field ann_fields[] = {
-        JW_FIELD(PSTR, "name", tr_ann, name),
-        JW_FIELD(U64, "ranges", tr_ann, ranges),
-        JW_FIELD(I64, "cpu_ns", tr_ann, cpu),
-        JW_FIELD(U64, "kernels", tr_ann, kernels),
-        JW_FIELD(I64, "gpu_kernel_ns", tr_ann, gpu),
-        JW_FIELD(I64, "gpu_annotation_ns", tr_ann, gpu_ann),
-    };
-    for (size_t i = 0; i < k->nanns; i++)
-        jw_fields_obj(w, &k->anns[i], ann_fields, JW_NFIELDS(ann_fields));
-    jw_arr_end(w);
+    tr_table_json(w, "annotations", ann_cols, TR_NCOLS(ann_cols), k->anns, k->nanns, sizeof(tr_ann));
     jw_key(w, "kernel_sequences");
     jw_obj_begin(w);
     jw_kint(w, "length", k->seq_len);
@@ -631,8 +629,10 @@ static void ts_sparkline(char *dst, size_t n, const double *v, int nb)
         if (isnan(v[i])) c = " ";
         else if (v[i] <= 0 || top <= 0) c = ".";
         else {
-            int l = (int)(v[i] / top * 8.0);
-            c = lv[l < 0 ? 0 : l > 7 ? 7 : l];
+            /* an infinite bin (a damaged trace) is full height, never a cast of NaN */
+            double q = v[i] >= top ? 8.0 : v[i] / top * 8.0;
+            int l = q > 7 ? 7 : q > 0 ? (int)q : 0;
+            c = lv[l];
         }
         size_t cl = strlen(c);
         memcpy(dst + o, c, cl);
@@ -641,10 +641,6 @@ static void ts_sparkline(char *dst, size_t n, const double *v, int nb)
     dst[o] = '\0';
 }
 
-static const tbl_col ann_cols[] = {
-    {"ranges", 8, TBL_RIGHT}, {"CPU ms", 10, TBL_RIGHT}, {"kernels", 8, TBL_RIGHT}, {"GPU kernel ms", 14, TBL_RIGHT},
-    {"GPU range ms", 13, TBL_RIGHT}, {"annotation", 0, TBL_GAP},
-};
 static const tbl_col queue_cols[] = {
     {"stream", 8, TBL_RIGHT}, {"kernels", 9, TBL_RIGHT}, {"max", 6, TBL_RIGHT}, {"mean", 8, TBL_RIGHT},
 };
@@ -663,19 +659,8 @@ void trace_extra_text(buf *o, const tr_rank *k, int md, int color)
     char nm[96], a[64], b[64], c[64], d[64], e[64];
     tbl t;
     if (k->nanns) {
-        tbl_begin_sub(&t, o, tf, color, "GPU time per annotation (record_function ranges)", ann_cols, 6);
-        for (size_t i = 0; i < k->nanns; i++) {
-            const tr_ann *x = &k->anns[i];
-            trace_short_name(nm, sizeof(nm), x->name);
-            snprintf(a, sizeof(a), "%llu", (unsigned long long)x->ranges);
-            snprintf(b, sizeof(b), "%.3f", (double)x->cpu / 1e6);
-            snprintf(c, sizeof(c), "%llu", (unsigned long long)x->kernels);
-            snprintf(d, sizeof(d), "%.3f", (double)x->gpu / 1e6);
-            snprintf(e, sizeof(e), "%.3f", (double)x->gpu_ann / 1e6);
-            const char *cells[] = {a, b, c, d, e, nm};
-            tbl_row(&t, cells, TBL_PLAIN);
-        }
-        tbl_end(&t);
+        tr_table(o, tf, color, "GPU time per annotation (record_function ranges)", ann_cols,
+                 TR_NCOLS(ann_cols), k->anns, k->nanns, sizeof(tr_ann));
     }
     if (k->nseqs) {
         snprintf(a, sizeof(a), "Frequent kernel sequences (length %d; fusion candidates)", k->seq_len);

@@ -5,6 +5,8 @@
 #include <stdint.h>
 
 #include "trace/trace.h"
+#include "util/jsonw.h"
+#include "util/table.h"
 
 /* Kernel types; as bits they label overlaps (HTA's weights). */
 enum { KT_COMP = 1, KT_COMM = 2, KT_MEM = 4, KT_OTHER = 8 };
@@ -203,6 +205,27 @@ struct jw;
 void trace_extra_json(struct jw *w, const tr_rank *k);
 void trace_extra_text(buf *o, const tr_rank *k, int md, int color);
 void trace_extra_rank_free(tr_rank *k);
+
+/* A column of a trace table, described once for every format: text and
+ * Markdown take the heading, width and flags; JSON the key; both read the
+ * member the jw_field names. Text shows a count as it is, a time (ns) as ms
+ * with 3 decimals and a name cut by trace_short_name, the name last (after
+ * the numbers); JSON has the raw values in the order of the columns. */
+enum { TRC_COUNT, TRC_MS, TRC_NAME };
+typedef struct tr_col {
+    tbl_col col;
+    jw_field f;
+    int show; /* TRC_COUNT, TRC_MS or TRC_NAME */
+} tr_col;
+#define TR_COL(head, width, flags, show, type, key, T, member)                                     \
+    {{head, width, flags}, JW_FIELD(type, key, T, member), TRC_##show}
+/* nrows rows of `size` bytes from rows as one table (layout TBL_SUB). */
+void tr_table(buf *o, int fmt, int color, const char *title, const tr_col *c, int n,
+              const void *rows, size_t nrows, size_t size);
+/* The same rows as "key": [{...}, ...]. */
+void tr_table_json(jw *w, const char *key, const tr_col *c, int n, const void *rows,
+                   size_t nrows, size_t size);
+#define TR_NCOLS(c) ((int)(sizeof(c) / sizeof((c)[0])))
 
 /* trace_out.c: s cut to fit n bytes ("..." at a UTF-8 boundary), on one
  * line: the name cell of the analyser's tables. */

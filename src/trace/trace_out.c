@@ -27,6 +27,78 @@ static double pct(int64_t part, int64_t whole)
     return round(10000.0 * (double)part / (double)whole) / 100.0;
 }
 
+/* The tables whose text and JSON show the same columns (tr_col). */
+static const tr_col stream_cols[] = {
+    TR_COL("stream", 8, TBL_RIGHT, COUNT, I64, "stream", tr_stream, stream),
+    TR_COL("kernels", 9, TBL_RIGHT, COUNT, U64, "kernels", tr_stream, kernels),
+    TR_COL("host wait ms", 14, TBL_RIGHT, MS, I64, "host_wait_ns", tr_stream, host_wait),
+    TR_COL("kernel wait ms", 14, TBL_RIGHT, MS, I64, "kernel_wait_ns", tr_stream, kernel_wait),
+    TR_COL("other ms", 14, TBL_RIGHT, MS, I64, "other_ns", tr_stream, other),
+};
+static const tr_col op_cols[] = {
+    TR_COL("operator", 0, 0, NAME, PSTR, "name", tr_op, name),
+    TR_COL("count", 8, TBL_RIGHT, COUNT, U64, "count", tr_op, count),
+    TR_COL("self ms", 12, TBL_RIGHT, MS, I64, "self_ns", tr_op, self),
+    TR_COL("total ms", 12, TBL_RIGHT, MS, I64, "total_ns", tr_op, total),
+};
+
+/* One cell of column c from a row. */
+static void tr_cell(char *o, size_t n, const tr_col *c, const char *row)
+{
+    const void *m = row + c->f.off;
+    int64_t v = c->f.type == JWF_U64   ? (int64_t) * (const uint64_t *)m
+                : c->f.type == JWF_INT ? *(const int *)m
+                : c->f.type == JWF_I64 ? *(const int64_t *)m
+                                       : 0;
+    if (c->show == TRC_NAME)
+        trace_short_name(o, n, *(const char *const *)m);
+    else if (c->show == TRC_MS)
+        snprintf(o, n, "%.3f", (double)v / 1e6);
+    else if (c->f.type == JWF_U64)
+        snprintf(o, n, "%llu", (unsigned long long)*(const uint64_t *)m);
+    else
+        snprintf(o, n, "%lld", (long long)v);
+}
+
+#define TR_MAX_COLS 8
+
+void tr_table(buf *o, int fmt, int color, const char *title, const tr_col *c, int n,
+              const void *rows, size_t nrows, size_t size)
+{
+    tbl_col cols[TR_MAX_COLS];
+    int order[TR_MAX_COLS], k = 0;
+    if (n > TR_MAX_COLS) n = TR_MAX_COLS;
+    for (int pass = 0; pass < 2; pass++) /* numbers first, the name last */
+        for (int i = 0; i < n; i++)
+            if ((c[i].show == TRC_NAME) == pass) order[k++] = i;
+    for (int i = 0; i < n; i++) cols[i] = c[order[i]].col;
+    tbl t;
+    tbl_begin_sub(&t, o, fmt, color, title, cols, n);
+    char cell[TR_MAX_COLS][96];
+    const char *cells[TR_MAX_COLS];
+    for (size_t r = 0; r < nrows; r++) {
+        for (int i = 0; i < n; i++) {
+            tr_cell(cell[i], sizeof(cell[i]), &c[order[i]], (const char *)rows + r * size);
+            cells[i] = cell[i];
+        }
+        tbl_row(&t, cells, TBL_PLAIN);
+    }
+    tbl_end(&t);
+}
+
+void tr_table_json(jw *w, const char *key, const tr_col *c, int n, const void *rows,
+                   size_t nrows, size_t size)
+{
+    jw_key(w, key);
+    jw_arr_begin(w);
+    for (size_t r = 0; r < nrows; r++) {
+        jw_obj_begin(w);
+        for (int i = 0; i < n; i++) jw_fields(w, (const char *)rows + r * size, &c[i].f, 1);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+}
+
 static void j_launch(jw *w, const char *key, const tr_launch *l)
 {
     jw_key(w, key);
@@ -49,20 +121,6 @@ static void j_launch(jw *w, const char *key, const tr_launch *l)
     jw_knum(w, "delay_mean_ns", l->count ? (double)l->delay_sum / (double)l->count : NAN);
     jw_fields(w, l, outliers, JW_NFIELDS(outliers));
     jw_obj_end(w);
-}
-
-static void j_ops(jw *w, const char *key, const tr_op *ops, size_t n)
-{
-    jw_key(w, key);
-    jw_arr_begin(w);
-    static const jw_field op_fields[] = {
-        JW_FIELD(PSTR, "name", tr_op, name),
-        JW_FIELD(U64, "count", tr_op, count),
-        JW_FIELD(I64, "self_ns", tr_op, self),
-        JW_FIELD(I64, "total_ns", tr_op, total),
-    };
-    for (size_t i = 0; i < n; i++) jw_fields_obj(w, &ops[i], op_fields, JW_NFIELDS(op_fields));
-    jw_arr_end(w);
 }
 
 int trace_result_json(const trace_result *r, buf *out)
@@ -119,19 +177,8 @@ int trace_result_json(const trace_result *r, buf *out)
         jw_knum(&w, "comp_comm_overlap_pctg", pct(k->overlap, k->comm_total));
         jw_obj_end(&w);
         j_launch(&w, "launch", &k->launch);
-        jw_key(&w, "idle_streams");
-        jw_arr_begin(&w);
-        for (size_t j = 0; j < k->nstreams; j++) {
-            const tr_stream *s = &k->streams[j];
-            jw_obj_begin(&w);
-            jw_kint(&w, "stream", s->stream);
-            jw_kuint(&w, "kernels", s->kernels);
-            jw_kint(&w, "host_wait_ns", s->host_wait);
-            jw_kint(&w, "kernel_wait_ns", s->kernel_wait);
-            jw_kint(&w, "other_ns", s->other);
-            jw_obj_end(&w);
-        }
-        jw_arr_end(&w);
+        tr_table_json(&w, "idle_streams", stream_cols, TR_NCOLS(stream_cols), k->streams,
+                      k->nstreams, sizeof(tr_stream));
         jw_key(&w, "top_kernels");
         jw_arr_begin(&w);
         for (size_t j = 0; j < k->nkernels; j++) {
@@ -148,8 +195,10 @@ int trace_result_json(const trace_result *r, buf *out)
             jw_obj_end(&w);
         }
         jw_arr_end(&w);
-        j_ops(&w, "top_ops_self", k->ops_self, k->nops_self);
-        j_ops(&w, "top_ops_total", k->ops_total, k->nops_total);
+        tr_table_json(&w, "top_ops_self", op_cols, TR_NCOLS(op_cols), k->ops_self, k->nops_self,
+                      sizeof(tr_op));
+        tr_table_json(&w, "top_ops_total", op_cols, TR_NCOLS(op_cols), k->ops_total,
+                      k->nops_total, sizeof(tr_op));
         trace_extra_json(&w, k);
         jw_key(&w, "steps");
         jw_arr_begin(&w);
@@ -258,13 +307,6 @@ static const tbl_col kernel_cols[] = {
     {"count", 8, TBL_RIGHT}, {"total ms", 11, TBL_RIGHT}, {"mean us", 10, TBL_RIGHT}, {"min us", 10, TBL_RIGHT},
     {"max us", 10, TBL_RIGHT}, {"type", 6, TBL_RIGHT}, {"kernel", 0, 0},
 };
-static const tbl_col stream_cols[] = {
-    {"stream", 8, TBL_RIGHT}, {"kernels", 9, TBL_RIGHT}, {"host wait ms", 14, TBL_RIGHT},
-    {"kernel wait ms", 14, TBL_RIGHT}, {"other ms", 14, TBL_RIGHT},
-};
-static const tbl_col op_cols[] = {
-    {"count", 8, TBL_RIGHT}, {"self ms", 12, TBL_RIGHT}, {"total ms", 12, TBL_RIGHT}, {"operator", 0, 0},
-};
 static const tbl_col step_cols[] = {
     {"step", 8, TBL_RIGHT}, {"ms", 10, TBL_RIGHT}, {"kernels", 9, TBL_RIGHT}, {"GPU busy ms", 12, TBL_RIGHT},
     {"compute ms", 11, TBL_RIGHT}, {"comm ms", 11, TBL_RIGHT}, {"launch delay us", 16, TBL_RIGHT},
@@ -317,18 +359,8 @@ static void gpu_tables(fmt *f, const tr_rank *k)
         tbl_row(&t, cells, TBL_PLAIN);
     }
     tbl_end(&t);
-    begin(f, &t, "GPU idle time per stream", stream_cols, 5);
-    for (size_t i = 0; i < k->nstreams; i++) {
-        const tr_stream *s = &k->streams[i];
-        snprintf(a, sizeof(a), "%lld", (long long)s->stream);
-        snprintf(b, sizeof(b), "%llu", (unsigned long long)s->kernels);
-        ms(c, sizeof(c), s->host_wait);
-        ms(d, sizeof(d), s->kernel_wait);
-        ms(e, sizeof(e), s->other);
-        const char *cells[] = {a, b, c, d, e};
-        tbl_row(&t, cells, TBL_PLAIN);
-    }
-    tbl_end(&t);
+    tr_table(f->out, tfmt(f), f->color, "GPU idle time per stream", stream_cols,
+             TR_NCOLS(stream_cols), k->streams, k->nstreams, sizeof(tr_stream));
     const tr_launch *l = &k->launch;
     if (l->count) {
         heading(f, "Kernel launches");
@@ -370,7 +402,6 @@ static void step_table(fmt *f, const tr_rank *k)
 
 static void render_rank(fmt *f, const tr_rank *k)
 {
-    char a[64], b[64], c[64], nm[96];
     if (f->md) buf_printf(f->out, "\n## Rank %ld — `%s`\n", k->rank, k->path);
     else buf_printf(f->out, "\n%s== rank %ld: %s ==%s\n", c_(f, "\033[1m"), k->rank, k->path, c_(f, "\033[0m"));
     buf_printf(f->out, "%s%llu events, %llu complete, %llu on the GPU%s%s\n", f->md ? "\n" : "",
@@ -386,17 +417,9 @@ static void render_rank(fmt *f, const tr_rank *k)
         const tr_op *ops = pass ? k->ops_total : k->ops_self;
         size_t n = pass ? k->nops_total : k->nops_self;
         if (!n) continue;
-        tbl t;
-        begin(f, &t, pass ? "Top CPU operators by total time" : "Top CPU operators by self time", op_cols, 4);
-        for (size_t i = 0; i < n; i++) {
-            snprintf(a, sizeof(a), "%llu", (unsigned long long)ops[i].count);
-            ms(b, sizeof(b), ops[i].self);
-            ms(c, sizeof(c), ops[i].total);
-            trace_short_name(nm, sizeof(nm), ops[i].name);
-            const char *cells[] = {a, b, c, nm};
-            tbl_row(&t, cells, TBL_PLAIN);
-        }
-        tbl_end(&t);
+        tr_table(f->out, tfmt(f), f->color,
+                 pass ? "Top CPU operators by total time" : "Top CPU operators by self time", op_cols,
+                 TR_NCOLS(op_cols), ops, n, sizeof(tr_op));
     }
     trace_extra_text(f->out, k, f->md, f->color);
     if (k->nsteps) step_table(f, k);

@@ -446,6 +446,41 @@ const char *jr_pstr(const jr_node *n, const char *path)
     return jr_str(jr_path(n, path));
 }
 
+/* v as an integer in [lo, hi]: 0 when out of range. */
+static int64_t in_range(double v, double lo, double hi)
+{
+    return v >= lo && v <= hi ? (int64_t)v : 0;
+}
+
+void jr_fields(const jr_node *obj, void *base, const jw_field *f, size_t n)
+{
+    char *p = base;
+    for (size_t i = 0; i < n; i++) {
+        void *m = p + f[i].off;
+        const jr_node *v = jr_get(obj, f[i].key);
+        double x = jr_num(v);
+        const char *s = jr_str(v);
+        switch (f[i].type) {
+        case JWF_DBL: *(double *)m = x; break;
+        case JWF_INT:
+            if (isfinite(x)) *(int *)m = (int)in_range(x, -2147483648.0, 2147483647.0);
+            break;
+        case JWF_I64:
+            /* 2^63 is the first double past INT64_MAX */
+            if (isfinite(x)) *(int64_t *)m = in_range(x, -9223372036854775808.0, 9223372036854774784.0);
+            break;
+        case JWF_U64:
+            if (isfinite(x)) *(uint64_t *)m = x >= 0 && x < 18446744073709551616.0 ? (uint64_t)x : 0;
+            break;
+        case JWF_STR:
+        case JWF_STRZ:
+            if (f[i].size) snprintf(m, f[i].size, "%s", s ? s : "");
+            break;
+        default: break;
+        }
+    }
+}
+
 static void write_node(jw *w, const jr_node *n, int depth)
 {
     if (!n || depth > 16) {

@@ -61,6 +61,15 @@ double jr_pnum(const jr_node *n, const char *path);
 const char *jr_str(const jr_node *n);
 const char *jr_pstr(const jr_node *n, const char *path);
 
+/* The members that f lists (a jw_fields table), read from object obj into
+ * base: the reverse of jw_fields, so one table gives both directions. DBL:
+ * the number, NAN when missing or not a number. INT, I64, U64: left as they
+ * are when missing or not a finite number (the caller's default), 0 when out
+ * of the member's range (a damaged file never makes a cast of NaN or of a
+ * huge value). STR, STRZ: copied, cut to the array; "" when missing. PSTR
+ * members are not read (the struct holds no storage for them). */
+void jr_fields(const jr_node *obj, void *base, const jw_field *f, size_t n);
+
 /* Write a parsed value (and what it holds) into w: integers stay exact,
  * nesting past 16 levels is written as null. */
 void jr_write(jw *w, const jr_node *n);

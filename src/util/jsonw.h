@@ -46,7 +46,8 @@ void jw_kbool(jw *w, const char *k, int v);
 void jw_doc_begin(jw *w, buf *out, const char *version_key, int version);
 
 /* Struct members written as "key": value, described once as a table
- * (JW_FIELD rows) instead of one jw_k* call per member. */
+ * (JW_FIELD rows) instead of one jw_k* call per member. The same table reads
+ * them back from a parsed object (jr_fields, util/jsonr.h). */
 enum {
     JWF_INT,  /* int */
     JWF_I64,  /* int64_t */
@@ -61,8 +62,10 @@ typedef struct jw_field {
     const char *key;
     int type;
     size_t off;
+    size_t size; /* of the member: a reader (jr_fields) cuts strings to it */
 } jw_field;
-#define JW_FIELD(type, key, T, member) {key, JWF_##type, offsetof(T, member)}
+#define JW_FIELD(type, key, T, member)                                                             \
+    {key, JWF_##type, offsetof(T, member), sizeof(((T *)0)->member)}
 #define JW_NFIELDS(f) (sizeof(f) / sizeof((f)[0]))
 /* The members of `base` that `f` lists, inside the current object. */
 void jw_fields(jw *w, const void *base, const jw_field *f, size_t n);

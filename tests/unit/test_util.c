@@ -94,6 +94,49 @@ TT_TEST(json_fields_table_writes_each_type)
     buf_free(&b);
 }
 
+/* One table both ways: what jw_fields wrote, jr_fields reads back; a member
+ * the object lacks keeps the caller's default (numbers) or reads "" (strings),
+ * a number out of the member's range reads 0, a string is cut to its array. */
+TT_TEST(json_fields_table_reads_back_what_it_wrote)
+{
+    static const jw_field f[] = {
+        JW_FIELD(INT, "i", fields_t, i),   JW_FIELD(I64, "big", fields_t, big),
+        JW_FIELD(U64, "u", fields_t, u),   JW_FIELD(DBL, "d", fields_t, d),
+        JW_FIELD(DBL, "nan", fields_t, nan), JW_FIELD(STR, "name", fields_t, name),
+        JW_FIELD(STRZ, "empty", fields_t, empty),
+    };
+    fields_t v = {-7, -123456789012LL, 42, 0.25, NAN, "x\"y", "", NULL, NULL};
+    buf b;
+    buf_init(&b, 0);
+    jw w;
+    jw_init(&w, &b, 0);
+    jw_fields_obj(&w, &v, f, JW_NFIELDS(f));
+    TT_EQ_INT(jw_error(&w), 0);
+    jr_doc d;
+    char err[128];
+    TT_EQ_INT(jr_parse(&d, b.data, b.len, 0, err, sizeof(err)), 0);
+    fields_t r;
+    memset(&r, 0x5a, sizeof(r));
+    jr_fields(d.root, &r, f, JW_NFIELDS(f));
+    TT_EQ_INT(r.i, -7);
+    TT_ASSERT(r.big == -123456789012LL && r.u == 42 && r.d == 0.25 && isnan(r.nan));
+    TT_EQ_STR(r.name, "x\"y");
+    TT_EQ_STR(r.empty, "");
+    jr_free(&d);
+
+    const char *bad = "{\"i\":1e300,\"u\":-1,\"name\":\"longer than eight\",\"d\":\"text\"}";
+    TT_EQ_INT(jr_parse(&d, bad, strlen(bad), 0, err, sizeof(err)), 0);
+    fields_t z = {.i = 5, .big = 6, .u = 7, .d = 1};
+    jr_fields(d.root, &z, f, JW_NFIELDS(f));
+    TT_EQ_INT(z.i, 0);                  /* out of range */
+    TT_ASSERT(z.u == 0 && z.big == 6);  /* negative for unsigned; missing keeps the default */
+    TT_ASSERT(isnan(z.d) && isnan(z.nan)); /* not a number; missing */
+    TT_EQ_STR(z.name, "longer ");       /* cut to char[8] */
+    TT_EQ_STR(z.empty, "");
+    jr_free(&d);
+    buf_free(&b);
+}
+
 TT_TEST(json_copy_keeps_integers_and_caps_depth)
 {
     /* 2^52 + 1 stays exact (%.10g would round it); 20 levels: the deepest
