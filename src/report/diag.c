@@ -852,6 +852,35 @@ static void copy_finding(dfinding *dst, const dfinding *src)
     memcpy(dst, src, sizeof(*dst));
 }
 
+/* The index of the last candidate with this id, -1 when none. */
+static int cand_find(const dfinding *cand, int nc, const char *id)
+{
+    int at = -1;
+    for (int i = 0; i < nc; i++)
+        if (strcmp(cand[i].id, id) == 0) at = i;
+    return at;
+}
+
+/* Removes cand[*at] (folded into another finding) and sets *at to -1; the
+ * indices a and b (either may be NULL) follow the candidates they name. */
+static void cand_drop(dfinding *cand, int *nc, int *at, int *a, int *b)
+{
+    for (int i = *at; i + 1 < *nc; i++)
+        copy_finding(&cand[i], &cand[i + 1]);
+    (*nc)--;
+    if (a && *a > *at) (*a)--;
+    if (b && *b > *at) (*b)--;
+    *at = -1;
+}
+
+/* The step-time variation as evidence of the finding that explains it. */
+static void cv_ev(dfinding *d, const ctx *c, const char *why)
+{
+    if (isfinite(c->f.step_cv))
+        ev(d, "step_time_cv", c->f.step_cv, "step time varies (coefficient of variation %.2f)%s",
+           c->f.step_cv, why);
+}
+
 void diag_compute(diag_run *r)
 {
     diag_result *g = &r->diag;
@@ -879,12 +908,10 @@ void diag_compute(diag_run *r)
     }
     /* contention explains irregular steps: the unstable finding (unless a
      * hang or regression) folds into it */
-    int ic = -1, iu = -1;
-    for (int i = 0; i < nc; i++) {
-        if (strcmp(cand[i].id, "cpu-contention") == 0) ic = i;
+    int ic = cand_find(cand, nc, "cpu-contention"), iu = -1;
+    for (int i = 0; i < nc; i++)
         if (strcmp(cand[i].id, "unstable") == 0 && strstr(cand[i].title, "stopped") == NULL)
             iu = i;
-    }
     /* so does waiting for batches: loaders deliver them in bursts (two
      * workers finish together), the step time follows the data wait */
     int ii = -1;
@@ -893,80 +920,46 @@ void diag_compute(diag_run *r)
             if (cand[i].ev[0].name[0] && strcmp(cand[i].ev[0].name, "data_wait_share") == 0) ii = i;
     if (ic < 0 && ii >= 0 && iu >= 0 && strcmp(cand[iu].id, "unstable") == 0 &&
         !fired(r, "step_regression", NULL, NULL, 0)) {
-        if (isfinite(c.f.step_cv))
-            ev(&cand[ii], "step_time_cv", c.f.step_cv,
-               "step time varies (coefficient of variation %.2f) with the wait for each batch",
-               c.f.step_cv);
-        for (int i = iu; i + 1 < nc; i++)
-            copy_finding(&cand[i], &cand[i + 1]);
-        nc--;
-        iu = -1;
+        cv_ev(&cand[ii], &c, " with the wait for each batch");
+        cand_drop(cand, &nc, &iu, NULL, NULL);
     }
     /* and GC pauses, when they hold the slowest steps */
-    int ig = -1;
-    for (int i = 0; i < nc; i++)
-        if (strcmp(cand[i].id, "gc-pauses") == 0) ig = i;
+    int ig = cand_find(cand, nc, "gc-pauses");
     if (ig >= 0 && iu >= 0 && !fired(r, "step_regression", NULL, NULL, 0)) {
         int by_gc = 0;
         for (int k = 0; k < cand[iu].nev; k++)
             if (strcmp(cand[iu].ev[k].name, "slow_steps_gc_share") == 0) by_gc = 1;
         if (by_gc) {
-            if (isfinite(c.f.step_cv))
-                ev(&cand[ig], "step_time_cv", c.f.step_cv,
-                   "step time varies (coefficient of variation %.2f): the slowest steps held the "
-                   "pauses",
-                   c.f.step_cv);
-            for (int i = iu; i + 1 < nc; i++)
-                copy_finding(&cand[i], &cand[i + 1]);
-            nc--;
-            if (ic > iu) ic--;
-            iu = -1;
+            cv_ev(&cand[ig], &c, ": the slowest steps held the pauses");
+            cand_drop(cand, &nc, &iu, &ic, NULL);
         }
     }
     /* and, on one host, a rank slowed in its own step by less than twice
      * the threshold (gap share < 20%, or < 1.4x the median rank: score
      * < 0.5) while the run's threads waited for a CPU: that rank got fewer
      * cycles (a slow loader, or a larger gap, stays a straggler finding) */
-    int is = -1;
-    for (int i = 0; i < nc; i++)
-        if (strcmp(cand[i].id, "straggler") == 0) is = i;
+    int is = cand_find(cand, nc, "straggler");
     if (ic >= 0 && is >= 0 && r->nnodes <= 1 && cand[is].score < 0.5 &&
         !strstr(cand[is].summary, "data loader")) {
         ev(&cand[ic], "straggler_rank", cand[is].ev[0].value,
            "%s: ranks on this host share its cores", cand[is].summary);
-        for (int i = is; i + 1 < nc; i++)
-            copy_finding(&cand[i], &cand[i + 1]);
-        nc--;
-        if (iu > is) iu--;
-        if (ic > is) ic--;
+        cand_drop(cand, &nc, &is, &iu, &ic);
     }
     /* and collectives on one host whose share is within twice the
      * threshold: ranks that wait for a CPU also arrive late at every
      * all-reduce and move its bytes slowly (gloo reduces on the CPU), so
      * the share is not the run's own; it stays as contention's evidence */
-    int icm = -1;
-    for (int i = 0; i < nc; i++)
-        if (strcmp(cand[i].id, "communication") == 0) icm = i;
+    int icm = cand_find(cand, nc, "communication");
     if (ic >= 0 && icm >= 0 && r->nnodes <= 1 && cand[icm].score < 2 * COMM_SHARE) {
         ev(&cand[ic], "comm_share", cand[icm].score,
            "collectives took %.0f%% of step time while the ranks waited for CPUs (measure "
            "again on free cores before tuning communication)",
            100 * cand[icm].score);
-        for (int i = icm; i + 1 < nc; i++)
-            copy_finding(&cand[i], &cand[i + 1]);
-        nc--;
-        if (iu > icm) iu--;
-        if (ic > icm) ic--;
+        cand_drop(cand, &nc, &icm, &iu, &ic);
     }
     if (ic >= 0 && iu >= 0) {
-        if (isfinite(c.f.step_cv))
-            ev(&cand[ic], "step_time_cv", c.f.step_cv,
-               "step time varies (coefficient of variation %.2f): waiting for a CPU makes steps "
-               "irregular",
-               c.f.step_cv);
-        for (int i = iu; i + 1 < nc; i++)
-            copy_finding(&cand[i], &cand[i + 1]);
-        nc--;
+        cv_ev(&cand[ic], &c, ": waiting for a CPU makes steps irregular");
+        cand_drop(cand, &nc, &iu, NULL, NULL);
     }
     /* rank by score; stable for equal scores (rule order = priority) */
     for (int i = 1; i < nc; i++)
