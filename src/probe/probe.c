@@ -326,22 +326,16 @@ static int seg_create_in(const char *run_dir, int shm, probe_seg *out)
     /* Blocks reserved before anything is mapped: on a full file system a
      * sparse file would kill this process with SIGBUS at its first write to
      * a new page (docs/reliability.md). */
+    void *base = MAP_FAILED;
     int rc = shm && !shm_room(fd, file_len) ? TPF_ENOSPC : 0;
     if (rc == 0 && (rc = posix_fallocate(fd, 0, (off_t)file_len)) != 0) rc = err_from_errno(rc);
-    if (rc) {
-        close(fd);
-        unlinkat(dfd, tmp, 0);
-        close(dfd);
-        return rc;
-    }
+    if (rc) goto fail;
     /* Mapped to its full size: pages past the end are touched only after
      * the file has grown over them. */
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
-        close(fd);
-        unlinkat(dfd, tmp, 0);
-        close(dfd);
-        return TPF_ENOMEM;
+        rc = TPF_ENOMEM;
+        goto fail;
     }
     seg_header *h = base;
     memcpy(h->magic, SEG_MAGIC, 8);
@@ -374,20 +368,19 @@ static int seg_create_in(const char *run_dir, int shm, probe_seg *out)
     atomic_store_explicit(&h->state, SEG_STATE_READY, memory_order_release);
     if (renameat(dfd, tmp, dfd, name) != 0) {
         rc = err_from_errno(errno);
-        munmap(base, size);
-        close(fd);
-        unlinkat(dfd, tmp, 0);
-        close(dfd);
-        return rc;
+        goto fail;
     }
     close(dfd);
-    out->base = base;
-    out->size = size;
-    out->h = h;
-    out->fd = fd;
-    out->file_len = file_len;
-    out->shm = shm;
+    *out = (probe_seg){.base = base, .size = size, .h = h, .fd = fd, .file_len = file_len,
+                       .shm = shm};
     return 0;
+
+fail: /* the one cleanup of a half-made segment */
+    if (base != MAP_FAILED) munmap(base, size);
+    close(fd);
+    unlinkat(dfd, tmp, 0);
+    close(dfd);
+    return rc;
 }
 
 static uint64_t seg_drops(const seg_header *h)
