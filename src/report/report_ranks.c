@@ -236,6 +236,23 @@ void rr_job_figures(const diag_run *r, rr_job *j)
     j->mfu = peak > 0 ? used / peak : NAN;
 }
 
+/* The job's figures in JSON, described once: `report --format json` writes
+ * them all as "job"; summary.json's "model_flops" the FLOPs ones (JOB_FLOPS
+ * and JOB_FLOPS_COUNTS), under the same names. The order is the golden's. */
+static const jw_field job_fields[] = {
+    JW_FIELD(DBL, "optimizer_steps", rr_job, steps),
+    JW_FIELD(DBL, "samples_per_s", rr_job, samples_per_s),
+    JW_FIELD(DBL, "tokens_per_s", rr_job, tokens_per_s),
+    JW_FIELD(DBL, "flops_per_s", rr_job, flops_per_s), /* JOB_FLOPS */
+    JW_FIELD(DBL, "mfu", rr_job, mfu),
+    JW_FIELD(INT, "ranks", rr_job, ranks),
+    JW_FIELD(INT, "flops_ranks", rr_job, flops_ranks), /* JOB_FLOPS_COUNTS */
+    JW_FIELD(INT, "mfu_ranks", rr_job, mfu_ranks),
+    JW_FIELD(STRZ, "peak_source", rr_job, peak_src),
+};
+#define JOB_FLOPS (job_fields + 3), 2
+#define JOB_FLOPS_COUNTS (job_fields + 6), 3
+
 int rr_summary_flops(const diag_run *r, buf *b)
 {
     rr_job j;
@@ -245,11 +262,8 @@ int rr_summary_flops(const diag_run *r, buf *b)
     buf_puts(b, "  \"model_flops\": ");
     jw_init(&w, b, 0);
     jw_obj_begin(&w);
-    jw_knum(&w, "flops_per_s", j.flops_per_s);
-    jw_knum(&w, "mfu", j.mfu);
-    jw_kint(&w, "flops_ranks", j.flops_ranks);
-    jw_kint(&w, "mfu_ranks", j.mfu_ranks);
-    jw_kstr(&w, "peak_source", j.peak_src[0] ? j.peak_src : NULL);
+    jw_fields(&w, &j, JOB_FLOPS);
+    jw_fields(&w, &j, JOB_FLOPS_COUNTS);
     jw_key(&w, "per_rank");
     jw_arr_begin(&w);
     for (int i = 0; i < r->nranks; i++) {
@@ -336,6 +350,7 @@ int rr_straggler(const diag_run *r, rr_strag *s)
     s->extra_data_ms = row[least].data - od;
     s->extra_compute_ms = row[least].compute - oc;
     s->loader = s->extra_data_ms >= 0.5 * s->gap_ms;
+    s->where = s->loader ? "data loader" : "step";
     snprintf(s->op, sizeof(s->op), "%s", k[most]->top_op[0] ? k[most]->top_op : "collectives");
     /* the others' wait must be the straggler's own time: noise in the
      * collectives alone (a loaded host) is not a straggler */
@@ -793,7 +808,7 @@ static const char *num(char *o, size_t n, const char *f, double v)
 static void strag_words(const rr_strag *s, buf *b)
 {
     buf_printf(b, "rank %d waits %.1f ms a step in %s for rank %d; rank %d spends it in its own %s",
-               s->waiter, s->gap_ms, s->op, s->rank, s->rank, s->loader ? "data loader" : "step");
+               s->waiter, s->gap_ms, s->op, s->rank, s->rank, s->where);
     if (s->loader)
         buf_printf(b, " (data wait +%.1f ms a step)", s->extra_data_ms);
     else
@@ -1171,32 +1186,22 @@ void rr_json(const diag_run *r, jw *w)
     rr_job j;
     rr_job_figures(r, &j);
     jw_key(w, "job");
-    jw_obj_begin(w);
-    jw_knum(w, "optimizer_steps", j.steps);
-    jw_knum(w, "samples_per_s", j.samples_per_s);
-    jw_knum(w, "tokens_per_s", j.tokens_per_s);
-    jw_knum(w, "flops_per_s", j.flops_per_s);
-    jw_knum(w, "mfu", j.mfu);
-    jw_kint(w, "ranks", j.ranks);
-    jw_kint(w, "flops_ranks", j.flops_ranks);
-    jw_kint(w, "mfu_ranks", j.mfu_ranks);
-    jw_kstr(w, "peak_source", j.peak_src[0] ? j.peak_src : NULL);
-    jw_obj_end(w);
+    jw_fields_obj(w, &j, job_fields, JW_NFIELDS(job_fields));
+    static const jw_field strag_fields[] = {
+        JW_FIELD(INT, "rank", rr_strag, rank),
+        JW_FIELD(INT, "waiting_rank", rr_strag, waiter),
+        JW_FIELD(DBL, "others_wait_ms", rr_strag, others_wait_ms),
+        JW_FIELD(DBL, "gap_ms", rr_strag, gap_ms),
+        JW_FIELD(DBL, "share", rr_strag, share),
+        JW_FIELD(PSTR, "where", rr_strag, where),
+        JW_FIELD(STR, "collective", rr_strag, op),
+    };
     jw_key(w, "straggler");
     rr_strag s;
-    if (!rr_straggler(r, &s)) {
+    if (!rr_straggler(r, &s))
         jw_null(w);
-    } else {
-        jw_obj_begin(w);
-        jw_kint(w, "rank", s.rank);
-        jw_kint(w, "waiting_rank", s.waiter);
-        jw_knum(w, "others_wait_ms", s.others_wait_ms);
-        jw_knum(w, "gap_ms", s.gap_ms);
-        jw_knum(w, "share", s.share);
-        jw_kstr(w, "where", s.loader ? "data loader" : "step");
-        jw_kstr(w, "collective", s.op);
-        jw_obj_end(w);
-    }
+    else
+        jw_fields_obj(w, &s, strag_fields, JW_NFIELDS(strag_fields));
     jw_key(w, "collectives");
     jw_arr_begin(w);
     for (int i = 0; i < r->ncommops; i++) {
@@ -1211,24 +1216,23 @@ void rr_json(const diag_run *r, jw *w)
         jw_obj_end(w);
     }
     jw_arr_end(w);
+    /* the FSDP figures (after the first three) only for an FSDP run */
+    static const jw_field overlap_fields[] = {
+        JW_FIELD(DBL, "in_flight_ms_per_step", rr_overlap_t, busy_ms),
+        JW_FIELD(DBL, "exposed_ms_per_step", rr_overlap_t, exposed_ms),
+        JW_FIELD(DBL, "overlapped_ms_per_step", rr_overlap_t, overlapped_ms),
+        JW_FIELD(DBL, "fsdp_all_gather_ms_per_step", rr_overlap_t, ag_ms),
+        JW_FIELD(DBL, "fsdp_all_gather_exposed_ms_per_step", rr_overlap_t, ag_exposed_ms),
+        JW_FIELD(DBL, "fsdp_reduce_scatter_ms_per_step", rr_overlap_t, rs_ms),
+        JW_FIELD(DBL, "fsdp_reduce_scatter_exposed_ms_per_step", rr_overlap_t, rs_exposed_ms),
+        JW_FIELD(DBL, "fsdp_prefetch_gain_ms_per_step", rr_overlap_t, prefetch_gain_ms),
+    };
     jw_key(w, "comm_overlap");
     rr_overlap_t ov;
-    if (!rr_overlap(r, &ov)) {
+    if (!rr_overlap(r, &ov))
         jw_null(w);
-    } else {
-        jw_obj_begin(w);
-        jw_knum(w, "in_flight_ms_per_step", ov.busy_ms);
-        jw_knum(w, "exposed_ms_per_step", ov.exposed_ms);
-        jw_knum(w, "overlapped_ms_per_step", ov.overlapped_ms);
-        if (ov.fsdp) {
-            jw_knum(w, "fsdp_all_gather_ms_per_step", ov.ag_ms);
-            jw_knum(w, "fsdp_all_gather_exposed_ms_per_step", ov.ag_exposed_ms);
-            jw_knum(w, "fsdp_reduce_scatter_ms_per_step", ov.rs_ms);
-            jw_knum(w, "fsdp_reduce_scatter_exposed_ms_per_step", ov.rs_exposed_ms);
-            jw_knum(w, "fsdp_prefetch_gain_ms_per_step", ov.prefetch_gain_ms);
-        }
-        jw_obj_end(w);
-    }
+    else
+        jw_fields_obj(w, &ov, overlap_fields, ov.fsdp ? JW_NFIELDS(overlap_fields) : 3);
     jw_key(w, "nodes");
     jw_arr_begin(w);
     static const jw_field node_fields[] = {

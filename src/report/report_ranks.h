@@ -22,6 +22,7 @@ typedef struct rr_strag {
     double others_wait_ms, own_wait_ms, step_ms, share;
     double extra_data_ms, extra_compute_ms; /* its data wait / compute beyond the others' */
     int loader;              /* its own data loader explains the gap */
+    const char *where;       /* "data loader" (loader) or "step" */
     char op[32];             /* the collective the others wait in */
 } rr_strag;
 
