@@ -81,6 +81,13 @@ void diag_rec(dfinding *d, const char *f, ...)
     va_end(ap);
 }
 
+/* One recommendation in the words of the run's code: Python (PyTorch) or
+ * native. */
+static void rec_lang(const diag_run *r, dfinding *d, const char *py, const char *native)
+{
+    rec(d, "%s", r->python ? py : native);
+}
+
 static void note(diag_result *g, const char *f, ...) __attribute__((format(printf, 2, 3)));
 static void note(diag_result *g, const char *f, ...)
 {
@@ -225,14 +232,13 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
             strong ? "; memory ran short" : "");
         ev(d, "tree_rss_growth_bps", (v1 - v0) / (t1 - t0), "process-tree RSS grew from %s to %s",
            a, b);
-        if (r->python)
-            rec(d, "Find what grows every step: tensors kept across steps (e.g. summing `loss` "
-                   "instead of `loss.item()`), lists of outputs, unbounded caches; "
-                   "tracemalloc / torch.cuda.memory_snapshot() show the owners.");
-        else
-            rec(d, "Find what grows every step: buffers allocated per step and never freed, "
-                   "unbounded caches or queues; heaptrack or valgrind --tool=massif show the "
-                   "owners.");
+        rec_lang(r, d,
+                 "Find what grows every step: tensors kept across steps (e.g. summing `loss` "
+                 "instead of `loss.item()`), lists of outputs, unbounded caches; "
+                 "tracemalloc / torch.cuda.memory_snapshot() show the owners.",
+                 "Find what grows every step: buffers allocated per step and never freed, "
+                 "unbounded caches or queues; heaptrack or valgrind --tool=massif show the "
+                 "owners.");
     } else {
         fmt(d->summary, sizeof(d->summary), "memory ran short during the run");
     }
@@ -456,12 +462,11 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
         rec(d,
             "Read the data from faster storage: copy the dataset to local NVMe or RAM (/dev/shm) "
             "before training, or cache decoded samples.");
-        if (r->python)
-            rec(d, "Overlap reading with compute: more DataLoader workers (num_workers) and "
-                   "prefetch_factor, so reads are in flight while the model runs.");
-        else
-            rec(d, "Overlap reading with compute: read ahead on background threads or processes "
-                   "into a bounded queue, so reads are in flight while the model runs.");
+        rec_lang(r, d,
+                 "Overlap reading with compute: more DataLoader workers (num_workers) and "
+                 "prefetch_factor, so reads are in flight while the model runs.",
+                 "Overlap reading with compute: read ahead on background threads or processes "
+                 "into a bounded queue, so reads are in flight while the model runs.");
         rec(d, "Fewer, larger reads: pack small files into shards (WebDataset, TFRecord, "
                "numpy memmap).");
         return 1;
@@ -755,12 +760,11 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
         if (isfinite(c->share[PH_DATA]))
             ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time",
                100 * c->share[PH_DATA]);
-        if (r->python)
-            rec(d, "Do less work per sample: bf16 autocast, torch.compile, fused/foreach "
-                   "optimizers, flash attention (scaled_dot_product_attention).");
-        else
-            rec(d, "Do less work per sample: bf16/fp16 matrix multiplies on tensor cores, fused "
-                   "kernels, flash attention.");
+        rec_lang(r, d,
+                 "Do less work per sample: bf16 autocast, torch.compile, fused/foreach "
+                 "optimizers, flash attention (scaled_dot_product_attention).",
+                 "Do less work per sample: bf16/fp16 matrix multiplies on tensor cores, fused "
+                 "kernels, flash attention.");
         double head = NAN;
         for (int i = 0; i < r->ngpu; i++)
             if (r->gpus[i].mem_used.n && r->gpus[i].mem_total > 0) {
@@ -832,12 +836,11 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
             r->python ? "raise the intra-op threads (torch.set_num_threads / OMP_NUM_THREADS)"
                       : "compute each step on more threads (OMP_NUM_THREADS for OpenMP or BLAS "
                         "code)");
-    if (r->python)
-        rec(d, "Use a GPU or accelerator if one is available; on the CPU, bf16 (on CPUs with "
-               "AMX/AVX512-BF16) and torch.compile cut the compute per step.");
-    else
-        rec(d, "Use a GPU or accelerator if one is available; on the CPU, an optimised BLAS and "
-               "vectorised kernels cut the compute per step.");
+    rec_lang(r, d,
+             "Use a GPU or accelerator if one is available; on the CPU, bf16 (on CPUs with "
+             "AMX/AVX512-BF16) and torch.compile cut the compute per step.",
+             "Use a GPU or accelerator if one is available; on the CPU, an optimised BLAS and "
+             "vectorised kernels cut the compute per step.");
 }
 
 /* the cause rules that need no resource samples (dc_cand_hostcode, _gc,
