@@ -3,6 +3,7 @@
 --nnodes 2 on this machine). No torch needed: these run in the sanitizer pass
 too. The live runs themselves are in tests/test_dist.py."""
 import json
+import re
 import shutil
 
 from conftest import ROOT
@@ -37,7 +38,12 @@ def test_the_nodes_of_a_job_report_as_one(run_cli):
     assert html.count("<rect") >= 2 and "heatmap of step time" in html
     # per-node resources and the collectives in html too
     assert "<h2>Nodes</h2>" in html and "<h2>Communication</h2>" in html
-    assert "<td>0 (reference)</td>" in html and "<th>all_reduce</th>" in html
+    assert '<td class="n">0 (reference)</td>' in html and "<th>all_reduce</th>" in html
+    # one description of the nodes table: md has html's columns, in its order
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", html.split("<h2>Nodes</h2>")[1].split("</tr>")[0])
+    md_head = md.split("### Nodes")[1].strip().splitlines()[0]
+    assert [h.strip() for h in md_head.strip("|").split("|")] == heads
+    assert "wall clocks said s" in heads and "| 0 (reference) |" in md
 
 
 def test_flops_files_of_each_node_give_mfu_per_rank_and_for_the_job(run_cli, tmp_path):

@@ -305,12 +305,6 @@ static const char *tflops_or_dash(char *o, size_t n, double v)
     return o;
 }
 
-/* printf's %*s counts bytes: "—" is one column in three bytes. */
-static int colw(const char *s, int w)
-{
-    return strcmp(s, "—") == 0 ? w + 2 : w;
-}
-
 /* ---- the straggler ----------------------------------------------------------- */
 
 int rr_straggler(const diag_run *r, rr_strag *s)
@@ -907,6 +901,79 @@ static void job_words_esc(const diag_run *r, buf *b, int fmt)
     buf_free(&w);
 }
 
+/* The RANKS table, one row per rank, described once for text, md and html. */
+static const tbl_col rank_cols[] = {
+    {"rank", 4, TBL_RIGHT},     {"node", 5, TBL_RIGHT},      {"steps", 6, TBL_RIGHT},
+    {"p50 ms", 8, TBL_RIGHT},   {"p95 ms", 8, TBL_RIGHT},    {"data ms", 8, TBL_RIGHT},
+    {"compute ms", 8, TBL_RIGHT}, {"comm ms", 8, TBL_RIGHT}, {"samples/s", 10, TBL_RIGHT},
+    {"TFLOP/s", 8, TBL_RIGHT},  {"MFU", 6, TBL_RIGHT},
+};
+#define RANK_NCOLS ((int)(sizeof(rank_cols) / sizeof(rank_cols[0])))
+
+static void ranks_table(const diag_run *r, const drank *const *k, int n, buf *b, int fmt)
+{
+    tbl_col cols[RANK_NCOLS];
+    memcpy(cols, rank_cols, sizeof(cols));
+    if (fmt == TBL_TEXT) cols[6].head = "compute"; /* narrow; the line below says ms */
+    /* under the section's own heading: text wants the head row (a sub
+     * table's), md and html a plain table */
+    tbl t;
+    if (fmt == TBL_TEXT)
+        tbl_begin_sub(&t, b, fmt, 0, NULL, cols, RANK_NCOLS);
+    else
+        tbl_begin(&t, b, fmt, 0, NULL, cols, RANK_NCOLS);
+    for (int i = 0; i < n; i++) {
+        rrow w;
+        rank_row(r, k[i]->rank, &w);
+        char a[RANK_NCOLS][32];
+        snprintf(a[0], 32, "%d", k[i]->rank);
+        snprintf(a[1], 32, "%d", k[i]->node);
+        snprintf(a[2], 32, "%.0f", w.steps);
+        const char *cells[RANK_NCOLS] = {
+            a[0], a[1], a[2], num(a[3], 32, "%.1f", w.p50), num(a[4], 32, "%.1f", w.p95),
+            num(a[5], 32, "%.1f", w.data), num(a[6], 32, "%.1f", w.compute),
+            num(a[7], 32, "%.1f", w.comm), num(a[8], 32, "%.1f", w.sps),
+            tflops_or_dash(a[9], 32, w.flops_per_s), pct_or_dash(a[10], 32, w.mfu),
+        };
+        tbl_row(&t, cells, TBL_PLAIN);
+    }
+    tbl_end(&t);
+}
+
+/* The nodes of a job, one row each (md and html; text says it in words). */
+static void nodes_table(const diag_run *r, buf *b, int fmt)
+{
+    static const tbl_col cols[] = {
+        {"node", 4, TBL_RIGHT},          {"host", 0, 0},
+        {"CPUs", 4, TBL_RIGHT},          {"ranks", 5, TBL_RIGHT},
+        {"CPU mean %", 10, TBL_RIGHT},   {"tree CPU %", 10, TBL_RIGHT},
+        {"RSS max", 10, TBL_RIGHT},      {"clock offset s", 14, TBL_RIGHT},
+        {"wall clocks said s", 18, TBL_RIGHT}, {"alignment error ms", 18, TBL_RIGHT},
+        {"collectives matched", 19, TBL_RIGHT},
+    };
+    enum { NC = sizeof(cols) / sizeof(cols[0]) };
+    tbl t;
+    tbl_begin(&t, b, fmt, 0, NULL, cols, NC);
+    for (int i = 0; i < r->nnodes; i++) {
+        const dnode *nd = &r->nodes[i];
+        char a[NC][32];
+        snprintf(a[0], 32, "%d", i);
+        snprintf(a[2], 32, "%d", nd->cpus);
+        snprintf(a[3], 32, "%d", nd->nranks);
+        snprintf(a[7], 32, "%+.3f", nd->offset_s);
+        snprintf(a[8], 32, "%+.3f", nd->wall_offset_s);
+        snprintf(a[10], 32, "%.0f", nd->align_n);
+        const char *cells[NC] = {
+            a[0], nd->host[0] ? nd->host : "?", a[2], a[3],
+            num(a[4], 32, "%.0f", nd->cpu_mean), num(a[5], 32, "%.0f", nd->tree_cpu_mean),
+            human_bytes(a[6], 32, nd->rss_max), a[7], a[8],
+            i == 0 ? "0 (reference)" : num(a[9], 32, "%.2f", nd->align_err_s * 1e3), a[10],
+        };
+        tbl_row(&t, cells, TBL_PLAIN);
+    }
+    tbl_end(&t);
+}
+
 void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
 {
     const drank *k[DIAG_MAX_RANKS];
@@ -925,18 +992,7 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
     buf_printf(b, "\n%sRANKS%s  %d ranks", bold, reset, n);
     if (r->nnodes > 1) buf_printf(b, " on %d nodes", r->nnodes);
     buf_puts(b, "\n");
-    buf_printf(b, "  %4s %5s %6s %8s %8s %8s %8s %8s %10s %8s %6s\n", "rank", "node", "steps",
-               "p50 ms", "p95 ms", "data ms", "compute", "comm ms", "samples/s", "TFLOP/s", "MFU");
-    for (int i = 0; i < n; i++) {
-        rrow w;
-        rank_row(r, k[i]->rank, &w);
-        const char *tf = tflops_or_dash(a[6], 32, w.flops_per_s), *mf = pct_or_dash(a[7], 32, w.mfu);
-        buf_printf(b, "  %4d %5d %6.0f %8s %8s %8s %8s %8s %10s %*s %*s\n", k[i]->rank, k[i]->node,
-                   w.steps, num(a[0], 32, "%.1f", w.p50), num(a[1], 32, "%.1f", w.p95),
-                   num(a[2], 32, "%.1f", w.data), num(a[3], 32, "%.1f", w.compute),
-                   num(a[4], 32, "%.1f", w.comm), num(a[5], 32, "%.1f", w.sps), colw(tf, 8), tf,
-                   colw(mf, 6), mf);
-    }
+    ranks_table(r, k, n, b, TBL_TEXT);
     buf_puts(b, "  (per step: data = data-loader wait, comm = waiting in collectives, compute = "
                 "the rest)\n  job: ");
     job_words(r, b);
@@ -979,7 +1035,6 @@ void rr_md(const diag_run *r, buf *b)
 {
     const drank *k[DIAG_MAX_RANKS];
     int n = sorted_ranks(r, k);
-    char a[8][32];
     if (n < 2 && r->nnodes < 2) {
         rr_job j;
         rr_job_figures(r, &j);
@@ -993,17 +1048,8 @@ void rr_md(const diag_run *r, buf *b)
     buf_printf(b, "\n## Ranks\n\n%d ranks", n);
     if (r->nnodes > 1) buf_printf(b, " on %d nodes", r->nnodes);
     buf_puts(b, ". Per step: data = data-loader wait, comm = waiting in collectives, compute = the "
-                "rest.\n\n| rank | node | steps | p50 ms | p95 ms | data ms | compute ms | comm ms | "
-                "samples/s | TFLOP/s | MFU |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int i = 0; i < n; i++) {
-        rrow w;
-        rank_row(r, k[i]->rank, &w);
-        buf_printf(b, "| %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", k[i]->rank,
-                   k[i]->node, w.steps, num(a[0], 32, "%.1f", w.p50), num(a[1], 32, "%.1f", w.p95),
-                   num(a[2], 32, "%.1f", w.data), num(a[3], 32, "%.1f", w.compute),
-                   num(a[4], 32, "%.1f", w.comm), num(a[5], 32, "%.1f", w.sps),
-                   tflops_or_dash(a[6], 32, w.flops_per_s), pct_or_dash(a[7], 32, w.mfu));
-    }
+                "rest.\n");
+    ranks_table(r, k, n, b, TBL_MD);
     buf_puts(b, "\n**Job**: ");
     job_words_esc(r, b, TBL_MD);
     buf_puts(b, ".\n");
@@ -1018,16 +1064,8 @@ void rr_md(const diag_run *r, buf *b)
         comm_section(r, b, TBL_MD, 0);
     }
     if (r->nnodes > 1) {
-        buf_puts(b, "\n### Nodes\n\n| node | host | CPUs | ranks | CPU mean % | RSS max | clock "
-                    "offset s | alignment error ms | collectives matched |\n"
-                    "|---|---|---|---|---|---|---|---|---|\n");
-        for (int i = 0; i < r->nnodes; i++) {
-            const dnode *nd = &r->nodes[i];
-            buf_printf(b, "| %d | %s | %d | %d | %s | %s | %+.3f | %s | %.0f |\n", i,
-                       nd->host[0] ? nd->host : "?", nd->cpus, nd->nranks,
-                       num(a[0], 32, "%.0f", nd->cpu_mean), human_bytes(a[1], 32, nd->rss_max),
-                       nd->offset_s, num(a[2], 32, "%.2f", nd->align_err_s * 1e3), nd->align_n);
-        }
+        buf_puts(b, "\n### Nodes\n");
+        nodes_table(r, b, TBL_MD);
     }
 }
 
@@ -1039,7 +1077,6 @@ void rr_html(const diag_run *r, buf *b)
 {
     const drank *k[DIAG_MAX_RANKS];
     int n = sorted_ranks(r, k);
-    char a[8][32];
     if (n < 2) {
         rr_job j;
         rr_job_figures(r, &j);
@@ -1050,22 +1087,9 @@ void rr_html(const diag_run *r, buf *b)
         }
         return;
     }
-    buf_puts(b, "<h2>Ranks</h2>\n<table><tr><th>rank</th><th>node</th><th>steps</th><th>p50 "
-                "ms</th><th>p95 ms</th><th>data ms</th><th>compute ms</th><th>comm ms</th>"
-                "<th>samples/s</th><th>TFLOP/s</th><th>MFU</th></tr>\n");
-    for (int i = 0; i < n; i++) {
-        rrow w;
-        rank_row(r, k[i]->rank, &w);
-        buf_printf(b,
-                   "<tr><td>%d</td><td>%d</td><td>%.0f</td><td>%s</td><td>%s</td><td>%s</td>"
-                   "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-                   k[i]->rank, k[i]->node, w.steps, num(a[0], 32, "%.1f", w.p50),
-                   num(a[1], 32, "%.1f", w.p95), num(a[2], 32, "%.1f", w.data),
-                   num(a[3], 32, "%.1f", w.compute), num(a[4], 32, "%.1f", w.comm),
-                   num(a[5], 32, "%.1f", w.sps), tflops_or_dash(a[6], 32, w.flops_per_s),
-                   pct_or_dash(a[7], 32, w.mfu));
-    }
-    buf_puts(b, "</table>\n<p><b>Job</b>: ");
+    buf_puts(b, "<h2>Ranks</h2>\n");
+    ranks_table(r, k, n, b, TBL_HTML);
+    buf_puts(b, "<p><b>Job</b>: ");
     job_words_esc(r, b, TBL_HTML);
     buf_puts(b, ".</p>\n");
     rr_strag s;
@@ -1084,23 +1108,8 @@ void rr_html(const diag_run *r, buf *b)
         comm_section(r, b, TBL_HTML, 0);
     }
     if (r->nnodes > 1) {
-        buf_puts(b, "<h2>Nodes</h2>\n<table><tr><th>node</th><th>host</th><th>CPUs</th>"
-                    "<th>ranks</th><th>CPU mean %</th><th>tree CPU %</th><th>RSS max</th>"
-                    "<th>clock offset s</th><th>wall clocks said s</th><th>alignment error "
-                    "ms</th><th>collectives matched</th></tr>\n");
-        for (int i = 0; i < r->nnodes; i++) {
-            const dnode *nd = &r->nodes[i];
-            buf_printf(b, "<tr><td>%d</td><td>", i);
-            report_html_esc(b, nd->host[0] ? nd->host : "?");
-            buf_printf(b, "</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td>"
-                          "<td>%+.3f</td><td>%+.3f</td><td>%s</td><td>%.0f</td></tr>\n",
-                       nd->cpus, nd->nranks, num(a[0], 32, "%.0f", nd->cpu_mean),
-                       num(a[1], 32, "%.0f", nd->tree_cpu_mean), human_bytes(a[2], 32, nd->rss_max),
-                       nd->offset_s, nd->wall_offset_s,
-                       i == 0 ? "0 (reference)" : num(a[3], 32, "%.2f", nd->align_err_s * 1e3),
-                       nd->align_n);
-        }
-        buf_puts(b, "</table>\n");
+        buf_puts(b, "<h2>Nodes</h2>\n");
+        nodes_table(r, b, TBL_HTML);
     }
 }
 

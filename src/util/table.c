@@ -31,6 +31,17 @@ void tbl_esc(buf *o, int fmt, const char *s)
 
 static int pad(const tbl_col *c) { return c->flags & TBL_RIGHT ? c->width : -c->width; }
 
+/* pad(c) for the cell s: printf's %*s counts bytes, a column holds one
+ * character of UTF-8 ("—" is three bytes) */
+static int pad_cell(const tbl_col *c, const char *s)
+{
+    int extra = 0;
+    for (; *s; s++)
+        if (((unsigned char)*s & 0xC0) == 0x80) extra++;
+    int w = c->width ? c->width + extra : 0;
+    return c->flags & TBL_RIGHT ? w : -w;
+}
+
 /* Text: "  " then the cells, one space apart, each padded to its column;
  * cells NULL: the column heads. */
 static void text_cells(tbl *t, const char *const *cells, int mark)
@@ -43,7 +54,7 @@ static void text_cells(tbl *t, const char *const *cells, int mark)
             buf_printf(b, "%*s %s%s\033[0m", (t->cols[i].flags & TBL_GAP) ? 1 : 0, "", mark == TBL_GOOD ? "\033[32m" : "\033[31m", s);
             continue;
         }
-        buf_printf(b, i ? "%*s %*s" : "%*s  %*s", (t->cols[i].flags & TBL_GAP) ? 1 : 0, "", pad(&t->cols[i]), s);
+        buf_printf(b, i ? "%*s %*s" : "%*s  %*s", (t->cols[i].flags & TBL_GAP) ? 1 : 0, "", pad_cell(&t->cols[i], s), s);
     }
     buf_putc(b, '\n');
 }

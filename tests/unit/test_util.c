@@ -212,4 +212,24 @@ TT_TEST(table_sub_layout_text_and_md)
     buf_free(&b);
 }
 
+/* Text pads by characters, not bytes: "—" (three bytes of UTF-8) takes one
+ * column, so a row of dashes lines up under a row of numbers. */
+TT_TEST(table_text_pads_utf8_by_characters)
+{
+    static const tbl_col cols[] = {{"rank", 4, TBL_RIGHT}, {"MFU", 6, TBL_RIGHT},
+                                   {"op", 8, 0}, {"end", 3, TBL_RIGHT}};
+    const char *r1[] = {"0", "11.9%", "a → b", "x"}, *r2[] = {"1", "—", "ab", "y"};
+    buf b;
+    buf_init(&b, 0);
+    tbl t;
+    tbl_begin_sub(&t, &b, TBL_TEXT, 0, NULL, cols, 4);
+    tbl_row(&t, r1, TBL_PLAIN);
+    tbl_row(&t, r2, TBL_PLAIN);
+    tbl_end(&t);
+    TT_EQ_STR(b.data, "  rank    MFU op       end\n"
+                      "     0  11.9% a → b      x\n"
+                      "     1      — ab         y\n");
+    buf_free(&b);
+}
+
 int main(int argc, char **argv) { return tt_main(argc, argv); }
