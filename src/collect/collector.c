@@ -267,11 +267,17 @@ static void seg_close(coll *c, coll_seg *s)
 }
 
 /* file is shorter than coll_seg.file (seg_scan checks). */
-static void set_file(coll_seg *s, const char *file)
+/* A slot made ready for the segment file `file` (inode ino), not yet open. */
+static coll_seg *seg_fresh(coll_seg *s, const char *file, ino_t ino, int shm)
 {
+    memset(s, 0, sizeof(*s));
+    s->state = SEG_WAIT;
     size_t n = strnlen(file, sizeof(s->file) - 1);
     memcpy(s->file, file, n);
     s->file[n] = 0;
+    s->ino = ino;
+    s->shm = shm;
+    return s;
 }
 
 static coll_seg *seg_slot(coll *c, const char *file, ino_t ino, int shm)
@@ -282,12 +288,7 @@ static coll_seg *seg_slot(coll *c, const char *file, ino_t ino, int shm)
         if (s->ino == ino) return s;
         /* Same name, new file: the pid was reused by a new producer. */
         if (s->state == SEG_OPEN) seg_close(c, s);
-        memset(s, 0, sizeof(*s));
-        s->state = SEG_WAIT;
-        set_file(s, file);
-        s->ino = ino;
-        s->shm = shm;
-        return s;
+        return seg_fresh(s, file, ino, shm);
     }
     if (c->nsegs == c->capsegs) {
         if (c->capsegs >= COLL_MAX_SEGS) return NULL;
@@ -297,13 +298,7 @@ static coll_seg *seg_slot(coll *c, const char *file, ino_t ino, int shm)
         c->segs = ns;
         c->capsegs = nc;
     }
-    coll_seg *s = &c->segs[c->nsegs++];
-    memset(s, 0, sizeof(*s));
-    s->state = SEG_WAIT;
-    set_file(s, file);
-    s->ino = ino;
-    s->shm = shm;
-    return s;
+    return seg_fresh(&c->segs[c->nsegs++], file, ino, shm);
 }
 
 /* A segment we cannot read (corrupt header, another layout) is skipped,

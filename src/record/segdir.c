@@ -20,6 +20,7 @@
 #include "trainperf.h"
 #include "util/afile.h"
 #include "util/err.h"
+#include "util/pstat.h"
 
 #define SEGDIR_RUN_FILE "run"
 #define SEGDIR_MIN_RINGS 4 /* room asked for at the start: one segment, 4 rings */
@@ -226,19 +227,12 @@ int rec_segdir_of_run(const char *path, const char *run_dir)
 /* Seconds since boot at which pid started (/proc/PID/stat field 22), or -1. */
 static double proc_start_s(pid_t pid)
 {
-    char p[64], text[1024];
-    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, text, sizeof(text) - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    text[n] = 0;
-    char *s = strrchr(text, ')'); /* comm may hold spaces and parentheses */
+    char text[1024];
+    const char *s = pstat_fields(pid, text, sizeof(text));
     if (!s) return -1;
     /* after ")": field 3 (state) ... field 22 (starttime) */
     int field = 2;
-    for (char *q = s + 1; *q; q++) {
+    for (const char *q = s; *q; q++) {
         if (*q != ' ') continue;
         if (++field == 22) {
             long hz = sysconf(_SC_CLK_TCK);

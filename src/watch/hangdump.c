@@ -20,6 +20,7 @@
 #include "trainperf.h"
 #include "util/err.h"
 #include "util/jsonr.h"
+#include "util/pstat.h"
 
 #define HD_SCAN_MAX 65536       /* /proc entries looked at */
 #define HD_FILE_MAX (4u << 20)  /* bytes of one process's stacks kept */
@@ -77,20 +78,11 @@ static char *slurp(const char *path, size_t max, size_t *len)
 
 static pid_t stat_ppid(pid_t pid)
 {
-    char path[64], line[512];
-    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, line, sizeof(line) - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    line[n] = 0;
-    /* comm may hold spaces and parentheses: the fields resume after the last ')' */
-    char *p = strrchr(line, ')');
-    if (!p) return -1;
+    char line[512];
+    const char *p = pstat_fields(pid, line, sizeof(line));
     char st;
     long pp;
-    if (sscanf(p + 1, " %c %ld", &st, &pp) != 2) return -1;
+    if (!p || sscanf(p, " %c %ld", &st, &pp) != 2) return -1;
     return (pid_t)pp;
 }
 
@@ -632,6 +624,27 @@ static int write_stacks(const char *run_dir, int n, const char *headline, hd_res
     return rc;
 }
 
+/* The stacks faulthandler appended to path beyond its first `before` bytes
+ * (-1: its size was unknown), into b and p (how, where); 0 and a note in b
+ * when it wrote none. */
+static int fh_answer(const char *path, off_t before, hd_proc *p, buf *b)
+{
+    size_t len = 0;
+    char *all = before >= 0 ? slurp(path, HD_FILE_MAX + (size_t)before, &len) : NULL;
+    int ok = all && (off_t)len > before;
+    if (ok) {
+        const char *chunk = all + before;
+        snprintf(p->how, sizeof(p->how), "faulthandler");
+        buf_puts(b, "Python stacks (faulthandler):\n");
+        buf_puts(b, chunk);
+        parse_faulthandler(chunk, p);
+    } else {
+        buf_puts(b, "(no answer to faulthandler's signal)\n");
+    }
+    free(all);
+    return ok;
+}
+
 int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_result *res)
 {
     memset(res, 0, sizeof(*res));
@@ -731,18 +744,7 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
             if (b.len && b.data[b.len - 1] != '\n') buf_putc(&b, '\n');
         } else if (w[i].fh_sent) {
             live_path(path, sizeof(path), run_dir, "pystack", p->pid, ".txt");
-            size_t len = 0;
-            char *all = slurp(path, HD_FILE_MAX + (size_t)w[i].fh_before, &len);
-            if (all && (off_t)len > w[i].fh_before) {
-                const char *chunk = all + w[i].fh_before;
-                snprintf(p->how, sizeof(p->how), "faulthandler");
-                buf_puts(&b, "Python stacks (faulthandler):\n");
-                buf_puts(&b, chunk);
-                parse_faulthandler(chunk, p);
-            } else {
-                buf_puts(&b, "(no answer to faulthandler's signal)\n");
-            }
-            free(all);
+            fh_answer(path, w[i].fh_before, p, &b);
         } else {
             from_outside(p, &b, have_pyspy, have_gdb, &npyspy, &ngdb);
         }
@@ -806,19 +808,10 @@ int hd_dump_self(const char *run_dir, int n, const char *headline, hd_result *re
         pthread_sigmask(SIG_UNBLOCK, &one, &old);
         int sent = pthread_kill(pthread_self(), (int)sig) == 0;
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-        size_t len = 0;
-        char *all = sent ? slurp(path, HD_FILE_MAX + (size_t)(before > 0 ? before : 0), &len) : NULL;
-        if (all && before >= 0 && (off_t)len > before) {
-            const char *chunk = all + before;
-            p->answered = 1;
-            snprintf(p->how, sizeof(p->how), "faulthandler");
-            buf_puts(&b, "Python stacks (faulthandler):\n");
-            buf_puts(&b, chunk);
-            parse_faulthandler(chunk, p);
-        } else {
+        if (sent)
+            p->answered = fh_answer(path, before, p, &b);
+        else
             buf_puts(&b, "(no answer to faulthandler's signal)\n");
-        }
-        free(all);
     } else {
         buf_puts(&b, "(no Python stacks: faulthandler is registered by trainperf.start() in "
                      "Python; native stacks are not taken in embedded mode)\n");

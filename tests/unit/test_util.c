@@ -2,13 +2,16 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "trainperf.h"
 #include "tt.h"
 #include "util/buf.h"
 #include "util/jsonr.h"
 #include "util/jsonw.h"
+#include "util/pstat.h"
 #include "util/table.h"
 
 TT_TEST(buf_cap_is_an_error_not_growth)
@@ -230,6 +233,22 @@ TT_TEST(table_text_pads_utf8_by_characters)
                       "     0  11.9% a → b      x\n"
                       "     1      — ab         y\n");
     buf_free(&b);
+}
+
+/* /proc/PID/stat from the state on: this process runs and its parent is
+ * getppid(); a pid that no process has gives NULL. */
+TT_TEST(pstat_fields_after_the_command_name)
+{
+    char text[512];
+    const char *f = pstat_fields(getpid(), text, sizeof(text));
+    TT_ASSERT(f != NULL);
+    char st;
+    long pp;
+    TT_ASSERT(sscanf(f, " %c %ld", &st, &pp) == 2);
+    TT_ASSERT(st == 'R');
+    TT_ASSERT(pp == (long)getppid());
+    TT_ASSERT(pstat_fields((pid_t)0x7ffffff0, text, sizeof(text)) == NULL);
+    TT_ASSERT(pstat_fields(getpid(), text, 1) == NULL);
 }
 
 int main(int argc, char **argv) { return tt_main(argc, argv); }
