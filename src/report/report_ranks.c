@@ -253,6 +253,34 @@ static const jw_field job_fields[] = {
 #define JOB_FLOPS (job_fields + 3), 2
 #define JOB_FLOPS_COUNTS (job_fields + 6), 3
 
+/* A rank's FLOPs figures, in the report's "ranks" (all of them) and in
+ * summary.json's model_flops.per_rank (RANK_FLOPS and RANK_MFU: no peak
+ * source per rank there), under the same names. */
+typedef struct rank_flops {
+    double per_step, per_s, peak, mfu;
+    const char *source, *peak_src;
+} rank_flops;
+static const jw_field rank_flops_fields[] = {
+    JW_FIELD(DBL, "flops_per_step", rank_flops, per_step), /* RANK_FLOPS */
+    JW_FIELD(PSTR, "flops_source", rank_flops, source),
+    JW_FIELD(DBL, "flops_per_s", rank_flops, per_s),
+    JW_FIELD(DBL, "peak_flops_per_s", rank_flops, peak),
+    JW_FIELD(PSTR, "peak_source", rank_flops, peak_src),
+    JW_FIELD(DBL, "mfu", rank_flops, mfu), /* RANK_MFU */
+};
+#define RANK_FLOPS rank_flops_fields, 4
+#define RANK_MFU (rank_flops_fields + 5), 1
+
+static void rank_flops_of(const drank *k, const rrow *x, rank_flops *o)
+{
+    o->per_step = k->flops_step > 0 ? k->flops_step : NAN;
+    o->source = k->flops_step > 0 ? k->flops_src : NULL;
+    o->per_s = x->flops_per_s;
+    o->peak = k->peak_flops > 0 ? k->peak_flops : NAN;
+    o->peak_src = k->peak_src[0] ? k->peak_src : NULL;
+    o->mfu = x->mfu;
+}
+
 int rr_summary_flops(const diag_run *r, buf *b)
 {
     rr_job j;
@@ -277,11 +305,10 @@ int rr_summary_flops(const diag_run *r, buf *b)
             jw_int(&w, k->rank);
         else
             jw_null(&w);
-        jw_knum(&w, "flops_per_step", k->flops_step);
-        jw_kstr(&w, "flops_source", k->flops_src);
-        jw_knum(&w, "flops_per_s", x.flops_per_s);
-        jw_knum(&w, "peak_flops_per_s", k->peak_flops > 0 ? k->peak_flops : NAN);
-        jw_knum(&w, "mfu", x.mfu);
+        rank_flops f;
+        rank_flops_of(k, &x, &f);
+        jw_fields(&w, &f, RANK_FLOPS);
+        jw_fields(&w, &f, RANK_MFU);
         jw_obj_end(&w);
     }
     jw_arr_end(&w);
@@ -1183,12 +1210,9 @@ void rr_json(const diag_run *r, jw *w)
         jw_knum(w, "comm_bytes", r->have_comm ? k[i]->comm_bytes : NAN);
         jw_knum(w, "comm_busbw_bps", x.busbw);
         jw_kstr(w, "top_collective", k[i]->top_op[0] ? k[i]->top_op : NULL);
-        jw_knum(w, "flops_per_step", k[i]->flops_step > 0 ? k[i]->flops_step : NAN);
-        jw_kstr(w, "flops_source", k[i]->flops_step > 0 ? k[i]->flops_src : NULL);
-        jw_knum(w, "flops_per_s", x.flops_per_s);
-        jw_knum(w, "peak_flops_per_s", k[i]->peak_flops > 0 ? k[i]->peak_flops : NAN);
-        jw_kstr(w, "peak_source", k[i]->peak_src[0] ? k[i]->peak_src : NULL);
-        jw_knum(w, "mfu", x.mfu);
+        rank_flops f;
+        rank_flops_of(k[i], &x, &f);
+        jw_fields(w, &f, rank_flops_fields, JW_NFIELDS(rank_flops_fields));
         jw_obj_end(w);
     }
     jw_arr_end(w);
