@@ -177,6 +177,29 @@ static int is_collective(const char *fn)
     return 0;
 }
 
+/* One Python frame of a stack, innermost first: notes the torch.distributed
+ * collective it is in and the first frame (into first, cap bytes), and sets
+ * p->where at the first frame outside the libraries, or (workers: 1) at a
+ * DataLoader worker's own loop, not the parent's stack it forked with.
+ * 1 when p->where is set. */
+static int py_frame(hd_proc *p, char *first, size_t cap, const char *fn, const char *file,
+                    int line, int workers)
+{
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    if (!p->coll[0] && strstr(file, "torch/distributed/") && is_collective(fn) &&
+        strcmp(fn, "wait") != 0)
+        snprintf(p->coll, sizeof(p->coll), "%.40s", fn);
+    if (!first[0]) snprintf(first, cap, "%.90s (%.120s:%d)", fn, base, line);
+    if (workers && strcmp(fn, "_worker_loop") == 0 && strstr(file, "torch/utils/data/")) {
+        snprintf(p->where, sizeof(p->where), "DataLoader worker loop, %.200s", first);
+        return 1;
+    }
+    if (is_lib_path(file)) return 0;
+    snprintf(p->where, sizeof(p->where), "%.90s (%.120s:%d)", fn, base, line);
+    return 1;
+}
+
 /* From faulthandler's text ("File \"x.py\", line 12 in fn" lines, most recent
  * first, one block per thread): the main thread's innermost user frame and a
  * torch.distributed collective it is in. The main thread is the block whose
@@ -215,21 +238,7 @@ static void parse_faulthandler(const char *t, hd_proc *p)
         char file[200], fn[96];
         int line = 0;
         if (sscanf(q, "File \"%199[^\"]\", line %d in %95s", file, &line, fn) != 3) continue;
-        const char *base = strrchr(file, '/');
-        base = base ? base + 1 : file;
-        if (!p->coll[0] && strstr(file, "torch/distributed/") && is_collective(fn) &&
-            strcmp(fn, "wait") != 0)
-            snprintf(p->coll, sizeof(p->coll), "%.40s", fn);
-        if (!first[0]) snprintf(first, sizeof(first), "%.90s (%.120s:%d)", fn, base, line);
-        /* a DataLoader worker: its own loop, not the parent's stack it forked with */
-        if (strcmp(fn, "_worker_loop") == 0 && strstr(file, "torch/utils/data/")) {
-            snprintf(p->where, sizeof(p->where), "DataLoader worker loop, %.200s", first);
-            return;
-        }
-        if (!is_lib_path(file)) {
-            snprintf(p->where, sizeof(p->where), "%.90s (%.120s:%d)", fn, base, line);
-            return;
-        }
+        if (py_frame(p, first, sizeof(first), fn, file, line, 1)) return;
     }
     if (first[0]) {
         snprintf(p->where, sizeof(p->where), "%s", first);
@@ -263,18 +272,9 @@ static void parse_pyspy(const char *t, hd_proc *p)
     while (q && q[1] == ' ') {
         char fn[96], file[200];
         int line = 0;
-        if (sscanf(q + 1, " %95s (%199[^:]:%d)", fn, file, &line) == 3) {
-            const char *base = strrchr(file, '/');
-            base = base ? base + 1 : file;
-            if (!p->coll[0] && strstr(file, "torch/distributed/") && is_collective(fn) &&
-                strcmp(fn, "wait") != 0)
-                snprintf(p->coll, sizeof(p->coll), "%.40s", fn);
-            if (!first[0]) snprintf(first, sizeof(first), "%.90s (%.120s:%d)", fn, base, line);
-            if (!is_lib_path(file)) {
-                snprintf(p->where, sizeof(p->where), "%.90s (%.120s:%d)", fn, base, line);
-                return;
-            }
-        }
+        if (sscanf(q + 1, " %95s (%199[^:]:%d)", fn, file, &line) == 3 &&
+            py_frame(p, first, sizeof(first), fn, file, line, 0))
+            return;
         q = strchr(q + 1, '\n');
     }
     if (first[0]) snprintf(p->where, sizeof(p->where), "%s", first);
