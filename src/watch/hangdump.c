@@ -624,6 +624,23 @@ static int write_stacks(const char *run_dir, int n, const char *headline, hd_res
     return rc;
 }
 
+/* The process's threads from /proc into b; then, where no stack said where
+ * it is (wchan: 1 to look), its main thread's kernel wait channel as a last
+ * resort. */
+static void threads_and_wchan(hd_proc *p, buf *b, int wchan)
+{
+    buf_puts(b, "Threads (/proc: state, kernel wait channel):\n");
+    proc_threads(p->pid, b);
+    buf_putc(b, '\n');
+    if (!wchan || p->where[0]) return;
+    char wp[64];
+    snprintf(wp, sizeof(wp), "/proc/%ld/wchan", (long)p->pid);
+    char *wc = slurp(wp, 128, NULL);
+    if (wc && *wc && strcmp(wc, "0") != 0)
+        snprintf(p->where, sizeof(p->where), "kernel wait %s", wc);
+    free(wc);
+}
+
 /* The stacks faulthandler appended to path beyond its first `before` bytes
  * (-1: its size was unknown), into b and p (how, where); 0 and a note in b
  * when it wrote none. */
@@ -748,18 +765,7 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
         } else {
             from_outside(p, &b, have_pyspy, have_gdb, &npyspy, &ngdb);
         }
-        buf_puts(&b, "Threads (/proc: state, kernel wait channel):\n");
-        proc_threads(p->pid, &b);
-        buf_putc(&b, '\n');
-        if (!p->where[0] && !p->python) {
-            /* the kernel's wait channel of the main thread, as a last resort */
-            char wp[64];
-            snprintf(wp, sizeof(wp), "/proc/%ld/wchan", (long)p->pid);
-            char *wc = slurp(wp, 128, NULL);
-            if (wc && *wc && strcmp(wc, "0") != 0)
-                snprintf(p->where, sizeof(p->where), "kernel wait %s", wc);
-            free(wc);
-        }
+        threads_and_wchan(p, &b, !p->python);
         free(w[i].state);
     }
     free(w);
@@ -816,18 +822,7 @@ int hd_dump_self(const char *run_dir, int n, const char *headline, hd_result *re
         buf_puts(&b, "(no Python stacks: faulthandler is registered by trainperf.start() in "
                      "Python; native stacks are not taken in embedded mode)\n");
     }
-    buf_puts(&b, "Threads (/proc: state, kernel wait channel):\n");
-    proc_threads(p->pid, &b);
-    buf_putc(&b, '\n');
-    if (!p->where[0]) {
-        /* the main thread's kernel wait channel, as a last resort */
-        char wp[64];
-        snprintf(wp, sizeof(wp), "/proc/%ld/wchan", (long)p->pid);
-        char *wc = slurp(wp, 128, NULL);
-        if (wc && *wc && strcmp(wc, "0") != 0)
-            snprintf(p->where, sizeof(p->where), "kernel wait %s", wc);
-        free(wc);
-    }
+    threads_and_wchan(p, &b, 1);
     build_verdict(res);
     int rc = write_stacks(run_dir, n, headline, res, &b);
     buf_free(&b);
