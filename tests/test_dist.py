@@ -215,7 +215,7 @@ def test_mfu_per_rank_from_counted_flops_and_a_measured_peak(tmp_path):
     assert "| samples/s | TFLOP/s | MFU |" in md and "**Job**: 10 optimizer steps" in md
     assert "%.0f tokens/s" % job["tokens_per_s"] in md
     html = (out / "report.html").read_text()
-    assert "<th>MFU</th>" in html and "<b>Job</b>" in html
+    assert '<th class="n">MFU</th>' in html and "<b>Job</b>" in html
 
 
 def test_fsdp2_all_gathers_and_reduce_scatters_are_counted(tmp_path):
