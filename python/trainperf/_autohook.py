@@ -93,13 +93,39 @@ class _State(threading.local):
         self.in_data = 0
 
 
-_st = _State()
+def _state():
+    import trainperf
+    # the C extension keeps it per thread in C, where its hooks read it
+    # without a Python frame (_core.c, auto_state)
+    st = getattr(trainperf._core, "auto_state", None)
+    return st if st is not None else _State()
+
+
+_st = _state()
 _tune = None             # trainperf._knobs while a `trainperf tune` trial runs, else None
 # False while a callback records the optimizer phase itself: Lightning runs the
 # training step's closure inside optimizer.step(), so the global hooks' range
 # would enclose forward and backward and interleave with the callback's ranges.
 _opt_phase = True
 _auto_steps = False      # the full auto hook is on: DataLoader batches may begin a step
+
+
+def _core_hooks():
+    import trainperf
+    core = trainperf._core
+    if hasattr(core, "data_next") and hasattr(core, "opt_hooks") and \
+            type(_st).__name__ == "AutoState":
+        return core
+    return None
+
+
+def set_opt_phase(on):
+    """Whether the optimizer hooks record the optimizer phase (a callback
+    that records it itself turns it off)."""
+    global _opt_phase
+    _opt_phase = bool(on)
+    if _core_hooks() is not None:
+        _st.opt_phase = _opt_phase
 _dataloader_patched = False
 
 
@@ -206,6 +232,21 @@ def patch_dataloader(torch=None):
     orig_next = base_iter.__next__
 
     ev = _evalhooks.ev
+    c_hooks = _core_hooks()
+
+    if c_hooks is not None:
+        # the same in C (_core.c, data_next): no Python frame per batch;
+        # batches other than (tensor, ...) are counted here
+        def count(batch):
+            s, t = _batch_size(batch, tensor_type)
+            st.samples += s
+            st.tokens += t
+
+        next_c = c_hooks.data_next(orig_next, ev, _begin_if_closed, count, tensor_type)
+        next_c.__wrapped__ = orig_next
+        next_c.__doc__ = orig_next.__doc__
+        base_iter.__next__ = next_c
+        return
 
     def next_timed(self):
         if not st.open and _auto_steps:
@@ -400,6 +441,10 @@ def patch_torch(torch):
     primary = [None, None, 0]
 
     _auto_steps = True
+    c_hooks = _core_hooks()
+    if c_hooks is not None:
+        st.auto = True
+        st.opt_phase = _opt_phase
     _setup_hooks()
     global _tune
     from trainperf import _knobs
@@ -452,6 +497,10 @@ def patch_torch(torch):
         if _tune is not None:
             _tune.on_step(opt)
 
+    if c_hooks is not None and _hooks is None and _tune is None:
+        # the same in C (_core.c, opt_hooks): no Python frame per step; the
+        # profiling hooks and tune trials keep the Python ones
+        opt_pre, opt_post = c_hooks.opt_hooks(ev, _begin_if_closed, _evalhooks.eval_leave)
     handles["opt_pre"] = optmod.register_optimizer_step_pre_hook(opt_pre)
     handles["opt_post"] = optmod.register_optimizer_step_post_hook(opt_post)
 
