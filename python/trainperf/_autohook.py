@@ -280,6 +280,46 @@ def patch_dataloader(torch=None):
 
 
 _backward_patched = False
+_backward_inner = None   # what the "backward" phase wrapper calls
+
+
+def _backward_wrapper(torch, inner):
+    """The "backward" phase around inner (push, call, pop)."""
+    import trainperf
+    core = trainperf._core
+    push, pop = core.range_push, core.range_pop
+    timed = getattr(core, "timed", None)
+    if _tune is None and timed is not None:
+        # push, call, pop in C: no Python frame per backward
+        backward_timed = timed(inner, 3)  # TPF_PHASE_BACKWARD
+    else:
+        def backward_timed(*args, **kwargs):
+            if _tune is not None:
+                _tune.on_backward(args)
+            push(3)  # TPF_PHASE_BACKWARD
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                pop()
+    backward_timed.__wrapped__ = inner
+    backward_timed.__doc__ = inner.__doc__
+    return backward_timed
+
+
+def insert_backward(make, torch=None):
+    """Put make(inner) inside the "backward" phase wrapper, around what it
+    calls (the range of a wrapper added later must nest inside it: _comm's DDP
+    tail, added at the first DDP forward); wraps torch.autograd.backward
+    itself when the phase wrapper is not installed."""
+    global _backward_inner
+    if torch is None:
+        import torch
+    autograd = torch.autograd
+    if not _backward_patched or _backward_inner is None:
+        autograd.backward = make(autograd.backward)
+        return
+    _backward_inner = make(_backward_inner)
+    autograd.backward = _backward_wrapper(torch, _backward_inner)
 
 
 def patch_backward(torch=None):
@@ -289,31 +329,11 @@ def patch_backward(torch=None):
     if _backward_patched:
         return
     _backward_patched = True
-    import trainperf
+    global _backward_inner
     if torch is None:
         import torch
-    core = trainperf._core
-    push, pop = core.range_push, core.range_pop
-    autograd = torch.autograd
-    orig_backward = autograd.backward
-    timed = getattr(core, "timed", None)
-
-    if _tune is None and timed is not None:
-        # push, call, pop in C: no Python frame per backward
-        backward_timed = timed(orig_backward, 3)  # TPF_PHASE_BACKWARD
-    else:
-        def backward_timed(*args, **kwargs):
-            if _tune is not None:
-                _tune.on_backward(args)
-            push(3)  # TPF_PHASE_BACKWARD
-            try:
-                return orig_backward(*args, **kwargs)
-            finally:
-                pop()
-
-    backward_timed.__wrapped__ = orig_backward
-    backward_timed.__doc__ = orig_backward.__doc__
-    autograd.backward = backward_timed
+    _backward_inner = torch.autograd.backward
+    torch.autograd.backward = _backward_wrapper(torch, _backward_inner)
 
 
 def _start_sampler():
@@ -504,8 +524,8 @@ def patch_torch(torch):
     handles["opt_pre"] = optmod.register_optimizer_step_pre_hook(opt_pre)
     handles["opt_post"] = optmod.register_optimizer_step_post_hook(opt_post)
 
-    # collectives as the comm phase; before patch_backward, whose "backward"
-    # range must enclose the comm wrapper's (python/trainperf/_comm.py)
+    # collectives as the comm phase (python/trainperf/_comm.py); its backward
+    # wrapper goes inside the "backward" one (insert_backward)
     try:
         from . import _comm
         _comm.install(torch)
