@@ -126,6 +126,8 @@ def set_opt_phase(on):
     _opt_phase = bool(on)
     if _core_hooks() is not None:
         _st.opt_phase = _opt_phase
+
+
 _dataloader_patched = False
 
 
