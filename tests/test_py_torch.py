@@ -255,6 +255,53 @@ def test_auto_hook_steps_with_several_optimizers(tmp_path):
     assert len(steps(out)) == 6 + 4
 
 
+C_HOOKS = """
+    import threading, torch, trainperf
+    from trainperf import _autohook
+    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import dataloader as dl
+    core = trainperf._core
+    st = _autohook._st
+    assert type(st).__name__ == "AutoState", type(st)
+    assert type(dl._BaseDataLoaderIter.__next__).__name__ == "DataNext"
+    assert dl._BaseDataLoaderIter.__next__.__wrapped__ is not None
+
+    class Dicts(Dataset):              # batches that are not (tensor, ...)
+        def __len__(self): return 12
+        def __getitem__(self, i): return {"input_ids": torch.zeros(5, dtype=torch.long)}
+
+    class Bad(Dataset):                # a failing batch: the error reaches the script
+        def __len__(self): return 4
+        def __getitem__(self, i): raise KeyError("boom")
+
+    st.samples = st.tokens = 0
+    n = sum(1 for _ in DataLoader(Dicts(), batch_size=4))   # counted by the Python fallback
+    assert n == 3 and st.samples == 12 and st.tokens == 60, (n, st.samples, st.tokens)
+    try:
+        next(iter(DataLoader(Bad(), batch_size=2)))
+        raise SystemExit("no error")
+    except KeyError:
+        pass
+    assert st.in_data == 0             # left the data phase on the error (and on StopIteration)
+    seen = []                          # the state is per thread
+    st.samples = 7
+    t = threading.Thread(target=lambda: seen.append((st.samples, st.open, st.in_data)))
+    t.start(); t.join()
+    assert seen == [(0, False, 0)] and st.samples == 7, seen
+    print("ok")
+"""
+
+
+def test_auto_hook_c_hooks(tmp_path):
+    """The C DataLoader wrapper (what test_auto_hook_counts_optimizer_steps_and_samples
+    measures end to end) binds as a method, counts other batches through
+    Python, leaves the data phase on errors, and its state is per thread."""
+    out = tmp_path / "run"
+    res = run_py([script(tmp_path, AUTO_EMBEDDED, "runner.py"), out,
+                  script(tmp_path, C_HOOKS)])
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stdout + res.stderr
+
+
 EXPLICIT_WITH_LOADER = """
     import sys, torch, trainperf
     from torch.utils.data import DataLoader, TensorDataset

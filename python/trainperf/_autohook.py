@@ -93,13 +93,41 @@ class _State(threading.local):
         self.in_data = 0
 
 
-_st = _State()
+def _state():
+    import trainperf
+    # the C extension keeps it per thread in C, where its hooks read it
+    # without a Python frame (_core.c, auto_state)
+    st = getattr(trainperf._core, "auto_state", None)
+    return st if st is not None else _State()
+
+
+_st = _state()
 _tune = None             # trainperf._knobs while a `trainperf tune` trial runs, else None
 # False while a callback records the optimizer phase itself: Lightning runs the
 # training step's closure inside optimizer.step(), so the global hooks' range
 # would enclose forward and backward and interleave with the callback's ranges.
 _opt_phase = True
 _auto_steps = False      # the full auto hook is on: DataLoader batches may begin a step
+
+
+def _core_hooks():
+    import trainperf
+    core = trainperf._core
+    if hasattr(core, "data_next") and hasattr(core, "opt_hooks") and \
+            type(_st).__name__ == "AutoState":
+        return core
+    return None
+
+
+def set_opt_phase(on):
+    """Whether the optimizer hooks record the optimizer phase (a callback
+    that records it itself turns it off)."""
+    global _opt_phase
+    _opt_phase = bool(on)
+    if _core_hooks() is not None:
+        _st.opt_phase = _opt_phase
+
+
 _dataloader_patched = False
 
 
@@ -206,6 +234,21 @@ def patch_dataloader(torch=None):
     orig_next = base_iter.__next__
 
     ev = _evalhooks.ev
+    c_hooks = _core_hooks()
+
+    if c_hooks is not None:
+        # the same in C (_core.c, data_next): no Python frame per batch;
+        # batches other than (tensor, ...) are counted here
+        def count(batch):
+            s, t = _batch_size(batch, tensor_type)
+            st.samples += s
+            st.tokens += t
+
+        next_c = c_hooks.data_next(orig_next, ev, _begin_if_closed, count, tensor_type)
+        next_c.__wrapped__ = orig_next
+        next_c.__doc__ = orig_next.__doc__
+        base_iter.__next__ = next_c
+        return
 
     def next_timed(self):
         if not st.open and _auto_steps:
@@ -239,6 +282,46 @@ def patch_dataloader(torch=None):
 
 
 _backward_patched = False
+_backward_inner = None   # what the "backward" phase wrapper calls
+
+
+def _backward_wrapper(torch, inner):
+    """The "backward" phase around inner (push, call, pop)."""
+    import trainperf
+    core = trainperf._core
+    push, pop = core.range_push, core.range_pop
+    timed = getattr(core, "timed", None)
+    if _tune is None and timed is not None:
+        # push, call, pop in C: no Python frame per backward
+        backward_timed = timed(inner, 3)  # TPF_PHASE_BACKWARD
+    else:
+        def backward_timed(*args, **kwargs):
+            if _tune is not None:
+                _tune.on_backward(args)
+            push(3)  # TPF_PHASE_BACKWARD
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                pop()
+    backward_timed.__wrapped__ = inner
+    backward_timed.__doc__ = inner.__doc__
+    return backward_timed
+
+
+def insert_backward(make, torch=None):
+    """Put make(inner) inside the "backward" phase wrapper, around what it
+    calls (the range of a wrapper added later must nest inside it: _comm's DDP
+    tail, added at the first DDP forward); wraps torch.autograd.backward
+    itself when the phase wrapper is not installed."""
+    global _backward_inner
+    if torch is None:
+        import torch
+    autograd = torch.autograd
+    if not _backward_patched or _backward_inner is None:
+        autograd.backward = make(autograd.backward)
+        return
+    _backward_inner = make(_backward_inner)
+    autograd.backward = _backward_wrapper(torch, _backward_inner)
 
 
 def patch_backward(torch=None):
@@ -248,31 +331,11 @@ def patch_backward(torch=None):
     if _backward_patched:
         return
     _backward_patched = True
-    import trainperf
+    global _backward_inner
     if torch is None:
         import torch
-    core = trainperf._core
-    push, pop = core.range_push, core.range_pop
-    autograd = torch.autograd
-    orig_backward = autograd.backward
-    timed = getattr(core, "timed", None)
-
-    if _tune is None and timed is not None:
-        # push, call, pop in C: no Python frame per backward
-        backward_timed = timed(orig_backward, 3)  # TPF_PHASE_BACKWARD
-    else:
-        def backward_timed(*args, **kwargs):
-            if _tune is not None:
-                _tune.on_backward(args)
-            push(3)  # TPF_PHASE_BACKWARD
-            try:
-                return orig_backward(*args, **kwargs)
-            finally:
-                pop()
-
-    backward_timed.__wrapped__ = orig_backward
-    backward_timed.__doc__ = orig_backward.__doc__
-    autograd.backward = backward_timed
+    _backward_inner = torch.autograd.backward
+    torch.autograd.backward = _backward_wrapper(torch, _backward_inner)
 
 
 def _start_sampler():
@@ -400,6 +463,10 @@ def patch_torch(torch):
     primary = [None, None, 0]
 
     _auto_steps = True
+    c_hooks = _core_hooks()
+    if c_hooks is not None:
+        st.auto = True
+        st.opt_phase = _opt_phase
     _setup_hooks()
     global _tune
     from trainperf import _knobs
@@ -452,11 +519,15 @@ def patch_torch(torch):
         if _tune is not None:
             _tune.on_step(opt)
 
+    if c_hooks is not None and _hooks is None and _tune is None:
+        # the same in C (_core.c, opt_hooks): no Python frame per step; the
+        # profiling hooks and tune trials keep the Python ones
+        opt_pre, opt_post = c_hooks.opt_hooks(ev, _begin_if_closed, _evalhooks.eval_leave)
     handles["opt_pre"] = optmod.register_optimizer_step_pre_hook(opt_pre)
     handles["opt_post"] = optmod.register_optimizer_step_post_hook(opt_post)
 
-    # collectives as the comm phase; before patch_backward, whose "backward"
-    # range must enclose the comm wrapper's (python/trainperf/_comm.py)
+    # collectives as the comm phase (python/trainperf/_comm.py); its backward
+    # wrapper goes inside the "backward" one (insert_backward)
     try:
         from . import _comm
         _comm.install(torch)

@@ -38,6 +38,7 @@ Written by a background thread about once a second and at exit: the training
 thread only appends to bounded lists.
 """
 import atexit
+import itertools
 import os
 import sys
 import threading
@@ -440,6 +441,7 @@ def _patch_ddp(torch, dist, push, pop):
                         getattr(self, "process_group", None) is not None and \
                         not getattr(self, "mixed_precision", None):
                     orig_reg(self, self.process_group, allreduce_mean)
+                    _wrap_backward(torch, push, pop)  # its tail ends with backward
             except Exception:
                 pass  # DDP keeps its built-in reduction, untimed
         return orig_forward(self, *args, **kwargs)
@@ -452,27 +454,37 @@ def _patch_ddp(torch, dist, push, pop):
     DDP.forward = forward
 
 
+_backward_wrapped = [False]
+
+
 def _wrap_backward(torch, push, pop):
-    """Wrap torch.autograd.backward (inside the "backward" phase wrapper the
-    auto hook adds after this) to close DDP's exposed comm tail."""
-    autograd = torch.autograd
-    orig = autograd.backward
+    """Wrap torch.autograd.backward (inside the auto hook's "backward" phase
+    wrapper) to close DDP's exposed comm tail. Called at the first forward of
+    a DDP module that gets our all-reduce hook, the only thing that opens a
+    tail: a run without one pays no Python frame per backward."""
+    if _backward_wrapped[0]:
+        return
+    _backward_wrapped[0] = True
     tls = _tls
 
-    def backward(*args, **kwargs):
-        tls.in_backward = getattr(tls, "in_backward", 0) + 1
-        try:
-            return orig(*args, **kwargs)
-        finally:
-            tls.in_backward -= 1
-            if getattr(tls, "tail", 0):
-                tls.tail = 0
-                pop()
-                _tail_done(_mono() - tls.tail_t0)
+    def make(orig):
+        def backward(*args, **kwargs):
+            tls.in_backward = getattr(tls, "in_backward", 0) + 1
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                tls.in_backward -= 1
+                if getattr(tls, "tail", 0):
+                    tls.tail = 0
+                    pop()
+                    _tail_done(_mono() - tls.tail_t0)
 
-    backward.__wrapped__ = orig
-    backward.__doc__ = orig.__doc__
-    autograd.backward = backward
+        backward.__wrapped__ = orig
+        backward.__doc__ = orig.__doc__
+        return backward
+
+    from trainperf import _autohook
+    _autohook.insert_backward(make, torch)
 
 
 def _tail_done(ns):
@@ -616,9 +628,12 @@ def _start_writer():
     atexit.register(w.close)
 
 
+_step_count = itertools.count(1)
+
+
 def _on_opt_step(opt, args, kwargs):
-    with _lock:
-        _step[0] += 1
+    # next() on a count is atomic under the GIL: no lock per step
+    _step[0] = next(_step_count)
 
 
 def install(torch):
@@ -656,7 +671,6 @@ def install(torch):
         if getattr(dist, name, None) is orig:
             setattr(dist, name, w)
     _patch_work(dist, push, pop)
-    _wrap_backward(torch, push, pop)
     try:
         _patch_ddp(torch, dist, push, pop)
     except Exception as exc:

@@ -369,6 +369,366 @@ static PyObject *core_step_new(PyObject *self, PyObject *const *args, Py_ssize_t
     return (PyObject *)s;
 }
 
+/* ---- the auto hook's step state and per-step hooks ---------------------- */
+
+/* python/trainperf/_autohook.py's hot hooks (DataLoader __next__, the global
+ * optimizer pre/post hooks) in C: no Python frame per call. The step state is
+ * per thread (steps are per thread in the probe); auto_state exposes it to
+ * the hook's Python code as attributes of one object. */
+typedef struct {
+    int open;                      /* this thread's automatic step is open */
+    int in_data;                   /* inside DataLoader __next__ */
+    unsigned long long samples;    /* counted since the last step end */
+    unsigned long long tokens;
+} core_auto_tls;
+
+static _Thread_local core_auto_tls auto_tls;
+static int auto_on;            /* the auto hook owns step boundaries */
+static int auto_opt_phase = 1; /* the optimizer hooks push "optimizer" */
+/* the optimizer whose steps are step boundaries, another one stepping, how
+ * many times in a row it has (as _autohook.patch_torch's `primary`) */
+static const void *auto_primary, *auto_other;
+static int auto_other_n;
+static PyObject *str_active;   /* "active" */
+static PyObject *str_shape;    /* "shape" */
+
+typedef struct {
+    PyObject_HEAD
+} core_auto_state;
+
+#define AUTO_FLAG(name, expr)                                                              \
+    static PyObject *auto_get_##name(PyObject *s, void *c)                                 \
+    {                                                                                      \
+        return PyBool_FromLong(expr);                                                      \
+    }                                                                                      \
+    static int auto_set_##name(PyObject *s, PyObject *v, void *c)                          \
+    {                                                                                      \
+        int b = v ? PyObject_IsTrue(v) : -1;                                               \
+        if (b < 0) {                                                                       \
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "cannot delete");     \
+            return -1;                                                                     \
+        }                                                                                  \
+        expr = b;                                                                          \
+        return 0;                                                                          \
+    }
+AUTO_FLAG(open, auto_tls.open)
+AUTO_FLAG(auto, auto_on)
+AUTO_FLAG(opt_phase, auto_opt_phase)
+
+#define AUTO_COUNT(name, expr, type, conv)                                                 \
+    static PyObject *auto_get_##name(PyObject *s, void *c)                                 \
+    {                                                                                      \
+        return PyLong_FromUnsignedLongLong((unsigned long long)(expr));                    \
+    }                                                                                      \
+    static int auto_set_##name(PyObject *s, PyObject *v, void *c)                          \
+    {                                                                                      \
+        if (!v) {                                                                          \
+            PyErr_SetString(PyExc_TypeError, "cannot delete");                             \
+            return -1;                                                                     \
+        }                                                                                  \
+        type x = conv(v);                                                                  \
+        if (x == (type)-1 && PyErr_Occurred()) return -1;                                  \
+        expr = x;                                                                          \
+        return 0;                                                                          \
+    }
+AUTO_COUNT(in_data, auto_tls.in_data, long, PyLong_AsLong)
+AUTO_COUNT(samples, auto_tls.samples, unsigned long long, PyLong_AsUnsignedLongLong)
+AUTO_COUNT(tokens, auto_tls.tokens, unsigned long long, PyLong_AsUnsignedLongLong)
+
+static PyGetSetDef auto_state_getset[] = {
+    {"open", auto_get_open, auto_set_open, "this thread's automatic step is open", NULL},
+    {"in_data", auto_get_in_data, auto_set_in_data, "this thread is inside DataLoader __next__", NULL},
+    {"samples", auto_get_samples, auto_set_samples, "samples counted on this thread", NULL},
+    {"tokens", auto_get_tokens, auto_set_tokens, "tokens counted on this thread", NULL},
+    {"auto", auto_get_auto, auto_set_auto, "the auto hook owns step boundaries (all threads)", NULL},
+    {"opt_phase", auto_get_opt_phase, auto_set_opt_phase,
+     "the optimizer hooks push the optimizer range (all threads)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject auto_state_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "trainperf._core.AutoState",
+    .tp_basicsize = sizeof(core_auto_state),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The auto hook's step state: open, in_data, samples, tokens per thread; "
+              "auto, opt_phase for the process.",
+    .tp_getset = auto_state_getset,
+};
+
+/* One object of the hooks below: what each calls back into Python for (the
+ * rare cases) and the original it wraps. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    PyObject *orig;    /* data_next: the original __next__ */
+    PyObject *ev;      /* _evalhooks.ev (its .active) */
+    PyObject *begin;   /* _autohook._begin_if_closed */
+    PyObject *other;   /* data_next: count(batch); opt_pre: eval_leave */
+    PyObject *tensor;  /* data_next: torch.Tensor */
+} core_hook;
+
+static void hook_dealloc(core_hook *h)
+{
+    PyObject_GC_UnTrack(h);
+    Py_CLEAR(h->dict);
+    Py_CLEAR(h->orig);
+    Py_CLEAR(h->ev);
+    Py_CLEAR(h->begin);
+    Py_CLEAR(h->other);
+    Py_CLEAR(h->tensor);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static int hook_traverse(core_hook *h, visitproc visit, void *arg)
+{
+    Py_VISIT(h->dict);
+    Py_VISIT(h->orig);
+    Py_VISIT(h->ev);
+    Py_VISIT(h->begin);
+    Py_VISIT(h->other);
+    Py_VISIT(h->tensor);
+    return 0;
+}
+
+static int hook_clear(core_hook *h)
+{
+    Py_CLEAR(h->dict);
+    Py_CLEAR(h->orig);
+    Py_CLEAR(h->ev);
+    Py_CLEAR(h->begin);
+    Py_CLEAR(h->other);
+    Py_CLEAR(h->tensor);
+    return 0;
+}
+
+/* Begin the automatic step when none is open: the Python side does the
+ * rest (the first step starts the sampler, profiling hooks). */
+static int auto_begin_if_closed(core_hook *h)
+{
+    if (auto_tls.open || !auto_on || explicit_steps) return 0;
+    PyObject *r = PyObject_CallNoArgs(h->begin);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* 1 when ev.active is true, 0 when not, -1 on error */
+static int auto_eval_active(core_hook *h)
+{
+    PyObject *a = PyObject_GetAttr(h->ev, str_active);
+    if (!a) return -1;
+    int b = PyObject_IsTrue(a);
+    Py_DECREF(a);
+    return b;
+}
+
+/* Samples of a (tensor, ...) batch without a call into Python: 1 when
+ * counted, 0 when the batch is not that shape. */
+static int auto_count_fast(core_hook *h, PyObject *batch)
+{
+    PyObject *first;
+    if (PyTuple_CheckExact(batch) && PyTuple_GET_SIZE(batch) > 0)
+        first = PyTuple_GET_ITEM(batch, 0);
+    else if (PyList_CheckExact(batch) && PyList_GET_SIZE(batch) > 0)
+        first = PyList_GET_ITEM(batch, 0);
+    else
+        return 0;
+    if (!PyObject_TypeCheck(first, (PyTypeObject *)h->tensor)) return 0;
+    PyObject *shape = PyObject_GetAttr(first, str_shape);
+    if (!shape) {
+        PyErr_Clear();
+        return 0;
+    }
+    int done = 0;
+    if (PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) > 0) {
+        unsigned long long n = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(shape, 0));
+        if (n == (unsigned long long)-1 && PyErr_Occurred())
+            PyErr_Clear();
+        else {
+            auto_tls.samples += n;
+            done = 1;
+        }
+    }
+    Py_DECREF(shape);
+    return done;
+}
+
+/* DataLoader iterators' __next__: the "data" phase around the original, then
+ * the batch's samples (an evaluation's batches are neither). */
+static PyObject *data_next_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                      PyObject *kwnames)
+{
+    core_hook *h = (core_hook *)self;
+    if (auto_begin_if_closed(h) < 0) return NULL;
+    int active = auto_eval_active(h);
+    if (active < 0) return NULL;
+    if (active) return PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    auto_tls.in_data++;
+    tpf_range_push(TPF_PHASE_DATA);
+    PyObject *batch = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    tpf_range_pop();
+    auto_tls.in_data--;
+    if (!batch || auto_count_fast(h, batch)) return batch;
+    PyObject *r = PyObject_CallOneArg(h->other, batch);
+    if (r)
+        Py_DECREF(r);
+    else
+        PyErr_Clear(); /* a batch not counted, never a failed step */
+    return batch;
+}
+
+/* As a method of the iterator class: bound like a function. */
+static PyObject *hook_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+/* Global optimizer step pre-hook (opt, args, kwargs). */
+static PyObject *opt_pre_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                    PyObject *kwnames)
+{
+    core_hook *h = (core_hook *)self;
+    int active = auto_eval_active(h);
+    if (active < 0) return NULL;
+    if (active) {
+        PyObject *r = PyObject_CallNoArgs(h->other);
+        if (!r) return NULL;
+        Py_DECREF(r);
+    }
+    if (auto_begin_if_closed(h) < 0) return NULL;
+    if (auto_opt_phase) tpf_range_push(TPF_PHASE_OPTIMIZER);
+    Py_RETURN_NONE;
+}
+
+/* Global optimizer step post-hook (opt, args, kwargs): each step of the
+ * primary optimizer ends this thread's step and begins the next. */
+static PyObject *opt_post_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames)
+{
+    if (auto_opt_phase) tpf_range_pop();
+    if (PyVectorcall_NARGS(nargsf) < 1) Py_RETURN_NONE;
+    const void *oid = args[0];
+    if (auto_primary == NULL) {
+        auto_primary = oid;
+    } else if (auto_primary != oid) {
+        /* a GAN's second optimizer alternates with the primary (no step);
+         * a later training stage's replaces it once it steps twice in a row */
+        if (auto_other == oid) {
+            auto_other_n++;
+        } else {
+            auto_other = oid;
+            auto_other_n = 1;
+        }
+        if (auto_other_n < 2) Py_RETURN_NONE;
+        auto_primary = oid;
+    }
+    auto_other = NULL;
+    auto_other_n = 0;
+    if (auto_tls.open) {
+        if (explicit_steps) {
+            auto_tls.open = 0;
+        } else {
+            tpf_step_end(auto_tls.samples, auto_tls.tokens);
+            auto_tls.samples = auto_tls.tokens = 0;
+            tpf_step_begin();
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *hook_repr(core_hook *h)
+{
+    return PyUnicode_FromFormat("<trainperf %s>", Py_TYPE(h)->tp_name);
+}
+
+static PyGetSetDef hook_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+#define HOOK_TYPE(cname, pyname, flags, descr, doc)                                        \
+    static PyTypeObject cname = {                                                          \
+        PyVarObject_HEAD_INIT(NULL, 0)                                                     \
+        .tp_name = "trainperf._core." pyname,                                              \
+        .tp_basicsize = sizeof(core_hook),                                                 \
+        .tp_dealloc = (destructor)hook_dealloc,                                            \
+        .tp_repr = (reprfunc)hook_repr,                                                    \
+        .tp_call = PyVectorcall_Call,                                                      \
+        .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | CORE_HAVE_VECTORCALL | flags, \
+        .tp_doc = doc,                                                                     \
+        .tp_traverse = (traverseproc)hook_traverse,                                        \
+        .tp_clear = (inquiry)hook_clear,                                                   \
+        .tp_getset = hook_getset,                                                          \
+        .tp_descr_get = descr,                                                             \
+        .tp_dictoffset = offsetof(core_hook, dict),                                        \
+        .tp_vectorcall_offset = offsetof(core_hook, vectorcall),                           \
+    }
+HOOK_TYPE(data_next_type, "DataNext", Py_TPFLAGS_METHOD_DESCRIPTOR, hook_descr_get,
+          "DataLoader iterators' __next__ timed as the data phase (auto_hooks()).");
+HOOK_TYPE(opt_pre_type, "OptPre", 0, NULL, "The auto hook's optimizer step pre-hook.");
+HOOK_TYPE(opt_post_type, "OptPost", 0, NULL, "The auto hook's optimizer step post-hook.");
+
+static PyObject *hook_new(PyTypeObject *type, vectorcallfunc call, PyObject *orig, PyObject *ev,
+                          PyObject *begin, PyObject *other, PyObject *tensor)
+{
+    core_hook *h = PyObject_GC_New(core_hook, type);
+    if (!h) return NULL;
+    h->vectorcall = call;
+    h->dict = NULL;
+    h->orig = orig;
+    h->ev = ev;
+    h->begin = begin;
+    h->other = other;
+    h->tensor = tensor;
+    Py_XINCREF(orig);
+    Py_XINCREF(ev);
+    Py_XINCREF(begin);
+    Py_XINCREF(other);
+    Py_XINCREF(tensor);
+    PyObject_GC_Track(h);
+    return (PyObject *)h;
+}
+
+/* data_next(orig, ev, begin, count, tensor_type) -> DataNext;
+ * opt_hooks(ev, begin, eval_leave) -> (pre, post). */
+static PyObject *core_data_next(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[2]) ||
+        !PyCallable_Check(args[3]) || !PyType_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "data_next(orig, ev, begin, count, tensor_type): callables and a type");
+        return NULL;
+    }
+    return hook_new(&data_next_type, data_next_vectorcall, args[0], args[1], args[2], args[3],
+                    args[4]);
+}
+
+static PyObject *core_opt_hooks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "opt_hooks(ev, begin, eval_leave): callables");
+        return NULL;
+    }
+    PyObject *pre = hook_new(&opt_pre_type, opt_pre_vectorcall, NULL, args[0], args[1], args[2],
+                             NULL);
+    if (!pre) return NULL;
+    PyObject *post = hook_new(&opt_post_type, opt_post_vectorcall, NULL, NULL, NULL, NULL, NULL);
+    if (!post) {
+        Py_DECREF(pre);
+        return NULL;
+    }
+    PyObject *t = PyTuple_Pack(2, pre, post);
+    Py_DECREF(pre);
+    Py_DECREF(post);
+    return t;
+}
+
 /* ---- plain probe calls ------------------------------------------------- */
 
 static PyObject *core_step_begin(PyObject *self, PyObject *unused)
@@ -536,6 +896,10 @@ static PyMethodDef core_methods[] = {
     {"range_pop", core_range_pop, METH_NOARGS, "range_pop($module, /)\n--\n\nPop the innermost range."},
     {"timed", (PyCFunction)(void (*)(void))core_timed_new, METH_FASTCALL,
      "timed($module, fn, name, /)\n--\n\nA callable running fn inside range name (push, call, pop in C)."},
+    {"data_next", (PyCFunction)(void (*)(void))core_data_next, METH_FASTCALL,
+     "data_next($module, orig, ev, begin, count, tensor_type, /)\n--\n\nThe auto hook's DataLoader __next__ (a method)."},
+    {"opt_hooks", (PyCFunction)(void (*)(void))core_opt_hooks, METH_FASTCALL,
+     "opt_hooks($module, ev, begin, eval_leave, /)\n--\n\nThe auto hook's global optimizer step (pre, post) hooks."},
     {"counter", (PyCFunction)(void (*)(void))core_counter, METH_FASTCALL,
      "counter($module, name, value, /)\n--\n\nRecord a sampled value."},
     {"mark", core_mark, METH_O, "mark($module, name, /)\n--\n\nRecord an instant event."},
@@ -564,8 +928,13 @@ PyMODINIT_FUNC PyInit__core(void);
 PyMODINIT_FUNC PyInit__core(void)
 {
     if (PyType_Ready(&phase_type) < 0 || PyType_Ready(&step_type) < 0 ||
-        PyType_Ready(&timed_type) < 0)
+        PyType_Ready(&timed_type) < 0 || PyType_Ready(&auto_state_type) < 0 ||
+        PyType_Ready(&data_next_type) < 0 || PyType_Ready(&opt_pre_type) < 0 ||
+        PyType_Ready(&opt_post_type) < 0)
         return NULL;
+    str_active = PyUnicode_InternFromString("active");
+    str_shape = PyUnicode_InternFromString("shape");
+    if (!str_active || !str_shape) return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (!m) return NULL;
     name_ids = PyDict_New();
@@ -585,6 +954,11 @@ PyMODINIT_FUNC PyInit__core(void)
     Py_INCREF(&step_type);
     if (PyModule_AddObject(m, "Step", (PyObject *)&step_type) < 0) {
         Py_DECREF(&step_type);
+        goto fail;
+    }
+    PyObject *st = PyType_GenericAlloc(&auto_state_type, 0);
+    if (!st || PyModule_AddObject(m, "auto_state", st) < 0) {
+        Py_XDECREF(st);
         goto fail;
     }
     return m;

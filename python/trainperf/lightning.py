@@ -107,7 +107,7 @@ class TrainperfCallback(Callback):
             # model.eval(), closed by the next training forward: Lightning
             # restores train mode without model.train()) would stay open into
             # our step; both interleave with our ranges on one stack.
-            _autohook._opt_phase = False
+            _autohook.set_opt_phase(False)
             _evalhooks.ev.ranges = False
         _autohook.patch_dataloader()
         d = trainperf.run_dir()
@@ -124,7 +124,7 @@ class TrainperfCallback(Callback):
     def _end(self):
         self._set_phase(0)
         if self._records:
-            _autohook._opt_phase = True
+            _autohook.set_opt_phase(True)
             _evalhooks.ev.ranges = True
         if self._hooks is not None:
             self._hooks.close()
