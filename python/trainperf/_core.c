@@ -469,18 +469,6 @@ typedef struct {
     PyObject *tensor;  /* data_next: torch.Tensor */
 } core_hook;
 
-static void hook_dealloc(core_hook *h)
-{
-    PyObject_GC_UnTrack(h);
-    Py_CLEAR(h->dict);
-    Py_CLEAR(h->orig);
-    Py_CLEAR(h->ev);
-    Py_CLEAR(h->begin);
-    Py_CLEAR(h->other);
-    Py_CLEAR(h->tensor);
-    Py_TYPE(h)->tp_free((PyObject *)h);
-}
-
 static int hook_traverse(core_hook *h, visitproc visit, void *arg)
 {
     Py_VISIT(h->dict);
@@ -501,6 +489,13 @@ static int hook_clear(core_hook *h)
     Py_CLEAR(h->other);
     Py_CLEAR(h->tensor);
     return 0;
+}
+
+static void hook_dealloc(core_hook *h)
+{
+    PyObject_GC_UnTrack(h);
+    hook_clear(h);
+    Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
 /* Begin the automatic step when none is open: the Python side does the
