@@ -270,26 +270,3 @@ def test_marginal_comm_on_a_contended_host_is_contention_evidence(run_cli, tmp_p
     dg = diagnosis(run_cli, make_run(tmp_path / "b", steady_steps(60, 20.0, extra=comm(0.5)),
                                      busy_metrics(8)))
     assert "communication" in ids(dg), ids(dg)
-
-
-def test_loader_workers_starved_by_other_processes_are_contention(run_cli, tmp_path):
-    # Issue 12 (healthy_workers2 on a loaded host): two workers with cheap
-    # batches; others take the cores, so the workers wait for a CPU and the
-    # step waits for them. The run asked for about one core of two: on free
-    # cores they keep up. The wait is contention's evidence, not input-bound.
-    data = lambda i: {"data_ns": int(5e6)}
-    st = steady_steps(100, 20.0, data_ms=5.0, extra=data)
-    starved = [dict(m, cpu_pct=100, psi_cpu_some_pct=95, tree_procs=3, tree_cpu_pct=20,
-                    main_cpu_pct=18, tree_runq_pct=85, tree_runnable=2) for m in quiet_metrics(8)]
-    dg = diagnosis(run_cli, make_run(tmp_path / "a", st, starved))
-    assert ids(dg)[:2] == ["cpu-contention", "compute-bound"], ids(dg)
-    assert any(e["name"] == "data_wait_share" for e in dg["primary"]["evidence"])
-    # workers that ask for both cores themselves are a loader too slow for
-    # the model, contention or not
-    busy = [dict(m, tree_cpu_pct=110, tree_runq_pct=120) for m in starved]
-    dg = diagnosis(run_cli, make_run(tmp_path / "b", st, busy))
-    assert "input-bound" in ids(dg), ids(dg)
-    # so is no worker at all: the main process loads its own batches
-    alone = [dict(m, tree_procs=1) for m in starved]
-    dg = diagnosis(run_cli, make_run(tmp_path / "c", st, alone))
-    assert "input-bound" in ids(dg), ids(dg)

@@ -940,32 +940,6 @@ void diag_compute(diag_run *r)
         if (iu > is) iu--;
         if (ic > is) ic--;
     }
-    /* and waiting for batches that worker processes make, when the whole
-     * tree asked for less CPU than the cores (CPU used + run-queue wait)
-     * and its threads waited for a CPU a larger share of the time than the
-     * step waited for data: the workers were starved by the other
-     * processes, not too slow for the model (on free cores they keep up);
-     * the wait stays as contention's evidence */
-    int iin = -1;
-    for (int i = 0; i < nc; i++)
-        if (strcmp(cand[i].id, "input-bound") == 0) iin = i;
-    if (ic >= 0 && iin >= 0 && c.workers > 0 && r->cause.runq_n >= 2 && isfinite(c.tree_cpu) &&
-        isfinite(c.cpus)) {
-        double wait = r->cause.runq_sum / r->cause.runq_n; /* % of one core */
-        double cores = r->cause.usable_n ? round(r->cause.usable_sum / r->cause.usable_n) : c.cpus;
-        double wanted = c.tree_cpu + wait;
-        if (wanted < 100 * cores && cand[iin].score < cand[ic].score) {
-            ev(&cand[ic], "data_wait_share", cand[iin].score,
-               "waiting for batches took %.0f%% of step time while %d loader worker%s waited for "
-               "a CPU too (the run asked for %.1f of %.0f cores)",
-               100 * cand[iin].score, c.workers, c.workers == 1 ? "" : "s", wanted / 100, cores);
-            for (int i = iin; i + 1 < nc; i++)
-                copy_finding(&cand[i], &cand[i + 1]);
-            nc--;
-            if (iu > iin) iu--;
-            if (ic > iin) ic--;
-        }
-    }
     /* and collectives on one host whose share is within twice the
      * threshold: ranks that wait for a CPU also arrive late at every
      * all-reduce and move its bytes slowly (gloo reduces on the CPU), so
