@@ -191,6 +191,54 @@ def test_eval_batches_are_eval_time_not_data_wait(cli, tmp_path):
     assert all(int(r["samples"]) == 16 for r in rows)
 
 
+FROZEN_TEACHER = """
+import torch
+torch.manual_seed(0)
+teacher = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(),
+                              torch.nn.Linear(512, 10)).eval()
+student = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+opt = torch.optim.SGD(student.parameters(), lr=0.01)
+val = torch.randn(64, 64)
+for i in range(30):
+    x = torch.randn(32, 64)
+    with torch.no_grad():
+        t = teacher(x)
+    loss = torch.nn.functional.mse_loss(student(x), t)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if i % 10 == 9:  # a real evaluation of the student
+        student.eval()
+        with torch.no_grad():
+            for _ in range(20):
+                student(val)
+        student.train()
+"""
+
+
+def test_frozen_teacher_is_training_not_eval(cli, tmp_path):
+    # Issue 12: a distillation teacher run under no_grad in every step was
+    # timed as the model (the first module called) and its forward opened
+    # "eval", which stayed open over the student's forward and backward until
+    # the optimizer step: most of every step counted as evaluation. Once an
+    # optimizer steps while a forward-opened eval is open, that module is a
+    # frozen helper and the trained module is found; a real evaluation after
+    # that is still eval.
+    script = tmp_path / "distill.py"
+    script.write_text(FROZEN_TEACHER)
+    res = trainperf_run(cli, tmp_path / "run", script)
+    assert res.returncode == 0, res.stderr
+    rows = steps(tmp_path / "run")
+    assert len(rows) == 30
+    # only the first step, before the teacher was recognised, and the three
+    # evaluations carry eval time
+    ev = [int(r["step"]) for r in rows if int(r["eval_ns"]) > 0]
+    assert 3 <= len(ev) <= 4, ev
+    assert set(ev) - {0} <= {9, 10, 19, 20, 29}, ev
+    later = rows[2:]
+    assert all(int(r["forward_ns"]) > 0 and int(r["backward_ns"]) > 0 for r in later)
+
+
 LIGHTNING_CB = """
     import sys, torch, lightning as L
     from torch.utils.data import DataLoader, TensorDataset

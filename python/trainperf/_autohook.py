@@ -366,9 +366,11 @@ def hook_forward(module):
             if ev.active:
                 eval_leave()
             push(2)  # TPF_PHASE_FORWARD
+        elif getattr(mod, "_trainperf_frozen", False):
+            push(2)  # a frozen helper inside the step (_evalhooks.step_in_eval)
         else:
             if not ev.active:
-                eval_enter()
+                eval_enter(mod)
             push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
         ev.in_fwd += 1
 
@@ -419,9 +421,11 @@ def hook_forward_fast(module):
             if ev.active:
                 eval_leave()
             push(2)  # TPF_PHASE_FORWARD
+        elif getattr(self, "_trainperf_frozen", False):
+            push(2)  # a frozen helper inside the step (_evalhooks.step_in_eval)
         else:
             if not ev.active:
-                eval_enter()
+                eval_enter(self)
             push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
         ev.in_fwd += 1
         try:
@@ -482,7 +486,7 @@ def patch_torch(torch):
 
     def opt_pre(opt, args, kwargs):
         if ev.active:
-            _evalhooks.eval_leave()
+            _evalhooks.step_in_eval()
         if not st.open:
             _begin_if_closed()
         if _opt_phase:
@@ -543,9 +547,16 @@ def patch_torch(torch):
     Module = modmod.Module
     orig_call = Module.__dict__["__call__"]
 
+    # after a frozen helper was found (_evalhooks.step_in_eval): the next
+    # module called for training outside the timed one's forward
+    want_trained = [False]
+
     def first_call(self, *args, **kwargs):
         if st.in_data or Module.__dict__.get("__call__") is not first_call:
             # transforms in the data pipeline are not the model
+            return orig_call(self, *args, **kwargs)
+        if want_trained[0] and (ev.in_fwd or not self.training or not torch.is_grad_enabled()
+                                or getattr(self, "_trainperf_forward_hooked", False)):
             return orig_call(self, *args, **kwargs)
         Module.__call__ = orig_call
         if not st.open:
@@ -556,6 +567,13 @@ def patch_torch(torch):
         return orig_call(self, *args, **kwargs)
 
     Module.__call__ = first_call
+
+    def rearm():
+        if Module.__dict__.get("__call__") is orig_call:
+            want_trained[0] = True
+            Module.__call__ = first_call
+
+    _evalhooks.rearm = rearm
 
     try:
         from trainperf import _failhooks

@@ -42,6 +42,7 @@ class _Ev:
     thread = None           # ident of the thread running steps
     ranges = True           # push the eval range (False: a callback records eval itself)
     pushed = False          # this eval pushed one
+    opener = None           # the module whose forward opened it (None: model.eval())
 
 
 ev = _Ev()
@@ -56,8 +57,9 @@ def _now():
     return time.monotonic()
 
 
-def eval_enter():
-    """Open the eval phase (only at the top level of the training thread)."""
+def eval_enter(opener=None):
+    """Open the eval phase (only at the top level of the training thread);
+    opener is the module whose grad-off or eval-mode forward opened it."""
     if ev.active or ev.in_fwd or _push is None:
         return
     if ev.thread is not None and threading.get_ident() != ev.thread:
@@ -66,6 +68,7 @@ def eval_enter():
     if _autohook._st.in_data:
         return
     ev.active = True
+    ev.opener = opener
     ev.entries += 1
     ev.t_enter = _now()
     ev.pushed = ev.ranges
@@ -82,10 +85,33 @@ def eval_leave():
     if _autohook._st.in_data:
         return
     ev.active = False
+    ev.opener = None
     ev.time_s += _now() - ev.t_enter
     if ev.pushed:
         ev.pushed = False
         _pop()
+
+
+rearm = None  # set by the auto hook: look again for the module being trained
+
+
+def step_in_eval():
+    """The optimizer steps while the eval phase is open. When a forward (not
+    model.eval()) opened it, the timed module was never called for training
+    since: it is a frozen helper run inside every step (a distillation
+    teacher, a frozen encoder under no_grad), not an evaluation. From now
+    on its forwards are training forwards, and the auto hook looks for the
+    module that is trained. (The one step already seen stays mislabelled.)"""
+    m = ev.opener
+    eval_leave()
+    if m is None or getattr(m, "_trainperf_frozen", False):
+        return
+    try:
+        m._trainperf_frozen = True
+        if rearm is not None:
+            rearm()
+    except Exception:
+        pass
 
 
 # --- model.eval() / model.train() ------------------------------------------
