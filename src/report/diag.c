@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trainperf.h"
@@ -666,6 +667,33 @@ static int ended_after_loop(const diag_run *r, double alert_t)
            isfinite(r->last_end_s) && r->last_end_s < alert_t;
 }
 
+static int by_start(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The steps slower than UNSTABLE_TAIL x the median among the slowest kept;
+ * *episodes the runs they form: slow steps that follow each other within two
+ * median steps are one episode. */
+static int slow_episodes(const diag_run *r, double p50_ms, int *episodes)
+{
+    double start[DC_MAX_SLOW][2];
+    int n = 0;
+    for (int i = 0; i < r->cause.nslow && i < DC_MAX_SLOW; i++)
+        if (r->cause.slow[i].ms > UNSTABLE_TAIL * p50_ms) {
+            start[n][0] = r->cause.slow[i].start;
+            start[n][1] = r->cause.slow[i].end;
+            n++;
+        }
+    qsort(start, (size_t)n, sizeof(start[0]), by_start);
+    int e = 0;
+    for (int i = 0; i < n; i++)
+        if (i == 0 || !(start[i][0] - start[i - 1][1] <= 2 * p50_ms / 1e3)) e++;
+    *episodes = e;
+    return n;
+}
+
 static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
 {
     double t;
@@ -677,11 +705,13 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
      * made of several slow steps (p99 of a short run is its slowest step) */
     double n = (double)r->sf.step_ns.count;
     double p95r = isfinite(c->f.step_p95) && c->f.step_p50 > 0 ? c->f.step_p95 / c->f.step_p50 : NAN;
-    int nslow = 0;
-    for (int i = 0; i < r->cause.nslow; i++)
-        if (r->cause.slow[i].ms > UNSTABLE_TAIL * c->f.step_p50) nslow++;
-    /* (the slowest DC_MAX_SLOW are kept: all of them slow is many) */
-    int many = nslow >= UNSTABLE_MIN_SLOW && (nslow >= 0.01 * n || nslow == DC_MAX_SLOW);
+    int episodes = 0;
+    int nslow = slow_episodes(r, c->f.step_p50, &episodes);
+    /* (the slowest DC_MAX_SLOW are kept: all of them slow is many); and
+     * spread over the run: one burst of slow steps in a row is one event
+     * (another job took the cores for a moment), a spike, not instability */
+    int many = nslow >= UNSTABLE_MIN_SLOW && (nslow >= 0.01 * n || nslow == DC_MAX_SLOW) &&
+               episodes >= UNSTABLE_MIN_SLOW;
     int noisy = n >= 10 && ((isfinite(c->f.step_cv) && c->f.step_cv >= UNSTABLE_CV &&
                              isfinite(p95r) && p95r >= UNSTABLE_P95) ||
                             (isfinite(tail) && tail >= UNSTABLE_TAIL && many));
