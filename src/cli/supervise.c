@@ -121,56 +121,43 @@ bad:
     return -1;
 }
 
+/* A bound given as a duration, 'auto' (0) or 'off' (-1) into *out; 1, or -1
+ * after saying what was expected. */
+static int parse_bound(const char *opt, const char *val, const char *expect, double *out)
+{
+    if (strcmp(val, "off") == 0 || strcmp(val, "auto") == 0) {
+        *out = strcmp(val, "off") == 0 ? -1 : 0;
+        return 1;
+    }
+    double d = sup_parse_duration(val);
+    if (d < 1 || d > 30 * 86400.0) {
+        cli_error("%s '%s': expected a duration of at least 1s %s", opt, val, expect);
+        return -1;
+    }
+    *out = d;
+    return 1;
+}
+
 int sup_parse_opt(sup_opts *o, const char *opt, const char *val)
 {
     if (strcmp(opt, "--hang-timeout") == 0) {
-        if (strcmp(val, "off") == 0) {
-            o->hang_timeout_s = -1;
-            return 1;
-        }
-        if (strncmp(val, "auto", 4) == 0 && (val[4] == 0 || val[4] == ':')) {
-            o->hang_timeout_s = 0;
-            if (val[4] == ':') {
-                double f = sup_parse_duration(val + 5);
-                if (f < 1 || f > 30 * 86400.0) {
-                    cli_error("--hang-timeout '%s': the floor after 'auto:' must be a duration "
-                              "of at least 1s (e.g. auto:2m)",
-                              val);
-                    return -1;
-                }
-                o->hang_floor_s = f;
+        if (strncmp(val, "auto:", 5) == 0) {
+            double f = sup_parse_duration(val + 5);
+            if (f < 1 || f > 30 * 86400.0) {
+                cli_error("--hang-timeout '%s': the floor after 'auto:' must be a duration "
+                          "of at least 1s (e.g. auto:2m)",
+                          val);
+                return -1;
             }
+            o->hang_timeout_s = 0;
+            o->hang_floor_s = f;
             return 1;
         }
-        double d = sup_parse_duration(val);
-        if (d < 1 || d > 30 * 86400.0) {
-            cli_error("--hang-timeout '%s': expected a duration of at least 1s (90s, 10m, 2h), "
-                      "'auto', 'auto:FLOOR' or 'off'",
-                      val);
-            return -1;
-        }
-        o->hang_timeout_s = d;
-        return 1;
+        return parse_bound(opt, val, "(90s, 10m, 2h), 'auto', 'auto:FLOOR' or 'off'",
+                           &o->hang_timeout_s);
     }
-    if (strcmp(opt, "--startup-timeout") == 0) {
-        if (strcmp(val, "off") == 0) {
-            o->startup_s = -1;
-            return 1;
-        }
-        if (strcmp(val, "auto") == 0) {
-            o->startup_s = 0;
-            return 1;
-        }
-        double d = sup_parse_duration(val);
-        if (d < 1 || d > 30 * 86400.0) {
-            cli_error("--startup-timeout '%s': expected a duration of at least 1s (5m, 1h), "
-                      "'auto' or 'off'",
-                      val);
-            return -1;
-        }
-        o->startup_s = d;
-        return 1;
-    }
+    if (strcmp(opt, "--startup-timeout") == 0)
+        return parse_bound(opt, val, "(5m, 1h), 'auto' or 'off'", &o->startup_s);
     if (strcmp(opt, "--on-hang") == 0) {
         if (strcmp(val, "dump") == 0)
             o->on_hang = SUP_HANG_DUMP;
