@@ -526,7 +526,7 @@ def patch_torch(torch):
     if c_hooks is not None and _hooks is None and _tune is None:
         # the same in C (_core.c, opt_hooks): no Python frame per step; the
         # profiling hooks and tune trials keep the Python ones
-        opt_pre, opt_post = c_hooks.opt_hooks(ev, _begin_if_closed, _evalhooks.eval_leave)
+        opt_pre, opt_post = c_hooks.opt_hooks(ev, _begin_if_closed, _evalhooks.step_in_eval)
     handles["opt_pre"] = optmod.register_optimizer_step_pre_hook(opt_pre)
     handles["opt_post"] = optmod.register_optimizer_step_post_hook(opt_post)
 

@@ -465,7 +465,7 @@ typedef struct {
     PyObject *orig;    /* data_next: the original __next__ */
     PyObject *ev;      /* _evalhooks.ev (its .active) */
     PyObject *begin;   /* _autohook._begin_if_closed */
-    PyObject *other;   /* data_next: count(batch); opt_pre: eval_leave */
+    PyObject *other;   /* data_next: count(batch); opt_pre: step_in_eval */
     PyObject *tensor;  /* data_next: torch.Tensor */
 } core_hook;
 
@@ -691,7 +691,7 @@ static PyObject *hook_new(PyTypeObject *type, vectorcallfunc call, PyObject *ori
 }
 
 /* data_next(orig, ev, begin, count, tensor_type) -> DataNext;
- * opt_hooks(ev, begin, eval_leave) -> (pre, post). */
+ * opt_hooks(ev, begin, step_in_eval) -> (pre, post). */
 static PyObject *core_data_next(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 5 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[2]) ||
@@ -707,7 +707,7 @@ static PyObject *core_data_next(PyObject *self, PyObject *const *args, Py_ssize_
 static PyObject *core_opt_hooks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3 || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "opt_hooks(ev, begin, eval_leave): callables");
+        PyErr_SetString(PyExc_TypeError, "opt_hooks(ev, begin, step_in_eval): callables");
         return NULL;
     }
     PyObject *pre = hook_new(&opt_pre_type, opt_pre_vectorcall, NULL, args[0], args[1], args[2],
@@ -894,7 +894,7 @@ static PyMethodDef core_methods[] = {
     {"data_next", (PyCFunction)(void (*)(void))core_data_next, METH_FASTCALL,
      "data_next($module, orig, ev, begin, count, tensor_type, /)\n--\n\nThe auto hook's DataLoader __next__ (a method)."},
     {"opt_hooks", (PyCFunction)(void (*)(void))core_opt_hooks, METH_FASTCALL,
-     "opt_hooks($module, ev, begin, eval_leave, /)\n--\n\nThe auto hook's global optimizer step (pre, post) hooks."},
+     "opt_hooks($module, ev, begin, step_in_eval, /)\n--\n\nThe auto hook's global optimizer step (pre, post) hooks."},
     {"counter", (PyCFunction)(void (*)(void))core_counter, METH_FASTCALL,
      "counter($module, name, value, /)\n--\n\nRecord a sampled value."},
     {"mark", core_mark, METH_O, "mark($module, name, /)\n--\n\nRecord an instant event."},
