@@ -245,7 +245,7 @@ def _wait_gone(pid, timeout=120):
 def test_killed_collector_loses_no_published_step(cli, tmp_path):
     d = tmp_path / "r"
     tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps", "400",
-                           "--quiet"], env=env_clean(), stdout=subprocess.DEVNULL,
+                           "--data-delay-ms", "10", "--quiet"], env=env_clean(), stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
     for _ in range(2000):
         if (d / "steps.csv").exists() and len((d / "steps.csv").read_text().splitlines()) > 30:
@@ -465,7 +465,7 @@ def test_no_segments_left_after_normal_failed_and_killed_runs(cli, tmp_path):
     # `trainperf report` has recovered the run from them.
     d = tmp_path / "killed"
     tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps", "400",
-                           "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           "--data-delay-ms", "10", "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_rows(d, 30, tp)
     kids = _children(tp.pid)
     tp.kill()
@@ -483,7 +483,7 @@ def test_dead_runs_segments_are_swept_after_recovering_them(cli, tmp_path):
     env = env_clean(TRAINPERF_SHM_DIR=str(base))
     d = tmp_path / "killed"
     tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps", "400",
-                           "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           "--data-delay-ms", "10", "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_rows(d, 30, tp)
     kids = _children(tp.pid)
     tp.kill()
