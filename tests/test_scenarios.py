@@ -21,7 +21,11 @@ _spec.loader.exec_module(harness)
 
 # Known false verdicts (issue 12 tracks them): the test still runs and
 # reports; an unexpected pass is shown as XPASS.
-KNOWN_WRONG = {}
+KNOWN_WRONG = {
+    # right in most runs, wrong in some on a loaded box (issue 12 open for it):
+    "tensorboard_logging": "sometimes unstable: the weight-histogram steps every 50 plus a few "
+                           "slow steps give CV 1.9 and p95/p50 4 with no cause measured",
+}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
