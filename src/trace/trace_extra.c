@@ -569,14 +569,8 @@ void trace_extra_json(jw *w, const tr_rank *k)
         jw_knum(w, "max", x->vmax);
         jw_knum(w, "mean", x->overall);
         if (x->kind == TS_BW) jw_kuint(w, "lost", x->lost);
-        jw_key(w, "bin_mean");
-        jw_arr_begin(w);
-        for (int b = 0; b < k->ts_bins; b++) jw_num(w, x->mean[b]);
-        jw_arr_end(w);
-        jw_key(w, "bin_max");
-        jw_arr_begin(w);
-        for (int b = 0; b < k->ts_bins; b++) jw_num(w, x->max[b]);
-        jw_arr_end(w);
+        jw_knums(w, "bin_mean", x->mean, (size_t)k->ts_bins);
+        jw_knums(w, "bin_max", x->max, (size_t)k->ts_bins);
         jw_obj_end(w);
     }
     jw_arr_end(w);

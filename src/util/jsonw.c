@@ -226,3 +226,11 @@ int json_escape(buf *b, const char *s, size_t n)
     }
     return buf_putc(b, '"');
 }
+
+void jw_knums(jw *w, const char *key, const double *v, size_t n)
+{
+    jw_key(w, key);
+    jw_arr_begin(w);
+    for (size_t i = 0; i < n; i++) jw_num(w, v[i]);
+    jw_arr_end(w);
+}

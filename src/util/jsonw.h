@@ -69,6 +69,8 @@ typedef struct jw_field {
 #define JW_NFIELDS(f) (sizeof(f) / sizeof((f)[0]))
 /* The members of `base` that `f` lists, inside the current object. */
 void jw_fields(jw *w, const void *base, const jw_field *f, size_t n);
+/* "key": [v0, v1, ...] (NaN -> null). */
+void jw_knums(jw *w, const char *key, const double *v, size_t n);
 /* The same as one object: {members}. */
 void jw_fields_obj(jw *w, const void *base, const jw_field *f, size_t n);
 
