@@ -321,7 +321,7 @@ for i in range(4):
     x = torch.randn(4, 8)
     dist.all_reduce(x)
     m(x).sum().backward(); opt.step(); opt.zero_grad()
-print("IDLE", comm.in_flight())
+print("IDLE rank%d" % rank, comm.in_flight(), flush=True)
 dist.destroy_process_group()
 """
 
@@ -335,7 +335,8 @@ def test_in_flight_and_comm_log_of_one_step(tmp_path):
     o = trainperf_run(out, cmd)
     # rank 0 blocked in the barrier while rank 1 sleeps: the hang dump's view
     assert "SEEN barrier 0 2 True" in o, o
-    assert "IDLE []" in o
+    # each rank prints its own line; torchrun interleaves the two streams, so look for each
+    assert "IDLE rank0 []" in o and "IDLE rank1 []" in o, o
     ops = rows(out / "comm" / "ops-rank0.csv")
     assert ops and {o["step"] for o in ops} == {"2"}  # log_step(2): only that step's ops
     per_step = rows(out / "comm" / "steps-rank0.csv")
