@@ -21,14 +21,7 @@ _spec.loader.exec_module(harness)
 
 # Known false verdicts (issue 12 tracks them): the test still runs and
 # reports; an unexpected pass is shown as XPASS.
-KNOWN_WRONG = {
-    # right in most runs, wrong in some on a loaded box (issue 12 open for it):
-    "tensorboard_logging": "sometimes unstable: the weight-histogram steps every 50 plus a few "
-                           "slow steps give CV 1.9 and p95/p50 4 with no cause measured",
-    "tiny_mlp_fast_steps": "sometimes host-code from 17 stack samples: the per-step slicing of "
-                           "the shuffled tensor is 35% of a 1 ms step outside the phases (maybe "
-                           "a true finding: the expectation is under review)",
-}
+KNOWN_WRONG = {}  # scenarios known to get a wrong verdict (none today); name: symptom
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(

@@ -235,10 +235,46 @@ def test_one_slow_step_is_not_unstable(run_cli, tmp_path):
                          if 80 <= i < 85 else None)
     dg = diagnosis(run_cli, make_run(tmp_path / "burst", burst, quiet_metrics(8)))
     assert "unstable" not in ids(dg), ids(dg)
-    # many slow steps over the run are
-    many = steady_steps(100, 2.0, extra=lambda i: {"interval_ns": int(20e6)} if i % 7 == 3 else None)
+    # many slow steps over the run, at no regular interval, are
+    slow = {3, 11, 16, 29, 37, 42, 58, 64, 77, 85, 93}
+    many = steady_steps(100, 2.0, extra=lambda i: {"interval_ns": int(20e6)} if i in slow else None)
     dg = diagnosis(run_cli, make_run(tmp_path / "many", many, quiet_metrics(8)))
     assert "unstable" in ids(dg), ids(dg)
+
+
+def spiky(n, every, spike_ms, pid=100, jitter=0.0):
+    return steady_steps(n, 2.0, extra=lambda i: dict(
+        {"pid": pid, "tid": pid},
+        **({"interval_ns": int((spike_ms + jitter * ((i * 37) % 11)) * 1e6)}
+           if i % every == 0 and i > 0 else {})))
+
+
+def finding(dg, fid):
+    return next(f for f in [dg["primary"]] + dg["secondary"] if f["id"] == fid)
+
+
+def test_periodic_slow_steps_are_named_with_their_period(run_cli, tmp_path):
+    # logging histograms every 50 steps: regular, not unstable; named with
+    # the period, and minor while it costs little (10 ms every 50 steps of 2)
+    dg = diagnosis(run_cli, make_run(tmp_path / "cheap", spiky(400, 50, 10.0), quiet_metrics(8)))
+    assert "unstable" not in ids(dg), ids(dg)
+    assert dg["primary"]["id"] == "compute-bound", ids(dg)
+    f = finding(dg, "step-spikes")
+    assert "every 50 steps" in f["title"], f
+    assert [e["value"] for e in f["evidence"] if e["name"] == "period_steps"] == [50]
+    # the same every 20 steps at 40 ms is a third of the time: it leads
+    dg = diagnosis(run_cli, make_run(tmp_path / "dear", spiky(400, 20, 40.0), quiet_metrics(8)))
+    assert dg["primary"]["id"] == "step-spikes", ids(dg)
+    assert "every 20 steps" in dg["primary"]["title"]
+    share = [e["value"] for e in dg["primary"]["evidence"] if e["name"] == "periodic_share"][0]
+    assert 0.3 < share < 0.6, share  # 38 ms over 20 steps of ~3.9 ms: 0.49
+    # a long run keeps only the slowest steps: the period is still found
+    # (3,000 steps, 60 spikes of slightly different length), and two ranks
+    # slow on the same steps are one pattern
+    two = spiky(3000, 50, 30.0, pid=100, jitter=0.5) + spiky(3000, 50, 30.0, pid=101, jitter=0.5)
+    dg = diagnosis(run_cli, make_run(tmp_path / "long", two, quiet_metrics(8)))
+    assert "every 50 steps" in finding(dg, "step-spikes")["title"], ids(dg)
+    assert "unstable" not in ids(dg), ids(dg)
 
 
 def test_gc_pauses_are_not_host_code(run_cli, tmp_path):

@@ -763,9 +763,36 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
             c->f.step_p99, c->f.step_p50);
         d->score = 0.05;
     }
+    long long period = 0, first = 0;
+    int nper = 0;
+    double per_ms = 0;
+    if (oneoff < 0.5 && !regress &&
+        dc_periodic(r, c->f.step_p50, &period, &nper, &per_ms, &first)) {
+        /* work the loop does every N steps (histograms, an evaluation or a
+         * save left inside the step, gc.collect()): regular, not unstable.
+         * Its cost: the excess of one such step over the median, once a
+         * period, against the mean step */
+        double mean = n > 0 && r->sum_interval_ns > 0 ? r->sum_interval_ns / 1e6 / n : NAN;
+        double lost = isfinite(mean) && mean > 0 ? (per_ms - c->f.step_p50) / (period * mean) : NAN;
+        fmt(d->id, sizeof(d->id), "step-spikes");
+        fmt(d->title, sizeof(d->title), "A slow step every %lld steps", period);
+        fmt(d->summary, sizeof(d->summary),
+            "every %lld steps (from step %lld) a step takes %.1f ms, %.1fx the median %.1f ms: "
+            "periodic work in the loop%s",
+            period, first, per_ms, per_ms / c->f.step_p50, c->f.step_p50,
+            isfinite(lost) ? "" : " (its cost not known)");
+        d->score = isfinite(lost) && lost >= 0.1 ? (lost < 0.6 ? lost : 0.6) : 0.05;
+        ev(d, "period_steps", (double)period, "%d of the slowest steps fall every %lld steps",
+           nper, period);
+        if (isfinite(lost))
+            ev(d, "periodic_share", lost, "those steps cost %.1f%% of training time", 100 * lost);
+        rec(d, "Find what the loop does every %lld steps (logging histograms or images, an "
+               "evaluation, a save, gc.collect()): do it less often, or off the training thread.",
+            period);
+    }
     rec(d, "Look at the slow steps on the timeline (trace.json in Perfetto): periodic evaluation, "
            "checkpoints, logging or garbage collection show up as regular spikes.");
-    if (!r->cause.have_pyprof) {
+    if (!r->cause.have_pyprof && !nper) {
         /* nothing measured the causes (not a zero-code Python run) */
         if (r->python)
             rec(d, "Python's GC pauses (not measured in this run): gc.freeze() after start-up "
@@ -886,6 +913,13 @@ static void copy_finding(dfinding *dst, const dfinding *src)
 }
 
 /* The index of the last candidate with this id, -1 when none. */
+static int has_ev(const dfinding *d, const char *name)
+{
+    for (int k = 0; k < d->nev; k++)
+        if (strcmp(d->ev[k].name, name) == 0) return 1;
+    return 0;
+}
+
 static int cand_find(const dfinding *cand, int nc, const char *id)
 {
     int at = -1;
@@ -943,7 +977,8 @@ void diag_compute(diag_run *r)
      * hang or regression) folds into it */
     int ic = cand_find(cand, nc, "cpu-contention"), iu = -1;
     for (int i = 0; i < nc; i++)
-        if (strcmp(cand[i].id, "unstable") == 0 && strstr(cand[i].title, "stopped") == NULL)
+        if ((strcmp(cand[i].id, "unstable") == 0 && strstr(cand[i].title, "stopped") == NULL) ||
+            (strcmp(cand[i].id, "step-spikes") == 0 && has_ev(&cand[i], "period_steps")))
             iu = i;
     /* so does waiting for batches: loaders deliver them in bursts (two
      * workers finish together), the step time follows the data wait */
@@ -951,18 +986,14 @@ void diag_compute(diag_run *r)
     for (int i = 0; i < nc; i++)
         if (strcmp(cand[i].id, "input-bound") == 0 || strcmp(cand[i].id, "storage-io") == 0)
             if (cand[i].ev[0].name[0] && strcmp(cand[i].ev[0].name, "data_wait_share") == 0) ii = i;
-    if (ic < 0 && ii >= 0 && iu >= 0 && strcmp(cand[iu].id, "unstable") == 0 &&
-        !fired(r, "step_regression", NULL, NULL, 0)) {
+    if (ic < 0 && ii >= 0 && iu >= 0 && !fired(r, "step_regression", NULL, NULL, 0)) {
         cv_ev(&cand[ii], &c, " with the wait for each batch");
         cand_drop(cand, &nc, &iu, NULL, NULL);
     }
     /* and GC pauses, when they hold the slowest steps */
     int ig = cand_find(cand, nc, "gc-pauses");
     if (ig >= 0 && iu >= 0 && !fired(r, "step_regression", NULL, NULL, 0)) {
-        int by_gc = 0;
-        for (int k = 0; k < cand[iu].nev; k++)
-            if (strcmp(cand[iu].ev[k].name, "slow_steps_gc_share") == 0) by_gc = 1;
-        if (by_gc) {
+        if (has_ev(&cand[iu], "slow_steps_gc_share")) {
             cv_ev(&cand[ig], &c, ": the slowest steps held the pauses");
             cand_drop(cand, &nc, &iu, &ic, NULL);
         }
@@ -990,7 +1021,9 @@ void diag_compute(diag_run *r)
            100 * cand[icm].score);
         cand_drop(cand, &nc, &icm, &iu, &ic);
     }
-    if (ic >= 0 && iu >= 0) {
+    /* (a slow step every N steps is the loop's own: waiting for a CPU
+     * keeps no period) */
+    if (ic >= 0 && iu >= 0 && strcmp(cand[iu].id, "unstable") == 0) {
         cv_ev(&cand[ic], &c, ": waiting for a CPU makes steps irregular");
         cand_drop(cand, &nc, &iu, NULL, NULL);
     }

@@ -30,8 +30,8 @@ static const char *base(const char *p)
 
 /* ---- loading ------------------------------------------------------------- */
 
-void dc_step(diag_run *r, double start, double end, double train_ns, double eval_ns,
-             double ckpt_ns, double data_ns)
+void dc_step(diag_run *r, long long step, double start, double end, double train_ns,
+             double eval_ns, double ckpt_ns, double data_ns)
 {
     dcause *c = &r->cause;
     /* data wait against training time (waits inside evaluation are the
@@ -62,7 +62,7 @@ void dc_step(diag_run *r, double start, double end, double train_ns, double eval
         c->slow[i] = c->slow[i - 1];
         i--;
     }
-    c->slow[i] = (dc_slow){start, end, ms};
+    c->slow[i] = (dc_slow){start, end, ms, step};
     c->nslow = n;
 }
 
@@ -225,6 +225,90 @@ void dc_load_pyprof(diag_run *r)
 }
 
 /* ---- findings ------------------------------------------------------------ */
+
+#define PERIOD_MIN_MATCH 3
+#define PERIOD_SHARE 0.7
+
+static int by_step(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Of the step numbers s[0..n) (sorted), the most that share one residue
+ * modulo p; *res gets that residue. */
+static int best_residue(const long long *s, int n, long long p, long long *res)
+{
+    int best = 0;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        for (int j = 0; j < n; j++)
+            if ((s[j] - s[i]) % p == 0) k++;
+        if (k > best) best = k, *res = s[i] % p;
+    }
+    return best;
+}
+
+int dc_periodic(const diag_run *r, double p50_ms, long long *period, int *nmatch,
+                double *mean_ms, long long *first)
+{
+    const dcause *c = &r->cause;
+    long long s[DC_MAX_SLOW];
+    int n = 0;
+    for (int i = 0; i < c->nslow; i++)
+        if (c->slow[i].ms > ONEOFF_FACTOR * p50_ms && c->slow[i].step > 0) s[n++] = c->slow[i].step;
+    if (n < PERIOD_MIN_MATCH) return 0;
+    /* the list keeps the DC_MAX_SLOW slowest steps: when some of them are
+     * under the threshold, every step over it is in the list */
+    int all = n < c->nslow || c->nslow < DC_MAX_SLOW;
+    qsort(s, (size_t)n, sizeof(s[0]), by_step);
+    /* ranks share step numbers: one slow step number once */
+    int u = 1;
+    for (int i = 1; i < n; i++)
+        if (s[i] != s[u - 1]) s[u++] = s[i];
+    n = u;
+    /* with all of them known, the period must recur on most of the turns
+     * it passes (random slow steps share a residue of a short period by
+     * chance, never fill its every turn) */
+    /* candidate periods: the gaps between slow steps. A period's divisors
+     * match as well as it does, its multiples about as 1/k: the longest
+     * period that holds is the one the loop has. */
+    long long bestp = 0, bestres = 0;
+    int bestk = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            long long p = s[j] - s[i];
+            if (p < 2 || p <= bestp) continue;
+            long long res = 0;
+            int k = best_residue(s, n, p, &res);
+            /* the slow steps must span 3 periods: two slow steps are no pattern */
+            if (k < PERIOD_MIN_MATCH || k < PERIOD_SHARE * n) continue;
+            long long lo = -1, hi = -1;
+            for (int m = 0; m < n; m++)
+                if ((s[m] - res) % p == 0) {
+                    if (lo < 0) lo = s[m];
+                    hi = s[m];
+                }
+            if ((hi - lo) / p < PERIOD_MIN_MATCH - 1) continue;
+            if (all && k < 0.6 * ((hi - lo) / p + 1)) continue;
+            bestp = p, bestres = res, bestk = k;
+        }
+    if (!bestp) return 0;
+    double sum = 0;
+    long long f = -1;
+    for (int i = 0; i < c->nslow; i++) {
+        const dc_slow *w = &c->slow[i];
+        if (w->ms > ONEOFF_FACTOR * p50_ms && w->step > 0 && (w->step - bestres) % bestp == 0) {
+            sum += w->ms;
+            if (f < 0 || w->step < f) f = w->step;
+        }
+    }
+    *period = bestp;
+    *nmatch = bestk;
+    *mean_ms = sum / bestk;
+    *first = f;
+    return 1;
+}
 
 double dc_steady_data_share(const diag_run *r, int *ntrim)
 {

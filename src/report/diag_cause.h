@@ -25,6 +25,7 @@ typedef struct dc_event {
 
 typedef struct dc_slow {
     double start, end, ms; /* training time of the step (eval/checkpoint taken out) */
+    long long step;        /* its number in the stream (-1: unknown) */
 } dc_slow;
 
 typedef struct dcause {
@@ -74,8 +75,8 @@ struct dfinding;
  * files leave have_pyprof 0; damaged ones are skipped). */
 void dc_load_pyprof(struct diag_run *r);
 /* Called by load_steps per row / load_metrics per sample. */
-void dc_step(struct diag_run *r, double start, double end, double train_ns, double eval_ns,
-             double ckpt_ns, double data_ns);
+void dc_step(struct diag_run *r, long long step, double start, double end, double train_ns,
+             double eval_ns, double ckpt_ns, double data_ns);
 void dc_metric(struct diag_run *r, double t, const double *v, const int *ok);
 
 
@@ -89,6 +90,13 @@ int dc_cand_compile(const struct diag_run *r, struct dfinding *d);
  * returns the share of the slow steps explained by one-off causes (compile,
  * epoch boundaries), 0..1. */
 double dc_explain_variability(const struct diag_run *r, struct dfinding *d, double p50_ms);
+/* Slow steps that recur every *period steps (logging histograms, a
+ * periodic evaluation left in the step, a manual gc.collect): 1 when at
+ * least 3 of the steps over 3x the median, and 70% of them, fall on one
+ * residue of the longest such period; *nmatch those steps, *mean_ms their
+ * mean, *first the earliest. 0 otherwise. */
+int dc_periodic(const struct diag_run *r, double p50_ms, long long *period, int *nmatch,
+                double *mean_ms, long long *first);
 /* Data wait / training time of the warm steps with the few steps that
  * waited longest left out (epoch starts, worker start-up, one slow batch):
  * the wait a run has on every step. *ntrim gets how many were left out.

@@ -2,7 +2,8 @@
 # needs: tensorboard
 # must_not: unstable, gc-pauses, host-code, input-bound, memory-capacity, undetermined
 """A loop that logs the loss, the learning rate and the gradient norm to
-TensorBoard (SummaryWriter) every step, and weight histograms every 50."""
+TensorBoard (SummaryWriter) every step, and weight histograms every 500
+(once in this run): healthy. tensorboard_histograms.py logs them often."""
 import tempfile
 
 import torch
@@ -12,11 +13,11 @@ torch.manual_seed(0)
 writer = SummaryWriter(tempfile.mkdtemp())
 ds = torch.utils.data.TensorDataset(torch.randn(4096, 256), torch.randint(0, 10, (4096,)))
 dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True)
-model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
-                            torch.nn.ReLU(), torch.nn.Linear(512, 10))
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                            torch.nn.ReLU(), torch.nn.Linear(1024, 10))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 step = 0
-for epoch in range(2):
+for epoch in range(3):
     for x, y in dl:
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
@@ -26,7 +27,7 @@ for epoch in range(2):
         writer.add_scalar("train/loss", loss.item(), step)
         writer.add_scalar("train/grad_norm", gn.item(), step)
         writer.add_scalar("train/lr", opt.param_groups[0]["lr"], step)
-        if step % 50 == 0:
+        if step % 500 == 0:
             for name, p in model.named_parameters():
                 writer.add_histogram(name, p.detach(), step)
         step += 1
