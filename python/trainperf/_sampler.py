@@ -167,10 +167,15 @@ def _kind(stack, ui):
         return "io"
     if src and _SYNC.search(src):
         return "sync"
+    user_names = [c.co_name for c, _ in stack[:ui + 1] if c is not None and _classify(c)[1]]
     if src and _WAIT.search(src) or any(fn.endswith("/threading.py") or
                                         fn.endswith("/queue.py") for fn in inner):
+        # a wait for the next batch (`batch = q.get()` fed by a producer
+        # thread or process, in a function named for batches) is input
+        usrc = src or linecache.getline(leaf_code.co_filename, leaf_line)
+        if usrc and _INPUT.search(usrc) or any(_INPUT.search(n) for n in user_names[-3:]):
+            return "input-wait"
         return "wait"
-    user_names = [c.co_name for c, _ in stack[:ui + 1] if c is not None and _classify(c)[1]]
     if any(_INPUT.search(n) for n in user_names[-3:]) or \
             any("/numpy/" in fn or "/tokenizers/" in fn or "/PIL/" in fn for fn in inner):
         return "input"

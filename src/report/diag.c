@@ -990,6 +990,14 @@ void diag_compute(diag_run *r)
         cv_ev(&cand[ii], &c, " with the wait for each batch");
         cand_drop(cand, &nc, &iu, NULL, NULL);
     }
+    /* and waiting for a batch from a hand-made producer (a queue fed by a
+     * thread): the step time follows the wait, as with a DataLoader */
+    int ih = cand_find(cand, nc, "host-code");
+    if (ih >= 0 && iu >= 0 && strcmp(cand[iu].id, "unstable") == 0 &&
+        has_ev(&cand[ih], "waits_for_input") && !fired(r, "step_regression", NULL, NULL, 0)) {
+        cv_ev(&cand[ih], &c, " with the wait for each batch");
+        cand_drop(cand, &nc, &iu, &ic, NULL);
+    }
     /* and GC pauses, when they hold the slowest steps */
     int ig = cand_find(cand, nc, "gc-pauses");
     if (ig >= 0 && iu >= 0 && !fired(r, "step_regression", NULL, NULL, 0)) {

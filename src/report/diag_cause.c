@@ -342,6 +342,7 @@ static const char *kind_words(const char *k)
     if (strcmp(k, "io") == 0) return "file or network I/O";
     if (strcmp(k, "sync") == 0) return "synchronisation (reading results back)";
     if (strcmp(k, "wait") == 0) return "waiting (sleep, locks, queues)";
+    if (strcmp(k, "input-wait") == 0) return "waiting for batches from a producer (a queue or thread)";
     return "Python code on the host";
 }
 
@@ -374,13 +375,14 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     const dc_func *f = &c->funcs[0];
     double fshare = f->samples / train;
     /* the kind of the unlabelled time: the kind with the most samples */
-    const char *kinds[] = {"input", "python", "sync", "io", "wait"};
-    double ks[5] = {0};
+    const char *kinds[] = {"input", "python", "sync", "io", "wait", "input-wait"};
+    enum { NKINDS = sizeof(kinds) / sizeof(kinds[0]) };
+    double ks[NKINDS] = {0};
     for (int i = 0; i < c->nfunc; i++)
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < NKINDS; k++)
             if (strcmp(c->funcs[i].kind, kinds[k]) == 0) ks[k] += c->funcs[i].samples;
     int best = 0;
-    for (int k = 1; k < 5; k++)
+    for (int k = 1; k < NKINDS; k++)
         if (ks[k] > ks[best]) best = k;
     const char *kind = kinds[best];
     fmt(d->id, sizeof(d->id), "host-code");
@@ -389,6 +391,7 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
         : best == 3 ? "I/O in the training loop"
         : best == 2 ? "Synchronisation in the training loop"
         : best == 4 ? "Waiting in the training loop"
+        : best == 5 ? "Waiting for input in the training loop"
                     : "Python code in the training loop");
     fmt(d->summary, sizeof(d->summary),
         "%.0f%% of training time is outside the model and the DataLoader: %.0f%% in %s "
@@ -423,6 +426,16 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     } else if (best == 2) {
         rec(d, "Read results back less often: .item()/.cpu()/printing every N steps, not every "
                "step (each one waits for all queued work).");
+    } else if (best == 5) {
+        ev(d, "waits_for_input", ks[5] / train,
+           "%.0f%% of the samples wait for the next batch in %s (%s:%d): its producer is slower "
+           "than the step",
+           100 * ks[5] / train, f->func, f->file, f->line);
+        rec(d, "The producer of batches is slower than the step. A producer thread shares the "
+               "GIL with training: move the preparation to a DataLoader with num_workers>0 "
+               "(processes), or run several producers.");
+        rec(d, "Make each batch cheaper: vectorise the preparation (one torch/numpy call instead "
+               "of a Python loop per sample), or preprocess the dataset offline.");
     } else if (best == 4) {
         rec(d, "The training thread waits in %s (%s:%d): remove the sleep/lock, or move the "
                "work it waits for off the step.",
