@@ -312,3 +312,17 @@ def test_marginal_comm_on_a_contended_host_is_contention_evidence(run_cli, tmp_p
     dg = diagnosis(run_cli, make_run(tmp_path / "b", steady_steps(60, 20.0, extra=comm(0.5)),
                                      busy_metrics(8)))
     assert "communication" in ids(dg), ids(dg)
+
+
+def test_a_program_that_only_evaluates_is_told_so(run_cli, tmp_path):
+    ev = events(by_phase={"eval": 90, "startup": 10})
+    ev["eval"] = {"entries": 1, "time_s": 2.5}
+    dg = diagnosis(run_cli, make_run(tmp_path / "r", [], quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "insufficient-data"
+    assert "only evaluated (2.5 s" in dg["primary"]["summary"], dg["primary"]
+    # with training samples, or no hook at all, the general reason stays
+    ev = events(by_phase={"eval": 10, "other": 80})
+    ev["eval"] = {"entries": 1, "time_s": 0.2}
+    dg = diagnosis(run_cli, make_run(tmp_path / "r2", [], quiet_metrics(8), ev))
+    assert "only evaluated" not in dg["primary"]["summary"]
+    assert "no training steps" in dg["primary"]["summary"].lower()

@@ -1061,7 +1061,15 @@ void diag_compute(diag_run *r)
              r->msamples, r->msamples == 1 ? "" : "s");
     } else if (!c.steps_ok || !c.samples_ok) {
         g->insufficient = 1;
-        if (r->steps == 0)
+        if (r->steps == 0 && r->cause.have_pyprof && r->cause.eval_s > 0 &&
+            r->cause.ph_eval >= 0.5 * r->cause.samples)
+            /* the hook saw forwards under no_grad / eval() and nothing else */
+            fmt(g->insufficient_why, sizeof(g->insufficient_why),
+                "no training steps were recorded: the program only evaluated (%.1f s of forward "
+                "passes under no_grad or eval(), no backward or optimizer step); the verdict is "
+                "about training steps",
+                r->cause.eval_s);
+        else if (r->steps == 0)
             fmt(g->insufficient_why, sizeof(g->insufficient_why),
                 "no training steps were recorded (the program was not instrumented, or ended "
                 "before its first step)");
