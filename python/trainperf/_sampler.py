@@ -47,6 +47,9 @@ _nsamples = [0]
 _cost_s = [0.0]
 _hz = [47.0]
 _cls_cache = {}
+_bg = {}                # (code, line) of other threads' user code -> samples
+MAX_BG = 2000
+_BLOCKED = ("/threading.py", "/queue.py", "/selectors.py", "/socket.py")
 
 _LIB_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in (
     sysconfig.get_paths().get("stdlib", ""), sysconfig.get_paths().get("purelib", ""),
@@ -127,6 +130,8 @@ def _sample_once(frames, tid, gc=False):
         phase = "eval"
     if phase is None:
         phase = "other" if _evalhooks.ev.training_started else "startup"
+        if phase == "other" and len(frames) > 2:
+            _sample_others(frames, tid)
     _nsamples[0] += 1
     _by_phase[phase] = _by_phase.get(phase, 0) + 1
     stack.reverse()
@@ -138,6 +143,37 @@ def _sample_once(frames, tid, gc=False):
         _stacks[key] = 1
     else:
         _truncated[0] += 1
+
+
+def _sample_others(frames, tid):
+    """While the training thread is outside every phase (perhaps waiting
+    for a producer): where the process's other threads run the user's code.
+    A thread blocked in a queue or lock, or in no user code, is skipped."""
+    me = threading.get_ident()
+    for t, f in frames.items():
+        if t == tid or t == me:
+            continue
+        blocked = False
+        depth = 0
+        while f is not None and depth < 64:
+            code = f.f_code
+            if _classify(code)[1]:
+                if not blocked:
+                    key = (code, f.f_lineno or 0)
+                    if key in _bg or len(_bg) < MAX_BG:
+                        _bg[key] = _bg.get(key, 0) + 1
+                break
+            fn = code.co_filename.replace("\\", "/")
+            if fn.endswith(_BLOCKED) or "/multiprocessing/" in fn:
+                blocked = True
+            f = f.f_back
+            depth += 1
+
+
+def _others_top():
+    top = sorted(_bg.items(), key=lambda kv: -kv[1])[:5]
+    return [{"func": c.co_name, "file": c.co_filename, "line": ln, "samples": n}
+            for (c, ln), n in top]
 
 
 def _frame_label(code, line):
@@ -234,7 +270,8 @@ def _write():
     ev = _evalhooks.snapshot()
     ev["profile"] = {"hz": _hz[0], "samples": _nsamples[0], "truncated": _truncated[0],
                      "sampler_cost_s": round(_cost_s[0], 6),
-                     "by_phase": dict(_by_phase), "other_top": _summary()}
+                     "by_phase": dict(_by_phase), "other_top": _summary(),
+                     "threads_top": _others_top()}
     ev["written_at"] = round(time.monotonic(), 6)
     _evalhooks.write_json(os.path.join(d, "events-%d.json" % _pid), ev)
 

@@ -148,6 +148,17 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
             }
             c->funcs[k].samples += s;
         }
+        /* the first is the busiest of the process */
+        const jr_node *bt = jr_get(p, "threads_top");
+        const jr_node *b = bt && bt->type == JR_ARR ? bt->child : NULL;
+        const char *bfn = b ? jr_pstr(b, "func") : NULL, *bfile = b ? jr_pstr(b, "file") : NULL;
+        double bs = b ? jr_pnum(b, "samples") : NAN, bl = b ? jr_pnum(b, "line") : NAN;
+        if (bfn && bfile && bs > c->bg.samples) {
+            fmt(c->bg.func, sizeof(c->bg.func), "%s", bfn);
+            fmt(c->bg.file, sizeof(c->bg.file), "%s", base(bfile));
+            c->bg.line = isnan(bl) ? 0 : (int)bl;
+            c->bg.samples = bs;
+        }
     }
     const jr_node *g = jr_get(root, "gc");
     if (g) {
@@ -431,9 +442,20 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
            "%.0f%% of the samples wait for the next batch in %s (%s:%d): its producer is slower "
            "than the step",
            100 * ks[5] / train, f->func, f->file, f->line);
-        rec(d, "The producer of batches is slower than the step. A producer thread shares the "
-               "GIL with training: move the preparation to a DataLoader with num_workers>0 "
-               "(processes), or run several producers.");
+        /* where the producer spends it, when it is a thread of this process */
+        if (c->bg.samples >= 0.3 * ks[5])
+            ev(d, "producer_share", c->bg.samples / ks[5],
+               "meanwhile another thread ran %s (%s:%d) in %.0f%% of them", c->bg.func,
+               c->bg.file, c->bg.line, 100 * fmin(1, c->bg.samples / ks[5]));
+        if (c->bg.samples >= 0.3 * ks[5])
+            rec(d, "The producer of batches is slower than the step: its time goes to %s (%s:%d). "
+                   "A producer thread shares the GIL with training: move the preparation to a "
+                   "DataLoader with num_workers>0 (processes), or make %s cheaper.",
+                c->bg.func, c->bg.file, c->bg.line, c->bg.func);
+        else
+            rec(d, "The producer of batches is slower than the step. A producer thread shares the "
+                   "GIL with training: move the preparation to a DataLoader with num_workers>0 "
+                   "(processes), or run several producers.");
         rec(d, "Make each batch cheaper: vectorise the preparation (one torch/numpy call instead "
                "of a Python loop per sample), or preprocess the dataset offline.");
     } else if (best == 4) {

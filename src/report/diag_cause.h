@@ -14,7 +14,7 @@ typedef struct dc_func {
     char func[96];
     char file[160]; /* base name */
     int line;
-    char kind[12]; /* input, python, sync, io, wait */
+    char kind[12]; /* input, python, sync, io, wait, input-wait */
     double samples;
 } dc_func;
 
@@ -34,6 +34,7 @@ typedef struct dcause {
     double hz, samples, ph_other, ph_train, ph_startup, ph_eval, ph_compile, ph_data;
     int nfunc;
     dc_func funcs[DC_MAX_FUNCS];
+    dc_func bg; /* other threads' busiest user code while the training thread was outside phases */
     double gc_n[3], gc_pause_s, gc_max_s;
     int ngc;
     dc_event gc[DC_MAX_EVENTS];

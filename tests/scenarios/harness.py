@@ -10,6 +10,8 @@ Each script's header says what it expects:
     # background: cpu_burn=N | mem_grow=MiB_per_s   load started outside the run
     # launch: torchrun=N                    run under torchrun (gloo) instead of python
     # needs: lightning, transformers        modules the script imports
+    # says: text; text                      words the primary finding must contain
+                                            (title, summary, evidence or fixes)
 
 CPU contention from other processes is a true finding on a shared machine
 (these runs share 2 cores with other work), so outside the contention
@@ -42,9 +44,9 @@ def scenarios():
 def spec(name):
     text = (HERE / (name + ".py")).read_text()
     s = {"primary": None, "must": [], "must_not": [], "background": {}, "launch": {},
-         "needs": []}
+         "needs": [], "says": []}
     for line in text.splitlines():
-        m = re.match(r"#\s*(expect|must_not|must|background|launch|needs):\s*(.*)", line)
+        m = re.match(r"#\s*(expect|must_not|must|background|launch|needs|says):\s*(.*)", line)
         if not m:
             continue
         k, v = m.group(1), m.group(2).strip()
@@ -52,6 +54,8 @@ def spec(name):
             s["primary"] = v.split("=", 1)[1].strip()
         elif k in ("must", "must_not", "needs"):
             s[k] = [x.strip() for x in v.split(",") if x.strip()]
+        elif k == "says":
+            s[k] = [x.strip() for x in v.split(";") if x.strip()]
         else:
             for part in v.split(","):
                 a, b = part.split("=")
@@ -137,6 +141,13 @@ def run(name, cli=None, out=None, timeout=300):
     for m in s["must_not"]:
         if m in compared:
             why.append("unwanted finding %s" % m)
+    p = d["primary"]
+    text = " ".join([p.get("title", ""), p.get("summary", "")] +
+                    [e.get("text", "") for e in p.get("evidence", [])] +
+                    [str(x) for x in p.get("recommendations", p.get("fixes", []))])
+    for w in s["says"]:
+        if w not in text:
+            why.append("the primary finding does not say %r" % w)
     r.update(got=got, ids=ids, ok=not why, why=why, diagnosis=d)
     return r
 

@@ -1,6 +1,7 @@
 # expect: primary=host-code
 # must: host-code
 # must_not: compute-bound, unstable, gc-pauses, memory-capacity
+# says: Waiting for input; make_batch
 """Batches made by a hand-written background thread that fills a
 queue.Queue (a prefetcher, as custom loaders do); the producer's Python
 preprocessing is slower than the step, so the training loop waits in
