@@ -84,13 +84,11 @@ static const drank *find_rank(const diag_run *x, int rank)
     return NULL;
 }
 
-/* Per step means over warm steps (each thread's first left out, as the
+/* The step figures of a group (a rank's, or a node's ranks merged): per
+ * step means over warm steps (each thread's first left out, as the
  * quantiles); steps and samples/s over every step. */
-static void rank_row(const diag_run *r, int rank, rrow *o)
+static void group_row(const agg_group *g, rrow *o)
 {
-    const agg_group *g = group_of_rank(r, rank);
-    const drank *k = find_rank(r, rank);
-    o->busbw = k && k->comm_busbw_n > 0 ? k->comm_busbw_sum / k->comm_busbw_n : NAN;
     o->flops_per_s = o->mfu = NAN;
     if (!g) {
         o->steps = o->warm = o->p50 = o->p95 = o->data = o->compute = o->comm = o->sps = NAN;
@@ -110,9 +108,18 @@ static void rank_row(const diag_run *r, int rank, rrow *o)
     o->sps = g->samples > 0 && g->interval_ns > 0
                  ? (double)g->samples / ((double)g->interval_ns / 1e9)
                  : NAN;
+}
+
+/* A rank's figures: its group's, its bus bandwidth and its model FLOP/s. */
+static void rank_row(const diag_run *r, int rank, rrow *o)
+{
+    const agg_group *g = group_of_rank(r, rank);
+    const drank *k = find_rank(r, rank);
+    group_row(g, o);
+    o->busbw = k && k->comm_busbw_n > 0 ? k->comm_busbw_sum / k->comm_busbw_n : NAN;
     /* the step rate of the warm steps, less the counted one (counting slows
      * it several times over), times the FLOPs of one step */
-    if (k && k->flops_step > 0 && g->warm_count && g->warm_interval_ns) {
+    if (g && k && k->flops_step > 0 && g->warm_count && g->warm_interval_ns) {
         double cnt = (double)g->warm_count, span = (double)g->warm_interval_ns;
         if (k->flops_at > 0 && k->flops_at_ns > 0 && cnt > 1 && span > k->flops_at_ns) {
             cnt -= 1;
@@ -967,38 +974,164 @@ static void ranks_table(const diag_run *r, const drank *const *k, int n, buf *b,
     tbl_end(&t);
 }
 
-/* The nodes of a job, one row each (md and html; text says it in words). */
+/* ---- the nodes of a job -------------------------------------------------------- */
+
+/* A node's figures: its ranks' step figures merged (figs groups, as the job's
+ * are), its run's resources and where its clock sits on node 0's. */
+typedef struct nrow {
+    int node, ranks, cpus;
+    const char *host, *dir; /* NULL: unknown */
+    double steps_per_s, p50, p95, data, comm;
+    double cpu_mean, tree_cpu_mean, rss_max;
+    double offset_s, wall_offset_s, align_err_s, align_n;
+    char note[64]; /* the reference clock, the straggler's node, no alignment */
+} nrow;
+
+/* The Nodes table and the JSON report's "nodes", described once: a column's
+ * heading (NULL: JSON only) and text width, how its cell reads (NC_NUM: fmt
+ * of the member x scale, "—" when unknown), and its JSON key and member
+ * (key NULL: not in the JSON). */
+enum { NC_TEXT, NC_INT, NC_NUM, NC_BYTES };
+typedef struct node_col {
+    tbl_col c;
+    int kind;
+    const char *fmt;
+    double scale;
+    jw_field f;
+} node_col;
+#define NODE_COL(head, width, flags, kind, fmt, scale, type, key, member)                          \
+    {{head, width, flags}, kind, fmt, scale, JW_FIELD(type, key, nrow, member)}
+static const node_col node_cols[] = {
+    NODE_COL("node", 4, TBL_RIGHT, NC_INT, NULL, 1, INT, "node", node),
+    NODE_COL("host", 0, 0, NC_TEXT, NULL, 1, PSTR, "host", host),
+    NODE_COL("ranks", 5, TBL_RIGHT, NC_INT, NULL, 1, INT, "ranks", ranks),
+    NODE_COL("steps/s", 8, TBL_RIGHT, NC_NUM, "%.1f", 1, DBL, "steps_per_s", steps_per_s),
+    NODE_COL("p50 ms", 8, TBL_RIGHT, NC_NUM, "%.1f", 1, DBL, "step_time_ms_p50", p50),
+    NODE_COL("p95 ms", 8, TBL_RIGHT, NC_NUM, "%.1f", 1, DBL, "step_time_ms_p95", p95),
+    NODE_COL("data ms", 8, TBL_RIGHT, NC_NUM, "%.1f", 1, DBL, "data_wait_ms_mean", data),
+    NODE_COL("comm ms", 8, TBL_RIGHT, NC_NUM, "%.1f", 1, DBL, "comm_wait_ms_mean", comm),
+    NODE_COL("CPUs", 5, TBL_RIGHT, NC_INT, NULL, 1, INT, "cpus", cpus),
+    NODE_COL("CPU %", 6, TBL_RIGHT, NC_NUM, "%.0f", 1, DBL, "cpu_pct_mean", cpu_mean),
+    NODE_COL("tree CPU %", 11, TBL_RIGHT, NC_NUM, "%.0f", 1, DBL, "tree_cpu_pct_mean", tree_cpu_mean),
+    NODE_COL("RSS max", 10, TBL_RIGHT, NC_BYTES, NULL, 1, DBL, "tree_rss_bytes_max", rss_max),
+    NODE_COL("clock s", 8, TBL_RIGHT, NC_NUM, "%+.3f", 1, DBL, "clock_offset_s", offset_s),
+    NODE_COL("wall clocks s", 14, TBL_RIGHT, NC_NUM, "%+.3f", 1, DBL, "wall_clock_offset_s",
+             wall_offset_s),
+    NODE_COL("align error ms", 15, TBL_RIGHT, NC_NUM, "%.2f", 1e3, DBL, "alignment_error_s",
+             align_err_s),
+    NODE_COL("collectives", 12, TBL_RIGHT, NC_NUM, "%.0f", 1, DBL, "collectives_matched", align_n),
+    NODE_COL("note", 0, TBL_GAP, NC_TEXT, NULL, 1, STR, NULL, note),
+    NODE_COL(NULL, 0, 0, NC_TEXT, NULL, 1, PSTR, "dir", dir),
+};
+#define NODE_NCOLS ((int)(sizeof(node_cols) / sizeof(node_cols[0])))
+
+static void node_row(const diag_run *r, int i, const rr_strag *strag, nrow *o)
+{
+    const dnode *nd = &r->nodes[i];
+    memset(o, 0, sizeof(*o));
+    o->node = i;
+    o->ranks = nd->nranks;
+    o->cpus = nd->cpus;
+    o->host = nd->host[0] ? nd->host : NULL;
+    o->dir = nd->dir;
+    o->cpu_mean = nd->cpu_mean;
+    o->tree_cpu_mean = nd->tree_cpu_mean;
+    o->rss_max = nd->rss_max;
+    o->offset_s = nd->offset_s;
+    o->wall_offset_s = nd->wall_offset_s;
+    o->align_err_s = nd->align_err_s;
+    o->align_n = nd->align_n;
+    /* the node's ranks as one group: counts and sums add, sketches merge */
+    agg_group *g = calloc(1, sizeof(*g)); /* a sketch is 16 kB: not on the stack */
+    if (g) sketch_init(&g->step_ns);
+    int any = 0;
+    for (int k = 0; g && k < r->nranks; k++) {
+        const agg_group *x = r->ranks[k].node == i && r->ranks[k].rank >= 0
+                                 ? group_of_rank(r, r->ranks[k].rank)
+                                 : NULL;
+        if (!x) continue;
+        any = 1;
+        g->count += x->count;
+        g->interval_ns += x->interval_ns;
+        g->samples += x->samples;
+        g->warm_count += x->warm_count;
+        g->warm_interval_ns += x->warm_interval_ns;
+        g->warm_data_ns += x->warm_data_ns;
+        g->warm_comm_ns += x->warm_comm_ns;
+        sketch_merge(&g->step_ns, &x->step_ns);
+    }
+    rrow w;
+    group_row(any ? g : NULL, &w);
+    o->steps_per_s = any && g->interval_ns > 0 ? (double)g->count / ((double)g->interval_ns / 1e9) : NAN;
+    free(g);
+    o->p50 = w.p50;
+    o->p95 = w.p95;
+    o->data = w.data;
+    o->comm = w.comm;
+    if (i == 0)
+        snprintf(o->note, sizeof(o->note), "reference clock");
+    else if (!isfinite(nd->align_err_s))
+        snprintf(o->note, sizeof(o->note), "wall clocks (no collectives to align on)");
+    for (int k = 0; strag && k < r->nranks; k++)
+        if (r->ranks[k].rank == strag->rank && r->ranks[k].node == i)
+            snprintf(o->note + strlen(o->note), sizeof(o->note) - strlen(o->note), "%sstraggler: rank %d",
+                     o->note[0] ? "; " : "", strag->rank);
+}
+
+/* The nodes of a job, one row each, in text, md and html. */
 static void nodes_table(const diag_run *r, buf *b, int fmt)
 {
-    static const tbl_col cols[] = {
-        {"node", 4, TBL_RIGHT},          {"host", 0, 0},
-        {"CPUs", 4, TBL_RIGHT},          {"ranks", 5, TBL_RIGHT},
-        {"CPU mean %", 10, TBL_RIGHT},   {"tree CPU %", 10, TBL_RIGHT},
-        {"RSS max", 10, TBL_RIGHT},      {"clock offset s", 14, TBL_RIGHT},
-        {"wall clocks said s", 18, TBL_RIGHT}, {"alignment error ms", 18, TBL_RIGHT},
-        {"collectives matched", 19, TBL_RIGHT},
-    };
-    enum { NC = sizeof(cols) / sizeof(cols[0]) };
+    tbl_col cols[NODE_NCOLS];
+    int nc = 0;
+    for (int c = 0; c < NODE_NCOLS; c++)
+        if (node_cols[c].c.head) cols[nc++] = node_cols[c].c;
+    rr_strag st;
+    int strag = rr_straggler(r, &st);
     tbl t;
-    tbl_begin(&t, b, fmt, 0, NULL, cols, NC);
+    if (fmt == TBL_TEXT)
+        tbl_begin_sub(&t, b, fmt, 0, NULL, cols, nc);
+    else
+        tbl_begin(&t, b, fmt, 0, NULL, cols, nc);
     for (int i = 0; i < r->nnodes; i++) {
-        const dnode *nd = &r->nodes[i];
-        char a[NC][32];
-        snprintf(a[0], 32, "%d", i);
-        snprintf(a[2], 32, "%d", nd->cpus);
-        snprintf(a[3], 32, "%d", nd->nranks);
-        snprintf(a[7], 32, "%+.3f", nd->offset_s);
-        snprintf(a[8], 32, "%+.3f", nd->wall_offset_s);
-        snprintf(a[10], 32, "%.0f", nd->align_n);
-        const char *cells[NC] = {
-            a[0], nd->host[0] ? nd->host : "?", a[2], a[3],
-            num(a[4], 32, "%.0f", nd->cpu_mean), num(a[5], 32, "%.0f", nd->tree_cpu_mean),
-            human_bytes(a[6], 32, nd->rss_max), a[7], a[8],
-            i == 0 ? "0 (reference)" : num(a[9], 32, "%.2f", nd->align_err_s * 1e3), a[10],
-        };
+        nrow x;
+        node_row(r, i, strag ? &st : NULL, &x);
+        char a[NODE_NCOLS][32];
+        const char *cells[NODE_NCOLS];
+        nc = 0;
+        for (int c = 0; c < NODE_NCOLS; c++) {
+            const node_col *d = &node_cols[c];
+            const void *v = (const char *)&x + d->f.off;
+            if (!d->c.head) continue;
+            if (d->kind == NC_INT)
+                snprintf(a[c], 32, "%d", *(const int *)v);
+            else if (d->kind == NC_NUM)
+                num(a[c], 32, d->fmt, *(const double *)v * d->scale);
+            else if (d->kind == NC_BYTES)
+                human_bytes(a[c], 32, *(const double *)v);
+            const char *txt = a[c];
+            if (d->kind == NC_TEXT)
+                txt = d->f.type == JWF_STR ? (const char *)v : *(const char *const *)v;
+            cells[nc++] = txt ? txt : "—";
+        }
         tbl_row(&t, cells, TBL_PLAIN);
     }
     tbl_end(&t);
+}
+
+static void nodes_json(const diag_run *r, jw *w)
+{
+    rr_strag st;
+    int strag = rr_straggler(r, &st);
+    jw_arr_begin(w);
+    for (int i = 0; i < r->nnodes; i++) {
+        nrow x;
+        node_row(r, i, strag ? &st : NULL, &x);
+        jw_obj_begin(w);
+        for (int c = 0; c < NODE_NCOLS; c++)
+            if (node_cols[c].f.key) jw_fields(w, &x, &node_cols[c].f, 1);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
 }
 
 void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
@@ -1015,7 +1148,6 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
         }
         return;
     }
-    char a[8][32];
     buf_printf(b, "\n%sRANKS%s  %d ranks", bold, reset, n);
     if (r->nnodes > 1) buf_printf(b, " on %d nodes", r->nnodes);
     buf_puts(b, "\n");
@@ -1036,23 +1168,9 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
     }
     if (r->nnodes > 1) {
         buf_printf(b, "\n%sNODES%s\n", bold, reset);
-        for (int i = 0; i < r->nnodes; i++) {
-            const dnode *nd = &r->nodes[i];
-            char rss[32];
-            buf_printf(b, "  node %d  %s (%d CPUs), %d ranks, CPU mean %s%%, tree CPU %s%%, RSS max %s",
-                       i, nd->host[0] ? nd->host : "?", nd->cpus, nd->nranks,
-                       num(a[0], 32, "%.0f", nd->cpu_mean), num(a[1], 32, "%.0f", nd->tree_cpu_mean),
-                       human_bytes(rss, sizeof(rss), nd->rss_max));
-            if (i == 0)
-                buf_puts(b, "; reference clock\n");
-            else if (isfinite(nd->align_err_s))
-                buf_printf(b, "; clock %+.3f s (wall clocks said %+.3f s), aligned on %.0f "
-                              "collectives, error %.2f ms\n",
-                           nd->offset_s, nd->wall_offset_s, nd->align_n, nd->align_err_s * 1e3);
-            else
-                buf_printf(b, "; clock %+.3f s from the wall clocks (no collectives to align on)\n",
-                           nd->offset_s);
-        }
+        nodes_table(r, b, TBL_TEXT);
+        buf_puts(b, "  (steps/s and step figures per rank, over the node's ranks; clocks on node 0's, "
+                    "aligned on the collectives both completed)\n");
     }
 }
 
@@ -1267,23 +1385,7 @@ void rr_json(const diag_run *r, jw *w)
     else
         jw_fields_obj(w, &ov, overlap_fields, ov.fsdp ? JW_NFIELDS(overlap_fields) : 3);
     jw_key(w, "nodes");
-    jw_arr_begin(w);
-    static const jw_field node_fields[] = {
-        JW_FIELD(STR, "dir", dnode, dir),
-        JW_FIELD(STRZ, "host", dnode, host),
-        JW_FIELD(INT, "cpus", dnode, cpus),
-        JW_FIELD(INT, "ranks", dnode, nranks),
-        JW_FIELD(DBL, "clock_offset_s", dnode, offset_s),
-        JW_FIELD(DBL, "wall_clock_offset_s", dnode, wall_offset_s),
-        JW_FIELD(DBL, "alignment_error_s", dnode, align_err_s),
-        JW_FIELD(DBL, "collectives_matched", dnode, align_n),
-        JW_FIELD(DBL, "cpu_pct_mean", dnode, cpu_mean),
-        JW_FIELD(DBL, "tree_cpu_pct_mean", dnode, tree_cpu_mean),
-        JW_FIELD(DBL, "tree_rss_bytes_max", dnode, rss_max),
-    };
-    for (int i = 0; i < r->nnodes; i++)
-        jw_fields_obj(w, &r->nodes[i], node_fields, JW_NFIELDS(node_fields));
-    jw_arr_end(w);
+    nodes_json(r, w);
 }
 
 double rr_global_steps(const diag_run *r)
