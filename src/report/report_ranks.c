@@ -935,46 +935,133 @@ static void job_words_esc(const diag_run *r, buf *b, int fmt)
     buf_free(&w);
 }
 
-/* The RANKS table, one row per rank, described once for text, md and html. */
-static const tbl_col rank_cols[] = {
-    {"rank", 4, TBL_RIGHT},     {"node", 5, TBL_RIGHT},      {"steps", 6, TBL_RIGHT},
-    {"p50 ms", 8, TBL_RIGHT},   {"p95 ms", 8, TBL_RIGHT},    {"data ms", 8, TBL_RIGHT},
-    {"compute ms", 8, TBL_RIGHT}, {"comm ms", 8, TBL_RIGHT}, {"samples/s", 10, TBL_RIGHT},
-    {"TFLOP/s", 8, TBL_RIGHT},  {"MFU", 6, TBL_RIGHT},
+/* The RANKS and NODES tables, each described once for text, md, html and the
+ * JSON report: a column's heading (NULL: JSON only) and text width, how its
+ * cell reads, and its JSON key and member (key NULL: not in the JSON). */
+enum {
+    FC_TEXT, /* a string ("—" when NULL) */
+    FC_INT,
+    FC_NUM,  /* fmt of the member x scale, "?" when unknown */
+    FC_OPT,  /* the same, "—" when unknown (a figure a run may not have: MFU) */
+    FC_BYTES,
 };
-#define RANK_NCOLS ((int)(sizeof(rank_cols) / sizeof(rank_cols[0])))
+typedef struct fig_col {
+    tbl_col c;
+    int kind;
+    const char *fmt;
+    double scale;
+    jw_field f;
+} fig_col;
+#define FIG_COL(head, width, flags, kind, fmt, scale, type, key, T, member)                        \
+    {{head, width, flags}, FC_##kind, fmt, scale, JW_FIELD(type, key, T, member)}
+#define FIG_NCOLS(c) ((int)(sizeof(c) / sizeof((c)[0])))
+#define FIG_MAX_COLS 24
+
+/* The columns that have a heading; returns how many. */
+static int fig_heads(const fig_col *c, int n, tbl_col *out)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (c[i].c.head) out[k++] = c[i].c;
+    return k;
+}
+
+/* One row of the table: the cells of the columns with a heading. */
+static void fig_row(tbl *t, const fig_col *c, int n, const void *row)
+{
+    char a[FIG_MAX_COLS][32];
+    const char *cells[FIG_MAX_COLS];
+    int k = 0;
+    for (int i = 0; i < n && k < FIG_MAX_COLS; i++) {
+        const fig_col *d = &c[i];
+        const void *v = (const char *)row + d->f.off;
+        if (!d->c.head) continue;
+        const char *cell = a[k];
+        double x = d->kind == FC_INT || d->kind == FC_TEXT ? 0 : *(const double *)v;
+        if (d->kind == FC_TEXT)
+            cell = d->f.type == JWF_STR ? (const char *)v : *(const char *const *)v;
+        else if (d->kind == FC_INT)
+            snprintf(a[k], 32, "%d", *(const int *)v);
+        else if (d->kind == FC_BYTES)
+            human_bytes(a[k], 32, x);
+        else if (d->kind == FC_OPT && !isfinite(x))
+            cell = "—";
+        else
+            num(a[k], 32, d->fmt, x * d->scale);
+        cells[k++] = cell ? cell : "—";
+    }
+    tbl_row(t, cells, TBL_PLAIN);
+}
+
+/* The columns with a key, as members of the current JSON object. */
+static void fig_json(jw *w, const fig_col *c, int n, const void *row)
+{
+    for (int i = 0; i < n; i++)
+        if (c[i].f.key) jw_fields(w, row, &c[i].f, 1);
+}
+
+/* Under the section's own heading: text wants the head row (a sub table's),
+ * md and html a plain table. */
+static void fig_begin(tbl *t, buf *b, int fmt, const tbl_col *cols, int n)
+{
+    if (fmt == TBL_TEXT)
+        tbl_begin_sub(t, b, fmt, 0, NULL, cols, n);
+    else
+        tbl_begin(t, b, fmt, 0, NULL, cols, n);
+}
+
+/* A rank's line: its figures (rank_row), where it ran and what it sent.
+ * Its FLOPs figures follow in the JSON (rank_flops_fields). */
+typedef struct rline {
+    int rank, node;
+    rrow x;
+    double comm_bytes;
+    const char *top_op;
+} rline;
+
+static const fig_col rank_cols[] = {
+    FIG_COL("rank", 4, TBL_RIGHT, INT, NULL, 1, INT, "rank", rline, rank),
+    FIG_COL("node", 5, TBL_RIGHT, INT, NULL, 1, INT, "node", rline, node),
+    FIG_COL("steps", 6, TBL_RIGHT, NUM, "%.0f", 1, DBL, "steps", rline, x.steps),
+    FIG_COL("p50 ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "step_time_ms_p50", rline, x.p50),
+    FIG_COL("p95 ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "step_time_ms_p95", rline, x.p95),
+    /* per warm step: summary.json per_rank's names for the same figures */
+    FIG_COL("data ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "data_wait_ms_mean", rline, x.data),
+    FIG_COL("compute ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "compute_ms_mean", rline, x.compute),
+    FIG_COL("comm ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "comm_wait_ms_mean", rline, x.comm),
+    FIG_COL("samples/s", 10, TBL_RIGHT, NUM, "%.1f", 1, DBL, "samples_per_s", rline, x.sps),
+    /* TFLOP/s and MFU: the JSON has them with the other FLOPs figures */
+    FIG_COL("TFLOP/s", 8, TBL_RIGHT, OPT, "%.3g", 1e-12, DBL, NULL, rline, x.flops_per_s),
+    FIG_COL("MFU", 6, TBL_RIGHT, OPT, "%.1f%%", 100, DBL, NULL, rline, x.mfu),
+    FIG_COL(NULL, 0, 0, NUM, NULL, 1, DBL, "comm_bytes", rline, comm_bytes),
+    FIG_COL(NULL, 0, 0, NUM, NULL, 1, DBL, "comm_busbw_bps", rline, x.busbw),
+    FIG_COL(NULL, 0, 0, TEXT, NULL, 1, PSTR, "top_collective", rline, top_op),
+};
+#define RANK_COMPUTE 6 /* its heading, narrow in text: the line below says ms */
+
+static void rank_line(const diag_run *r, const drank *k, rline *o)
+{
+    o->rank = k->rank;
+    o->node = k->node;
+    rank_row(r, k->rank, &o->x);
+    o->comm_bytes = r->have_comm ? k->comm_bytes : NAN;
+    o->top_op = k->top_op[0] ? k->top_op : NULL;
+}
 
 static void ranks_table(const diag_run *r, const drank *const *k, int n, buf *b, int fmt)
 {
-    tbl_col cols[RANK_NCOLS];
-    memcpy(cols, rank_cols, sizeof(cols));
-    if (fmt == TBL_TEXT) cols[6].head = "compute"; /* narrow; the line below says ms */
-    /* under the section's own heading: text wants the head row (a sub
-     * table's), md and html a plain table */
+    tbl_col cols[FIG_MAX_COLS];
+    int nc = fig_heads(rank_cols, FIG_NCOLS(rank_cols), cols);
+    if (fmt == TBL_TEXT) cols[RANK_COMPUTE].head = "compute";
     tbl t;
-    if (fmt == TBL_TEXT)
-        tbl_begin_sub(&t, b, fmt, 0, NULL, cols, RANK_NCOLS);
-    else
-        tbl_begin(&t, b, fmt, 0, NULL, cols, RANK_NCOLS);
+    fig_begin(&t, b, fmt, cols, nc);
     for (int i = 0; i < n; i++) {
-        rrow w;
-        rank_row(r, k[i]->rank, &w);
-        char a[RANK_NCOLS][32];
-        snprintf(a[0], 32, "%d", k[i]->rank);
-        snprintf(a[1], 32, "%d", k[i]->node);
-        snprintf(a[2], 32, "%.0f", w.steps);
-        const char *cells[RANK_NCOLS] = {
-            a[0], a[1], a[2], num(a[3], 32, "%.1f", w.p50), num(a[4], 32, "%.1f", w.p95),
-            num(a[5], 32, "%.1f", w.data), num(a[6], 32, "%.1f", w.compute),
-            num(a[7], 32, "%.1f", w.comm), num(a[8], 32, "%.1f", w.sps),
-            tflops_or_dash(a[9], 32, w.flops_per_s), pct_or_dash(a[10], 32, w.mfu),
-        };
-        tbl_row(&t, cells, TBL_PLAIN);
+        rline x;
+        rank_line(r, k[i], &x);
+        fig_row(&t, rank_cols, FIG_NCOLS(rank_cols), &x);
     }
     tbl_end(&t);
 }
-
-/* ---- the nodes of a job -------------------------------------------------------- */
 
 /* A node's figures: its ranks' step figures merged (figs groups, as the job's
  * are), its run's resources and where its clock sits on node 0's. */
@@ -987,43 +1074,30 @@ typedef struct nrow {
     char note[64]; /* the reference clock, the straggler's node, no alignment */
 } nrow;
 
-/* The Nodes table and the JSON report's "nodes", described once: a column's
- * heading (NULL: JSON only) and text width, how its cell reads (NC_NUM: fmt
- * of the member x scale, "—" when unknown), and its JSON key and member
- * (key NULL: not in the JSON). */
-enum { NC_TEXT, NC_INT, NC_NUM, NC_BYTES };
-typedef struct node_col {
-    tbl_col c;
-    int kind;
-    const char *fmt;
-    double scale;
-    jw_field f;
-} node_col;
-#define NODE_COL(head, width, flags, kind, fmt, scale, type, key, member)                          \
-    {{head, width, flags}, kind, fmt, scale, JW_FIELD(type, key, nrow, member)}
-static const node_col node_cols[] = {
-    NODE_COL("node", 4, TBL_RIGHT, NC_INT, NULL, 1, INT, "node", node),
-    NODE_COL("host", 0, 0, NC_TEXT, NULL, 1, PSTR, "host", host),
-    NODE_COL("ranks", 5, TBL_RIGHT, NC_INT, NULL, 1, INT, "ranks", ranks),
-    NODE_COL("steps/s", 8, TBL_RIGHT, NC_NUM, "%.1f", 1, DBL, "steps_per_s", steps_per_s),
-    NODE_COL("p50 ms", 8, TBL_RIGHT, NC_NUM, "%.1f", 1, DBL, "step_time_ms_p50", p50),
-    NODE_COL("p95 ms", 8, TBL_RIGHT, NC_NUM, "%.1f", 1, DBL, "step_time_ms_p95", p95),
-    NODE_COL("data ms", 8, TBL_RIGHT, NC_NUM, "%.1f", 1, DBL, "data_wait_ms_mean", data),
-    NODE_COL("comm ms", 8, TBL_RIGHT, NC_NUM, "%.1f", 1, DBL, "comm_wait_ms_mean", comm),
-    NODE_COL("CPUs", 5, TBL_RIGHT, NC_INT, NULL, 1, INT, "cpus", cpus),
-    NODE_COL("CPU %", 6, TBL_RIGHT, NC_NUM, "%.0f", 1, DBL, "cpu_pct_mean", cpu_mean),
-    NODE_COL("tree CPU %", 11, TBL_RIGHT, NC_NUM, "%.0f", 1, DBL, "tree_cpu_pct_mean", tree_cpu_mean),
-    NODE_COL("RSS max", 10, TBL_RIGHT, NC_BYTES, NULL, 1, DBL, "tree_rss_bytes_max", rss_max),
-    NODE_COL("clock s", 8, TBL_RIGHT, NC_NUM, "%+.3f", 1, DBL, "clock_offset_s", offset_s),
-    NODE_COL("wall clocks s", 14, TBL_RIGHT, NC_NUM, "%+.3f", 1, DBL, "wall_clock_offset_s",
-             wall_offset_s),
-    NODE_COL("align error ms", 15, TBL_RIGHT, NC_NUM, "%.2f", 1e3, DBL, "alignment_error_s",
-             align_err_s),
-    NODE_COL("collectives", 12, TBL_RIGHT, NC_NUM, "%.0f", 1, DBL, "collectives_matched", align_n),
-    NODE_COL("note", 0, TBL_GAP, NC_TEXT, NULL, 1, STR, NULL, note),
-    NODE_COL(NULL, 0, 0, NC_TEXT, NULL, 1, PSTR, "dir", dir),
+static const fig_col node_cols[] = {
+    FIG_COL("node", 4, TBL_RIGHT, INT, NULL, 1, INT, "node", nrow, node),
+    FIG_COL("host", 0, 0, TEXT, NULL, 1, PSTR, "host", nrow, host),
+    FIG_COL("ranks", 5, TBL_RIGHT, INT, NULL, 1, INT, "ranks", nrow, ranks),
+    FIG_COL("steps/s", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "steps_per_s", nrow, steps_per_s),
+    FIG_COL("p50 ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "step_time_ms_p50", nrow, p50),
+    FIG_COL("p95 ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "step_time_ms_p95", nrow, p95),
+    FIG_COL("data ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "data_wait_ms_mean", nrow, data),
+    FIG_COL("comm ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "comm_wait_ms_mean", nrow, comm),
+    FIG_COL("CPUs", 5, TBL_RIGHT, INT, NULL, 1, INT, "cpus", nrow, cpus),
+    FIG_COL("CPU %", 6, TBL_RIGHT, NUM, "%.0f", 1, DBL, "cpu_pct_mean", nrow, cpu_mean),
+    FIG_COL("tree CPU %", 11, TBL_RIGHT, NUM, "%.0f", 1, DBL, "tree_cpu_pct_mean", nrow,
+            tree_cpu_mean),
+    FIG_COL("RSS max", 10, TBL_RIGHT, BYTES, NULL, 1, DBL, "tree_rss_bytes_max", nrow, rss_max),
+    FIG_COL("clock s", 8, TBL_RIGHT, NUM, "%+.3f", 1, DBL, "clock_offset_s", nrow, offset_s),
+    FIG_COL("wall clocks s", 14, TBL_RIGHT, NUM, "%+.3f", 1, DBL, "wall_clock_offset_s", nrow,
+            wall_offset_s),
+    FIG_COL("align error ms", 15, TBL_RIGHT, NUM, "%.2f", 1e3, DBL, "alignment_error_s", nrow,
+            align_err_s),
+    FIG_COL("collectives", 12, TBL_RIGHT, NUM, "%.0f", 1, DBL, "collectives_matched", nrow,
+            align_n),
+    FIG_COL("note", 0, TBL_GAP, TEXT, NULL, 1, STR, NULL, nrow, note),
+    FIG_COL(NULL, 0, 0, TEXT, NULL, 1, PSTR, "dir", nrow, dir),
 };
-#define NODE_NCOLS ((int)(sizeof(node_cols) / sizeof(node_cols[0])))
 
 static void node_row(const diag_run *r, int i, const rr_strag *strag, nrow *o)
 {
@@ -1081,39 +1155,16 @@ static void node_row(const diag_run *r, int i, const rr_strag *strag, nrow *o)
 /* The nodes of a job, one row each, in text, md and html. */
 static void nodes_table(const diag_run *r, buf *b, int fmt)
 {
-    tbl_col cols[NODE_NCOLS];
-    int nc = 0;
-    for (int c = 0; c < NODE_NCOLS; c++)
-        if (node_cols[c].c.head) cols[nc++] = node_cols[c].c;
+    tbl_col cols[FIG_MAX_COLS];
+    int nc = fig_heads(node_cols, FIG_NCOLS(node_cols), cols);
     rr_strag st;
     int strag = rr_straggler(r, &st);
     tbl t;
-    if (fmt == TBL_TEXT)
-        tbl_begin_sub(&t, b, fmt, 0, NULL, cols, nc);
-    else
-        tbl_begin(&t, b, fmt, 0, NULL, cols, nc);
+    fig_begin(&t, b, fmt, cols, nc);
     for (int i = 0; i < r->nnodes; i++) {
         nrow x;
         node_row(r, i, strag ? &st : NULL, &x);
-        char a[NODE_NCOLS][32];
-        const char *cells[NODE_NCOLS];
-        nc = 0;
-        for (int c = 0; c < NODE_NCOLS; c++) {
-            const node_col *d = &node_cols[c];
-            const void *v = (const char *)&x + d->f.off;
-            if (!d->c.head) continue;
-            if (d->kind == NC_INT)
-                snprintf(a[c], 32, "%d", *(const int *)v);
-            else if (d->kind == NC_NUM)
-                num(a[c], 32, d->fmt, *(const double *)v * d->scale);
-            else if (d->kind == NC_BYTES)
-                human_bytes(a[c], 32, *(const double *)v);
-            const char *txt = a[c];
-            if (d->kind == NC_TEXT)
-                txt = d->f.type == JWF_STR ? (const char *)v : *(const char *const *)v;
-            cells[nc++] = txt ? txt : "—";
-        }
-        tbl_row(&t, cells, TBL_PLAIN);
+        fig_row(&t, node_cols, FIG_NCOLS(node_cols), &x);
     }
     tbl_end(&t);
 }
@@ -1127,8 +1178,7 @@ static void nodes_json(const diag_run *r, jw *w)
         nrow x;
         node_row(r, i, strag ? &st : NULL, &x);
         jw_obj_begin(w);
-        for (int c = 0; c < NODE_NCOLS; c++)
-            if (node_cols[c].f.key) jw_fields(w, &x, &node_cols[c].f, 1);
+        fig_json(w, node_cols, FIG_NCOLS(node_cols), &x);
         jw_obj_end(w);
     }
     jw_arr_end(w);
@@ -1312,24 +1362,12 @@ void rr_json(const diag_run *r, jw *w)
     jw_key(w, "ranks");
     jw_arr_begin(w);
     for (int i = 0; i < n; i++) {
-        rrow x;
-        rank_row(r, k[i]->rank, &x);
+        rline x;
+        rank_line(r, k[i], &x);
         jw_obj_begin(w);
-        jw_kint(w, "rank", k[i]->rank);
-        jw_kint(w, "node", k[i]->node);
-        jw_knum(w, "steps", x.steps);
-        jw_knum(w, "step_time_ms_p50", x.p50);
-        jw_knum(w, "step_time_ms_p95", x.p95);
-        /* per warm step: summary.json per_rank's names for the same figures */
-        jw_knum(w, "data_wait_ms_mean", x.data);
-        jw_knum(w, "compute_ms_mean", x.compute);
-        jw_knum(w, "comm_wait_ms_mean", x.comm);
-        jw_knum(w, "samples_per_s", x.sps);
-        jw_knum(w, "comm_bytes", r->have_comm ? k[i]->comm_bytes : NAN);
-        jw_knum(w, "comm_busbw_bps", x.busbw);
-        jw_kstr(w, "top_collective", k[i]->top_op[0] ? k[i]->top_op : NULL);
+        fig_json(w, rank_cols, FIG_NCOLS(rank_cols), &x);
         rank_flops f;
-        rank_flops_of(k[i], &x, &f);
+        rank_flops_of(k[i], &x.x, &f);
         jw_fields(w, &f, rank_flops_fields, JW_NFIELDS(rank_flops_fields));
         jw_obj_end(w);
     }
