@@ -16,54 +16,50 @@ enum { U_NUM, U_MS, U_PCT, U_SHARE, U_BYTES, U_C, U_W };
 enum { BETTER_NONE = 0, BETTER_UP = 1, BETTER_DOWN = -1 };
 
 typedef struct crow {
-    const char *name, *key; /* key NULL: the row is the title of the section below */
-    size_t off;             /* into dfig */
+    const char *section, *name, *key;
+    size_t off; /* into dfig */
     int unit, better;
 } crow;
 
 #define F(x) offsetof(dfig, x)
-#define SECTION(title) {title, NULL, 0, 0, BETTER_NONE}
 static const crow rows[] = {
-    SECTION("Throughput"),
-    {"steps/s", "steps_per_s", F(steps_per_s), U_NUM, BETTER_UP},
-    {"samples/s", "samples_per_s", F(samples_per_s), U_NUM, BETTER_UP},
-    {"tokens/s", "tokens_per_s", F(tokens_per_s), U_NUM, BETTER_UP},
-    {"steps", "steps", F(steps), U_NUM, BETTER_NONE},
-    SECTION("Step time"),
-    {"step time p50", "step_time_p50_ms", F(step_p50), U_MS, BETTER_DOWN},
-    {"step time p95", "step_time_p95_ms", F(step_p95), U_MS, BETTER_DOWN},
-    {"step time p99", "step_time_p99_ms", F(step_p99), U_MS, BETTER_DOWN},
-    {"step time CV", "step_time_cv", F(step_cv), U_NUM, BETTER_DOWN},
-    SECTION("Step breakdown"),
-    {"data", "share_data", F(share[PH_DATA]), U_SHARE, BETTER_DOWN},
-    {"forward", "share_forward", F(share[PH_FORWARD]), U_SHARE, BETTER_NONE},
-    {"backward", "share_backward", F(share[PH_BACKWARD]), U_SHARE, BETTER_NONE},
-    {"optimizer", "share_optimizer", F(share[PH_OPTIMIZER]), U_SHARE, BETTER_NONE},
-    {"comm", "share_comm", F(share[PH_COMM]), U_SHARE, BETTER_DOWN},
-    {"eval", "share_eval", F(share[PH_EVAL]), U_SHARE, BETTER_NONE},
-    {"checkpoint", "share_checkpoint", F(share[PH_CHECKPOINT]), U_SHARE, BETTER_DOWN},
-    {"other", "share_other", F(share[PH_OTHER]), U_SHARE, BETTER_NONE},
-    SECTION("Data wait"),
-    {"data wait p50", "data_wait_p50_ms", F(data_p50), U_MS, BETTER_DOWN},
-    {"data wait p95", "data_wait_p95_ms", F(data_p95), U_MS, BETTER_DOWN},
-    {"data wait share", "data_wait_share", F(data_share), U_SHARE, BETTER_DOWN},
-    SECTION("Resources"),
-    {"system CPU mean", "cpu_pct_mean", F(cpu_mean), U_PCT, BETTER_NONE},
-    {"tree CPU mean", "tree_cpu_pct_mean", F(tree_cpu_mean), U_PCT, BETTER_NONE},
-    {"main process CPU mean", "main_cpu_pct_mean", F(main_cpu_mean), U_PCT, BETTER_NONE},
-    {"processes (max)", "tree_procs_max", F(procs_max), U_NUM, BETTER_NONE},
-    {"tree RSS max", "tree_rss_max_bytes", F(rss_max), U_BYTES, BETTER_DOWN},
-    {"memory available min", "mem_available_min_bytes", F(mem_avail_min), U_BYTES, BETTER_UP},
-    {"swap used max", "swap_used_max_bytes", F(swap_max), U_BYTES, BETTER_DOWN},
-    {"iowait mean", "cpu_iowait_pct_mean", F(iowait_mean), U_PCT, BETTER_DOWN},
-    {"PSI io mean", "psi_io_some_pct_mean", F(psi_io), U_PCT, BETTER_DOWN},
-    SECTION("GPU"),
-    {"GPU util mean", "gpu_util_pct_mean", F(gpu_util_mean), U_PCT, BETTER_UP},
-    {"GPU memory max", "gpu_mem_max_bytes", F(gpu_mem_max), U_BYTES, BETTER_NONE},
-    {"GPU power (sum of means)", "gpu_power_w", F(gpu_power_mean), U_W, BETTER_NONE},
-    {"GPU temp max", "gpu_temp_max_c", F(gpu_temp_max), U_C, BETTER_DOWN},
+    {"Throughput", "steps/s", "steps_per_s", F(steps_per_s), U_NUM, BETTER_UP},
+    {"Throughput", "samples/s", "samples_per_s", F(samples_per_s), U_NUM, BETTER_UP},
+    {"Throughput", "tokens/s", "tokens_per_s", F(tokens_per_s), U_NUM, BETTER_UP},
+    {"Throughput", "steps", "steps", F(steps), U_NUM, BETTER_NONE},
+    {"Step time", "step time p50", "step_time_p50_ms", F(step_p50), U_MS, BETTER_DOWN},
+    {"Step time", "step time p95", "step_time_p95_ms", F(step_p95), U_MS, BETTER_DOWN},
+    {"Step time", "step time p99", "step_time_p99_ms", F(step_p99), U_MS, BETTER_DOWN},
+    {"Step time", "step time CV", "step_time_cv", F(step_cv), U_NUM, BETTER_DOWN},
+    {"Step breakdown", "data", "share_data", F(share[PH_DATA]), U_SHARE, BETTER_DOWN},
+    {"Step breakdown", "forward", "share_forward", F(share[PH_FORWARD]), U_SHARE, BETTER_NONE},
+    {"Step breakdown", "backward", "share_backward", F(share[PH_BACKWARD]), U_SHARE, BETTER_NONE},
+    {"Step breakdown", "optimizer", "share_optimizer", F(share[PH_OPTIMIZER]), U_SHARE,
+     BETTER_NONE},
+    {"Step breakdown", "comm", "share_comm", F(share[PH_COMM]), U_SHARE, BETTER_DOWN},
+    {"Step breakdown", "eval", "share_eval", F(share[PH_EVAL]), U_SHARE, BETTER_NONE},
+    {"Step breakdown", "checkpoint", "share_checkpoint", F(share[PH_CHECKPOINT]), U_SHARE,
+     BETTER_DOWN},
+    {"Step breakdown", "other", "share_other", F(share[PH_OTHER]), U_SHARE, BETTER_NONE},
+    {"Data wait", "data wait p50", "data_wait_p50_ms", F(data_p50), U_MS, BETTER_DOWN},
+    {"Data wait", "data wait p95", "data_wait_p95_ms", F(data_p95), U_MS, BETTER_DOWN},
+    {"Data wait", "data wait share", "data_wait_share", F(data_share), U_SHARE, BETTER_DOWN},
+    {"Resources", "system CPU mean", "cpu_pct_mean", F(cpu_mean), U_PCT, BETTER_NONE},
+    {"Resources", "tree CPU mean", "tree_cpu_pct_mean", F(tree_cpu_mean), U_PCT, BETTER_NONE},
+    {"Resources", "main process CPU mean", "main_cpu_pct_mean", F(main_cpu_mean), U_PCT,
+     BETTER_NONE},
+    {"Resources", "processes (max)", "tree_procs_max", F(procs_max), U_NUM, BETTER_NONE},
+    {"Resources", "tree RSS max", "tree_rss_max_bytes", F(rss_max), U_BYTES, BETTER_DOWN},
+    {"Resources", "memory available min", "mem_available_min_bytes", F(mem_avail_min), U_BYTES,
+     BETTER_UP},
+    {"Resources", "swap used max", "swap_used_max_bytes", F(swap_max), U_BYTES, BETTER_DOWN},
+    {"Resources", "iowait mean", "cpu_iowait_pct_mean", F(iowait_mean), U_PCT, BETTER_DOWN},
+    {"Resources", "PSI io mean", "psi_io_some_pct_mean", F(psi_io), U_PCT, BETTER_DOWN},
+    {"GPU", "GPU util mean", "gpu_util_pct_mean", F(gpu_util_mean), U_PCT, BETTER_UP},
+    {"GPU", "GPU memory max", "gpu_mem_max_bytes", F(gpu_mem_max), U_BYTES, BETTER_NONE},
+    {"GPU", "GPU power (sum of means)", "gpu_power_w", F(gpu_power_mean), U_W, BETTER_NONE},
+    {"GPU", "GPU temp max", "gpu_temp_max_c", F(gpu_temp_max), U_C, BETTER_DOWN},
 };
-#undef SECTION
 #undef F
 #define NROWS ((int)(sizeof(rows) / sizeof(rows[0])))
 
@@ -135,19 +131,15 @@ static void rows_out(const dfig *fa, const dfig *fb, report_format fmt, int colo
         {"", 24, 0}, {"A", 14, 1}, {"B", 14, 1}, {"delta", 14, 1}, {"%", 9, 1}, {NULL, 0, 0},
     };
     tbl t = {0};
-    const char *sec = NULL; /* a section's title until its first known row opens its table */
+    const char *sec = "";
     char s1[48], s2[48], s3[48], s4[48];
     for (int i = 0; i < NROWS; i++) {
         const crow *r = &rows[i];
-        if (!r->key) {
-            sec = r->name;
-            continue;
-        }
         if (!row_known(fa, fb, r)) continue;
-        if (sec) {
+        if (strcmp(sec, r->section) != 0) {
             tbl_end(&t);
+            sec = r->section;
             tbl_begin(&t, o, fmt, color, sec, cols, (int)(sizeof(cols) / sizeof(cols[0])));
-            sec = NULL;
         }
         double va = val(fa, r), vb = val(fb, r), p = pct(va, vb);
         const char *v = verdict(r, va, vb);
@@ -210,7 +202,6 @@ static void json_out(const diag_run *a, const diag_run *b, const dfig *fa, const
     jw_obj_begin(&w);
     for (int i = 0; i < NROWS; i++) {
         const crow *r = &rows[i];
-        if (!r->key) continue;
         double va = val(fa, r), vb = val(fb, r);
         jw_key(&w, r->key);
         jw_obj_begin(&w);

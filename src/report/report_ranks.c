@@ -1125,18 +1125,13 @@ static void node_row(const diag_run *r, int i, const rr_strag *strag, nrow *o)
                                  : NULL;
         if (!x) continue;
         any = 1;
-        g->count += x->count;
-        g->interval_ns += x->interval_ns;
-        g->samples += x->samples;
-        g->warm_count += x->warm_count;
-        g->warm_interval_ns += x->warm_interval_ns;
-        g->warm_data_ns += x->warm_data_ns;
-        g->warm_comm_ns += x->warm_comm_ns;
-        sketch_merge(&g->step_ns, &x->step_ns);
+        figs_group_merge(g, x);
     }
     rrow w;
     group_row(any ? g : NULL, &w);
-    o->steps_per_s = any && g->interval_ns > 0 ? (double)g->count / ((double)g->interval_ns / 1e9) : NAN;
+    o->steps_per_s = any && g->interval_ns > 0
+                         ? (double)g->count / ((double)g->interval_ns / 1e9)
+                         : NAN;
     free(g);
     o->p50 = w.p50;
     o->p95 = w.p95;
@@ -1148,8 +1143,8 @@ static void node_row(const diag_run *r, int i, const rr_strag *strag, nrow *o)
         snprintf(o->note, sizeof(o->note), "wall clocks (no collectives to align on)");
     for (int k = 0; strag && k < r->nranks; k++)
         if (r->ranks[k].rank == strag->rank && r->ranks[k].node == i)
-            snprintf(o->note + strlen(o->note), sizeof(o->note) - strlen(o->note), "%sstraggler: rank %d",
-                     o->note[0] ? "; " : "", strag->rank);
+            snprintf(o->note + strlen(o->note), sizeof(o->note) - strlen(o->note),
+                     "%sstraggler: rank %d", o->note[0] ? "; " : "", strag->rank);
 }
 
 /* The nodes of a job, one row each, in text, md and html. */
@@ -1219,8 +1214,8 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
     if (r->nnodes > 1) {
         buf_printf(b, "\n%sNODES%s\n", bold, reset);
         nodes_table(r, b, TBL_TEXT);
-        buf_puts(b, "  (steps/s and step figures per rank, over the node's ranks; clocks on node 0's, "
-                    "aligned on the collectives both completed)\n");
+        buf_puts(b, "  (steps/s and step figures per rank, over the node's ranks; clocks on "
+                    "node 0's, aligned on the collectives both completed)\n");
     }
 }
 
