@@ -260,32 +260,132 @@ static const jw_field job_fields[] = {
 #define JOB_FLOPS (job_fields + 3), 2
 #define JOB_FLOPS_COUNTS (job_fields + 6), 3
 
-/* A rank's FLOPs figures, in the report's "ranks" (all of them) and in
+/* The RANKS and NODES tables, each described once for text, md, html and the
+ * JSON report: a column's heading (NULL: JSON only) and text width, how its
+ * cell reads, and its JSON key and member (key NULL: not in the JSON). */
+enum {
+    FC_TEXT, /* a string ("—" when NULL) */
+    FC_INT,
+    FC_NUM,  /* fmt of the member x scale, "?" when unknown */
+    FC_OPT,  /* the same, "—" when unknown (a figure a run may not have: MFU) */
+    FC_BYTES,
+};
+typedef struct fig_col {
+    tbl_col c;
+    int kind;
+    const char *fmt;
+    double scale;
+    jw_field f;
+} fig_col;
+#define FIG_COL(head, width, flags, kind, fmt, scale, type, key, T, member)                        \
+    {{head, width, flags}, FC_##kind, fmt, scale, JW_FIELD(type, key, T, member)}
+#define FIG_NCOLS(c) ((int)(sizeof(c) / sizeof((c)[0])))
+#define FIG_MAX_COLS 24
+
+/* The columns that have a heading; returns how many. */
+static int fig_heads(const fig_col *c, int n, tbl_col *out)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (c[i].c.head) out[k++] = c[i].c;
+    return k;
+}
+
+/* One row of the table: the cells of the columns with a heading. */
+static void fig_row(tbl *t, const fig_col *c, int n, const void *row)
+{
+    char a[FIG_MAX_COLS][32];
+    const char *cells[FIG_MAX_COLS];
+    int k = 0;
+    for (int i = 0; i < n && k < FIG_MAX_COLS; i++) {
+        const fig_col *d = &c[i];
+        const void *v = (const char *)row + d->f.off;
+        if (!d->c.head) continue;
+        const char *cell = a[k];
+        double x = d->kind == FC_INT || d->kind == FC_TEXT ? 0 : *(const double *)v;
+        if (d->kind == FC_TEXT)
+            cell = d->f.type == JWF_STR ? (const char *)v : *(const char *const *)v;
+        else if (d->kind == FC_INT)
+            snprintf(a[k], 32, "%d", *(const int *)v);
+        else if (d->kind == FC_BYTES)
+            human_bytes(a[k], 32, x);
+        else if (d->kind == FC_OPT && !isfinite(x))
+            cell = "—";
+        else
+            diag_fmt_num(a[k], 32, d->fmt, x * d->scale);
+        cells[k++] = cell ? cell : "—";
+    }
+    tbl_row(t, cells, TBL_PLAIN);
+}
+
+/* The columns with a key, as members of the current JSON object. */
+static void fig_json(jw *w, const fig_col *c, int n, const void *row)
+{
+    for (int i = 0; i < n; i++)
+        if (c[i].f.key) jw_fields(w, row, &c[i].f, 1);
+}
+
+/* Under the section's own heading: text wants the head row (a sub table's),
+ * md and html a plain table. */
+static void fig_begin(tbl *t, buf *b, int fmt, const tbl_col *cols, int n)
+{
+    if (fmt == TBL_TEXT)
+        tbl_begin_sub(t, b, fmt, 0, NULL, cols, n);
+    else
+        tbl_begin(t, b, fmt, 0, NULL, cols, n);
+}
+
+/* A rank's line: its figures (rank_row), where it ran, what it sent and its
+ * model FLOPs. */
+typedef struct rline {
+    int rank, node;
+    rrow x;
+    double comm_bytes;
+    const char *top_op;
+    double flops_step, peak; /* NAN: unknown */
+    const char *flops_src, *peak_src;
+} rline;
+
+/* The RANKS table, the report's "ranks" (every column with a key) and
  * summary.json's model_flops.per_rank (RANK_FLOPS and RANK_MFU: no peak
  * source per rank there), under the same names. */
-typedef struct rank_flops {
-    double per_step, per_s, peak, mfu;
-    const char *source, *peak_src;
-} rank_flops;
-static const jw_field rank_flops_fields[] = {
-    JW_FIELD(DBL, "flops_per_step", rank_flops, per_step), /* RANK_FLOPS */
-    JW_FIELD(PSTR, "flops_source", rank_flops, source),
-    JW_FIELD(DBL, "flops_per_s", rank_flops, per_s),
-    JW_FIELD(DBL, "peak_flops_per_s", rank_flops, peak),
-    JW_FIELD(PSTR, "peak_source", rank_flops, peak_src),
-    JW_FIELD(DBL, "mfu", rank_flops, mfu), /* RANK_MFU */
+static const fig_col rank_cols[] = {
+    FIG_COL("rank", 4, TBL_RIGHT, INT, NULL, 1, INT, "rank", rline, rank),
+    FIG_COL("node", 5, TBL_RIGHT, INT, NULL, 1, INT, "node", rline, node),
+    FIG_COL("steps", 6, TBL_RIGHT, NUM, "%.0f", 1, DBL, "steps", rline, x.steps),
+    FIG_COL("p50 ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "step_time_ms_p50", rline, x.p50),
+    FIG_COL("p95 ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "step_time_ms_p95", rline, x.p95),
+    /* per warm step: summary.json per_rank's names for the same figures */
+    FIG_COL("data ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "data_wait_ms_mean", rline, x.data),
+    FIG_COL("compute ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "compute_ms_mean", rline, x.compute),
+    FIG_COL("comm ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "comm_wait_ms_mean", rline, x.comm),
+    FIG_COL("samples/s", 10, TBL_RIGHT, NUM, "%.1f", 1, DBL, "samples_per_s", rline, x.sps),
+    FIG_COL(NULL, 0, 0, NUM, NULL, 1, DBL, "comm_bytes", rline, comm_bytes),
+    FIG_COL(NULL, 0, 0, NUM, NULL, 1, DBL, "comm_busbw_bps", rline, x.busbw),
+    FIG_COL(NULL, 0, 0, TEXT, NULL, 1, PSTR, "top_collective", rline, top_op),
+    FIG_COL(NULL, 0, 0, NUM, NULL, 1, DBL, "flops_per_step", rline, flops_step), /* RANK_FLOPS */
+    FIG_COL(NULL, 0, 0, TEXT, NULL, 1, PSTR, "flops_source", rline, flops_src),
+    FIG_COL("TFLOP/s", 8, TBL_RIGHT, OPT, "%.3g", 1e-12, DBL, "flops_per_s", rline,
+            x.flops_per_s),
+    FIG_COL(NULL, 0, 0, NUM, NULL, 1, DBL, "peak_flops_per_s", rline, peak),
+    FIG_COL(NULL, 0, 0, TEXT, NULL, 1, PSTR, "peak_source", rline, peak_src),
+    FIG_COL("MFU", 6, TBL_RIGHT, OPT, "%.1f%%", 100, DBL, "mfu", rline, x.mfu), /* RANK_MFU */
 };
-#define RANK_FLOPS rank_flops_fields, 4
-#define RANK_MFU (rank_flops_fields + 5), 1
+#define RANK_COMPUTE 6 /* its heading, narrow in text: the line below says ms */
+#define RANK_FLOPS (rank_cols + 12), 4
+#define RANK_MFU (rank_cols + 17), 1
 
-static void rank_flops_of(const drank *k, const rrow *x, rank_flops *o)
+static void rank_line(const diag_run *r, const drank *k, rline *o)
 {
-    o->per_step = k->flops_step > 0 ? k->flops_step : NAN;
-    o->source = k->flops_step > 0 ? k->flops_src : NULL;
-    o->per_s = x->flops_per_s;
+    o->rank = k->rank;
+    o->node = k->node;
+    rank_row(r, k->rank, &o->x);
+    o->comm_bytes = r->have_comm ? k->comm_bytes : NAN;
+    o->top_op = k->top_op[0] ? k->top_op : NULL;
+    o->flops_step = k->flops_step > 0 ? k->flops_step : NAN;
+    o->flops_src = k->flops_step > 0 ? k->flops_src : NULL;
     o->peak = k->peak_flops > 0 ? k->peak_flops : NAN;
     o->peak_src = k->peak_src[0] ? k->peak_src : NULL;
-    o->mfu = x->mfu;
 }
 
 int rr_summary_flops(const diag_run *r, buf *b)
@@ -304,18 +404,16 @@ int rr_summary_flops(const diag_run *r, buf *b)
     for (int i = 0; i < r->nranks; i++) {
         const drank *k = &r->ranks[i];
         if (!(k->flops_step > 0)) continue;
-        rrow x;
-        rank_row(r, k->rank, &x);
+        rline x;
+        rank_line(r, k, &x);
         jw_obj_begin(&w);
         jw_key(&w, "rank");
         if (k->rank >= 0)
             jw_int(&w, k->rank);
         else
             jw_null(&w);
-        rank_flops f;
-        rank_flops_of(k, &x, &f);
-        jw_fields(&w, &f, RANK_FLOPS);
-        jw_fields(&w, &f, RANK_MFU);
+        fig_json(&w, RANK_FLOPS, &x);
+        fig_json(&w, RANK_MFU, &x);
         jw_obj_end(&w);
     }
     jw_arr_end(&w);
@@ -935,119 +1033,6 @@ static void job_words_esc(const diag_run *r, buf *b, int fmt)
     buf_free(&w);
 }
 
-/* The RANKS and NODES tables, each described once for text, md, html and the
- * JSON report: a column's heading (NULL: JSON only) and text width, how its
- * cell reads, and its JSON key and member (key NULL: not in the JSON). */
-enum {
-    FC_TEXT, /* a string ("—" when NULL) */
-    FC_INT,
-    FC_NUM,  /* fmt of the member x scale, "?" when unknown */
-    FC_OPT,  /* the same, "—" when unknown (a figure a run may not have: MFU) */
-    FC_BYTES,
-};
-typedef struct fig_col {
-    tbl_col c;
-    int kind;
-    const char *fmt;
-    double scale;
-    jw_field f;
-} fig_col;
-#define FIG_COL(head, width, flags, kind, fmt, scale, type, key, T, member)                        \
-    {{head, width, flags}, FC_##kind, fmt, scale, JW_FIELD(type, key, T, member)}
-#define FIG_NCOLS(c) ((int)(sizeof(c) / sizeof((c)[0])))
-#define FIG_MAX_COLS 24
-
-/* The columns that have a heading; returns how many. */
-static int fig_heads(const fig_col *c, int n, tbl_col *out)
-{
-    int k = 0;
-    for (int i = 0; i < n; i++)
-        if (c[i].c.head) out[k++] = c[i].c;
-    return k;
-}
-
-/* One row of the table: the cells of the columns with a heading. */
-static void fig_row(tbl *t, const fig_col *c, int n, const void *row)
-{
-    char a[FIG_MAX_COLS][32];
-    const char *cells[FIG_MAX_COLS];
-    int k = 0;
-    for (int i = 0; i < n && k < FIG_MAX_COLS; i++) {
-        const fig_col *d = &c[i];
-        const void *v = (const char *)row + d->f.off;
-        if (!d->c.head) continue;
-        const char *cell = a[k];
-        double x = d->kind == FC_INT || d->kind == FC_TEXT ? 0 : *(const double *)v;
-        if (d->kind == FC_TEXT)
-            cell = d->f.type == JWF_STR ? (const char *)v : *(const char *const *)v;
-        else if (d->kind == FC_INT)
-            snprintf(a[k], 32, "%d", *(const int *)v);
-        else if (d->kind == FC_BYTES)
-            human_bytes(a[k], 32, x);
-        else if (d->kind == FC_OPT && !isfinite(x))
-            cell = "—";
-        else
-            num(a[k], 32, d->fmt, x * d->scale);
-        cells[k++] = cell ? cell : "—";
-    }
-    tbl_row(t, cells, TBL_PLAIN);
-}
-
-/* The columns with a key, as members of the current JSON object. */
-static void fig_json(jw *w, const fig_col *c, int n, const void *row)
-{
-    for (int i = 0; i < n; i++)
-        if (c[i].f.key) jw_fields(w, row, &c[i].f, 1);
-}
-
-/* Under the section's own heading: text wants the head row (a sub table's),
- * md and html a plain table. */
-static void fig_begin(tbl *t, buf *b, int fmt, const tbl_col *cols, int n)
-{
-    if (fmt == TBL_TEXT)
-        tbl_begin_sub(t, b, fmt, 0, NULL, cols, n);
-    else
-        tbl_begin(t, b, fmt, 0, NULL, cols, n);
-}
-
-/* A rank's line: its figures (rank_row), where it ran and what it sent.
- * Its FLOPs figures follow in the JSON (rank_flops_fields). */
-typedef struct rline {
-    int rank, node;
-    rrow x;
-    double comm_bytes;
-    const char *top_op;
-} rline;
-
-static const fig_col rank_cols[] = {
-    FIG_COL("rank", 4, TBL_RIGHT, INT, NULL, 1, INT, "rank", rline, rank),
-    FIG_COL("node", 5, TBL_RIGHT, INT, NULL, 1, INT, "node", rline, node),
-    FIG_COL("steps", 6, TBL_RIGHT, NUM, "%.0f", 1, DBL, "steps", rline, x.steps),
-    FIG_COL("p50 ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "step_time_ms_p50", rline, x.p50),
-    FIG_COL("p95 ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "step_time_ms_p95", rline, x.p95),
-    /* per warm step: summary.json per_rank's names for the same figures */
-    FIG_COL("data ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "data_wait_ms_mean", rline, x.data),
-    FIG_COL("compute ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "compute_ms_mean", rline, x.compute),
-    FIG_COL("comm ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "comm_wait_ms_mean", rline, x.comm),
-    FIG_COL("samples/s", 10, TBL_RIGHT, NUM, "%.1f", 1, DBL, "samples_per_s", rline, x.sps),
-    /* TFLOP/s and MFU: the JSON has them with the other FLOPs figures */
-    FIG_COL("TFLOP/s", 8, TBL_RIGHT, OPT, "%.3g", 1e-12, DBL, NULL, rline, x.flops_per_s),
-    FIG_COL("MFU", 6, TBL_RIGHT, OPT, "%.1f%%", 100, DBL, NULL, rline, x.mfu),
-    FIG_COL(NULL, 0, 0, NUM, NULL, 1, DBL, "comm_bytes", rline, comm_bytes),
-    FIG_COL(NULL, 0, 0, NUM, NULL, 1, DBL, "comm_busbw_bps", rline, x.busbw),
-    FIG_COL(NULL, 0, 0, TEXT, NULL, 1, PSTR, "top_collective", rline, top_op),
-};
-#define RANK_COMPUTE 6 /* its heading, narrow in text: the line below says ms */
-
-static void rank_line(const diag_run *r, const drank *k, rline *o)
-{
-    o->rank = k->rank;
-    o->node = k->node;
-    rank_row(r, k->rank, &o->x);
-    o->comm_bytes = r->have_comm ? k->comm_bytes : NAN;
-    o->top_op = k->top_op[0] ? k->top_op : NULL;
-}
-
 static void ranks_table(const diag_run *r, const drank *const *k, int n, buf *b, int fmt)
 {
     tbl_col cols[FIG_MAX_COLS];
@@ -1361,9 +1346,6 @@ void rr_json(const diag_run *r, jw *w)
         rank_line(r, k[i], &x);
         jw_obj_begin(w);
         fig_json(w, rank_cols, FIG_NCOLS(rank_cols), &x);
-        rank_flops f;
-        rank_flops_of(k[i], &x.x, &f);
-        jw_fields(w, &f, rank_flops_fields, JW_NFIELDS(rank_flops_fields));
         jw_obj_end(w);
     }
     jw_arr_end(w);
