@@ -31,19 +31,44 @@ def test_the_nodes_of_a_job_report_as_one(run_cli):
         assert r["diagnosis"]["primary"]["id"] == "straggler"
     text = rep(run_cli, JOB)
     assert "RANKS  2 ranks on 2 nodes" in text and "NODES" in text
-    assert "aligned on 12 collectives" in text
     md = rep(run_cli, JOB, "--format", "md")
     assert "## Ranks" in md and "### Nodes" in md
     html = rep(run_cli, JOB, "--format", "html")
     assert html.count("<rect") >= 2 and "heatmap of step time" in html
     # per-node resources and the collectives in html too
     assert "<h2>Nodes</h2>" in html and "<h2>Communication</h2>" in html
-    assert '<td class="n">0 (reference)</td>' in html and "<th>all_reduce</th>" in html
-    # one description of the nodes table: md has html's columns, in its order
+    assert "<th>all_reduce</th>" in html
+    # one description of the nodes table: text and md have html's columns, in its order
     heads = re.findall(r"<th[^>]*>([^<]*)</th>", html.split("<h2>Nodes</h2>")[1].split("</tr>")[0])
     md_head = md.split("### Nodes")[1].strip().splitlines()[0]
     assert [h.strip() for h in md_head.strip("|").split("|")] == heads
-    assert "wall clocks said s" in heads and "| 0 (reference) |" in md
+    assert "steps/s" in heads and "wall clocks s" in heads and "| reference clock |" in md
+    lines = text.split("NODES")[1].splitlines()
+    assert lines[1].split() == " ".join(heads).split()
+    assert "reference clock" in lines[2] and "straggler: rank 1" in lines[3]
+
+
+def test_the_nodes_table_shows_each_nodes_figures(run_cli):
+    """A node's step figures are its ranks' merged; steps/s from its steps.csv."""
+    r = json.loads(rep(run_cli, JOB, "--format", "json"))
+    text = rep(run_cli, JOB).split("NODES")[1].splitlines()
+    for n in r["nodes"]:
+        (k,) = [x for x in r["ranks"] if x["node"] == n["node"]]  # one rank a node here
+        for key in ("step_time_ms_p50", "step_time_ms_p95", "data_wait_ms_mean",
+                    "comm_wait_ms_mean"):
+            assert n[key] == k[key], (key, n, k)
+        rows = [l.split(",") for l in (JOB / ("node%d" % n["node"]) / "steps.csv").read_text()
+                .splitlines()]
+        iv = [int(v[rows[0].index("interval_ns")]) for v in rows[1:]]
+        assert abs(n["steps_per_s"] / (len(iv) / (sum(iv) / 1e9)) - 1) < 1e-6
+        # the text row shows the same figures, rounded as the ranks table does
+        row = text[2 + n["node"]].split()
+        assert row[0] == str(n["node"]) and row[2] == str(n["ranks"])
+        assert row[3] == "%.1f" % n["steps_per_s"] and row[4] == "%.1f" % n["step_time_ms_p50"]
+        assert row[7] == "%.1f" % n["comm_wait_ms_mean"]
+    # the node that holds the straggler says so
+    strag = [x["node"] for x in r["ranks"] if x["rank"] == r["straggler"]["rank"]][0]
+    assert "straggler: rank %d" % r["straggler"]["rank"] in text[2 + strag]
 
 
 def test_flops_files_of_each_node_give_mfu_per_rank_and_for_the_job(run_cli, tmp_path):
@@ -127,6 +152,8 @@ def test_without_comm_logs_a_node_falls_back_to_wall_clocks(run_cli, tmp_path):
     n = r["nodes"][1]
     assert n["alignment_error_s"] is None and n["clock_offset_s"] == n["wall_clock_offset_s"]
     assert len(r["ranks"]) == 2
+    row = rep(run_cli, job).split("NODES")[1].splitlines()[3]
+    assert row.split()[0] == "1" and "wall clocks (no collectives to align on)" in row
 
 
 def test_compare_shows_ranks_side_by_side(run_cli):

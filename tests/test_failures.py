@@ -307,6 +307,7 @@ for _ in range(1200):
     except (OSError, ValueError):
         time.sleep(0.05)
 print("HB", doc["steps"], doc["hang_bound_s"], doc["hang_bound_kind"], flush=True)
+print("LAST", doc["last_step_t"], doc["last_step_unix_s"], doc["since_last_step_s"], flush=True)
 steps(5)
 """)
     run = tmp_path / "run"
@@ -314,9 +315,15 @@ steps(5)
                 env=py_env())
     assert r.returncode == 0, r.stderr
     assert "HB 0 1800.0 startup" in r.stdout, r.stdout
+    # before the first step the three last-step keys are there, null
+    assert "LAST None None None" in r.stdout, r.stdout
     hb = load(run, "heartbeat.json")
     # 5 steps: the learned bound is not armed yet (10 are needed)
     assert hb["steps"] == 5 and hb["hang_bound_s"] == 1800 and hb["hang_bound_kind"] == "startup"
+    # one clock: the last step's date is the start's plus its time, as "updated" is
+    start = hb["updated_unix_s"] - hb["t"]
+    assert abs(hb["last_step_unix_s"] - hb["last_step_t"] - start) < 0.005, hb
+    assert all(abs(x["last_step_unix_s"] - x["last_step_t"] - start) < 0.005 for x in hb["ranks"])
     assert load(run, "failures.json")["options"]["startup_timeout_s"] == 1800
     # the watch off: no startup bound either
     run2 = tmp_path / "run2"

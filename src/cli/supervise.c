@@ -579,6 +579,14 @@ static void put_json(sup *s, const char *name, buf *b)
     buf_free(b);
 }
 
+/* One of the supervisor's JSON files (format 1, at most cap bytes), which
+ * put_json writes and frees. */
+static void doc_begin(jw *w, buf *b, size_t cap)
+{
+    buf_init(b, cap);
+    jw_doc_begin(w, b, "format", 1);
+}
+
 static void append_line(sup *s, const char *name, buf *b)
 {
     char path[PATH_MAX + 32];
@@ -596,13 +604,25 @@ static void append_line(sup *s, const char *name, buf *b)
     buf_free(b);
 }
 
+/* When a step last ended (end: seconds since the start; NaN before the
+ * first step, written as nulls) and how long ago, at t: the job's and each
+ * rank's. */
+static void last_step_json(jw *w, const sup *s, double end, double t)
+{
+    jw_key(w, "last_step_t");
+    jw_numf(w, end, 3);
+    jw_key(w, "last_step_unix_s");
+    jw_numf(w, s->start_unix_s + end, 3);
+    jw_key(w, "since_last_step_s");
+    jw_numf(w, t - end, 3);
+}
+
 static void heartbeat(sup *s, const char *state)
 {
     double t = run_t(s);
     buf b;
-    buf_init(&b, 1u << 20);
     jw w;
-    jw_doc_begin(&w, &b, "format", 1);
+    doc_begin(&w, &b, 1u << 20);
     jw_kstr(&w, "state", state);
     jw_kint(&w, "supervisor_pid", getpid());
     jw_kint(&w, "attempt", s->natt);
@@ -612,19 +632,7 @@ static void heartbeat(sup *s, const char *state)
     jw_key(&w, "t");
     jw_numf(&w, t, 3);
     jw_kuint(&w, "steps", s->total_steps);
-    if (isfinite(s->last_end_t)) {
-        jw_key(&w, "last_step_t");
-        jw_numf(&w, s->last_end_t, 3);
-        jw_key(&w, "last_step_unix_s");
-        jw_numf(&w, s->start_unix_s + s->last_end_t, 3);
-        jw_key(&w, "since_last_step_s");
-        jw_numf(&w, t - s->last_end_t, 3);
-    } else {
-        jw_key(&w, "last_step_t");
-        jw_null(&w);
-        jw_key(&w, "since_last_step_s");
-        jw_null(&w);
-    }
+    last_step_json(&w, s, s->last_end_t, t);
     /* the bound in force now: the startup bound before the first step */
     const char *kind = NULL;
     double bound = s->natt ? bound_now(s, &s->att[s->natt - 1], &kind) : 0;
@@ -657,12 +665,7 @@ static void heartbeat(sup *s, const char *state)
         }
         jw_kint(&w, "pid", x->pid);
         jw_kuint(&w, "step", x->steps);
-        jw_key(&w, "last_step_t");
-        jw_numf(&w, x->last_end_t, 3);
-        jw_key(&w, "last_step_unix_s");
-        jw_numf(&w, s->start_unix_s + x->last_end_t, 3);
-        jw_key(&w, "since_last_step_s");
-        jw_numf(&w, t - x->last_end_t, 3);
+        last_step_json(&w, s, x->last_end_t, t);
         jw_obj_end(&w);
     }
     jw_arr_end(&w);
@@ -724,9 +727,8 @@ static int attempt_failed(const sup_attempt *a)
 static void write_attempts(sup *s)
 {
     buf b;
-    buf_init(&b, 16u << 20);
     jw w;
-    jw_doc_begin(&w, &b, "format", 1);
+    doc_begin(&w, &b, 16u << 20);
     jw_key(&w, "attempts");
     jw_arr_begin(&w);
     for (int i = 0; i < s->natt; i++) attempt_json(&w, &s->att[i], i + 1);
@@ -1072,9 +1074,8 @@ void sup_finish(sup *s)
     fail_ckpt_load(s->run_dir, &ck);
 
     buf b;
-    buf_init(&b, 1u << 20);
     jw w;
-    jw_doc_begin(&w, &b, "format", 1);
+    doc_begin(&w, &b, 1u << 20);
     jw_key(&w, "options");
     jw_obj_begin(&w);
     jw_key(&w, "hang_timeout_s");

@@ -109,18 +109,23 @@ void figs_merge(figs *dst, const figs *src)
             dst->untracked_groups++;
             continue;
         }
-        g->count += sg->count;
-        g->interval_ns += sg->interval_ns;
-        g->samples += sg->samples;
-        g->tokens += sg->tokens;
-        g->data_ns += sg->data_ns;
-        g->comm_ns += sg->comm_ns;
-        g->warm_count += sg->warm_count;
-        g->warm_interval_ns += sg->warm_interval_ns;
-        g->warm_data_ns += sg->warm_data_ns;
-        g->warm_comm_ns += sg->warm_comm_ns;
-        sketch_merge(&g->step_ns, &sg->step_ns);
+        figs_group_merge(g, sg);
     }
+}
+
+void figs_group_merge(agg_group *dst, const agg_group *src)
+{
+    dst->count += src->count;
+    dst->interval_ns += src->interval_ns;
+    dst->samples += src->samples;
+    dst->tokens += src->tokens;
+    dst->data_ns += src->data_ns;
+    dst->comm_ns += src->comm_ns;
+    dst->warm_count += src->warm_count;
+    dst->warm_interval_ns += src->warm_interval_ns;
+    dst->warm_data_ns += src->warm_data_ns;
+    dst->warm_comm_ns += src->warm_comm_ns;
+    sketch_merge(&dst->step_ns, &src->step_ns);
 }
 
 uint64_t figs_global_steps(const figs *f)

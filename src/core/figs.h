@@ -81,6 +81,9 @@ void figs_add(figs *f, const agg_step *s);
 /* Fold every figure of src into dst (job figures over ranks and nodes):
  * totals add, sketches merge, groups of the same rank merge. */
 void figs_merge(figs *dst, const figs *src);
+/* Fold group src into dst (a node's figures over its ranks): totals add,
+ * the sketch merges; the live figures and the identity stay dst's. */
+void figs_group_merge(agg_group *dst, const agg_group *src);
 
 /* The job's steps: with two or more ranks, the most steps of any rank (a
  * step of data-parallel training is a step of every rank, so not the sum);

@@ -84,13 +84,11 @@ static const drank *find_rank(const diag_run *x, int rank)
     return NULL;
 }
 
-/* Per step means over warm steps (each thread's first left out, as the
+/* The step figures of a group (a rank's, or a node's ranks merged): per
+ * step means over warm steps (each thread's first left out, as the
  * quantiles); steps and samples/s over every step. */
-static void rank_row(const diag_run *r, int rank, rrow *o)
+static void group_row(const agg_group *g, rrow *o)
 {
-    const agg_group *g = group_of_rank(r, rank);
-    const drank *k = find_rank(r, rank);
-    o->busbw = k && k->comm_busbw_n > 0 ? k->comm_busbw_sum / k->comm_busbw_n : NAN;
     o->flops_per_s = o->mfu = NAN;
     if (!g) {
         o->steps = o->warm = o->p50 = o->p95 = o->data = o->compute = o->comm = o->sps = NAN;
@@ -110,9 +108,18 @@ static void rank_row(const diag_run *r, int rank, rrow *o)
     o->sps = g->samples > 0 && g->interval_ns > 0
                  ? (double)g->samples / ((double)g->interval_ns / 1e9)
                  : NAN;
+}
+
+/* A rank's figures: its group's, its bus bandwidth and its model FLOP/s. */
+static void rank_row(const diag_run *r, int rank, rrow *o)
+{
+    const agg_group *g = group_of_rank(r, rank);
+    const drank *k = find_rank(r, rank);
+    group_row(g, o);
+    o->busbw = k && k->comm_busbw_n > 0 ? k->comm_busbw_sum / k->comm_busbw_n : NAN;
     /* the step rate of the warm steps, less the counted one (counting slows
      * it several times over), times the FLOPs of one step */
-    if (k && k->flops_step > 0 && g->warm_count && g->warm_interval_ns) {
+    if (g && k && k->flops_step > 0 && g->warm_count && g->warm_interval_ns) {
         double cnt = (double)g->warm_count, span = (double)g->warm_interval_ns;
         if (k->flops_at > 0 && k->flops_at_ns > 0 && cnt > 1 && span > k->flops_at_ns) {
             cnt -= 1;
@@ -253,32 +260,132 @@ static const jw_field job_fields[] = {
 #define JOB_FLOPS (job_fields + 3), 2
 #define JOB_FLOPS_COUNTS (job_fields + 6), 3
 
-/* A rank's FLOPs figures, in the report's "ranks" (all of them) and in
+/* The RANKS and NODES tables, each described once for text, md, html and the
+ * JSON report: a column's heading (NULL: JSON only) and text width, how its
+ * cell reads, and its JSON key and member (key NULL: not in the JSON). */
+enum {
+    FC_TEXT, /* a string ("—" when NULL) */
+    FC_INT,
+    FC_NUM,  /* fmt of the member x scale, "?" when unknown */
+    FC_OPT,  /* the same, "—" when unknown (a figure a run may not have: MFU) */
+    FC_BYTES,
+};
+typedef struct fig_col {
+    tbl_col c;
+    int kind;
+    const char *fmt;
+    double scale;
+    jw_field f;
+} fig_col;
+#define FIG_COL(head, width, flags, kind, fmt, scale, type, key, T, member)                        \
+    {{head, width, flags}, FC_##kind, fmt, scale, JW_FIELD(type, key, T, member)}
+#define FIG_NCOLS(c) ((int)(sizeof(c) / sizeof((c)[0])))
+#define FIG_MAX_COLS 24
+
+/* The columns that have a heading; returns how many. */
+static int fig_heads(const fig_col *c, int n, tbl_col *out)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (c[i].c.head) out[k++] = c[i].c;
+    return k;
+}
+
+/* One row of the table: the cells of the columns with a heading. */
+static void fig_row(tbl *t, const fig_col *c, int n, const void *row)
+{
+    char a[FIG_MAX_COLS][32];
+    const char *cells[FIG_MAX_COLS];
+    int k = 0;
+    for (int i = 0; i < n && k < FIG_MAX_COLS; i++) {
+        const fig_col *d = &c[i];
+        const void *v = (const char *)row + d->f.off;
+        if (!d->c.head) continue;
+        const char *cell = a[k];
+        double x = d->kind == FC_INT || d->kind == FC_TEXT ? 0 : *(const double *)v;
+        if (d->kind == FC_TEXT)
+            cell = d->f.type == JWF_STR ? (const char *)v : *(const char *const *)v;
+        else if (d->kind == FC_INT)
+            snprintf(a[k], 32, "%d", *(const int *)v);
+        else if (d->kind == FC_BYTES)
+            human_bytes(a[k], 32, x);
+        else if (d->kind == FC_OPT && !isfinite(x))
+            cell = "—";
+        else
+            diag_fmt_num(a[k], 32, d->fmt, x * d->scale);
+        cells[k++] = cell ? cell : "—";
+    }
+    tbl_row(t, cells, TBL_PLAIN);
+}
+
+/* The columns with a key, as members of the current JSON object. */
+static void fig_json(jw *w, const fig_col *c, int n, const void *row)
+{
+    for (int i = 0; i < n; i++)
+        if (c[i].f.key) jw_fields(w, row, &c[i].f, 1);
+}
+
+/* Under the section's own heading: text wants the head row (a sub table's),
+ * md and html a plain table. */
+static void fig_begin(tbl *t, buf *b, int fmt, const tbl_col *cols, int n)
+{
+    if (fmt == TBL_TEXT)
+        tbl_begin_sub(t, b, fmt, 0, NULL, cols, n);
+    else
+        tbl_begin(t, b, fmt, 0, NULL, cols, n);
+}
+
+/* A rank's line: its figures (rank_row), where it ran, what it sent and its
+ * model FLOPs. */
+typedef struct rline {
+    int rank, node;
+    rrow x;
+    double comm_bytes;
+    const char *top_op;
+    double flops_step, peak; /* NAN: unknown */
+    const char *flops_src, *peak_src;
+} rline;
+
+/* The RANKS table, the report's "ranks" (every column with a key) and
  * summary.json's model_flops.per_rank (RANK_FLOPS and RANK_MFU: no peak
  * source per rank there), under the same names. */
-typedef struct rank_flops {
-    double per_step, per_s, peak, mfu;
-    const char *source, *peak_src;
-} rank_flops;
-static const jw_field rank_flops_fields[] = {
-    JW_FIELD(DBL, "flops_per_step", rank_flops, per_step), /* RANK_FLOPS */
-    JW_FIELD(PSTR, "flops_source", rank_flops, source),
-    JW_FIELD(DBL, "flops_per_s", rank_flops, per_s),
-    JW_FIELD(DBL, "peak_flops_per_s", rank_flops, peak),
-    JW_FIELD(PSTR, "peak_source", rank_flops, peak_src),
-    JW_FIELD(DBL, "mfu", rank_flops, mfu), /* RANK_MFU */
+static const fig_col rank_cols[] = {
+    FIG_COL("rank", 4, TBL_RIGHT, INT, NULL, 1, INT, "rank", rline, rank),
+    FIG_COL("node", 5, TBL_RIGHT, INT, NULL, 1, INT, "node", rline, node),
+    FIG_COL("steps", 6, TBL_RIGHT, NUM, "%.0f", 1, DBL, "steps", rline, x.steps),
+    FIG_COL("p50 ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "step_time_ms_p50", rline, x.p50),
+    FIG_COL("p95 ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "step_time_ms_p95", rline, x.p95),
+    /* per warm step: summary.json per_rank's names for the same figures */
+    FIG_COL("data ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "data_wait_ms_mean", rline, x.data),
+    FIG_COL("compute ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "compute_ms_mean", rline, x.compute),
+    FIG_COL("comm ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "comm_wait_ms_mean", rline, x.comm),
+    FIG_COL("samples/s", 10, TBL_RIGHT, NUM, "%.1f", 1, DBL, "samples_per_s", rline, x.sps),
+    FIG_COL(NULL, 0, 0, NUM, NULL, 1, DBL, "comm_bytes", rline, comm_bytes),
+    FIG_COL(NULL, 0, 0, NUM, NULL, 1, DBL, "comm_busbw_bps", rline, x.busbw),
+    FIG_COL(NULL, 0, 0, TEXT, NULL, 1, PSTR, "top_collective", rline, top_op),
+    FIG_COL(NULL, 0, 0, NUM, NULL, 1, DBL, "flops_per_step", rline, flops_step), /* RANK_FLOPS */
+    FIG_COL(NULL, 0, 0, TEXT, NULL, 1, PSTR, "flops_source", rline, flops_src),
+    FIG_COL("TFLOP/s", 8, TBL_RIGHT, OPT, "%.3g", 1e-12, DBL, "flops_per_s", rline,
+            x.flops_per_s),
+    FIG_COL(NULL, 0, 0, NUM, NULL, 1, DBL, "peak_flops_per_s", rline, peak),
+    FIG_COL(NULL, 0, 0, TEXT, NULL, 1, PSTR, "peak_source", rline, peak_src),
+    FIG_COL("MFU", 6, TBL_RIGHT, OPT, "%.1f%%", 100, DBL, "mfu", rline, x.mfu), /* RANK_MFU */
 };
-#define RANK_FLOPS rank_flops_fields, 4
-#define RANK_MFU (rank_flops_fields + 5), 1
+#define RANK_COMPUTE 6 /* its heading, narrow in text: the line below says ms */
+#define RANK_FLOPS (rank_cols + 12), 4
+#define RANK_MFU (rank_cols + 17), 1
 
-static void rank_flops_of(const drank *k, const rrow *x, rank_flops *o)
+static void rank_line(const diag_run *r, const drank *k, rline *o)
 {
-    o->per_step = k->flops_step > 0 ? k->flops_step : NAN;
-    o->source = k->flops_step > 0 ? k->flops_src : NULL;
-    o->per_s = x->flops_per_s;
+    o->rank = k->rank;
+    o->node = k->node;
+    rank_row(r, k->rank, &o->x);
+    o->comm_bytes = r->have_comm ? k->comm_bytes : NAN;
+    o->top_op = k->top_op[0] ? k->top_op : NULL;
+    o->flops_step = k->flops_step > 0 ? k->flops_step : NAN;
+    o->flops_src = k->flops_step > 0 ? k->flops_src : NULL;
     o->peak = k->peak_flops > 0 ? k->peak_flops : NAN;
     o->peak_src = k->peak_src[0] ? k->peak_src : NULL;
-    o->mfu = x->mfu;
 }
 
 int rr_summary_flops(const diag_run *r, buf *b)
@@ -297,18 +404,16 @@ int rr_summary_flops(const diag_run *r, buf *b)
     for (int i = 0; i < r->nranks; i++) {
         const drank *k = &r->ranks[i];
         if (!(k->flops_step > 0)) continue;
-        rrow x;
-        rank_row(r, k->rank, &x);
+        rline x;
+        rank_line(r, k, &x);
         jw_obj_begin(&w);
         jw_key(&w, "rank");
         if (k->rank >= 0)
             jw_int(&w, k->rank);
         else
             jw_null(&w);
-        rank_flops f;
-        rank_flops_of(k, &x, &f);
-        jw_fields(&w, &f, RANK_FLOPS);
-        jw_fields(&w, &f, RANK_MFU);
+        fig_json(&w, RANK_FLOPS, &x);
+        fig_json(&w, RANK_MFU, &x);
         jw_obj_end(&w);
     }
     jw_arr_end(&w);
@@ -928,77 +1033,135 @@ static void job_words_esc(const diag_run *r, buf *b, int fmt)
     buf_free(&w);
 }
 
-/* The RANKS table, one row per rank, described once for text, md and html. */
-static const tbl_col rank_cols[] = {
-    {"rank", 4, TBL_RIGHT},     {"node", 5, TBL_RIGHT},      {"steps", 6, TBL_RIGHT},
-    {"p50 ms", 8, TBL_RIGHT},   {"p95 ms", 8, TBL_RIGHT},    {"data ms", 8, TBL_RIGHT},
-    {"compute ms", 8, TBL_RIGHT}, {"comm ms", 8, TBL_RIGHT}, {"samples/s", 10, TBL_RIGHT},
-    {"TFLOP/s", 8, TBL_RIGHT},  {"MFU", 6, TBL_RIGHT},
-};
-#define RANK_NCOLS ((int)(sizeof(rank_cols) / sizeof(rank_cols[0])))
-
 static void ranks_table(const diag_run *r, const drank *const *k, int n, buf *b, int fmt)
 {
-    tbl_col cols[RANK_NCOLS];
-    memcpy(cols, rank_cols, sizeof(cols));
-    if (fmt == TBL_TEXT) cols[6].head = "compute"; /* narrow; the line below says ms */
-    /* under the section's own heading: text wants the head row (a sub
-     * table's), md and html a plain table */
+    tbl_col cols[FIG_MAX_COLS];
+    int nc = fig_heads(rank_cols, FIG_NCOLS(rank_cols), cols);
+    if (fmt == TBL_TEXT) cols[RANK_COMPUTE].head = "compute";
     tbl t;
-    if (fmt == TBL_TEXT)
-        tbl_begin_sub(&t, b, fmt, 0, NULL, cols, RANK_NCOLS);
-    else
-        tbl_begin(&t, b, fmt, 0, NULL, cols, RANK_NCOLS);
+    fig_begin(&t, b, fmt, cols, nc);
     for (int i = 0; i < n; i++) {
-        rrow w;
-        rank_row(r, k[i]->rank, &w);
-        char a[RANK_NCOLS][32];
-        snprintf(a[0], 32, "%d", k[i]->rank);
-        snprintf(a[1], 32, "%d", k[i]->node);
-        snprintf(a[2], 32, "%.0f", w.steps);
-        const char *cells[RANK_NCOLS] = {
-            a[0], a[1], a[2], num(a[3], 32, "%.1f", w.p50), num(a[4], 32, "%.1f", w.p95),
-            num(a[5], 32, "%.1f", w.data), num(a[6], 32, "%.1f", w.compute),
-            num(a[7], 32, "%.1f", w.comm), num(a[8], 32, "%.1f", w.sps),
-            tflops_or_dash(a[9], 32, w.flops_per_s), pct_or_dash(a[10], 32, w.mfu),
-        };
-        tbl_row(&t, cells, TBL_PLAIN);
+        rline x;
+        rank_line(r, k[i], &x);
+        fig_row(&t, rank_cols, FIG_NCOLS(rank_cols), &x);
     }
     tbl_end(&t);
 }
 
-/* The nodes of a job, one row each (md and html; text says it in words). */
+/* A node's figures: its ranks' step figures merged (figs groups, as the job's
+ * are), its run's resources and where its clock sits on node 0's. */
+typedef struct nrow {
+    int node, ranks, cpus;
+    const char *host, *dir; /* NULL: unknown */
+    double steps_per_s, p50, p95, data, comm;
+    double cpu_mean, tree_cpu_mean, rss_max;
+    double offset_s, wall_offset_s, align_err_s, align_n;
+    char note[64]; /* the reference clock, the straggler's node, no alignment */
+} nrow;
+
+static const fig_col node_cols[] = {
+    FIG_COL("node", 4, TBL_RIGHT, INT, NULL, 1, INT, "node", nrow, node),
+    FIG_COL("host", 0, 0, TEXT, NULL, 1, PSTR, "host", nrow, host),
+    FIG_COL("ranks", 5, TBL_RIGHT, INT, NULL, 1, INT, "ranks", nrow, ranks),
+    FIG_COL("steps/s", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "steps_per_s", nrow, steps_per_s),
+    FIG_COL("p50 ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "step_time_ms_p50", nrow, p50),
+    FIG_COL("p95 ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "step_time_ms_p95", nrow, p95),
+    FIG_COL("data ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "data_wait_ms_mean", nrow, data),
+    FIG_COL("comm ms", 8, TBL_RIGHT, NUM, "%.1f", 1, DBL, "comm_wait_ms_mean", nrow, comm),
+    FIG_COL("CPUs", 5, TBL_RIGHT, INT, NULL, 1, INT, "cpus", nrow, cpus),
+    FIG_COL("CPU %", 6, TBL_RIGHT, NUM, "%.0f", 1, DBL, "cpu_pct_mean", nrow, cpu_mean),
+    FIG_COL("tree CPU %", 11, TBL_RIGHT, NUM, "%.0f", 1, DBL, "tree_cpu_pct_mean", nrow,
+            tree_cpu_mean),
+    FIG_COL("RSS max", 10, TBL_RIGHT, BYTES, NULL, 1, DBL, "tree_rss_bytes_max", nrow, rss_max),
+    FIG_COL("clock s", 8, TBL_RIGHT, NUM, "%+.3f", 1, DBL, "clock_offset_s", nrow, offset_s),
+    FIG_COL("wall clocks s", 14, TBL_RIGHT, NUM, "%+.3f", 1, DBL, "wall_clock_offset_s", nrow,
+            wall_offset_s),
+    FIG_COL("align error ms", 15, TBL_RIGHT, NUM, "%.2f", 1e3, DBL, "alignment_error_s", nrow,
+            align_err_s),
+    FIG_COL("collectives", 12, TBL_RIGHT, NUM, "%.0f", 1, DBL, "collectives_matched", nrow,
+            align_n),
+    FIG_COL("note", 0, TBL_GAP, TEXT, NULL, 1, STR, NULL, nrow, note),
+    FIG_COL(NULL, 0, 0, TEXT, NULL, 1, PSTR, "dir", nrow, dir),
+};
+
+static void node_row(const diag_run *r, int i, const rr_strag *strag, nrow *o)
+{
+    const dnode *nd = &r->nodes[i];
+    memset(o, 0, sizeof(*o));
+    o->node = i;
+    o->ranks = nd->nranks;
+    o->cpus = nd->cpus;
+    o->host = nd->host[0] ? nd->host : NULL;
+    o->dir = nd->dir;
+    o->cpu_mean = nd->cpu_mean;
+    o->tree_cpu_mean = nd->tree_cpu_mean;
+    o->rss_max = nd->rss_max;
+    o->offset_s = nd->offset_s;
+    o->wall_offset_s = nd->wall_offset_s;
+    o->align_err_s = nd->align_err_s;
+    o->align_n = nd->align_n;
+    /* the node's ranks as one group: counts and sums add, sketches merge */
+    agg_group *g = calloc(1, sizeof(*g)); /* a sketch is 16 kB: not on the stack */
+    if (g) sketch_init(&g->step_ns);
+    int any = 0;
+    for (int k = 0; g && k < r->nranks; k++) {
+        const agg_group *x = r->ranks[k].node == i && r->ranks[k].rank >= 0
+                                 ? group_of_rank(r, r->ranks[k].rank)
+                                 : NULL;
+        if (!x) continue;
+        any = 1;
+        figs_group_merge(g, x);
+    }
+    rrow w;
+    group_row(any ? g : NULL, &w);
+    o->steps_per_s = any && g->interval_ns > 0
+                         ? (double)g->count / ((double)g->interval_ns / 1e9)
+                         : NAN;
+    free(g);
+    o->p50 = w.p50;
+    o->p95 = w.p95;
+    o->data = w.data;
+    o->comm = w.comm;
+    if (i == 0)
+        snprintf(o->note, sizeof(o->note), "reference clock");
+    else if (!isfinite(nd->align_err_s))
+        snprintf(o->note, sizeof(o->note), "wall clocks (no collectives to align on)");
+    for (int k = 0; strag && k < r->nranks; k++)
+        if (r->ranks[k].rank == strag->rank && r->ranks[k].node == i)
+            snprintf(o->note + strlen(o->note), sizeof(o->note) - strlen(o->note),
+                     "%sstraggler: rank %d", o->note[0] ? "; " : "", strag->rank);
+}
+
+/* The nodes of a job, one row each, in text, md and html. */
 static void nodes_table(const diag_run *r, buf *b, int fmt)
 {
-    static const tbl_col cols[] = {
-        {"node", 4, TBL_RIGHT},          {"host", 0, 0},
-        {"CPUs", 4, TBL_RIGHT},          {"ranks", 5, TBL_RIGHT},
-        {"CPU mean %", 10, TBL_RIGHT},   {"tree CPU %", 10, TBL_RIGHT},
-        {"RSS max", 10, TBL_RIGHT},      {"clock offset s", 14, TBL_RIGHT},
-        {"wall clocks said s", 18, TBL_RIGHT}, {"alignment error ms", 18, TBL_RIGHT},
-        {"collectives matched", 19, TBL_RIGHT},
-    };
-    enum { NC = sizeof(cols) / sizeof(cols[0]) };
+    tbl_col cols[FIG_MAX_COLS];
+    int nc = fig_heads(node_cols, FIG_NCOLS(node_cols), cols);
+    rr_strag st;
+    int strag = rr_straggler(r, &st);
     tbl t;
-    tbl_begin(&t, b, fmt, 0, NULL, cols, NC);
+    fig_begin(&t, b, fmt, cols, nc);
     for (int i = 0; i < r->nnodes; i++) {
-        const dnode *nd = &r->nodes[i];
-        char a[NC][32];
-        snprintf(a[0], 32, "%d", i);
-        snprintf(a[2], 32, "%d", nd->cpus);
-        snprintf(a[3], 32, "%d", nd->nranks);
-        snprintf(a[7], 32, "%+.3f", nd->offset_s);
-        snprintf(a[8], 32, "%+.3f", nd->wall_offset_s);
-        snprintf(a[10], 32, "%.0f", nd->align_n);
-        const char *cells[NC] = {
-            a[0], nd->host[0] ? nd->host : "?", a[2], a[3],
-            num(a[4], 32, "%.0f", nd->cpu_mean), num(a[5], 32, "%.0f", nd->tree_cpu_mean),
-            human_bytes(a[6], 32, nd->rss_max), a[7], a[8],
-            i == 0 ? "0 (reference)" : num(a[9], 32, "%.2f", nd->align_err_s * 1e3), a[10],
-        };
-        tbl_row(&t, cells, TBL_PLAIN);
+        nrow x;
+        node_row(r, i, strag ? &st : NULL, &x);
+        fig_row(&t, node_cols, FIG_NCOLS(node_cols), &x);
     }
     tbl_end(&t);
+}
+
+static void nodes_json(const diag_run *r, jw *w)
+{
+    rr_strag st;
+    int strag = rr_straggler(r, &st);
+    jw_arr_begin(w);
+    for (int i = 0; i < r->nnodes; i++) {
+        nrow x;
+        node_row(r, i, strag ? &st : NULL, &x);
+        jw_obj_begin(w);
+        fig_json(w, node_cols, FIG_NCOLS(node_cols), &x);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
 }
 
 void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
@@ -1015,7 +1178,6 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
         }
         return;
     }
-    char a[8][32];
     buf_printf(b, "\n%sRANKS%s  %d ranks", bold, reset, n);
     if (r->nnodes > 1) buf_printf(b, " on %d nodes", r->nnodes);
     buf_puts(b, "\n");
@@ -1036,23 +1198,9 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
     }
     if (r->nnodes > 1) {
         buf_printf(b, "\n%sNODES%s\n", bold, reset);
-        for (int i = 0; i < r->nnodes; i++) {
-            const dnode *nd = &r->nodes[i];
-            char rss[32];
-            buf_printf(b, "  node %d  %s (%d CPUs), %d ranks, CPU mean %s%%, tree CPU %s%%, RSS max %s",
-                       i, nd->host[0] ? nd->host : "?", nd->cpus, nd->nranks,
-                       num(a[0], 32, "%.0f", nd->cpu_mean), num(a[1], 32, "%.0f", nd->tree_cpu_mean),
-                       human_bytes(rss, sizeof(rss), nd->rss_max));
-            if (i == 0)
-                buf_puts(b, "; reference clock\n");
-            else if (isfinite(nd->align_err_s))
-                buf_printf(b, "; clock %+.3f s (wall clocks said %+.3f s), aligned on %.0f "
-                              "collectives, error %.2f ms\n",
-                           nd->offset_s, nd->wall_offset_s, nd->align_n, nd->align_err_s * 1e3);
-            else
-                buf_printf(b, "; clock %+.3f s from the wall clocks (no collectives to align on)\n",
-                           nd->offset_s);
-        }
+        nodes_table(r, b, TBL_TEXT);
+        buf_puts(b, "  (steps/s and step figures per rank, over the node's ranks; clocks on "
+                    "node 0's, aligned on the collectives both completed)\n");
     }
 }
 
@@ -1194,25 +1342,10 @@ void rr_json(const diag_run *r, jw *w)
     jw_key(w, "ranks");
     jw_arr_begin(w);
     for (int i = 0; i < n; i++) {
-        rrow x;
-        rank_row(r, k[i]->rank, &x);
+        rline x;
+        rank_line(r, k[i], &x);
         jw_obj_begin(w);
-        jw_kint(w, "rank", k[i]->rank);
-        jw_kint(w, "node", k[i]->node);
-        jw_knum(w, "steps", x.steps);
-        jw_knum(w, "step_time_ms_p50", x.p50);
-        jw_knum(w, "step_time_ms_p95", x.p95);
-        /* per warm step: summary.json per_rank's names for the same figures */
-        jw_knum(w, "data_wait_ms_mean", x.data);
-        jw_knum(w, "compute_ms_mean", x.compute);
-        jw_knum(w, "comm_wait_ms_mean", x.comm);
-        jw_knum(w, "samples_per_s", x.sps);
-        jw_knum(w, "comm_bytes", r->have_comm ? k[i]->comm_bytes : NAN);
-        jw_knum(w, "comm_busbw_bps", x.busbw);
-        jw_kstr(w, "top_collective", k[i]->top_op[0] ? k[i]->top_op : NULL);
-        rank_flops f;
-        rank_flops_of(k[i], &x, &f);
-        jw_fields(w, &f, rank_flops_fields, JW_NFIELDS(rank_flops_fields));
+        fig_json(w, rank_cols, FIG_NCOLS(rank_cols), &x);
         jw_obj_end(w);
     }
     jw_arr_end(w);
@@ -1267,23 +1400,7 @@ void rr_json(const diag_run *r, jw *w)
     else
         jw_fields_obj(w, &ov, overlap_fields, ov.fsdp ? JW_NFIELDS(overlap_fields) : 3);
     jw_key(w, "nodes");
-    jw_arr_begin(w);
-    static const jw_field node_fields[] = {
-        JW_FIELD(STR, "dir", dnode, dir),
-        JW_FIELD(STRZ, "host", dnode, host),
-        JW_FIELD(INT, "cpus", dnode, cpus),
-        JW_FIELD(INT, "ranks", dnode, nranks),
-        JW_FIELD(DBL, "clock_offset_s", dnode, offset_s),
-        JW_FIELD(DBL, "wall_clock_offset_s", dnode, wall_offset_s),
-        JW_FIELD(DBL, "alignment_error_s", dnode, align_err_s),
-        JW_FIELD(DBL, "collectives_matched", dnode, align_n),
-        JW_FIELD(DBL, "cpu_pct_mean", dnode, cpu_mean),
-        JW_FIELD(DBL, "tree_cpu_pct_mean", dnode, tree_cpu_mean),
-        JW_FIELD(DBL, "tree_rss_bytes_max", dnode, rss_max),
-    };
-    for (int i = 0; i < r->nnodes; i++)
-        jw_fields_obj(w, &r->nodes[i], node_fields, JW_NFIELDS(node_fields));
-    jw_arr_end(w);
+    nodes_json(r, w);
 }
 
 double rr_global_steps(const diag_run *r)

@@ -82,4 +82,40 @@ TT_TEST(merge_equals_figures_of_all_steps)
     figs_free(&job);
 }
 
+/* A node's figures: two ranks' groups folded into one give the figures of
+ * one group fed every step of both (the reports' NODES table). */
+TT_TEST(group_merge_equals_one_group_of_all_steps)
+{
+    static figs one, two;
+    figs_init(&one);
+    figs_init(&two);
+    for (uint64_t i = 0; i < 40; i++) {
+        agg_step s0 = mk(0, 100, i, 10 + i % 7, 3), s1 = mk(1, 200, i, 30 + i % 3, 1);
+        figs_add(&two, &s0);
+        figs_add(&two, &s1);
+        s1.rank = 0; /* the same steps as one rank's */
+        s1.pid = s1.tid = 100;
+        figs_add(&one, &s0);
+        figs_add(&one, &s1);
+    }
+    TT_EQ_INT(two.ngroups, 2);
+    TT_EQ_INT(one.ngroups, 1);
+    static agg_group g;
+    memset(&g, 0, sizeof(g));
+    sketch_init(&g.step_ns);
+    figs_group_merge(&g, two.groups[0]);
+    figs_group_merge(&g, two.groups[1]);
+    const agg_group *u = one.groups[0];
+    TT_EQ_INT(g.count, u->count);
+    TT_EQ_INT(g.interval_ns, u->interval_ns);
+    TT_EQ_INT(g.warm_data_ns, u->warm_data_ns);
+    TT_EQ_INT(g.warm_comm_ns, u->warm_comm_ns);
+    TT_EQ_INT(g.samples, u->samples);
+    /* the steps of rank 1 are slower: the merged p95 is theirs, not rank 0's */
+    TT_ASSERT(sketch_quantile(&g.step_ns, 0.95) == sketch_quantile(&u->step_ns, 0.95));
+    TT_ASSERT(sketch_quantile(&g.step_ns, 0.95) > sketch_quantile(&two.groups[0]->step_ns, 0.95));
+    figs_free(&one);
+    figs_free(&two);
+}
+
 int main(int argc, char **argv) { return tt_main(argc, argv); }
