@@ -326,3 +326,41 @@ def test_a_program_that_only_evaluates_is_told_so(run_cli, tmp_path):
     dg = diagnosis(run_cli, make_run(tmp_path / "r2", [], quiet_metrics(8), ev))
     assert "only evaluated" not in dg["primary"]["summary"]
     assert "no training steps" in dg["primary"]["summary"].lower()
+
+
+def test_steps_that_follow_their_tokens_are_not_unstable(run_cli, tmp_path):
+    # batches grouped by length: 256 to 4,096 tokens, time in proportion
+    lens = [256, 4096, 512, 1024, 4096, 2048, 256, 3072, 512, 4096] * 8
+
+    def by_tokens(i):
+        ms = 1.0 + lens[i] / 100.0
+        return {"interval_ns": int(ms * 1e6), "duration_ns": int(ms * 1e6),
+                "forward_ns": int(0.5 * ms * 1e6), "backward_ns": int(0.4 * ms * 1e6),
+                "tokens": lens[i]}
+    st = steady_steps(len(lens), 2.0, extra=by_tokens)
+    dg = diagnosis(run_cli, make_run(tmp_path / "tok", st, quiet_metrics(8)))
+    assert dg["primary"]["id"] == "compute-bound", ids(dg)
+    assert "unstable" not in ids(dg)
+    f = finding(dg, "variable-work")
+    assert "tokens" in f["title"] and "256 to 4096" in f["summary"], f
+    # the same spread of step times with the same tokens every step is unstable
+    def same_tokens(i):
+        row = by_tokens(i)
+        row["tokens"] = 1024
+        return row
+    st = steady_steps(len(lens), 2.0, extra=same_tokens)
+    dg = diagnosis(run_cli, make_run(tmp_path / "same", st, quiet_metrics(8)))
+    assert "variable-work" not in ids(dg) and "unstable" in ids(dg), ids(dg)
+
+
+def test_a_floor_that_does_not_rise_is_no_leak(run_cli, tmp_path):
+    # batches of varying shapes: the allocator's footprint swings between
+    # 390 and 490 MiB and ends high; a leak's floor rises
+    swing = [392, 417, 474, 459, 393, 393, 417, 441, 393, 404, 475, 489, 489, 489]
+    st = steady_steps(300, 40.0)
+    met = quiet_metrics(len(swing), rss=lambda t: swing[int(t)] << 20)
+    dg = diagnosis(run_cli, make_run(tmp_path / "swing", st, met))
+    assert "memory-capacity" not in ids(dg), ids(dg)
+    leak = quiet_metrics(len(swing), rss=lambda t: (392 + 12 * int(t)) << 20)
+    dg = diagnosis(run_cli, make_run(tmp_path / "leak", st, leak))
+    assert "memory-capacity" in ids(dg), ids(dg)

@@ -131,9 +131,19 @@ def set_opt_phase(on):
 _dataloader_patched = False
 
 
+def _token_ids(t):
+    """A [batch, length] tensor of signed integers: token ids (not floats,
+    not uint8 image bytes, not bool masks)."""
+    d = t.dtype
+    return d.is_signed and not d.is_floating_point and not d.is_complex
+
+
 def _batch_size(batch, torch_tensor, depth=0):
-    """(samples, tokens) of a batch: first dim of its first tensor."""
+    """(samples, tokens) of a batch: first dim of its first tensor; tokens
+    when that tensor is token ids (integers, [batch, length])."""
     if isinstance(batch, torch_tensor):
+        if batch.dim() >= 2 and _token_ids(batch):
+            return int(batch.shape[0]), int(batch.numel())
         return (int(batch.shape[0]) if batch.dim() > 0 else 0), 0
     if depth > 3:
         return 0, 0
@@ -267,7 +277,7 @@ def patch_dataloader(torch=None):
         try:
             # the common batch, (tensor, ...): no call into _batch_size
             if type(batch) in seq_types and batch and isinstance(batch[0], tensor_type) \
-                    and batch[0].dim():
+                    and batch[0].dim() == 1:
                 st.samples += batch[0].shape[0]
             else:
                 s, t = _batch_size(batch, tensor_type)

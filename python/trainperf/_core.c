@@ -391,6 +391,7 @@ static const void *auto_primary, *auto_other;
 static int auto_other_n;
 static PyObject *str_active;   /* "active" */
 static PyObject *str_shape;    /* "shape" */
+static PyObject *str_dtype, *str_is_floating_point, *str_is_signed;
 
 typedef struct {
     PyObject_HEAD
@@ -519,6 +520,42 @@ static int auto_eval_active(core_hook *h)
     return b;
 }
 
+/* A batch's first tensor of 2+ dims: samples, and tokens when it holds
+ * token ids (signed integers: not floats, image bytes or masks), as
+ * _autohook._batch_size counts them. 1 when counted. */
+static int auto_count_nd(PyObject *t, PyObject *shape)
+{
+    PyObject *dt = PyObject_GetAttr(t, str_dtype);
+    if (!dt) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *fl = PyObject_GetAttr(dt, str_is_floating_point);
+    PyObject *sg = fl ? PyObject_GetAttr(dt, str_is_signed) : NULL;
+    Py_DECREF(dt);
+    if (!fl || !sg) {
+        Py_XDECREF(fl);
+        PyErr_Clear();
+        return 0;
+    }
+    int ids = sg == Py_True && fl == Py_False;
+    Py_DECREF(fl);
+    Py_DECREF(sg);
+    unsigned long long n = 1, first = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+        unsigned long long d = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(shape, i));
+        if (d == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (i == 0) first = d;
+        n *= d;
+    }
+    auto_tls.samples += first;
+    if (ids) auto_tls.tokens += n;
+    return 1;
+}
+
 /* Samples of a (tensor, ...) batch without a call into Python: 1 when
  * counted, 0 when the batch is not that shape. */
 static int auto_count_fast(core_hook *h, PyObject *batch)
@@ -537,7 +574,8 @@ static int auto_count_fast(core_hook *h, PyObject *batch)
         return 0;
     }
     int done = 0;
-    if (PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) > 0) {
+    /* [batch, length, ...] of token ids: _autohook.py counts its tokens */
+    if (PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) == 1) {
         unsigned long long n = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(shape, 0));
         if (n == (unsigned long long)-1 && PyErr_Occurred())
             PyErr_Clear();
@@ -545,6 +583,8 @@ static int auto_count_fast(core_hook *h, PyObject *batch)
             auto_tls.samples += n;
             done = 1;
         }
+    } else if (PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) > 1) {
+        done = auto_count_nd(first, shape);
     }
     Py_DECREF(shape);
     return done;
@@ -929,7 +969,11 @@ PyMODINIT_FUNC PyInit__core(void)
         return NULL;
     str_active = PyUnicode_InternFromString("active");
     str_shape = PyUnicode_InternFromString("shape");
-    if (!str_active || !str_shape) return NULL;
+    str_dtype = PyUnicode_InternFromString("dtype");
+    str_is_floating_point = PyUnicode_InternFromString("is_floating_point");
+    str_is_signed = PyUnicode_InternFromString("is_signed");
+    if (!str_active || !str_shape || !str_dtype || !str_is_floating_point || !str_is_signed)
+        return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (!m) return NULL;
     name_ids = PyDict_New();

@@ -32,6 +32,8 @@
 #define UNSTABLE_TAIL 3.0 /* p99 / p50 */
 #define UNSTABLE_P95 1.5  /* p95 / p50: the variation reaches beyond a few steps */
 #define UNSTABLE_MIN_SLOW 3 /* steps over UNSTABLE_TAIL x the median */
+#define WORK_CORR 0.6       /* step time against tokens/samples per step */
+#define WORK_CV 0.15        /* the work per step must itself vary */
 #define THROTTLE_SHARE 0.10
 #define MEM_AVAIL_MIN_PCT 5.0
 #define PSI_MEM_FULL_PCT 5.0
@@ -211,6 +213,21 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
             best = fabs(tt - (t0 + t1) / 2), vm = vv;
     int grew = isfinite(v0) && isfinite(v1) && isfinite(vm) && t1 > t0 && v1 > v0 * 1.2 &&
                v1 - v0 > 64.0 * 1048576.0 && vm > v0 + 0.2 * (v1 - v0) && v1 > vm + 0.2 * (v1 - v0);
+    /* and the floor rises: a leak never gives memory back, while batches of
+     * varying shapes make the allocator's footprint swing up and down (the
+     * lowest RSS of each third of the window, each above the one before) */
+    if (grew) {
+        double fl[3] = {INFINITY, INFINITY, INFINITY};
+        for (int k = 0; k < r->s_tree_rss.n; k++)
+            if (dseries_value(&r->s_tree_rss, k, &tt, &vv) && tt >= t0 && tt <= t1 && vv > 0) {
+                int third = (int)(3 * (tt - t0) / (t1 - t0));
+                third = third > 2 ? 2 : third;
+                if (vv < fl[third]) fl[third] = vv;
+            }
+        double g = v1 - v0;
+        grew = isfinite(fl[0]) && isfinite(fl[1]) && isfinite(fl[2]) && fl[1] > fl[0] + 0.15 * g &&
+               fl[2] > fl[0] + 0.4 * g;
+    }
     if (fired(r, "host_mem_growth", &t, m, sizeof(m)) && grew) {
         ev(d, "alert_host_mem_growth", t, "at %.0f s: %s", t, m);
         weak = 1;
@@ -789,6 +806,30 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
         rec(d, "Find what the loop does every %lld steps (logging histograms or images, an "
                "evaluation, a save, gc.collect()): do it less often, or off the training thread.",
             period);
+    }
+    /* steps that do more work take longer: batches of varying length
+     * (dynamic padding, bucketing) or size; the time follows the work */
+    double wcv = NAN, corr = dc_work_corr(r, &wcv);
+    if (!regress && !nper && strcmp(d->id, "unstable") == 0 && corr >= WORK_CORR &&
+        wcv >= WORK_CV) {
+        int tok = r->cause.wk_tokens;
+        fmt(d->id, sizeof(d->id), "variable-work");
+        fmt(d->title, sizeof(d->title), "Step time follows the %s per step",
+            tok ? "tokens" : "samples");
+        fmt(d->summary, sizeof(d->summary),
+            "steps vary with their batches' %s (%.0f to %.0f a step; correlation %.2f): the "
+            "work per step varies, the training is not unstable",
+            tok ? "tokens" : "samples", r->cause.wk_min, r->cause.wk_max, corr);
+        d->score = 0.05;
+        ev(d, "work_time_corr", corr, "step time against %s per step: correlation %.2f",
+           tok ? "tokens" : "samples", corr);
+        ev(d, "work_cv", wcv, "%s per step vary (coefficient of variation %.2f)",
+           tok ? "tokens" : "samples", wcv);
+        rec(d, "Nothing to fix for throughput: compare runs by %s/s, not steps/s.",
+            tok ? "tokens" : "samples");
+        rec(d, "For steadier steps (fewer allocator and, on GPUs, compile and cuDNN-tuning "
+               "costs), bucket sequences by length or pad to a few fixed lengths.");
+        return 1;
     }
     rec(d, "Look at the slow steps on the timeline (trace.json in Perfetto): periodic evaluation, "
            "checkpoints, logging or garbage collection show up as regular spikes.");

@@ -66,6 +66,33 @@ void dc_step(diag_run *r, long long step, double start, double end, double train
     c->nslow = n;
 }
 
+void dc_work(diag_run *r, double tokens, double samples, double train_ns)
+{
+    dcause *c = &r->cause;
+    /* tokens when the steps count them (the first counted step decides) */
+    if (c->wk_n == 0) c->wk_tokens = tokens > 0;
+    double x = c->wk_tokens ? tokens : samples, y = train_ns / 1e6;
+    if (!(x > 0) || !(y > 0)) return;
+    if (c->wk_n == 0 || x < c->wk_min) c->wk_min = x;
+    if (c->wk_n == 0 || x > c->wk_max) c->wk_max = x;
+    c->wk_n++;
+    c->wk_x += x, c->wk_y += y;
+    c->wk_xx += x * x, c->wk_yy += y * y, c->wk_xy += x * y;
+}
+
+double dc_work_corr(const diag_run *r, double *work_cv)
+{
+    const dcause *c = &r->cause;
+    if (work_cv) *work_cv = NAN;
+    if (c->wk_n < 10) return NAN;
+    double n = c->wk_n, mx = c->wk_x / n, my = c->wk_y / n;
+    double vx = c->wk_xx / n - mx * mx, vy = c->wk_yy / n - my * my;
+    double cxy = c->wk_xy / n - mx * my;
+    if (!(vx > 0) || !(vy > 0)) return NAN;
+    if (work_cv) *work_cv = sqrt(vx) / mx;
+    return cxy / sqrt(vx * vy);
+}
+
 void dc_metric(diag_run *r, double t, const double *v, const int *ok)
 {
     dcause *c = &r->cause;
@@ -341,7 +368,8 @@ double dc_steady_data_share(const diag_run *r, int *ntrim)
 int dc_step_level(const char *id)
 {
     static const char *const ids[] = {"input-bound", "host-code", "gc-pauses", "recompile",
-                                      "communication", "storage-io", "unstable", "straggler"};
+                                      "communication", "storage-io", "unstable", "straggler",
+                                      "step-spikes", "variable-work"};
     for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
         if (strcmp(id, ids[i]) == 0) return 1;
     return 0;

@@ -55,6 +55,10 @@ typedef struct dcause {
     double eval_steps, eval_ns, ckpt_ns;
     int nslow;
     dc_slow slow[DC_MAX_SLOW];
+    /* the work of each warm step (tokens, else samples) against its
+     * training time: sums for their correlation */
+    double wk_n, wk_x, wk_y, wk_xx, wk_yy, wk_xy, wk_min, wk_max;
+    int wk_tokens; /* the work is tokens */
     /* data wait of warm training steps, and the steps that waited longest
      * (data, training time), so a few slow batches can be told apart from
      * a steady wait (dc_steady_data_share) */
@@ -79,6 +83,12 @@ void dc_load_pyprof(struct diag_run *r);
 void dc_step(struct diag_run *r, long long step, double start, double end, double train_ns,
              double eval_ns, double ckpt_ns, double data_ns);
 void dc_metric(struct diag_run *r, double t, const double *v, const int *ok);
+/* A warm step's work (tokens, else samples; 0: not counted) and training time. */
+void dc_work(struct diag_run *r, double tokens, double samples, double train_ns);
+/* The correlation of the steps' training time with their work, and the
+ * work's coefficient of variation; NAN when not known (too few steps,
+ * work not counted or constant). */
+double dc_work_corr(const struct diag_run *r, double *work_cv);
 
 
 /* Candidate findings (0 when the rule does not apply); d is zeroed. */

@@ -401,8 +401,13 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         double evn = 0, ckn = 0;
         if (!csvr_num(&c, c_ph[PH_EVAL], &evn) || evn < 0) evn = 0;
         if (!csvr_num(&c, c_ph[PH_CHECKPOINT], &ckn) || ckn < 0) ckn = 0;
-        if (stepno != 0)
-            dc_step(r, (long long)stepno, begin, end, iv - evn - ckn > 0 ? iv - evn - ckn : 0, evn, ckn, data);
+        if (stepno != 0) {
+            double tok = 0;
+            if (!csvr_num(&c, c_tokens, &tok)) tok = 0;
+            double train = iv - evn - ckn > 0 ? iv - evn - ckn : 0;
+            dc_step(r, (long long)stepno, begin, end, train, evn, ckn, data);
+            dc_work(r, tok, sm, train);
+        }
         /* the rank view's own extras (report_ranks.c): node, heatmap series */
         int k = rank_slot(r, (int)rank, (int)pid, (int)tid);
         if (k >= 0) dseries_add(&r->ranks[k].s_step, end, iv / 1e6);
