@@ -230,6 +230,32 @@ def test_auto_hook_counts_optimizer_steps_and_samples(tmp_path):
         assert all(int(r[col]) > 0 for r in rows), col
 
 
+TOKEN_BATCHES = """
+    import torch
+    from torch import nn
+    ids = torch.randint(0, 50, (24, 12))            # token ids: [batch, length]
+    img = torch.rand(24, 3, 4, 4)                   # images: floats, no tokens
+    emb, head, conv = nn.Embedding(50, 8), nn.Linear(8 * 12, 2), nn.Conv2d(3, 2, 3)
+    params = list(emb.parameters()) + list(head.parameters()) + list(conv.parameters())
+    opt = torch.optim.SGD(params, lr=0.1)
+    dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids, ids[:, 0]), batch_size=4)
+    for x, y in dl:
+        head(emb(x).flatten(1)).sum().backward(); opt.step(); opt.zero_grad()
+    for x, in torch.utils.data.DataLoader(torch.utils.data.TensorDataset(img), batch_size=6):
+        conv(x).sum().backward(); opt.step(); opt.zero_grad()
+"""
+
+
+def test_auto_hook_counts_tokens_of_token_id_batches(tmp_path):
+    # a (token ids, ...) batch counts batch x length tokens; image batches none
+    out = tmp_path / "run"
+    res = run_py([script(tmp_path, AUTO_EMBEDDED, "runner.py"), out,
+                  script(tmp_path, TOKEN_BATCHES)])
+    assert res.returncode == 0, res.stderr
+    rows = steps(out)
+    assert [(int(r["samples"]), int(r["tokens"])) for r in rows] == [(4, 48)] * 6 + [(6, 0)] * 4
+
+
 TWO_OPTIMIZERS = """
     import torch
     from torch import nn
