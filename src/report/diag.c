@@ -953,7 +953,7 @@ static void copy_finding(dfinding *dst, const dfinding *src)
     memcpy(dst, src, sizeof(*dst));
 }
 
-/* The index of the last candidate with this id, -1 when none. */
+/* Whether the finding carries evidence of that name. */
 static int has_ev(const dfinding *d, const char *name)
 {
     for (int k = 0; k < d->nev; k++)
@@ -961,6 +961,7 @@ static int has_ev(const dfinding *d, const char *name)
     return 0;
 }
 
+/* The index of the last candidate with this id, -1 when none. */
 static int cand_find(const dfinding *cand, int nc, const char *id)
 {
     int at = -1;
