@@ -273,16 +273,33 @@ static int by_step(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Of the step numbers s[0..n) (sorted), the most that share one residue
- * modulo p; *res gets that residue. */
-static int best_residue(const long long *s, int n, long long p, long long *res)
+/* How far step s lies past the turns res, res + p, ... (0..p-1). */
+static long long past_turn(long long s, long long res, long long p)
+{
+    return ((s - res) % p + p) % p;
+}
+
+/* Of the step numbers s[0..n) (sorted, distinct), the most that fall on
+ * one residue modulo p or up to w steps after it (the periodic step's
+ * echo: a writer thread flushing what it logged slows the next step or
+ * two); *res gets that residue, *turns the distinct turns hit, *span the
+ * turns from the first hit to the last. */
+static int best_residue(const long long *s, int n, long long p, long long w, long long *res,
+                        int *turns, long long *span)
 {
     int best = 0;
     for (int i = 0; i < n; i++) {
-        int k = 0;
-        for (int j = 0; j < n; j++)
-            if ((s[j] - s[i]) % p == 0) k++;
-        if (k > best) best = k, *res = s[i] % p;
+        long long r = s[i] % p, lo = -1, hi = -1, last = -1;
+        int k = 0, t = 0;
+        for (int j = 0; j < n; j++) {
+            if (past_turn(s[j], r, p) > w) continue;
+            long long turn = (s[j] - past_turn(s[j], r, p)) / p;
+            k++;
+            if (turn != last) t++, last = turn;
+            if (lo < 0) lo = turn;
+            hi = turn;
+        }
+        if (k > best) best = k, *res = r, *turns = t, *span = hi - lo + 1;
     }
     return best;
 }
@@ -305,45 +322,42 @@ int dc_periodic(const diag_run *r, double p50_ms, long long *period, int *nmatch
     for (int i = 1; i < n; i++)
         if (s[i] != s[u - 1]) s[u++] = s[i];
     n = u;
-    /* with all of them known, the period must recur on most of the turns
-     * it passes (random slow steps share a residue of a short period by
-     * chance, never fill its every turn) */
     /* candidate periods: the gaps between slow steps. A period's divisors
      * match as well as it does, its multiples about as 1/k: the longest
-     * period that holds is the one the loop has. */
+     * period that holds is the one the loop has. A slow step up to a tenth
+     * of the period after a turn is that turn's echo (chance puts a random
+     * slow step there one time in ten). */
     long long bestp = 0, bestres = 0;
     int bestk = 0;
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++) {
-            long long p = s[j] - s[i];
+            long long p = s[j] - s[i], res = 0, span = 0;
             if (p < 2 || p <= bestp) continue;
-            long long res = 0;
-            int k = best_residue(s, n, p, &res);
-            /* the slow steps must span 3 periods: two slow steps are no pattern */
-            if (k < PERIOD_MIN_MATCH || k < PERIOD_SHARE * n) continue;
-            long long lo = -1, hi = -1;
-            for (int m = 0; m < n; m++)
-                if ((s[m] - res) % p == 0) {
-                    if (lo < 0) lo = s[m];
-                    hi = s[m];
-                }
-            if ((hi - lo) / p < PERIOD_MIN_MATCH - 1) continue;
-            if (all && k < 0.6 * ((hi - lo) / p + 1)) continue;
+            int turns = 0;
+            int k = best_residue(s, n, p, p / 10, &res, &turns, &span);
+            /* at least 3 turns, most of the slow steps on them; with all of
+             * them known, most of the turns in the span slow too (random
+             * slow steps share a residue of a short period by chance, never
+             * fill its every turn) */
+            if (turns < PERIOD_MIN_MATCH || k < PERIOD_SHARE * n) continue;
+            if (all && turns < 0.6 * span) continue;
             bestp = p, bestres = res, bestk = k;
         }
     if (!bestp) return 0;
     double sum = 0;
+    int ns = 0;
     long long f = -1;
     for (int i = 0; i < c->nslow; i++) {
         const dc_slow *w = &c->slow[i];
-        if (w->ms > ONEOFF_FACTOR * p50_ms && w->step > 0 && (w->step - bestres) % bestp == 0) {
-            sum += w->ms;
+        if (w->ms > ONEOFF_FACTOR * p50_ms && w->step > 0 && past_turn(w->step, bestres, bestp) == 0) {
+            sum += w->ms, ns++;
             if (f < 0 || w->step < f) f = w->step;
         }
     }
+    if (ns == 0) return 0;
     *period = bestp;
     *nmatch = bestk;
-    *mean_ms = sum / bestk;
+    *mean_ms = sum / ns;
     *first = f;
     return 1;
 }
