@@ -105,6 +105,28 @@ def test_no_verdict_without_evidence(run_cli, tmp_path):
     assert dg["primary"]["id"] == "undetermined", ids(dg)
 
 
+def test_tensor_ops_outside_the_model_are_model_compute(run_cli, tmp_path):
+    # makemore written with bare tensors and a hand-written update: no
+    # forward phase, the steps hold backward and 55% unlabelled time. Where
+    # the stack sampler found that time in tensor ops (phase "compute"), the
+    # run is compute-bound; where it found the user's own Python, host-code.
+    st = steady_steps(300, 5.0, fwd=0.0, bwd=0.45, opt=0.0)
+    ev = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 60,
+                            "def_line": 1, "samples": 3, "kind": "python"}],
+                by_phase={"backward": 60, "compute": 70, "other": 3, "startup": 20})
+    dg = diagnosis(run_cli, make_run(tmp_path / "ops", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "compute-bound", ids(dg)
+    share = [e for e in dg["primary"]["evidence"] if e["name"] == "compute_share"][0]
+    assert share["value"] >= 0.9 and "tensor ops outside the model" in share["text"], share
+    assert "host-code" not in ids(dg)
+    ev = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 60,
+                            "def_line": 1, "samples": 73, "kind": "python"}],
+                by_phase={"backward": 60, "other": 73, "startup": 20})
+    dg = diagnosis(run_cli, make_run(tmp_path / "py", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "host-code", ids(dg)
+    assert "compute-bound" not in ids(dg)
+
+
 def test_short_run_gets_a_step_verdict(run_cli, tmp_path):
     # 40 steps in under a second, 87% data wait, 2 resource samples
     st = steady_steps(40, 24.0, data_ms=21.0)

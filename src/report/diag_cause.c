@@ -115,6 +115,7 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
             double n = jr_num(k);
             if (isnan(n) || !k->key) continue;
             if (strcmp(k->key, "other") == 0) c->ph_other += n;
+            if (strcmp(k->key, "compute") == 0) c->ph_compute += n;
             if (strcmp(k->key, "startup") == 0)
                 c->ph_startup += n;
             else if (strcmp(k->key, "eval") == 0 || strcmp(k->key, "checkpoint") == 0)

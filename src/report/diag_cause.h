@@ -31,6 +31,7 @@ typedef struct dcause {
     int have_pyprof; /* pyprof/events-*.json found */
     int nprocs_py;   /* processes that wrote one */
     double hz, samples, ph_other, ph_train, ph_startup, ph_eval, ph_compile, ph_data;
+    double ph_compute; /* samples in tensor ops outside the model (in the steps' other time) */
     int nfunc;
     dc_func funcs[DC_MAX_FUNCS];
     double gc_n[3], gc_pause_s, gc_max_s;
