@@ -628,6 +628,11 @@ def patch_torch(torch):
         sys.stderr.write("trainperf: communication not timed: %r\n" % (exc,))
     patch_backward(torch)
     _evalhooks.install(torch)
+    try:  # how busy DataLoader workers are (_workerhooks.py)
+        from . import _workerhooks
+        _workerhooks.install(torch)
+    except Exception as exc:  # never break the watched program
+        sys.stderr.write("trainperf: DataLoader workers not timed: %r\n" % (exc,))
 
     # --- forward: find the top-level module once, then hook only it --------
     # Module.__call__ is swapped for one call only (not a global module hook:

@@ -1009,6 +1009,20 @@ void diag_compute(diag_run *r)
            100 * cand[icm].score);
         cand_drop(cand, &nc, &icm, &iu, &ic);
     }
+    /* and waiting for batches when the loader workers themselves waited
+     * for a CPU most of the time they wanted one: workers starved by other
+     * jobs, not slow storage or heavy batches (storage-io, which has its
+     * own evidence, stays); the fix is contention's */
+    int iib = cand_find(cand, nc, "input-bound");
+    double lwait = NAN, lbusy = NAN;
+    double lshare = ic >= 0 && iib >= 0 ? dc_loader_starved(r, &lwait, &lbusy) : NAN;
+    if (isfinite(lshare)) {
+        ev(&cand[ic], "loader_runq_share", lshare,
+           "DataLoader workers starved of CPU: fetching %.0f%% of their time, they waited for "
+           "a CPU %.0f%% of the time they wanted one; the %.0f%% data wait is theirs",
+           100 * lbusy, 100 * lshare, 100 * cand[iib].score);
+        cand_drop(cand, &nc, &iib, &iu, &ic);
+    }
     if (ic >= 0 && iu >= 0) {
         cv_ev(&cand[ic], &c, ": waiting for a CPU makes steps irregular");
         cand_drop(cand, &nc, &iu, NULL, NULL);

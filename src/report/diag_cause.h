@@ -42,6 +42,10 @@ typedef struct dcause {
     dc_event comp[DC_MAX_EVENTS];
     char recompile_reason[200];
     double loader_iters, loader_workers;
+    /* pyprof/loader-*.json: the DataLoader workers' time fetching batches
+     * and the span they ran (their busy share, dc_loader_starved) */
+    double ldr_fetch_s, ldr_span_s;
+    int nldr_files;
     int loader_persistent;
     int nepochs;
     dc_event epochs[DC_MAX_EVENTS];
@@ -97,4 +101,11 @@ double dc_explain_variability(const struct diag_run *r, struct dfinding *d, doub
 double dc_steady_data_share(const struct diag_run *r, int *ntrim);
 /* Per-step evidence ids (need no resource samples). */
 int dc_step_level(const char *id);
+/* The loader workers' run-queue wait as a share of their wait + CPU (0..1)
+ * when they were starved of CPU, else NAN: the share ≥ LOADER_STARVED_SHARE,
+ * the wait ≥ LOADER_STARVED_WAIT % of a core per worker, and the workers
+ * fetched batches less than LOADER_IDLE_BUSY of their time (spare capacity:
+ * slow storage or heavy batches keep them fetching). *wait gets their mean
+ * wait per worker (% of a core), *busy their fetching share, when known. */
+double dc_loader_starved(const struct diag_run *r, double *wait, double *busy);
 #endif
