@@ -298,3 +298,38 @@ def test_marginal_comm_on_a_contended_host_is_contention_evidence(run_cli, tmp_p
     dg = diagnosis(run_cli, make_run(tmp_path / "b", steady_steps(60, 20.0, extra=comm(0.5)),
                                      busy_metrics(8)))
     assert "communication" in ids(dg), ids(dg)
+
+
+def test_starved_loader_workers_are_contention_not_input_bound(run_cli, tmp_path):
+    # Issue 12: two DataLoader workers with cheap batches on a machine whose
+    # cores other jobs hold: 25% data wait. The workers fetched batches 2% of
+    # their time and waited in the run queue 80% of the time they wanted a
+    # CPU: the wait is contention's evidence, not an input-bound finding.
+    # Workers that fetch all their time (a slow store: they sleep in
+    # __getitem__) keep input-bound, contention or not.
+    st = steady_steps(200, 40.0, data_ms=10.0)
+
+    def run(name, fetch_share):
+        d = make_run(tmp_path / name, st, busy_metrics(12, tree=40, runq=90), events())
+        with open(d / "procs.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["t", "pid", "ppid", "name", "cpu_pct", "rss_bytes", "threads",
+                        "read_bytes", "write_bytes", "gpu_mem_bytes", "runq_pct"])
+            for i in range(12):
+                w.writerow([i, 100, 1, "python3", 30, 1 << 28, 4, 0, 0, "", 60])
+                for pid in (101, 102):
+                    w.writerow([i, pid, 100, "pt_data_worker", 2.5, 1 << 27, 2, 0, 0, "", 10])
+        for pid in (101, 102):
+            (d / "pyprof" / f"loader-{pid}.json").write_text(json.dumps(
+                {"pid": pid, "ppid": 100, "t0": 1.0, "t_last": 9.0, "fetches": 100,
+                 "fetch_s": 8.0 * fetch_share, "span_s": 8.0}))
+        return diagnosis(run_cli, d)
+
+    dg = run("idle", 0.02)
+    assert dg["primary"]["id"] == "cpu-contention", ids(dg)
+    assert "input-bound" not in ids(dg), ids(dg)
+    e = [x for x in dg["primary"]["evidence"] if x["name"] == "loader_runq_share"]
+    assert e and e[0]["value"] == pytest.approx(0.8) and "starved" in e[0]["text"], e
+    dg = run("busy", 0.95)
+    assert "input-bound" in ids(dg) and "cpu-contention" in ids(dg), ids(dg)
+    assert not any(x["name"] == "loader_runq_share" for x in dg["primary"]["evidence"])

@@ -108,12 +108,15 @@ static int sched_init(void **state, const src_ctx *ctx)
     return 0;
 }
 
-static void task_dir(sched_state *s, pid_t pid, double *wait, double *run, int *runnable)
+/* Adds pid's threads' wait and run since the last sample; returns how many
+ * threads had a last sample (0: the process is new, its wait unknown). */
+static int task_dir(sched_state *s, pid_t pid, double *wait, double *run, int *runnable)
 {
     char p[64];
+    int known = 0;
     snprintf(p, sizeof(p), "/proc/%d/task", (int)pid);
     DIR *d = opendir(p);
-    if (!d) return;
+    if (!d) return 0;
     struct dirent *de;
     char path[128], b[512];
     while ((de = readdir(d))) {
@@ -129,6 +132,7 @@ static void task_dir(sched_state *s, pid_t pid, double *wait, double *run, int *
             if (t->gen + 1 == s->gen && wait_ns >= t->wait_ns) {
                 *wait += (double)(wait_ns - t->wait_ns);
                 *run += (double)(run_ns - t->run_ns);
+                known++;
             }
             t->wait_ns = wait_ns;
             t->run_ns = run_ns;
@@ -141,6 +145,7 @@ static void task_dir(sched_state *s, pid_t pid, double *wait, double *run, int *
         }
     }
     closedir(d);
+    return known;
 }
 
 static int sched_sample(void *state, const src_ctx *ctx, coll_frame *f)
@@ -154,9 +159,9 @@ static int sched_sample(void *state, const src_ctx *ctx, coll_frame *f)
     if (f->tree_pids && f->ntree > 0) {
         for (int i = 0; i < f->ntree; i++) {
             double w = 0;
-            task_dir(s, f->tree_pids[i], &w, &run, &runnable);
+            int known = task_dir(s, f->tree_pids[i], &w, &run, &runnable);
             wait += w;
-            if (s->nproc < SCHED_MAX_PROCS && s->proc_known) {
+            if (s->nproc < SCHED_MAX_PROCS && s->proc_known && known > 0) {
                 s->proc_pid[s->nproc] = f->tree_pids[i];
                 s->proc_wait_pct[s->nproc++] = 100.0 * w / 1e9 / f->dt;
             }
