@@ -426,3 +426,47 @@ def test_an_optimizer_takes_the_step_boundaries_over(cli, tmp_path, mode, n1, n2
     assert all(int(r["samples"]) == 16 * per_step for r in rows)
     opt_rows = [int(r["step"]) for r in rows if int(r["optimizer_ns"]) > 0]
     assert opt_rows == list(range(n1 if mode == "later" else 0, want))
+
+
+LOADER_BUSY = """
+import sys, time, torch
+slow = sys.argv[1] == "slow"
+class DS(torch.utils.data.Dataset):
+    def __len__(self): return 96
+    def __getitem__(self, i):
+        if slow:
+            time.sleep(0.01)  # a slow store: the workers are busy fetching
+        return torch.randn(8), i % 3
+if __name__ == "__main__":
+    dl = torch.utils.data.DataLoader(DS(), batch_size=8, num_workers=2)
+    m = torch.nn.Linear(8, 3)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for x, y in dl:
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        opt.step(); opt.zero_grad()
+        if not slow:
+            time.sleep(0.03)  # a long step: the workers wait for room in their queue
+"""
+
+
+@pytest.mark.parametrize("mode", ["slow", "idle"])
+def test_loader_workers_write_how_busy_they_were(cli, tmp_path, mode):
+    # Each DataLoader worker records its fetches and the time spent in them
+    # (pyprof/loader-PID.json): busy on a slow store, mostly idle when the
+    # step is the slow part. The diagnosis tells starved workers from slow
+    # ones by it (docs/diagnosis.md, Causes).
+    script = tmp_path / "loader.py"
+    script.write_text(LOADER_BUSY)
+    res = trainperf_run(cli, tmp_path / "run", script, mode)
+    assert res.returncode == 0, res.stderr
+    files = sorted((tmp_path / "run" / "pyprof").glob("loader-*.json"))
+    assert len(files) == 2, files
+    docs = [json.loads(f.read_text()) for f in files]
+    assert sum(d["fetches"] for d in docs) == 12  # 96 samples in batches of 8
+    main = {r["pid"] for r in steps(tmp_path / "run")}
+    assert all(str(d["pid"]) not in main and str(d["ppid"]) in main for d in docs)
+    busy = sum(d["fetch_s"] for d in docs) / sum(d["span_s"] for d in docs)
+    if mode == "slow":
+        assert busy > 0.7, docs  # 8 sleeps of 10 ms per fetch, fetch after fetch
+    else:
+        assert busy < 0.3, docs  # a few ms per fetch every 60 ms

@@ -9,8 +9,8 @@ their time, the loader has spare capacity: the wait is not its throughput
 but the workers' scheduling (starved of CPU by other jobs, docs/diagnosis.md,
 "Causes"). Slow storage or heavy batches keep the workers fetching.
 
-Each worker writes pyprof/loader-<pid>.json (docs/run-format.md) at most
-every few seconds and when its loop ends: fetches, seconds fetching, and the
+Each worker writes pyprof/loader-<pid>.json (docs/run-format.md) after its
+first fetch, then at most every 2 s, and when its loop ends: fetches, seconds fetching, and the
 span from the loop's start to the last fetch's end. Nothing runs in the main
 process per batch; in a worker, two clock reads per batch.
 """
@@ -54,14 +54,18 @@ class _Stats:
         self.t_last = self.t0
         self.n = 0
         self.busy = 0.0
-        self.next_write = self.t0 + WRITE_EVERY_S
+        self.next_write = self.t0
+        self.every = 0.25
 
     def add(self, t0, t1):
         self.n += 1
         self.busy += t1 - t0
         self.t_last = t1
         if t1 >= self.next_write:
-            self.next_write = t1 + WRITE_EVERY_S
+            # soon after the first fetch, then less often: a persistent
+            # worker is killed with the main process, its loop never ends
+            self.next_write = t1 + self.every
+            self.every = min(2 * self.every, WRITE_EVERY_S)
             self.write()
 
     def write(self):
