@@ -46,6 +46,7 @@ done
 py bench/bench_analyze.py
 py bench/bench_python.py
 py bench/bench_autohook.py --all
+py bench/bench_backward_hook.py
 py bench/bench_comm.py
 py bench/bench_exporters_e2e.py
 

@@ -297,3 +297,176 @@ def test_lightning_callback_phases_never_exceed_the_step(cli, tmp_path):
         assert ph["forward_ns"] > 0 and ph["backward_ns"] > 0 and ph["optimizer_ns"] > 0, r
     # validation ran (sanity check and every 10 steps) and was recorded as eval
     assert sum(int(r["eval_ns"]) for r in rows) > 0
+
+
+MANUAL_UPDATE = """
+import sys, torch
+mode, n1, n2 = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+torch.manual_seed(0)
+X, Y = torch.randn(512, 12), torch.randint(0, 5, (512,))
+if mode == "raw":
+    # makemore-style: bare tensors, no nn.Module, no optimizer
+    W1 = (torch.randn(12, 64) * 0.3).requires_grad_()
+    b1 = torch.zeros(64, requires_grad=True)
+    W2 = (torch.randn(64, 5) * 0.1).requires_grad_()
+    params = [W1, b1, W2]
+    for i in range(n1):
+        ix = torch.randint(0, 512, (32,))
+        logits = torch.tanh(X[ix] @ W1 + b1) @ W2
+        loss = torch.nn.functional.cross_entropy(logits, Y[ix])
+        for p in params:
+            p.grad = None
+        loss.backward()
+        for p in params:
+            p.data += -0.1 * p.grad
+else:
+    model = torch.nn.Sequential(torch.nn.Linear(12, 64), torch.nn.Tanh(), torch.nn.Linear(64, 5))
+    dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_size=16)
+    batches = iter(dl)
+
+    def batch():
+        global batches
+        try:
+            return next(batches)
+        except StopIteration:
+            batches = iter(dl)
+            return next(batches)
+
+    if mode == "accum":
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(n1):
+        # a hand-written update (no optimizer yet); "accum": an optimizer made
+        # up front, three backwards per optimizer step
+        for k in range(3 if mode == "accum" else 1):
+            x, y = batch()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+        if mode == "accum":
+            opt.step()
+            opt.zero_grad()
+            continue
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+                p.grad = None
+    if mode == "later":
+        # a second stage with an optimizer: its steps take over
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for i in range(n2):
+            x, y = batch()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+print("steps loss %.10f" % loss.item())
+"""
+
+
+@pytest.mark.parametrize("impl", ["c", "ctypes"])
+def test_hand_written_update_loop_gets_one_step_per_iteration(cli, build, tmp_path, impl):
+    # Issue 12: a loop with no torch.optim optimizer (makemore / micrograd
+    # lectures: p.data += -lr * p.grad) got no steps at all. The end of each
+    # backward is then the step boundary: one row per iteration, the same
+    # results as without trainperf. The C hooks and the Python ones (ctypes
+    # binding) give the same count.
+    env = {}
+    if impl == "ctypes":
+        from trainperf import _fallback
+        lib = build / "libtrainperf.so"
+        if not lib.exists() or _fallback._sanitized(str(lib)):
+            pytest.skip("no uninstrumented libtrainperf.so for the ctypes binding")
+        env = {"TRAINPERF_PY_IMPL": "ctypes", "TRAINPERF_LIB": str(lib)}
+    script = tmp_path / "manual.py"
+    script.write_text(MANUAL_UPDATE)
+    N = 37
+    res = trainperf_run(cli, tmp_path / "run", script, "raw", N, 0, env=env)
+    assert res.returncode == 0, res.stderr
+    assert result_line(res.stdout) == result_line(plain(script, "raw", N, 0).stdout)
+    rows = steps(tmp_path / "run")
+    assert [int(r["step"]) for r in rows] == list(range(N))
+    # every step holds one backward (its end is the boundary) and no optimizer
+    assert all(int(r["backward_ns"]) > 0 and int(r["optimizer_ns"]) == 0 for r in rows)
+    for r in rows:
+        ph = sum(int(r[c]) for c in PHASES)
+        assert ph <= int(r["interval_ns"]), r
+
+
+def test_hand_written_update_with_a_model_has_its_phases(cli, tmp_path):
+    # An nn.Module trained by `with torch.no_grad(): p -= lr * p.grad` over a
+    # DataLoader: a step per iteration with its batch's samples, forward,
+    # backward and data wait in it.
+    script = tmp_path / "manual.py"
+    script.write_text(MANUAL_UPDATE)
+    N = 25
+    res = trainperf_run(cli, tmp_path / "run", script, "module", N, 0)
+    assert res.returncode == 0, res.stderr
+    rows = steps(tmp_path / "run")
+    assert len(rows) == N
+    assert all(int(r["samples"]) == 16 for r in rows)
+    # the step after a backward's end holds the next iteration's batch and forward
+    for r in rows[1:]:
+        assert int(r["forward_ns"]) > 0 and int(r["backward_ns"]) > 0 and int(r["data_ns"]) > 0, r
+        assert sum(int(r[c]) for c in PHASES) <= int(r["interval_ns"]), r
+
+
+@pytest.mark.parametrize("mode,n1,n2,want", [("later", 15, 12, 27), ("accum", 10, 0, 10)])
+def test_an_optimizer_takes_the_step_boundaries_over(cli, tmp_path, mode, n1, n2, want):
+    # "later": 15 hand-written iterations, then an optimizer for 12 more: 27
+    # steps, none split in two (every row holds a backward) and none counted
+    # twice. "accum": an optimizer made before the first backward keeps one
+    # step per optimizer step under gradient accumulation (3 backwards each).
+    script = tmp_path / "manual.py"
+    script.write_text(MANUAL_UPDATE)
+    res = trainperf_run(cli, tmp_path / "run", script, mode, n1, n2)
+    assert res.returncode == 0, res.stderr
+    rows = steps(tmp_path / "run")
+    assert len(rows) == want
+    assert all(int(r["backward_ns"]) > 0 for r in rows)
+    per_step = 3 if mode == "accum" else 1
+    assert all(int(r["samples"]) == 16 * per_step for r in rows)
+    opt_rows = [int(r["step"]) for r in rows if int(r["optimizer_ns"]) > 0]
+    assert opt_rows == list(range(n1 if mode == "later" else 0, want))
+
+
+LOADER_BUSY = """
+import sys, time, torch
+slow = sys.argv[1] == "slow"
+class DS(torch.utils.data.Dataset):
+    def __len__(self): return 96
+    def __getitem__(self, i):
+        if slow:
+            time.sleep(0.01)  # a slow store: the workers are busy fetching
+        return torch.randn(8), i % 3
+if __name__ == "__main__":
+    dl = torch.utils.data.DataLoader(DS(), batch_size=8, num_workers=2)
+    m = torch.nn.Linear(8, 3)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for x, y in dl:
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        opt.step(); opt.zero_grad()
+        if not slow:
+            time.sleep(0.03)  # a long step: the workers wait for room in their queue
+"""
+
+
+@pytest.mark.parametrize("mode", ["slow", "idle"])
+def test_loader_workers_write_how_busy_they_were(cli, tmp_path, mode):
+    # Each DataLoader worker records its fetches and the time spent in them
+    # (pyprof/loader-PID.json): busy on a slow store, mostly idle when the
+    # step is the slow part. The diagnosis tells starved workers from slow
+    # ones by it (docs/diagnosis.md, Causes).
+    script = tmp_path / "loader.py"
+    script.write_text(LOADER_BUSY)
+    res = trainperf_run(cli, tmp_path / "run", script, mode)
+    assert res.returncode == 0, res.stderr
+    files = sorted((tmp_path / "run" / "pyprof").glob("loader-*.json"))
+    assert len(files) == 2, files
+    docs = [json.loads(f.read_text()) for f in files]
+    assert sum(d["fetches"] for d in docs) == 12  # 96 samples in batches of 8
+    main = {r["pid"] for r in steps(tmp_path / "run")}
+    assert all(str(d["pid"]) not in main and str(d["ppid"]) in main for d in docs)
+    busy = sum(d["fetch_s"] for d in docs) / sum(d["span_s"] for d in docs)
+    if mode == "slow":
+        assert busy > 0.7, docs  # 8 sleeps of 10 ms per fetch, fetch after fetch
+    else:
+        assert busy < 0.3, docs  # a few ms per fetch every 60 ms

@@ -272,6 +272,12 @@ def test_command_without_api_gets_resources(cli, tmp_path):
     assert sm["sources"]["procfs"] == "ok"
     procs = list(csv.DictReader(open(run / "procs.csv", newline="")))
     assert str(ri["root_pid"]) in {r["pid"] for r in procs}
+    if sm["sources"].get("sched") == "ok":
+        # each process's own run-queue wait: unknown at first sight, then a
+        # figure (a rate needs two samples of its threads)
+        root = [r for r in procs if r["pid"] == str(ri["root_pid"])]
+        assert root[0]["runq_pct"] == ""
+        assert len(root) >= 2 and all(float(r["runq_pct"]) >= 0 for r in root[1:]), root
     assert read_steps(run) == []
     assert "resources only" in p.stderr
 

@@ -105,6 +105,28 @@ def test_no_verdict_without_evidence(run_cli, tmp_path):
     assert dg["primary"]["id"] == "undetermined", ids(dg)
 
 
+def test_tensor_ops_outside_the_model_are_model_compute(run_cli, tmp_path):
+    # makemore written with bare tensors and a hand-written update: no
+    # forward phase, the steps hold backward and 55% unlabelled time. Where
+    # the stack sampler found that time in tensor ops (phase "compute"), the
+    # run is compute-bound; where it found the user's own Python, host-code.
+    st = steady_steps(300, 5.0, fwd=0.0, bwd=0.45, opt=0.0)
+    ev = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 60,
+                            "def_line": 1, "samples": 3, "kind": "python"}],
+                by_phase={"backward": 60, "compute": 70, "other": 3, "startup": 20})
+    dg = diagnosis(run_cli, make_run(tmp_path / "ops", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "compute-bound", ids(dg)
+    share = [e for e in dg["primary"]["evidence"] if e["name"] == "compute_share"][0]
+    assert share["value"] >= 0.9 and "tensor ops outside the model" in share["text"], share
+    assert "host-code" not in ids(dg)
+    ev = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 60,
+                            "def_line": 1, "samples": 73, "kind": "python"}],
+                by_phase={"backward": 60, "other": 73, "startup": 20})
+    dg = diagnosis(run_cli, make_run(tmp_path / "py", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "host-code", ids(dg)
+    assert "compute-bound" not in ids(dg)
+
+
 def test_short_run_gets_a_step_verdict(run_cli, tmp_path):
     # 40 steps in under a second, 87% data wait, 2 resource samples
     st = steady_steps(40, 24.0, data_ms=21.0)
@@ -364,3 +386,38 @@ def test_a_floor_that_does_not_rise_is_no_leak(run_cli, tmp_path):
     leak = quiet_metrics(len(swing), rss=lambda t: (392 + 12 * int(t)) << 20)
     dg = diagnosis(run_cli, make_run(tmp_path / "leak", st, leak))
     assert "memory-capacity" in ids(dg), ids(dg)
+
+
+def test_starved_loader_workers_are_contention_not_input_bound(run_cli, tmp_path):
+    # Issue 12: two DataLoader workers with cheap batches on a machine whose
+    # cores other jobs hold: 25% data wait. The workers fetched batches 2% of
+    # their time and waited in the run queue 80% of the time they wanted a
+    # CPU: the wait is contention's evidence, not an input-bound finding.
+    # Workers that fetch all their time (a slow store: they sleep in
+    # __getitem__) keep input-bound, contention or not.
+    st = steady_steps(200, 40.0, data_ms=10.0)
+
+    def run(name, fetch_share):
+        d = make_run(tmp_path / name, st, busy_metrics(12, tree=40, runq=90), events())
+        with open(d / "procs.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["t", "pid", "ppid", "name", "cpu_pct", "rss_bytes", "threads",
+                        "read_bytes", "write_bytes", "gpu_mem_bytes", "runq_pct"])
+            for i in range(12):
+                w.writerow([i, 100, 1, "python3", 30, 1 << 28, 4, 0, 0, "", 60])
+                for pid in (101, 102):
+                    w.writerow([i, pid, 100, "pt_data_worker", 2.5, 1 << 27, 2, 0, 0, "", 10])
+        for pid in (101, 102):
+            (d / "pyprof" / f"loader-{pid}.json").write_text(json.dumps(
+                {"pid": pid, "ppid": 100, "t0": 1.0, "t_last": 9.0, "fetches": 100,
+                 "fetch_s": 8.0 * fetch_share, "span_s": 8.0}))
+        return diagnosis(run_cli, d)
+
+    dg = run("idle", 0.02)
+    assert dg["primary"]["id"] == "cpu-contention", ids(dg)
+    assert "input-bound" not in ids(dg), ids(dg)
+    e = [x for x in dg["primary"]["evidence"] if x["name"] == "loader_runq_share"]
+    assert e and e[0]["value"] == pytest.approx(0.8) and "starved" in e[0]["text"], e
+    dg = run("busy", 0.95)
+    assert "input-bound" in ids(dg) and "cpu-contention" in ids(dg), ids(dg)
+    assert not any(x["name"] == "loader_runq_share" for x in dg["primary"]["evidence"])

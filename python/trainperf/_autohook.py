@@ -8,8 +8,13 @@ imported until the script imports torch itself. Then:
   takes over when it steps twice in a row, as in a second training stage)
   ends a step and begins the next, so gradient accumulation gives one step per
   optimizer step;
+  a loop that updates its parameters by hand (no torch.optim optimizer made
+  or stepped yet) gets its boundaries from backward instead: the end of each
+  backward() ends a step and begins the next; the first optimizer made or
+  stepped turns this off for good, so its steps take over with none split;
   the first step begins at the first DataLoader batch, the first module
-  forward or the first optimizer step, whichever comes first;
+  forward, the first backward or the first optimizer step, whichever comes
+  first;
 - data wait: DataLoader iterators' __next__ runs inside the "data" phase, and
   the first dimension of the batch's first tensor counts as samples (tokens:
   numel of a dict batch's "input_ids");
@@ -91,6 +96,18 @@ class _State(threading.local):
         self.samples = 0
         self.tokens = 0
         self.in_data = 0
+
+
+# backward ends are step boundaries while no optimizer has been made or has
+# stepped (the C hooks keep their own copy: _core.auto_state.bwd_steps)
+_bwd_steps = False
+
+
+def _set_bwd_steps(on):
+    global _bwd_steps
+    _bwd_steps = bool(on)
+    if _core_hooks() is not None:
+        _st.bwd_steps = _bwd_steps
 
 
 def _state():
@@ -295,14 +312,61 @@ _backward_patched = False
 _backward_inner = None   # what the "backward" phase wrapper calls
 
 
+def _bwd_boundary():
+    """A backward ended while its ends are step boundaries (a hand-written
+    update loop): end this thread's step and begin the next, as an optimizer
+    step does (opt_post in patch_torch). Never raises."""
+    import trainperf
+    core = trainperf._core
+    st = _st
+    try:
+        if _evalhooks.ev.active:
+            _evalhooks.step_in_eval()
+        if core.auto_step_end(st.samples, st.tokens):
+            st.samples = st.tokens = 0
+            if _hooks is not None:
+                _hooks_call("end")
+            st.open = core.auto_step_begin()
+            if st.open and _hooks is not None:
+                _hooks_call("begin")
+        else:
+            st.open = False
+    except Exception:
+        pass
+
+
 def _backward_wrapper(torch, inner):
-    """The "backward" phase around inner (push, call, pop)."""
+    """The "backward" phase around inner (push, call, pop); under the auto
+    hook also the first step's begin and, while no optimizer was made or
+    stepped, the step boundary at its end."""
     import trainperf
     core = trainperf._core
     push, pop = core.range_push, core.range_pop
     timed = getattr(core, "timed", None)
-    if _tune is None and timed is not None:
-        # push, call, pop in C: no Python frame per backward
+    c_hooks = _core_hooks()
+    st = _st
+    if _auto_steps and _tune is None and _hooks is None and c_hooks is not None and \
+            hasattr(c_hooks, "backward_hook"):
+        # the same in C (_core.c, bwd_vectorcall): no Python frame per backward
+        backward_timed = c_hooks.backward_hook(inner, _evalhooks.ev, _begin_if_closed,
+                                               _evalhooks.step_in_eval)
+    elif _auto_steps:
+        def backward_timed(*args, **kwargs):
+            if _tune is not None:
+                _tune.on_backward(args)
+            if not st.open:
+                _begin_if_closed()
+            push(3)  # TPF_PHASE_BACKWARD
+            try:
+                r = inner(*args, **kwargs)
+            finally:
+                pop()
+            if _bwd_steps and st.open:
+                _bwd_boundary()
+            return r
+    elif _tune is None and timed is not None:
+        # push, call, pop in C: no Python frame per backward (a callback's
+        # phases; the auto hook's step boundaries are not on)
         backward_timed = timed(inner, 3)  # TPF_PHASE_BACKWARD
     else:
         def backward_timed(*args, **kwargs):
@@ -505,6 +569,8 @@ def patch_torch(torch):
     def opt_post(opt, args, kwargs):
         if _opt_phase:
             pop()
+        if _bwd_steps:
+            _set_bwd_steps(False)
         oid = id(opt)
         if primary[0] is None:
             primary[0] = oid
@@ -540,6 +606,29 @@ def patch_torch(torch):
     handles["opt_pre"] = optmod.register_optimizer_step_pre_hook(opt_pre)
     handles["opt_post"] = optmod.register_optimizer_step_post_hook(opt_post)
 
+    # --- no optimizer: backward ends are the step boundaries ---------------
+    # until an optimizer is made (before its loop's first backward: gradient
+    # accumulation keeps one step per optimizer step) or steps (one made
+    # before torch was patched)
+    _set_bwd_steps(True)
+    try:
+        opt_cls = optmod.Optimizer
+        orig_init = opt_cls.__init__
+
+        def opt_init(self, *args, **kwargs):
+            if _bwd_steps:
+                _set_bwd_steps(False)
+            return orig_init(self, *args, **kwargs)
+
+        opt_init.__wrapped__ = orig_init
+        opt_init.__doc__ = orig_init.__doc__
+        opt_init.__name__ = "__init__"
+        opt_init.__qualname__ = getattr(orig_init, "__qualname__", "__init__")
+        opt_cls.__init__ = opt_init
+    except Exception as exc:  # never break the watched program
+        _set_bwd_steps(False)
+        sys.stderr.write("trainperf: steps of hand-written updates off: %r\n" % (exc,))
+
     # collectives as the comm phase (python/trainperf/_comm.py); its backward
     # wrapper goes inside the "backward" one (insert_backward)
     try:
@@ -549,6 +638,11 @@ def patch_torch(torch):
         sys.stderr.write("trainperf: communication not timed: %r\n" % (exc,))
     patch_backward(torch)
     _evalhooks.install(torch)
+    try:  # how busy DataLoader workers are (_workerhooks.py)
+        from . import _workerhooks
+        _workerhooks.install(torch)
+    except Exception as exc:  # never break the watched program
+        sys.stderr.write("trainperf: DataLoader workers not timed: %r\n" % (exc,))
 
     # --- forward: find the top-level module once, then hook only it --------
     # Module.__call__ is swapped for one call only (not a global module hook:

@@ -385,6 +385,10 @@ typedef struct {
 static _Thread_local core_auto_tls auto_tls;
 static int auto_on;            /* the auto hook owns step boundaries */
 static int auto_opt_phase = 1; /* the optimizer hooks push "optimizer" */
+/* backward ends are step boundaries: no torch.optim optimizer has been made
+ * or has stepped yet (a hand-written update loop); cleared for good by the
+ * first of either */
+static int auto_bwd_steps;
 /* the optimizer whose steps are step boundaries, another one stepping, how
  * many times in a row it has (as _autohook.patch_torch's `primary`) */
 static const void *auto_primary, *auto_other;
@@ -415,6 +419,7 @@ typedef struct {
 AUTO_FLAG(open, auto_tls.open)
 AUTO_FLAG(auto, auto_on)
 AUTO_FLAG(opt_phase, auto_opt_phase)
+AUTO_FLAG(bwd_steps, auto_bwd_steps)
 
 #define AUTO_COUNT(name, expr, type, conv)                                                 \
     static PyObject *auto_get_##name(PyObject *s, void *c)                                 \
@@ -444,6 +449,8 @@ static PyGetSetDef auto_state_getset[] = {
     {"auto", auto_get_auto, auto_set_auto, "the auto hook owns step boundaries (all threads)", NULL},
     {"opt_phase", auto_get_opt_phase, auto_set_opt_phase,
      "the optimizer hooks push the optimizer range (all threads)", NULL},
+    {"bwd_steps", auto_get_bwd_steps, auto_set_bwd_steps,
+     "backward ends are step boundaries: no optimizer made or stepped yet (all threads)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -463,10 +470,10 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *dict;
-    PyObject *orig;    /* data_next: the original __next__ */
+    PyObject *orig;    /* data_next: the original __next__; backward: the inner backward */
     PyObject *ev;      /* _evalhooks.ev (its .active) */
     PyObject *begin;   /* _autohook._begin_if_closed */
-    PyObject *other;   /* data_next: count(batch); opt_pre: step_in_eval */
+    PyObject *other;   /* data_next: count(batch); opt_pre, backward: step_in_eval */
     PyObject *tensor;  /* data_next: torch.Tensor */
 } core_hook;
 
@@ -647,6 +654,7 @@ static PyObject *opt_post_vectorcall(PyObject *self, PyObject *const *args, size
                                      PyObject *kwnames)
 {
     if (auto_opt_phase) tpf_range_pop();
+    auto_bwd_steps = 0; /* an optimizer steps: its steps are the boundaries now */
     if (PyVectorcall_NARGS(nargsf) < 1) Py_RETURN_NONE;
     const void *oid = args[0];
     if (auto_primary == NULL) {
@@ -675,6 +683,37 @@ static PyObject *opt_post_vectorcall(PyObject *self, PyObject *const *args, size
         }
     }
     Py_RETURN_NONE;
+}
+
+/* torch.autograd.backward inside the "backward" phase. The first step may
+ * begin here (a model of bare tensors has no module forward to begin it);
+ * while auto_bwd_steps holds, the end of each backward ends this thread's
+ * step and begins the next. A failure of trainperf's own calls is cleared:
+ * the backward's result always goes back to the caller. */
+static PyObject *bwd_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                PyObject *kwnames)
+{
+    core_hook *h = (core_hook *)self;
+    if (!auto_tls.open && auto_begin_if_closed(h) < 0) PyErr_Clear();
+    tpf_range_push(TPF_PHASE_BACKWARD);
+    PyObject *r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    tpf_range_pop();
+    if (!r || !auto_bwd_steps || !auto_tls.open) return r;
+    if (explicit_steps) {
+        auto_tls.open = 0;
+        return r;
+    }
+    /* as at an optimizer step: an eval phase still open is a frozen helper's */
+    int active = auto_eval_active(h);
+    if (active > 0) {
+        PyObject *e = PyObject_CallNoArgs(h->other);
+        Py_XDECREF(e);
+    }
+    if (PyErr_Occurred()) PyErr_Clear();
+    tpf_step_end(auto_tls.samples, auto_tls.tokens);
+    auto_tls.samples = auto_tls.tokens = 0;
+    tpf_step_begin();
+    return r;
 }
 
 static PyObject *hook_repr(core_hook *h)
@@ -708,6 +747,9 @@ HOOK_TYPE(data_next_type, "DataNext", Py_TPFLAGS_METHOD_DESCRIPTOR, hook_descr_g
           "DataLoader iterators' __next__ timed as the data phase (auto_hooks()).");
 HOOK_TYPE(opt_pre_type, "OptPre", 0, NULL, "The auto hook's optimizer step pre-hook.");
 HOOK_TYPE(opt_post_type, "OptPost", 0, NULL, "The auto hook's optimizer step post-hook.");
+HOOK_TYPE(bwd_type, "Backward", 0, NULL,
+          "torch.autograd.backward timed as the backward phase; a step boundary while no "
+          "optimizer was made or stepped.");
 
 static PyObject *hook_new(PyTypeObject *type, vectorcallfunc call, PyObject *orig, PyObject *ev,
                           PyObject *begin, PyObject *other, PyObject *tensor)
@@ -762,6 +804,18 @@ static PyObject *core_opt_hooks(PyObject *self, PyObject *const *args, Py_ssize_
     Py_DECREF(pre);
     Py_DECREF(post);
     return t;
+}
+
+/* backward_hook(inner, ev, begin, step_in_eval) -> Backward. */
+static PyObject *core_backward_hook(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[2]) ||
+        !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "backward_hook(inner, ev, begin, step_in_eval): callables");
+        return NULL;
+    }
+    return hook_new(&bwd_type, bwd_vectorcall, args[0], args[1], args[2], args[3], NULL);
 }
 
 /* ---- plain probe calls ------------------------------------------------- */
@@ -935,6 +989,9 @@ static PyMethodDef core_methods[] = {
      "data_next($module, orig, ev, begin, count, tensor_type, /)\n--\n\nThe auto hook's DataLoader __next__ (a method)."},
     {"opt_hooks", (PyCFunction)(void (*)(void))core_opt_hooks, METH_FASTCALL,
      "opt_hooks($module, ev, begin, step_in_eval, /)\n--\n\nThe auto hook's global optimizer step (pre, post) hooks."},
+    {"backward_hook", (PyCFunction)(void (*)(void))core_backward_hook, METH_FASTCALL,
+     "backward_hook($module, inner, ev, begin, step_in_eval, /)\n--\n\nThe auto hook's torch.autograd.backward "
+     "(backward phase; a step boundary while no optimizer was made or stepped)."},
     {"counter", (PyCFunction)(void (*)(void))core_counter, METH_FASTCALL,
      "counter($module, name, value, /)\n--\n\nRecord a sampled value."},
     {"mark", core_mark, METH_O, "mark($module, name, /)\n--\n\nRecord an instant event."},
@@ -965,7 +1022,7 @@ PyMODINIT_FUNC PyInit__core(void)
     if (PyType_Ready(&phase_type) < 0 || PyType_Ready(&step_type) < 0 ||
         PyType_Ready(&timed_type) < 0 || PyType_Ready(&auto_state_type) < 0 ||
         PyType_Ready(&data_next_type) < 0 || PyType_Ready(&opt_pre_type) < 0 ||
-        PyType_Ready(&opt_post_type) < 0)
+        PyType_Ready(&opt_post_type) < 0 || PyType_Ready(&bwd_type) < 0)
         return NULL;
     str_active = PyUnicode_InternFromString("active");
     str_shape = PyUnicode_InternFromString("shape");

@@ -10,7 +10,8 @@ the training thread, measured in bench/bench_python.py.
 Each sample is classified by the frames on the stack: inside torch's
 DataLoader (data), a module call (forward, or eval while the eval phase is
 open), autograd (backward), an optimizer (optimizer), torch.distributed
-(comm), torch.compile (compile), saving (checkpoint); anything else is
+(comm), torch.compile (compile), saving (checkpoint), torch's Python code or
+a line of the user's code computing with tensors (compute); anything else is
 "other": the user's own code outside known phases. For that the profile
 names the innermost frame of the user's code (not the stdlib or a package)
 and what kind of work it is.
@@ -97,6 +98,71 @@ def _classify(code):
 # phases that win over ones further out on the stack (compile inside forward)
 _INNER_WINS = {"compile", "checkpoint", "comm"}
 
+_LOADS = ("LOAD_NAME", "LOAD_GLOBAL", "LOAD_FAST", "LOAD_DEREF", "LOAD_FAST_CHECK",
+          "LOAD_FAST_LOAD_FAST", "LOAD_CLASSDEREF")
+_line_names_cache = {}   # code -> {line: names loaded on it}
+_tensor_line_cache = {}  # (code, line) -> the line computes with tensors
+
+
+def _line_names(code):
+    """{line: names the line loads} of one code object, cached."""
+    m = _line_names_cache.get(code)
+    if m is not None:
+        return m
+    m = {}
+    try:
+        import dis
+        cur = None
+        for ins in dis.get_instructions(code):
+            pos = getattr(ins, "positions", None)
+            ln = pos.lineno if pos is not None and pos.lineno else None
+            if ln is None and type(ins.starts_line) is int:
+                cur = ins.starts_line
+            ln = ln or cur
+            if ln is None or ins.opname not in _LOADS:
+                continue
+            names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+            m.setdefault(ln, set()).update(n for n in names if isinstance(n, str))
+    except Exception:
+        pass
+    if len(_line_names_cache) < 5000:
+        _line_names_cache[code] = m
+    return m
+
+
+def _tensor_line(f):
+    """Whether the frame's current line of user code computes with tensors:
+    a name it loads holds a torch.Tensor (a model of bare tensors, a
+    hand-written update: `h = torch.tanh(emb @ W1 + b1)`, `p.data += -lr *
+    p.grad`). Torch ops run in C, so the sampled stack ends at that line;
+    without this they would read as the user's host code. Not a line that
+    reads a result back (.item(), .cpu(): synchronisation), does I/O or
+    waits. Cached per line (names keep their types from step to step)."""
+    code, line = f.f_code, f.f_lineno or 0
+    key = (code, line)
+    r = _tensor_line_cache.get(key)
+    if r is not None:
+        return r
+    r = False
+    torch = sys.modules.get("torch")
+    names = _line_names(code).get(line)
+    if torch is not None and names:
+        src = linecache.getline(code.co_filename, line)
+        if not (src and (_SYNC.search(src) or _IO.search(src) or _WAIT.search(src))):
+            try:
+                loc, glo = f.f_locals, f.f_globals
+                tensor = torch.Tensor
+                for n in names:
+                    v = loc.get(n, glo.get(n))
+                    if isinstance(v, tensor):
+                        r = True
+                        break
+            except Exception:
+                r = False
+    if len(_tensor_line_cache) < 20000:
+        _tensor_line_cache[key] = r
+    return r
+
 
 def _sample_once(frames, tid, gc=False):
     f = frames.get(tid)
@@ -105,6 +171,7 @@ def _sample_once(frames, tid, gc=False):
     stack = []
     outer = special = None
     depth = 0
+    leaf = f
     while f is not None and depth < 512:
         code = f.f_code
         stack.append((code, f.f_lineno or 0))  # None while a frame is being set up
@@ -128,6 +195,11 @@ def _sample_once(frames, tid, gc=False):
         phase = "gc"
     elif _evalhooks.ev.active and phase in (None, "forward", "data"):
         phase = "eval"
+    if phase is None and _evalhooks.ev.training_started and _classify(leaf.f_code)[1] and \
+            _tensor_line(leaf) and not _input_fn(stack):
+        # the innermost frame is the user's, on a line of tensor ops: the
+        # thread is inside one of them (model compute written without nn.Module)
+        phase = "compute"
     if phase is None:
         phase = "other" if _evalhooks.ev.training_started else "startup"
         if phase == "other" and len(frames) > 2:
@@ -191,6 +263,13 @@ _INPUT = re.compile(r"batch|data|load|sample|token|collat|augment|transform|prep
 _IO_FILES = ("/pickle.py", "/json/", "/io.py", "/_pyio.py", "/numpy/lib/_npyio", "/npyio.py",
              "/PIL/", "/h5py/", "/csv.py", "/gzip.py", "/zipfile", "/tarfile.py",
              "/torch/serialization.py", "/safetensors/")
+
+
+def _input_fn(stack):
+    """Whether the user's innermost functions (stack: innermost first) are
+    named for input preparation: their tensor ops are the input's."""
+    user = [c.co_name for c, _ in stack[:8] if c is not None and _classify(c)[1]]
+    return any(_INPUT.search(n) for n in user[:3])
 
 
 def _kind(stack, ui):

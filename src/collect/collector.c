@@ -439,9 +439,11 @@ static void check_alerts(coll *c, const coll_frame *f)
 /* The tree's processes with their device memory, for the frame's sinks. */
 static void gather_procs(coll *c, coll_frame *f)
 {
-    void *nvml = NULL;
-    for (int i = 0; i < c->nsrc; i++)
+    void *nvml = NULL, *sched = NULL;
+    for (int i = 0; i < c->nsrc; i++) {
         if (c->src[i].on && c->src[i].ops == &nvml_source) nvml = c->src[i].state;
+        if (c->src[i].on && c->src[i].ops == &sched_source) sched = c->src[i].state;
+    }
     for (int i = 0; i < c->nsrc; i++) {
         if (!c->src[i].on || c->src[i].ops != &procfs_source) continue;
         const procfs_proc *pp = NULL;
@@ -452,6 +454,8 @@ static void gather_procs(coll *c, coll_frame *f)
             *r = pp[k];
             r->gpu_mem_bytes = (fval){0, 0}; /* unknown without the GPU source */
             if (nvml) r->gpu_mem_bytes = nvml_proc_gpu_mem(nvml, pp[k].pid);
+            r->runq_pct = (fval){0, 0}; /* unknown without the sched source */
+            if (sched) r->runq_pct = sched_proc_runq(sched, pp[k].pid);
         }
         f->procs = c->procrows;
         f->nprocs = n;

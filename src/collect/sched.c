@@ -17,6 +17,7 @@
 #include "trainperf.h"
 
 #define SCHED_MAX_TASKS 65536 /* threads followed across samples */
+#define SCHED_MAX_PROCS 1024  /* processes whose own wait a sample keeps */
 
 typedef struct sched_task {
     int tid;
@@ -33,6 +34,10 @@ typedef struct sched_state {
     unsigned long long thr_usec;
     int thr_known;
     double quota_cpus; /* cpu.max quota / period, 0 when unlimited */
+    /* each process's own wait in the last sample (procs.csv runq_pct) */
+    pid_t proc_pid[SCHED_MAX_PROCS];
+    double proc_wait_pct[SCHED_MAX_PROCS];
+    int nproc, proc_known;
 } sched_state;
 
 static int read_small(const char *path, char *buf, size_t n)
@@ -103,12 +108,15 @@ static int sched_init(void **state, const src_ctx *ctx)
     return 0;
 }
 
-static void task_dir(sched_state *s, pid_t pid, double *wait, double *run, int *runnable)
+/* Adds pid's threads' wait and run since the last sample; returns how many
+ * threads had a last sample (0: the process is new, its wait unknown). */
+static int task_dir(sched_state *s, pid_t pid, double *wait, double *run, int *runnable)
 {
     char p[64];
+    int known = 0;
     snprintf(p, sizeof(p), "/proc/%d/task", (int)pid);
     DIR *d = opendir(p);
-    if (!d) return;
+    if (!d) return 0;
     struct dirent *de;
     char path[128], b[512];
     while ((de = readdir(d))) {
@@ -124,6 +132,7 @@ static void task_dir(sched_state *s, pid_t pid, double *wait, double *run, int *
             if (t->gen + 1 == s->gen && wait_ns >= t->wait_ns) {
                 *wait += (double)(wait_ns - t->wait_ns);
                 *run += (double)(run_ns - t->run_ns);
+                known++;
             }
             t->wait_ns = wait_ns;
             t->run_ns = run_ns;
@@ -136,6 +145,7 @@ static void task_dir(sched_state *s, pid_t pid, double *wait, double *run, int *
         }
     }
     closedir(d);
+    return known;
 }
 
 static int sched_sample(void *state, const src_ctx *ctx, coll_frame *f)
@@ -144,9 +154,18 @@ static int sched_sample(void *state, const src_ctx *ctx, coll_frame *f)
     double wait = 0, run = 0;
     int runnable = 0;
     f->tree_runq_pct.ok = f->tree_runnable.ok = f->cpus_usable.ok = f->cg_throttled_pct.ok = 0;
+    s->nproc = 0;
+    s->proc_known = !s->first && f->dt > 0;
     if (f->tree_pids && f->ntree > 0) {
-        for (int i = 0; i < f->ntree; i++)
-            task_dir(s, f->tree_pids[i], &wait, &run, &runnable);
+        for (int i = 0; i < f->ntree; i++) {
+            double w = 0;
+            int known = task_dir(s, f->tree_pids[i], &w, &run, &runnable);
+            wait += w;
+            if (s->nproc < SCHED_MAX_PROCS && s->proc_known && known > 0) {
+                s->proc_pid[s->nproc] = f->tree_pids[i];
+                s->proc_wait_pct[s->nproc++] = 100.0 * w / 1e9 / f->dt;
+            }
+        }
         if (!s->first && f->dt > 0) fv_set(&f->tree_runq_pct, 100.0 * wait / 1e9 / f->dt);
         fv_set(&f->tree_runnable, runnable);
     }
@@ -173,6 +192,19 @@ static int sched_sample(void *state, const src_ctx *ctx, coll_frame *f)
     }
     s->first = 0;
     return 0;
+}
+
+fval sched_proc_runq(void *state, pid_t pid)
+{
+    sched_state *s = state;
+    fval v = {0, 0};
+    if (!s || !s->proc_known) return v;
+    for (int i = 0; i < s->nproc; i++)
+        if (s->proc_pid[i] == pid) {
+            fv_set(&v, s->proc_wait_pct[i]);
+            break;
+        }
+    return v;
 }
 
 static const char *sched_last_error(void *state)

@@ -9,4 +9,9 @@
 
 extern const src_ops sched_source;
 
+/* The run-queue wait of one process of the tree (all its threads) over the
+ * last sample's interval, % of one core; unknown when the source did not
+ * sample it or on the first sample. Collector thread only. */
+fval sched_proc_runq(void *state, pid_t pid);
+
 #endif

@@ -53,6 +53,7 @@ typedef struct frame_proc {
     int threads;
     fval read_bytes, write_bytes; /* cumulative, /proc/PID/io; unknown if unreadable */
     fval gpu_mem_bytes;           /* device memory (GPU source); unknown without it */
+    fval runq_pct; /* its threads' run-queue wait, % of one core (sched source) */
 } frame_proc;
 
 typedef struct coll_frame {

@@ -89,7 +89,7 @@ int rec_metrics_row(buf *b, const coll_frame *f, int ncpu, int ngpu, const int *
 int rec_procs_header(buf *b)
 {
     return buf_puts(b, "t,pid,ppid,name,cpu_pct,rss_bytes,threads,read_bytes,write_bytes,"
-                       "gpu_mem_bytes\n");
+                       "gpu_mem_bytes,runq_pct\n");
 }
 
 int rec_procs_row(buf *b, double t, const frame_proc *p)
@@ -109,6 +109,8 @@ int rec_procs_row(buf *b, double t, const frame_proc *p)
     rec_csv_num(b, p->write_bytes, 0);
     buf_putc(b, ',');
     rec_csv_num(b, p->gpu_mem_bytes, 0);
+    buf_putc(b, ',');
+    rec_csv_num(b, p->runq_pct, 2);
     return buf_putc(b, '\n');
 }
 

@@ -844,6 +844,19 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
     return 1;
 }
 
+/* the compute share's evidence; ops: its part in tensor ops outside phases */
+static void compute_ev(dfinding *d, double compute, double ops)
+{
+    if (ops >= 0.005)
+        ev(d, "compute_share", compute,
+           "model compute %.0f%% of step time: forward + backward + optimizer %.0f%%, tensor "
+           "ops outside the model %.0f%% (sampled stacks)",
+           100 * compute, 100 * (compute - ops), 100 * ops);
+    else
+        ev(d, "compute_share", compute, "forward + backward + optimizer %.0f%% of step time",
+           100 * compute);
+}
+
 static void healthy(const diag_run *r, const ctx *c, dfinding *d)
 {
     fmt(d->id, sizeof(d->id), "compute-bound");
@@ -885,7 +898,15 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
     /* of training time: evaluation and checkpoints are not training */
     double notrain = (isfinite(c->share[PH_EVAL]) ? c->share[PH_EVAL] : 0) +
                      (isfinite(c->share[PH_CHECKPOINT]) ? c->share[PH_CHECKPOINT] : 0);
-    if (known && notrain < 0.99) compute /= 1 - notrain;
+    /* tensor ops outside every phase (a model of bare tensors, the loss, a
+     * hand-written update) are model compute too: the part of the steps'
+     * unlabelled time the stack sampler found in them */
+    double ops = 0;
+    const dcause *dc = &r->cause;
+    if (known && dc->have_pyprof && dc->ph_compute > 0 && isfinite(c->share[PH_OTHER]))
+        ops = c->share[PH_OTHER] * dc->ph_compute / (dc->ph_compute + dc->ph_other);
+    compute += ops;
+    if (known && notrain < 0.99) compute /= 1 - notrain, ops /= 1 - notrain;
     if (!known || compute < 0.5) {
         fmt(d->id, sizeof(d->id), "undetermined");
         fmt(d->title, sizeof(d->title), "No bottleneck identified");
@@ -898,8 +919,7 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
             fmt(d->summary, sizeof(d->summary),
                 "the steps carry no phases and no measured cause limits them");
         if (known)
-            ev(d, "compute_share", compute, "forward + backward + optimizer %.0f%% of step time",
-               100 * compute);
+            compute_ev(d, compute, ops);
         if (isfinite(c->share[PH_OTHER]))
             ev(d, "other_share", c->share[PH_OTHER], "%.0f%% of step time outside known phases",
                100 * c->share[PH_OTHER]);
@@ -918,8 +938,7 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
     fmt(d->summary, sizeof(d->summary),
         "model compute is %.0f%% of step time; no input, host-code or memory limit found",
         100 * compute);
-    ev(d, "compute_share", compute, "forward + backward + optimizer %.0f%% of step time",
-       100 * compute);
+    compute_ev(d, compute, ops);
     if (isfinite(c->tree_cpu))
         ev(d, "tree_cpu_pct", c->tree_cpu,
            "the process tree used %.0f%% CPU (%.1f cores) of %.0f cores", c->tree_cpu,
@@ -1070,6 +1089,20 @@ void diag_compute(diag_run *r)
            "again on free cores before tuning communication)",
            100 * cand[icm].score);
         cand_drop(cand, &nc, &icm, &iu, &ic);
+    }
+    /* and waiting for batches when the loader workers themselves waited
+     * for a CPU most of the time they wanted one: workers starved by other
+     * jobs, not slow storage or heavy batches (storage-io, which has its
+     * own evidence, stays); the fix is contention's */
+    int iib = cand_find(cand, nc, "input-bound");
+    double lwait = NAN, lbusy = NAN;
+    double lshare = ic >= 0 && iib >= 0 ? dc_loader_starved(r, &lwait, &lbusy) : NAN;
+    if (isfinite(lshare)) {
+        ev(&cand[ic], "loader_runq_share", lshare,
+           "DataLoader workers starved of CPU: fetching %.0f%% of their time, they waited for "
+           "a CPU %.0f%% of the time they wanted one; the %.0f%% data wait is theirs",
+           100 * lbusy, 100 * lshare, 100 * cand[iib].score);
+        cand_drop(cand, &nc, &iib, &iu, &ic);
     }
     /* (a slow step every N steps is the loop's own: waiting for a CPU
      * keeps no period) */

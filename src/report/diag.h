@@ -189,6 +189,10 @@ typedef struct diag_run {
     int nworkers; /* distinct non-root processes seen */
     double max_procs;
     dstat worker_cpu; /* per worker process per sample */
+    /* the loader workers' run-queue wait (procs.csv runq_pct) and CPU over
+     * the samples where both are known: the DataLoader's (pt_data_worker)
+     * when any, else every non-root process's */
+    double ldr_runq, ldr_cpu, ldr_n, nonroot_runq, nonroot_cpu, nonroot_n;
 
     /* alerts.jsonl */
     int nalerts, nalerts_fired;

@@ -17,6 +17,13 @@
 #define HOSTCODE_MIN_SAMPLES 20
 #define CONTEND_WAIT_SHARE 0.20 /* run-queue wait / (wait + CPU used) */
 #define CONTEND_MIN_WAIT 15.0   /* % of one core */
+/* DataLoader workers starved of CPU: their run-queue wait is at least half
+ * of the time they wanted a CPU, and 2% of a core each (an idle worker's
+ * rare wake-up is not starvation) */
+#define LOADER_STARVED_SHARE 0.5
+#define LOADER_STARVED_WAIT 2.0
+#define LOADER_IDLE_BUSY 0.5   /* fetching share of the workers' span */
+#define LOADER_MAX_FILES 1024  /* pyprof/loader-*.json read (a worker each) */
 #define GC_SHARE 0.05           /* GC pauses / training time */
 #define ONEOFF_FACTOR 3.0       /* a slow step: over 3x the median */
 #define STEADY_TRIM 0.05        /* share of steps with the longest data waits left out */
@@ -142,6 +149,7 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
             double n = jr_num(k);
             if (isnan(n) || !k->key) continue;
             if (strcmp(k->key, "other") == 0) c->ph_other += n;
+            if (strcmp(k->key, "compute") == 0) c->ph_compute += n;
             if (strcmp(k->key, "startup") == 0)
                 c->ph_startup += n;
             else if (strcmp(k->key, "eval") == 0 || strcmp(k->key, "checkpoint") == 0)
@@ -246,18 +254,30 @@ void dc_load_pyprof(diag_run *r)
     if (isnan(t0)) t0 = 0;
     struct dirent *de;
     int n = 0;
-    while ((de = readdir(d)) && n < 256) {
+    dcause *c = &r->cause;
+    while ((de = readdir(d))) {
         size_t len = strlen(de->d_name);
-        if (strncmp(de->d_name, "events-", 7) != 0 || len < 5 ||
+        int ldr = strncmp(de->d_name, "loader-", 7) == 0;
+        if ((strncmp(de->d_name, "events-", 7) != 0 && !ldr) || len < 5 ||
             strcmp(de->d_name + len - 5, ".json") != 0)
             continue;
+        if (ldr ? c->nldr_files >= LOADER_MAX_FILES : n >= 256) continue;
         char f[1700], e[200];
         fmt(f, sizeof(f), "%s/%s", path, de->d_name);
         jr_doc doc;
-        if (jr_load_file(&doc, f, 16u << 20, e, sizeof(e)) != 0) continue;
-        if (doc.root->type == JR_OBJ) load_one(r, doc.root, t0);
+        if (jr_load_file(&doc, f, ldr ? 4096 : 16u << 20, e, sizeof(e)) != 0) continue;
+        if (doc.root->type == JR_OBJ && ldr) {
+            double fs = jr_pnum(doc.root, "fetch_s"), sp = jr_pnum(doc.root, "span_s");
+            if (fs >= 0 && sp >= fs) {
+                c->ldr_fetch_s += fs;
+                c->ldr_span_s += sp;
+                c->nldr_files++;
+            }
+        } else if (doc.root->type == JR_OBJ) {
+            load_one(r, doc.root, t0);
+            n++;
+        }
         jr_free(&doc);
-        n++;
     }
     closedir(d);
 }
@@ -553,6 +573,24 @@ int dc_cand_contention(const diag_run *r, dfinding *d)
     rec(d, "Until then, use fewer threads than the cores you actually get (torch.set_num_threads "
            "/ OMP_NUM_THREADS): threads that wait for a core slow every step.");
     return 1;
+}
+
+double dc_loader_starved(const diag_run *r, double *wait, double *busy)
+{
+    const dcause *c = &r->cause;
+    double q = r->ldr_n > 0 ? r->ldr_runq : r->nonroot_runq;
+    double u = r->ldr_n > 0 ? r->ldr_cpu : r->nonroot_cpu;
+    double n = r->ldr_n > 0 ? r->ldr_n : r->nonroot_n;
+    double b = c->ldr_span_s > 0 ? c->ldr_fetch_s / c->ldr_span_s : NAN;
+    if (wait) *wait = NAN;
+    if (busy) *busy = b;
+    if (!(n >= 2) || !(q + u > 0)) return NAN;
+    if (wait) *wait = q / n;
+    double share = q / (q + u);
+    /* without the workers' own timing (not a zero-code run) nothing tells
+     * idle workers from ones sleeping on a slow store */
+    if (!(b < LOADER_IDLE_BUSY)) return NAN;
+    return share >= LOADER_STARVED_SHARE && q / n >= LOADER_STARVED_WAIT ? share : NAN;
 }
 
 int dc_cand_oversub(const diag_run *r, dfinding *d)

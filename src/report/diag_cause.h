@@ -32,6 +32,7 @@ typedef struct dcause {
     int have_pyprof; /* pyprof/events-*.json found */
     int nprocs_py;   /* processes that wrote one */
     double hz, samples, ph_other, ph_train, ph_startup, ph_eval, ph_compile, ph_data;
+    double ph_compute; /* samples in tensor ops outside the model (in the steps' other time) */
     int nfunc;
     dc_func funcs[DC_MAX_FUNCS];
     dc_func bg; /* other threads' busiest user code while the training thread was outside phases */
@@ -43,6 +44,10 @@ typedef struct dcause {
     dc_event comp[DC_MAX_EVENTS];
     char recompile_reason[200];
     double loader_iters, loader_workers;
+    /* pyprof/loader-*.json: the DataLoader workers' time fetching batches
+     * and the span they ran (their busy share, dc_loader_starved) */
+    double ldr_fetch_s, ldr_span_s;
+    int nldr_files;
     int loader_persistent;
     int nepochs;
     dc_event epochs[DC_MAX_EVENTS];
@@ -115,4 +120,11 @@ int dc_periodic(const struct diag_run *r, double p50_ms, long long *period, int 
 double dc_steady_data_share(const struct diag_run *r, int *ntrim);
 /* Per-step evidence ids (need no resource samples). */
 int dc_step_level(const char *id);
+/* The loader workers' run-queue wait as a share of their wait + CPU (0..1)
+ * when they were starved of CPU, else NAN: the share ≥ LOADER_STARVED_SHARE,
+ * the wait ≥ LOADER_STARVED_WAIT % of a core per worker, and the workers
+ * fetched batches less than LOADER_IDLE_BUSY of their time (spare capacity:
+ * slow storage or heavy batches keep them fetching). *wait gets their mean
+ * wait per worker (% of a core), *busy their fetching share, when known. */
+double dc_loader_starved(const struct diag_run *r, double *wait, double *busy);
 #endif

@@ -622,6 +622,7 @@ static int load_procs(diag_run *r, const char *path, char *err, size_t errlen)
     if (rc) return rc;
     r->have_procs = 1;
     int c_t = csvr_col(&c, "t"), c_pid = csvr_col(&c, "pid"), c_cpu = csvr_col(&c, "cpu_pct");
+    int c_rq = csvr_col(&c, "runq_pct"), c_name = csvr_col(&c, "name");
     int *pids = malloc(MAX_PIDS * sizeof(int));
     if (!pids) {
         csvr_close(&c);
@@ -647,7 +648,16 @@ static int load_procs(diag_run *r, const char *path, char *err, size_t errlen)
         for (int i = 0; i < npids; i++)
             seen |= pids[i] == (int)pid;
         if (!seen && npids < MAX_PIDS) pids[npids++] = (int)pid;
-        if (csvr_num(&c, c_cpu, &v)) dstat_add(&r->worker_cpu, v);
+        if (csvr_num(&c, c_cpu, &v)) {
+            dstat_add(&r->worker_cpu, v);
+            double q;
+            if (c_rq >= 0 && csvr_num(&c, c_rq, &q) && q >= 0) {
+                const char *nm = c_name >= 0 ? csvr_str(&c, c_name) : NULL;
+                r->nonroot_runq += q, r->nonroot_cpu += v, r->nonroot_n++;
+                if (nm && strncmp(nm, "pt_data_worker", 14) == 0)
+                    r->ldr_runq += q, r->ldr_cpu += v, r->ldr_n++;
+            }
+        }
     }
     if (cur_n > r->max_procs) r->max_procs = cur_n;
     r->nworkers = npids;

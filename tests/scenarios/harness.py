@@ -12,6 +12,7 @@ Each script's header says what it expects:
     # needs: lightning, transformers        modules the script imports
     # says: text; text                      words the primary finding must contain
                                             (title, summary, evidence or fixes)
+    # steps: N                              steps.csv must hold exactly N steps
 
 CPU contention from other processes is a true finding on a shared machine
 (these runs share 2 cores with other work), so outside the contention
@@ -44,13 +45,15 @@ def scenarios():
 def spec(name):
     text = (HERE / (name + ".py")).read_text()
     s = {"primary": None, "must": [], "must_not": [], "background": {}, "launch": {},
-         "needs": [], "says": []}
+         "needs": [], "says": [], "steps": None}
     for line in text.splitlines():
-        m = re.match(r"#\s*(expect|must_not|must|background|launch|needs|says):\s*(.*)", line)
+        m = re.match(r"#\s*(expect|must_not|must|background|launch|needs|says|steps):\s*(.*)", line)
         if not m:
             continue
         k, v = m.group(1), m.group(2).strip()
-        if k == "expect":
+        if k == "steps":
+            s["steps"] = int(v)
+        elif k == "expect":
             s["primary"] = v.split("=", 1)[1].strip()
         elif k in ("must", "must_not", "needs"):
             s[k] = [x.strip() for x in v.split(",") if x.strip()]
@@ -135,6 +138,14 @@ def run(name, cli=None, out=None, timeout=300):
         why.append("the script exited with %d: %s" % (res.returncode, res.stderr[-300:]))
     if got not in accepted:
         why.append("primary %s, expected %s" % (got, s["primary"]))
+    if s["steps"] is not None:
+        try:
+            with open(out / "steps.csv") as f:
+                nsteps = sum(1 for _ in f) - 1
+        except OSError:
+            nsteps = 0
+        if nsteps != s["steps"]:
+            why.append("%d steps recorded, expected %d" % (nsteps, s["steps"]))
     for m in s["must"]:
         if m not in ids:
             why.append("missing finding %s" % m)

@@ -143,6 +143,7 @@ TT_TEST(golden_procs_and_steps_csv)
     fv_set(&p.rss_bytes, 1 << 20);
     p.threads = 4;
     fv_set(&p.read_bytes, 4096);
+    fv_set(&p.runq_pct, 12.5);
     rec_procs_row(&b, 1.25, &p);
     rec_steps_header(&b);
     agg_step s;
