@@ -729,7 +729,11 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
      * (another job took the cores for a moment), a spike, not instability */
     int many = nslow >= UNSTABLE_MIN_SLOW && (nslow >= 0.01 * n || nslow == DC_MAX_SLOW) &&
                episodes >= UNSTABLE_MIN_SLOW;
+    /* (the CV without the slowest 1%: two slow steps after warm-up make a
+     * large CV on their own) */
+    double tcv = dc_trimmed_cv(r);
     int noisy = n >= 10 && ((isfinite(c->f.step_cv) && c->f.step_cv >= UNSTABLE_CV &&
+                             (!isfinite(tcv) || tcv >= UNSTABLE_CV) &&
                              isfinite(p95r) && p95r >= UNSTABLE_P95) ||
                             (isfinite(tail) && tail >= UNSTABLE_TAIL && many));
     double tr;

@@ -58,6 +58,9 @@ void dc_step(diag_run *r, long long step, double start, double end, double train
         c->dwtop[j][1] = train_ns;
     }
     if (eval_ns > 0 || ckpt_ns > 0) c->eval_steps++;
+    c->tr_n++;
+    c->tr_s += train_ns / 1e6;
+    c->tr_ss += (train_ns / 1e6) * (train_ns / 1e6);
     c->eval_ns += eval_ns;
     c->ckpt_ns += ckpt_ns;
     double ms = train_ns / 1e6;
@@ -397,6 +400,21 @@ double dc_steady_data_share(const diag_run *r, int *ntrim)
         d -= c->dwtop[i][0], iv -= c->dwtop[i][1];
     if (ntrim) *ntrim = k;
     return iv > 0 ? (d > 0 ? d / iv : 0) : NAN;
+}
+
+double dc_trimmed_cv(const diag_run *r)
+{
+    const dcause *c = &r->cause;
+    if (c->tr_n < 10) return NAN;
+    int k = (int)ceil(0.01 * c->tr_n);
+    if (k < 3) k = 3;
+    if (k > c->nslow) k = c->nslow;
+    double n = c->tr_n - k, s = c->tr_s, ss = c->tr_ss;
+    for (int i = 0; i < k; i++)
+        s -= c->slow[i].ms, ss -= c->slow[i].ms * c->slow[i].ms;
+    if (!(n >= 2) || !(s > 0)) return NAN;
+    double m = s / n, var = ss / n - m * m;
+    return sqrt(var > 0 ? var : 0) / m;
 }
 
 int dc_step_level(const char *id)

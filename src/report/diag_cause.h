@@ -60,6 +60,7 @@ typedef struct dcause {
     double eval_steps, eval_ns, ckpt_ns;
     int nslow;
     dc_slow slow[DC_MAX_SLOW];
+    double tr_n, tr_s, tr_ss; /* training ms of the warm steps: sum, sum of squares */
     /* the work of each warm step (tokens, else samples) against its
      * training time: sums for their correlation */
     double wk_n, wk_x, wk_y, wk_xx, wk_yy, wk_xy, wk_min, wk_max;
@@ -113,6 +114,10 @@ double dc_explain_variability(const struct diag_run *r, struct dfinding *d, doub
  * mean, *first the earliest. 0 otherwise. */
 int dc_periodic(const struct diag_run *r, double p50_ms, long long *period, int *nmatch,
                 double *mean_ms, long long *first);
+/* The coefficient of variation of the warm steps' training time with the
+ * slowest 1% (at least 3) left out: a spread that is not carried by a few
+ * outliers (the first steps after warm-up, one stall). NAN with < 10. */
+double dc_trimmed_cv(const struct diag_run *r);
 /* Data wait / training time of the warm steps with the few steps that
  * waited longest left out (epoch starts, worker start-up, one slow batch):
  * the wait a run has on every step. *ntrim gets how many were left out.
