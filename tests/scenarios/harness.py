@@ -13,6 +13,9 @@ Each script's header says what it expects:
     # says: text; text                      words the primary finding must contain
                                             (title, summary, evidence or fixes)
     # steps: N                              steps.csv must hold exactly N steps
+    # script: other.py                      run that scenario's script instead (a
+                                            variant: other load, other settings)
+    # env: NAME=value, ...                  environment of the script
 
 CPU contention from other processes is a true finding on a shared machine
 (these runs share 2 cores with other work), so outside the contention
@@ -45,9 +48,10 @@ def scenarios():
 def spec(name):
     text = (HERE / (name + ".py")).read_text()
     s = {"primary": None, "must": [], "must_not": [], "background": {}, "launch": {},
-         "needs": [], "says": [], "steps": None}
+         "needs": [], "says": [], "steps": None, "script": None, "env": {}}
     for line in text.splitlines():
-        m = re.match(r"#\s*(expect|must_not|must|background|launch|needs|says|steps):\s*(.*)", line)
+        m = re.match(r"#\s*(expect|must_not|must|background|launch|needs|says|steps|script|env):"
+                     r"\s*(.*)", line)
         if not m:
             continue
         k, v = m.group(1), m.group(2).strip()
@@ -57,6 +61,10 @@ def spec(name):
             s["primary"] = v.split("=", 1)[1].strip()
         elif k in ("must", "must_not", "needs"):
             s[k] = [x.strip() for x in v.split(",") if x.strip()]
+        elif k == "script":
+            s[k] = v
+        elif k == "env":
+            s[k] = dict(x.strip().split("=", 1) for x in v.split(",") if "=" in x)
         elif k == "says":
             s[k] = [x.strip() for x in v.split(";") if x.strip()]
         else:
@@ -101,7 +109,8 @@ def run(name, cli=None, out=None, timeout=300):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("TRAINPERF_") and k != "PYTHONPATH"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    script = str(HERE / (name + ".py"))
+    env.update(s["env"])
+    script = str(HERE / (s["script"] or name + ".py"))
     if s["launch"].get("torchrun"):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc-per-node", str(int(s["launch"]["torchrun"])), script]

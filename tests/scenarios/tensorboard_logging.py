@@ -3,7 +3,9 @@
 # must_not: unstable, gc-pauses, host-code, input-bound, memory-capacity, undetermined
 """A loop that logs the loss, the learning rate and the gradient norm to
 TensorBoard (SummaryWriter) every step, and weight histograms every 500
-(once in this run): healthy. tensorboard_histograms.py logs them often."""
+(once in this run; HIST_EVERY in the environment): healthy.
+tensorboard_histograms.py logs them often."""
+import os
 import tempfile
 
 import torch
@@ -16,6 +18,7 @@ dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True)
 model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
                             torch.nn.ReLU(), torch.nn.Linear(1024, 10))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+HIST_EVERY = int(os.environ.get("HIST_EVERY", "500"))
 step = 0
 for epoch in range(3):
     for x, y in dl:
@@ -27,7 +30,7 @@ for epoch in range(3):
         writer.add_scalar("train/loss", loss.item(), step)
         writer.add_scalar("train/grad_norm", gn.item(), step)
         writer.add_scalar("train/lr", opt.param_groups[0]["lr"], step)
-        if step % 500 == 0:
+        if step % HIST_EVERY == 0:
             for name, p in model.named_parameters():
                 writer.add_histogram(name, p.detach(), step)
         step += 1
