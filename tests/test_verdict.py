@@ -421,3 +421,15 @@ def test_starved_loader_workers_are_contention_not_input_bound(run_cli, tmp_path
     dg = run("busy", 0.95)
     assert "input-bound" in ids(dg) and "cpu-contention" in ids(dg), ids(dg)
     assert not any(x["name"] == "loader_runq_share" for x in dg["primary"]["evidence"])
+
+
+def test_slow_steps_on_one_parity_by_chance_are_no_period(run_cli, tmp_path):
+    # 32 slow steps at random places (the list of the slowest is full),
+    # 23 of them even: a period of 2 would hold 72% of them, near what
+    # chance gives; no period is named
+    import random
+    rnd = random.Random(7)
+    slow = set(rnd.sample(range(2, 300, 2), 23)) | set(rnd.sample(range(3, 300, 2), 9))
+    st = steady_steps(300, 2.0, extra=lambda i: {"interval_ns": int(12e6)} if i in slow else None)
+    dg = diagnosis(run_cli, make_run(tmp_path / "r", st, quiet_metrics(8)))
+    assert not any("every" in f["title"] for f in [dg["primary"]] + dg["secondary"]), ids(dg)

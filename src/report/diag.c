@@ -784,6 +784,30 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
             c->f.step_p99, c->f.step_p50);
         d->score = 0.05;
     }
+    /* steps that do more work take longer: batches of varying length
+     * (dynamic padding, bucketing) or size; the time follows the work */
+    double wcv = NAN, corr = dc_work_corr(r, &wcv);
+    if (!regress && strcmp(d->id, "unstable") == 0 && corr >= WORK_CORR &&
+        wcv >= WORK_CV) {
+        int tok = r->cause.wk_tokens;
+        fmt(d->id, sizeof(d->id), "variable-work");
+        fmt(d->title, sizeof(d->title), "Step time follows the %s per step",
+            tok ? "tokens" : "samples");
+        fmt(d->summary, sizeof(d->summary),
+            "steps vary with their batches' %s (%.0f to %.0f a step; correlation %.2f): the "
+            "work per step varies, the training is not unstable",
+            tok ? "tokens" : "samples", r->cause.wk_min, r->cause.wk_max, corr);
+        d->score = 0.05;
+        ev(d, "work_time_corr", corr, "step time against %s per step: correlation %.2f",
+           tok ? "tokens" : "samples", corr);
+        ev(d, "work_cv", wcv, "%s per step vary (coefficient of variation %.2f)",
+           tok ? "tokens" : "samples", wcv);
+        rec(d, "Nothing to fix for throughput: compare runs by %s/s, not steps/s.",
+            tok ? "tokens" : "samples");
+        rec(d, "For steadier steps (fewer allocator and, on GPUs, compile and cuDNN-tuning "
+               "costs), bucket sequences by length or pad to a few fixed lengths.");
+        return 1;
+    }
     long long period = 0, first = 0;
     int nper = 0;
     double per_ms = 0;
@@ -810,30 +834,6 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
         rec(d, "Find what the loop does every %lld steps (logging histograms or images, an "
                "evaluation, a save, gc.collect()): do it less often, or off the training thread.",
             period);
-    }
-    /* steps that do more work take longer: batches of varying length
-     * (dynamic padding, bucketing) or size; the time follows the work */
-    double wcv = NAN, corr = dc_work_corr(r, &wcv);
-    if (!regress && !nper && strcmp(d->id, "unstable") == 0 && corr >= WORK_CORR &&
-        wcv >= WORK_CV) {
-        int tok = r->cause.wk_tokens;
-        fmt(d->id, sizeof(d->id), "variable-work");
-        fmt(d->title, sizeof(d->title), "Step time follows the %s per step",
-            tok ? "tokens" : "samples");
-        fmt(d->summary, sizeof(d->summary),
-            "steps vary with their batches' %s (%.0f to %.0f a step; correlation %.2f): the "
-            "work per step varies, the training is not unstable",
-            tok ? "tokens" : "samples", r->cause.wk_min, r->cause.wk_max, corr);
-        d->score = 0.05;
-        ev(d, "work_time_corr", corr, "step time against %s per step: correlation %.2f",
-           tok ? "tokens" : "samples", corr);
-        ev(d, "work_cv", wcv, "%s per step vary (coefficient of variation %.2f)",
-           tok ? "tokens" : "samples", wcv);
-        rec(d, "Nothing to fix for throughput: compare runs by %s/s, not steps/s.",
-            tok ? "tokens" : "samples");
-        rec(d, "For steadier steps (fewer allocator and, on GPUs, compile and cuDNN-tuning "
-               "costs), bucket sequences by length or pad to a few fixed lengths.");
-        return 1;
     }
     rec(d, "Look at the slow steps on the timeline (trace.json in Perfetto): periodic evaluation, "
            "checkpoints, logging or garbage collection show up as regular spikes.");

@@ -362,7 +362,11 @@ int dc_periodic(const diag_run *r, double p50_ms, long long *period, int *nmatch
              * them known, most of the turns in the span slow too (random
              * slow steps share a residue of a short period by chance, never
              * fill its every turn) */
-            if (turns < PERIOD_MIN_MATCH || k < PERIOD_SHARE * n) continue;
+            /* (and well above chance: a random slow step lands on a turn
+             * or its echo (w + 1) / p of the time; half of them on one
+             * parity says nothing) */
+            double chance = 2.0 * (double)(p / 10 + 1) / (double)p;
+            if (turns < PERIOD_MIN_MATCH || k < PERIOD_SHARE * n || k < chance * n) continue;
             if (all && turns < 0.6 * span) continue;
             bestp = p, bestres = res, bestk = k;
         }
