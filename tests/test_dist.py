@@ -314,14 +314,17 @@ else:
 dist.barrier()
 if rank == 0:
     th.join()
-    print("SEEN", seen[0]["op"], seen[0]["seq"], seen[0]["group_size"], seen[0]["started_s"] >= 0)
+    os.write(1, ("SEEN %s %s %s %s\n" % (seen[0]["op"], seen[0]["seq"], seen[0]["group_size"],
+                                          seen[0]["started_s"] >= 0)).encode())
 m = torch.nn.Linear(8, 8)
 opt = torch.optim.SGD(m.parameters(), lr=0.1)
 for i in range(4):
     x = torch.randn(4, 8)
     dist.all_reduce(x)
     m(x).sum().backward(); opt.step(); opt.zero_grad()
-print("IDLE rank%d" % rank, comm.in_flight(), flush=True)
+# one write(2) per line: print() writes its arguments one by one, and the
+# two ranks' writes to the shared stdout interleave
+os.write(1, ("IDLE rank%d %s\n" % (rank, comm.in_flight())).encode())
 dist.destroy_process_group()
 """
 
