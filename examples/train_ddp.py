@@ -103,10 +103,11 @@ def main():
     if a.print_checksum and rank == 0:
         # the trained weights: what trainperf's hooks must leave unchanged
         print("checksum %.10e" % sum(float(p.double().abs().sum()) for p in model.parameters()))
-    # every rank done before any tears the group down (gloo aborted rank 1,
-    # "terminate called without an active exception", when it destroyed the
-    # group while rank 0 was still computing the checksum)
-    dist.barrier()
+    if a.print_checksum:
+        # every rank done before any tears the group down (gloo aborted rank
+        # 1, "terminate called without an active exception", when it
+        # destroyed the group while rank 0 was still computing the checksum)
+        dist.barrier()
     dist.destroy_process_group()
 
 
