@@ -17,7 +17,8 @@ imported until the script imports torch itself. Then:
   first;
 - data wait: DataLoader iterators' __next__ runs inside the "data" phase, and
   the first dimension of the batch's first tensor counts as samples (tokens:
-  numel of a dict batch's "input_ids");
+  numel of a dict batch's "input_ids", or of a first tensor of token ids:
+  signed integers, [batch, length, ...]);
 - phases: "optimizer" around every optimizer step (global pre/post hooks),
   "backward" around torch.autograd.backward, "forward" around the top-level
   module (the first module called outside data loading, found by swapping
