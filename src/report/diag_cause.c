@@ -198,6 +198,27 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
             c->bg.samples = bs;
         }
     }
+    const jr_node *tc = p ? jr_get(jr_get(p, "threads_cpu"), "threads") : NULL;
+    for (const jr_node *e = tc && tc->type == JR_ARR ? tc->child : NULL; e; e = e->next) {
+        double span = jr_pnum(e, "span_s"), cpu = jr_pnum(e, "cpu_s"), rq = jr_pnum(e, "runq_s");
+        const jr_node *tr = jr_get(e, "training");
+        if (!(span > 0) || isnan(cpu)) continue;
+        if (tr && tr->type == JR_BOOL && tr->num) {
+            c->tt_span_s += span;
+            c->tt_cpu_s += cpu;
+            c->tt_runq_s += isnan(rq) ? 0 : rq;
+            continue;
+        }
+        const char *fn = jr_pstr(e, "func"), *file = jr_pstr(e, "file"), *nm = jr_pstr(e, "name");
+        double s = jr_pnum(e, "samples"), line = jr_pnum(e, "line");
+        if (!fn || !file || !(s > 0) || !(cpu / span > c->hog_cpu_share)) continue;
+        c->hog_cpu_share = cpu / span;
+        fmt(c->hog.func, sizeof(c->hog.func), "%s", fn);
+        fmt(c->hog.file, sizeof(c->hog.file), "%s", base(file));
+        c->hog.line = isnan(line) ? 0 : (int)line;
+        c->hog.samples = s;
+        fmt(c->hog_name, sizeof(c->hog_name), "%s", nm ? nm : "");
+    }
     const jr_node *g = jr_get(root, "gc");
     if (g) {
         const jr_node *cn = jr_get(g, "collections");
@@ -288,7 +309,13 @@ void dc_load_pyprof(diag_run *r)
 /* ---- findings ------------------------------------------------------------ */
 
 #define PERIOD_MIN_MATCH 3
-#define PERIOD_SHARE 0.7
+#define PERIOD_SHARE 0.7 /* of the slow steps on the turns */
+/* on a busy machine random slow steps fall between the turns: a period
+ * seen on many turns holds with fewer of the slow steps on it (a multiple
+ * of the period has half) */
+#define PERIOD_NOISY_TURNS 8
+#define PERIOD_NOISY_SHARE 0.6
+#define PERIOD_Z 3.0 /* standard deviations over chance, either way */
 
 static int by_step(const void *a, const void *b)
 {
@@ -365,8 +392,11 @@ int dc_periodic(const diag_run *r, double p50_ms, long long *period, int *nmatch
             /* (and well above chance: a random slow step lands on a turn
              * or its echo (w + 1) / p of the time; half of them on one
              * parity says nothing) */
-            double chance = 2.0 * (double)(p / 10 + 1) / (double)p;
-            if (turns < PERIOD_MIN_MATCH || k < PERIOD_SHARE * n || k < chance * n) continue;
+            double q = (double)(p / 10 + 1) / (double)p, chance = 2.0 * q;
+            double z = (k - n * q) / sqrt(n * q * (1 - q) > 0 ? n * q * (1 - q) : 1e-9);
+            int held = (turns >= PERIOD_MIN_MATCH && k >= PERIOD_SHARE * n) ||
+                       (turns >= PERIOD_NOISY_TURNS && k >= PERIOD_NOISY_SHARE * n);
+            if (!held || k < chance * n || z < PERIOD_Z) continue;
             if (all && turns < 0.6 * span) continue;
             bestp = p, bestres = res, bestk = k;
         }
