@@ -433,3 +433,62 @@ def test_slow_steps_on_one_parity_by_chance_are_no_period(run_cli, tmp_path):
     st = steady_steps(300, 2.0, extra=lambda i: {"interval_ns": int(12e6)} if i in slow else None)
     dg = diagnosis(run_cli, make_run(tmp_path / "r", st, quiet_metrics(8)))
     assert not any("every" in f["title"] for f in [dg["primary"]] + dg["secondary"]), ids(dg)
+
+
+def test_a_level_that_moved_is_not_unstable(run_cli, tmp_path):
+    # steady steps whose level changes during the run (LBFGS needing fewer
+    # evaluations, layers unfrozen): 80 steps of ~22 ms, then 80 of ~6 ms
+    jitter = lambda i: 0.3 * ((i * 37) % 7 - 3)
+    moved = steady_steps(160, 2.0, extra=lambda i: {"interval_ns": int(
+        ((22.0 if i < 80 else 6.0) + jitter(i)) * 1e6)})
+    dg = diagnosis(run_cli, make_run(tmp_path / "moved", moved, quiet_metrics(8)))
+    assert "unstable" not in ids(dg), ids(dg)
+    lv = [f for f in [dg["primary"]] + dg["secondary"] if f["id"] == "step-level"]
+    assert lv, ids(dg)
+    assert "21." in lv[0]["summary"] or "22." in lv[0]["summary"], lv[0]["summary"]
+    # the same level, the same times in random order: steps jump from one
+    # to the next, that is unstable
+    order = sorted(range(160), key=lambda i: (i * 7919) % 160)
+    mixed = steady_steps(160, 2.0, extra=lambda i: {"interval_ns": int(
+        ((22.0 if order[i] < 80 else 6.0) + jitter(i)) * 1e6)})
+    dg = diagnosis(run_cli, make_run(tmp_path / "mixed", mixed, quiet_metrics(8)))
+    assert "step-level" not in ids(dg), ids(dg)
+    assert "unstable" in ids(dg), ids(dg)
+
+
+def gil_events(train_cpu, train_runq, hog_cpu, span=10.0, hog_samples=400):
+    ev = events(by_phase={"forward": 150, "backward": 200, "optimizer": 40, "data": 10})
+    ev["profile"]["threads_cpu"] = {"samples": 400, "threads": [
+        {"name": "MainThread", "training": True, "span_s": span, "cpu_s": train_cpu * span,
+         "runq_s": train_runq * span},
+        {"name": "Thread-1 (stats)", "training": False, "span_s": span, "cpu_s": hog_cpu * span,
+         "runq_s": 0.1, "func": "stats", "file": "/w/train.py", "line": 9,
+         "samples": hog_samples}]}
+    ev["profile"]["samples"] = 400
+    return ev
+
+
+def test_another_python_thread_taking_the_gil(run_cli, tmp_path):
+    st = steady_steps(100, 40.0)
+    # the training thread asleep 60% of the time while a Python thread
+    # keeps a core busy: the GIL
+    dg = diagnosis(run_cli, make_run(tmp_path / "gil", st, quiet_metrics(8),
+                                     events=gil_events(0.3, 0.1, 0.95)))
+    p = dg["primary"]
+    assert p["id"] == "gil-contention", ids(dg)
+    assert "stats (train.py:9)" in p["summary"] and "Thread-1 (stats)" in p["summary"]
+    assert 0.5 < p["score"] < 0.7, p["score"]
+    # the same sleep with the other thread mostly idle: not the GIL
+    dg = diagnosis(run_cli, make_run(tmp_path / "idle", st, quiet_metrics(8),
+                                     events=gil_events(0.3, 0.1, 0.2)))
+    assert "gil-contention" not in ids(dg), ids(dg)
+    # a busy thread, but the training thread on a CPU all along: not the GIL
+    dg = diagnosis(run_cli, make_run(tmp_path / "busy", st, quiet_metrics(8),
+                                     events=gil_events(0.95, 0.02, 0.95)))
+    assert "gil-contention" not in ids(dg), ids(dg)
+    # a training thread that sleeps in the DataLoader is input-bound
+    waits = steady_steps(100, 40.0, data_ms=28.0)
+    dg = diagnosis(run_cli, make_run(tmp_path / "data", waits, quiet_metrics(8),
+                                     events=gil_events(0.25, 0.05, 0.95)))
+    assert dg["primary"]["id"] == "input-bound", ids(dg)
+    assert "gil-contention" not in ids(dg), ids(dg)

@@ -49,6 +49,10 @@ _cost_s = [0.0]
 _hz = [47.0]
 _cls_cache = {}
 _bg = {}                # (code, line) of other threads' user code -> samples
+_thr_code = {}          # (thread ident, (code, line)) -> samples, training started
+_thr_cpu = {}           # thread ident -> schedstat readings (_read_threads)
+_thr_t0 = [None]        # first and last reading
+_thr_t1 = [None]
 MAX_BG = 2000
 _BLOCKED = ("/threading.py", "/queue.py", "/selectors.py", "/socket.py")
 
@@ -78,7 +82,10 @@ def _classify(code):
         ph = "optimizer"
     elif "/torch/distributed/" in fn and "checkpoint" not in fn:
         ph = "comm"
-    elif "/torch/_dynamo/" in fn or "/torch/_inductor/" in fn:
+    elif ("/torch/_dynamo/" in fn or "/torch/_inductor/" in fn) and not (
+            # the wrappers that disable dynamo (optimizer.zero_grad has one)
+            # or run what was compiled: not compiling
+            fn.endswith(("/eval_frame.py", "/output_code.py")) or "/_inductor/runtime/" in fn):
         ph = "compile"
     elif fn.endswith("/torch/serialization.py") and name in ("save", "_save") or \
             "/torch/distributed/checkpoint/" in fn:
@@ -202,8 +209,8 @@ def _sample_once(frames, tid, gc=False):
         phase = "compute"
     if phase is None:
         phase = "other" if _evalhooks.ev.training_started else "startup"
-        if phase == "other" and len(frames) > 2:
-            _sample_others(frames, tid)
+    if len(frames) > 2 and _evalhooks.ev.training_started:
+        _sample_others(frames, tid, phase == "other")
     _nsamples[0] += 1
     _by_phase[phase] = _by_phase.get(phase, 0) + 1
     stack.reverse()
@@ -217,10 +224,12 @@ def _sample_once(frames, tid, gc=False):
         _truncated[0] += 1
 
 
-def _sample_others(frames, tid):
-    """While the training thread is outside every phase (perhaps waiting
-    for a producer): where the process's other threads run the user's code.
-    A thread blocked in a queue or lock, or in no user code, is skipped."""
+def _sample_others(frames, tid, outside):
+    """Where the process's other threads run the user's code: per thread
+    (_thr_code, for the threads' CPU of _read_threads) and, while the
+    training thread is outside every phase (perhaps waiting for a
+    producer), in _bg. A thread blocked in a queue or lock, or in no user
+    code, is skipped."""
     me = threading.get_ident()
     for t, f in frames.items():
         if t == tid or t == me:
@@ -232,14 +241,73 @@ def _sample_others(frames, tid):
             if _classify(code)[1]:
                 if not blocked:
                     key = (code, f.f_lineno or 0)
-                    if key in _bg or len(_bg) < MAX_BG:
+                    if outside and (key in _bg or len(_bg) < MAX_BG):
                         _bg[key] = _bg.get(key, 0) + 1
+                    tk = (t, key)
+                    if tk in _thr_code or len(_thr_code) < MAX_BG:
+                        _thr_code[tk] = _thr_code.get(tk, 0) + 1
                 break
             fn = code.co_filename.replace("\\", "/")
             if fn.endswith(_BLOCKED) or "/multiprocessing/" in fn:
                 blocked = True
             f = f.f_back
             depth += 1
+
+
+def _schedstat(nid):
+    """(on-CPU s, run-queue wait s) of thread nid of this process, or None."""
+    try:
+        with open("/proc/self/task/%d/schedstat" % nid, "rb") as f:
+            a = f.read().split()
+        return (int(a[0]) / 1e9, int(a[1]) / 1e9)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_threads():
+    """Take the CPU time of each Python thread of the process (schedstat),
+    from the first reading after training started: the training thread's
+    time off the CPU while another thread runs Python is the GIL's."""
+    now = time.monotonic()
+    if _thr_t0[0] is None:
+        _thr_t0[0] = now
+    _thr_t1[0] = now
+    for t in threading.enumerate():
+        nid = getattr(t, "native_id", None)
+        if nid is None or t.name == "trainperf-sampler":
+            continue
+        s = _schedstat(nid)
+        if s is None:
+            continue
+        e = _thr_cpu.get(t.ident)
+        if e is None:
+            if len(_thr_cpu) >= 256:
+                continue
+            e = _thr_cpu[t.ident] = {"name": t.name, "first": s, "last": s, "t0": now}
+        e["last"] = s
+
+
+def _threads_cpu():
+    """The threads' CPU over the training window, for events-<pid>.json."""
+    if _thr_t0[0] is None:
+        return None
+    out = []
+    for ident, e in list(_thr_cpu.items()):
+        span = _thr_t1[0] - e["t0"]
+        cpu = e["last"][0] - e["first"][0]
+        runq = e["last"][1] - e["first"][1]
+        training = ident == _evalhooks.ev.thread
+        if not training and not cpu >= 0.05 * span:
+            continue
+        d = {"name": e["name"], "training": training, "span_s": round(span, 4),
+             "cpu_s": round(cpu, 4), "runq_s": round(runq, 4)}
+        top = [(k[1], n) for k, n in _thr_code.items() if k[0] == ident]
+        if top:
+            (code, line), n = max(top, key=lambda kv: kv[1])
+            d.update({"func": code.co_name, "file": code.co_filename, "line": line,
+                      "samples": sum(n for _, n in top)})
+        out.append(d)
+    return {"samples": _nsamples[0], "threads": out[:16]}
 
 
 def _others_top():
@@ -350,7 +418,7 @@ def _write():
     ev["profile"] = {"hz": _hz[0], "samples": _nsamples[0], "truncated": _truncated[0],
                      "sampler_cost_s": round(_cost_s[0], 6),
                      "by_phase": dict(_by_phase), "other_top": _summary(),
-                     "threads_top": _others_top()}
+                     "threads_top": _others_top(), "threads_cpu": _threads_cpu()}
     ev["written_at"] = round(time.monotonic(), 6)
     _evalhooks.write_json(os.path.join(d, "events-%d.json" % _pid), ev)
 
@@ -386,7 +454,10 @@ def _loop(tid):
         except Exception:
             pass
         _cost_s[0] += perf() - t0
+        if _thr_t0[0] is None and _evalhooks.ev.training_started:
+            _read_threads()
         if time.monotonic() >= next_flush:
+            _read_threads()
             _flush()
             next_flush = time.monotonic() + FLUSH_EVERY_S
         due = perf() + period
@@ -418,4 +489,6 @@ def _at_exit():
     t = _thread[0]
     if t is not None and t.is_alive():
         t.join(2.0)
+    if _thr_t0[0] is not None:
+        _read_threads()
     _flush()

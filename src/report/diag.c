@@ -835,6 +835,27 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
                "evaluation, a save, gc.collect()): do it less often, or off the training thread.",
             period);
     }
+    /* steady steps whose level moved: LBFGS doing fewer evaluations as
+     * it converges, layers unfrozen after a few epochs, a curriculum */
+    double loc, lo, hi, l0, l1;
+    if (!regress && strcmp(d->id, "unstable") == 0 && dc_level_shift(r, &loc, &lo, &hi, &l0, &l1)) {
+        fmt(d->id, sizeof(d->id), "step-level");
+        fmt(d->title, sizeof(d->title), "Step time changed during the run");
+        fmt(d->summary, sizeof(d->summary),
+            "steps are steady from one to the next, but their floor moved between %.1f and %.1f "
+            "ms (%.1f ms at the start, %.1f ms at the end): the work per step changed, the "
+            "training is not unstable",
+            lo, hi, l0, l1);
+        d->score = 0.05;
+        ev(d, "step_to_step_cv", loc, "step-to-step variation %.2f of the mean step", loc);
+        ev(d, "level_ratio", hi / lo, "highest floor %.1fx the lowest (fastest steps of each eighth of the run)", hi / lo);
+        rec(d, "Nothing to fix if the loop changes its work on purpose (a schedule, layers "
+               "unfrozen, an optimizer that converges in fewer evaluations); compare runs over "
+               "the same phase.");
+        rec(d, "Otherwise find what changed at the step the level moved (steps.csv, or the "
+               "timeline in trace.json).");
+        return 1;
+    }
     rec(d, "Look at the slow steps on the timeline (trace.json in Perfetto): periodic evaluation, "
            "checkpoints, logging or garbage collection show up as regular spikes.");
     if (!r->cause.have_pyprof && !nper) {
@@ -1033,6 +1054,7 @@ void diag_compute(diag_run *r)
     /* causes measured by the zero-code hook and the sched source */
     int (*causes[])(const diag_run *, dfinding *) = {
         dc_cand_hostcode, dc_cand_contention, dc_cand_oversub, dc_cand_gc, dc_cand_compile,
+        dc_cand_gil,
     };
     for (size_t i = 0; i < sizeof(causes) / sizeof(causes[0]); i++) {
         memset(&cand[nc], 0, sizeof(cand[nc]));
@@ -1043,6 +1065,7 @@ void diag_compute(diag_run *r)
     int ic = cand_find(cand, nc, "cpu-contention"), iu = -1;
     for (int i = 0; i < nc; i++)
         if ((strcmp(cand[i].id, "unstable") == 0 && strstr(cand[i].title, "stopped") == NULL) ||
+            strcmp(cand[i].id, "step-level") == 0 ||
             (strcmp(cand[i].id, "step-spikes") == 0 && has_ev(&cand[i], "period_steps")))
             iu = i;
     /* so does waiting for batches: loaders deliver them in bursts (two
@@ -1058,7 +1081,7 @@ void diag_compute(diag_run *r)
     /* and waiting for a batch from a hand-made producer (a queue fed by a
      * thread): the step time follows the wait, as with a DataLoader */
     int ih = cand_find(cand, nc, "host-code");
-    if (ih >= 0 && iu >= 0 && strcmp(cand[iu].id, "unstable") == 0 &&
+    if (ih >= 0 && iu >= 0 && strcmp(cand[iu].id, "step-spikes") != 0 &&
         has_ev(&cand[ih], "waits_for_input") && !fired(r, "step_regression", NULL, NULL, 0)) {
         cv_ev(&cand[ih], &c, " with the wait for each batch");
         cand_drop(cand, &nc, &iu, &ic, NULL);
@@ -1108,9 +1131,16 @@ void diag_compute(diag_run *r)
            100 * lbusy, 100 * lshare, 100 * cand[iib].score);
         cand_drop(cand, &nc, &iib, &iu, &ic);
     }
+    /* and a thread taking the GIL: the training thread wins it back after
+     * a varying number of the other thread's turns */
+    int igl = cand_find(cand, nc, "gil-contention");
+    if (igl >= 0 && iu >= 0 && strcmp(cand[iu].id, "step-spikes") != 0) {
+        cv_ev(&cand[igl], &c, ": winning the GIL back makes steps irregular");
+        cand_drop(cand, &nc, &iu, &ic, &igl);
+    }
     /* (a slow step every N steps is the loop's own: waiting for a CPU
-     * keeps no period) */
-    if (ic >= 0 && iu >= 0 && strcmp(cand[iu].id, "unstable") == 0) {
+     * keeps no period; a level that moved may be the other jobs' load) */
+    if (ic >= 0 && iu >= 0 && strcmp(cand[iu].id, "step-spikes") != 0) {
         cv_ev(&cand[ic], &c, ": waiting for a CPU makes steps irregular");
         cand_drop(cand, &nc, &iu, NULL, NULL);
     }

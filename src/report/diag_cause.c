@@ -15,6 +15,14 @@
 
 #define HOSTCODE_SHARE 0.20   /* unlabelled time that is the user's code */
 #define HOSTCODE_MIN_SAMPLES 20
+#define LEVEL_MIN_STEPS 20
+#define LEVEL_LOCAL_CV 0.15 /* step-to-step variation of steady steps */
+#define LEVEL_RATIO 1.5     /* highest over lowest level */
+#define LEVEL_SEGMENTS 8    /* of the run, for the levels */
+#define GIL_MIN_SPAN_S 2.0  /* of the training thread's schedstat readings */
+#define GIL_HOG_CPU 0.5     /* the other thread's CPU, share of one core */
+#define GIL_HOG_SAMPLES 0.3 /* and seen in Python code in this share of the samples */
+#define GIL_SHARE 0.15      /* training-thread sleep that is the GIL's */
 #define CONTEND_WAIT_SHARE 0.20 /* run-queue wait / (wait + CPU used) */
 #define CONTEND_MIN_WAIT 15.0   /* % of one core */
 /* DataLoader workers starved of CPU: their run-queue wait is at least half
@@ -36,6 +44,83 @@ static const char *base(const char *p)
 }
 
 /* ---- loading ------------------------------------------------------------- */
+
+/* lv[i]: {count, lowest, second lowest}; x joins one */
+static void low2_add(double *lv, double x)
+{
+    if (lv[0] == 0 || x < lv[1])
+        lv[2] = lv[0] == 0 ? INFINITY : lv[1], lv[1] = x;
+    else if (x < lv[2])
+        lv[2] = x;
+    lv[0] += 1;
+}
+
+static void low2_merge(double *dst, const double *src)
+{
+    double n = dst[0] + src[0];
+    if (src[0] > 0) low2_add(dst, src[1]);
+    if (src[0] > 1) low2_add(dst, src[2]);
+    dst[0] = n;
+}
+
+static void level_add(dcause *c, double ms)
+{
+    if (c->lv_width == 0) {
+        sketch_init(&c->lv_diff);
+        c->lv_width = 1;
+    } else {
+        /* in ns for the sketch (values under 1 count as zero) */
+        sketch_add(&c->lv_diff, fabs(ms - c->lv_prev) * 1e6);
+    }
+    c->lv_prev = ms;
+    if (c->lv_nb == 0 || c->lv[c->lv_nb - 1][0] >= (double)c->lv_width) {
+        if (c->lv_nb == DC_LEVELS) {
+            for (int i = 0; i < DC_LEVELS / 2; i++) {
+                double m[3] = {c->lv[2 * i][0], c->lv[2 * i][1], c->lv[2 * i][2]};
+                low2_merge(m, c->lv[2 * i + 1]);
+                memcpy(c->lv[i], m, sizeof(m));
+            }
+            c->lv_nb = DC_LEVELS / 2;
+            c->lv_width *= 2;
+        }
+        if (c->lv_nb == 0 || c->lv[c->lv_nb - 1][0] >= (double)c->lv_width) {
+            c->lv[c->lv_nb][0] = 0;
+            c->lv_nb++;
+        }
+    }
+    low2_add(c->lv[c->lv_nb - 1], ms);
+}
+
+int dc_level_shift(const diag_run *r, double *local, double *lo, double *hi, double *from,
+                   double *to)
+{
+    const dcause *c = &r->cause;
+    if (c->tr_n < LEVEL_MIN_STEPS || c->lv_nb < LEVEL_SEGMENTS / 2 || !(c->tr_s > 0)) return 0;
+    /* the step-to-step spread: for steady noise the median |difference|
+     * is 0.95 standard deviations; spikes move it little */
+    double sd = sketch_quantile(&c->lv_diff, 0.5) / 1e6 / 0.954;
+    double mean = c->tr_s / c->tr_n;
+    *local = sd / mean;
+    /* the floor (second-lowest step) of at most LEVEL_SEGMENTS segments of
+     * the run: slow steps, however many, leave it; whole segments only
+     * (the last counts when at least half full) */
+    double seg[LEVEL_SEGMENTS][3] = {{0}};
+    int per = (c->lv_nb + LEVEL_SEGMENTS - 1) / LEVEL_SEGMENTS, ns = 0;
+    for (int i = 0; i < c->lv_nb; i++) {
+        low2_merge(seg[i / per], c->lv[i]);
+        ns = i / per + 1;
+    }
+    *lo = INFINITY, *hi = 0, *from = NAN, *to = NAN;
+    for (int i = 0; i < ns; i++) {
+        if (seg[i][0] < 0.5 * (double)(c->lv_width * per) || seg[i][0] < 2) continue;
+        double m = seg[i][2];
+        if (m < *lo) *lo = m;
+        if (m > *hi) *hi = m;
+        if (isnan(*from)) *from = m;
+        *to = m;
+    }
+    return *local < LEVEL_LOCAL_CV && isfinite(*lo) && *lo > 0 && *hi / *lo >= LEVEL_RATIO;
+}
 
 void dc_step(diag_run *r, long long step, double start, double end, double train_ns,
              double eval_ns, double ckpt_ns, double data_ns)
@@ -64,6 +149,7 @@ void dc_step(diag_run *r, long long step, double start, double end, double train
     c->eval_ns += eval_ns;
     c->ckpt_ns += ckpt_ns;
     double ms = train_ns / 1e6;
+    level_add(c, ms);
     /* keep the DC_MAX_SLOW slowest, sorted descending */
     int n = c->nslow;
     if (n == DC_MAX_SLOW && ms <= c->slow[n - 1].ms) return;
@@ -455,7 +541,7 @@ int dc_step_level(const char *id)
 {
     static const char *const ids[] = {"input-bound", "host-code", "gc-pauses", "recompile",
                                       "communication", "storage-io", "unstable", "straggler",
-                                      "step-spikes", "variable-work"};
+                                      "step-spikes", "variable-work", "step-level"};
     for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
         if (strcmp(id, ids[i]) == 0) return 1;
     return 0;
@@ -584,6 +670,67 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     rec(d, "The sampled stacks are in pyprof/stacks-*.folded (flamegraph.pl or speedscope "
            "open them).");
     (void)kind;
+    return 1;
+}
+
+/* Another Python thread of the process takes the GIL from the training
+ * thread: the training thread sleeps (neither on a CPU nor waiting for
+ * one: schedstat) through much of its steps, outside the DataLoader and
+ * its own waits, while a thread running Python keeps a core busy. Every
+ * torch call gives the GIL up and must win it back, after up to the switch
+ * interval (5 ms) of the other thread's Python. */
+int dc_cand_gil(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    double train = c->ph_train + c->ph_compile;
+    if (!(c->tt_span_s >= GIL_MIN_SPAN_S) || !(c->hog_cpu_share >= GIL_HOG_CPU) ||
+        !(train >= HOSTCODE_MIN_SAMPLES) || !(c->hog.samples >= GIL_HOG_SAMPLES * c->samples))
+        return 0;
+    double on = c->tt_cpu_s / c->tt_span_s, q = c->tt_runq_s / c->tt_span_s;
+    double sleep = 1 - on - q;
+    /* the sleeps that are the loop's own: waiting for batches, for a
+     * producer, for I/O or results, in a sleep or a lock */
+    double data = r->sum_interval_ns > 0 ? r->sum_phase_ns[PH_DATA] / r->sum_interval_ns : 0;
+    double own = 0;
+    for (int i = 0; i < c->nfunc; i++)
+        if (strcmp(c->funcs[i].kind, "python") != 0 && strcmp(c->funcs[i].kind, "input") != 0)
+            own += c->funcs[i].samples / train;
+    /* with a GPU the training thread also sleeps while the autograd
+     * engine's device threads run backward */
+    double bwd = 0;
+    if (r->ngpu > 0 && r->sum_interval_ns > 0)
+        bwd = r->sum_phase_ns[PH_BACKWARD] / r->sum_interval_ns;
+    double share = sleep - data - own - bwd;
+    if (!(share >= GIL_SHARE)) return 0;
+    if (share > 0.9) share = 0.9;
+    const dc_func *h = &c->hog;
+    fmt(d->id, sizeof(d->id), "gil-contention");
+    fmt(d->title, sizeof(d->title), "Another Python thread holds the GIL");
+    fmt(d->summary, sizeof(d->summary),
+        "the training thread slept %.0f%% of its time, not in the DataLoader nor a wait of its "
+        "own, while thread \"%s\" ran Python on %.0f%% of a core in %s (%s:%d): they share one "
+        "interpreter lock",
+        100 * share, c->hog_name, 100 * c->hog_cpu_share, h->func, h->file, h->line);
+    d->score = share;
+    ev(d, "training_thread_sleep_share", sleep,
+       "training thread: on a CPU %.0f%%, waiting for a CPU %.0f%%, asleep %.0f%% of %.1f s "
+       "(schedstat)",
+       100 * on, 100 * q, 100 * sleep, c->tt_span_s);
+    ev(d, "hog_cpu_share", c->hog_cpu_share,
+       "thread \"%s\" used %.0f%% of a core; the sampler found it in %s (%s:%d)", c->hog_name,
+       100 * c->hog_cpu_share, h->func, h->file, h->line);
+    if (data > 0.01 || own > 0.01)
+        ev(d, "own_wait_share", data + own,
+           "of the sleep, %.0f%% of the time was the loop's own (DataLoader %.0f%%, waits and "
+           "I/O %.0f%%) and is not counted",
+           100 * (data + own), 100 * data, 100 * own);
+    rec(d, "Move %s out of the training process's threads: a multiprocessing.Process (or a "
+           "DataLoader worker, if it makes batches) has an interpreter of its own.",
+        h->func);
+    rec(d, "Or make it hold the GIL less: run it less often, sleep between rounds, or "
+           "vectorise it (numpy/torch calls release the GIL while they compute).");
+    rec(d, "As a stopgap, sys.setswitchinterval(0.001) makes the thread hand the GIL back "
+           "sooner (default 5 ms), at some cost to its own speed.");
     return 1;
 }
 

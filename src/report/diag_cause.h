@@ -9,6 +9,9 @@
 #define DC_MAX_FUNCS 8
 #define DC_MAX_EVENTS 256 /* compile events, GC pauses and epochs kept, each */
 #define DC_MAX_SLOW 32    /* slowest training steps kept for cause matching */
+#define DC_LEVELS 32      /* buckets of the step-time level over the run */
+
+#include "core/sketch.h"
 
 typedef struct dc_func {
     char func[96];
@@ -36,6 +39,13 @@ typedef struct dcause {
     int nfunc;
     dc_func funcs[DC_MAX_FUNCS];
     dc_func bg; /* other threads' busiest user code while the training thread was outside phases */
+    /* threads_cpu: the training threads' time (span, on-CPU, run-queue wait,
+     * summed over processes) and the other Python thread with the most CPU
+     * (its CPU share of its span, where it ran: the GIL's competitor) */
+    double tt_span_s, tt_cpu_s, tt_runq_s;
+    dc_func hog;
+    double hog_cpu_share;
+    char hog_name[64];
     double gc_n[3], gc_pause_s, gc_max_s;
     int ngc;
     dc_event gc[DC_MAX_EVENTS];
@@ -61,6 +71,16 @@ typedef struct dcause {
     int nslow;
     dc_slow slow[DC_MAX_SLOW];
     double tr_n, tr_s, tr_ss; /* training ms of the warm steps: sum, sum of squares */
+    /* step-to-step change of the training ms (|this - previous row|), and
+     * the level over the run: DC_LEVELS buckets of lv_width steps each
+     * (count and the two lowest: a floor that slow steps do not move),
+     * pairs merged as the run grows. Steady steps whose level moved (a
+     * schedule, unfreezing layers) are not unstable */
+    double lv_prev;
+    sketch lv_diff;
+    double lv[DC_LEVELS][3];
+    int lv_nb;
+    long long lv_width;
     /* the work of each warm step (tokens, else samples) against its
      * training time: sums for their correlation */
     double wk_n, wk_x, wk_y, wk_xx, wk_yy, wk_xy, wk_min, wk_max;
@@ -94,12 +114,19 @@ void dc_work(struct diag_run *r, double tokens, double samples, double train_ns)
 /* The correlation of the steps' training time with their work, and the
  * work's coefficient of variation; NAN when not known (too few steps,
  * work not counted or constant). */
+/* The run's steady-step levels: 1 when step-to-step changes are small
+ * (robust: their median) while the level over the run moved by 1.5x or
+ * more; *local the step-to-step variation (CV), *lo, *hi the lowest and
+ * highest level (ms) and *from, *to the first and last. */
+int dc_level_shift(const struct diag_run *r, double *local, double *lo, double *hi, double *from,
+                   double *to);
 double dc_work_corr(const struct diag_run *r, double *work_cv);
 
 
 /* Candidate findings (0 when the rule does not apply); d is zeroed. */
 int dc_cand_hostcode(const struct diag_run *r, struct dfinding *d);
 int dc_cand_contention(const struct diag_run *r, struct dfinding *d);
+int dc_cand_gil(const struct diag_run *r, struct dfinding *d);
 int dc_cand_oversub(const struct diag_run *r, struct dfinding *d);
 int dc_cand_gc(const struct diag_run *r, struct dfinding *d);
 int dc_cand_compile(const struct diag_run *r, struct dfinding *d);
