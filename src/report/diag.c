@@ -434,6 +434,38 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
     }
 }
 
+/* Waiting for the DataLoader at every epoch's start: workers started again
+ * for each iterator (persistent_workers off), slowly with spawn, which
+ * imports the script's modules in each. A few steps, but a share of the
+ * run like a steady wait. */
+static int cand_epoch_starts(const diag_run *r, const ctx *c, dfinding *d)
+{
+    int n = 0;
+    double mean = NAN, share = dc_epoch_start_cost(r, c->f.step_p50, &n, &mean);
+    if (n < 2 || !(share >= INPUT_SHARE)) return 0;
+    finding_head(d, "input-bound", "Input-bound at every epoch start", share,
+                 "%s: %d epochs began with a %.0f ms step (the median is %.1f ms), %.0f%% of "
+                 "training time",
+                 "waiting for the DataLoader's workers to start", n, mean, c->f.step_p50,
+                 100 * share);
+    ev(d, "epoch_start_share", share, "%d epoch starts cost %.0f%% of training time", n,
+       100 * share);
+    ev(d, "data_wait_share", c->share[PH_DATA], "data wait is %.0f%% of step time",
+       100 * c->share[PH_DATA]);
+    if (c->workers >= 0 && r->cause.have_pyprof && r->cause.loader_iters > 0)
+        ev(d, "worker_processes", c->workers, "%d DataLoader worker%s%s", c->workers,
+           c->workers == 1 ? "" : "s",
+           r->cause.loader_persistent ? "" : ", started again with every new iterator");
+    rec_lang(r, d,
+             "Keep the workers across epochs: DataLoader(persistent_workers=True) starts them "
+             "once (with multiprocessing_context='spawn' or 'forkserver' each start imports the "
+             "script's modules again, seconds per worker).",
+             "Keep the loader threads or processes across epochs instead of starting them for "
+             "each pass over the data.");
+    rec(d, "Or make an epoch longer (fewer, larger passes), so the start-up is paid less often.");
+    return 1;
+}
+
 static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
 {
     double s = c->share[PH_DATA];
@@ -444,7 +476,7 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
      * or steps.csv replay measured it per step) */
     int ntrim = 0;
     double steady = dc_steady_data_share(r, &ntrim);
-    if (isfinite(steady) && !(steady >= INPUT_SHARE)) return 0;
+    if (isfinite(steady) && !(steady >= INPUT_SHARE)) return cand_epoch_starts(r, c, d);
     double score = isfinite(steady) && steady < s ? steady : s;
     int io = io_evidence(r, c);
     finding_head(d, io ? "storage-io" : "input-bound", io ? "Storage I/O" : "Input-bound", score,
@@ -916,20 +948,27 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
     }
     /* no verdict without positive evidence: compute-bound needs the step
      * to be mostly model compute (forward, backward, optimizer) */
+    /* over the warm steps: a first step spent starting loader workers or
+     * compiling is not the loop's steady state (the sums keep it) */
+    double sh[PH_COUNT];
+    for (int p = 0; p < PH_COUNT; p++)
+        sh[p] = r->warm_interval_ns > 0 && r->steps >= 2 * MIN_STEPS
+                    ? r->warm_phase_ns[p] / r->warm_interval_ns
+                    : sh[p];
     double compute = 0;
     int known = 0;
     for (int p = PH_FORWARD; p <= PH_OPTIMIZER; p++)
-        if (isfinite(c->share[p])) compute += c->share[p], known = 1;
+        if (isfinite(sh[p])) compute += sh[p], known = 1;
     /* of training time: evaluation and checkpoints are not training */
-    double notrain = (isfinite(c->share[PH_EVAL]) ? c->share[PH_EVAL] : 0) +
-                     (isfinite(c->share[PH_CHECKPOINT]) ? c->share[PH_CHECKPOINT] : 0);
+    double notrain = (isfinite(sh[PH_EVAL]) ? sh[PH_EVAL] : 0) +
+                     (isfinite(sh[PH_CHECKPOINT]) ? sh[PH_CHECKPOINT] : 0);
     /* tensor ops outside every phase (a model of bare tensors, the loss, a
      * hand-written update) are model compute too: the part of the steps'
      * unlabelled time the stack sampler found in them */
     double ops = 0;
     const dcause *dc = &r->cause;
-    if (known && dc->have_pyprof && dc->ph_compute > 0 && isfinite(c->share[PH_OTHER]))
-        ops = c->share[PH_OTHER] * dc->ph_compute / (dc->ph_compute + dc->ph_other);
+    if (known && dc->have_pyprof && dc->ph_compute > 0 && isfinite(sh[PH_OTHER]))
+        ops = sh[PH_OTHER] * dc->ph_compute / (dc->ph_compute + dc->ph_other);
     compute += ops;
     if (known && notrain < 0.99) compute /= 1 - notrain, ops /= 1 - notrain;
     if (!known || compute < 0.5) {
@@ -945,9 +984,9 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
                 "the steps carry no phases and no measured cause limits them");
         if (known)
             compute_ev(d, compute, ops);
-        if (isfinite(c->share[PH_OTHER]))
-            ev(d, "other_share", c->share[PH_OTHER], "%.0f%% of step time outside known phases",
-               100 * c->share[PH_OTHER]);
+        if (isfinite(sh[PH_OTHER]))
+            ev(d, "other_share", sh[PH_OTHER], "%.0f%% of step time outside known phases",
+               100 * sh[PH_OTHER]);
         if (isfinite(c->tree_cpu))
             ev(d, "tree_cpu_pct", c->tree_cpu, "the process tree used %.1f of %.0f cores",
                c->tree_cpu / 100, isfinite(c->cpus) ? c->cpus : 0.0);
@@ -968,9 +1007,9 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
         ev(d, "tree_cpu_pct", c->tree_cpu,
            "the process tree used %.0f%% CPU (%.1f cores) of %.0f cores", c->tree_cpu,
            c->tree_cpu / 100, isfinite(c->cpus) ? c->cpus : 0.0);
-    if (isfinite(c->share[PH_DATA]))
-        ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time",
-           100 * c->share[PH_DATA]);
+    if (isfinite(sh[PH_DATA]))
+        ev(d, "data_wait_share", sh[PH_DATA], "data wait %.0f%% of step time",
+           100 * sh[PH_DATA]);
     if (isfinite(c->tree_cpu) && isfinite(c->cpus) && c->cpus >= 2 && c->tree_cpu < 60 * c->cpus &&
         isfinite(c->idle_cores) && c->idle_cores >= 1)
         rec(d, "The run used %.1f of %.0f cores: %s if the machine is yours.", c->tree_cpu / 100,
@@ -1078,6 +1117,19 @@ void diag_compute(diag_run *r)
         cv_ev(&cand[ii], &c, " with the wait for each batch");
         cand_drop(cand, &nc, &iu, NULL, NULL);
     }
+    /* the slow steps an epoch-start finding explains are not also "a few
+     * slow steps" */
+    for (int i = 0; i < nc; i++)
+        if (has_ev(&cand[i], "epoch_start_share"))
+            for (int j = 0; j < nc; j++)
+                if (strcmp(cand[j].id, "step-spikes") == 0 && !has_ev(&cand[j], "period_steps")) {
+                    int at = j;
+                    if (iu > j) iu--;
+                    if (ii > j) ii--;
+                    if (ic > j) ic--;
+                    cand_drop(cand, &nc, &at, NULL, NULL);
+                    break;
+                }
     /* and waiting for a batch from a hand-made producer (a queue fed by a
      * thread): the step time follows the wait, as with a DataLoader */
     int ih = cand_find(cand, nc, "host-code");

@@ -167,6 +167,7 @@ typedef struct diag_run {
     figs sf;                  /* the rows through the collector's own aggregation (core/figs.h) */
     double first_end_s, last_end_s, first_start_s;
     double sum_interval_ns, sum_duration_ns, sum_phase_ns[PH_COUNT];
+    double warm_interval_ns, warm_phase_ns[PH_COUNT]; /* the same, each thread's first step left out */
     double samples, tokens;
     int nstreams;
     dhist h_data;                       /* for the data-wait chart */

@@ -970,6 +970,24 @@ static const char *cause_in(const dcause *c, double s, double e, char *o, size_t
     return NULL;
 }
 
+double dc_epoch_start_cost(const diag_run *r, double p50_ms, int *n, double *mean_ms)
+{
+    const dcause *c = &r->cause;
+    double excess = 0, sum = 0;
+    *n = 0;
+    for (int i = 0; i < c->nslow; i++) {
+        if (!(c->slow[i].ms > ONEOFF_FACTOR * p50_ms)) break;
+        char w[160];
+        const char *k = cause_in(c, c->slow[i].start, c->slow[i].end, w, sizeof(w));
+        if (!k || strcmp(k, "epoch") != 0) continue;
+        (*n)++;
+        sum += c->slow[i].ms;
+        excess += c->slow[i].ms - p50_ms;
+    }
+    *mean_ms = *n ? sum / *n : NAN;
+    return *n && c->tr_s > 0 ? excess / c->tr_s : 0;
+}
+
 double dc_explain_variability(const diag_run *r, dfinding *d, double p50_ms)
 {
     const dcause *c = &r->cause;

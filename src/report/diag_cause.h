@@ -120,6 +120,10 @@ void dc_work(struct diag_run *r, double tokens, double samples, double train_ns)
  * highest level (ms) and *from, *to the first and last. */
 int dc_level_shift(const struct diag_run *r, double *local, double *lo, double *hi, double *from,
                    double *to);
+/* The slow steps that began an epoch (a new DataLoader iterator): how many
+ * (*n), their mean training ms, and their excess over the median step as
+ * a share of training time. */
+double dc_epoch_start_cost(const struct diag_run *r, double p50_ms, int *n, double *mean_ms);
 double dc_work_corr(const struct diag_run *r, double *work_cv);
 
 

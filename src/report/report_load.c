@@ -353,6 +353,7 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
             if (p == PH_OTHER) continue;
             if (csvr_num(&c, c_ph[p], &v) && v > 0) {
                 r->sum_phase_ns[p] += v;
+                if (stepno != 0) r->warm_phase_ns[p] += v;
                 known += v;
                 dseries_add(&r->s_phase[p], end, v / 1e6);
             } else {
@@ -362,6 +363,7 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         double other;
         if (!csvr_num(&c, c_ph[PH_OTHER], &other)) other = iv - known > 0 ? iv - known : 0;
         r->sum_phase_ns[PH_OTHER] += other;
+        if (stepno != 0) r->warm_phase_ns[PH_OTHER] += other, r->warm_interval_ns += iv;
         dseries_add(&r->s_phase[PH_OTHER], end, other / 1e6);
         double sm = 0;
         if (csvr_num(&c, c_samples, &sm)) r->samples += sm;
