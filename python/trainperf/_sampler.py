@@ -452,7 +452,9 @@ def _loop(tid):
         try:
             _sample_once(getframes(), tid, gc_end[0] > due)
         except Exception:
-            pass
+            if os.environ.get("TRAINPERF_DEBUG"):
+                import traceback
+                traceback.print_exc()
         _cost_s[0] += perf() - t0
         if _thr_t0[0] is None and _evalhooks.ev.training_started:
             _read_threads()
