@@ -268,6 +268,13 @@ def _read_threads():
     """Take the CPU time of each Python thread of the process (schedstat),
     from the first reading after training started: the training thread's
     time off the CPU while another thread runs Python is the GIL's."""
+    try:
+        _read_threads_once()
+    except Exception:
+        pass
+
+
+def _read_threads_once():
     now = time.monotonic()
     if _thr_t0[0] is None:
         _thr_t0[0] = now

@@ -880,7 +880,8 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
             lo, hi, l0, l1);
         d->score = 0.05;
         ev(d, "step_to_step_cv", loc, "step-to-step variation %.2f of the mean step", loc);
-        ev(d, "level_ratio", hi / lo, "highest floor %.1fx the lowest (fastest steps of each eighth of the run)", hi / lo);
+        ev(d, "level_ratio", hi / lo,
+           "highest floor %.1fx the lowest (fastest steps of each eighth of the run)", hi / lo);
         rec(d, "Nothing to fix if the loop changes its work on purpose (a schedule, layers "
                "unfrozen, an optimizer that converges in fewer evaluations); compare runs over "
                "the same phase.");
@@ -954,7 +955,7 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
     for (int p = 0; p < PH_COUNT; p++)
         sh[p] = r->warm_interval_ns > 0 && r->steps >= 2 * MIN_STEPS
                     ? r->warm_phase_ns[p] / r->warm_interval_ns
-                    : sh[p];
+                    : c->share[p];
     double compute = 0;
     int known = 0;
     for (int p = PH_FORWARD; p <= PH_OPTIMIZER; p++)
