@@ -36,6 +36,7 @@ from trainperf import _evalhooks
 MAX_STACKS = 5000      # distinct stacks kept; the rest are counted as truncated
 MAX_DEPTH = 48
 FLUSH_EVERY_S = 3.0
+READ_THREADS_EVERY_S = 0.5  # the threads' schedstat (a file read per thread)
 
 _pid = os.getpid()
 _started = False
@@ -51,8 +52,7 @@ _cls_cache = {}
 _bg = {}                # (code, line) of other threads' user code -> samples
 _thr_code = {}          # (thread ident, (code, line)) -> samples, training started
 _thr_cpu = {}           # thread ident -> schedstat readings (_read_threads)
-_thr_t0 = [None]        # first and last reading
-_thr_t1 = [None]
+_thr_t0 = [None]        # the first reading
 MAX_BG = 2000
 _BLOCKED = ("/threading.py", "/queue.py", "/selectors.py", "/socket.py")
 
@@ -278,7 +278,6 @@ def _read_threads_once():
     now = time.monotonic()
     if _thr_t0[0] is None:
         _thr_t0[0] = now
-    _thr_t1[0] = now
     for t in threading.enumerate():
         nid = getattr(t, "native_id", None)
         if nid is None or t.name == "trainperf-sampler":
@@ -292,6 +291,7 @@ def _read_threads_once():
                 continue
             e = _thr_cpu[t.ident] = {"name": t.name, "first": s, "last": s, "t0": now}
         e["last"] = s
+        e["t1"] = now
 
 
 def _threads_cpu():
@@ -300,7 +300,7 @@ def _threads_cpu():
         return None
     out = []
     for ident, e in list(_thr_cpu.items()):
-        span = _thr_t1[0] - e["t0"]
+        span = e["t1"] - e["t0"]
         cpu = e["last"][0] - e["first"][0]
         runq = e["last"][1] - e["first"][1]
         training = ident == _evalhooks.ev.thread
@@ -448,6 +448,7 @@ def _flush():
 def _loop(tid):
     period = 1.0 / _hz[0]
     next_flush = time.monotonic() + FLUSH_EVERY_S
+    next_read = 0.0
     getframes = sys._current_frames
     perf = time.perf_counter
     gc_end = _evalhooks.gc_last_end
@@ -463,10 +464,11 @@ def _loop(tid):
                 import traceback
                 traceback.print_exc()
         _cost_s[0] += perf() - t0
-        if _thr_t0[0] is None and _evalhooks.ev.training_started:
+        if _evalhooks.ev.training_started and (_thr_t0[0] is None or
+                                               time.monotonic() >= next_read):
             _read_threads()
+            next_read = time.monotonic() + READ_THREADS_EVERY_S
         if time.monotonic() >= next_flush:
-            _read_threads()
             _flush()
             next_flush = time.monotonic() + FLUSH_EVERY_S
         due = perf() + period
