@@ -60,11 +60,7 @@ void diag_ev(dfinding *d, const char *name, double v, const char *f, ...)
     va_end(ap);
 }
 
-/* A finding's id, title, score and one-sentence summary (printf format). */
-static void finding_head(dfinding *d, const char *id, const char *title, double score,
-                         const char *f, ...) __attribute__((format(printf, 5, 6)));
-static void finding_head(dfinding *d, const char *id, const char *title, double score,
-                         const char *f, ...)
+void diag_head(dfinding *d, const char *id, const char *title, double score, const char *f, ...)
 {
     fmt(d->id, sizeof(d->id), "%s", id);
     fmt(d->title, sizeof(d->title), "%s", title);
@@ -282,7 +278,7 @@ static int cand_throttle(const diag_run *r, const ctx *c, dfinding *d)
         if (s > worst) worst = s, w = g;
     }
     if (!w || worst < THROTTLE_SHARE) return 0;
-    finding_head(d, "throttling", "GPU throttling", 0.8 * worst,
+    diag_head(d, "throttling", "GPU throttling", 0.8 * worst,
                  "GPU %d ran with slowed clocks %.0f%% of the time (%s)", w->index, 100 * worst,
                  w->throttle_words);
     ev(d, "throttled_share", worst, "GPU %d clocks slowed in %.0f%% of samples: %s", w->index,
@@ -443,7 +439,7 @@ static int cand_epoch_starts(const diag_run *r, const ctx *c, dfinding *d)
     int n = 0;
     double mean = NAN, share = dc_epoch_start_cost(r, c->f.step_p50, &n, &mean);
     if (n < 2 || !(share >= INPUT_SHARE)) return 0;
-    finding_head(d, "input-bound", "Input-bound at every epoch start", share,
+    diag_head(d, "input-bound", "Input-bound at every epoch start", share,
                  "%s: %d epochs began with a %.0f ms step (the median is %.1f ms), %.0f%% of "
                  "training time",
                  "waiting for the DataLoader's workers to start", n, mean, c->f.step_p50,
@@ -479,7 +475,7 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
     if (isfinite(steady) && !(steady >= INPUT_SHARE)) return cand_epoch_starts(r, c, d);
     double score = isfinite(steady) && steady < s ? steady : s;
     int io = io_evidence(r, c);
-    finding_head(d, io ? "storage-io" : "input-bound", io ? "Storage I/O" : "Input-bound", score,
+    diag_head(d, io ? "storage-io" : "input-bound", io ? "Storage I/O" : "Input-bound", score,
                  "%s takes %.0f%% of step time%s", "waiting for the next batch", 100 * s,
                  io ? ", and the data comes slowly off storage" : "");
     ev(d, "data_wait_share", s, "data wait is %.0f%% of step time", 100 * s);
@@ -532,7 +528,7 @@ static int phase_rule(const ctx *c, dfinding *d, int ph, double thr, const char 
 {
     double s = c->share[ph];
     if (!c->steps_ok || !(s >= thr)) return 0;
-    finding_head(d, id, title, s, "%s takes %.0f%% of %s", doing, 100 * s, of);
+    diag_head(d, id, title, s, "%s takes %.0f%% of %s", doing, 100 * s, of);
     char nm[40];
     fmt(nm, sizeof(nm), "%s_share", diag_phase_names[ph]);
     ev(d, nm, s, "%s phases are %.0f%% of step time", diag_phase_names[ph], 100 * s);
@@ -871,14 +867,11 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
      * it converges, layers unfrozen after a few epochs, a curriculum */
     double loc, lo, hi, l0, l1;
     if (!regress && strcmp(d->id, "unstable") == 0 && dc_level_shift(r, &loc, &lo, &hi, &l0, &l1)) {
-        fmt(d->id, sizeof(d->id), "step-level");
-        fmt(d->title, sizeof(d->title), "Step time changed during the run");
-        fmt(d->summary, sizeof(d->summary),
-            "steps are steady from one to the next, but their floor moved between %.1f and %.1f "
-            "ms (%.1f ms at the start, %.1f ms at the end): the work per step changed, the "
-            "training is not unstable",
-            lo, hi, l0, l1);
-        d->score = 0.05;
+        diag_head(d, "step-level", "Step time changed during the run", 0.05,
+                  "steps are steady from one to the next, but their floor moved between %.1f "
+                  "and %.1f ms (%.1f ms at the start, %.1f ms at the end): the work per step "
+                  "changed, the training is not unstable",
+                  lo, hi, l0, l1);
         ev(d, "step_to_step_cv", loc, "step-to-step variation %.2f of the mean step", loc);
         ev(d, "level_ratio", hi / lo,
            "highest floor %.1fx the lowest (fastest steps of each eighth of the run)", hi / lo);

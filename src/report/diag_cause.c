@@ -704,14 +704,11 @@ int dc_cand_gil(const diag_run *r, dfinding *d)
     if (!(share >= GIL_SHARE)) return 0;
     if (share > 0.9) share = 0.9;
     const dc_func *h = &c->hog;
-    fmt(d->id, sizeof(d->id), "gil-contention");
-    fmt(d->title, sizeof(d->title), "Another Python thread holds the GIL");
-    fmt(d->summary, sizeof(d->summary),
-        "the training thread slept %.0f%% of its time, not in the DataLoader nor a wait of its "
-        "own, while thread \"%s\" ran Python on %.0f%% of a core in %s (%s:%d): they share one "
-        "interpreter lock",
-        100 * share, c->hog_name, 100 * c->hog_cpu_share, h->func, h->file, h->line);
-    d->score = share;
+    diag_head(d, "gil-contention", "Another Python thread holds the GIL", share,
+              "the training thread slept %.0f%% of its time, not in the DataLoader nor a wait of "
+              "its own, while thread \"%s\" ran Python on %.0f%% of a core in %s (%s:%d): they "
+              "share one interpreter lock",
+              100 * share, c->hog_name, 100 * c->hog_cpu_share, h->func, h->file, h->line);
     ev(d, "training_thread_sleep_share", sleep,
        "training thread: on a CPU %.0f%%, waiting for a CPU %.0f%%, asleep %.0f%% of %.1f s "
        "(schedstat)",
@@ -750,13 +747,10 @@ int dc_cand_contention(const diag_run *r, dfinding *d)
     /* the tree itself wanting more threads than cores is oversubscription,
      * its own finding; contention is others taking the cores */
     if (!(outside >= 0.3)) return 0;
-    fmt(d->id, sizeof(d->id), "cpu-contention");
-    fmt(d->title, sizeof(d->title), "CPU contention");
-    fmt(d->summary, sizeof(d->summary),
-        "the run's threads waited for a CPU %.0f%% of the time they wanted one: other processes "
-        "used %.1f of %.0f cores",
-        100 * share, outside, isfinite(cpus) ? cpus : 0.0);
-    d->score = share > 0.9 ? 0.9 : share;
+    diag_head(d, "cpu-contention", "CPU contention", share > 0.9 ? 0.9 : share,
+              "the run's threads waited for a CPU %.0f%% of the time they wanted one: other "
+              "processes used %.1f of %.0f cores",
+              100 * share, outside, isfinite(cpus) ? cpus : 0.0);
     ev(d, "runqueue_wait_pct", wait,
        "run-queue wait %.0f%% of a core (schedstat), against %.0f%% of a core of CPU used", wait,
        used);
@@ -877,13 +871,10 @@ int dc_cand_gc(const diag_run *r, dfinding *d)
     double pause = gc_pause(c, &npause);
     double share = pause / train_s;
     if (!(share >= GC_SHARE) || npause < 3) return 0;
-    fmt(d->id, sizeof(d->id), "gc-pauses");
-    fmt(d->title, sizeof(d->title), "Garbage-collection pauses");
-    fmt(d->summary, sizeof(d->summary),
-        "Python's garbage collector paused the run %.2f s (%.0f%% of step time), up to %.0f ms "
-        "at once",
-        pause, 100 * share, 1000 * c->gc_max_s);
-    d->score = share;
+    diag_head(d, "gc-pauses", "Garbage-collection pauses", share,
+              "Python's garbage collector paused the run %.2f s (%.0f%% of step time), up to "
+              "%.0f ms at once",
+              pause, 100 * share, 1000 * c->gc_max_s);
     ev(d, "gc_pause_share", share, "GC pauses %.0f%% of step time (gc.callbacks)", 100 * share);
     ev(d, "gc_collections", c->gc_n[0] + c->gc_n[1] + c->gc_n[2],
        "%.0f collections: %.0f young, %.0f middle, %.0f full", c->gc_n[0] + c->gc_n[1] + c->gc_n[2],
@@ -910,14 +901,11 @@ int dc_cand_compile(const diag_run *r, dfinding *d)
     double recomp_s = 0;
     for (int i = 0; i < c->ncomp; i++)
         if (c->comp[i].what[0]) recomp_s += c->comp[i].dur;
-    fmt(d->id, sizeof(d->id), "recompile");
-    fmt(d->title, sizeof(d->title), "torch.compile recompiles");
-    fmt(d->summary, sizeof(d->summary), "the model was recompiled %.0f time%s (%.1f s)%s%s",
-        c->recompiles, c->recompiles == 1 ? "" : "s", recomp_s,
-        c->recompile_reason[0] ? ": " : "", c->recompile_reason);
-    d->score = isfinite(total_s) ? recomp_s / total_s : 0.2;
-    if (d->score < 0.15) d->score = 0.15;
-    if (d->score > 0.9) d->score = 0.9;
+    double score = isfinite(total_s) ? recomp_s / total_s : 0.2;
+    diag_head(d, "recompile", "torch.compile recompiles", fmin(fmax(score, 0.15), 0.9),
+              "the model was recompiled %.0f time%s (%.1f s)%s%s", c->recompiles,
+              c->recompiles == 1 ? "" : "s", recomp_s, c->recompile_reason[0] ? ": " : "",
+              c->recompile_reason);
     ev(d, "compile_s", c->compile_s, "compiling took %.1f s in all (%.0f frames)", c->compile_s,
        c->compile_frames);
     ev(d, "recompiles", c->recompiles, "%.0f recompile%s, %.1f s", c->recompiles,

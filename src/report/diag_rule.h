@@ -13,6 +13,9 @@ void diag_fmt(char *o, size_t n, const char *f, ...) __attribute__((format(print
 /* one evidence line of d (name, value, sentence); ignored past DIAG_MAX_EVIDENCE */
 void diag_ev(dfinding *d, const char *name, double v, const char *f, ...)
     __attribute__((format(printf, 4, 5)));
+/* a finding's id, title, score and one-sentence summary (printf format) */
+void diag_head(dfinding *d, const char *id, const char *title, double score, const char *f, ...)
+    __attribute__((format(printf, 5, 6)));
 /* one recommendation of d; ignored past DIAG_MAX_RECS */
 void diag_rec(dfinding *d, const char *f, ...) __attribute__((format(printf, 2, 3)));
 
