@@ -492,3 +492,16 @@ def test_another_python_thread_taking_the_gil(run_cli, tmp_path):
                                      events=gil_events(0.25, 0.05, 0.95)))
     assert dg["primary"]["id"] == "input-bound", ids(dg)
     assert "gil-contention" not in ids(dg), ids(dg)
+
+
+def test_comm_advice_knows_the_run_already_accumulates(run_cli, tmp_path):
+    comm = steady_steps(60, 20.0, extra=lambda i: {"comm_ns": int(8e6), "rank": i % 2})
+    plain = events(by_phase={"forward": 60, "backward": 60})
+    dg = diagnosis(run_cli, make_run(tmp_path / "plain", comm, quiet_metrics(8), events=plain))
+    assert dg["primary"]["id"] == "communication", ids(dg)
+    recs = " ".join(dg["primary"]["recommendations"])
+    assert "gradient accumulation with no_sync()" in recs, recs
+    acc = dict(plain, ddp_no_sync=True)
+    dg = diagnosis(run_cli, make_run(tmp_path / "acc", comm, quiet_metrics(8), events=acc))
+    recs = " ".join(dg["primary"]["recommendations"])
+    assert "already skips" in recs and "gradient accumulation with no_sync()" not in recs, recs

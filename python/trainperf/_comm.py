@@ -388,6 +388,7 @@ def _patch_work(dist, push, pop):
 # --- DDP ------------------------------------------------------------------
 
 def _patch_ddp(torch, dist, push, pop):
+    from trainperf import _evalhooks
     from torch.nn.parallel import distributed as ddpmod
     DDP = ddpmod.DistributedDataParallel
     orig_reg = DDP.register_comm_hook
@@ -444,6 +445,8 @@ def _patch_ddp(torch, dist, push, pop):
                     _wrap_backward(torch, push, pop)  # its tail ends with backward
             except Exception:
                 pass  # DDP keeps its built-in reduction, untimed
+        if not getattr(self, "require_backward_grad_sync", True):
+            _evalhooks.ev.ddp_no_sync = True  # accumulating already
         return orig_forward(self, *args, **kwargs)
 
     forward.__wrapped__ = orig_forward

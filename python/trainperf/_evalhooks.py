@@ -43,6 +43,7 @@ class _Ev:
     ranges = True           # push the eval range (False: a callback records eval itself)
     pushed = False          # this eval pushed one
     opener = None           # the module whose forward opened it (None: model.eval())
+    ddp_no_sync = False     # a DDP forward ran under no_sync() (gradient accumulation)
 
 
 ev = _Ev()
@@ -308,6 +309,7 @@ def snapshot():
         pass
     hf = sys.modules.get("transformers")
     pl = sys.modules.get("lightning") or sys.modules.get("pytorch_lightning")
+    d["ddp_no_sync"] = ev.ddp_no_sync
     d["framework"] = "hf" if hf is not None and "transformers.trainer" in sys.modules else (
         "lightning" if pl is not None else "")
     return d

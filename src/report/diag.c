@@ -567,7 +567,11 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
     } else if (r->python) {
         rec(d, "Overlap gradients' all-reduce with the backward pass (DDP does so by bucket: "
                "tune bucket_cap_mb) and avoid synchronising calls in the step.");
-        rec(d, "Communicate less often: gradient accumulation with no_sync() on the inner steps.");
+        rec(d, "%s", r->cause.ddp_no_sync
+                         ? "Communicate less often: accumulate more micro-batches under no_sync() "
+                           "per optimizer step (the run already skips the all-reduce of some)."
+                         : "Communicate less often: gradient accumulation with no_sync() on the "
+                           "inner steps.");
     } else {
         rec(d, "Overlap gradients' all-reduce with the backward pass: start it per bucket of "
                "layers on its own stream as their gradients are ready.");
@@ -1139,6 +1143,23 @@ void diag_compute(diag_run *r)
             cv_ev(&cand[ig], &c, ": the slowest steps held the pauses");
             cand_drop(cand, &nc, &iu, &ic, NULL);
         }
+    }
+    /* the other ranks' wait for a straggler is not communication: what
+     * the collectives cost on their own is the straggler's own wait (it
+     * arrives last and waits only for the transfer) */
+    int ist = cand_find(cand, nc, "straggler"), icom = cand_find(cand, nc, "communication");
+    rr_strag st;
+    if (ist >= 0 && icom >= 0 && has_ev(&cand[ist], "others_comm_wait_ms") &&
+        rr_straggler(r, &st) && st.step_ms > 0) {
+        double own = st.own_wait_ms / st.step_ms;
+        ev(&cand[ist], "comm_share", cand[icom].score,
+           "collectives take %.0f%% of step time on average over the ranks; the transfers "
+           "themselves %.0f%% (rank %d's own wait), the rest is waiting for rank %d",
+           100 * cand[icom].score, 100 * own, st.rank, st.rank);
+        if (!(own >= COMM_SHARE))
+            cand_drop(cand, &nc, &icom, &iu, &ic);
+        else
+            cand[icom].score = own;
     }
     /* and, on one host, a rank slowed in its own step by less than twice
      * the threshold (gap share < 20%, or < 1.4x the median rank: score

@@ -350,6 +350,8 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
     if (!isnan(v = jr_pnum(root, "eval.entries"))) c->eval_entries += v;
     if (!isnan(v = jr_pnum(root, "torch_threads"))) c->torch_threads = v;
     if (!isnan(v = jr_pnum(root, "cpus_allowed"))) c->cpus_allowed = v;
+    const jr_node *ns = jr_get(root, "ddp_no_sync");
+    if (ns && ns->type == JR_BOOL && ns->num) c->ddp_no_sync = 1;
     const char *fw = jr_pstr(root, "framework");
     if (fw && *fw) fmt(c->framework, sizeof(c->framework), "%s", fw);
 }

@@ -64,6 +64,7 @@ typedef struct dcause {
     double eval_s, eval_entries;
     double torch_threads, cpus_allowed;
     char framework[16];
+    int ddp_no_sync; /* a DDP forward ran under no_sync(): the run accumulates gradients */
     double sampler_cost_s;
 
     /* steps.csv: eval/checkpoint time taken out of training step time */
