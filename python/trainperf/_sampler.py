@@ -333,7 +333,7 @@ _SYNC = re.compile(r"\.item\(\)|\.cpu\(\)|\.tolist\(\)|\.numpy\(\)|synchronize\(
 _IO = re.compile(r"\bopen\(|\.read\w*\(|\.write\w*\(|np\.load|numpy\.load|torch\.load|"
                  r"pickle\.|json\.load|Image\.open|\.readline|requests\.|urlopen")
 _WAIT = re.compile(r"sleep\(|\.wait\(|\.join\(|\.acquire\(|\.get\(")
-_INPUT = re.compile(r"batch|data|load|sample|token|collat|augment|transform|prepar|preprocess|"
+_INPUT = re.compile(r"batch|data|load|sample|token|collat|augment|transform|prep|"
                     r"read|fetch|shard", re.I)
 _IO_FILES = ("/pickle.py", "/json/", "/io.py", "/_pyio.py", "/numpy/lib/_npyio", "/npyio.py",
              "/PIL/", "/h5py/", "/csv.py", "/gzip.py", "/zipfile", "/tarfile.py",
@@ -364,7 +364,9 @@ def _kind(stack, ui):
         # thread or process, in a function named for batches) is input
         usrc = src or linecache.getline(leaf_code.co_filename, leaf_line)
         if usrc and _INPUT.search(usrc) or any(_INPUT.search(n) for n in user_names[-3:]):
-            return "input-wait"
+            # from a pool of worker processes (pool.map, futures) or a thread
+            pool = any("/multiprocessing/" in fn or "/concurrent/futures/" in fn for fn in inner)
+            return "input-pool" if pool else "input-wait"
         return "wait"
     if any(_INPUT.search(n) for n in user_names[-3:]) or \
             any("/numpy/" in fn or "/tokenizers/" in fn or "/PIL/" in fn for fn in inner):

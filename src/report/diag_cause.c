@@ -556,6 +556,7 @@ static const char *kind_words(const char *k)
     if (strcmp(k, "sync") == 0) return "synchronisation (reading results back)";
     if (strcmp(k, "wait") == 0) return "waiting (sleep, locks, queues)";
     if (strcmp(k, "input-wait") == 0) return "waiting for batches from a producer (a queue or thread)";
+    if (strcmp(k, "input-pool") == 0) return "waiting for a worker pool to prepare the batch";
     return "Python code on the host";
 }
 
@@ -588,7 +589,7 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     const dc_func *f = &c->funcs[0];
     double fshare = f->samples / train;
     /* the kind of the unlabelled time: the kind with the most samples */
-    const char *kinds[] = {"input", "python", "sync", "io", "wait", "input-wait"};
+    const char *kinds[] = {"input", "python", "sync", "io", "wait", "input-wait", "input-pool"};
     enum { NKINDS = sizeof(kinds) / sizeof(kinds[0]) };
     double ks[NKINDS] = {0};
     for (int i = 0; i < c->nfunc; i++)
@@ -597,6 +598,9 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     int best = 0;
     for (int k = 1; k < NKINDS; k++)
         if (ks[k] > ks[best]) best = k;
+    /* waiting for a pool is waiting for input too; its advice differs */
+    int pool = best == 6;
+    if (pool) best = 5, ks[5] += ks[6];
     const char *kind = kinds[best];
     fmt(d->id, sizeof(d->id), "host-code");
     fmt(d->title, sizeof(d->title), "%s",
@@ -649,7 +653,12 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
             ev(d, "producer_share", c->bg.samples / ks[5],
                "meanwhile another thread ran %s (%s:%d) in %.0f%% of them", c->bg.func,
                c->bg.file, c->bg.line, 100 * fmin(1, c->bg.samples / ks[5]));
-        if (c->bg.samples >= 0.3 * ks[5])
+        if (pool)
+            rec(d, "The batch comes from a pool of workers (pool.map, futures) and the loop waits "
+                   "for it: prefetch, submitting the next batch (map_async, imap, submit) before "
+                   "training on this one, or a DataLoader with num_workers>0, which prefetches; "
+                   "add workers while cores are idle.");
+        else if (c->bg.samples >= 0.3 * ks[5])
             rec(d, "The producer of batches is slower than the step: its time goes to %s (%s:%d). "
                    "A producer thread shares the GIL with training: move the preparation to a "
                    "DataLoader with num_workers>0 (processes), or make %s cheaper.",
