@@ -314,6 +314,7 @@ def _threads_cpu():
             d.update({"func": code.co_name, "file": code.co_filename, "line": line,
                       "samples": sum(n for _, n in top)})
         out.append(d)
+    out.sort(key=lambda d: (not d["training"], -d["cpu_s"]))
     return {"samples": _nsamples[0], "threads": out[:16]}
 
 

@@ -45,6 +45,12 @@ static const char *base(const char *p)
 
 /* ---- loading ------------------------------------------------------------- */
 
+/* A source line number read from JSON: 0 when missing or out of range. */
+static int line_no(double v)
+{
+    return v >= 1 && v < 1e9 ? (int)v : 0;
+}
+
 /* lv[i]: {count, lowest, second lowest}; x joins one */
 static void low2_add(double *lv, double x)
 {
@@ -267,7 +273,7 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
                 memset(d, 0, sizeof(*d));
                 fmt(d->func, sizeof(d->func), "%s", fn);
                 fmt(d->file, sizeof(d->file), "%s", base(file));
-                d->line = isnan(line) ? 0 : (int)line;
+                d->line = line_no(line);
                 fmt(d->kind, sizeof(d->kind), "%s", kind ? kind : "python");
             }
             c->funcs[k].samples += s;
@@ -280,7 +286,7 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
         if (bfn && bfile && bs > c->bg.samples) {
             fmt(c->bg.func, sizeof(c->bg.func), "%s", bfn);
             fmt(c->bg.file, sizeof(c->bg.file), "%s", base(bfile));
-            c->bg.line = isnan(bl) ? 0 : (int)bl;
+            c->bg.line = line_no(bl);
             c->bg.samples = bs;
         }
     }
@@ -301,7 +307,7 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
         c->hog_cpu_share = cpu / span;
         fmt(c->hog.func, sizeof(c->hog.func), "%s", fn);
         fmt(c->hog.file, sizeof(c->hog.file), "%s", base(file));
-        c->hog.line = isnan(line) ? 0 : (int)line;
+        c->hog.line = line_no(line);
         c->hog.samples = s;
         fmt(c->hog_name, sizeof(c->hog_name), "%s", nm ? nm : "");
     }
