@@ -123,6 +123,13 @@ static int fired(const diag_run *r, const char *rule, double *t, char *m, size_t
     return 0;
 }
 
+/* A count read from the run directory as an int: damaged files may hold
+ * any number (0..1e6, else 0). */
+static int count_of(double v)
+{
+    return v >= 0 && v <= 1e6 ? (int)v : 0;
+}
+
 static void make_ctx(const diag_run *r, ctx *c)
 {
     memset(c, 0, sizeof(*c));
@@ -162,12 +169,13 @@ static void make_ctx(const diag_run *r, ctx *c)
     c->swap_growth = r->swap.n && isfinite(r->swap_first) ? r->swap.max - r->swap_first : NAN;
     /* workers at once (the most child processes alive together), not the
      * distinct PIDs over the run: loaders restarted every epoch are new PIDs */
-    c->workers = r->have_procs ? (r->max_procs > 0 ? (int)r->max_procs - 1 : 0)
-                               : (r->tree_procs.n ? (int)r->tree_procs.max - 1 : -1);
+    c->workers = r->have_procs ? (r->max_procs > 0 ? count_of(r->max_procs) - 1 : 0)
+                               : (r->tree_procs.n ? count_of(r->tree_procs.max) - 1 : -1);
     if (c->workers < 0 && r->have_procs) c->workers = 0;
     /* the zero-code hook knows the DataLoader's own count */
     if (r->cause.have_pyprof && r->cause.loader_iters > 0)
-        c->workers = (int)r->cause.loader_workers * (r->cause.nprocs_py > 1 ? r->cause.nprocs_py : 1);
+        c->workers = count_of(r->cause.loader_workers *
+                              (r->cause.nprocs_py > 1 ? r->cause.nprocs_py : 1));
     c->worker_cpu = dstat_mean(&r->worker_cpu);
 }
 
@@ -355,7 +363,7 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
 {
     char l[160];
     double idle = c->idle_cores;
-    int free_cores = isfinite(idle) ? (int)floor(idle) : -1;
+    int free_cores = isfinite(idle) ? count_of(floor(idle)) : -1;
     const char *what = r->python ? "worker processes" : "parallel";
     /* whether the run has, or is told to start, parallel loaders: the
      * advice on keeping them fed applies only then */

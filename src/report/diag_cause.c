@@ -13,6 +13,7 @@
 #include "report/diag_rule.h"
 #include "trainperf.h"
 
+#define MAX_COUNT 1e5 /* cores, threads, workers: a damaged file's larger figure is ignored */
 #define HOSTCODE_SHARE 0.20   /* unlabelled time that is the user's code */
 #define HOSTCODE_MIN_SAMPLES 20
 #define LEVEL_MIN_STEPS 20
@@ -206,7 +207,7 @@ void dc_metric(diag_run *r, double t, const double *v, const int *ok)
     }
     /* the usable CPUs as the run mostly saw them (a child's narrower
      * affinity or a failed read at exit does not define the run) */
-    if (ok[2] && v[2] > 0) c->usable_n++, c->usable_sum += v[2];
+    if (ok[2] && v[2] > 0 && v[2] <= MAX_COUNT) c->usable_n++, c->usable_sum += v[2];
     if (ok[3]) c->thr_n++, c->thr_sum += v[3];
     if (ok[4] && v[4] > 0) {
         /* the baseline is after warm-up: the first sample once a step ended
@@ -342,7 +343,8 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
     const jr_node *l = jr_get(root, "loader");
     if (l) {
         if (!isnan(v = jr_pnum(l, "iterators"))) c->loader_iters += v;
-        if (!isnan(v = jr_pnum(l, "workers")) && v > c->loader_workers) c->loader_workers = v;
+        if (!isnan(v = jr_pnum(l, "workers")) && v > c->loader_workers && v <= MAX_COUNT)
+            c->loader_workers = v;
         const jr_node *pe = jr_get(l, "persistent");
         if (pe && pe->type == JR_BOOL && pe->num) c->loader_persistent = 1;
         const jr_node *es = jr_get(l, "epochs");
@@ -354,7 +356,7 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
     }
     if (!isnan(v = jr_pnum(root, "eval.time_s"))) c->eval_s += v;
     if (!isnan(v = jr_pnum(root, "eval.entries"))) c->eval_entries += v;
-    if (!isnan(v = jr_pnum(root, "torch_threads"))) c->torch_threads = v;
+    if (!isnan(v = jr_pnum(root, "torch_threads")) && v <= MAX_COUNT) c->torch_threads = v;
     if (!isnan(v = jr_pnum(root, "cpus_allowed"))) c->cpus_allowed = v;
     const jr_node *ns = jr_get(root, "ddp_no_sync");
     if (ns && ns->type == JR_BOOL && ns->num) c->ddp_no_sync = 1;
