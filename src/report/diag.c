@@ -123,12 +123,8 @@ static int fired(const diag_run *r, const char *rule, double *t, char *m, size_t
     return 0;
 }
 
-/* A count read from the run directory as an int: damaged files may hold
- * any number (0..1e6, else 0). */
-static int count_of(double v)
-{
-    return v >= 0 && v <= 1e6 ? (int)v : 0;
-}
+/* a count from the run directory: 0..1e6, else 0 */
+#define count_of(v) diag_int((v), 0, 1e6, 0)
 
 static void make_ctx(const diag_run *r, ctx *c)
 {
@@ -1125,17 +1121,15 @@ void diag_compute(diag_run *r)
     }
     /* the slow steps an epoch-start finding explains are not also "a few
      * slow steps" */
-    for (int i = 0; i < nc; i++)
-        if (has_ev(&cand[i], "epoch_start_share"))
-            for (int j = 0; j < nc; j++)
-                if (strcmp(cand[j].id, "step-spikes") == 0 && !has_ev(&cand[j], "period_steps")) {
-                    int at = j;
-                    if (iu > j) iu--;
-                    if (ii > j) ii--;
-                    if (ic > j) ic--;
-                    cand_drop(cand, &nc, &at, NULL, NULL);
-                    break;
-                }
+    int iep = -1, ione = -1;
+    for (int i = 0; i < nc; i++) {
+        if (has_ev(&cand[i], "epoch_start_share")) iep = i;
+        if (strcmp(cand[i].id, "step-spikes") == 0 && !has_ev(&cand[i], "period_steps")) ione = i;
+    }
+    if (iep >= 0 && ione >= 0) {
+        if (ii > ione) ii--;
+        cand_drop(cand, &nc, &ione, &iu, &ic);
+    }
     /* and waiting for a batch from a hand-made producer (a queue fed by a
      * thread): the step time follows the wait, as with a DataLoader */
     int ih = cand_find(cand, nc, "host-code");

@@ -241,6 +241,9 @@ void diag_figures(const diag_run *r, dfig *f);
 
 /* Formatting for people; "?" for NAN (unknown is never shown as 0). Bytes:
  * human_bytes (util/human.h). */
+/* A number read from a run directory as int: dflt when NaN or outside
+ * [lo, hi] (damaged files hold any number; the cast would be undefined). */
+int diag_int(double v, double lo, double hi, int dflt);
 const char *diag_fmt_dur(char *o, size_t n, double s);                /* 1h 02m, 3m 20s, 4.2 s */
 const char *diag_fmt_num(char *o, size_t n, const char *f, double v); /* f: one %f/%g */
 /* The command's exit as words: "0", "1", "signal 9 (SIGKILL)", "unknown". */

@@ -46,11 +46,8 @@ static const char *base(const char *p)
 
 /* ---- loading ------------------------------------------------------------- */
 
-/* A source line number read from JSON: 0 when missing or out of range. */
-static int line_no(double v)
-{
-    return v >= 1 && v < 1e9 ? (int)v : 0;
-}
+/* a source line number from JSON: 0 when missing or out of range */
+#define line_no(v) diag_int((v), 1, 1e9, 0)
 
 /* lv[i]: {count, lowest, second lowest}; x joins one */
 static void low2_add(double *lv, double x)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "report/diag.h"
 #include "util/table.h"
 #include "trainperf.h"
 #include "util/csvr.h"
@@ -171,7 +172,7 @@ typedef struct f_model {
 } f_model;
 
 /* A count from a file that may be damaged: never a cast of NaN or of a huge value. */
-static int to_int(double v) { return isfinite(v) && v > -1e9 && v < 1e9 ? (int)v : 0; }
+#define to_int(v) diag_int((v), -1e9, 1e9, 0)
 
 static void cpy(char *o, size_t n, const char *s) { snprintf(o, n, "%s", s ? s : ""); }
 

@@ -48,10 +48,9 @@ static uint64_t u64_or_0(double v)
     return v > 0 && v < 1.8e19 ? (uint64_t)v : 0;
 }
 
-/* A number from a file as int: dflt when NaN or out of int range. */
-static int int_or(double v, int dflt)
+int diag_int(double v, double lo, double hi, int dflt)
 {
-    return v >= INT_MIN && v <= INT_MAX ? (int)v : dflt;
+    return v >= lo && v <= hi && v >= INT_MIN && v <= INT_MAX ? (int)v : dflt;
 }
 
 /* Control bytes in a run's strings (ESC, BEL: a hostile run.json or
@@ -216,11 +215,11 @@ static int is_python_arg(const char *a, int first)
 static void load_run_json(diag_run *r)
 {
     const jr_node *root = r->run.root;
-    r->cpus = int_or(jr_pnum(root, "cpus"), 0);
+    r->cpus = diag_int(jr_pnum(root, "cpus"), INT_MIN, INT_MAX, 0);
     r->duration_s = jr_pnum(root, "duration_s");
     r->start_unix_s = jr_pnum(root, "start_unix_s");
     r->interval_s = jr_pnum(root, "interval_s");
-    r->root_pid = int_or(jr_pnum(root, "root_pid"), -1);
+    r->root_pid = diag_int(jr_pnum(root, "root_pid"), INT_MIN, INT_MAX, -1);
     const char *h = jr_pstr(root, "host");
     snprintf(r->host, sizeof(r->host), "%s", h ? h : "");
     const jr_node *cmd = jr_get(root, "command");
@@ -248,7 +247,7 @@ static void load_run_json(diag_run *r)
         const jr_node *gi = jr_at(g, i);
         dgpu *d = &r->gpus[i];
         double idx = jr_pnum(gi, "index");
-        d->index = int_or(idx, i);
+        d->index = diag_int(idx, INT_MIN, INT_MAX, i);
         const char *nm = jr_pstr(gi, "name");
         snprintf(d->name, sizeof(d->name), "%s", nm ? nm : "");
         d->mem_total = jr_pnum(gi, "mem_total_bytes");
@@ -264,8 +263,8 @@ static void load_exit(diag_run *r, const jr_node *ex)
     if (!ex || ex->type != JR_OBJ) return;
     double c = jr_pnum(ex, "code"), s = jr_pnum(ex, "signal");
     r->exit_known = 1;
-    r->exit_code = int_or(c, -1);
-    r->exit_signal = int_or(s, -1);
+    r->exit_code = diag_int(c, INT_MIN, INT_MAX, -1);
+    r->exit_signal = diag_int(s, INT_MIN, INT_MAX, -1);
 }
 
 /* ---- steps.csv ------------------------------------------------------------ */
