@@ -107,9 +107,9 @@ class WithCLI(Distribution):
 
 
 static_lib = os.environ.get("TRAINPERF_STATIC_LIB", "")
-sources = [rel("python", "trainperf", "_core.c")]
+sources = [rel("python", "trainperf", "_core.c"), rel("python", "trainperf", "_pystack.c")]
 extra_objects = []
-depends = sorted(glob.glob(rel("include", "*.h")))
+depends = sorted(glob.glob(rel("include", "*.h"))) + [rel("python", "trainperf", "_pystack.h")]
 if static_lib:
     extra_objects = [static_lib]
     depends.append(static_lib)

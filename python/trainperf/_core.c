@@ -11,6 +11,7 @@
 #include <structmember.h>
 
 #include "trainperf.h"
+#include "_pystack.h"
 
 /* Caps keep a misbehaving caller (a fresh name per call) from growing the
  * caches without bound; past the cap names still work, uncached. */
@@ -1004,6 +1005,14 @@ static PyMethodDef core_methods[] = {
     {"start", (PyCFunction)(void (*)(void))core_start, METH_VARARGS | METH_KEYWORDS,
      "start($module, /, run_dir=None, interval_s=0.0, flags=0)\n--\n\nStart an embedded collector: 0 or a negative error code."},
     {"stop", core_stop, METH_NOARGS, "stop($module, /)\n--\n\nStop the embedded collector: 0 or a negative error code."},
+    {"pystack_start", pystack_start, METH_O,
+     "pystack_start($module, hz, /)\n--\n\nRead the calling thread's Python stack hz times a second "
+     "from a native thread (no GIL); False where this Python's frames cannot be read."},
+    {"pystack_take", pystack_take, METH_NOARGS,
+     "pystack_take($module, /)\n--\n\n(samples, new code ids, (taken, lost, failed, reader CPU s)) since the last take."},
+    {"pystack_stop", pystack_stop, METH_NOARGS, "pystack_stop($module, /)\n--\n\nStop the native reader."},
+    {"_pystack_line", pystack_line, METH_VARARGS,
+     "_pystack_line($module, code, lasti, /)\n--\n\nThe native reader's line of code unit lasti (tests)."},
     {NULL, NULL, 0, NULL},
 };
 

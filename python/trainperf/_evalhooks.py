@@ -18,6 +18,7 @@ What is measured goes to pyprof/events-<pid>.json in the run directory,
 written by the stack sampler's thread every few seconds and at exit
 (docs/run-format.md). Nothing here raises into the training script.
 """
+import collections
 import gc
 import json
 import os
@@ -49,6 +50,7 @@ class _Ev:
 ev = _Ev()
 gc_stats = {"collections": [0, 0, 0], "pause_s": 0.0, "max_s": 0.0, "pauses": []}
 gc_last_end = [0.0]     # perf_counter() when the last collection ended (the sampler reads it)
+gc_recent = collections.deque(maxlen=64)  # (start, end) perf_counter() of the last collections
 compile_stats = {"frames": 0, "compile_s": 0.0, "recompiles": 0, "events": []}
 loader_stats = {"iterators": 0, "workers": 0, "persistent": False, "epochs": []}
 _push = _pop = None
@@ -158,6 +160,7 @@ def _gc_cb(phase, info):
         return
     end = time.perf_counter()
     gc_last_end[0] = end
+    gc_recent.append((_gc_t0[0], end))
     dt = end - _gc_t0[0]
     g = info.get("generation", 0)
     if 0 <= g <= 2:

@@ -42,6 +42,7 @@ _pid = os.getpid()
 _started = False
 _stop = threading.Event()
 _thread = [None]
+_tid = [None]
 _stacks = {}            # tuple of (code, line) outer->inner, phase -> count
 _by_phase = {}
 _truncated = [0]
@@ -54,6 +55,10 @@ _thr_code = {}          # (thread ident, (code, line)) -> samples, training star
 _thr_cpu = {}           # thread ident -> schedstat readings (_read_threads)
 _thr_t0 = [None]        # the first reading
 MAX_BG = 2000
+_native = [False]       # the training thread's stacks come from _core's native reader
+_native_stats = [0, 0, 0, 0.0]  # samples taken, lost, failed reads, reader CPU s
+_ncodes = {}            # native code id -> _NCode
+_nproxy = {}            # (file, function, first line) -> _NCode
 _BLOCKED = ("/threading.py", "/queue.py", "/selectors.py", "/socket.py")
 
 _LIB_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in (
@@ -108,7 +113,7 @@ _INNER_WINS = {"compile", "checkpoint", "comm"}
 _LOADS = ("LOAD_NAME", "LOAD_GLOBAL", "LOAD_FAST", "LOAD_DEREF", "LOAD_FAST_CHECK",
           "LOAD_FAST_LOAD_FAST", "LOAD_CLASSDEREF")
 _line_names_cache = {}   # code -> {line: names loaded on it}
-_tensor_line_cache = {}  # (code, line) -> the line computes with tensors
+_tensor_line_cache = {}  # (file, function, first line, line) -> the line computes with tensors
 
 
 def _line_names(code):
@@ -146,7 +151,7 @@ def _tensor_line(f):
     reads a result back (.item(), .cpu(): synchronisation), does I/O or
     waits. Cached per line (names keep their types from step to step)."""
     code, line = f.f_code, f.f_lineno or 0
-    key = (code, line)
+    key = (code.co_filename, code.co_name, code.co_firstlineno, line)
     r = _tensor_line_cache.get(key)
     if r is not None:
         return r
@@ -176,12 +181,23 @@ def _sample_once(frames, tid, gc=False):
     if f is None:
         return
     stack = []
-    outer = special = None
     depth = 0
     leaf = f
     while f is not None and depth < 512:
-        code = f.f_code
-        stack.append((code, f.f_lineno or 0))  # None while a frame is being set up
+        stack.append((f.f_code, f.f_lineno or 0))  # None while a frame is being set up
+        f = f.f_back
+        depth += 1
+    phase = _account(stack, gc, leaf)
+    if len(frames) > 2 and _evalhooks.ev.training_started:
+        _sample_others(frames, tid, phase == "other")
+
+
+def _account(stack, gc, leaf):
+    """Count one sample of the training thread: stack is (code, line),
+    innermost first; leaf the innermost frame where it is still live (None
+    for a native sample: its tensor lines come from the cache). The phase."""
+    outer = special = None
+    for code, _ in stack:
         ph = _classify(code)[0]
         if ph is not None:
             # the outermost known frame names the phase, unless an inner one
@@ -189,32 +205,28 @@ def _sample_once(frames, tid, gc=False):
             outer = ph
             if special is None and ph in _INNER_WINS:
                 special = ph
-        f = f.f_back
-        depth += 1
+    leaf_code = stack[0][0] if stack else None
     if len(stack) > MAX_DEPTH:
         # keep the outer frames (the user's code) and the innermost few
         stack = stack[:12] + [(None, 0)] + stack[-(MAX_DEPTH - 12):]
     phase = special or outer
     if gc:
         # the sampler was held past its time by a collection (it holds the
-        # GIL): the stack is where the collection started, not where the
-        # time went
+        # GIL), or the native reader's sample fell in one: the stack is where
+        # the collection started, not where the time went
         phase = "gc"
     elif _evalhooks.ev.active and phase in (None, "forward", "data"):
         phase = "eval"
-    if phase is None and _evalhooks.ev.training_started and _classify(leaf.f_code)[1] and \
-            _tensor_line(leaf) and not _input_fn(stack):
+    if phase is None and _evalhooks.ev.training_started and _classify(leaf_code)[1] and \
+            _is_tensor_line(leaf, stack[0]) and not _input_fn(stack):
         # the innermost frame is the user's, on a line of tensor ops: the
         # thread is inside one of them (model compute written without nn.Module)
         phase = "compute"
     if phase is None:
         phase = "other" if _evalhooks.ev.training_started else "startup"
-    if len(frames) > 2 and _evalhooks.ev.training_started:
-        _sample_others(frames, tid, phase == "other")
     _nsamples[0] += 1
     _by_phase[phase] = _by_phase.get(phase, 0) + 1
-    stack.reverse()
-    key = (phase, tuple(stack))
+    key = (phase, tuple(reversed(stack)))
     n = _stacks.get(key)
     if n is not None:
         _stacks[key] = n + 1
@@ -222,6 +234,62 @@ def _sample_once(frames, tid, gc=False):
         _stacks[key] = 1
     else:
         _truncated[0] += 1
+    return phase
+
+
+def _is_tensor_line(leaf, top):
+    if leaf is not None:
+        return _tensor_line(leaf)
+    code, line = top
+    return code is not None and bool(_tensor_line_cache.get((code.co_filename, code.co_name, code.co_firstlineno, line)))
+
+
+class _NCode:
+    """A function as the native reader names it: what _classify, _kind and
+    the folded stacks read of a code object."""
+    __slots__ = ("co_filename", "co_name", "co_firstlineno")
+
+    def __init__(self, filename, name, firstlineno):
+        self.co_filename, self.co_name, self.co_firstlineno = filename, name, firstlineno
+
+
+def _ncode(filename, name, firstlineno):
+    k = (filename, name, firstlineno)
+    c = _nproxy.get(k)
+    if c is None:
+        c = _nproxy[k] = _NCode(filename, name, firstlineno)
+    return c
+
+
+def _in_gc(t):
+    for a, b in reversed(_evalhooks.gc_recent):
+        if a <= t <= b:
+            return True
+        if b < t:
+            return False
+    return False
+
+
+def _take_native(frames, tid):
+    """Count the native reader's samples of the training thread since the
+    last tick. They were taken when the reader woke, wherever the thread
+    was, holding the GIL or not; the live frames only seed the tensor-line
+    cache and give the other threads' samples."""
+    from trainperf import _core
+    samples, codes, stats = _core.pystack_take()
+    for i, (fn, name, first) in codes.items():
+        _ncodes[i] = _ncode(fn, name, first)
+    _native_stats[:] = stats
+    live = frames.get(tid)
+    if live is not None and _evalhooks.ev.training_started and _classify(live.f_code)[1]:
+        _tensor_line(live)
+    phase = None
+    for t, fr in samples:
+        stack = [(_ncodes.get(i), ln if ln > 0 else 0) for i, ln in fr]
+        if stack:
+            phase = _account(stack, _in_gc(t), None)
+    if len(frames) > 2 and _evalhooks.ev.training_started:
+        _sample_others(frames, tid, phase == "other")
 
 
 def _sample_others(frames, tid, outside):
@@ -389,6 +457,8 @@ def _summary():
         if ui is None:
             ui = len(stack) - 1
         code, line = stack[ui]
+        if code is None:
+            continue
         k = _kind(stack, ui)
         e = funcs.get(code)
         if e is None:
@@ -427,6 +497,8 @@ def _write():
     ev = _evalhooks.snapshot()
     ev["profile"] = {"hz": _hz[0], "samples": _nsamples[0], "truncated": _truncated[0],
                      "sampler_cost_s": round(_cost_s[0], 6),
+                     "native": _native[0], "native_failed": _native_stats[2],
+                     "native_lost": _native_stats[1], "native_cpu_s": round(_native_stats[3], 6),
                      "by_phase": dict(_by_phase), "other_top": _summary(),
                      "threads_top": _others_top(), "threads_cpu": _threads_cpu()}
     ev["written_at"] = round(time.monotonic(), 6)
@@ -455,13 +527,17 @@ def _loop(tid):
     getframes = sys._current_frames
     perf = time.perf_counter
     gc_end = _evalhooks.gc_last_end
+    native = _native[0]
     due = perf() + period
     while not _stop.wait(period):
         if os.getpid() != _pid:
             return
         t0 = perf()
         try:
-            _sample_once(getframes(), tid, gc_end[0] > due)
+            if native:
+                _take_native(getframes(), tid)
+            else:
+                _sample_once(getframes(), tid, gc_end[0] > due)
         except Exception:
             if os.environ.get("TRAINPERF_DEBUG"):
                 import traceback
@@ -489,10 +565,18 @@ def start():
         hz = 47.0
     tid = threading.get_ident()
     _evalhooks.ev.thread = tid
+    _tid[0] = tid
     atexit.register(_at_exit)
     if hz <= 0:
         return
     _hz[0] = min(hz, 1000.0)
+    if os.environ.get("TRAINPERF_NATIVE_STACKS", "1") != "0":
+        try:
+            from trainperf import _core
+            start_native = getattr(_core, "pystack_start", None)
+            _native[0] = bool(start_native and start_native(_hz[0]))
+        except Exception:
+            _native[0] = False
     t = threading.Thread(target=_loop, args=(tid,), name="trainperf-sampler", daemon=True)
     _thread[0] = t
     t.start()
@@ -503,6 +587,13 @@ def _at_exit():
     t = _thread[0]
     if t is not None and t.is_alive():
         t.join(2.0)
+    if _native[0] and os.getpid() == _pid:
+        try:
+            from trainperf import _core
+            _core.pystack_stop()
+            _take_native({}, _tid[0])
+        except Exception:
+            pass
     if _thr_t0[0] is not None:
         _read_threads()
     _flush()
