@@ -1,11 +1,18 @@
 """Low-rate sampler of the training thread's Python stack (in-process).
 
 Why in-process: reading another process's stacks (py-spy) needs ptrace
-rights and a native reader per Python version; sys._current_frames() from a
-daemon thread works everywhere Python does. Each sample walks one thread's
-frames (tens of µs with the GIL held); at the default 47 Hz (a prime rate,
-so it does not lock onto a periodic step) that is a fraction of a percent of
-the training thread, measured in bench/bench_python.py.
+rights; a thread of the process itself needs none. Two readers:
+- on CPython 3.11, a native thread of the extension (_pystack.c) reads the
+  training thread's frames at 94 Hz without the GIL, wherever the thread is:
+  also in the short stretches of Python between torch calls, which a reader
+  that must win the GIL never sees (it wins it at the next torch call). This
+  daemon thread then only collects those samples at 47 Hz and looks at the
+  process's other threads;
+- elsewhere (or TRAINPERF_NATIVE_STACKS=0), this daemon thread samples the
+  training thread with sys._current_frames() at 47 Hz (a prime rate, so it
+  does not lock onto a periodic step), holding the GIL for tens of µs.
+Either costs a fraction of a percent of the training thread, measured in
+bench/bench_python.py.
 
 Each sample is classified by the frames on the stack: inside torch's
 DataLoader (data), a module call (forward, or eval while the eval phase is
@@ -58,6 +65,8 @@ MAX_BG = 2000
 _native = [False]       # the training thread's stacks come from _core's native reader
 _native_stats = [0, 0, 0, 0.0]  # samples taken, lost, failed reads, reader CPU s
 _ncodes = {}            # native code id -> _NCode
+_nshape = {}            # a native sample's frames -> _shape()
+_NATIVE_X = 2           # native samples per tick of the Python sampler
 _nproxy = {}            # (file, function, first line) -> _NCode
 _BLOCKED = ("/threading.py", "/queue.py", "/selectors.py", "/socket.py")
 
@@ -142,15 +151,19 @@ def _line_names(code):
     return m
 
 
-def _tensor_line(f):
+def _tensor_line(f, line=None):
     """Whether the frame's current line of user code computes with tensors:
     a name it loads holds a torch.Tensor (a model of bare tensors, a
     hand-written update: `h = torch.tanh(emb @ W1 + b1)`, `p.data += -lr *
     p.grad`). Torch ops run in C, so the sampled stack ends at that line;
     without this they would read as the user's host code. Not a line that
     reads a result back (.item(), .cpu(): synchronisation), does I/O or
-    waits. Cached per line (names keep their types from step to step)."""
-    code, line = f.f_code, f.f_lineno or 0
+    waits. Cached per line (names keep their types from step to step);
+    line: another line of f's function (a native sample's), read against
+    f's variables."""
+    code = f.f_code
+    if line is None:
+        line = f.f_lineno or 0
     key = (code.co_filename, code.co_name, code.co_firstlineno, line)
     r = _tensor_line_cache.get(key)
     if r is not None:
@@ -187,15 +200,15 @@ def _sample_once(frames, tid, gc=False):
         stack.append((f.f_code, f.f_lineno or 0))  # None while a frame is being set up
         f = f.f_back
         depth += 1
-    phase = _account(stack, gc, leaf)
+    phase = _account(_shape(stack), gc, lambda top: _tensor_line(leaf))
     if len(frames) > 2 and _evalhooks.ev.training_started:
         _sample_others(frames, tid, phase == "other")
 
 
-def _account(stack, gc, leaf):
-    """Count one sample of the training thread: stack is (code, line),
-    innermost first; leaf the innermost frame where it is still live (None
-    for a native sample: its tensor lines come from the cache). The phase."""
+def _shape(stack):
+    """What a stack of the training thread says by itself: (the stack as
+    kept, innermost first; its phase or None; whether the innermost frame is
+    the user's, outside input preparation; the stack outermost first)."""
     outer = special = None
     for code, _ in stack:
         ph = _classify(code)[0]
@@ -209,7 +222,15 @@ def _account(stack, gc, leaf):
     if len(stack) > MAX_DEPTH:
         # keep the outer frames (the user's code) and the innermost few
         stack = stack[:12] + [(None, 0)] + stack[-(MAX_DEPTH - 12):]
-    phase = special or outer
+    user_leaf = bool(stack) and _classify(leaf_code)[1] and not _input_fn(stack)
+    return stack, special or outer, user_leaf, tuple(reversed(stack))
+
+
+def _account(shape, gc, tensor_line):
+    """Count one sample of the training thread (shape: _shape's), given
+    whether a collection was running and how to tell a line of tensor ops.
+    The phase."""
+    stack, phase, user_leaf, rev = shape
     if gc:
         # the sampler was held past its time by a collection (it holds the
         # GIL), or the native reader's sample fell in one: the stack is where
@@ -217,8 +238,8 @@ def _account(stack, gc, leaf):
         phase = "gc"
     elif _evalhooks.ev.active and phase in (None, "forward", "data"):
         phase = "eval"
-    if phase is None and _evalhooks.ev.training_started and _classify(leaf_code)[1] and \
-            _is_tensor_line(leaf, stack[0]) and not _input_fn(stack):
+    if phase is None and user_leaf and _evalhooks.ev.training_started and \
+            tensor_line(stack[0]):
         # the innermost frame is the user's, on a line of tensor ops: the
         # thread is inside one of them (model compute written without nn.Module)
         phase = "compute"
@@ -226,7 +247,7 @@ def _account(stack, gc, leaf):
         phase = "other" if _evalhooks.ev.training_started else "startup"
     _nsamples[0] += 1
     _by_phase[phase] = _by_phase.get(phase, 0) + 1
-    key = (phase, tuple(reversed(stack)))
+    key = (phase, rev)
     n = _stacks.get(key)
     if n is not None:
         _stacks[key] = n + 1
@@ -235,13 +256,6 @@ def _account(stack, gc, leaf):
     else:
         _truncated[0] += 1
     return phase
-
-
-def _is_tensor_line(leaf, top):
-    if leaf is not None:
-        return _tensor_line(leaf)
-    code, line = top
-    return code is not None and bool(_tensor_line_cache.get((code.co_filename, code.co_name, code.co_firstlineno, line)))
 
 
 class _NCode:
@@ -273,26 +287,50 @@ def _in_gc(t):
 def _take_native(frames, tid):
     """Count the native reader's samples of the training thread since the
     last tick. They were taken when the reader woke, wherever the thread
-    was, holding the GIL or not; the live frames only seed the tensor-line
-    cache and give the other threads' samples."""
+    was, holding the GIL or not; the live frames only tell tensor lines
+    apart and give the other threads' samples."""
     from trainperf import _core
     samples, codes, stats = _core.pystack_take()
     for i, (fn, name, first) in codes.items():
         _ncodes[i] = _ncode(fn, name, first)
     _native_stats[:] = stats
-    live = frames.get(tid)
-    if live is not None and _evalhooks.ev.training_started and _classify(live.f_code)[1]:
-        _tensor_line(live)
+    live = {}
+    f = frames.get(tid)
+    while f is not None and len(live) < 64:
+        c = f.f_code
+        if _classify(c)[1]:
+            live.setdefault((c.co_filename, c.co_name, c.co_firstlineno), f)
+        f = f.f_back
+
+    def tensor_line(top):
+        code, line = top
+        if code is None:
+            return False
+        k = (code.co_filename, code.co_name, code.co_firstlineno)
+        r = _tensor_line_cache.get(k + (line,))
+        if r is not None:
+            return r
+        # the same function is live now: its variables tell (their types
+        # hold from step to step); otherwise unknown, not cached
+        lf = live.get(k)
+        return _tensor_line(lf, line) if lf is not None else False
+
     phase = None
     for t, fr in samples:
-        stack = [(_ncodes.get(i), ln if ln > 0 else 0) for i, ln in fr]
-        if stack:
-            phase = _account(stack, _in_gc(t), None)
+        if not fr:
+            continue
+        shape = _nshape.get(fr)
+        if shape is None:
+            shape = _shape([(_ncodes.get(i), ln if ln > 0 else 0) for i, ln in fr])
+            if len(_nshape) < 20000:
+                _nshape[fr] = shape
+        phase = _account(shape, _in_gc(t), tensor_line)
     if len(frames) > 2 and _evalhooks.ev.training_started:
-        _sample_others(frames, tid, phase == "other")
+        # each tick's look at the other threads stands for _NATIVE_X samples
+        _sample_others(frames, tid, phase == "other", _NATIVE_X)
 
 
-def _sample_others(frames, tid, outside):
+def _sample_others(frames, tid, outside, weight=1):
     """Where the process's other threads run the user's code: per thread
     (_thr_code, for the threads' CPU of _read_threads) and, while the
     training thread is outside every phase (perhaps waiting for a
@@ -310,10 +348,10 @@ def _sample_others(frames, tid, outside):
                 if not blocked:
                     key = (code, f.f_lineno or 0)
                     if outside and (key in _bg or len(_bg) < MAX_BG):
-                        _bg[key] = _bg.get(key, 0) + 1
+                        _bg[key] = _bg.get(key, 0) + weight
                     tk = (t, key)
                     if tk in _thr_code or len(_thr_code) < MAX_BG:
-                        _thr_code[tk] = _thr_code.get(tk, 0) + 1
+                        _thr_code[tk] = _thr_code.get(tk, 0) + weight
                 break
             fn = code.co_filename.replace("\\", "/")
             if fn.endswith(_BLOCKED) or "/multiprocessing/" in fn:
@@ -495,7 +533,7 @@ def _write():
         f.writelines(lines)
     os.replace(tmp, os.path.join(d, "stacks-%d.folded" % _pid))
     ev = _evalhooks.snapshot()
-    ev["profile"] = {"hz": _hz[0], "samples": _nsamples[0], "truncated": _truncated[0],
+    ev["profile"] = {"hz": _hz[0] * (_NATIVE_X if _native[0] else 1), "samples": _nsamples[0], "truncated": _truncated[0],
                      "sampler_cost_s": round(_cost_s[0], 6),
                      "native": _native[0], "native_failed": _native_stats[2],
                      "native_lost": _native_stats[1], "native_cpu_s": round(_native_stats[3], 6),
@@ -574,7 +612,7 @@ def start():
         try:
             from trainperf import _core
             start_native = getattr(_core, "pystack_start", None)
-            _native[0] = bool(start_native and start_native(_hz[0]))
+            _native[0] = bool(start_native and start_native(_hz[0] * _NATIVE_X))
         except Exception:
             _native[0] = False
     t = threading.Thread(target=_loop, args=(tid,), name="trainperf-sampler", daemon=True)

@@ -16,6 +16,7 @@
 #define MAX_COUNT 1e5 /* cores, threads, workers: a damaged file's larger figure is ignored */
 #define HOSTCODE_SHARE 0.20   /* unlabelled time that is the user's code */
 #define HOSTCODE_MIN_SAMPLES 20
+#define HOSTCODE_WARM_STEPS 10  /* steps before the warm ones' shares are used */
 #define LEVEL_MIN_STEPS 20
 #define LEVEL_LOCAL_CV 0.15 /* step-to-step variation of steady steps */
 #define LEVEL_RATIO 1.5     /* highest over lowest level */
@@ -577,11 +578,15 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     int npause = 0;
     double gcs = r->sum_interval_ns > 0 ? gc_pause(c, &npause) / (r->sum_interval_ns / 1e9) : 0;
     if (!(gcs > 0 && gcs < 1)) gcs = 0;
+    /* the steps' own unlabelled share, timed by the hook (over the warm
+     * steps: the first one holds the start-up) */
+    double so = r->sum_interval_ns > 0 ? r->sum_phase_ns[PH_OTHER] / r->sum_interval_ns : NAN;
+    if (r->warm_interval_ns > 0 && r->steps >= HOSTCODE_WARM_STEPS)
+        so = r->warm_phase_ns[PH_OTHER] / r->warm_interval_ns;
     /* a run too short for many samples: the steps' own unlabelled share
      * (which holds the pauses outside phases) carries the size, the few
      * samples still name the function */
     if (train < HOSTCODE_MIN_SAMPLES) {
-        double so = r->sum_interval_ns > 0 ? r->sum_phase_ns[PH_OTHER] / r->sum_interval_ns : NAN;
         if (!(so >= HOSTCODE_SHARE) || !(share >= HOSTCODE_SHARE)) return 0;
         share = so - gcs;
     } else {
@@ -589,6 +594,10 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
          * samples cover the time outside GC pauses (the one taken just
          * after a pause is labelled gc by the hook): a share of that time */
         share *= 1 - gcs;
+        /* and no more than the time outside every timed phase: the samples
+         * estimate, the hook times; a framework's own code around a timed
+         * phase (Lightning's optimizer-step wrapper) samples as outside */
+        if (isfinite(so) && share > so) share = so;
     }
     if (!(share >= HOSTCODE_SHARE)) return 0;
     const dc_func *f = &c->funcs[0];
