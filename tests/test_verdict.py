@@ -505,3 +505,37 @@ def test_comm_advice_knows_the_run_already_accumulates(run_cli, tmp_path):
     dg = diagnosis(run_cli, make_run(tmp_path / "acc", comm, quiet_metrics(8), events=acc))
     recs = " ".join(dg["primary"]["recommendations"])
     assert "already skips" in recs and "gradient accumulation with no_sync()" not in recs, recs
+
+
+def rank_events(pid, rank, lines, samples=400):
+    e = events(by_phase={"forward": samples // 2, "backward": samples // 2})
+    e.update(pid=pid, rank=str(rank))
+    e["profile"]["lines_top"] = {"samples": samples, "lines": [
+        {"func": "<module>", "file": "/x/train.py", "line": ln, "samples": int(sh * samples),
+         "phase": "forward", "src": src} for ln, src, sh in lines]}
+    return e
+
+
+def test_straggler_names_the_work_only_it_does(run_cli, tmp_path):
+    # rank 1's steps take 1.6x rank 0's; its samples sit at a line rank 0 never runs
+    def steps():
+        a = steady_steps(60, 10.0, extra=lambda i: {"rank": 0, "pid": 100, "tid": 100})
+        b = steady_steps(60, 16.0, extra=lambda i: {"rank": 1, "pid": 101, "tid": 101})
+        return a + b
+    common = (25, "loss = model(x).sum()", 0.5)
+    for name, r1, says in (
+            ("probe", [(29, "probe(x)", 0.6), common], True),
+            # the same lines in the same shares: nothing only rank 1 does
+            ("even", [common, (26, "loss.backward()", 0.4)], False)):
+        d = make_run(tmp_path / name, steps(), quiet_metrics(8),
+                     events=rank_events(100, 0, [common, (26, "loss.backward()", 0.4)]))
+        (d / "pyprof" / "events-101.json").write_text(json.dumps(rank_events(101, 1, r1)))
+        dg = diagnosis(run_cli, d)
+        st = finding(dg, "straggler")
+        assert "rank 1" in st["summary"].lower(), ids(dg)
+        text = " ".join([e["text"] for e in st["evidence"]] + st["recommendations"])
+        if says:
+            assert "rank 1 spends 60% of its samples at train.py:29 `probe(x)`" in text, text
+            assert "the other ranks 0%" in text and "Rank 1 alone" in st["recommendations"][0]
+        else:
+            assert "alone" not in text and "spends" not in text, text

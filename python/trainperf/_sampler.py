@@ -516,6 +516,35 @@ def _summary():
     return out
 
 
+def _lines_top():
+    """The user's lines the training thread spent its samples in (the
+    innermost frame of the user's code of each stack, in any phase but
+    start-up), most first: where a rank that does work the others do not
+    (a probe, logging, evaluation on rank 0) differs from them."""
+    lines = {}
+    total = 0
+    for (phase, stack), n in list(_stacks.items()):
+        if phase == "startup":
+            continue
+        total += n
+        for i in range(len(stack) - 1, -1, -1):
+            code, line = stack[i]
+            if code is not None and _classify(code)[1]:
+                k = (code.co_filename, code.co_name, line)
+                e = lines.get(k)
+                if e is None:
+                    e = lines[k] = [0, {}]
+                e[0] += n
+                e[1][phase] = e[1].get(phase, 0) + n
+                break
+    top = sorted(lines.items(), key=lambda kv: -kv[1][0])[:6]
+    return {"samples": total,
+            "lines": [{"func": fn, "file": f, "line": ln, "samples": n,
+                       "phase": max(ph, key=ph.get),
+                       "src": linecache.getline(f, ln).strip()[:80]}
+                      for (f, fn, ln), (n, ph) in top]}
+
+
 def _write():
     from trainperf import _core
     rd = _core.run_dir() if hasattr(_core, "run_dir") else None
@@ -538,7 +567,8 @@ def _write():
                      "native": _native[0], "native_failed": _native_stats[2],
                      "native_lost": _native_stats[1], "native_cpu_s": round(_native_stats[3], 6),
                      "by_phase": dict(_by_phase), "other_top": _summary(),
-                     "threads_top": _others_top(), "threads_cpu": _threads_cpu()}
+                     "threads_top": _others_top(), "threads_cpu": _threads_cpu(),
+                     "lines_top": _lines_top()}
     ev["written_at"] = round(time.monotonic(), 6)
     _evalhooks.write_json(os.path.join(d, "events-%d.json" % _pid), ev)
 

@@ -587,6 +587,25 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
     return 1;
 }
 
+/* Work only the straggler does, where the samples of its training thread
+ * show it: evidence and the first recommendation. */
+static void rank_only_work(const diag_run *r, dfinding *d, int rank)
+{
+    const dc_func *f;
+    const char *src;
+    double mine, others;
+    if (!dc_rank_only_line(&r->cause, rank, &f, &src, &mine, &others)) return;
+    int q = src[0] != 0;
+    ev(d, "rank_only_share", mine,
+       "rank %d spends %.0f%% of its samples at %s:%d%s%s%s (in %s), the other ranks %.0f%%", rank,
+       100 * mine, f->file, f->line, q ? " `" : "", src, q ? "`" : "", f->func, 100 * others);
+    rec(d,
+        "Rank %d alone spends %.0f%% of its time at %s:%d%s%s%s: share that work across the "
+        "ranks, run it every N steps, or move it off the training step (another process, after "
+        "training).",
+        rank, 100 * mine, f->file, f->line, q ? " (`" : "", src, q ? "`)" : "");
+}
+
 /* The rank the others wait for in collectives (synchronous training evens
  * the step times out, so their medians cannot show it). */
 static int cand_waited_for(const diag_run *r, dfinding *d)
@@ -616,6 +635,7 @@ static int cand_waited_for(const diag_run *r, dfinding *d)
     } else {
         ev(d, "extra_compute_ms", s.extra_compute_ms, "rank %d computes %.1f ms a step more",
            s.rank, s.extra_compute_ms);
+        rank_only_work(r, d, s.rank);
         rec(d,
             "Look at rank %d: its device clocks and temperature, other work on its host or CPU "
             "cores, work only it does (logging, checkpointing, evaluation on rank 0), uneven "
@@ -664,6 +684,7 @@ static int cand_straggler(const diag_run *r, const ctx *c, dfinding *d)
     ev(d, "slowest_rank", slow, "rank %d median step %.1f ms vs %.1f ms across ranks", slow, worst,
        med);
     (void)c;
+    rank_only_work(r, d, slow);
     rec(d,
         "Look at rank %d's node: GPU clocks and temperature, other jobs on the host, its "
         "data shard (uneven shard sizes or sample lengths).",

@@ -227,6 +227,76 @@ static void add_event(dc_event *arr, int *n, double t, double dur, const char *w
     (*n)++;
 }
 
+/* profile.lines_top of one process, with its pid and rank */
+static void load_lines(dcause *c, const jr_node *root, const jr_node *p)
+{
+    const jr_node *lt = p ? jr_get(p, "lines_top") : NULL;
+    double total = lt ? jr_pnum(lt, "samples") : NAN;
+    const jr_node *ls = lt ? jr_get(lt, "lines") : NULL;
+    if (!(total > 0) || !ls || ls->type != JR_ARR || c->nproc >= DC_MAX_PROCS) return;
+    dc_proc *pr = &c->procs[c->nproc];
+    memset(pr, 0, sizeof(*pr));
+    pr->pid = diag_int(jr_pnum(root, "pid"), 0, 1 << 30, -1);
+    /* RANK as the environment had it: a string */
+    const char *rk = jr_pstr(root, "rank");
+    char *end = NULL;
+    long v = rk ? strtol(rk, &end, 10) : -1;
+    pr->rank = rk && end != rk && *end == 0 && v >= 0 && v < 1 << 20 ? (int)v : -1;
+    pr->samples = total;
+    for (const jr_node *e = ls->child; e && pr->nlines < DC_PROC_LINES; e = e->next) {
+        const char *fn = jr_pstr(e, "func"), *file = jr_pstr(e, "file"), *ph = jr_pstr(e, "phase"),
+                   *src = jr_pstr(e, "src");
+        double n = jr_pnum(e, "samples");
+        if (!fn || !file || !(n > 0) || n > total) continue;
+        dc_func *f = &pr->lines[pr->nlines];
+        fmt(f->func, sizeof(f->func), "%s", fn);
+        fmt(f->file, sizeof(f->file), "%s", base(file));
+        f->line = line_no(jr_pnum(e, "line"));
+        fmt(f->kind, sizeof(f->kind), "%s", ph ? ph : "");
+        f->samples = n;
+        fmt(pr->src[pr->nlines], sizeof(pr->src[0]), "%s", src ? src : "");
+        pr->nlines++;
+    }
+    c->nproc++;
+}
+
+int dc_rank_only_line(const dcause *c, int rank, const dc_func **f, const char **src,
+                      double *share, double *others)
+{
+    const dc_proc *me = NULL;
+    int nother = 0;
+    for (int i = 0; i < c->nproc; i++) {
+        if (c->procs[i].rank == rank && !me)
+            me = &c->procs[i];
+        else if (c->procs[i].rank >= 0 && c->procs[i].rank != rank)
+            nother++;
+    }
+    if (!me || nother == 0) return 0;
+    double best = 0;
+    int bi = -1;
+    double bo = 0;
+    for (int l = 0; l < me->nlines; l++) {
+        const dc_func *x = &me->lines[l];
+        double o = 0;
+        for (int i = 0; i < c->nproc; i++) {
+            const dc_proc *p = &c->procs[i];
+            if (p == me || p->rank < 0 || p->rank == rank) continue;
+            for (int k = 0; k < p->nlines; k++)
+                if (p->lines[k].line == x->line && strcmp(p->lines[k].func, x->func) == 0 &&
+                    strcmp(p->lines[k].file, x->file) == 0)
+                    o += p->lines[k].samples / p->samples / nother;
+        }
+        double lead = x->samples / me->samples - o;
+        if (lead > best) best = lead, bi = l, bo = o;
+    }
+    if (bi < 0 || best < 0.2 || me->lines[bi].samples / me->samples < 0.25) return 0;
+    *f = &me->lines[bi];
+    *src = me->src[bi];
+    *share = me->lines[bi].samples / me->samples;
+    *others = bo;
+    return 1;
+}
+
 static void load_one(diag_run *r, const jr_node *root, double t0)
 {
     dcause *c = &r->cause;
@@ -289,6 +359,7 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
             c->bg.samples = bs;
         }
     }
+    load_lines(c, root, p);
     const jr_node *tc = p ? jr_get(jr_get(p, "threads_cpu"), "threads") : NULL;
     for (const jr_node *e = tc && tc->type == JR_ARR ? tc->child : NULL; e; e = e->next) {
         double span = jr_pnum(e, "span_s"), cpu = jr_pnum(e, "cpu_s"), rq = jr_pnum(e, "runq_s");

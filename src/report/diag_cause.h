@@ -21,6 +21,18 @@ typedef struct dc_func {
     double samples;
 } dc_func;
 
+/* One process's training thread as its samples saw it: its rank (-1 none)
+ * and the user lines they fell in, most first (profile.lines_top) */
+#define DC_MAX_PROCS 32
+#define DC_PROC_LINES 6
+typedef struct dc_proc {
+    int pid, rank;
+    double samples;
+    int nlines;
+    dc_func lines[DC_PROC_LINES]; /* kind: the phase most of the line's samples were in */
+    char src[DC_PROC_LINES][84];  /* the line's source text */
+} dc_proc;
+
 typedef struct dc_event {
     double t, dur; /* seconds since run start */
     char what[200];
@@ -39,6 +51,8 @@ typedef struct dcause {
     int nfunc;
     dc_func funcs[DC_MAX_FUNCS];
     dc_func bg; /* other threads' busiest user code while the training thread was outside phases */
+    int nproc;
+    dc_proc procs[DC_MAX_PROCS];
     /* threads_cpu: the training threads' time (span, on-CPU, run-queue wait,
      * summed over processes) and the other Python thread with the most CPU
      * (its CPU share of its span, where it ran: the GIL's competitor) */
@@ -102,6 +116,13 @@ typedef struct dcause {
 
 struct diag_run;
 struct dfinding;
+
+/* The user line that rank's training thread spent a share of its samples in
+ * that most exceeds the other ranks' mean share of it (work only it does):
+ * 1 with *f, *src and the two shares set when it leads by >= 20 points and
+ * holds >= 25% of its samples, else 0. */
+int dc_rank_only_line(const dcause *c, int rank, const dc_func **f, const char **src,
+                      double *share, double *others);
 
 /* Read pyprof/events-*.json of r's run directory into r->cause (missing
  * files leave have_pyprof 0; damaged ones are skipped). */

@@ -1,7 +1,7 @@
 # expect: primary=straggler
 # launch: torchrun=2
 # must_not: communication, unstable, host-code, undetermined
-# says: rank 1
+# says: rank 1; probe(x)
 """DDP over gloo where rank 1 alone runs three extra forward passes of a
 larger probe network every step (work only one rank does: a probe, a metric,
 logging on one rank): rank 0 waits for it in every all-reduce. The verdict
