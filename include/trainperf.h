@@ -117,6 +117,13 @@ TPF_API int tpf_attached(void);
 /* Events this process dropped because a ring was full or no ring was left. */
 TPF_API uint64_t tpf_dropped(void);
 
+/* This process's rank, for a launcher that passes it in code rather than in
+ * the environment (RANK/SLURM_PROCID are read at attach): with
+ * torch.multiprocessing.spawn, init_process_group(rank=r). Steps recorded
+ * from now on carry it; local_rank and world_size may be -1 (unknown).
+ * Returns 0, or TPF_EINVAL for a negative rank. Thread-safe. */
+TPF_API int tpf_set_rank(int rank, int local_rank, int world_size);
+
 /* ---- embedded mode ----------------------------------------------------- */
 
 #define TPF_OPTIONS_VERSION 1

@@ -214,3 +214,33 @@ def test_sitecustomize_chains_to_the_one_it_shadows(tmp_path):
                      TRAINPERF_RUN_DIR=tmp_path / "r")
         assert res.returncode == 0, res.stderr
         assert res.stdout.strip() == "yes"
+
+
+SET_RANK = """
+    import sys, time
+    import trainperf
+    from trainperf import _core
+    out = sys.argv[1]
+    trainperf.start(out, interval_s=0.1)
+    for i in range(6):
+        if i == 3:
+            # a rank learnt in code (torch.multiprocessing.spawn): the
+            # steps after it carry it, not those before (still in the ring)
+            _core.set_rank(3, -1, 4)
+        with trainperf.step():
+            time.sleep(0.01)
+    try:
+        _core.set_rank(-1)
+    except ValueError as e:
+        print("error:", e)
+    trainperf.stop()
+"""
+
+
+def test_a_rank_given_in_code_reaches_the_steps(tmp_path):
+    out = tmp_path / "run"
+    res = run_py([script(tmp_path, SET_RANK), out])
+    assert res.returncode == 0, res.stderr
+    assert "error: rank must be >= 0" in res.stdout
+    ranks = [r["rank"] for r in steps(str(out))]
+    assert ranks == ["", "", "", "3", "3", "3"], ranks

@@ -38,6 +38,7 @@ Written by a background thread about once a second and at exit: the training
 thread only appends to bounded lists.
 """
 import atexit
+import functools
 import itertools
 import os
 import sys
@@ -511,6 +512,51 @@ def _who():
     return "pid%d" % os.getpid(), None
 
 
+def _publish_rank(dist):
+    """A rank passed in code (torch.multiprocessing.spawn with
+    init_process_group(rank=r)) is in no environment variable: put it in
+    RANK/WORLD_SIZE for trainperf's own readers (these files, the profile,
+    the exporters) and tell the probe, so this process's steps carry it."""
+    if os.environ.get("RANK", "").strip().isdigit():
+        return
+    try:
+        r, n = int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:
+        return
+    if r < 0:
+        return
+    os.environ["RANK"] = str(r)
+    if not os.environ.get("WORLD_SIZE", "").strip().isdigit():
+        os.environ["WORLD_SIZE"] = str(n)
+    import trainperf
+    set_rank = getattr(trainperf._core, "set_rank", None)
+    if set_rank is not None:
+        set_rank(r, -1, n)
+    w = _writer[0]
+    if w is not None and w.ops_f is None:
+        w.who, w.rank = _who()
+
+
+def _patch_init(dist, c10d):
+    orig = getattr(c10d, "init_process_group", None)
+    if orig is None or getattr(orig, "_trainperf", False):
+        return
+
+    @functools.wraps(orig)
+    def init_process_group(*args, **kwargs):
+        out = orig(*args, **kwargs)
+        try:
+            _publish_rank(dist)
+        except Exception:
+            pass  # never disturb training
+        return out
+
+    init_process_group._trainperf = True
+    setattr(c10d, "init_process_group", init_process_group)
+    if getattr(dist, "init_process_group", None) is orig:
+        setattr(dist, "init_process_group", init_process_group)
+
+
 def _run_dir():
     try:
         import trainperf
@@ -674,6 +720,12 @@ def install(torch):
         if getattr(dist, name, None) is orig:
             setattr(dist, name, w)
     _patch_work(dist, push, pop)
+    try:
+        _patch_init(dist, c10d)
+        if dist.is_initialized():
+            _publish_rank(dist)
+    except Exception as exc:
+        sys.stderr.write("trainperf: rank given in code not followed: %r\n" % (exc,))
     try:
         _patch_ddp(torch, dist, push, pop)
     except Exception as exc:

@@ -908,6 +908,17 @@ static PyObject *core_attached(PyObject *self, PyObject *unused)
     return PyBool_FromLong(tpf_attached());
 }
 
+static PyObject *core_set_rank(PyObject *self, PyObject *args)
+{
+    int rank, local_rank = -1, world_size = -1;
+    if (!PyArg_ParseTuple(args, "i|ii:set_rank", &rank, &local_rank, &world_size)) return NULL;
+    if (tpf_set_rank(rank, local_rank, world_size) < 0) {
+        PyErr_SetString(PyExc_ValueError, "rank must be >= 0");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *core_dropped(PyObject *self, PyObject *unused)
 {
     return PyLong_FromUnsignedLongLong(tpf_dropped());
@@ -998,6 +1009,9 @@ static PyMethodDef core_methods[] = {
     {"mark", core_mark, METH_O, "mark($module, name, /)\n--\n\nRecord an instant event."},
     {"name", core_name, METH_O, "name($module, name, /)\n--\n\nThe interned id of name (0 when the table is full)."},
     {"attached", core_attached, METH_NOARGS, "attached($module, /)\n--\n\nTrue when events go to a collector."},
+    {"set_rank", core_set_rank, METH_VARARGS,
+     "set_rank($module, rank, local_rank=-1, world_size=-1, /)\n--\n\nThis process's rank, when "
+     "the launcher passes it in code, not the environment (steps from now on carry it)."},
     {"dropped", core_dropped, METH_NOARGS, "dropped($module, /)\n--\n\nEvents dropped by this process."},
     {"version", core_version, METH_NOARGS, "version($module, /)\n--\n\nThe C library version."},
     {"run_dir", core_run_dir, METH_NOARGS, "run_dir($module, /)\n--\n\nThe run directory, or None when not attached."},

@@ -172,6 +172,13 @@ class CtypesCore:
     def attached(self):
         return bool(self._lib.tpf_attached())
 
+    def set_rank(self, rank, local_rank=-1, world_size=-1):
+        if int(rank) < 0:
+            raise ValueError("rank must be >= 0")
+        f = getattr(self._lib, "tpf_set_rank", None)
+        if f is not None:
+            f(int(rank), int(local_rank), int(world_size))
+
     def dropped(self):
         return self._lib.tpf_dropped()
 
@@ -261,6 +268,9 @@ class NoopCore:
 
     def attached(self):
         return False
+
+    def set_rank(self, rank, local_rank=-1, world_size=-1):
+        pass
 
     def dropped(self):
         return 0

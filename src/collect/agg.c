@@ -63,6 +63,12 @@ int agg_proc_create(agg_proc **out, pid_t pid, int rank, int local_rank)
     return 0;
 }
 
+void agg_proc_set_rank(agg_proc *p, int rank, int local_rank)
+{
+    p->rank = rank;
+    p->local_rank = local_rank;
+}
+
 void agg_proc_free(agg_proc *p)
 {
     if (!p) return;

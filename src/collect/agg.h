@@ -43,6 +43,8 @@ void agg_free(agg *a);
 /* Per-process state (one per segment). rank/local_rank -1 when none. */
 int agg_proc_create(agg_proc **out, pid_t pid, int rank, int local_rank);
 void agg_proc_free(agg_proc *p);
+/* The process's rank from now on (one given in code after the open). */
+void agg_proc_set_rank(agg_proc *p, int rank, int local_rank);
 
 /* Feed one event of process p (events of one thread in publication order). */
 void agg_event(agg *a, agg_proc *p, const seg_event *ev);

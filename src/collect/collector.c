@@ -240,9 +240,24 @@ static void sink_mark(void *ctx, pid_t pid, pid_t tid, tpf_name name, uint64_t t
     probe_out(c, &p);
 }
 
+/* A rank given in code (tpf_set_rank): the process's steps from here on
+ * carry it, and the sinks learn it. */
+static void seg_rank(coll *c, coll_seg *s)
+{
+    if (!seg_reader_rank_changed(s->r)) return;
+    const seg_proc_info *pi = seg_reader_info(s->r);
+    agg_proc_set_rank(s->p, pi->rank, pi->local_rank);
+    sink_probe p = {.kind = SINK_PROCESS, .pid = pi->pid, .tid = pi->pid, .rank = pi->rank};
+    probe_out(c, &p);
+}
+
 static void on_event(void *ctx, const seg_event *ev)
 {
     coll *c = ctx;
+    if (ev->kind == SEG_EV_MARK && ev->name == SEG_NAME_RANK_SET) {
+        seg_rank(c, c->cur);
+        return;
+    }
     agg_event(c->agg, c->cur->p, ev);
 }
 
@@ -252,6 +267,7 @@ static void seg_drain(coll *c, coll_seg *s)
     c->cur = s;
     seg_reader_drain(s->r, on_event, c);
     c->cur = NULL;
+    seg_rank(c, s); /* the mark lost to a full ring */
 }
 
 static void seg_close(coll *c, coll_seg *s)

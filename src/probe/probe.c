@@ -64,6 +64,8 @@ typedef struct probe_seg {
 } probe_seg;
 
 static probe_seg g_seg = {.fd = -1};
+/* tpf_set_rank's rank, local rank and world size (-1: from the environment) */
+static int g_rank_set[3] = {-1, -1, -1};
 static uint32_t g_gen = PROBE_GEN0 - 1;
 static int g_clock_tsc; /* read on the hot path; set before publish */
 static char g_run_dir[PATH_MAX];
@@ -356,9 +358,9 @@ static int seg_create_in(const char *run_dir, int shm, probe_seg *out)
     h->mono0 = ck->mono0;
     h->pid = pid;
     h->ppid = getppid();
-    h->rank = env_int("RANK", "SLURM_PROCID");
-    h->local_rank = env_int("LOCAL_RANK", "SLURM_LOCALID");
-    h->world_size = env_int("WORLD_SIZE", "SLURM_NTASKS");
+    h->rank = g_rank_set[0] >= 0 ? g_rank_set[0] : env_int("RANK", "SLURM_PROCID");
+    h->local_rank = g_rank_set[1] >= 0 ? g_rank_set[1] : env_int("LOCAL_RANK", "SLURM_LOCALID");
+    h->world_size = g_rank_set[2] >= 0 ? g_rank_set[2] : env_int("WORLD_SIZE", "SLURM_NTASKS");
     if (gethostname(h->hostname, sizeof(h->hostname)) != 0) h->hostname[0] = 0;
     h->hostname[sizeof(h->hostname) - 1] = 0;
     h->created_mono_ns = clk_mono_ns();
@@ -662,6 +664,28 @@ uint64_t tpf_dropped(void)
     uint64_t d = g_dropped_before + (g_seg.h ? seg_drops(g_seg.h) : 0);
     pthread_mutex_unlock(&g_lock);
     return d;
+}
+
+int tpf_set_rank(int rank, int local_rank, int world_size)
+{
+    if (rank < 0) return TPF_EINVAL;
+    pthread_mutex_lock(&g_lock);
+    g_rank_set[0] = rank;
+    g_rank_set[1] = local_rank >= 0 ? local_rank : -1;
+    g_rank_set[2] = world_size > 0 ? world_size : -1;
+    if (g_seg.h) {
+        /* the collector reads these at each drain (seg_reader_rank); the
+         * rank is stored last */
+        if (g_rank_set[1] >= 0)
+            __atomic_store_n(&g_seg.h->local_rank, g_rank_set[1], __ATOMIC_RELAXED);
+        if (g_rank_set[2] >= 0)
+            __atomic_store_n(&g_seg.h->world_size, g_rank_set[2], __ATOMIC_RELAXED);
+        __atomic_store_n(&g_seg.h->rank, rank, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&g_lock);
+    /* where in this thread's events the rank begins */
+    tpf_mark(SEG_NAME_RANK_SET);
+    return 0;
 }
 
 const char *tpf_run_dir(void)

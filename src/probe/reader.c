@@ -153,6 +153,19 @@ const seg_proc_info *seg_reader_info(const seg_reader *r)
     return r ? &r->info : NULL;
 }
 
+int seg_reader_rank_changed(seg_reader *r)
+{
+    const seg_header *h = r->h;
+    int32_t rank = __atomic_load_n(&h->rank, __ATOMIC_ACQUIRE);
+    if (rank < 0 || rank == r->info.rank) return 0;
+    int32_t lr = __atomic_load_n(&h->local_rank, __ATOMIC_RELAXED),
+            ws = __atomic_load_n(&h->world_size, __ATOMIC_RELAXED);
+    r->info.rank = rank;
+    r->info.local_rank = lr >= 0 ? lr : -1;
+    r->info.world_size = ws >= 0 ? ws : -1;
+    return 1;
+}
+
 /* Re-derive the TSC rate from the producer's base pair and a pair taken
  * now: the longer the run, the more exact (pair error over elapsed time). */
 static void refine_clock(seg_reader *r)

@@ -21,6 +21,11 @@ enum seg_ev_kind {
     SEG_EV_MARK = 6,      /* name */
 };
 
+/* A mark with this reserved name (below TPF_NAME_FIRST_USER) says the
+ * thread's process set its rank here (tpf_set_rank): the events after it
+ * carry the rank now in the segment header. */
+#define SEG_NAME_RANK_SET 8
+
 /* An event as the reader hands it out (converted from the 32-byte record). */
 typedef struct seg_event {
     uint64_t ts_ns;       /* CLOCK_MONOTONIC nanoseconds */
@@ -49,6 +54,9 @@ typedef struct seg_reader seg_reader;
 int seg_reader_open(seg_reader **out, const char *path);
 void seg_reader_close(seg_reader *r);
 const seg_proc_info *seg_reader_info(const seg_reader *r);
+/* 1 when the producer has set its rank since the last call or the open
+ * (tpf_set_rank): seg_reader_info has the new one. */
+int seg_reader_rank_changed(seg_reader *r);
 
 typedef void (*seg_event_cb)(void *ctx, const seg_event *ev);
 /* Hand every event published since the last drain to cb, thread by thread, in

@@ -83,7 +83,9 @@ typedef struct seg_header {
     uint64_t mono0;
     /* identity */
     int32_t pid, ppid;
-    int32_t rank, local_rank, world_size; /* -1 when absent */
+    /* -1 when absent; tpf_set_rank may set them later (atomic stores, the
+     * rank last, then a SEG_NAME_RANK_SET mark in the caller's ring) */
+    int32_t rank, local_rank, world_size;
     int32_t pad1;
     char hostname[64];
     uint64_t created_mono_ns;
