@@ -316,6 +316,52 @@ TT_TEST(rank_from_environment)
     rm_run_dir(dir);
 }
 
+/* The rank given in code after the attach (tpf_set_rank): in the header
+ * once set, a reserved mark where it began, and for segments made later. */
+static void rank_mark_cb(void *ctx, const seg_event *ev)
+{
+    int *marks = ctx;
+    if (ev->kind == SEG_EV_MARK && ev->name == SEG_NAME_RANK_SET) marks[0]++;
+    if (ev->kind == SEG_EV_MARK && ev->name == TPF_PHASE_EVAL && marks[0] == 0) marks[1]++;
+}
+
+TT_TEST(rank_given_in_code)
+{
+    char dir[64], seg[256];
+    tmp_run_dir(dir, sizeof(dir));
+    unsetenv("RANK");
+    unsetenv("SLURM_PROCID");
+    TT_EQ_INT(probe_attach(dir), 0);
+    tpf_mark(TPF_PHASE_EVAL);
+    seg_path_of(seg, sizeof(seg), dir, getpid());
+    seg_reader *r;
+    TT_EQ_INT(seg_reader_open(&r, seg), 0);
+    TT_EQ_INT(seg_reader_info(r)->rank, -1);
+    TT_EQ_INT(seg_reader_rank_changed(r), 0);
+    TT_EQ_INT(tpf_set_rank(-1, 0, 2), TPF_EINVAL);
+    TT_EQ_INT(tpf_set_rank(5, -1, 8), 0);
+    TT_EQ_INT(seg_reader_rank_changed(r), 1);
+    TT_EQ_INT(seg_reader_info(r)->rank, 5);
+    TT_EQ_INT(seg_reader_info(r)->local_rank, -1);
+    TT_EQ_INT(seg_reader_info(r)->world_size, 8);
+    TT_EQ_INT(seg_reader_rank_changed(r), 0); /* told once */
+    int marks[2] = {0, 0};
+    TT_EQ_INT(seg_reader_drain(r, rank_mark_cb, marks), 2);
+    TT_EQ_INT(marks[0], 1); /* the rank's mark, after the event before it */
+    TT_EQ_INT(marks[1], 1);
+    seg_reader_close(r);
+    probe_detach();
+    /* a segment made after it (a re-attach) has it from the start */
+    TT_EQ_INT(probe_attach(dir), 0);
+    tpf_mark(TPF_PHASE_EVAL);
+    TT_EQ_INT(seg_reader_open(&r, seg), 0);
+    TT_EQ_INT(seg_reader_info(r)->rank, 5);
+    TT_EQ_INT(seg_reader_info(r)->world_size, 8);
+    seg_reader_close(r);
+    probe_detach();
+    rm_run_dir(dir);
+}
+
 /* ---- drops ---- */
 
 TT_TEST(overfilled_ring_drops_exactly)
