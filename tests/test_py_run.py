@@ -239,6 +239,48 @@ def test_frozen_teacher_is_training_not_eval(cli, tmp_path):
     assert all(int(r["forward_ns"]) > 0 and int(r["backward_ns"]) > 0 for r in later)
 
 
+ACTING = """
+import time, torch
+torch.manual_seed(0)
+q = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+opt = torch.optim.SGD(q.parameters(), lr=0.01)
+s = torch.randn(8)
+for i in range(40):
+    with torch.no_grad():  # acting with the model being trained, in training mode
+        a = int(q(s).argmax())
+    time.sleep(0.004)      # the environment's step
+    loss = q(torch.randn(16, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if i % 20 == 19:       # a real evaluation: model.eval() and several batches
+        q.eval()
+        with torch.no_grad():
+            for _ in range(5):
+                q(torch.randn(16, 8))
+                time.sleep(0.004)
+        q.train()
+"""
+
+
+def test_inference_inside_the_step_is_training_not_eval(cli, tmp_path):
+    # a reinforcement-learning loop acts with the model it trains, under
+    # no_grad, in every step: after three such steps that is training
+    # (forward), not an evaluation that swallows the environment's step; the
+    # real evaluations (model.eval(), five batches) stay eval
+    script = tmp_path / "acting.py"
+    script.write_text(ACTING)
+    res = trainperf_run(cli, tmp_path / "run", script)
+    assert res.returncode == 0, res.stderr
+    rows = steps(tmp_path / "run")
+    assert len(rows) == 40
+    ev = [int(r["step"]) for r in rows if int(r["eval_ns"]) > 0]
+    assert set(ev) - {0, 1, 2, 3} <= {19, 20, 39}, ev
+    assert {19, 39} & set(ev) or {20} & set(ev), ev
+    # the environment's sleep is the step's own time, outside the model
+    later = rows[5:]
+    assert col_sum(later, "other_ns") >= 0.8 * len(later) * 0.004e9
+
 LIGHTNING_CB = """
     import sys, torch, lightning as L
     from torch.utils.data import DataLoader, TensorDataset

@@ -434,18 +434,22 @@ def hook_forward(module):
     push, pop = core.range_push, core.range_pop
     grad_on = torch.is_grad_enabled
     ev = _evalhooks.ev
-    eval_enter, eval_leave = _evalhooks.eval_enter, _evalhooks.eval_leave
+    eval_enter, training_forward = _evalhooks.eval_enter, _evalhooks.training_forward
 
     def fwd_pre(mod, args):
         if mod.training and grad_on():
             if ev.active:
-                eval_leave()
+                training_forward(mod)
             push(2)  # TPF_PHASE_FORWARD
-        elif getattr(mod, "_trainperf_frozen", False):
-            push(2)  # a frozen helper inside the step (_evalhooks.step_in_eval)
+        elif getattr(mod, "_trainperf_frozen", False) or (
+                mod.training and getattr(mod, "_trainperf_instep", False)):
+            # a frozen helper inside the step (_evalhooks.step_in_eval), or
+            # inference inside the step (_evalhooks.training_forward)
+            push(2)
         else:
             if not ev.active:
                 eval_enter(mod)
+            ev.ep_fwd += 1
             push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
         ev.in_fwd += 1
 
@@ -485,7 +489,7 @@ def hook_forward_fast(module):
     is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (
         lambda: False)
     ev = _evalhooks.ev
-    eval_enter, eval_leave = _evalhooks.eval_enter, _evalhooks.eval_leave
+    eval_enter, training_forward = _evalhooks.eval_enter, _evalhooks.training_forward
     top = module
 
     @functools.wraps(orig)
@@ -494,13 +498,17 @@ def hook_forward_fast(module):
             return orig(self, *args, **kwargs)
         if self.training and grad_on():
             if ev.active:
-                eval_leave()
+                training_forward(self)
             push(2)  # TPF_PHASE_FORWARD
-        elif getattr(self, "_trainperf_frozen", False):
-            push(2)  # a frozen helper inside the step (_evalhooks.step_in_eval)
+        elif getattr(self, "_trainperf_frozen", False) or (
+                self.training and getattr(self, "_trainperf_instep", False)):
+            # a frozen helper inside the step (_evalhooks.step_in_eval), or
+            # inference inside the step (_evalhooks.training_forward)
+            push(2)
         else:
             if not ev.active:
                 eval_enter(self)
+            ev.ep_fwd += 1
             push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
         ev.in_fwd += 1
         try:

@@ -45,6 +45,8 @@ class _Ev:
     pushed = False          # this eval pushed one
     opener = None           # the module whose forward opened it (None: model.eval())
     ddp_no_sync = False     # a DDP forward ran under no_sync() (gradient accumulation)
+    ep_fwd = 0              # forwards of the module in the open eval phase
+    instep_run = 0          # eval phases in a row that were inference inside a step
 
 
 ev = _Ev()
@@ -72,6 +74,7 @@ def eval_enter(opener=None):
         return
     ev.active = True
     ev.opener = opener
+    ev.ep_fwd = 0
     ev.entries += 1
     ev.t_enter = _now()
     ev.pushed = ev.ranges
@@ -95,6 +98,28 @@ def eval_leave():
         _pop()
 
 
+INSTEP_RUN = 3
+
+
+def training_forward(mod):
+    """A training forward of mod closes the open eval phase. One that a
+    grad-off forward of mod itself opened, in training mode (no
+    model.eval()), with at most two forwards, and that no optimizer step
+    crossed, was inference inside the step: acting in a reinforcement-
+    learning loop, targets or pseudo-labels from the model being trained.
+    Three in a row and mod's grad-off forwards in training mode are training
+    forwards from then on (evaluation calls model.eval(), or runs many
+    batches). (The few seen first stay labelled eval.)"""
+    short = ev.opener is mod and ev.ep_fwd <= 2 and getattr(mod, "training", False)
+    eval_leave()
+    ev.instep_run = ev.instep_run + 1 if short else 0
+    if ev.instep_run >= INSTEP_RUN:
+        try:
+            mod._trainperf_instep = True
+        except Exception:
+            pass
+
+
 rearm = None  # set by the auto hook: look again for the module being trained
 
 
@@ -107,6 +132,7 @@ def step_in_eval():
     module that is trained. (The one step already seen stays mislabelled.)"""
     m = ev.opener
     eval_leave()
+    ev.instep_run = 0
     if m is None or getattr(m, "_trainperf_frozen", False):
         return
     try:
