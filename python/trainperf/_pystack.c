@@ -49,6 +49,7 @@
 #define PS_FILE 192
 #define PS_NAME 96
 #define PS_LINETABLE (64 * 1024)
+#define PS_TABLE_BYTES (16u << 20) /* all line tables copied, at most */
 
 typedef struct ps_code {
     uintptr_t addr, name_p, file_p, table_p;
@@ -79,6 +80,7 @@ static struct {
     double cpu_s;             /* the reader thread's own CPU time */
     ps_code *codes;           /* written by the thread only; read under mu */
     int ncodes;
+    size_t table_bytes;       /* line tables copied so far */
     int slot[2 * PS_CODES];   /* open addressing: address -> index + 1 */
 } ps = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -148,12 +150,15 @@ static ps_code *ps_code_of(uintptr_t addr, const PyCodeObject *co)
         b.ob_base.ob_size > PS_LINETABLE)
         return NULL;
     n.table_len = (size_t)b.ob_base.ob_size;
+    /* past the cap the function is still named, its lines unknown (-1) */
+    if (ps.table_bytes + n.table_len > PS_TABLE_BYTES) n.table_len = 0;
     n.table = malloc(n.table_len ? n.table_len : 1);
     if (!n.table) return NULL;
     if (ps_read(table_p + offsetof(PyBytesObject, ob_sval), n.table, n.table_len) < 0) {
         free(n.table);
         return NULL;
     }
+    ps.table_bytes += n.table_len;
     pthread_mutex_lock(&ps.mu);
     ps.codes[ps.ncodes] = n;
     int id = ++ps.ncodes;

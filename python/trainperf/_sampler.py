@@ -562,7 +562,8 @@ def _write():
         f.writelines(lines)
     os.replace(tmp, os.path.join(d, "stacks-%d.folded" % _pid))
     ev = _evalhooks.snapshot()
-    ev["profile"] = {"hz": _hz[0] * (_NATIVE_X if _native[0] else 1), "samples": _nsamples[0], "truncated": _truncated[0],
+    ev["profile"] = {"hz": _hz[0] * (_NATIVE_X if _native[0] else 1),
+                     "samples": _nsamples[0], "truncated": _truncated[0],
                      "sampler_cost_s": round(_cost_s[0], 6),
                      "native": _native[0], "native_failed": _native_stats[2],
                      "native_lost": _native_stats[1], "native_cpu_s": round(_native_stats[3], 6),

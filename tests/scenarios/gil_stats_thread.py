@@ -7,6 +7,7 @@ every torch call gives the GIL up and waits up to the switch interval (5 ms)
 to win it back, so steps take several times longer, irregularly. The verdict
 names the thread and its function, not "unstable step time"."""
 import threading
+import time
 
 import torch
 import torch.nn as nn
@@ -30,9 +31,16 @@ model = nn.Sequential(*[nn.Sequential(nn.Linear(128, 128), nn.ReLU()) for _ in r
                       nn.Linear(128, 10))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 ds = torch.utils.data.TensorDataset(torch.randn(1024, 128), torch.randint(0, 10, (1024,)))
-for x, y in torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True):
-    loss = nn.functional.cross_entropy(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
+# how much the thread slows the steps swings from run to run (3x to 50x:
+# whether it wins the GIL at each torch call depends on its wake-up), so the
+# loop trains for a fixed time rather than a fixed number of steps
+t_end = time.monotonic() + 4.0
+while time.monotonic() < t_end:
+    for x, y in torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True):
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if time.monotonic() >= t_end:
+            break
 stop = True
