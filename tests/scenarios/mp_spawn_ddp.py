@@ -17,11 +17,13 @@ def main(rank, world):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = DDP(nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                              nn.Linear(1024, 10)))
+    # large batches of a small model: the all-reduce (1.6 MB over gloo) is a
+    # small part of the step
+    model = DDP(nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                              nn.Linear(512, 10)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(128, 256), torch.randint(0, 10, (128,))
-    for step in range(100):
+    x, y = torch.randn(2048, 256), torch.randint(0, 10, (2048,))
+    for step in range(60):
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
