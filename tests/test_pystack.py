@@ -85,9 +85,12 @@ while time.monotonic() < t_end:
     release()
 samples, codes, stats = _core.pystack_take()
 _core.pystack_stop()
+import array
 names = {i: c[1] for i, c in codes.items()}
-inner = [names.get(fr[0][0], "?") for _, fr in samples if fr]
-lines = {(names.get(i), ln) for _, fr in samples for i, ln in fr}
+# each sample's frames: int32 pairs (code id, line), innermost first
+frames = [list(zip(*[iter(array.array("i", raw))] * 2)) for _, raw in samples]
+inner = [names.get(fr[0][0], "?") for fr in frames if fr]
+lines = {(names.get(i), ln) for fr in frames for i, ln in fr}
 print(json.dumps({"ok": ok, "n": len(inner), "sim": inner.count("simulate"),
                   "release": inner.count("release"), "true_share": sim / 1.5,
                   "taken": stats[0], "failed": stats[2], "cpu_s": stats[3],

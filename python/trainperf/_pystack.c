@@ -365,8 +365,9 @@ PyObject *pystack_stop(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* ([(t, ((code id, line), ...innermost first)), ...], {id: (file, name, firstlineno)} of
- * the ids not returned before, (taken, lost, failed)). */
+/* ([(t, frames), ...], {id: (file, name, firstlineno)} of the ids not returned
+ * before, (taken, lost, failed, reader CPU s)); frames: bytes of native int32
+ * pairs (code id, line; id 0 unresolved, line -1 unknown), innermost first. */
 PyObject *pystack_take(PyObject *self, PyObject *unused)
 {
     (void)self, (void)unused;
@@ -386,16 +387,14 @@ PyObject *pystack_take(PyObject *self, PyObject *unused)
         }
         pthread_mutex_unlock(&ps.mu);
         if (!have) break;
-        PyObject *fr = PyTuple_New(s.depth);
+        /* the frames as one bytes object of native int32 pairs (code id,
+         * line), innermost first: one allocation, and its hash is cached
+         * (the sampler keys its caches by it) */
+        int32_t packed[2 * PS_DEPTH];
+        for (int i = 0; i < s.depth; i++) packed[2 * i] = s.code[i], packed[2 * i + 1] = s.line[i];
+        PyObject *fr = PyBytes_FromStringAndSize((const char *)packed,
+                                                 (Py_ssize_t)(2 * s.depth * sizeof(int32_t)));
         if (!fr) goto fail;
-        for (int i = 0; i < s.depth; i++) {
-            PyObject *p = Py_BuildValue("(ii)", (int)s.code[i], (int)s.line[i]);
-            if (!p) {
-                Py_DECREF(fr);
-                goto fail;
-            }
-            PyTuple_SET_ITEM(fr, i, p);
-        }
         PyObject *e = Py_BuildValue("(dN)", s.t, fr);
         if (!e || PyList_Append(list, e) < 0) {
             Py_XDECREF(e);

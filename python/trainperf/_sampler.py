@@ -6,7 +6,7 @@ rights; a thread of the process itself needs none. Two readers:
   training thread's frames at 94 Hz without the GIL, wherever the thread is:
   also in the short stretches of Python between torch calls, which a reader
   that must win the GIL never sees (it wins it at the next torch call). This
-  daemon thread then only collects those samples at 47 Hz and looks at the
+  daemon thread then only collects those samples, 4 a tick, and looks at the
   process's other threads;
 - elsewhere (or TRAINPERF_NATIVE_STACKS=0), this daemon thread samples the
   training thread with sys._current_frames() at 47 Hz (a prime rate, so it
@@ -29,6 +29,7 @@ Output in the run directory (docs/run-format.md):
   pyprof/events-<pid>.json    the profile's summary plus _evalhooks' figures
 Both are rewritten every few seconds and at exit, atomically.
 """
+import array
 import atexit
 import linecache
 import os
@@ -65,8 +66,11 @@ MAX_BG = 2000
 _native = [False]       # the training thread's stacks come from _core's native reader
 _native_stats = [0, 0, 0, 0.0]  # samples taken, lost, failed reads, reader CPU s
 _ncodes = {}            # native code id -> _NCode
-_nshape = {}            # a native sample's frames -> _shape()
-_NATIVE_X = 2           # native samples per tick of the Python sampler
+_nshape = {}            # a native sample's frames (bytes) -> _shape()
+_ncount = {}            # (phase, a native sample's frames) -> samples
+_NATIVE_RATE = 2        # the native reader samples at twice the configured rate
+_NATIVE_X = 4           # native samples per tick of the Python sampler
+_tick_hz = [47.0]       # this thread's ticks a second
 _nproxy = {}            # (file, function, first line) -> _NCode
 _BLOCKED = ("/threading.py", "/queue.py", "/selectors.py", "/socket.py")
 
@@ -226,10 +230,11 @@ def _shape(stack):
     return stack, special or outer, user_leaf, tuple(reversed(stack))
 
 
-def _account(shape, gc, tensor_line):
+def _account(shape, gc, tensor_line, raw=None):
     """Count one sample of the training thread (shape: _shape's), given
-    whether a collection was running and how to tell a line of tensor ops.
-    The phase."""
+    whether a collection was running and how to tell a line of tensor ops;
+    raw: a native sample's frames (bytes: its hash is cached), counted
+    under it. The phase."""
     stack, phase, user_leaf, rev = shape
     if gc:
         # the sampler was held past its time by a collection (it holds the
@@ -247,15 +252,24 @@ def _account(shape, gc, tensor_line):
         phase = "other" if _evalhooks.ev.training_started else "startup"
     _nsamples[0] += 1
     _by_phase[phase] = _by_phase.get(phase, 0) + 1
-    key = (phase, rev)
-    n = _stacks.get(key)
+    counts, key = (_ncount, (phase, raw)) if raw is not None else (_stacks, (phase, rev))
+    n = counts.get(key)
     if n is not None:
-        _stacks[key] = n + 1
-    elif len(_stacks) < MAX_STACKS:
-        _stacks[key] = 1
+        counts[key] = n + 1
+    elif len(_stacks) + len(_ncount) < MAX_STACKS:
+        counts[key] = 1
     else:
         _truncated[0] += 1
     return phase
+
+
+def _all_stacks():
+    """{(phase, stack outer->inner): samples} of both readers."""
+    out = dict(_stacks)
+    for (phase, raw), n in list(_ncount.items()):
+        k = (phase, _nshape[raw][3])
+        out[k] = out.get(k, 0) + n
+    return out
 
 
 class _NCode:
@@ -294,13 +308,7 @@ def _take_native(frames, tid):
     for i, (fn, name, first) in codes.items():
         _ncodes[i] = _ncode(fn, name, first)
     _native_stats[:] = stats
-    live = {}
-    f = frames.get(tid)
-    while f is not None and len(live) < 64:
-        c = f.f_code
-        if _classify(c)[1]:
-            live.setdefault((c.co_filename, c.co_name, c.co_firstlineno), f)
-        f = f.f_back
+    live = []
 
     def tensor_line(top):
         code, line = top
@@ -311,20 +319,35 @@ def _take_native(frames, tid):
         if r is not None:
             return r
         # the same function is live now: its variables tell (their types
-        # hold from step to step); otherwise unknown, not cached
-        lf = live.get(k)
+        # hold from step to step); otherwise unknown, not cached. The walk
+        # makes a frame object per level: only on a miss, once a tick
+        if not live:
+            m = {}
+            f = frames.get(tid)
+            while f is not None and len(m) < 64:
+                c = f.f_code
+                if _classify(c)[1]:
+                    m.setdefault((c.co_filename, c.co_name, c.co_firstlineno), f)
+                f = f.f_back
+            live.append(m)
+        lf = live[0].get(k)
         return _tensor_line(lf, line) if lf is not None else False
 
     phase = None
-    for t, fr in samples:
-        if not fr:
+    for t, raw in samples:
+        if not raw:
             continue
-        shape = _nshape.get(fr)
+        shape = _nshape.get(raw)
+        key = raw
         if shape is None:
-            shape = _shape([(_ncodes.get(i), ln if ln > 0 else 0) for i, ln in fr])
+            a = array.array("i", raw)  # (code id, line) pairs, innermost first
+            shape = _shape([(_ncodes.get(a[k]), a[k + 1] if a[k + 1] > 0 else 0)
+                            for k in range(0, len(a) - 1, 2)])
             if len(_nshape) < 20000:
-                _nshape[fr] = shape
-        phase = _account(shape, _in_gc(t), tensor_line)
+                _nshape[raw] = shape
+            else:
+                key = None  # counted by its stack
+        phase = _account(shape, _in_gc(t), tensor_line, key)
     if len(frames) > 2 and _evalhooks.ev.training_started:
         # each tick's look at the other threads stands for _NATIVE_X samples
         _sample_others(frames, tid, phase == "other", _NATIVE_X)
@@ -484,7 +507,7 @@ def _kind(stack, ui):
 def _summary():
     """Top functions of the 'other' samples, by innermost user frame."""
     funcs = {}
-    for (phase, stack), n in list(_stacks.items()):
+    for (phase, stack), n in _all_stacks().items():
         if phase != "other" or not stack:
             continue
         ui = None
@@ -523,7 +546,7 @@ def _lines_top():
     (a probe, logging, evaluation on rank 0) differs from them."""
     lines = {}
     total = 0
-    for (phase, stack), n in list(_stacks.items()):
+    for (phase, stack), n in _all_stacks().items():
         if phase == "startup":
             continue
         total += n
@@ -554,7 +577,7 @@ def _write():
     d = os.path.join(rd, "pyprof")
     os.makedirs(d, exist_ok=True)
     lines = []
-    for (phase, stack), n in sorted(list(_stacks.items()), key=lambda kv: -kv[1]):
+    for (phase, stack), n in sorted(_all_stacks().items(), key=lambda kv: -kv[1]):
         fr = ";".join(_frame_label(c, ln).replace(";", ",") for c, ln in stack)
         lines.append("[%s]%s%s %d\n" % (phase, ";" if fr else "", fr, n))
     tmp = os.path.join(d, "stacks-%d.folded.tmp" % _pid)
@@ -562,7 +585,7 @@ def _write():
         f.writelines(lines)
     os.replace(tmp, os.path.join(d, "stacks-%d.folded" % _pid))
     ev = _evalhooks.snapshot()
-    ev["profile"] = {"hz": _hz[0] * (_NATIVE_X if _native[0] else 1),
+    ev["profile"] = {"hz": _hz[0],
                      "samples": _nsamples[0], "truncated": _truncated[0],
                      "sampler_cost_s": round(_cost_s[0], 6),
                      "native": _native[0], "native_failed": _native_stats[2],
@@ -590,7 +613,7 @@ def _flush():
 
 
 def _loop(tid):
-    period = 1.0 / _hz[0]
+    period = 1.0 / _tick_hz[0]
     next_flush = time.monotonic() + FLUSH_EVERY_S
     next_read = 0.0
     getframes = sys._current_frames
@@ -638,12 +661,17 @@ def start():
     atexit.register(_at_exit)
     if hz <= 0:
         return
-    _hz[0] = min(hz, 1000.0)
+    _hz[0] = _tick_hz[0] = min(hz, 1000.0)
     if os.environ.get("TRAINPERF_NATIVE_STACKS", "1") != "0":
         try:
             from trainperf import _core
             start_native = getattr(_core, "pystack_start", None)
-            _native[0] = bool(start_native and start_native(_hz[0] * _NATIVE_X))
+            rate = min(_hz[0] * _NATIVE_RATE, 1000.0)
+            _native[0] = bool(start_native and start_native(rate))
+            if _native[0]:
+                # this thread then only collects (a tick holds the GIL for
+                # tens of µs): fewer ticks, each with several samples
+                _hz[0], _tick_hz[0] = rate, rate / _NATIVE_X
         except Exception:
             _native[0] = False
     t = threading.Thread(target=_loop, args=(tid,), name="trainperf-sampler", daemon=True)
