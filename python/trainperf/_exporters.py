@@ -86,10 +86,15 @@ class _Figures:
     def __init__(self, run_dir):
         self.run_dir = run_dir
         self.pid = os.getpid()
-        r = os.environ.get("RANK") or os.environ.get("SLURM_PROCID")
-        self.rank = int(r) if r and r.isdigit() else None
         self.prof_done = set()
         self.last_steps = None   # (count, t) of this process at the last update
+
+    @property
+    def rank(self):
+        # read each time: a rank given in code appears in RANK only once
+        # init_process_group returned (_comm._publish_rank)
+        r = os.environ.get("RANK") or os.environ.get("SLURM_PROCID")
+        return int(r) if r and r.isdigit() else None
 
     def _own_steps(self):
         rows = [r for r in _tail_rows(os.path.join(self.run_dir, "steps.csv"))
