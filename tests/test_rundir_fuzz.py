@@ -1,8 +1,10 @@
 """A short, bounded libFuzzer run over the run-directory readers (issue 11
-item 8): run.json, summary.json, the CSVs, alerts.jsonl and a live/ segment,
+item 8): run.json, summary.json, the CSVs, alerts.jsonl, a live/ segment and
+the zero-code hook's pyprof/ profile,
 through every report format and the recovery of an interrupted run. Seeded
 with the test runs in tests/data/runs and a real segment. Any crash,
 sanitizer report, leak or timeout fails the test."""
+import json
 import os
 import shutil
 import subprocess
@@ -14,7 +16,33 @@ from conftest import BUILD, ROOT
 FUZZ_SECONDS = 30
 SEP = b"\n--TPF-FILE--\n"
 FILES = ["run.json", "summary.json", "steps.csv", "metrics.csv", "procs.csv", "alerts.jsonl",
-         "live/seg-1.tpf", "recovered.json"]
+         "live/seg-1.tpf", "recovered.json", "pyprof/events-1.json"]
+
+# The zero-code hook's profile (docs/run-format.md, pyprof/events-<pid>.json),
+# every part the diagnosis reads, for the seed of a real run.
+EVENTS = {
+    "pid": 1, "rank": "1", "clock": "CLOCK_MONOTONIC seconds (time.monotonic)",
+    "eval": {"entries": 2, "time_s": 0.4},
+    "gc": {"collections": [40, 3, 1], "pause_s": 0.05, "max_s": 0.02,
+           "pauses": [[1.5, 0.02, 2], [2.5, 0.003, 0]]},
+    "compile": {"frames": 1, "compile_s": 0.8, "recompiles": 1,
+                "events": [{"t": 1.0, "dur_s": 0.8, "frame": "forward", "reason": "size mismatch"}]},
+    "loader": {"iterators": 2, "workers": 2, "persistent": False,
+               "epochs": [{"t": 0.9, "workers": 2, "start_s": 0.3, "eval": False}]},
+    "torch_threads": 2, "cpus_allowed": 2, "ddp_no_sync": True,
+    "profile": {"hz": 94, "samples": 300, "truncated": 0, "sampler_cost_s": 0.01, "native": True,
+                "by_phase": {"forward": 100, "backward": 80, "other": 90, "compute": 20, "data": 10},
+                "other_top": [{"func": "get_batch", "file": "/x/train.py", "line": 16, "def_line": 10,
+                               "samples": 80, "kind": "input"}],
+                "threads_top": [{"func": "produce", "file": "/x/train.py", "line": 30, "samples": 40}],
+                "threads_cpu": {"samples": 300, "threads": [
+                    {"name": "MainThread", "training": True, "span_s": 3.0, "cpu_s": 1.0, "runq_s": 0.5},
+                    {"name": "Thread-1", "training": False, "span_s": 3.0, "cpu_s": 2.5, "runq_s": 0.1,
+                     "func": "produce", "file": "/x/train.py", "line": 30, "samples": 40}]},
+                "lines_top": {"samples": 300, "lines": [
+                    {"func": "<module>", "file": "/x/train.py", "line": 29, "samples": 200,
+                     "phase": "forward", "src": "probe(x)"}]}},
+}
 
 
 def _seed(d):
@@ -47,6 +75,8 @@ def test_fuzz_rundir_readers(tmp_path):
     subprocess.run([str(BUILD / "trainperf"), "run", "--quiet", "--out", str(run), "--",
                     str(BUILD / "examples" / "trainer"), "--steps", "20", "--quiet"],
                    capture_output=True, timeout=120, env=env, check=True)
+    (run / "pyprof").mkdir(exist_ok=True)
+    (run / "pyprof" / "events-1.json").write_text(json.dumps(EVENTS))
     (corpus / "real").write_bytes(_seed(run))
     # The interrupted shape: no summary, no exit (what recovery acts on).
     (corpus / "real-cut").write_bytes(_seed(run).replace(b'"exit": {', b'"exitx": {'))

@@ -1,5 +1,6 @@
 /* libFuzzer target for the run-directory readers: run.json, summary.json,
- * steps.csv, metrics.csv, procs.csv, alerts.jsonl and a live/ segment, as
+ * steps.csv, metrics.csv, procs.csv, alerts.jsonl, a live/ segment and a
+ * pyprof/ profile (the zero-code hook's events-<pid>.json), as
  * `trainperf report` (and its recovery of an interrupted run) reads them.
  *
  *   make fuzz BUILD=build-fuzz
@@ -28,7 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_SEP "\n--TPF-FILE--\n"
 static const char *const fuzz_files[] = {"run.json",     "summary.json", "steps.csv",
                                          "metrics.csv",  "procs.csv",    "alerts.jsonl",
-                                         "live/seg-1.tpf", "recovered.json"};
+                                         "live/seg-1.tpf", "recovered.json",
+                                         "pyprof/events-1.json"};
 #define FUZZ_NFILES (sizeof(fuzz_files) / sizeof(fuzz_files[0]))
 
 static char fuzz_dir[256];
@@ -70,9 +72,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
         snprintf(fuzz_dir, sizeof(fuzz_dir), "%s/tpf-fuzz-rundir-%d", base, (int)getpid());
         mkdir(fuzz_dir, 0755);
-        char live[300];
-        snprintf(live, sizeof(live), "%s/live", fuzz_dir);
-        mkdir(live, 0755);
+        char sub[300];
+        snprintf(sub, sizeof(sub), "%s/live", fuzz_dir);
+        mkdir(sub, 0755);
+        snprintf(sub, sizeof(sub), "%s/pyprof", fuzz_dir);
+        mkdir(sub, 0755);
     }
     clear();
     const uint8_t *p = data, *end = data + size;
