@@ -237,11 +237,12 @@ static void load_lines(dcause *c, const jr_node *root, const jr_node *p)
     dc_proc *pr = &c->procs[c->nproc];
     memset(pr, 0, sizeof(*pr));
     pr->pid = diag_int(jr_pnum(root, "pid"), 0, 1 << 30, -1);
-    /* RANK as the environment had it: a string */
+    /* RANK as the environment had it: a string (a number is taken too) */
     const char *rk = jr_pstr(root, "rank");
     char *end = NULL;
     long v = rk ? strtol(rk, &end, 10) : -1;
-    pr->rank = rk && end != rk && *end == 0 && v >= 0 && v < 1 << 20 ? (int)v : -1;
+    pr->rank = rk ? (end != rk && *end == 0 && v >= 0 && v < 1 << 20 ? (int)v : -1)
+                  : diag_int(jr_pnum(root, "rank"), 0, 1 << 20, -1);
     pr->samples = total;
     for (const jr_node *e = ls->child; e && pr->nlines < DC_PROC_LINES; e = e->next) {
         const char *fn = jr_pstr(e, "func"), *file = jr_pstr(e, "file"), *ph = jr_pstr(e, "phase"),
