@@ -53,7 +53,7 @@
 
 typedef struct ps_code {
     uintptr_t addr, name_p, file_p, table_p;
-    int firstlineno, reported;
+    int firstlineno;
     char file[PS_FILE], name[PS_NAME];
     unsigned char *table;
     size_t table_len;
@@ -73,13 +73,14 @@ static struct {
     pid_t pid;
     uintptr_t tstate;
     long period_ns;
-    pthread_mutex_t mu;       /* ring and the codes' reported flags */
+    pthread_mutex_t mu;       /* the ring, ncodes and the counters */
     ps_sample *ring;
     unsigned head, count;     /* next slot to write; samples held */
     unsigned long taken, lost, failed, retried;
     double cpu_s;             /* the reader thread's own CPU time */
     ps_code *codes;           /* written by the thread only; read under mu */
     int ncodes;
+    int nreported;            /* codes handed to Python (take: the GIL) */
     size_t table_bytes;       /* line tables copied so far */
     int slot[2 * PS_CODES];   /* open addressing: address -> index + 1 */
 } ps = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -407,9 +408,10 @@ PyObject *pystack_take(PyObject *self, PyObject *unused)
     unsigned long taken = ps.taken, lost = ps.lost, failed = ps.failed;
     double cpu = ps.cpu_s;
     pthread_mutex_unlock(&ps.mu);
-    for (int i = 0; i < n && ps.codes; i++) {
+    /* entries are appended and never change: the new ones are those past
+     * the last take's */
+    for (int i = ps.nreported; i < n && ps.codes; i++) {
         ps_code *c = &ps.codes[i];
-        if (c->reported) continue;
         PyObject *k = PyLong_FromLong(i + 1);
         PyObject *v = Py_BuildValue("(ssi)", c->file, c->name, c->firstlineno);
         if (!k || !v || PyDict_SetItem(codes, k, v) < 0) {
@@ -419,7 +421,7 @@ PyObject *pystack_take(PyObject *self, PyObject *unused)
         }
         Py_DECREF(k);
         Py_DECREF(v);
-        c->reported = 1;
+        ps.nreported = i + 1;
     }
     return Py_BuildValue("(NN(kkkd))", list, codes, taken, lost, failed, cpu);
 fail:

@@ -155,6 +155,11 @@ def _line_names(code):
     return m
 
 
+def _fn_key(code):
+    """A function as the caches know it (a code object or a native _NCode)."""
+    return (code.co_filename, code.co_name, code.co_firstlineno)
+
+
 def _tensor_line(f, line=None):
     """Whether the frame's current line of user code computes with tensors:
     a name it loads holds a torch.Tensor (a model of bare tensors, a
@@ -168,7 +173,7 @@ def _tensor_line(f, line=None):
     code = f.f_code
     if line is None:
         line = f.f_lineno or 0
-    key = (code.co_filename, code.co_name, code.co_firstlineno, line)
+    key = _fn_key(code) + (line,)
     r = _tensor_line_cache.get(key)
     if r is not None:
         return r
@@ -314,7 +319,7 @@ def _take_native(frames, tid):
         code, line = top
         if code is None:
             return False
-        k = (code.co_filename, code.co_name, code.co_firstlineno)
+        k = _fn_key(code)
         r = _tensor_line_cache.get(k + (line,))
         if r is not None:
             return r
@@ -327,7 +332,7 @@ def _take_native(frames, tid):
             while f is not None and len(m) < 64:
                 c = f.f_code
                 if _classify(c)[1]:
-                    m.setdefault((c.co_filename, c.co_name, c.co_firstlineno), f)
+                    m.setdefault(_fn_key(c), f)
                 f = f.f_back
             live.append(m)
         lf = live[0].get(k)
@@ -504,10 +509,10 @@ def _kind(stack, ui):
     return "python"
 
 
-def _summary():
+def _summary(stacks):
     """Top functions of the 'other' samples, by innermost user frame."""
     funcs = {}
-    for (phase, stack), n in _all_stacks().items():
+    for (phase, stack), n in stacks.items():
         if phase != "other" or not stack:
             continue
         ui = None
@@ -539,14 +544,14 @@ def _summary():
     return out
 
 
-def _lines_top():
+def _lines_top(stacks):
     """The user's lines the training thread spent its samples in (the
     innermost frame of the user's code of each stack, in any phase but
     start-up), most first: where a rank that does work the others do not
     (a probe, logging, evaluation on rank 0) differs from them."""
     lines = {}
     total = 0
-    for (phase, stack), n in _all_stacks().items():
+    for (phase, stack), n in stacks.items():
         if phase == "startup":
             continue
         total += n
@@ -577,7 +582,8 @@ def _write():
     d = os.path.join(rd, "pyprof")
     os.makedirs(d, exist_ok=True)
     lines = []
-    for (phase, stack), n in sorted(_all_stacks().items(), key=lambda kv: -kv[1]):
+    stacks = _all_stacks()  # once: the folded file, the summary and the lines
+    for (phase, stack), n in sorted(stacks.items(), key=lambda kv: -kv[1]):
         fr = ";".join(_frame_label(c, ln).replace(";", ",") for c, ln in stack)
         lines.append("[%s]%s%s %d\n" % (phase, ";" if fr else "", fr, n))
     tmp = os.path.join(d, "stacks-%d.folded.tmp" % _pid)
@@ -590,9 +596,9 @@ def _write():
                      "sampler_cost_s": round(_cost_s[0], 6),
                      "native": _native[0], "native_failed": _native_stats[2],
                      "native_lost": _native_stats[1], "native_cpu_s": round(_native_stats[3], 6),
-                     "by_phase": dict(_by_phase), "other_top": _summary(),
+                     "by_phase": dict(_by_phase), "other_top": _summary(stacks),
                      "threads_top": _others_top(), "threads_cpu": _threads_cpu(),
-                     "lines_top": _lines_top()}
+                     "lines_top": _lines_top(stacks)}
     ev["written_at"] = round(time.monotonic(), 6)
     _evalhooks.write_json(os.path.join(d, "events-%d.json" % _pid), ev)
 
