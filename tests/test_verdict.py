@@ -196,6 +196,17 @@ def test_contention_told_apart_from_oversubscription(run_cli, tmp_path):
     assert dg["primary"]["id"] == "oversubscription", ids(dg)
     assert "cpu-contention" not in ids(dg)
     assert any("set_num_threads(2)" in r for r in dg["primary"]["recommendations"])
+    # the same run after 15 s of start-up (imports, one thread, nothing
+    # queueing): the scheduler's figures are read while it trains
+    late = steady_steps(100, 50.0, t0=15.0)
+    startup = [dict(m, tree_cpu_pct=100, main_cpu_pct=100, tree_runq_pct=0, tree_runnable=1)
+               if m["t"] < 15 else dict(m, cpu_pct=100, psi_cpu_some_pct=90, tree_cpu_pct=195,
+                                        main_cpu_pct=195, tree_runq_pct=150, tree_runnable=4)
+               for m in quiet_metrics(22)]
+    dg = diagnosis(run_cli, make_run(tmp_path / "late", late, startup, ev))
+    assert dg["primary"]["id"] == "oversubscription", ids(dg)
+    assert any(e["name"] == "runnable_threads" and e["value"] == 4
+               for e in dg["primary"]["evidence"]), dg["primary"]["evidence"]
 
 
 def test_gc_pauses_reported_only_when_there(run_cli, tmp_path):
@@ -261,6 +272,23 @@ def test_one_slow_step_is_not_unstable(run_cli, tmp_path):
     slow = {3, 11, 16, 29, 37, 42, 58, 64, 77, 85, 93}
     many = steady_steps(100, 2.0, extra=lambda i: {"interval_ns": int(20e6)} if i in slow else None)
     dg = diagnosis(run_cli, make_run(tmp_path / "many", many, quiet_metrics(8)))
+    assert "unstable" in ids(dg), ids(dg)
+
+
+def test_warm_up_steps_are_not_unstable(run_cli, tmp_path):
+    # a CPU run's first steps (allocator, optimizer state, lazy set-up) at
+    # 4-9x the median, then steady steps with one slow one: not unstable
+    slow = {1: 37.0, 2: 23.0, 3: 20.0, 4: 65.0, 150: 33.0}
+    def at(table):
+        return lambda i: ({"interval_ns": int(table[i] * 1e6), "duration_ns": int(table[i] * 1e6)}
+                          if i in table else None)
+    warm = steady_steps(190, 8.5, extra=at(slow))
+    dg = diagnosis(run_cli, make_run(tmp_path / "warm", warm, quiet_metrics(8)))
+    assert "unstable" not in ids(dg), ids(dg)
+    # the same slow steps spread over the run (at no period) are
+    late = dict(zip((23, 61, 88, 131, 170), slow.values()))
+    spread = steady_steps(190, 8.5, extra=at(late))
+    dg = diagnosis(run_cli, make_run(tmp_path / "spread", spread, quiet_metrics(8)))
     assert "unstable" in ids(dg), ids(dg)
 
 

@@ -747,19 +747,23 @@ static int by_start(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The steps slower than UNSTABLE_TAIL x the median among the slowest kept;
- * *episodes the runs they form: slow steps that follow each other within two
- * median steps are one episode. */
-static int slow_episodes(const diag_run *r, double p50_ms, int *episodes)
+/* The steps past the warm-up slower than UNSTABLE_TAIL x the median among
+ * the slowest kept; *episodes the runs they form: slow steps that follow
+ * each other within two median steps are one episode; *all whether every
+ * step kept was that slow. */
+static int slow_episodes(const diag_run *r, double p50_ms, int *episodes, int *all)
 {
     double start[DC_MAX_SLOW][2];
     int n = 0;
-    for (int i = 0; i < r->cause.nslow && i < DC_MAX_SLOW; i++)
-        if (r->cause.slow[i].ms > UNSTABLE_TAIL * p50_ms) {
+    *all = r->cause.nslow == DC_MAX_SLOW;
+    for (int i = 0; i < r->cause.nslow && i < DC_MAX_SLOW; i++) {
+        if (!(r->cause.slow[i].ms > UNSTABLE_TAIL * p50_ms)) *all = 0;
+        else if (r->cause.slow[i].step >= DC_WARM_STEPS) {
             start[n][0] = r->cause.slow[i].start;
             start[n][1] = r->cause.slow[i].end;
             n++;
         }
+    }
     qsort(start, (size_t)n, sizeof(start[0]), by_start);
     int e = 0;
     for (int i = 0; i < n; i++)
@@ -779,12 +783,12 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
      * made of several slow steps (p99 of a short run is its slowest step) */
     double n = (double)r->sf.step_ns.count;
     double p95r = isfinite(c->f.step_p95) && c->f.step_p50 > 0 ? c->f.step_p95 / c->f.step_p50 : NAN;
-    int episodes = 0;
-    int nslow = slow_episodes(r, c->f.step_p50, &episodes);
+    int episodes = 0, all = 0;
+    int nslow = slow_episodes(r, c->f.step_p50, &episodes, &all);
     /* (the slowest DC_MAX_SLOW are kept: all of them slow is many); and
      * spread over the run: one burst of slow steps in a row is one event
      * (another job took the cores for a moment), a spike, not instability */
-    int many = nslow >= UNSTABLE_MIN_SLOW && (nslow >= 0.01 * n || nslow == DC_MAX_SLOW) &&
+    int many = nslow >= UNSTABLE_MIN_SLOW && (nslow >= 0.01 * n || all) &&
                episodes >= UNSTABLE_MIN_SLOW;
     /* (the CV without the slowest 1%: two slow steps after warm-up make a
      * large CV on their own) */

@@ -151,6 +151,11 @@ void dc_step(diag_run *r, long long step, double start, double end, double train
     c->tr_n++;
     c->tr_s += train_ns / 1e6;
     c->tr_ss += (train_ns / 1e6) * (train_ns / 1e6);
+    if (step >= DC_WARM_STEPS) {
+        c->tw_n++;
+        c->tw_s += train_ns / 1e6;
+        c->tw_ss += (train_ns / 1e6) * (train_ns / 1e6);
+    }
     c->eval_ns += eval_ns;
     c->ckpt_ns += ckpt_ns;
     double ms = train_ns / 1e6;
@@ -202,6 +207,10 @@ void dc_metric(diag_run *r, double t, const double *v, const int *ok)
     if (ok[1]) {
         c->runnable_n++, c->runnable_sum += v[1];
         if (v[1] > c->runnable_max) c->runnable_max = v[1];
+    }
+    if (isfinite(r->first_end_s) && t >= r->first_end_s && t <= r->last_end_s) {
+        if (ok[0]) c->tq_n++, c->tq_sum += v[0];
+        if (ok[1]) c->tn_n++, c->tn_sum += v[1];
     }
     /* the usable CPUs as the run mostly saw them (a child's narrower
      * affinity or a failed read at exit does not define the run) */
@@ -605,13 +614,16 @@ double dc_steady_data_share(const diag_run *r, int *ntrim)
 double dc_trimmed_cv(const diag_run *r)
 {
     const dcause *c = &r->cause;
-    if (c->tr_n < 10) return NAN;
-    int k = (int)ceil(0.01 * c->tr_n);
+    /* past the warm-up, less its slowest 1% (at least 3) */
+    if (c->tw_n < 10) return NAN;
+    int k = (int)ceil(0.01 * c->tw_n);
     if (k < 3) k = 3;
-    if (k > c->nslow) k = c->nslow;
-    double n = c->tr_n - k, s = c->tr_s, ss = c->tr_ss;
-    for (int i = 0; i < k; i++)
+    double n = c->tw_n, s = c->tw_s, ss = c->tw_ss;
+    for (int i = 0; i < c->nslow && k > 0; i++) {
+        if (c->slow[i].step < DC_WARM_STEPS) continue;
         s -= c->slow[i].ms, ss -= c->slow[i].ms * c->slow[i].ms;
+        n--, k--;
+    }
     if (!(n >= 2) || !(s > 0)) return NAN;
     double m = s / n, var = ss / n - m * m;
     return sqrt(var > 0 ? var : 0) / m;
@@ -892,8 +904,11 @@ int dc_cand_oversub(const diag_run *r, dfinding *d)
     double threads = isfinite(c->torch_threads) && c->torch_threads > 0 ? c->torch_threads : NAN;
     double workers = c->loader_workers * procs;
     double want = isfinite(threads) ? threads * procs + workers : NAN;
-    double runnable = c->runnable_n ? c->runnable_sum / c->runnable_n : NAN;
-    double wait = c->runq_n ? c->runq_sum / c->runq_n : NAN;
+    /* while it trained (start-up, one thread importing, dilutes the mean
+     * of a short run), or over the run where too few samples fell there */
+    double runnable = c->tn_n >= 2 ? c->tn_sum / c->tn_n
+                      : c->runnable_n ? c->runnable_sum / c->runnable_n : NAN;
+    double wait = c->tq_n >= 2 ? c->tq_sum / c->tq_n : c->runq_n ? c->runq_sum / c->runq_n : NAN;
     /* loader workers count when they compute (sleeping ones wait on I/O) */
     double wcpu = r->worker_cpu.n ? r->worker_cpu.sum / r->worker_cpu.n : NAN;
     double busy_workers = isfinite(wcpu) && wcpu >= 40 ? workers : 0;
