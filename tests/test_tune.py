@@ -112,6 +112,24 @@ BATCH_GROWS = textwrap.dedent('''
 ''')
 
 
+# Anomaly detection left on: every op records a traceback, ~2x slower steps.
+ANOMALY = textwrap.dedent('''
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    torch.autograd.set_detect_anomaly(True)
+    layers = []
+    for _ in range(16):
+        layers += [nn.Linear(64, 64), nn.LayerNorm(64), nn.GELU()]
+    model = nn.Sequential(*layers, nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(100000):
+        x = torch.randn(16, 64); y = torch.randn(16, 1)
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+''')
+
+
 def write(tmp_path, name, text):
     p = tmp_path / name
     p.write_text(text)
@@ -162,6 +180,27 @@ def test_compute_bound_script_tries_threads_and_amp_not_workers(cli, tmp_path):
     assert amp["loss_check"] in ("ok",) or amp["loss_check"].startswith("diverged"), amp
     # the optimizer knobs apply to this script's Adam
     assert any(k.startswith("optimizer=") for k in labels), labels
+
+
+def test_anomaly_detection_left_on_is_tried_off(cli, tmp_path):
+    write(tmp_path, "train.py", ANOMALY)
+    res = tune(cli, tmp_path, "--json", "--steps", 12, "--warmup", 3, "--repeats", 2,
+               "--only", "anomaly", "--out", tmp_path / "t", "--", sys.executable, "train.py")
+    r = result(res)
+    t = {t["label"]: t for t in r["trials"]}["anomaly=0"]
+    assert t["status"] == "ok" and t["verdict"] == "faster", t
+    assert t["loss_check"] == "ok", t          # the same numerics
+    assert "set_detect_anomaly" in " ".join(r["change"]["pytorch"])
+    # the baseline saw the script turn it on: the rules pick the knob unasked
+    facts = json.load(open(os.path.join(r["baseline"]["run_dirs"][0], "tune-facts.json")))
+    assert facts["anomaly"] is True
+    sys.path.insert(0, str(PYDIR))
+    from trainperf import _tune
+    labels = [label for label, _ in _tune.candidates({"facts": facts, "data_share": 0.0}, None)]
+    assert "anomaly=0" in labels, labels
+    facts["anomaly"] = False
+    labels = [label for label, _ in _tune.candidates({"facts": facts, "data_share": 0.0}, None)]
+    assert "anomaly=0" not in labels, labels
 
 
 def test_crashing_trial_is_reported_and_others_go_on(cli, tmp_path):

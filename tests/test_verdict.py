@@ -567,3 +567,41 @@ def test_straggler_names_the_work_only_it_does(run_cli, tmp_path):
             assert "the other ranks 0%" in text and "Rank 1 alone" in st["recommendations"][0]
         else:
             assert "alone" not in text and "spends" not in text, text
+
+
+def test_anomaly_detection_needs_the_flag_and_the_tracebacks(run_cli, tmp_path):
+    st = steady_steps(100, 20.0)
+    # the flag on at every check while training, and a quarter of the
+    # training samples inside an op's traceback: the finding, with that share
+    ev = events(by_phase={"forward": 200, "backward": 150, "optimizer": 50})
+    ev["settings"] = {"ticks": 8, "anomaly_ticks": 8, "default_dtype": "float32",
+                      "param_dtypes": {"float32": 1000}}
+    ev["profile"]["anomaly_samples"] = 100
+    dg = diagnosis(run_cli, make_run(tmp_path / "on", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "anomaly-detection", ids(dg)
+    assert [e["value"] for e in dg["primary"]["evidence"]
+            if e["name"] == "anomaly_traceback_share"] == [0.25]
+    assert "set_detect_anomaly" in dg["primary"]["recommendations"][0]
+    # tracebacks the script takes itself (logging its stack), flag never on
+    ev["settings"]["anomaly_ticks"] = 0
+    dg = diagnosis(run_cli, make_run(tmp_path / "own", st, quiet_metrics(8), ev))
+    assert "anomaly-detection" not in ids(dg), ids(dg)
+    # the flag on, no op traced (a run that never trained under it): nothing
+    ev["settings"]["anomaly_ticks"] = 8
+    ev["profile"]["anomaly_samples"] = 0
+    dg = diagnosis(run_cli, make_run(tmp_path / "idle", st, quiet_metrics(8), ev))
+    assert "anomaly-detection" not in ids(dg), ids(dg)
+
+
+def test_a_float64_model_is_told_to_train_in_float32(run_cli, tmp_path):
+    st = steady_steps(100, 20.0)
+    ev = events(by_phase={"forward": 200, "backward": 150, "optimizer": 50})
+    ev["settings"] = {"ticks": 8, "anomaly_ticks": 0, "default_dtype": "float64",
+                      "param_dtypes": {"float64": 900, "float32": 100}}
+    dg = diagnosis(run_cli, make_run(tmp_path / "f64", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "compute-bound", ids(dg)
+    assert any(r.startswith("Train in float32") for r in dg["primary"]["recommendations"])
+    # a float32 model with a float64 buffer or two is not
+    ev["settings"]["param_dtypes"] = {"float64": 10, "float32": 990}
+    dg = diagnosis(run_cli, make_run(tmp_path / "f32", st, quiet_metrics(8), ev))
+    assert not any("float32" in r for r in dg["primary"]["recommendations"]), dg["primary"]

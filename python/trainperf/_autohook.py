@@ -463,6 +463,7 @@ def hook_forward(module):
         module._trainperf_forward_hooked = True
     except Exception:
         return False
+    _evalhooks.note_model(module)
     return True
 
 
@@ -523,6 +524,7 @@ def hook_forward_fast(module):
         module._trainperf_forward_hooked = True
     except Exception:
         return hook_forward(module)
+    _evalhooks.note_model(module)
     return True
 
 

@@ -12,7 +12,10 @@ the per-step path except two attribute reads in the forward pre-hook:
 - torch.compile: each frame compile timed, recompiles counted with the guard
   failure that caused them (wrapped only once torch.compile is called);
 - DataLoader iterators: each new iterator (an epoch) and the time to its
-  first batch (worker start-up), with its worker count.
+  first batch (worker start-up), with its worker count;
+- settings that slow every step: autograd anomaly detection left on (read
+  every half second while training), the dtype of the timed modules'
+  parameters (float64 runs at half float32's rate or less).
 
 What is measured goes to pyprof/events-<pid>.json in the run directory,
 written by the stack sampler's thread every few seconds and at exit
@@ -25,6 +28,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 EVAL = 6  # TPF_PHASE_EVAL
 
@@ -55,6 +59,8 @@ gc_last_end = [0.0]     # perf_counter() when the last collection ended (the sam
 gc_recent = collections.deque(maxlen=64)  # (start, end) perf_counter() of the last collections
 compile_stats = {"frames": 0, "compile_s": 0.0, "recompiles": 0, "events": []}
 loader_stats = {"iterators": 0, "workers": 0, "persistent": False, "epochs": []}
+settings = {"ticks": 0, "anomaly_ticks": 0}
+models = []             # weak references to the modules whose forward is timed
 _push = _pop = None
 
 
@@ -295,6 +301,51 @@ def _patch_loader(torch):
     dl.DataLoader.__iter__ = iter_
 
 
+# --- settings that slow every step ------------------------------------------
+
+def note_model(module):
+    """The auto hook times module's forward: its parameters are the model's."""
+    try:
+        if len(models) < 16:
+            models.append(weakref.ref(module))
+    except TypeError:
+        pass
+
+
+def settings_tick():
+    """Called by the sampler thread every half second once training began:
+    anomaly detection is one flag for the whole process."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    settings["ticks"] += 1
+    try:
+        if torch.is_anomaly_enabled():
+            settings["anomaly_ticks"] += 1
+    except Exception:
+        pass
+
+
+def _param_dtypes():
+    """Parameters of the timed modules by dtype ({"float32": count})."""
+    out = {}
+    seen = set()
+    for ref in list(models):
+        m = ref()
+        if m is None:
+            continue
+        try:
+            for p in m.parameters():
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                k = str(p.dtype).replace("torch.", "")
+                out[k] = out.get(k, 0) + p.numel()
+        except Exception:
+            continue
+    return out
+
+
 def install(torch):
     """Called once by the auto hook after torch loaded."""
     global _push, _pop
@@ -329,6 +380,10 @@ def snapshot():
         if torch is not None:
             d["torch_threads"] = torch.get_num_threads()
             d["torch_interop_threads"] = torch.get_num_interop_threads()
+            d["settings"] = {"ticks": settings["ticks"],
+                             "anomaly_ticks": settings["anomaly_ticks"],
+                             "default_dtype": str(torch.get_default_dtype()).replace("torch.", ""),
+                             "param_dtypes": _param_dtypes()}
     except Exception:
         pass
     d["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")

@@ -54,6 +54,7 @@ KNOBS = {
     "optimizer": (_opt_mode, "fused=True or foreach=True for Adam, AdamW and SGD"),
     "channels_last": (_bool, "model and 4-D inputs in torch.channels_last memory format"),
     "cudnn_benchmark": (_bool, "torch.backends.cudnn.benchmark = True (GPU only)"),
+    "anomaly": (_bool, "anomaly=0: torch.autograd.set_detect_anomaly / detect_anomaly left off"),
 }
 
 active = False
@@ -64,7 +65,7 @@ _steps = 0
 _loss_file = None
 # What the trial saw, for choosing candidates: RUN/tune-facts.json.
 facts = {"dataloaders": [], "optimizers": [], "conv": False, "model": None, "cuda": False,
-         "threads": None}
+         "threads": None, "anomaly": False}
 
 
 def parse(spec):
@@ -142,8 +143,31 @@ def apply_global(torch):
             _note("cudnn_benchmark skipped: no CUDA device")
     if "optimizer" in knobs:
         _patch_optimizers(torch, knobs["optimizer"])
+    _patch_anomaly(torch)
     _patch_dataloader_init(torch)  # also records each loader's settings
     facts["threads"] = torch.get_num_threads()
+
+
+def _patch_anomaly(torch):
+    """Record that the script turns anomaly detection on (both
+    set_detect_anomaly and detect_anomaly call torch.set_anomaly_enabled);
+    with anomaly=0 keep it off."""
+    orig = getattr(torch, "set_anomaly_enabled", None)
+    if orig is None or getattr(orig, "_trainperf_knob", False):
+        return
+    off = "anomaly" in knobs and not knobs["anomaly"]
+
+    def set_anomaly_enabled(enabled, *args, **kwargs):
+        if enabled and not facts["anomaly"]:
+            facts["anomaly"] = True
+            _write_facts()
+        if enabled and off:
+            return orig(False, *args, **kwargs)
+        return orig(enabled, *args, **kwargs)
+
+    set_anomaly_enabled._trainperf_knob = True
+    set_anomaly_enabled.__wrapped__ = orig
+    torch.set_anomaly_enabled = set_anomaly_enabled
 
 
 def _patch_optimizers(torch, mode):

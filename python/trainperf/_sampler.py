@@ -573,6 +573,23 @@ def _lines_top(stacks):
                       for (f, fn, ln), (n, ph) in top]}
 
 
+def _anomaly_samples(stacks):
+    """Samples taking a traceback for an autograd op: with anomaly detection
+    on, every op of a forward records the Python stack (torch calls
+    torch.fx.traceback.format_stack from C++). A lower bound of what the
+    mode costs: its checks of every gradient in backward are C++."""
+    n = 0
+    for (phase, stack), c in stacks.items():
+        if phase in ("startup", "compile"):
+            continue
+        for code, _ in stack:
+            if code is not None and code.co_name == "format_stack" and \
+                    code.co_filename.replace("\\", "/").endswith("/traceback.py"):
+                n += c
+                break
+    return n
+
+
 def _write():
     from trainperf import _core
     rd = _core.run_dir() if hasattr(_core, "run_dir") else None
@@ -598,7 +615,8 @@ def _write():
                      "native_lost": _native_stats[1], "native_cpu_s": round(_native_stats[3], 6),
                      "by_phase": dict(_by_phase), "other_top": _summary(stacks),
                      "threads_top": _others_top(), "threads_cpu": _threads_cpu(),
-                     "lines_top": _lines_top(stacks)}
+                     "lines_top": _lines_top(stacks),
+                     "anomaly_samples": _anomaly_samples(stacks)}
     ev["written_at"] = round(time.monotonic(), 6)
     _evalhooks.write_json(os.path.join(d, "events-%d.json" % _pid), ev)
 
@@ -644,6 +662,7 @@ def _loop(tid):
         if _evalhooks.ev.training_started and (_thr_t0[0] is None or
                                                time.monotonic() >= next_read):
             _read_threads()
+            _evalhooks.settings_tick()
             next_read = time.monotonic() + READ_THREADS_EVERY_S
         if time.monotonic() >= next_flush:
             _flush()

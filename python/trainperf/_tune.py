@@ -59,7 +59,7 @@ OUTPUT_NAMES = {"trainperf-runs", "trainperf-tune", "lightning_logs", "wandb", "
 
 KNOWN = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "threads",
          "interop_threads", "amp", "compile", "optimizer", "channels_last", "cudnn_benchmark",
-         "batch_size")
+         "anomaly", "batch_size")
 
 # The change to make for a knob that won, per framework.
 CHANGES = {
@@ -97,6 +97,8 @@ CHANGES = {
     "cudnn_benchmark": ("torch.backends.cudnn.benchmark = True",
                         "Trainer(benchmark=True)",
                         "torch.backends.cudnn.benchmark = True before Trainer.train"),
+    "anomaly": ("remove torch.autograd.set_detect_anomaly(True) / detect_anomaly() (or "
+                "guard it behind a debug flag)",) * 3,
     "batch_size": ("DataLoader(..., batch_size={v}) and scale the learning rate "
                    "(linear: lr x {k:g}; Adam often sqrt: lr x {sk:.2f})",
                    "batch_size={v} in your LightningDataModule (scale the learning rate)",
@@ -509,6 +511,9 @@ def candidates(base, only):
         if workers > 0:
             add("prefetch_factor=4", {"prefetch_factor": 4}, "prefetch_factor")
             add("persistent_workers", {"persistent_workers": True}, "persistent_workers")
+    # a debugging aid left on slows every step, whatever bounds it
+    if facts.get("anomaly") or want:
+        add("anomaly=0", {"anomaly": False}, "anomaly")
     # compute side: when the step is mostly not waiting for data
     if data_share < 0.5 or want:
         nt = set()
@@ -543,7 +548,7 @@ def candidates(base, only):
                        "interop_threads": max(1, cores // 2), "compile": True,
                        "channels_last": True, "cudnn_benchmark": True,
                        "num_workers": min(2, cores), "threads": max(1, cores // 2),
-                       "amp": "bf16", "optimizer": "foreach"}[k]
+                       "amp": "bf16", "optimizer": "foreach", "anomaly": False}[k]
             out.append(("%s=%s" % (k, default), {k: default}))
     return out
 

@@ -941,6 +941,19 @@ static void compute_ev(dfinding *d, double compute, double ops)
            100 * compute);
 }
 
+/* A model trained in float64 computes at half float32's rate on CPUs (and a
+ * small fraction of it on most GPUs): the first change for a compute-bound
+ * run, where the model does not need the precision. */
+static void f64_rec(const diag_run *r, dfinding *d)
+{
+    double f = dc_f64_share(r);
+    if (!(f >= 0.5)) return;
+    ev(d, "params_float64_share", f, "%.0f%% of the model's parameters are float64", 100 * f);
+    rec(d, "Train in float32 unless the model needs float64: model.float() and float32 inputs "
+           "(or torch.set_default_dtype(torch.float32)); float64 arithmetic runs at half the "
+           "float32 rate on CPUs and far less on most GPUs.");
+}
+
 static void healthy(const diag_run *r, const ctx *c, dfinding *d)
 {
     fmt(d->id, sizeof(d->id), "compute-bound");
@@ -955,6 +968,7 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
         if (isfinite(c->share[PH_DATA]))
             ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time",
                100 * c->share[PH_DATA]);
+        f64_rec(r, d);
         rec_lang(r, d,
                  "Do less work per sample: bf16 autocast, torch.compile, fused/foreach "
                  "optimizers, flash attention (scaled_dot_product_attention).",
@@ -1044,6 +1058,7 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
             r->python ? "raise the intra-op threads (torch.set_num_threads / OMP_NUM_THREADS)"
                       : "compute each step on more threads (OMP_NUM_THREADS for OpenMP or BLAS "
                         "code)");
+    f64_rec(r, d);
     rec_lang(r, d,
              "Use a GPU or accelerator if one is available; on the CPU, bf16 (on CPUs with "
              "AMX/AVX512-BF16) and torch.compile cut the compute per step.",
@@ -1052,10 +1067,10 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
 }
 
 /* the cause rules that need no resource samples (dc_cand_hostcode, _gc,
- * _compile: indices in diag_compute's causes[]) */
+ * _compile, _anomaly: indices in diag_compute's causes[]) */
 static int dc_step_level_rule(size_t i)
 {
-    return i == 0 || i == 3 || i == 4;
+    return i == 0 || i == 3 || i == 4 || i == 6;
 }
 
 static void copy_finding(dfinding *dst, const dfinding *src)
@@ -1120,7 +1135,7 @@ void diag_compute(diag_run *r)
     /* causes measured by the zero-code hook and the sched source */
     int (*causes[])(const diag_run *, dfinding *) = {
         dc_cand_hostcode, dc_cand_contention, dc_cand_oversub, dc_cand_gc, dc_cand_compile,
-        dc_cand_gil,
+        dc_cand_gil, dc_cand_anomaly,
     };
     for (size_t i = 0; i < sizeof(causes) / sizeof(causes[0]); i++) {
         memset(&cand[nc], 0, sizeof(cand[nc]));

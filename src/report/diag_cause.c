@@ -439,6 +439,19 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
     if (!isnan(v = jr_pnum(root, "cpus_allowed"))) c->cpus_allowed = v;
     const jr_node *ns = jr_get(root, "ddp_no_sync");
     if (ns && ns->type == JR_BOOL && ns->num) c->ddp_no_sync = 1;
+    const jr_node *st = jr_get(root, "settings");
+    if (st && st->type == JR_OBJ) {
+        double tk = jr_pnum(st, "ticks"), an = jr_pnum(st, "anomaly_ticks");
+        if (tk >= 0 && an >= 0 && an <= tk) c->set_ticks += tk, c->anomaly_ticks += an;
+        const jr_node *pd = jr_get(st, "param_dtypes");
+        for (const jr_node *k = pd && pd->type == JR_OBJ ? pd->child : NULL; k; k = k->next) {
+            double n = jr_num(k);
+            if (!(n >= 0) || !k->key) continue;
+            c->params_all += n;
+            if (strcmp(k->key, "float64") == 0) c->params_f64 += n;
+        }
+    }
+    if (p && !isnan(v = jr_pnum(p, "anomaly_samples")) && v >= 0) c->anomaly_samples += v;
     const char *fw = jr_pstr(root, "framework");
     if (fw && *fw) fmt(c->framework, sizeof(c->framework), "%s", fw);
 }
@@ -838,6 +851,45 @@ int dc_cand_gil(const diag_run *r, dfinding *d)
     rec(d, "As a stopgap, sys.setswitchinterval(0.001) makes the thread hand the GIL back "
            "sooner (default 5 ms), at some cost to its own speed.");
     return 1;
+}
+
+int dc_cand_anomaly(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    double train = c->ph_train + c->ph_compile;
+    /* the flag was seen on while training, and the sampler found the
+     * training thread taking tracebacks for autograd ops */
+    if (!(c->anomaly_ticks >= 1) || !(train >= HOSTCODE_MIN_SAMPLES) || !(c->anomaly_samples > 0))
+        return 0;
+    double share = c->anomaly_samples / train;
+    if (share > 0.9) share = 0.9;
+    double on = c->set_ticks > 0 ? c->anomaly_ticks / c->set_ticks : NAN;
+    diag_head(d, "anomaly-detection", "Autograd anomaly detection is on", share,
+              "anomaly detection (torch.autograd.set_detect_anomaly(True) or detect_anomaly()) "
+              "was on while the model trained: every op of the forward records a Python "
+              "traceback (at least %.0f%% of the training thread's time) and backward checks "
+              "every gradient for NaN",
+              100 * share);
+    ev(d, "anomaly_traceback_share", share,
+       "%.0f%% of the training samples were taking a traceback for an autograd op "
+       "(torch.fx.traceback.format_stack); the NaN checks in backward come on top",
+       100 * share);
+    if (isfinite(on))
+        ev(d, "anomaly_on_share", on, "anomaly detection was on at %.0f%% of the checks while "
+                                      "training (every 0.5 s)",
+           100 * on);
+    rec(d, "Turn it off for training runs: remove torch.autograd.set_detect_anomaly(True) / "
+           "with torch.autograd.detect_anomaly(), or guard it behind a debug flag. It is a "
+           "debugging aid that finds the op that made a NaN.");
+    rec(d, "To catch NaNs cheaply instead, check the loss (torch.isfinite(loss)) every N steps "
+           "and turn anomaly detection on only to find the op once a NaN appears.");
+    return 1;
+}
+
+double dc_f64_share(const diag_run *r)
+{
+    const dcause *c = &r->cause;
+    return c->params_all > 0 ? c->params_f64 / c->params_all : NAN;
 }
 
 int dc_cand_contention(const diag_run *r, dfinding *d)

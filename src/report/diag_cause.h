@@ -84,6 +84,11 @@ typedef struct dcause {
     double torch_threads, cpus_allowed;
     char framework[16];
     int ddp_no_sync; /* a DDP forward ran under no_sync(): the run accumulates gradients */
+    /* settings that slow every step (events "settings", profile
+     * "anomaly_samples"): the sampler's half-second ticks while training and
+     * those with anomaly detection on; samples taking an op's traceback;
+     * the timed modules' parameters, all and float64 */
+    double set_ticks, anomaly_ticks, anomaly_samples, params_all, params_f64;
     double sampler_cost_s;
 
     /* steps.csv: eval/checkpoint time taken out of training step time */
@@ -162,6 +167,9 @@ double dc_work_corr(const struct diag_run *r, double *work_cv);
 int dc_cand_hostcode(const struct diag_run *r, struct dfinding *d);
 int dc_cand_contention(const struct diag_run *r, struct dfinding *d);
 int dc_cand_gil(const struct diag_run *r, struct dfinding *d);
+int dc_cand_anomaly(const struct diag_run *r, struct dfinding *d);
+/* the share of the model's parameters in float64 (NaN: not known) */
+double dc_f64_share(const struct diag_run *r);
 int dc_cand_oversub(const struct diag_run *r, struct dfinding *d);
 int dc_cand_gc(const struct diag_run *r, struct dfinding *d);
 int dc_cand_compile(const struct diag_run *r, struct dfinding *d);
