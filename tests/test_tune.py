@@ -203,6 +203,38 @@ def test_anomaly_detection_left_on_is_tried_off(cli, tmp_path):
     assert "anomaly=0" not in labels, labels
 
 
+# Linear probing with the backbone left trainable: the optimizer holds the head.
+PROBE = textwrap.dedent('''
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    backbone = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(256, 256), nn.ReLU())])
+    head = nn.Linear(256, 10)
+    model = nn.Sequential(backbone, head)
+    opt = torch.optim.AdamW(head.parameters(), lr=1e-3)
+    for step in range(100000):
+        x = torch.randn(64, 256); y = torch.randint(0, 10, (64,))
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+''')
+
+
+def test_unused_gradients_are_tried_frozen(cli, tmp_path):
+    write(tmp_path, "train.py", PROBE)
+    res = tune(cli, tmp_path, "--json", "--steps", 12, "--warmup", 3, "--repeats", 2,
+               "--only", "freeze", "--out", tmp_path / "t", "--", sys.executable, "train.py")
+    r = result(res)
+    t = {t["label"]: t for t in r["trials"]}["freeze"]
+    assert t["status"] == "ok" and t["verdict"] == "faster", t
+    assert t["loss_check"] == "ok", t          # the head trains the same
+    facts = json.load(open(os.path.join(r["baseline"]["run_dirs"][0], "tune-facts.json")))
+    assert facts["grads_unused"] > 0.9, facts
+    sys.path.insert(0, str(PYDIR))
+    from trainperf import _tune
+    labels = [label for label, _ in _tune.candidates({"facts": facts, "data_share": 0.0}, None)]
+    assert "freeze" in labels, labels
+
+
 def test_crashing_trial_is_reported_and_others_go_on(cli, tmp_path):
     write(tmp_path, "train.py", COMPUTE_BOUND)
     res = tune(cli, tmp_path, "--json", "--steps", 4, "--warmup", 1, "--repeats", 1,

@@ -605,3 +605,28 @@ def test_a_float64_model_is_told_to_train_in_float32(run_cli, tmp_path):
     ev["settings"]["param_dtypes"] = {"float64": 10, "float32": 990}
     dg = diagnosis(run_cli, make_run(tmp_path / "f32", st, quiet_metrics(8), ev))
     assert not any("float32" in r for r in dg["primary"]["recommendations"]), dg["primary"]
+
+
+def test_gradients_no_optimizer_uses_are_found(run_cli, tmp_path):
+    # linear probing with the backbone left trainable: the optimizer holds
+    # the head (5K parameters), backward computes the backbone's 2.1M
+    st = steady_steps(100, 7.0, fwd=0.25, bwd=0.6, opt=0.05)
+    ev = events(by_phase={"forward": 100, "backward": 240, "optimizer": 20})
+    ev["settings"] = {"ticks": 8, "anomaly_ticks": 0, "default_dtype": "float32",
+                      "param_dtypes": {"float32": 2106378}, "params_grad_unused": 2101248,
+                      "params_optimized": 5130, "params_timed": 2106378}
+    dg = diagnosis(run_cli, make_run(tmp_path / "probe", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "unused-gradients", ids(dg)
+    assert "2.1M parameters" in dg["primary"]["summary"], dg["primary"]["summary"]
+    # a lower bound: half the backward share, times the share of the gradients
+    assert 0.25 < dg["primary"]["score"] <= 0.3, dg["primary"]["score"]
+    assert "requires_grad_(False)" in dg["primary"]["recommendations"][0]
+    # the optimizer holds master copies (DeepSpeed, apex): none of the
+    # model's own parameters is in it, nothing can be said
+    ev["settings"].update(params_grad_unused=2106378, params_optimized=0)
+    dg = diagnosis(run_cli, make_run(tmp_path / "master", st, quiet_metrics(8), ev))
+    assert "unused-gradients" not in ids(dg), ids(dg)
+    # a frozen teacher run under no_grad: its parameters get no gradient
+    ev["settings"].update(params_grad_unused=0, params_optimized=5130)
+    dg = diagnosis(run_cli, make_run(tmp_path / "nograd", st, quiet_metrics(8), ev))
+    assert "unused-gradients" not in ids(dg), ids(dg)

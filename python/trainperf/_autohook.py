@@ -629,6 +629,7 @@ def patch_torch(torch):
         def opt_init(self, *args, **kwargs):
             if _bwd_steps:
                 _set_bwd_steps(False)
+            _evalhooks.note_optimizer(self)
             return orig_init(self, *args, **kwargs)
 
         opt_init.__wrapped__ = orig_init

@@ -61,6 +61,8 @@ compile_stats = {"frames": 0, "compile_s": 0.0, "recompiles": 0, "events": []}
 loader_stats = {"iterators": 0, "workers": 0, "persistent": False, "epochs": []}
 settings = {"ticks": 0, "anomaly_ticks": 0}
 models = []             # weak references to the modules whose forward is timed
+optimizers = []         # weak references to the optimizers made
+grads_seen = {"unused": 0, "optimized": 0, "all": 0}  # the largest seen, in parameters
 _push = _pop = None
 
 
@@ -312,9 +314,60 @@ def note_model(module):
         pass
 
 
+def note_optimizer(opt):
+    try:
+        if len(optimizers) < 64:
+            optimizers.append(weakref.ref(opt))
+    except TypeError:
+        pass
+
+
+def _grads():
+    """Of the timed modules' parameters: how many get a gradient that no
+    optimizer updates (requires_grad left on for a part that is not
+    trained: backward computes it for nothing), how many an optimizer
+    updates, and all. The largest counts seen: a model.zero_grad() between
+    steps clears the gradients for a moment. Runs on the sampler thread
+    every few seconds; a list changed meanwhile costs one reading."""
+    if not optimizers or not models:
+        return grads_seen
+    try:
+        ids = set()
+        for ref in list(optimizers):
+            o = ref()
+            if o is None:
+                continue
+            for g in list(getattr(o, "param_groups", ())):
+                for p in list(g.get("params", ())):
+                    ids.add(id(p))
+        unused = optimized = total = 0
+        seen = set()
+        for ref in list(models):
+            m = ref()
+            if m is None:
+                continue
+            for p in m.parameters():
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                n = p.numel()
+                total += n
+                if id(p) in ids:
+                    optimized += n
+                elif p.requires_grad and p.grad is not None:
+                    unused += n
+    except Exception:
+        return grads_seen
+    grads_seen["unused"] = max(grads_seen["unused"], unused)
+    grads_seen["optimized"] = max(grads_seen["optimized"], optimized)
+    grads_seen["all"] = max(grads_seen["all"], total)
+    return grads_seen
+
+
 def settings_tick():
     """Called by the sampler thread every half second once training began:
-    anomaly detection is one flag for the whole process."""
+    anomaly detection is one flag for the whole process; the gradients no
+    optimizer uses are counted while the optimizers live."""
     torch = sys.modules.get("torch")
     if torch is None:
         return
@@ -324,6 +377,7 @@ def settings_tick():
             settings["anomaly_ticks"] += 1
     except Exception:
         pass
+    _grads()  # while the optimizers live (a trainer frees its own at the end)
 
 
 def _param_dtypes():
@@ -383,7 +437,10 @@ def snapshot():
             d["settings"] = {"ticks": settings["ticks"],
                              "anomaly_ticks": settings["anomaly_ticks"],
                              "default_dtype": str(torch.get_default_dtype()).replace("torch.", ""),
-                             "param_dtypes": _param_dtypes()}
+                             "param_dtypes": _param_dtypes(),
+                             "params_grad_unused": _grads()["unused"],
+                             "params_optimized": grads_seen["optimized"],
+                             "params_timed": grads_seen["all"]}
     except Exception:
         pass
     d["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")

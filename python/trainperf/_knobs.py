@@ -55,6 +55,8 @@ KNOBS = {
     "channels_last": (_bool, "model and 4-D inputs in torch.channels_last memory format"),
     "cudnn_benchmark": (_bool, "torch.backends.cudnn.benchmark = True (GPU only)"),
     "anomaly": (_bool, "anomaly=0: torch.autograd.set_detect_anomaly / detect_anomaly left off"),
+    "freeze": (_bool, "after the first step, requires_grad_(False) for the model's parameters "
+                      "that no optimizer holds"),
 }
 
 active = False
@@ -65,7 +67,7 @@ _steps = 0
 _loss_file = None
 # What the trial saw, for choosing candidates: RUN/tune-facts.json.
 facts = {"dataloaders": [], "optimizers": [], "conv": False, "model": None, "cuda": False,
-         "threads": None, "anomaly": False}
+         "threads": None, "anomaly": False, "grads_unused": 0.0}
 
 
 def parse(spec):
@@ -306,10 +308,42 @@ def on_backward(args):
     _loss_file.write("%d,%r\n" % (_steps, v))
 
 
+def _freeze_unused():
+    """requires_grad_(False) for the timed model's parameters that no
+    optimizer holds (their gradients are computed for nothing)."""
+    from trainperf import _evalhooks
+    held = set()
+    for ref in list(_evalhooks.optimizers):
+        o = ref()
+        for g in (getattr(o, "param_groups", ()) if o is not None else ()):
+            held.update(id(p) for p in g.get("params", ()))
+    if not held:
+        _note("freeze not applied: no optimizer holds the model's parameters")
+        return
+    n = 0
+    for ref in list(_evalhooks.models):
+        m = ref()
+        for p in (m.parameters() if m is not None else ()):
+            if id(p) not in held and p.requires_grad:
+                p.requires_grad_(False)
+                p.grad = None
+                n += 1
+    if not n:
+        _note("freeze: every parameter with a gradient is in an optimizer")
+
+
 def on_step(opt=None):
     """Called after each step boundary; ends the trial after the asked steps."""
     global _steps
     _steps += 1
+    if _steps == 1 and knobs.get("freeze"):
+        _freeze_unused()
+    if _steps == 2:
+        from trainperf import _evalhooks
+        g = _evalhooks._grads()
+        if g["all"] > 0 and g["optimized"] > 0:
+            facts["grads_unused"] = round(g["unused"] / g["all"], 4)
+            _write_facts()
     if opt is not None and _steps <= 2:
         name = type(opt).__name__
         if name not in facts["optimizers"]:

@@ -59,7 +59,7 @@ OUTPUT_NAMES = {"trainperf-runs", "trainperf-tune", "lightning_logs", "wandb", "
 
 KNOWN = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "threads",
          "interop_threads", "amp", "compile", "optimizer", "channels_last", "cudnn_benchmark",
-         "anomaly", "batch_size")
+         "anomaly", "freeze", "batch_size")
 
 # The change to make for a knob that won, per framework.
 CHANGES = {
@@ -99,6 +99,8 @@ CHANGES = {
                         "torch.backends.cudnn.benchmark = True before Trainer.train"),
     "anomaly": ("remove torch.autograd.set_detect_anomaly(True) / detect_anomaly() (or "
                 "guard it behind a debug flag)",) * 3,
+    "freeze": ("p.requires_grad_(False) for the parameters no optimizer updates (e.g. "
+               "`for p in model.backbone.parameters(): p.requires_grad_(False)`)",) * 3,
     "batch_size": ("DataLoader(..., batch_size={v}) and scale the learning rate "
                    "(linear: lr x {k:g}; Adam often sqrt: lr x {sk:.2f})",
                    "batch_size={v} in your LightningDataModule (scale the learning rate)",
@@ -514,6 +516,9 @@ def candidates(base, only):
     # a debugging aid left on slows every step, whatever bounds it
     if facts.get("anomaly") or want:
         add("anomaly=0", {"anomaly": False}, "anomaly")
+    # gradients computed for parameters no optimizer holds
+    if (facts.get("grads_unused") or 0) >= 0.2 or want:
+        add("freeze", {"freeze": True}, "freeze")
     # compute side: when the step is mostly not waiting for data
     if data_share < 0.5 or want:
         nt = set()
@@ -548,7 +553,8 @@ def candidates(base, only):
                        "interop_threads": max(1, cores // 2), "compile": True,
                        "channels_last": True, "cudnn_benchmark": True,
                        "num_workers": min(2, cores), "threads": max(1, cores // 2),
-                       "amp": "bf16", "optimizer": "foreach", "anomaly": False}[k]
+                       "amp": "bf16", "optimizer": "foreach", "anomaly": False,
+                       "freeze": True}[k]
             out.append(("%s=%s" % (k, default), {k: default}))
     return out
 

@@ -15,7 +15,7 @@
 #include "trainperf.h"
 
 /* thresholds (docs/diagnosis.md, "Rules") */
-#define MIN_STEPS 5
+#define MIN_STEPS DC_MIN_STEPS
 #define MIN_SAMPLES 3
 #define INPUT_SHARE 0.20 /* data wait share of step time */
 #define COMM_SHARE 0.20
@@ -992,10 +992,7 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
     /* over the warm steps: a first step spent starting loader workers or
      * compiling is not the loop's steady state (the sums keep it) */
     double sh[PH_COUNT];
-    for (int p = 0; p < PH_COUNT; p++)
-        sh[p] = r->warm_interval_ns > 0 && r->steps >= 2 * MIN_STEPS
-                    ? r->warm_phase_ns[p] / r->warm_interval_ns
-                    : c->share[p];
+    dc_warm_shares(r, sh);
     double compute = 0;
     int known = 0;
     for (int p = PH_FORWARD; p <= PH_OPTIMIZER; p++)
@@ -1067,10 +1064,10 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
 }
 
 /* the cause rules that need no resource samples (dc_cand_hostcode, _gc,
- * _compile, _anomaly: indices in diag_compute's causes[]) */
+ * _compile, _anomaly, _unused_grads: indices in diag_compute's causes[]) */
 static int dc_step_level_rule(size_t i)
 {
-    return i == 0 || i == 3 || i == 4 || i == 6;
+    return i == 0 || i == 3 || i == 4 || i == 6 || i == 7;
 }
 
 static void copy_finding(dfinding *dst, const dfinding *src)
@@ -1135,7 +1132,7 @@ void diag_compute(diag_run *r)
     /* causes measured by the zero-code hook and the sched source */
     int (*causes[])(const diag_run *, dfinding *) = {
         dc_cand_hostcode, dc_cand_contention, dc_cand_oversub, dc_cand_gc, dc_cand_compile,
-        dc_cand_gil, dc_cand_anomaly,
+        dc_cand_gil, dc_cand_anomaly, dc_cand_unused_grads,
     };
     for (size_t i = 0; i < sizeof(causes) / sizeof(causes[0]); i++) {
         memset(&cand[nc], 0, sizeof(cand[nc]));

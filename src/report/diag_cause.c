@@ -12,6 +12,7 @@
 #include "report/diag.h"
 #include "report/diag_rule.h"
 #include "trainperf.h"
+#include "util/human.h"
 
 #define MAX_COUNT 1e5 /* cores, threads, workers: a damaged file's larger figure is ignored */
 #define HOSTCODE_SHARE 0.20   /* unlabelled time that is the user's code */
@@ -25,6 +26,7 @@
 #define GIL_HOG_CPU 0.5     /* the other thread's CPU, share of one core */
 #define GIL_HOG_SAMPLES 0.3 /* and seen in Python code in this share of the samples */
 #define GIL_SHARE 0.15      /* training-thread sleep that is the GIL's */
+#define UNUSED_MIN_SHARE 0.2      /* parameters with a gradient no optimizer uses */
 #define CONTEND_WAIT_SHARE 0.20 /* run-queue wait / (wait + CPU used) */
 #define CONTEND_MIN_WAIT 15.0   /* % of one core */
 /* DataLoader workers starved of CPU: their run-queue wait is at least half
@@ -449,6 +451,13 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
             if (!(n >= 0) || !k->key) continue;
             c->params_all += n;
             if (strcmp(k->key, "float64") == 0) c->params_f64 += n;
+        }
+        double gu = jr_pnum(st, "params_grad_unused"), po = jr_pnum(st, "params_optimized"),
+               pt = jr_pnum(st, "params_timed");
+        if (gu >= 0 && po >= 0 && pt >= gu + po) {
+            c->params_grad_unused += gu;
+            c->params_optimized += po;
+            c->params_timed += pt;
         }
     }
     if (p && !isnan(v = jr_pnum(p, "anomaly_samples")) && v >= 0) c->anomaly_samples += v;
@@ -883,6 +892,58 @@ int dc_cand_anomaly(const diag_run *r, dfinding *d)
            "debugging aid that finds the op that made a NaN.");
     rec(d, "To catch NaNs cheaply instead, check the loss (torch.isfinite(loss)) every N steps "
            "and turn anomaly detection on only to find the op once a NaN appears.");
+    return 1;
+}
+
+void dc_warm_shares(const diag_run *r, double *sh)
+{
+    int warm = r->warm_interval_ns > 0 && r->steps >= 2 * DC_MIN_STEPS;
+    for (int p = 0; p < PH_COUNT; p++)
+        sh[p] = warm ? r->warm_phase_ns[p] / r->warm_interval_ns
+                : r->sum_interval_ns > 0 ? r->sum_phase_ns[p] / r->sum_interval_ns
+                                         : NAN;
+}
+
+int dc_cand_unused_grads(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    double all = c->params_timed, un = c->params_grad_unused, op = c->params_optimized;
+    /* an optimizer updates part of the model itself (not master copies of
+     * it, as DeepSpeed's or apex's optimizers hold: then none of the model's
+     * own parameters is in one), and backward computes gradients for much
+     * of the rest */
+    if (!(all > 0) || !(op > 0) || !(un >= UNUSED_MIN_SHARE * all))
+        return 0;
+    double f = un / (un + op);
+    double sh[PH_COUNT];
+    dc_warm_shares(r, sh);
+    double bwd = sh[PH_BACKWARD];
+    /* the weight gradients are about half of those layers' backward (the
+     * other half passes the gradient on, still needed above a trained
+     * layer): a lower bound of the saving, which is the whole backward of
+     * a frozen part at the input end */
+    double share = isfinite(bwd) ? 0.5 * bwd * f : NAN;
+    char a[32], b[32];
+    human_count(a, sizeof(a), un);
+    human_count(b, sizeof(b), op);
+    diag_head(d, "unused-gradients", "Gradients computed for parameters no optimizer updates",
+              isfinite(share) ? (share > 0.9 ? 0.9 : share) : 0.05,
+              "backward computes gradients for %s parameters (%.0f%% of the model) that no "
+              "optimizer updates; the optimizers update %s: requires_grad is left on for a part "
+              "that is not trained",
+              a, 100 * un / all, b);
+    char t[32];
+    ev(d, "params_grad_unused_share", un / all,
+       "%s of the model's %s parameters get a gradient and are in no optimizer", a,
+       human_count(t, sizeof(t), all));
+    if (isfinite(bwd))
+        ev(d, "backward_share", bwd, "backward is %.0f%% of step time", 100 * bwd);
+    rec(d, "Freeze what you do not train: p.requires_grad_(False) for its parameters (e.g. "
+           "`for p in model.backbone.parameters(): p.requires_grad_(False)`), or run it under "
+           "torch.no_grad(); backward then skips their gradients, and stops at the first trained "
+           "layer when the frozen part is at the input end.");
+    rec(d, "`trainperf tune --only freeze` measures it: it freezes the parameters no optimizer "
+           "holds after the first step.");
     return 1;
 }
 

@@ -14,6 +14,7 @@
  * instability; across 400 saved runs a step of 1-4 was 3x the median 2-3x
  * as often as one past 50 */
 #define DC_WARM_STEPS 5
+#define DC_MIN_STEPS 5 /* steps a verdict on them needs */
 #define DC_LEVELS 32      /* buckets of the step-time level over the run */
 
 #include "core/sketch.h"
@@ -89,6 +90,9 @@ typedef struct dcause {
      * those with anomaly detection on; samples taking an op's traceback;
      * the timed modules' parameters, all and float64 */
     double set_ticks, anomaly_ticks, anomaly_samples, params_all, params_f64;
+    /* the timed modules' parameters that get a gradient no optimizer
+     * updates, those an optimizer updates, and all of them */
+    double params_grad_unused, params_optimized, params_timed;
     double sampler_cost_s;
 
     /* steps.csv: eval/checkpoint time taken out of training step time */
@@ -168,6 +172,10 @@ int dc_cand_hostcode(const struct diag_run *r, struct dfinding *d);
 int dc_cand_contention(const struct diag_run *r, struct dfinding *d);
 int dc_cand_gil(const struct diag_run *r, struct dfinding *d);
 int dc_cand_anomaly(const struct diag_run *r, struct dfinding *d);
+int dc_cand_unused_grads(const struct diag_run *r, struct dfinding *d);
+/* sh[PH_COUNT]: each phase's share of step time over the warm steps (after
+ * step 0), or over all steps when fewer than 2 x DC_MIN_STEPS */
+void dc_warm_shares(const struct diag_run *r, double *sh);
 /* the share of the model's parameters in float64 (NaN: not known) */
 double dc_f64_share(const struct diag_run *r);
 int dc_cand_oversub(const struct diag_run *r, struct dfinding *d);

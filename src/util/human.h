@@ -9,4 +9,8 @@
  * formatter of the project: the CLI, reports, diagnosis and alerts use it. */
 const char *human_bytes(char *out, size_t n, double b);
 
+/* "512", "5.1K", "2.1M", "1.3B" (decimal units, for counts); "?" when c is
+ * not finite. Returns out. */
+const char *human_count(char *out, size_t n, double c);
+
 #endif
