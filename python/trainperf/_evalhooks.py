@@ -322,6 +322,16 @@ def note_optimizer(opt):
         pass
 
 
+def optimized_ids():
+    """ids of the parameters the live optimizers hold."""
+    ids = set()
+    for ref in list(optimizers):
+        o = ref()
+        for g in (list(getattr(o, "param_groups", ())) if o is not None else ()):
+            ids.update(id(p) for p in list(g.get("params", ())))
+    return ids
+
+
 def _grads():
     """Of the timed modules' parameters: how many get a gradient that no
     optimizer updates (requires_grad left on for a part that is not
@@ -332,14 +342,7 @@ def _grads():
     if not optimizers or not models:
         return grads_seen
     try:
-        ids = set()
-        for ref in list(optimizers):
-            o = ref()
-            if o is None:
-                continue
-            for g in list(getattr(o, "param_groups", ())):
-                for p in list(g.get("params", ())):
-                    ids.add(id(p))
+        ids = optimized_ids()
         unused = optimized = total = 0
         seen = set()
         for ref in list(models):

@@ -312,11 +312,7 @@ def _freeze_unused():
     """requires_grad_(False) for the timed model's parameters that no
     optimizer holds (their gradients are computed for nothing)."""
     from trainperf import _evalhooks
-    held = set()
-    for ref in list(_evalhooks.optimizers):
-        o = ref()
-        for g in (getattr(o, "param_groups", ()) if o is not None else ()):
-            held.update(id(p) for p in g.get("params", ()))
+    held = _evalhooks.optimized_ids()
     if not held:
         _note("freeze not applied: no optimizer holds the model's parameters")
         return
