@@ -630,3 +630,25 @@ def test_gradients_no_optimizer_uses_are_found(run_cli, tmp_path):
     ev["settings"].update(params_grad_unused=0, params_optimized=5130)
     dg = diagnosis(run_cli, make_run(tmp_path / "nograd", st, quiet_metrics(8), ev))
     assert "unused-gradients" not in ids(dg), ids(dg)
+
+
+def test_evaluation_with_grad_on_is_found(run_cli, tmp_path):
+    # an evaluation pass every 20 steps, a third of the run, its forwards
+    # with grad on (model.eval() alone)
+    st = steady_steps(100, 10.0, extra=lambda i: {"eval_ns": int(100e6), "interval_ns": int(110e6)}
+                      if i % 20 == 19 else None)
+    ev = events(by_phase={"forward": 200, "backward": 150, "optimizer": 50, "eval": 180})
+    ev["eval"] = {"entries": 5, "time_s": 0.5, "forwards": 160, "forwards_grad": 160}
+    dg = diagnosis(run_cli, make_run(tmp_path / "grad", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "eval-grad", ids(dg)
+    assert "torch.no_grad()" in dg["primary"]["recommendations"][0]
+    share = [e["value"] for e in dg["primary"]["evidence"] if e["name"] == "eval_share"][0]
+    assert 0.3 < share < 0.4, share         # 500 ms of 1,450 ms
+    # the same evaluation under no_grad: nothing to say
+    ev["eval"]["forwards_grad"] = 0
+    dg = diagnosis(run_cli, make_run(tmp_path / "nograd", st, quiet_metrics(8), ev))
+    assert "eval-grad" not in ids(dg), ids(dg)
+    # a frozen helper's first forward with grad on (labelled eval once)
+    ev["eval"].update(forwards=1, forwards_grad=1)
+    dg = diagnosis(run_cli, make_run(tmp_path / "once", st, quiet_metrics(8), ev))
+    assert "eval-grad" not in ids(dg), ids(dg)

@@ -450,6 +450,9 @@ def hook_forward(module):
             if not ev.active:
                 eval_enter(mod)
             ev.ep_fwd += 1
+            ev.fwd_n += 1
+            if grad_on():
+                ev.fwd_grad += 1  # evaluation that builds autograd graphs
             push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
         ev.in_fwd += 1
 
@@ -510,6 +513,9 @@ def hook_forward_fast(module):
             if not ev.active:
                 eval_enter(self)
             ev.ep_fwd += 1
+            ev.fwd_n += 1
+            if grad_on():
+                ev.fwd_grad += 1  # evaluation that builds autograd graphs
             push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
         ev.in_fwd += 1
         try:

@@ -51,6 +51,8 @@ class _Ev:
     ddp_no_sync = False     # a DDP forward ran under no_sync() (gradient accumulation)
     ep_fwd = 0              # forwards of the module in the open eval phase
     instep_run = 0          # eval phases in a row that were inference inside a step
+    fwd_n = 0               # forwards labelled evaluation
+    fwd_grad = 0            # of them, with grad enabled (building autograd graphs)
 
 
 ev = _Ev()
@@ -421,7 +423,8 @@ def snapshot():
     d = {"pid": _pid, "rank": os.environ.get("RANK"),
          "clock": "CLOCK_MONOTONIC seconds (time.monotonic)",
          "eval": {"entries": ev.entries,
-                  "time_s": round(ev.time_s + ((_now() - ev.t_enter) if ev.active else 0), 6)},
+                  "time_s": round(ev.time_s + ((_now() - ev.t_enter) if ev.active else 0), 6),
+                  "forwards": ev.fwd_n, "forwards_grad": ev.fwd_grad},
          "gc": {"collections": list(gc_stats["collections"]),
                 "pause_s": round(gc_stats["pause_s"], 6), "max_s": round(gc_stats["max_s"], 6),
                 "pauses": list(gc_stats["pauses"])},

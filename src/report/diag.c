@@ -1064,10 +1064,10 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
 }
 
 /* the cause rules that need no resource samples (dc_cand_hostcode, _gc,
- * _compile, _anomaly, _unused_grads: indices in diag_compute's causes[]) */
+ * _compile, and from _anomaly on: indices in diag_compute's causes[]) */
 static int dc_step_level_rule(size_t i)
 {
-    return i == 0 || i == 3 || i == 4 || i == 6 || i == 7;
+    return i == 0 || i == 3 || i == 4 || i >= 6;
 }
 
 static void copy_finding(dfinding *dst, const dfinding *src)
@@ -1132,7 +1132,7 @@ void diag_compute(diag_run *r)
     /* causes measured by the zero-code hook and the sched source */
     int (*causes[])(const diag_run *, dfinding *) = {
         dc_cand_hostcode, dc_cand_contention, dc_cand_oversub, dc_cand_gc, dc_cand_compile,
-        dc_cand_gil, dc_cand_anomaly, dc_cand_unused_grads,
+        dc_cand_gil, dc_cand_anomaly, dc_cand_unused_grads, dc_cand_eval_grad,
     };
     for (size_t i = 0; i < sizeof(causes) / sizeof(causes[0]); i++) {
         memset(&cand[nc], 0, sizeof(cand[nc]));

@@ -27,6 +27,8 @@
 #define GIL_HOG_SAMPLES 0.3 /* and seen in Python code in this share of the samples */
 #define GIL_SHARE 0.15      /* training-thread sleep that is the GIL's */
 #define UNUSED_MIN_SHARE 0.2      /* parameters with a gradient no optimizer uses */
+#define EVAL_GRAD_MIN_FWD 3       /* evaluation forwards with grad on, at least */
+#define EVAL_GRAD_MIN_SHARE 0.05  /* evaluation's share of the run, at least */
 #define CONTEND_WAIT_SHARE 0.20 /* run-queue wait / (wait + CPU used) */
 #define CONTEND_MIN_WAIT 15.0   /* % of one core */
 /* DataLoader workers starved of CPU: their run-queue wait is at least half
@@ -437,6 +439,8 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
     }
     if (!isnan(v = jr_pnum(root, "eval.time_s"))) c->eval_s += v;
     if (!isnan(v = jr_pnum(root, "eval.entries"))) c->eval_entries += v;
+    double ef = jr_pnum(root, "eval.forwards"), eg = jr_pnum(root, "eval.forwards_grad");
+    if (ef >= 0 && eg >= 0 && eg <= ef) c->eval_fwd += ef, c->eval_fwd_grad += eg;
     if (!isnan(v = jr_pnum(root, "torch_threads")) && v <= MAX_COUNT) c->torch_threads = v;
     if (!isnan(v = jr_pnum(root, "cpus_allowed"))) c->cpus_allowed = v;
     const jr_node *ns = jr_get(root, "ddp_no_sync");
@@ -944,6 +948,35 @@ int dc_cand_unused_grads(const diag_run *r, dfinding *d)
            "layer when the frozen part is at the input end.");
     rec(d, "`trainperf tune --only freeze` measures it: it freezes the parameters no optimizer "
            "holds after the first step.");
+    return 1;
+}
+
+int dc_cand_eval_grad(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    if (!(c->eval_fwd >= EVAL_GRAD_MIN_FWD) || !(c->eval_fwd_grad >= 0.5 * c->eval_fwd)) return 0;
+    /* evaluation's share of the loop (between steps it falls in the next
+     * step's interval); else the hook's own timing of it over the run */
+    double share = r->sum_interval_ns > 0 ? r->sum_phase_ns[PH_EVAL] / r->sum_interval_ns : NAN;
+    if (!(share > 0) && r->duration_s > 0) share = c->eval_s / r->duration_s;
+    if (!(share >= EVAL_GRAD_MIN_SHARE)) return 0;
+    /* a forward that builds a graph saves activations and records every op:
+     * on the CPU an MLP's evaluation ran 2.4x slower with grad on; half its
+     * time is the saving taken */
+    double score = 0.5 * share;
+    diag_head(d, "eval-grad", "Evaluation builds autograd graphs", score > 0.9 ? 0.9 : score,
+              "%.0f%% of the evaluation forwards ran with grad enabled (model.eval() does not "
+              "turn autograd off): evaluation is %.0f%% of the run, and each of its forwards "
+              "records a graph and keeps activations that no backward uses",
+              100 * c->eval_fwd_grad / c->eval_fwd, 100 * share);
+    ev(d, "eval_share", share, "evaluation is %.0f%% of the run", 100 * share);
+    ev(d, "eval_forwards_grad", c->eval_fwd_grad, "%.0f of %.0f evaluation forwards with grad on",
+       c->eval_fwd_grad, c->eval_fwd);
+    rec(d, "Evaluate under torch.no_grad() (or torch.inference_mode()): `with torch.no_grad(): "
+           "out = model(x)` around the evaluation loop; it also frees the memory the graphs "
+           "hold.");
+    rec(d, "If evaluation still takes much of the run, evaluate less often or on a subset, with "
+           "a larger batch.");
     return 1;
 }
 
