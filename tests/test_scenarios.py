@@ -2,9 +2,15 @@
 cause or a healthy run, with the verdict it must get (tests/scenarios/,
 harness.py says how a script states its expectation). One test per script:
     pytest tests/test_scenarios.py -k recompile
-The confusion table of the whole suite: python3 tests/scenarios/harness.py"""
+The confusion table of the whole suite: python3 tests/scenarios/harness.py
+
+A scenario whose verdict is wrong runs once more and passes only if the
+second run is right; the first run's verdict is then listed in pytest's
+warnings summary (a real run on a shared machine can be atypical: a rule
+that needs the retry often is fragile, and shows there)."""
 import importlib.util
 import pathlib
+import warnings
 
 import pytest
 
@@ -32,5 +38,16 @@ def test_scenario(name, cli, tmp_path):
     for mod in harness.spec(name)["needs"]:
         pytest.importorskip(mod)
     r = harness.run(name, cli=cli, out=tmp_path)
+    if not r["ok"]:
+        # A real run on a shared machine can be atypical (another job took
+        # the cores for part of it): one more run decides, and the first
+        # one's wrong verdict is reported in the warnings summary, not lost.
+        first = r
+        r = harness.run(name, cli=cli, out=tmp_path / "again")
+        if r["ok"]:
+            warnings.warn("scenario %s: wrong verdict on the first run (%s; findings: %s; run "
+                          "dir %s), right on the second" % (
+                              name, "; ".join(first["why"]), ", ".join(first["ids"]),
+                              first["out"]))
     assert r["ok"], "%s: %s (findings: %s; run dir %s)\n%s" % (
         name, "; ".join(r["why"]), ", ".join(r["ids"]), r["out"], r.get("stderr", ""))
