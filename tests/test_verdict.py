@@ -652,3 +652,33 @@ def test_evaluation_with_grad_on_is_found(run_cli, tmp_path):
     ev["eval"].update(forwards=1, forwards_grad=1)
     dg = diagnosis(run_cli, make_run(tmp_path / "once", st, quiet_metrics(8), ev))
     assert "eval-grad" not in ids(dg), ids(dg)
+
+
+def test_a_step_of_tiny_ops_is_told_to_vectorise(run_cli, tmp_path):
+    # a loss looped over the batch: ~900 nodes a backward at ~5 µs each
+    st = steady_steps(100, 12.0, fwd=0.45, bwd=0.45, opt=0.05)
+    ev = events(by_phase={"forward": 200, "backward": 200, "optimizer": 20})
+    ev["graph"] = {"probes": [[910, 4.6e6], [910, 4.4e6], [910, 9.0e6]]}
+    ev["profile"]["lines_top"] = {"samples": 420, "lines": [
+        {"func": "<module>", "file": "/x/train.py", "line": 12, "samples": 300, "phase": "forward",
+         "src": "pos = (za[k] - zb[k]).pow(2).sum()"}]}
+    dg = diagnosis(run_cli, make_run(tmp_path / "tiny", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "tiny-ops", ids(dg)
+    assert [e["value"] for e in dg["primary"]["evidence"] if e["name"] == "graph_nodes"] == [910]
+    assert "train.py:12" in dg["primary"]["recommendations"][0]
+    # a model of a few large ops: many µs a node
+    ev["graph"] = {"probes": [[910, 91e6], [910, 90e6]]}
+    dg = diagnosis(run_cli, make_run(tmp_path / "large", st, quiet_metrics(8), ev))
+    assert "tiny-ops" not in ids(dg), ids(dg)
+    # a small graph of tiny ops is not many
+    ev["graph"] = {"probes": [[25, 0.1e6], [25, 0.1e6]]}
+    dg = diagnosis(run_cli, make_run(tmp_path / "few", st, quiet_metrics(8), ev))
+    assert "tiny-ops" not in ids(dg), ids(dg)
+    # with a GPU the backward returns once its kernels are queued: not judged
+    ev["graph"] = {"probes": [[910, 4.6e6], [910, 4.4e6]]}
+    d = make_run(tmp_path / "gpu", st, quiet_metrics(8), ev)
+    run = json.loads((d / "run.json").read_text())
+    run["gpus"] = [{"index": 0, "name": "H100", "memory_total_bytes": 80 << 30}]
+    (d / "run.json").write_text(json.dumps(run))
+    dg = diagnosis(run_cli, d)
+    assert "tiny-ops" not in ids(dg), ids(dg)

@@ -9,6 +9,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <time.h>
 
 #include "trainperf.h"
 #include "_pystack.h"
@@ -686,6 +687,49 @@ static PyObject *opt_post_vectorcall(PyObject *self, PyObject *const *args, size
     Py_RETURN_NONE;
 }
 
+/* The graph probe (set_graph_probe): every period seconds one backward's
+ * tensors go to probe(tensors) before it runs (it counts the graph's
+ * nodes); what it returns, when callable, gets the backward's ns after.
+ * Between probes a backward costs one clock read. */
+static PyObject *graph_probe;
+static double graph_period = 10.0, graph_next;
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static PyObject *graph_probe_begin(PyObject *tensors, double *t0)
+{
+    if (!graph_probe) return NULL;
+    double now = mono_s();
+    if (now < graph_next) return NULL;
+    graph_next = now + graph_period;
+    PyObject *done = PyObject_CallOneArg(graph_probe, tensors ? tensors : Py_None);
+    if (!done || !PyCallable_Check(done)) {
+        Py_XDECREF(done);
+        PyErr_Clear();
+        return NULL;
+    }
+    *t0 = mono_s();
+    return done;
+}
+
+static void graph_probe_end(PyObject *done, double t0, int ok)
+{
+    if (!done) return;
+    if (ok) { /* the backward returned: no exception is pending */
+        PyObject *ns = PyLong_FromDouble((mono_s() - t0) * 1e9);
+        PyObject *x = ns ? PyObject_CallOneArg(done, ns) : NULL;
+        Py_XDECREF(ns);
+        Py_XDECREF(x);
+        PyErr_Clear();
+    }
+    Py_DECREF(done);
+}
+
 /* torch.autograd.backward inside the "backward" phase. The first step may
  * begin here (a model of bare tensors has no module forward to begin it);
  * while auto_bwd_steps holds, the end of each backward ends this thread's
@@ -697,7 +741,10 @@ static PyObject *bwd_vectorcall(PyObject *self, PyObject *const *args, size_t na
     core_hook *h = (core_hook *)self;
     if (!auto_tls.open && auto_begin_if_closed(h) < 0) PyErr_Clear();
     tpf_range_push(TPF_PHASE_BACKWARD);
+    double t0 = 0;
+    PyObject *done = graph_probe_begin(PyVectorcall_NARGS(nargsf) > 0 ? args[0] : NULL, &t0);
     PyObject *r = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
+    graph_probe_end(done, t0, r != NULL);
     tpf_range_pop();
     if (!r || !auto_bwd_steps || !auto_tls.open) return r;
     if (explicit_steps) {
@@ -805,6 +852,27 @@ static PyObject *core_opt_hooks(PyObject *self, PyObject *const *args, Py_ssize_
     Py_DECREF(pre);
     Py_DECREF(post);
     return t;
+}
+
+/* set_graph_probe(probe, period_s): see graph_probe; None turns it off. */
+static PyObject *core_set_graph_probe(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    double period = nargs == 2 ? PyFloat_AsDouble(args[1]) : -1;
+    if (nargs != 2 || (args[0] != Py_None && !PyCallable_Check(args[0])) || !(period > 0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "set_graph_probe(probe, period_s): a callable or "
+                                             "None, and seconds > 0");
+        return NULL;
+    }
+    Py_XDECREF(graph_probe);
+    graph_probe = NULL;
+    if (args[0] != Py_None) {
+        Py_INCREF(args[0]);
+        graph_probe = args[0];
+    }
+    graph_period = period;
+    graph_next = mono_s() + period / 2; /* not the first steps: they warm up */
+    Py_RETURN_NONE;
 }
 
 /* backward_hook(inner, ev, begin, step_in_eval) -> Backward. */
@@ -1001,6 +1069,9 @@ static PyMethodDef core_methods[] = {
      "data_next($module, orig, ev, begin, count, tensor_type, /)\n--\n\nThe auto hook's DataLoader __next__ (a method)."},
     {"opt_hooks", (PyCFunction)(void (*)(void))core_opt_hooks, METH_FASTCALL,
      "opt_hooks($module, ev, begin, step_in_eval, /)\n--\n\nThe auto hook's global optimizer step (pre, post) hooks."},
+    {"set_graph_probe", (PyCFunction)(void (*)(void))core_set_graph_probe, METH_FASTCALL,
+     "set_graph_probe($module, probe, period_s, /)\n--\n\nEvery period_s, probe(tensors) before "
+     "one backward of the auto hook; a callable it returns gets that backward's ns."},
     {"backward_hook", (PyCFunction)(void (*)(void))core_backward_hook, METH_FASTCALL,
      "backward_hook($module, inner, ev, begin, step_in_eval, /)\n--\n\nThe auto hook's torch.autograd.backward "
      "(backward phase; a step boundary while no optimizer was made or stepped)."},

@@ -369,6 +369,46 @@ def _grads():
     return grads_seen
 
 
+# --- the autograd graph: how many ops a step runs, and how long each takes ----
+
+GRAPH_PERIOD_S = 4.0    # one backward probed this often (the C backward hook)
+GRAPH_MAX_NODES = 20000  # a larger graph is not counted (~20 ms at most)
+graph = {"probes": []}  # [nodes, backward ns] of each probe (at most _MAX_EVENTS)
+
+
+def graph_probe(tensors):
+    """Before one backward every GRAPH_PERIOD_S: count the nodes of its
+    graph (about 1 µs each, on the training thread); the function returned
+    takes the backward's ns. Many nodes at a few µs each is a step made of
+    tiny ops: per-op overhead, not arithmetic."""
+    if not ev.training_started or ev.active:
+        return None
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or torch.cuda.is_initialized():
+            # on a GPU the backward's time is its launches': not read
+            return None
+    except Exception:
+        return None
+    roots = tensors if isinstance(tensors, (tuple, list)) else (tensors,)
+    seen = set()
+    todo = [getattr(t, "grad_fn", None) for t in roots]
+    while todo and len(seen) < GRAPH_MAX_NODES:
+        f = todo.pop()
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        todo.extend(n for n, _ in f.next_functions)
+    n = len(seen)
+    if n == 0 or len(seen) >= GRAPH_MAX_NODES:
+        return None
+
+    def done(ns):
+        if len(graph["probes"]) < _MAX_EVENTS:
+            graph["probes"].append([n, int(ns)])
+    return done
+
+
 def settings_tick():
     """Called by the sampler thread every half second once training began:
     anomaly detection is one flag for the whole process; the gradients no
@@ -416,6 +456,10 @@ def install(torch):
         except Exception as exc:
             sys.stderr.write("trainperf: %s not hooked: %r\n" % (f.__name__, exc))
     gc.callbacks.append(_gc_cb)
+    try:
+        trainperf._core.set_graph_probe(graph_probe, GRAPH_PERIOD_S)
+    except Exception:
+        pass
 
 
 def snapshot():
@@ -432,6 +476,7 @@ def snapshot():
                      "compile_s": round(compile_stats["compile_s"], 6),
                      "recompiles": compile_stats["recompiles"],
                      "events": list(compile_stats["events"])},
+         "graph": {"probes": list(graph["probes"])},
          "loader": {"iterators": loader_stats["iterators"], "workers": loader_stats["workers"],
                     "persistent": loader_stats["persistent"],
                     "epochs": list(loader_stats["epochs"])}}

@@ -29,6 +29,9 @@
 #define UNUSED_MIN_SHARE 0.2      /* parameters with a gradient no optimizer uses */
 #define EVAL_GRAD_MIN_FWD 3       /* evaluation forwards with grad on, at least */
 #define EVAL_GRAD_MIN_SHARE 0.05  /* evaluation's share of the run, at least */
+#define TINY_MIN_NODES 300        /* autograd nodes of one backward, at least */
+#define TINY_NODE_US 3.3          /* backward µs a node of tiny tensors, on this machine's CPU */
+#define TINY_FACTOR 3             /* at most this many times that: overhead bound */
 #define CONTEND_WAIT_SHARE 0.20 /* run-queue wait / (wait + CPU used) */
 #define CONTEND_MIN_WAIT 15.0   /* % of one core */
 /* DataLoader workers starved of CPU: their run-queue wait is at least half
@@ -439,6 +442,14 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
     }
     if (!isnan(v = jr_pnum(root, "eval.time_s"))) c->eval_s += v;
     if (!isnan(v = jr_pnum(root, "eval.entries"))) c->eval_entries += v;
+    const jr_node *gp = jr_get(jr_get(root, "graph"), "probes");
+    for (const jr_node *e = gp && gp->type == JR_ARR ? gp->child : NULL; e; e = e->next) {
+        double n = jr_num(jr_at(e, 0)), ns = jr_num(jr_at(e, 1));
+        if (!(n >= 1) || !(ns > 0) || c->ngraph >= 64) continue;
+        c->graph[c->ngraph][0] = n;
+        c->graph[c->ngraph][1] = ns;
+        c->ngraph++;
+    }
     double ef = jr_pnum(root, "eval.forwards"), eg = jr_pnum(root, "eval.forwards_grad");
     if (ef >= 0 && eg >= 0 && eg <= ef) c->eval_fwd += ef, c->eval_fwd_grad += eg;
     if (!isnan(v = jr_pnum(root, "torch_threads")) && v <= MAX_COUNT) c->torch_threads = v;
@@ -977,6 +988,64 @@ int dc_cand_eval_grad(const diag_run *r, dfinding *d)
            "hold.");
     rec(d, "If evaluation still takes much of the run, evaluate less often or on a subset, with "
            "a larger batch.");
+    return 1;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int dc_cand_tiny_ops(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    /* on a GPU the backward returns once its kernels are queued: its time
+     * per node is the launches', not the ops' */
+    if (r->ngpu > 0 || c->ngraph < 1) return 0;
+    double us[64], nodes[64];
+    for (int i = 0; i < c->ngraph; i++) {
+        nodes[i] = c->graph[i][0];
+        us[i] = c->graph[i][1] / 1e3 / c->graph[i][0];
+    }
+    qsort(us, (size_t)c->ngraph, sizeof(double), by_value);
+    qsort(nodes, (size_t)c->ngraph, sizeof(double), by_value);
+    double per = us[c->ngraph / 2], n = nodes[c->ngraph / 2];
+    if (!(n >= TINY_MIN_NODES) || !(per <= TINY_NODE_US * TINY_FACTOR)) return 0;
+    double sh[PH_COUNT];
+    dc_warm_shares(r, sh);
+    double model = 0;
+    for (int p = PH_FORWARD; p <= PH_BACKWARD; p++)
+        if (isfinite(sh[p])) model += sh[p];
+    double over = TINY_NODE_US / per > 1 ? 1 : TINY_NODE_US / per;
+    double score = model * over;
+    diag_head(d, "tiny-ops", "Many tiny ops: per-op overhead bounds the step",
+              score > 0.9 ? 0.9 : score,
+              "backward runs %.0f autograd ops a step at %.1f µs each: at that size each op "
+              "costs about what torch's own bookkeeping does (%.1f µs a node on a CPU), not "
+              "arithmetic; forward and backward are %.0f%% of step time",
+              n, per, TINY_NODE_US, 100 * model);
+    ev(d, "graph_nodes", n, "%.0f nodes in the backward graph (median of %d probes)", n,
+       c->ngraph);
+    ev(d, "backward_us_per_node", per, "backward took %.1f µs a node", per);
+    /* the line that makes the ops: the busiest outside backward and the
+     * optimizer (those run what the forward built) */
+    const dc_proc *pr = c->nproc ? &c->procs[0] : NULL;
+    int li = -1;
+    for (int i = 0; pr && i < pr->nlines && li < 0; i++)
+        if (strcmp(pr->lines[i].kind, "backward") != 0 &&
+            strcmp(pr->lines[i].kind, "optimizer") != 0 && strcmp(pr->lines[i].kind, "data") != 0)
+            li = i;
+    if (li >= 0)
+        rec(d, "Vectorise the loop that makes the small ops: batch the work over samples or "
+               "positions into whole-tensor ops (the line of the step the training thread is "
+               "most often on: %s:%d `%s`).",
+            pr->lines[li].file, pr->lines[li].line, pr->src[li]);
+    else
+        rec(d, "Vectorise the loop that makes the small ops: batch the work over samples or "
+               "positions into whole-tensor ops.");
+    rec(d, "torch.compile fuses chains of small ops into one kernel; a larger batch spreads the "
+           "per-op cost over more samples.");
     return 1;
 }
 

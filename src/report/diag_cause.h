@@ -94,6 +94,9 @@ typedef struct dcause {
      * updates, those an optimizer updates, and all of them */
     double params_grad_unused, params_optimized, params_timed;
     double eval_fwd, eval_fwd_grad; /* forwards labelled evaluation; with grad on */
+    /* probes of one backward's graph (events "graph"): nodes, ns */
+    int ngraph;
+    double graph[64][2];
     double sampler_cost_s;
 
     /* steps.csv: eval/checkpoint time taken out of training step time */
@@ -175,6 +178,7 @@ int dc_cand_gil(const struct diag_run *r, struct dfinding *d);
 int dc_cand_anomaly(const struct diag_run *r, struct dfinding *d);
 int dc_cand_unused_grads(const struct diag_run *r, struct dfinding *d);
 int dc_cand_eval_grad(const struct diag_run *r, struct dfinding *d);
+int dc_cand_tiny_ops(const struct diag_run *r, struct dfinding *d);
 /* sh[PH_COUNT]: each phase's share of step time over the warm steps (after
  * step 0), or over all steps when fewer than 2 x DC_MIN_STEPS */
 void dc_warm_shares(const struct diag_run *r, double *sh);
