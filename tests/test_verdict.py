@@ -660,12 +660,19 @@ def test_a_step_of_tiny_ops_is_told_to_vectorise(run_cli, tmp_path):
     ev = events(by_phase={"forward": 200, "backward": 200, "optimizer": 20})
     ev["graph"] = {"probes": [[910, 4.6e6], [910, 4.4e6], [910, 9.0e6]]}
     ev["profile"]["lines_top"] = {"samples": 420, "lines": [
-        {"func": "<module>", "file": "/x/train.py", "line": 12, "samples": 300, "phase": "forward",
+        {"func": "<module>", "file": "/x/train.py", "line": 14, "samples": 320, "phase": "backward",
+         "src": "loss.backward()"},
+        {"func": "<module>", "file": "/x/train.py", "line": 12, "samples": 300, "phase": "compute",
          "src": "pos = (za[k] - zb[k]).pow(2).sum()"}]}
     dg = diagnosis(run_cli, make_run(tmp_path / "tiny", st, quiet_metrics(8), ev))
     assert dg["primary"]["id"] == "tiny-ops", ids(dg)
     assert [e["value"] for e in dg["primary"]["evidence"] if e["name"] == "graph_nodes"] == [910]
     assert "train.py:12" in dg["primary"]["recommendations"][0]
+    # the busiest line of the step is the model's forward (an RNN unrolled
+    # inside it): nothing to vectorise in the user's code
+    ev["profile"]["lines_top"]["lines"][1]["phase"] = "forward"
+    dg = diagnosis(run_cli, make_run(tmp_path / "rnn", st, quiet_metrics(8), ev))
+    assert "the model's own" in dg["primary"]["recommendations"][0], dg["primary"]
     # a model of a few large ops: many µs a node
     ev["graph"] = {"probes": [[910, 91e6], [910, 90e6]]}
     dg = diagnosis(run_cli, make_run(tmp_path / "large", st, quiet_metrics(8), ev))
@@ -682,3 +689,22 @@ def test_a_step_of_tiny_ops_is_told_to_vectorise(run_cli, tmp_path):
     (d / "run.json").write_text(json.dumps(run))
     dg = diagnosis(run_cli, d)
     assert "tiny-ops" not in ids(dg), ids(dg)
+
+
+def test_io_that_writes_is_told_to_write_less_often(run_cli, tmp_path):
+    # a loss log written and fsync'd every step: not reads to prefetch
+    st = steady_steps(100, 10.0, fwd=0.3, bwd=0.3, opt=0.1)
+    lines = {"samples": 400, "lines": [
+        {"func": "<module>", "file": "/x/train.py", "line": 11, "samples": 120, "phase": "other",
+         "src": "f.write(line); f.flush(); os.fsync(f.fileno())"}]}
+    ev = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 11, "def_line": 1,
+                            "samples": 120, "kind": "io"}],
+                by_phase={"other": 120, "forward": 120, "backward": 120, "optimizer": 40})
+    ev["profile"]["lines_top"] = lines
+    dg = diagnosis(run_cli, make_run(tmp_path / "w", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "host-code", ids(dg)
+    assert dg["primary"]["recommendations"][0].startswith("Write less often"), dg["primary"]
+    # the same share reading a file each step: read ahead
+    lines["lines"][0]["src"] = "x = np.load(path)"
+    dg = diagnosis(run_cli, make_run(tmp_path / "r", st, quiet_metrics(8), ev))
+    assert dg["primary"]["recommendations"][0].startswith("Read ahead"), dg["primary"]

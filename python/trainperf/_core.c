@@ -690,9 +690,11 @@ static PyObject *opt_post_vectorcall(PyObject *self, PyObject *const *args, size
 /* The graph probe (set_graph_probe): every period seconds one backward's
  * tensors go to probe(tensors) before it runs (it counts the graph's
  * nodes); what it returns, when callable, gets the backward's ns after.
- * Between probes a backward costs one clock read. */
+ * The first probe is the sixth backward. Between probes a backward costs
+ * one clock read. */
 static PyObject *graph_probe;
 static double graph_period = 10.0, graph_next;
+static int graph_skip; /* backwards left before the first probe (warm-up) */
 
 static double mono_s(void)
 {
@@ -704,6 +706,10 @@ static double mono_s(void)
 static PyObject *graph_probe_begin(PyObject *tensors, double *t0)
 {
     if (!graph_probe) return NULL;
+    if (graph_skip > 0) {
+        graph_skip--;
+        return NULL;
+    }
     double now = mono_s();
     if (now < graph_next) return NULL;
     graph_next = now + graph_period;
@@ -871,7 +877,8 @@ static PyObject *core_set_graph_probe(PyObject *self, PyObject *const *args, Py_
         graph_probe = args[0];
     }
     graph_period = period;
-    graph_next = mono_s() + period / 2; /* not the first steps: they warm up */
+    graph_next = 0;
+    graph_skip = 5; /* the first steps warm up; a short run still gets one probe */
     Py_RETURN_NONE;
 }
 

@@ -31,7 +31,7 @@
 #define EVAL_GRAD_MIN_SHARE 0.05  /* evaluation's share of the run, at least */
 #define TINY_MIN_NODES 300        /* autograd nodes of one backward, at least */
 #define TINY_NODE_US 3.3          /* backward µs a node of tiny tensors, on this machine's CPU */
-#define TINY_FACTOR 3             /* at most this many times that: overhead bound */
+#define TINY_FACTOR 2             /* at most this many times that: half of it overhead */
 #define CONTEND_WAIT_SHARE 0.20 /* run-queue wait / (wait + CPU used) */
 #define CONTEND_MIN_WAIT 15.0   /* % of one core */
 /* DataLoader workers starved of CPU: their run-queue wait is at least half
@@ -689,6 +689,23 @@ static const char *kind_words(const char *k)
 
 static double gc_pause(const dcause *c, int *npause);
 
+/* Whether f's line (its source text, from the profile's lines) writes:
+ * a log or results file flushed every step is I/O that reads ahead cannot
+ * fix. */
+static int writes_at(const dcause *c, const dc_func *f)
+{
+    static const char *const w[] = {".write", "fsync", ".flush", ".dump", "print(", "savetxt",
+                                    "to_csv", "writer."};
+    for (int p = 0; p < c->nproc; p++)
+        for (int i = 0; i < c->procs[p].nlines; i++) {
+            const dc_func *l = &c->procs[p].lines[i];
+            if (l->line != f->line || strcmp(l->file, f->file) != 0) continue;
+            for (size_t k = 0; k < sizeof(w) / sizeof(w[0]); k++)
+                if (strstr(c->procs[p].src[i], w[k])) return 1;
+        }
+    return 0;
+}
+
 int dc_cand_hostcode(const diag_run *r, dfinding *d)
 {
     const dcause *c = &r->cause;
@@ -770,6 +787,11 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
             f->func);
         rec(d, "Make each batch cheaper: vectorise %s (one torch/numpy call instead of a Python "
                "loop), pre-tokenise or preprocess the dataset offline, memory-map it.",
+            f->func);
+    } else if (best == 3 && writes_at(c, f)) {
+        rec(d, "Write less often, or off the training thread: buffer what %s writes and flush "
+               "(or fsync: it waits for the disk) every N steps or at the end, or hand it to a "
+               "background thread.",
             f->func);
     } else if (best == 3) {
         rec(d, "Read ahead: move the reads in %s to a DataLoader with workers or a background "
@@ -1036,14 +1058,15 @@ int dc_cand_tiny_ops(const diag_run *r, dfinding *d)
         if (strcmp(pr->lines[i].kind, "backward") != 0 &&
             strcmp(pr->lines[i].kind, "optimizer") != 0 && strcmp(pr->lines[i].kind, "data") != 0)
             li = i;
-    if (li >= 0)
+    if (li >= 0 && strcmp(pr->lines[li].kind, "forward") != 0)
         rec(d, "Vectorise the loop that makes the small ops: batch the work over samples or "
                "positions into whole-tensor ops (the line of the step the training thread is "
-               "most often on: %s:%d `%s`).",
+               "most often on, outside the model: %s:%d `%s`).",
             pr->lines[li].file, pr->lines[li].line, pr->src[li]);
     else
-        rec(d, "Vectorise the loop that makes the small ops: batch the work over samples or "
-               "positions into whole-tensor ops.");
+        rec(d, "The small ops are the model's own (many small layers, or a recurrent layer "
+               "unrolled over time steps): a larger batch spreads the per-op cost over more "
+               "samples.");
     rec(d, "torch.compile fuses chains of small ops into one kernel; a larger batch spreads the "
            "per-op cost over more samples.");
     return 1;
