@@ -1,7 +1,8 @@
 """Zero-code labels the diagnosis needs beyond steps and data wait.
 
 Installed by the auto hook (_autohook.patch_torch); everything here stays off
-the per-step path except two attribute reads in the forward pre-hook:
+the per-step path except two attribute reads in the forward pre-hook, and the
+count of one backward's graph every 4 s (graph_probe; not on CUDA):
 
 - evaluation: a top-level forward with grad disabled or the module in eval
   mode (plain `model.eval()` / `torch.no_grad()` loops, Lightning validation,
@@ -15,7 +16,9 @@ the per-step path except two attribute reads in the forward pre-hook:
   first batch (worker start-up), with its worker count;
 - settings that slow every step: autograd anomaly detection left on (read
   every half second while training), the dtype of the timed modules'
-  parameters (float64 runs at half float32's rate or less).
+  parameters (float64 runs at half float32's rate or less), gradients that
+  no optimizer uses, evaluation forwards with grad on;
+- the size of the step's ops: nodes of one backward's graph, and its time.
 
 What is measured goes to pyprof/events-<pid>.json in the run directory,
 written by the stack sampler's thread every few seconds and at exit
