@@ -1050,23 +1050,27 @@ int dc_cand_tiny_ops(const diag_run *r, dfinding *d)
     ev(d, "graph_nodes", n, "%.0f nodes in the backward graph (median of %d probes)", n,
        c->ngraph);
     ev(d, "backward_us_per_node", per, "backward took %.1f µs a node", per);
-    /* the line that makes the ops: the busiest outside backward and the
-     * optimizer (those run what the forward built) */
+    /* the line that makes the ops: the busiest line of tensor ops outside
+     * the model (plain Python lines are host-code's; backward and the
+     * optimizer run what the forward built) */
     const dc_proc *pr = c->nproc ? &c->procs[0] : NULL;
-    int li = -1;
-    for (int i = 0; pr && i < pr->nlines && li < 0; i++)
-        if (strcmp(pr->lines[i].kind, "backward") != 0 &&
-            strcmp(pr->lines[i].kind, "optimizer") != 0 && strcmp(pr->lines[i].kind, "data") != 0)
-            li = i;
-    if (li >= 0 && strcmp(pr->lines[li].kind, "forward") != 0)
+    int li = -1, fwd = 0;
+    for (int i = 0; pr && i < pr->nlines; i++) {
+        if (li < 0 && strcmp(pr->lines[i].kind, "compute") == 0) li = i;
+        if (strcmp(pr->lines[i].kind, "forward") == 0) fwd = 1;
+    }
+    if (li >= 0)
         rec(d, "Vectorise the loop that makes the small ops: batch the work over samples or "
-               "positions into whole-tensor ops (the line of the step the training thread is "
-               "most often on, outside the model: %s:%d `%s`).",
+               "positions into whole-tensor ops (the busiest line of tensor ops outside the "
+               "model: %s:%d `%s`).",
             pr->lines[li].file, pr->lines[li].line, pr->src[li]);
-    else
+    else if (fwd)
         rec(d, "The small ops are the model's own (many small layers, or a recurrent layer "
                "unrolled over time steps): a larger batch spreads the per-op cost over more "
                "samples.");
+    else
+        rec(d, "Vectorise the loop that makes the small ops: batch the work over samples or "
+               "positions into whole-tensor ops.");
     rec(d, "torch.compile fuses chains of small ops into one kernel; a larger batch spreads the "
            "per-op cost over more samples.");
     return 1;
