@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -512,3 +513,44 @@ def test_loader_workers_write_how_busy_they_were(cli, tmp_path, mode):
         assert busy > 0.7, docs  # 8 sleeps of 10 ms per fetch, fetch after fetch
     else:
         assert busy < 0.3, docs  # a few ms per fetch every 60 ms
+
+
+GRAPH_PROBE = """
+    import torch
+    from trainperf import _core, _evalhooks
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    calls = []
+
+    def bad(tensors):
+        calls.append(1)
+        if len(calls) % 2:
+            raise ValueError("a probe that fails")
+        return 42                     # not callable: ignored
+    for step in range(30):
+        if step == 10:                # a probe that fails never reaches the script
+            _core.set_graph_probe(bad, 1e-6)
+        if step == 20:                # the real one, every backward
+            _core.set_graph_probe(_evalhooks.graph_probe, 1e-6)
+        x = torch.randn(8, 16)
+        loss = (model(x) - x[:, :1]).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+    print("probe calls", len(calls), "probes", _evalhooks.graph["probes"][-1:])
+"""
+
+
+def test_the_graph_probe_counts_nodes_and_never_breaks_a_backward(cli, tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text(textwrap.dedent(GRAPH_PROBE))
+    res = trainperf_run(cli, tmp_path / "run", script)
+    assert res.returncode == 0, res.stderr
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("probe calls")][-1]
+    # steps 15-19 (the first five backwards after setting it are skipped),
+    # errors and all
+    assert line.startswith("probe calls 5 "), line
+    nodes, ns = json.loads(line.split("probes ", 1)[1].replace("(", "[").replace(")", "]"))[0]
+    # loss: pow, mean, sub, a slice of x; model: addmm, tanh, addmm, t x2,
+    # AccumulateGrad x4
+    assert 10 <= nodes <= 20 and ns > 0, (nodes, ns)
+    assert len(steps(tmp_path / "run")) == 30

@@ -703,6 +703,15 @@ static double mono_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* Clear an error of the probe's own; a Ctrl-C that landed in it is raised
+ * again at the script's next bytecode, not lost. */
+static void probe_clear(void)
+{
+    int interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+    PyErr_Clear();
+    if (interrupted) PyErr_SetInterrupt();
+}
+
 static PyObject *graph_probe_begin(PyObject *tensors, double *t0)
 {
     if (!graph_probe) return NULL;
@@ -716,7 +725,7 @@ static PyObject *graph_probe_begin(PyObject *tensors, double *t0)
     PyObject *done = PyObject_CallOneArg(graph_probe, tensors ? tensors : Py_None);
     if (!done || !PyCallable_Check(done)) {
         Py_XDECREF(done);
-        PyErr_Clear();
+        probe_clear();
         return NULL;
     }
     *t0 = mono_s();
@@ -731,7 +740,7 @@ static void graph_probe_end(PyObject *done, double t0, int ok)
         PyObject *x = ns ? PyObject_CallOneArg(done, ns) : NULL;
         Py_XDECREF(ns);
         Py_XDECREF(x);
-        PyErr_Clear();
+        probe_clear();
     }
     Py_DECREF(done);
 }
