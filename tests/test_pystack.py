@@ -9,6 +9,8 @@ import sys
 import textwrap
 import types
 
+import warnings
+
 import pytest
 
 from pyhelp import ROOT, require_extension
@@ -103,8 +105,15 @@ def test_reader_samples_python_between_gil_releases():
     r = run_py(SHORT_STRETCHES)
     if not r["ok"]:
         pytest.skip("no native reader for this Python")
+    share = r["sim"] / r["n"] if r["n"] else 0.0
+    if abs(share - r["true_share"]) >= 0.25:
+        # the reader needs a core to wake on time: another job taking both
+        # cores for the 1.5 s leans its samples to the sleeps. One more run
+        # decides; the first is reported in the warnings summary.
+        warnings.warn("native reader off on the first run (busy machine?): %r" % (r,))
+        r = run_py(SHORT_STRETCHES)
+        share = r["sim"] / r["n"] if r["n"] else 0.0
     assert r["n"] >= 200, r
-    share = r["sim"] / r["n"]
     # the time in simulate() as the process itself timed it, within sampling
     # error and the reader's own wake-up delay on a busy machine (a sampler
     # that needs the GIL finds none: every sample waits for release())

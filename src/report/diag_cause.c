@@ -1158,7 +1158,10 @@ int dc_cand_oversub(const diag_run *r, dfinding *d)
     /* the run asks for more busy threads than its cores, and its threads
      * were seen queueing: the configuration, confirmed by the scheduler */
     int cfg = isfinite(want) && want > cores * 1.25;
-    int meas = isfinite(runnable) && runnable > cores && isfinite(wait) && wait >= 20;
+    /* (as clearly as the configuration: 2.5 runnable threads on 2 cores
+     * with 41% of a core waiting was two spawn workers importing torch
+     * beside a healthy loop) */
+    int meas = isfinite(runnable) && runnable > cores * 1.25 && isfinite(wait) && wait >= 50;
     if (!cfg || !meas) return 0;
     workers = busy_workers;
     fmt(d->id, sizeof(d->id), "oversubscription");
