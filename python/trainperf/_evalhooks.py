@@ -68,6 +68,7 @@ settings = {"ticks": 0, "anomaly_ticks": 0}
 models = []             # weak references to the modules whose forward is timed
 optimizers = []         # weak references to the optimizers made
 grads_seen = {"unused": 0, "optimized": 0, "all": 0}  # the largest seen, in parameters
+param_dtypes = {}       # the timed modules' parameters by dtype, at the last walk
 _push = _pop = None
 
 
@@ -337,17 +338,19 @@ def optimized_ids():
     return ids
 
 
-def _grads():
-    """Of the timed modules' parameters: how many get a gradient that no
-    optimizer updates (requires_grad left on for a part that is not
-    trained: backward computes it for nothing), how many an optimizer
-    updates, and all. The largest counts seen: a model.zero_grad() between
-    steps clears the gradients for a moment. Runs on the sampler thread
-    every few seconds; a list changed meanwhile costs one reading."""
-    if not optimizers or not models:
+def walk_params():
+    """One walk of the timed modules' parameters: their dtypes, and of them
+    how many get a gradient that no optimizer updates (requires_grad left on
+    for a part that is not trained: backward computes it for nothing), how
+    many an optimizer updates, and all (the largest counts seen: a
+    model.zero_grad() between steps clears the gradients for a moment).
+    Runs on the sampler thread; a list changed meanwhile costs one reading.
+    Returns grads_seen."""
+    if not models:
         return grads_seen
     try:
-        ids = optimized_ids()
+        ids = optimized_ids() if optimizers else None
+        dtypes = {}
         unused = optimized = total = 0
         seen = set()
         for ref in list(models):
@@ -360,15 +363,23 @@ def _grads():
                 seen.add(id(p))
                 n = p.numel()
                 total += n
+                k = str(p.dtype).replace("torch.", "")
+                dtypes[k] = dtypes.get(k, 0) + n
+                if ids is None:
+                    continue
                 if id(p) in ids:
                     optimized += n
                 elif p.requires_grad and p.grad is not None:
                     unused += n
     except Exception:
         return grads_seen
-    grads_seen["unused"] = max(grads_seen["unused"], unused)
-    grads_seen["optimized"] = max(grads_seen["optimized"], optimized)
-    grads_seen["all"] = max(grads_seen["all"], total)
+    if total:
+        param_dtypes.clear()
+        param_dtypes.update(dtypes)
+    if ids is not None:
+        grads_seen["unused"] = max(grads_seen["unused"], unused)
+        grads_seen["optimized"] = max(grads_seen["optimized"], optimized)
+        grads_seen["all"] = max(grads_seen["all"], total)
     return grads_seen
 
 
@@ -394,16 +405,18 @@ def graph_probe(tensors):
     except Exception:
         return None
     roots = tensors if isinstance(tensors, (tuple, list)) else (tensors,)
-    seen = set()
-    todo = [getattr(t, "grad_fn", None) for t in roots]
-    while todo and len(seen) < GRAPH_MAX_NODES:
-        f = todo.pop()
-        if f is None or f in seen:
-            continue
-        seen.add(f)
-        todo.extend(n for n, _ in f.next_functions)
+    # depth-first over grad_fn.next_functions; a node is queued once
+    todo = [f for f in (getattr(t, "grad_fn", None) for t in roots) if f is not None]
+    seen = set(todo)
+    while todo:
+        for nxt, _ in todo.pop().next_functions:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        if len(seen) >= GRAPH_MAX_NODES:
+            return None  # too large to count on the training thread
     n = len(seen)
-    if n == 0 or len(seen) >= GRAPH_MAX_NODES:
+    if n == 0:
         return None
 
     def done(ns):
@@ -425,27 +438,7 @@ def settings_tick():
             settings["anomaly_ticks"] += 1
     except Exception:
         pass
-    _grads()  # while the optimizers live (a trainer frees its own at the end)
-
-
-def _param_dtypes():
-    """Parameters of the timed modules by dtype ({"float32": count})."""
-    out = {}
-    seen = set()
-    for ref in list(models):
-        m = ref()
-        if m is None:
-            continue
-        try:
-            for p in m.parameters():
-                if id(p) in seen:
-                    continue
-                seen.add(id(p))
-                k = str(p.dtype).replace("torch.", "")
-                out[k] = out.get(k, 0) + p.numel()
-        except Exception:
-            continue
-    return out
+    walk_params()  # while the optimizers live (a trainer frees its own at the end)
 
 
 def install(torch):
@@ -491,8 +484,8 @@ def snapshot():
             d["settings"] = {"ticks": settings["ticks"],
                              "anomaly_ticks": settings["anomaly_ticks"],
                              "default_dtype": str(torch.get_default_dtype()).replace("torch.", ""),
-                             "param_dtypes": _param_dtypes(),
-                             "params_grad_unused": _grads()["unused"],
+                             "params_grad_unused": walk_params()["unused"],
+                             "param_dtypes": dict(param_dtypes),
                              "params_optimized": grads_seen["optimized"],
                              "params_timed": grads_seen["all"]}
     except Exception:

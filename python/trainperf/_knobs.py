@@ -336,7 +336,7 @@ def on_step(opt=None):
         _freeze_unused()
     if _steps == 2:
         from trainperf import _evalhooks
-        g = _evalhooks._grads()
+        g = _evalhooks.walk_params()
         if g["all"] > 0 and g["optimized"] > 0:
             facts["grads_unused"] = round(g["unused"] / g["all"], 4)
             _write_facts()
