@@ -554,3 +554,60 @@ def test_the_graph_probe_counts_nodes_and_never_breaks_a_backward(cli, tmp_path)
     # AccumulateGrad x4
     assert 10 <= nodes <= 20 and ns > 0, (nodes, ns)
     assert len(steps(tmp_path / "run")) == 30
+
+
+TRACERS = """
+    import cProfile, json, sys, threading, time
+    import torch
+    from trainperf import _core, _evalhooks
+    me = threading.get_ident()
+    seen = []
+
+    def look():                       # from another thread, as the sampler does
+        seen.append(_evalhooks._tracer(me))
+    def check():
+        t = threading.Thread(target=look)
+        t.start(); t.join()
+
+    check()                           # nothing hooked
+    def trace(frame, event, arg):
+        return None
+    sys.settrace(trace); check(); sys.settrace(None)
+    p = cProfile.Profile(); p.enable(); check(); p.disable()
+    import pdb
+    dbg = pdb.Pdb(); dbg.reset()
+    dbg._set_stopinfo(sys._getframe(), None, -1)  # as `continue` with a breakpoint set
+    sys.settrace(dbg.trace_dispatch); check(); sys.settrace(None)
+    print("tracers", json.dumps(seen))
+    print("thread_tracing", _core.thread_tracing(me), _core.thread_tracing(1))
+    # the script's own profiler: one span a recording, trainperf's none
+    x = torch.randn(64, 64)
+    with torch.profiler.profile() as prof:
+        for _ in range(20):
+            x = (x @ x).tanh()
+    from trainperf.torch_helpers import ProfilerSchedule
+    s = ProfilerSchedule(wait=0, warmup=0, active=2, repeat=1, out_dir=sys.argv[1])
+    s.start()
+    for _ in range(4):
+        x = (x @ x).tanh(); s.step()
+    s.stop()
+    print("spans", json.dumps(_evalhooks._profiler_spans()))
+"""
+
+
+def test_tracers_and_profiler_recordings_are_seen(cli, tmp_path):
+    script = tmp_path / "tracers.py"
+    script.write_text(textwrap.dedent(TRACERS))
+    res = trainperf_run(cli, tmp_path / "run", script, str(tmp_path / "prof"))
+    assert res.returncode == 0, res.stderr
+    out = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in res.stdout.splitlines()
+           if ln.split(" ", 1)[0] in ("tracers", "thread_tracing", "spans")}
+    seen = json.loads(out["tracers"])
+    assert seen == [None, ["__main__.trace", "tracer", "sys.settrace"],
+                    ["cProfile.Profile", "profiler", "sys.setprofile"],
+                    ["pdb.Pdb", "debugger", "sys.settrace"]], seen
+    assert out["thread_tracing"] == "(None, None) None", out
+    spans = json.loads(out["spans"])
+    # the script's recording, then the schedule's own window (marked 1)
+    assert [s[2] for s in spans] == [0, 1], spans
+    assert all(s[1] > 0 for s in spans) and spans[0][0] < spans[1][0], spans

@@ -708,3 +708,69 @@ def test_io_that_writes_is_told_to_write_less_often(run_cli, tmp_path):
     lines["lines"][0]["src"] = "x = np.load(path)"
     dg = diagnosis(run_cli, make_run(tmp_path / "r", st, quiet_metrics(8), ev))
     assert dg["primary"]["recommendations"][0].startswith("Read ahead"), dg["primary"]
+
+
+def test_a_profiler_left_recording_is_found_and_its_windows_explain_slow_steps(run_cli, tmp_path):
+    # 100 steps of 20 ms from 1.0 s to 3.0 s; the script's own profiler
+    # recorded from before the first step to after the last
+    st = steady_steps(100, 20.0)
+    ev = events(by_phase={"forward": 200, "backward": 150, "optimizer": 50})
+    ev["settings"] = {"ticks": 8, "anomaly_ticks": 0, "default_dtype": "float32",
+                      "param_dtypes": {"float32": 1000}}
+    ev["profiler"] = {"spans": [[0.9, 2.5, 0]]}
+    ev["profile"]["profiler_samples"] = 94  # 2 s at 47 Hz
+    dg = diagnosis(run_cli, make_run(tmp_path / "whole", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "profiler", ids(dg)
+    assert [e["value"] for e in dg["primary"]["evidence"]
+            if e["name"] == "profiler_on_share"] == [1.0]
+    assert "schedule(" in dg["primary"]["recommendations"][0]
+    # trainperf's own --profile windows (own=1) are asked for: nothing
+    ev["profiler"] = {"spans": [[0.9, 2.5, 1]]}
+    dg = diagnosis(run_cli, make_run(tmp_path / "own", st, quiet_metrics(8), ev))
+    assert "profiler" not in ids(dg), ids(dg)
+    # a schedule's short windows: no finding, but they are the slow steps
+    slow = {10, 11, 40, 41, 70, 71}
+    st = steady_steps(100, 20.0, extra=lambda i: {"interval_ns": int(90e6), "duration_ns": int(90e6)}
+                      if i in slow else None)
+    starts = {s["step"]: s["start_s"] for s in st}
+    ev["profiler"] = {"spans": [[starts[i], 0.09, 0] for i in sorted(slow)]}
+    dg = diagnosis(run_cli, make_run(tmp_path / "windows", st, quiet_metrics(8), ev))
+    assert "profiler" not in ids(dg) and dg["primary"]["id"] != "unstable", ids(dg)
+    f = [f for f in [dg["primary"]] + dg["secondary"] if f["id"] == "step-spikes"]
+    assert f and any("torch.profiler windows" in r for r in f[0]["recommendations"]), dg
+
+
+def test_a_tracer_on_the_training_thread_is_named(run_cli, tmp_path):
+    st = steady_steps(100, 20.0)
+    ev = events(by_phase={"forward": 200, "backward": 150, "optimizer": 50})
+    base = {"ticks": 8, "anomaly_ticks": 0, "default_dtype": "float32",
+            "param_dtypes": {"float32": 1000}}
+    for name, kind, how, title in (
+            ("pdb.Pdb", "debugger", "sys.settrace", "A debugger traces the training"),
+            ("cProfile", "profiler", "sys.setprofile", "A Python profiler is on"),
+            ("coverage.tracer.CTracer", "coverage", "sys.settrace", "Coverage measurement is on")):
+        ev["settings"] = dict(base, tracer_ticks=8, tracer=name, tracer_kind=kind, tracer_how=how)
+        dg = diagnosis(run_cli, make_run(tmp_path / kind, st, quiet_metrics(8), ev))
+        assert dg["primary"]["id"] == "python-tracer", ids(dg)
+        assert dg["primary"]["title"] == title and name in dg["primary"]["summary"], dg["primary"]
+    # seen at one check of eight (a debugger attached for a moment): nothing
+    ev["settings"] = dict(base, tracer_ticks=1, tracer="pdb.Pdb", tracer_kind="debugger",
+                          tracer_how="sys.settrace")
+    dg = diagnosis(run_cli, make_run(tmp_path / "moment", st, quiet_metrics(8), ev))
+    assert "python-tracer" not in ids(dg) and dg["primary"]["id"] == "compute-bound", ids(dg)
+
+
+def test_gc_pauses_after_the_last_step_are_not_the_steps(run_cli, tmp_path):
+    # 100 steps of 20 ms end at 3.0 s; 40 pauses of 100 ms come after it
+    # (a profiler's records turned into Python objects at exit)
+    st = steady_steps(100, 20.0)
+    pauses = [[3.5 + 0.2 * i, 0.1, 2] for i in range(40)]
+    gc = {"collections": [100, 10, 40], "pause_s": 4.0, "max_s": 0.1, "pauses": pauses}
+    ev = events(by_phase={"forward": 200, "backward": 150, "optimizer": 50}, gc=gc)
+    dg = diagnosis(run_cli, make_run(tmp_path / "after", st, quiet_metrics(8), ev))
+    assert "gc-pauses" not in ids(dg), ids(dg)
+    # the same pauses among the steps are
+    gc["pauses"] = [[1.1 + 0.04 * i, 0.01, 2] for i in range(40)]
+    gc["pause_s"], gc["max_s"] = 0.4, 0.01
+    dg = diagnosis(run_cli, make_run(tmp_path / "during", st, quiet_metrics(8), ev))
+    assert "gc-pauses" in ids(dg), ids(dg)

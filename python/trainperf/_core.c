@@ -1062,6 +1062,37 @@ static PyObject *core_stop(PyObject *self, PyObject *unused)
     return PyLong_FromLong(rc);
 }
 
+/* The trace and profile functions (sys.settrace / sys.setprofile, or their
+ * C forms) of the thread with this ident: (trace, profile), each its object
+ * (the function, a debugger's method, a profiler), True for one set from C
+ * without an object, or None; None for a thread not found. Read under the
+ * GIL, as sys._current_frames walks the threads. */
+static PyObject *tracing_obj(Py_tracefunc f, PyObject *o)
+{
+    if (!f) Py_RETURN_NONE;
+    if (!o) Py_RETURN_TRUE;
+    Py_INCREF(o);
+    return o;
+}
+
+static PyObject *core_thread_tracing(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long id = PyLong_AsUnsignedLong(arg);
+    if (id == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    PyInterpreterState *in = PyInterpreterState_Get();
+    for (PyThreadState *t = PyInterpreterState_ThreadHead(in); t; t = PyThreadState_Next(t)) {
+        if (t->thread_id != id) continue;
+        PyObject *tr = tracing_obj(t->c_tracefunc, t->c_traceobj);
+        PyObject *pr = tracing_obj(t->c_profilefunc, t->c_profileobj);
+        PyObject *r = PyTuple_Pack(2, tr, pr);
+        Py_DECREF(tr);
+        Py_DECREF(pr);
+        return r;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef core_methods[] = {
     {"phase", core_phase_get, METH_O, "phase($module, name, /)\n--\n\nA reusable context manager timing a range (name: str or interned id)."},
     {"step", (PyCFunction)(void (*)(void))core_step_new, METH_FASTCALL | METH_KEYWORDS,
@@ -1088,6 +1119,10 @@ static PyMethodDef core_methods[] = {
     {"set_graph_probe", (PyCFunction)(void (*)(void))core_set_graph_probe, METH_FASTCALL,
      "set_graph_probe($module, probe, period_s, /)\n--\n\nEvery period_s, probe(tensors) before "
      "one backward of the auto hook; a callable it returns gets that backward's ns."},
+    {"thread_tracing", core_thread_tracing, METH_O,
+     "thread_tracing($module, ident, /)\n--\n\n(trace, profile) of that thread: each the object "
+     "sys.settrace/sys.setprofile (or C) gave, True without one, or None; None for no such "
+     "thread."},
     {"backward_hook", (PyCFunction)(void (*)(void))core_backward_hook, METH_FASTCALL,
      "backward_hook($module, inner, ev, begin, step_in_eval, /)\n--\n\nThe auto hook's torch.autograd.backward "
      "(backward phase; a step boundary while no optimizer was made or stepped)."},

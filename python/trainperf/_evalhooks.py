@@ -17,7 +17,9 @@ count of one backward's graph every 4 s (graph_probe; not on CUDA):
 - settings that slow every step: autograd anomaly detection left on (read
   every half second while training), the dtype of the timed modules'
   parameters (float64 runs at half float32's rate or less), gradients that
-  no optimizer uses, evaluation forwards with grad on;
+  no optimizer uses, evaluation forwards with grad on; torch.profiler
+  recording (outside trainperf's own --profile windows) and a Python
+  debugger, coverage tool or profiler tracing the training thread;
 - the size of the step's ops: nodes of one backward's graph, and its time.
 
 What is measured goes to pyprof/events-<pid>.json in the run directory,
@@ -64,7 +66,8 @@ gc_last_end = [0.0]     # perf_counter() when the last collection ended (the sam
 gc_recent = collections.deque(maxlen=64)  # (start, end) perf_counter() of the last collections
 compile_stats = {"frames": 0, "compile_s": 0.0, "recompiles": 0, "events": []}
 loader_stats = {"iterators": 0, "workers": 0, "persistent": False, "epochs": []}
-settings = {"ticks": 0, "anomaly_ticks": 0}
+settings = {"ticks": 0, "anomaly_ticks": 0, "tracer_ticks": 0,
+            "tracer": None, "tracer_kind": None, "tracer_how": None}
 models = []             # weak references to the modules whose forward is timed
 optimizers = []         # weak references to the optimizers made
 grads_seen = {"unused": 0, "optimized": 0, "all": 0}  # the largest seen, in parameters
@@ -349,7 +352,9 @@ def walk_params():
     if not models:
         return grads_seen
     try:
-        ids = optimized_ids() if optimizers else None
+        # no live optimizer (none made, or freed before the model at exit):
+        # nothing to compare against
+        ids = optimized_ids() or None
         dtypes = {}
         unused = optimized = total = 0
         seen = set()
@@ -438,7 +443,123 @@ def settings_tick():
             settings["anomaly_ticks"] += 1
     except Exception:
         pass
+    t = _tracer(ev.thread)
+    if t is not None:
+        settings["tracer_ticks"] += 1
+        settings["tracer"], settings["tracer_kind"], settings["tracer_how"] = t
     walk_params()  # while the optimizers live (a trainer frees its own at the end)
+
+
+# torch.profiler recording: [monotonic start, seconds, 1 when trainperf's own
+# schedule (--profile, ProfilerSchedule) asked for it]; the open one last
+profiler = {"spans": [], "on": None}
+
+
+def _patch_profiler(torch):
+    """Note each time the autograd profiler (under torch.profiler too)
+    starts and stops recording: torch calls _set_is_profiler_enabled by name
+    from its module at both."""
+    mod = sys.modules.get("torch.autograd.profiler")
+    orig = getattr(mod, "_set_is_profiler_enabled", None)
+    if orig is None or getattr(orig, "_trainperf", False):
+        return
+
+    def _set_is_profiler_enabled(enable, *args, **kwargs):
+        try:
+            now = _now()
+            if enable and profiler["on"] is None:
+                own = sys.modules.get("trainperf.torch_helpers")
+                profiler["on"] = (now, 1 if getattr(own, "open_schedules", 0) else 0)
+            elif not enable and profiler["on"] is not None:
+                t0, own = profiler["on"]
+                profiler["on"] = None
+                if len(profiler["spans"]) < _MAX_EVENTS:
+                    profiler["spans"].append([round(t0, 6), round(now - t0, 6), own])
+        except Exception:
+            pass
+        return orig(enable, *args, **kwargs)
+    _set_is_profiler_enabled._trainperf = True
+    _set_is_profiler_enabled.__wrapped__ = orig
+    mod._set_is_profiler_enabled = _set_is_profiler_enabled
+
+
+def _profiler_spans():
+    spans = list(profiler["spans"])
+    on = profiler["on"]
+    if on is not None:
+        spans.append([round(on[0], 6), round(_now() - on[0], 6), on[1]])
+    return spans
+
+
+# module prefixes of the tools that trace or profile Python code, by kind
+_TRACERS = (("debugger", ("pdb", "bdb", "pydevd", "_pydevd", "debugpy", "pudb", "ipdb",
+                          "IPython.core.debugger", "web_pdb", "remote_pdb")),
+            ("coverage", ("coverage",)),
+            ("profiler", ("cProfile", "_lsprof", "profile", "line_profiler", "pyinstrument",
+                          "yappi", "viztracer", "memory_profiler", "pprofile", "torch")))
+
+
+def _tracer_name(obj):
+    """module.qualname of what traces: a function, a bound method's class,
+    an object's type; of a class, the first in its MRO from a known tool
+    (`python -m cProfile` runs cProfile as __main__: its Profile subclasses
+    _lsprof.Profiler)."""
+    if obj is True:
+        return "a C extension"
+    owner = getattr(obj, "__self__", None)
+    if owner is not None and not isinstance(owner, type(sys)):
+        obj = type(owner)
+    elif not callable(obj) or not hasattr(obj, "__qualname__") or \
+            type(obj).__name__ not in ("function", "method", "builtin_function_or_method"):
+        obj = type(obj)
+    names = []
+    for c in getattr(obj, "__mro__", None) or (obj,):
+        mod = getattr(c, "__module__", None) or ""
+        name = getattr(c, "__qualname__", None) or type(c).__name__
+        if mod != "builtins" or not names:
+            names.append("%s.%s" % (mod, name) if mod and mod != "builtins" else name)
+    for n in names:
+        if _tracer_kind(n) != "tracer":
+            return "cProfile" if n.startswith("_lsprof.") else n
+    return names[0]
+
+
+def _tracer_kind(name):
+    for kind, prefixes in _TRACERS:
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            return kind
+    return "tracer"
+
+
+def _tracer(ident):
+    """(name, kind, how) of a tool tracing or profiling the thread's Python
+    code (sys.settrace / sys.setprofile / sys.monitoring), else None. The
+    profiler's own Python tracer (torch.profiler with_stack) counts as the
+    profiler, not here."""
+    found = []
+    core = sys.modules.get("trainperf._core")
+    try:
+        tp = core.thread_tracing(ident) if ident is not None and core is not None else None
+    except Exception:
+        tp = None
+    for how, obj in zip(("sys.settrace", "sys.setprofile"), tp or ()):
+        if obj is not None:
+            found.append((_tracer_name(obj), how))
+    mon = getattr(sys, "monitoring", None)  # Python 3.12+: one set of tools for all threads
+    if mon is not None:
+        for tool in range(6):
+            try:
+                name = mon.get_tool(tool)
+                if name and mon.get_events(tool):
+                    found.append((str(name), "sys.monitoring"))
+            except Exception:
+                pass
+    for name, how in found:
+        kind = _tracer_kind(name)
+        if name.startswith("torch"):
+            continue
+        return name[:80], kind, how
+    return None
 
 
 def install(torch):
@@ -446,7 +567,7 @@ def install(torch):
     global _push, _pop
     import trainperf
     _push, _pop = trainperf._core.range_push, trainperf._core.range_pop
-    for f in (_patch_train, _patch_compile, _patch_loader):
+    for f in (_patch_train, _patch_compile, _patch_loader, _patch_profiler):
         try:
             f(torch)
         except Exception as exc:
@@ -473,6 +594,7 @@ def snapshot():
                      "recompiles": compile_stats["recompiles"],
                      "events": list(compile_stats["events"])},
          "graph": {"probes": list(graph["probes"])},
+         "profiler": {"spans": _profiler_spans()},
          "loader": {"iterators": loader_stats["iterators"], "workers": loader_stats["workers"],
                     "persistent": loader_stats["persistent"],
                     "epochs": list(loader_stats["epochs"])}}
@@ -483,6 +605,10 @@ def snapshot():
             d["torch_interop_threads"] = torch.get_num_interop_threads()
             d["settings"] = {"ticks": settings["ticks"],
                              "anomaly_ticks": settings["anomaly_ticks"],
+                             "tracer_ticks": settings["tracer_ticks"],
+                             "tracer": settings["tracer"],
+                             "tracer_kind": settings["tracer_kind"],
+                             "tracer_how": settings["tracer_how"],
                              "default_dtype": str(torch.get_default_dtype()).replace("torch.", ""),
                              "params_grad_unused": walk_params()["unused"],
                              "param_dtypes": dict(param_dtypes),

@@ -92,6 +92,8 @@ def _classify(code):
     ph = None
     if "/torch/utils/data/" in fn:
         ph = "data"
+    elif "/torch/profiler/" in fn or "/torch/autograd/profiler" in fn:
+        ph = None  # the profiler's own work (_profiler_samples), not the step's phases
     elif fn.endswith("/torch/nn/modules/module.py") and name in ("_call_impl", "_wrapped_call_impl"):
         ph = "forward"
     elif "/torch/autograd/" in fn or fn.endswith("/torch/_tensor.py") and name == "backward":
@@ -590,6 +592,22 @@ def _anomaly_samples(stacks):
     return n
 
 
+def _profiler_samples(stacks):
+    """Training samples inside torch.profiler's Python code: turning its
+    records into events (key_averages, tables) and writing traces. Recording
+    itself is C++ and shows in the step times instead."""
+    n = 0
+    for (phase, stack), c in stacks.items():
+        if phase in ("startup", "compile"):
+            continue
+        for code, _ in stack:
+            f = code.co_filename.replace("\\", "/") if code is not None else ""
+            if "/torch/profiler/" in f or "/torch/autograd/profiler" in f:
+                n += c
+                break
+    return n
+
+
 def _write():
     from trainperf import _core
     rd = _core.run_dir() if hasattr(_core, "run_dir") else None
@@ -616,7 +634,8 @@ def _write():
                      "by_phase": dict(_by_phase), "other_top": _summary(stacks),
                      "threads_top": _others_top(), "threads_cpu": _threads_cpu(),
                      "lines_top": _lines_top(stacks),
-                     "anomaly_samples": _anomaly_samples(stacks)}
+                     "anomaly_samples": _anomaly_samples(stacks),
+                     "profiler_samples": _profiler_samples(stacks)}
     ev["written_at"] = round(time.monotonic(), 6)
     _evalhooks.write_json(os.path.join(d, "events-%d.json" % _pid), ev)
 

@@ -161,6 +161,9 @@ def _default_dir(sub):
     return os.path.join(base, sub) if d else base
 
 
+open_schedules = 0  # ProfilerSchedules started and not stopped
+
+
 class ProfilerSchedule:
     """Drive torch.profiler over chosen steps; call .step() after every step.
 
@@ -210,7 +213,14 @@ class ProfilerSchedule:
                             repeat=self.repeat, skip_first=self.skip_first)
         self._prof = tp.profile(activities=acts, schedule=sched, on_trace_ready=self._ready,
                                 **self._kw)
-        self._prof.__enter__()
+        global open_schedules
+        open_schedules += 1  # its windows are asked for: not "left on" (_evalhooks)
+        try:
+            self._prof.__enter__()  # a window from step 0 begins recording here
+        except BaseException:
+            open_schedules -= 1
+            self._prof = None
+            raise
         return self
 
     def _ready(self, prof):
@@ -257,6 +267,8 @@ class ProfilerSchedule:
 
     def stop(self):
         if self._prof is not None:
+            global open_schedules
+            open_schedules -= 1
             self._prof.__exit__(None, None, None)
             self._prof = None
 

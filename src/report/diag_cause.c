@@ -29,6 +29,15 @@
 #define UNUSED_MIN_SHARE 0.2      /* parameters with a gradient no optimizer uses */
 #define EVAL_GRAD_MIN_FWD 3       /* evaluation forwards with grad on, at least */
 #define EVAL_GRAD_MIN_SHARE 0.05  /* evaluation's share of the run, at least */
+#define PROF_MIN_SHARE 0.5   /* of the training the profiler recorded, at least */
+#define PROF_COST 0.5        /* score per unit recorded: its cost on small ops (1.8x measured) */
+#define TRACER_MIN_TICKS 4   /* 2 s of training checked */
+/* score: a line tracer (sys.settrace: debuggers, coverage) made an MLP
+ * loop with its DataLoader 1.7x slower (1.15-1.3x its steps alone), a call
+ * profiler (sys.setprofile: cProfile) 1.6x; it inflates every Python-side
+ * finding (input, host code), so a line tracer leads them */
+#define TRACER_COST_LINE 0.5
+#define TRACER_COST_CALL 0.3
 #define TINY_MIN_NODES 300        /* autograd nodes of one backward, at least */
 #define TINY_NODE_US 3.3          /* backward µs a node of tiny tensors, on this machine's CPU */
 #define TINY_FACTOR 2             /* at most this many times that: half of it overhead */
@@ -450,6 +459,10 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
         c->graph[c->ngraph][1] = ns;
         c->ngraph++;
     }
+    const jr_node *ps = jr_get(jr_get(root, "profiler"), "spans");
+    for (const jr_node *e = ps && ps->type == JR_ARR ? ps->child : NULL; e; e = e->next)
+        if (jr_num(jr_at(e, 2)) == 0 && jr_num(jr_at(e, 1)) >= 0)
+            add_event(c->prof, &c->nprof, jr_num(jr_at(e, 0)) - t0, jr_num(jr_at(e, 1)), "");
     double ef = jr_pnum(root, "eval.forwards"), eg = jr_pnum(root, "eval.forwards_grad");
     if (ef >= 0 && eg >= 0 && eg <= ef) c->eval_fwd += ef, c->eval_fwd_grad += eg;
     if (!isnan(v = jr_pnum(root, "torch_threads")) && v <= MAX_COUNT) c->torch_threads = v;
@@ -460,6 +473,15 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
     if (st && st->type == JR_OBJ) {
         double tk = jr_pnum(st, "ticks"), an = jr_pnum(st, "anomaly_ticks");
         if (tk >= 0 && an >= 0 && an <= tk) c->set_ticks += tk, c->anomaly_ticks += an;
+        double tt = jr_pnum(st, "tracer_ticks");
+        const char *tn = jr_pstr(st, "tracer");
+        if (tt > 0 && tk >= tt && tn && *tn && tt > c->tracer_ticks) {
+            const char *kind = jr_pstr(st, "tracer_kind"), *how = jr_pstr(st, "tracer_how");
+            c->tracer_ticks = tt;
+            fmt(c->tracer, sizeof(c->tracer), "%s", tn);
+            fmt(c->tracer_kind, sizeof(c->tracer_kind), "%s", kind ? kind : "tracer");
+            fmt(c->tracer_how, sizeof(c->tracer_how), "%s", how ? how : "");
+        }
         const jr_node *pd = jr_get(st, "param_dtypes");
         for (const jr_node *k = pd && pd->type == JR_OBJ ? pd->child : NULL; k; k = k->next) {
             double n = jr_num(k);
@@ -476,6 +498,7 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
         }
     }
     if (p && !isnan(v = jr_pnum(p, "anomaly_samples")) && v >= 0) c->anomaly_samples += v;
+    if (p && !isnan(v = jr_pnum(p, "profiler_samples")) && v >= 0) c->prof_samples += v;
     const char *fw = jr_pstr(root, "framework");
     if (fw && *fw) fmt(c->framework, sizeof(c->framework), "%s", fw);
 }
@@ -687,7 +710,7 @@ static const char *kind_words(const char *k)
     return "Python code on the host";
 }
 
-static double gc_pause(const dcause *c, int *npause);
+static double gc_pause(const diag_run *r, int *npause);
 
 /* Whether f's line (its source text, from the profile's lines) writes:
  * a log or results file flushed every step is I/O that reads ahead cannot
@@ -714,7 +737,7 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     double share = c->ph_other / train, sshare = share;
     /* GC pauses are the gc-pauses finding's, not the user's code */
     int npause = 0;
-    double gcs = r->sum_interval_ns > 0 ? gc_pause(c, &npause) / (r->sum_interval_ns / 1e9) : 0;
+    double gcs = r->sum_interval_ns > 0 ? gc_pause(r, &npause) / (r->sum_interval_ns / 1e9) : 0;
     if (!(gcs > 0 && gcs < 1)) gcs = 0;
     /* the steps' own unlabelled share, timed by the hook (over the warm
      * steps: the first one holds the start-up) */
@@ -929,6 +952,83 @@ int dc_cand_anomaly(const diag_run *r, dfinding *d)
            "debugging aid that finds the op that made a NaN.");
     rec(d, "To catch NaNs cheaply instead, check the loss (torch.isfinite(loss)) every N steps "
            "and turn anomaly detection on only to find the op once a NaN appears.");
+    return 1;
+}
+
+/* Seconds of [s, e] that the script's own torch.profiler recorded. */
+static double prof_overlap(const dcause *c, double s, double e)
+{
+    double on = 0;
+    for (int i = 0; i < c->nprof; i++) {
+        double a = c->prof[i].t > s ? c->prof[i].t : s;
+        double b = c->prof[i].t + c->prof[i].dur < e ? c->prof[i].t + c->prof[i].dur : e;
+        if (b > a) on += b - a;
+    }
+    return on;
+}
+
+int dc_cand_profiler(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    double s = r->first_start_s, e = r->last_end_s;
+    if (!c->nprof || !isfinite(s) || !isfinite(e) || !(e > s)) return 0;
+    double on = prof_overlap(c, s, e) / (e - s);
+    /* windows of a few steps are profiling done right (their slow steps
+     * are named in the step-time finding); recording most of the training
+     * slows every step it records */
+    if (!(on >= PROF_MIN_SHARE)) return 0;
+    double proc = c->hz > 0 ? c->prof_samples / c->hz : NAN;
+    diag_head(d, "profiler", "torch.profiler recorded the training", PROF_COST * on,
+              "the profiler (torch.profiler) recorded %.0f%% of the training: it records every op "
+              "(more with record_shapes, with_stack or profile_memory), so each step it records "
+              "is slower than the same step unprofiled, and every figure here includes that",
+              100 * on);
+    ev(d, "profiler_on_share", on, "the profiler recorded %.0f%% of the time between the first "
+                                   "step and the last",
+       100 * on);
+    if (proc >= 1)
+        ev(d, "profiler_processing_s", proc,
+           "%.1f s in the profiler's own Python code (turning its records into events, "
+           "tables and traces)",
+           proc);
+    rec(d, "Record a few steps, not the run: torch.profiler.profile(schedule=torch.profiler."
+           "schedule(wait=1, warmup=1, active=3, repeat=1), ...) with prof.step() after each "
+           "step, or `trainperf run --profile 1,1,3 -- ...` with no code change.");
+    rec(d, "Keep the profiler out of training runs whose speed matters (behind a flag).");
+    return 1;
+}
+
+int dc_cand_tracer(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    if (!(c->set_ticks >= TRACER_MIN_TICKS) || !(c->tracer_ticks >= 0.5 * c->set_ticks))
+        return 0;
+    const char *k = c->tracer_kind;
+    int dbg = strcmp(k, "debugger") == 0, cov = strcmp(k, "coverage") == 0,
+        prof = strcmp(k, "profiler") == 0;
+    double on = c->tracer_ticks / c->set_ticks;
+    diag_head(d, "python-tracer",
+              dbg ? "A debugger traces the training" : cov ? "Coverage measurement is on"
+              : prof ? "A Python profiler is on" : "A Python trace function is on",
+              (strcmp(c->tracer_how, "sys.setprofile") == 0 ? TRACER_COST_CALL
+                                                               : TRACER_COST_LINE) * on,
+              "%s (%s, through %s) was hooked into the training thread at %.0f%% of the checks: "
+              "every Python %s calls into it, so the loop's Python runs slower and every "
+              "figure here includes that",
+              dbg ? "a debugger" : cov ? "coverage" : prof ? "a profiler" : "a trace function",
+              c->tracer, c->tracer_how[0] ? c->tracer_how : "a hook", 100 * on,
+              strcmp(c->tracer_how, "sys.setprofile") == 0 ? "call" : "call and line");
+    ev(d, "tracer_on_share", on, "%s was on at %.0f%% of the checks while training (every 0.5 s)",
+       c->tracer, 100 * on);
+    if (dbg)
+        rec(d, "Time training outside the debugger (run it plainly, not from the IDE's debug "
+               "launcher); a breakpoint anywhere keeps the tracer on for every line.");
+    else if (cov)
+        rec(d, "Measure coverage on a short test run, not on training runs.");
+    else
+        rec(d, "Remove the %s for runs whose speed matters; `trainperf run` samples the stacks "
+               "already (pyprof/) at far lower cost.",
+            prof ? "profiler" : "trace function");
     return 1;
 }
 
@@ -1199,18 +1299,22 @@ int dc_cand_oversub(const diag_run *r, dfinding *d)
 }
 
 /* GC pause seconds after training began, less those inside a torch.compile
- * compile (dynamo allocates a lot: they are the compile's); *npause gets
+ * compile (dynamo allocates a lot: they are the compile's) and those after
+ * the last step; *npause gets
  * the pauses long enough to be kept with their time that count. */
-static double gc_pause(const dcause *c, int *npause)
+static double gc_pause(const diag_run *r, int *npause)
 {
+    const dcause *c = &r->cause;
     double pause = c->gc_pause_s;
     *npause = 0;
     for (int i = 0; i < c->ngc; i++) {
-        int in_compile = 0;
-        for (int k = 0; k < c->ncomp && !in_compile; k++)
+        /* after the last step (a profiler's records turned into events, a
+         * final evaluation): no step waited for it */
+        int not_step = isfinite(r->last_end_s) && c->gc[i].t - c->gc[i].dur > r->last_end_s;
+        for (int k = 0; k < c->ncomp && !not_step; k++)
             if (c->gc[i].t >= c->comp[k].t && c->gc[i].t <= c->comp[k].t + c->comp[k].dur)
-                in_compile = 1;
-        if (in_compile)
+                not_step = 1;
+        if (not_step)
             pause -= c->gc[i].dur;
         else
             (*npause)++;
@@ -1225,7 +1329,7 @@ int dc_cand_gc(const diag_run *r, dfinding *d)
     if (!c->have_pyprof || !(train_s > 0) || !(c->gc_pause_s > 0)) return 0;
     /* a finding needs repeated pauses, not one full collection */
     int npause = 0;
-    double pause = gc_pause(c, &npause);
+    double pause = gc_pause(r, &npause);
     double share = pause / train_s;
     if (!(share >= GC_SHARE) || npause < 3) return 0;
     diag_head(d, "gc-pauses", "Garbage-collection pauses", share,
@@ -1299,6 +1403,13 @@ static const char *cause_in(const dcause *c, double s, double e, char *o, size_t
     for (int i = 0; i < c->nepochs; i++)
         if (c->epochs[i].t >= s - 0.001 && c->epochs[i].t <= e) epoch = 1;
     double len = e - s;
+    /* a window of the script's profiler: recording, or stopping and
+     * writing its trace (which follows the last recorded op in the step) */
+    for (int i = 0; i < c->nprof; i++)
+        if (c->prof[i].t <= e && c->prof[i].t + c->prof[i].dur >= s) {
+            fmt(o, n, "torch.profiler window");
+            return "profiler";
+        }
     if (cs > 0.3 * len) {
         fmt(o, n, "torch.compile %s (%.1f s)", reason ? "recompile" : "compile", cs);
         return "compile";
@@ -1336,18 +1447,20 @@ double dc_epoch_start_cost(const diag_run *r, double p50_ms, int *n, double *mea
 double dc_explain_variability(const diag_run *r, dfinding *d, double p50_ms)
 {
     const dcause *c = &r->cause;
-    int nslow = 0, ncomp = 0, ngc = 0, nepoch = 0;
-    char first[3][160] = {{0}};
+    int nslow = 0, ncomp = 0, ngc = 0, nepoch = 0, nprof = 0;
+    char first[4][160] = {{0}};
     for (int i = 0; i < c->nslow; i++) {
         if (!(c->slow[i].ms > ONEOFF_FACTOR * p50_ms)) break;
         nslow++;
         char w[160];
         const char *k = cause_in(c, c->slow[i].start, c->slow[i].end, w, sizeof(w));
         if (!k) continue;
-        int slot = strcmp(k, "compile") == 0 ? 0 : strcmp(k, "gc") == 0 ? 1 : 2;
+        int slot = strcmp(k, "compile") == 0 ? 0 : strcmp(k, "gc") == 0 ? 1
+                 : strcmp(k, "epoch") == 0 ? 2 : 3;
         if (slot == 0) ncomp++;
         if (slot == 1) ngc++;
         if (slot == 2) nepoch++;
+        if (slot == 3) nprof++;
         if (!first[slot][0])
             fmt(first[slot], sizeof(first[0]), "step at %.1f s took %.0f ms: %s", c->slow[i].start,
                 c->slow[i].ms, w);
@@ -1357,7 +1470,7 @@ double dc_explain_variability(const diag_run *r, dfinding *d, double p50_ms)
            "%.0f step%s contained evaluation or checkpointing (%.1f s), kept out of step time",
            c->eval_steps, c->eval_steps == 1 ? "" : "s", (c->eval_ns + c->ckpt_ns) / 1e9);
     if (nslow == 0) return 0;
-    for (int s = 0; s < 3; s++)
+    for (int s = 0; s < 4; s++)
         if (first[s][0]) ev(d, "slow_step", NAN, "%s", first[s]);
     if (ncomp) {
         rec(d, "%d of the %d slowest steps were torch.compile compiling: see the recompile "
@@ -1376,10 +1489,15 @@ double dc_explain_variability(const diag_run *r, dfinding *d, double p50_ms)
         rec(d, "%d of the %d slowest steps began an epoch: the DataLoader restarts its workers; "
                "persistent_workers=True keeps them.",
             nepoch, nslow);
-    if (!ncomp && !ngc && !nepoch)
+    if (nprof)
+        rec(d, "%d of the %d slowest steps were the script's torch.profiler windows (recording, "
+               "then writing the trace): expected while profiling; fewer or shorter windows, or "
+               "none in runs whose speed matters.",
+            nprof, nslow);
+    if (!ncomp && !ngc && !nepoch && !nprof)
         ev(d, "cause", NAN,
-           "no cause was measured for the %d slowest steps (not compile, GC pauses, evaluation "
-           "or epoch boundaries)",
+           "no cause was measured for the %d slowest steps (not compile, GC pauses, evaluation, "
+           "epoch boundaries or profiler windows)",
            nslow);
-    return (double)(ncomp + nepoch) / nslow;
+    return (double)(ncomp + nepoch + nprof) / nslow;
 }

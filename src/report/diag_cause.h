@@ -94,6 +94,17 @@ typedef struct dcause {
      * updates, those an optimizer updates, and all of them */
     double params_grad_unused, params_optimized, params_timed;
     double eval_fwd, eval_fwd_grad; /* forwards labelled evaluation; with grad on */
+    /* torch.profiler recording (events "profiler": the spans the script's
+     * own profiler recorded, trainperf's --profile windows left out) and
+     * training samples in its Python code (processing, writing traces) */
+    int nprof;
+    dc_event prof[DC_MAX_EVENTS];
+    double prof_samples;
+    /* a tool tracing the training thread's Python (settings "tracer*"):
+     * ticks it was seen at, its name, kind (debugger, coverage, profiler,
+     * tracer) and hook (sys.settrace, sys.setprofile, sys.monitoring) */
+    double tracer_ticks;
+    char tracer[84], tracer_kind[16], tracer_how[20];
     /* probes of one backward's graph (events "graph"): nodes, ns */
     int ngraph;
     double graph[64][2];
@@ -179,6 +190,8 @@ int dc_cand_anomaly(const struct diag_run *r, struct dfinding *d);
 int dc_cand_unused_grads(const struct diag_run *r, struct dfinding *d);
 int dc_cand_eval_grad(const struct diag_run *r, struct dfinding *d);
 int dc_cand_tiny_ops(const struct diag_run *r, struct dfinding *d);
+int dc_cand_profiler(const struct diag_run *r, struct dfinding *d);
+int dc_cand_tracer(const struct diag_run *r, struct dfinding *d);
 /* sh[PH_COUNT]: each phase's share of step time over the warm steps (after
  * step 0), or over all steps when fewer than 2 x DC_MIN_STEPS */
 void dc_warm_shares(const struct diag_run *r, double *sh);

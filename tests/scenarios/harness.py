@@ -16,6 +16,8 @@ Each script's header says what it expects:
     # script: other.py                      run that scenario's script instead (a
                                             variant: other load, other settings)
     # env: NAME=value, ...                  environment of the script
+    # python: ARGS                          the interpreter's arguments before the
+                                            script (-m cProfile -o /dev/null, -m pdb ...)
 
 CPU contention from other processes is a true finding on a shared machine
 (these runs share 2 cores with other work), so outside the contention
@@ -29,6 +31,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,9 +51,9 @@ def scenarios():
 def spec(name):
     text = (HERE / (name + ".py")).read_text()
     s = {"primary": None, "must": [], "must_not": [], "background": {}, "launch": {},
-         "needs": [], "says": [], "steps": None, "script": None, "env": {}}
+         "needs": [], "says": [], "steps": None, "script": None, "env": {}, "python": []}
     for line in text.splitlines():
-        m = re.match(r"#\s*(expect|must_not|must|background|launch|needs|says|steps|script|env):"
+        m = re.match(r"#\s*(expect|must_not|must|background|launch|needs|says|steps|script|env|python):"
                      r"\s*(.*)", line)
         if not m:
             continue
@@ -63,6 +66,8 @@ def spec(name):
             s[k] = [x.strip() for x in v.split(",") if x.strip()]
         elif k == "script":
             s[k] = v
+        elif k == "python":
+            s[k] = shlex.split(v)
         elif k == "env":
             s[k] = dict(x.strip().split("=", 1) for x in v.split(",") if "=" in x)
         elif k == "says":
@@ -115,13 +120,13 @@ def run(name, cli=None, out=None, timeout=300):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc-per-node", str(int(s["launch"]["torchrun"])), script]
     else:
-        cmd = [sys.executable, script]
+        cmd = [sys.executable, *s["python"], script]
     bg = _background(s["background"])
     try:
       try:
         res = subprocess.run([cli, "run", "--quiet", "--out", str(out), "--interval", "0.5", "--",
                               *cmd], capture_output=True, text=True, timeout=timeout, env=env,
-                             cwd=str(HERE))
+                             cwd=str(HERE), stdin=subprocess.DEVNULL)
       except subprocess.TimeoutExpired:
         return {"name": name, "expected": s["primary"], "rc": None, "out": str(out),
                 "got": "(timed out)", "ids": [], "ok": False,
