@@ -774,3 +774,37 @@ def test_gc_pauses_after_the_last_step_are_not_the_steps(run_cli, tmp_path):
     gc["pause_s"], gc["max_s"] = 0.4, 0.01
     dg = diagnosis(run_cli, make_run(tmp_path / "during", st, quiet_metrics(8), ev))
     assert "gc-pauses" in ids(dg), ids(dg)
+
+
+def test_debugging_aids_left_on(run_cli, tmp_path):
+    st = steady_steps(100, 20.0)
+    ev = events(by_phase={"forward": 200, "backward": 150, "optimizer": 50})
+    base = {"ticks": 8, "anomaly_ticks": 0, "default_dtype": "float32",
+            "param_dtypes": {"float32": 1000}}
+    # tracemalloc on at every check while training: it leads
+    ev["settings"] = dict(base, tracemalloc_ticks=8)
+    dg = diagnosis(run_cli, make_run(tmp_path / "tm", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "debug-settings", ids(dg)
+    assert dg["primary"]["title"] == "tracemalloc is tracing the training", dg["primary"]
+    # started for a moment (one snapshot of eight checks): nothing
+    ev["settings"] = dict(base, tracemalloc_ticks=1)
+    dg = diagnosis(run_cli, make_run(tmp_path / "moment", st, quiet_metrics(8), ev))
+    assert "debug-settings" not in ids(dg), ids(dg)
+    # Python's debug allocator: minor, after the healthy verdict
+    ev["settings"] = dict(base)
+    ev["debug"] = {"dev_mode": True, "env": {}}
+    dg = diagnosis(run_cli, make_run(tmp_path / "dev", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "compute-bound" and "debug-settings" in ids(dg), ids(dg)
+    # the CUDA variables matter only where kernels run: not on a CPU run
+    ev["debug"] = {"dev_mode": False, "env": {"CUDA_LAUNCH_BLOCKING": "1",
+                                              "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}}
+    dg = diagnosis(run_cli, make_run(tmp_path / "cpu", st, quiet_metrics(8), ev))
+    assert "debug-settings" not in ids(dg), ids(dg)
+    d = make_run(tmp_path / "gpu", st, quiet_metrics(8), ev)
+    run = json.loads((d / "run.json").read_text())
+    run["gpus"] = [{"index": 0, "name": "NVIDIA H100", "uuid": "GPU-0"}]
+    (d / "run.json").write_text(json.dumps(run))
+    dg = diagnosis(run_cli, d)
+    f = [f for f in [dg["primary"]] + dg["secondary"] if f["id"] == "debug-settings"]
+    assert f and "CUDA_LAUNCH_BLOCKING=1" in f[0]["summary"], dg
+    assert any(r.startswith("Unset PYTORCH_NO_CUDA_MEMORY_CACHING") for r in f[0]["recommendations"])

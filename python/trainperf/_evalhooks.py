@@ -20,6 +20,7 @@ count of one backward's graph every 4 s (graph_probe; not on CUDA):
   no optimizer uses, evaluation forwards with grad on; torch.profiler
   recording (outside trainperf's own --profile windows) and a Python
   debugger, coverage tool or profiler tracing the training thread;
+  tracemalloc tracing, Python's development mode and debugging variables;
 - the size of the step's ops: nodes of one backward's graph, and its time.
 
 What is measured goes to pyprof/events-<pid>.json in the run directory,
@@ -66,7 +67,7 @@ gc_last_end = [0.0]     # perf_counter() when the last collection ended (the sam
 gc_recent = collections.deque(maxlen=64)  # (start, end) perf_counter() of the last collections
 compile_stats = {"frames": 0, "compile_s": 0.0, "recompiles": 0, "events": []}
 loader_stats = {"iterators": 0, "workers": 0, "persistent": False, "epochs": []}
-settings = {"ticks": 0, "anomaly_ticks": 0, "tracer_ticks": 0,
+settings = {"ticks": 0, "anomaly_ticks": 0, "tracemalloc_ticks": 0, "tracer_ticks": 0,
             "tracer": None, "tracer_kind": None, "tracer_how": None}
 models = []             # weak references to the modules whose forward is timed
 optimizers = []         # weak references to the optimizers made
@@ -443,12 +444,22 @@ def settings_tick():
             settings["anomaly_ticks"] += 1
     except Exception:
         pass
+    tm = sys.modules.get("tracemalloc")
+    try:
+        if tm is not None and tm.is_tracing():
+            settings["tracemalloc_ticks"] += 1
+    except Exception:
+        pass
     t = _tracer(ev.thread)
     if t is not None:
         settings["tracer_ticks"] += 1
         settings["tracer"], settings["tracer_kind"], settings["tracer_how"] = t
     walk_params()  # while the optimizers live (a trainer frees its own at the end)
 
+
+# environment variables of debugging aids that slow a run: Python's debug
+# allocator, CUDA kernels run one at a time, no caching allocator
+DEBUG_ENV = ("PYTHONMALLOC", "CUDA_LAUNCH_BLOCKING", "PYTORCH_NO_CUDA_MEMORY_CACHING")
 
 # torch.profiler recording: [monotonic start, seconds, 1 when trainperf's own
 # schedule (--profile, ProfilerSchedule) asked for it]; the open one last
@@ -605,6 +616,7 @@ def snapshot():
             d["torch_interop_threads"] = torch.get_num_interop_threads()
             d["settings"] = {"ticks": settings["ticks"],
                              "anomaly_ticks": settings["anomaly_ticks"],
+                             "tracemalloc_ticks": settings["tracemalloc_ticks"],
                              "tracer_ticks": settings["tracer_ticks"],
                              "tracer": settings["tracer"],
                              "tracer_kind": settings["tracer_kind"],
@@ -617,6 +629,9 @@ def snapshot():
     except Exception:
         pass
     d["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    # debugging aids that slow every step when left on
+    d["debug"] = {"dev_mode": bool(sys.flags.dev_mode),
+                  "env": {k: os.environ[k] for k in DEBUG_ENV if os.environ.get(k)}}
     try:
         d["cpus_allowed"] = len(os.sched_getaffinity(0))
     except Exception:

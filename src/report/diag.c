@@ -1133,7 +1133,7 @@ void diag_compute(diag_run *r)
     int (*causes[])(const diag_run *, dfinding *) = {
         dc_cand_hostcode, dc_cand_contention, dc_cand_oversub, dc_cand_gc, dc_cand_compile,
         dc_cand_gil, dc_cand_anomaly, dc_cand_unused_grads, dc_cand_eval_grad, dc_cand_tiny_ops,
-        dc_cand_profiler, dc_cand_tracer,
+        dc_cand_profiler, dc_cand_tracer, dc_cand_debug,
     };
     for (size_t i = 0; i < sizeof(causes) / sizeof(causes[0]); i++) {
         memset(&cand[nc], 0, sizeof(cand[nc]));

@@ -38,6 +38,9 @@
  * finding (input, host code), so a line tracer leads them */
 #define TRACER_COST_LINE 0.5
 #define TRACER_COST_CALL 0.3
+#define DEBUG_TRACEMALLOC 0.5 /* score per unit of training traced: 2.1x measured */
+#define DEBUG_CUDA 0.3        /* a CUDA debugging variable on a GPU run */
+#define DEBUG_MINOR 0.05      /* Python's debug allocator: 1.1x, minor */
 #define TINY_MIN_NODES 300        /* autograd nodes of one backward, at least */
 #define TINY_NODE_US 3.3          /* backward µs a node of tiny tensors, on this machine's CPU */
 #define TINY_FACTOR 2             /* at most this many times that: half of it overhead */
@@ -460,27 +463,47 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
         c->ngraph++;
     }
     const jr_node *ps = jr_get(jr_get(root, "profiler"), "spans");
-    for (const jr_node *e = ps && ps->type == JR_ARR ? ps->child : NULL; e; e = e->next)
-        if (jr_num(jr_at(e, 2)) == 0 && jr_num(jr_at(e, 1)) >= 0)
-            add_event(c->prof, &c->nprof, jr_num(jr_at(e, 0)) - t0, jr_num(jr_at(e, 1)), "");
+    for (const jr_node *e = ps && ps->type == JR_ARR ? ps->child : NULL; e; e = e->next) {
+        double t = jr_num(jr_at(e, 0)) - t0, dur = jr_num(jr_at(e, 1));
+        if (jr_num(jr_at(e, 2)) == 0 && isfinite(t) && isfinite(dur) && dur >= 0)
+            add_event(c->prof, &c->nprof, t, dur, "");
+    }
     double ef = jr_pnum(root, "eval.forwards"), eg = jr_pnum(root, "eval.forwards_grad");
     if (ef >= 0 && eg >= 0 && eg <= ef) c->eval_fwd += ef, c->eval_fwd_grad += eg;
     if (!isnan(v = jr_pnum(root, "torch_threads")) && v <= MAX_COUNT) c->torch_threads = v;
     if (!isnan(v = jr_pnum(root, "cpus_allowed"))) c->cpus_allowed = v;
+    const jr_node *dbg = jr_get(root, "debug");
+    if (dbg && dbg->type == JR_OBJ) {
+        const jr_node *dm = jr_get(dbg, "dev_mode");
+        if (dm && dm->type == JR_BOOL && dm->num) c->dev_mode = 1;
+        const jr_node *env = jr_get(dbg, "env");
+        const char *pm = jr_pstr(env, "PYTHONMALLOC");
+        if (pm && strstr(pm, "debug")) c->malloc_debug = 1;
+        const char *lb = jr_pstr(env, "CUDA_LAUNCH_BLOCKING");
+        if (lb && strcmp(lb, "1") == 0) c->cuda_blocking = 1;
+        const char *nc = jr_pstr(env, "PYTORCH_NO_CUDA_MEMORY_CACHING");
+        if (nc && strcmp(nc, "1") == 0) c->no_cuda_cache = 1;
+    }
     const jr_node *ns = jr_get(root, "ddp_no_sync");
     if (ns && ns->type == JR_BOOL && ns->num) c->ddp_no_sync = 1;
     const jr_node *st = jr_get(root, "settings");
     if (st && st->type == JR_OBJ) {
         double tk = jr_pnum(st, "ticks"), an = jr_pnum(st, "anomaly_ticks");
-        if (tk >= 0 && an >= 0 && an <= tk) c->set_ticks += tk, c->anomaly_ticks += an;
+        if (tk >= 0) c->set_ticks += tk;
+        if (tk >= 0 && an >= 0 && an <= tk) c->anomaly_ticks += an;
+        double tm = jr_pnum(st, "tracemalloc_ticks");
+        /* summed over processes, as the ticks are (every rank under it) */
+        if (tk >= 0 && tm >= 0 && tm <= tk) c->tracemalloc_ticks += tm;
         double tt = jr_pnum(st, "tracer_ticks");
         const char *tn = jr_pstr(st, "tracer");
-        if (tt > 0 && tk >= tt && tn && *tn && tt > c->tracer_ticks) {
+        if (tt > 0 && tk >= tt && tn && *tn) {
             const char *kind = jr_pstr(st, "tracer_kind"), *how = jr_pstr(st, "tracer_how");
-            c->tracer_ticks = tt;
-            fmt(c->tracer, sizeof(c->tracer), "%s", tn);
-            fmt(c->tracer_kind, sizeof(c->tracer_kind), "%s", kind ? kind : "tracer");
-            fmt(c->tracer_how, sizeof(c->tracer_how), "%s", how ? how : "");
+            c->tracer_ticks += tt;
+            if (!c->tracer[0]) { /* named by the first process that had one */
+                fmt(c->tracer, sizeof(c->tracer), "%s", tn);
+                fmt(c->tracer_kind, sizeof(c->tracer_kind), "%s", kind ? kind : "tracer");
+                fmt(c->tracer_how, sizeof(c->tracer_how), "%s", how ? how : "");
+            }
         }
         const jr_node *pd = jr_get(st, "param_dtypes");
         for (const jr_node *k = pd && pd->type == JR_OBJ ? pd->child : NULL; k; k = k->next) {
@@ -1029,6 +1052,62 @@ int dc_cand_tracer(const diag_run *r, dfinding *d)
         rec(d, "Remove the %s for runs whose speed matters; `trainperf run` samples the stacks "
                "already (pyprof/) at far lower cost.",
             prof ? "profiler" : "trace function");
+    return 1;
+}
+
+int dc_cand_debug(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    double tm = c->set_ticks >= TRACER_MIN_TICKS ? c->tracemalloc_ticks / c->set_ticks : 0;
+    int tmon = tm >= 0.5, gpu = r->ngpu_run > 0 || r->ngpu > 0;
+    int blocking = gpu && c->cuda_blocking, nocache = gpu && c->no_cuda_cache;
+    int pydebug = c->dev_mode || c->malloc_debug;
+    if (!tmon && !blocking && !nocache && !pydebug) return 0;
+    double score = (tmon ? DEBUG_TRACEMALLOC * tm : 0) + (blocking ? DEBUG_CUDA : 0) +
+                   (nocache ? DEBUG_CUDA : 0) + (pydebug ? DEBUG_MINOR : 0);
+    if (score > 0.9) score = 0.9;
+    char what[200] = "";
+    size_t at = 0;
+    const char *items[4];
+    int n = 0;
+    if (tmon) items[n++] = "tracemalloc tracing every allocation";
+    if (blocking)
+        items[n++] = "CUDA_LAUNCH_BLOCKING=1 (each kernel runs to its end before the next launch)";
+    if (nocache)
+        items[n++] = "PYTORCH_NO_CUDA_MEMORY_CACHING=1 (device memory allocated and freed for "
+                     "every tensor)";
+    if (pydebug) items[n++] = "Python's debug memory allocator";
+    for (int i = 0; i < n && at < sizeof(what); i++)
+        at += (size_t)snprintf(what + at, sizeof(what) - at, "%s%s", i ? ", " : "", items[i]);
+    diag_head(d, "debug-settings",
+              n == 1 && tmon ? "tracemalloc is tracing the training" : "Debugging aids are on",
+              score, "the run trained with %s: %s every step", what,
+              n == 1 ? "a debugging aid that slows" : "debugging aids that slow");
+    if (tmon) {
+        ev(d, "tracemalloc_on_share", tm,
+           "tracemalloc.is_tracing() at %.0f%% of the checks while training (every 0.5 s)",
+           100 * tm);
+        rec(d, "Stop tracemalloc for training runs (tracemalloc.stop(), no -X tracemalloc or "
+               "PYTHONTRACEMALLOC): it records a traceback for every allocation, which made an "
+               "MLP loop with its DataLoader 2.1x slower here. Trace a short run to find a leak.");
+    }
+    if (blocking) {
+        ev(d, "cuda_launch_blocking", 1, "CUDA_LAUNCH_BLOCKING=1 in the environment");
+        rec(d, "Unset CUDA_LAUNCH_BLOCKING: it is for finding the kernel that raised an error; "
+               "with it the CPU waits for every kernel, so nothing overlaps.");
+    }
+    if (nocache) {
+        ev(d, "no_cuda_memory_caching", 1, "PYTORCH_NO_CUDA_MEMORY_CACHING=1 in the environment");
+        rec(d, "Unset PYTORCH_NO_CUDA_MEMORY_CACHING: every tensor then costs a cudaMalloc and a "
+               "synchronising cudaFree.");
+    }
+    if (pydebug) {
+        ev(d, "python_debug_allocator", 1, "%s",
+           c->dev_mode ? "Python's development mode is on (-X dev or PYTHONDEVMODE)"
+                       : "PYTHONMALLOC selects a debug allocator");
+        rec(d, "Run training without -X dev / PYTHONDEVMODE / PYTHONMALLOC=debug (1.1x slower "
+            "measured on an MLP loop here).");
+    }
     return 1;
 }
 

@@ -105,6 +105,11 @@ typedef struct dcause {
      * tracer) and hook (sys.settrace, sys.setprofile, sys.monitoring) */
     double tracer_ticks;
     char tracer[84], tracer_kind[16], tracer_how[20];
+    /* debugging aids (settings "tracemalloc_ticks", events "debug"): checks
+     * that found tracemalloc tracing; Python's development mode or debug
+     * allocator; CUDA_LAUNCH_BLOCKING=1; PYTORCH_NO_CUDA_MEMORY_CACHING=1 */
+    double tracemalloc_ticks;
+    int dev_mode, malloc_debug, cuda_blocking, no_cuda_cache;
     /* probes of one backward's graph (events "graph"): nodes, ns */
     int ngraph;
     double graph[64][2];
@@ -192,6 +197,7 @@ int dc_cand_eval_grad(const struct diag_run *r, struct dfinding *d);
 int dc_cand_tiny_ops(const struct diag_run *r, struct dfinding *d);
 int dc_cand_profiler(const struct diag_run *r, struct dfinding *d);
 int dc_cand_tracer(const struct diag_run *r, struct dfinding *d);
+int dc_cand_debug(const struct diag_run *r, struct dfinding *d);
 /* sh[PH_COUNT]: each phase's share of step time over the warm steps (after
  * step 0), or over all steps when fewer than 2 x DC_MIN_STEPS */
 void dc_warm_shares(const struct diag_run *r, double *sh);
