@@ -669,3 +669,23 @@ def test_crashing_trainer_still_reported(cli, run_cli, tmp_path):
     assert j["run"]["exit"]["signal"] == signal.SIGABRT
     assert any(f"signal {int(signal.SIGABRT)}" in n for n in j["diagnosis"]["notes"])
     assert j["steps"]["count"] > 0
+
+
+def test_a_phase_longer_than_its_steps_draws_a_bar_of_the_width(run_cli, tmp_path):
+    # a damaged steps.csv: one step's forward 7.5e7 times the step (the bar's
+    # length, 3e9 columns, once wrapped to a negative int and was drawn
+    # cell by cell: seconds to minutes and gigabytes for one report)
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "data" / "runs" / "compute-bound", run)
+    with open(run / "steps.csv") as f:
+        rows = list(csv.DictReader(f))
+    cols = list(rows[0].keys())
+    rows[3]["forward_ns"] = str(int(7.5e7) * int(rows[3]["interval_ns"]) * len(rows))
+    with open(run / "steps.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, cols)
+        w.writeheader()
+        w.writerows(rows)
+    p = run_cli("report", str(run), env={"NO_COLOR": "1"})
+    assert p.returncode == 0, p.stderr
+    line = [ln for ln in p.stdout.splitlines() if ln.lstrip().startswith("forward")][0]
+    assert line.count("\u2588") == 40, line

@@ -243,8 +243,10 @@ static void prof_json(const prof *p, jw *w)
 
 static void bar(buf *b, double share, int width)
 {
-    int n = isfinite(share) ? (int)lround(share * width) : 0;
-    if (n > width) n = width;
+    /* clamped before the conversion: a damaged file's share of 1e300 (or
+     * one below 0) must not become a width of billions */
+    double x = isfinite(share) ? share * width : 0;
+    int n = !(x > 0) ? 0 : x >= width ? width : (int)lround(x);
     for (int i = 0; i < n; i++)
         buf_puts(b, "\u2588");
     for (int i = n; i < width; i++)

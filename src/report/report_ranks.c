@@ -1319,7 +1319,7 @@ static void rr_html_heatmap(const drank *const *k, int n, buf *b)
         for (int j = 0; j < sr->n; j++) {
             if (!(sr->cnt[j] > 0)) continue;
             double v = sr->sum[j] / sr->cnt[j] / mx;
-            int shade = (int)(235 - 200 * (v > 1 ? 1 : v));
+            int shade = (int)(235 - 200 * (v > 1 ? 1 : v > 0 ? v : 0));
             buf_printf(b,
                        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
                        "fill=\"rgb(%d,%d,255)\"><title>rank %d, %.1f s: %.1f ms</title></rect>\n",
