@@ -300,7 +300,7 @@ def test_idle_cores_agree_between_evidence_and_advice(run_cli, tmp_path, cpu_pct
     assert shown in first  # the same figure, the same rounding
     if idle < 1:
         # no idle core: the advice must not be to start more loaders
-        assert "saturated" in first and "num_workers=" not in first
+        assert "No whole core is idle" in first and "num_workers=" not in first
         # no workers and none advised: nothing about keeping workers fed
         assert "persistent_workers" not in " ".join(j["diagnosis"]["primary"]["recommendations"])
     else:

@@ -808,3 +808,31 @@ def test_debugging_aids_left_on(run_cli, tmp_path):
     f = [f for f in [dg["primary"]] + dg["secondary"] if f["id"] == "debug-settings"]
     assert f and "CUDA_LAUNCH_BLOCKING=1" in f[0]["summary"], dg
     assert any(r.startswith("Unset PYTORCH_NO_CUDA_MEMORY_CACHING") for r in f[0]["recommendations"])
+
+
+def test_input_bound_in_the_training_process_names_the_loading_line(run_cli, tmp_path):
+    st = steady_steps(100, 20.0, data_ms=14.0)
+    ev = events(by_phase={"data": 300, "forward": 60, "backward": 50, "optimizer": 20})
+    ev["loader"] = {"iterators": 1, "workers": 0, "persistent": False,
+                    "epochs": [{"t": 1.0, "workers": 0, "start_s": 0.01, "eval": False}]}
+
+    def lines(*ls):
+        return {"samples": 430, "lines": [
+            {"func": f, "file": "/x/train.py", "line": n, "samples": k, "phase": ph, "src": src}
+            for f, n, k, ph, src in ls]}
+    # the loop's own line leads (the DataLoader's code is entered there),
+    # the pandas row is the work
+    ev["profile"]["lines_top"] = lines(
+        ("<module>", 40, 160, "data", "for x, y in loader:"),
+        ("__getitem__", 12, 120, "data", "row = df.iloc[i]"),
+        ("<module>", 42, 60, "backward", "loss.backward()"))
+    dg = diagnosis(run_cli, make_run(tmp_path / "iloc", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "input-bound", ids(dg)
+    [e] = [e for e in dg["primary"]["evidence"] if e["name"] == "input_line_share"]
+    assert e["value"] == pytest.approx(0.4) and "train.py:12" in e["text"], e
+    first = dg["primary"]["recommendations"][0]
+    assert first.startswith("Make train.py:12 cheaper") and "df.to_numpy()" in first, first
+    # a line with a tenth of the wait names nothing
+    ev["profile"]["lines_top"] = lines(("__getitem__", 12, 30, "data", "row = df.iloc[i]"))
+    dg = diagnosis(run_cli, make_run(tmp_path / "small", st, quiet_metrics(8), ev))
+    assert not any(e["name"] == "input_line_share" for e in dg["primary"]["evidence"]), dg

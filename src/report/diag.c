@@ -352,6 +352,28 @@ static const char *loaders(const diag_run *r, int n, int more, char *o, size_t o
     return o;
 }
 
+/* What makes a per-sample loading line cheaper, from its text. */
+static const char *input_line_hint(const char *src)
+{
+    if (strstr(src, ".iloc") || strstr(src, ".loc[") || strstr(src, "iterrows") ||
+        strstr(src, ".at["))
+        return "a pandas row per sample is slow; convert the DataFrame once (df.to_numpy() or "
+               "torch.tensor(df.values)) and index the array.";
+    if (strstr(src, "Image.open") || strstr(src, "imread") || strstr(src, "decode") ||
+        strstr(src, ".convert("))
+        return "decode with a faster library (torchvision.io.decode_image, PIL-SIMD), or store "
+               "the images decoded and resized ahead of training.";
+    if (strstr(src, "tokeniz") || strstr(src, ".encode("))
+        return "tokenise the dataset once ahead of training (datasets.map with batched=True) and "
+               "load token ids.";
+    if (strstr(src, "json") || strstr(src, "open(") || strstr(src, "read") ||
+        strstr(src, "load("))
+        return "read and parse once, ahead of training, into arrays (a NumPy memmap or tensors "
+               "in memory).";
+    return "it runs once per sample in the training process; do it once for the whole dataset "
+           "ahead of training, or on the whole batch at once (a collate_fn or batched sampler).";
+}
+
 /* The fixes for an input-bound run, derived from the same figures the
  * evidence shows: whether the main process computes or waits while it loads,
  * the loaders already running and the idle cores (rounded as printed). */
@@ -401,7 +423,7 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
     } else if (free_cores == 0) {
         /* no idle core: more loaders would take cores from the model */
         rec(d,
-            "The CPU is saturated (%.1f of %.0f cores idle on average): more loaders would compete "
+            "No whole core is idle (%.1f of %.0f cores idle on average): more loaders would compete "
             "with the model for cores. Make each batch cheaper instead (%s), or run where cores "
             "are free.",
             idle, c->cpus,
@@ -507,6 +529,17 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
         ev(d, "idle_cores", c->idle_cores, "%.1f of %.0f cores idle on average", c->idle_cores,
            c->cpus);
     if (io) add_io_evidence(r, c, d);
+    /* loading in the training process: the samples name the line it
+     * spends the wait in (a pandas row, a decode, a parse, a tokenizer) */
+    const dc_func *lf = NULL;
+    const char *lsrc = NULL;
+    double lsh = 0;
+    if (r->python && c->workers <= 0 && dc_input_line(&r->cause, &lf, &lsrc, &lsh)) {
+        ev(d, "input_line_share", lsh, "%.0f%% of the samples waiting for data were in %s (%s:%d)%s%s%s", 100 * lsh,
+           lf->func, lf->file, lf->line, *lsrc ? ": `" : "", lsrc, *lsrc ? "`" : "");
+        rec(d, "Make %s:%d cheaper, the line the wait is spent in: %s", lf->file, lf->line,
+            input_line_hint(lsrc));
+    }
 
     if (io) {
         rec(d,

@@ -41,6 +41,8 @@
 #define DEBUG_TRACEMALLOC 0.5 /* score per unit of training traced: 2.1x measured */
 #define DEBUG_CUDA 0.3        /* a CUDA debugging variable on a GPU run */
 #define DEBUG_MINOR 0.05      /* Python's debug allocator: 1.1x, minor */
+#define INPUT_LINE_SHARE 0.25     /* of the samples waiting for data, in one line */
+#define INPUT_LINE_MIN_SAMPLES 5
 #define TINY_MIN_NODES 300        /* autograd nodes of one backward, at least */
 #define TINY_NODE_US 3.3          /* backward µs a node of tiny tensors, on this machine's CPU */
 #define TINY_FACTOR 2             /* at most this many times that: half of it overhead */
@@ -287,6 +289,30 @@ static void load_lines(dcause *c, const jr_node *root, const jr_node *p)
         pr->nlines++;
     }
     c->nproc++;
+}
+
+int dc_input_line(const dcause *c, const dc_func **f, const char **src, double *share)
+{
+    const dc_func *best = NULL;
+    const char *bsrc = NULL;
+    for (int p = 0; p < c->nproc; p++)
+        for (int i = 0; i < c->procs[p].nlines; i++) {
+            const dc_func *l = &c->procs[p].lines[i];
+            const char *t = c->procs[p].src[i];
+            /* the loop's own line (`for x, y in loader:`, next(it)) is
+             * where the DataLoader's code is entered, not the work */
+            if (strcmp(l->kind, "data") != 0 || (strncmp(t, "for ", 4) == 0 && strstr(t, " in ")) ||
+                strstr(t, "next("))
+                continue;
+            if (!best || l->samples > best->samples) best = l, bsrc = t;
+        }
+    if (!best || !(c->ph_data > 0) || !(best->samples >= INPUT_LINE_MIN_SAMPLES)) return 0;
+    *share = best->samples / c->ph_data;
+    if (*share > 1) *share = 1;
+    if (!(*share >= INPUT_LINE_SHARE)) return 0;
+    *f = best;
+    *src = bsrc;
+    return 1;
 }
 
 int dc_rank_only_line(const dcause *c, int rank, const dc_func **f, const char **src,

@@ -155,6 +155,10 @@ typedef struct dcause {
 struct diag_run;
 struct dfinding;
 
+/* The user line (not the loop's own) where the training thread's samples
+ * waiting for data fell most: loading in the main process (no workers):
+ * 1 with *f, *src and its share of those samples when >= 25%, else 0. */
+int dc_input_line(const dcause *c, const dc_func **f, const char **src, double *share);
 /* The user line that rank's training thread spent a share of its samples in
  * that most exceeds the other ranks' mean share of it (work only it does):
  * 1 with *f, *src and the two shares set when it leads by >= 20 points and
