@@ -836,3 +836,21 @@ def test_input_bound_in_the_training_process_names_the_loading_line(run_cli, tmp
     ev["profile"]["lines_top"] = lines(("__getitem__", 12, 30, "data", "row = df.iloc[i]"))
     dg = diagnosis(run_cli, make_run(tmp_path / "small", st, quiet_metrics(8), ev))
     assert not any(e["name"] == "input_line_share" for e in dg["primary"]["evidence"]), dg
+
+
+def test_logging_every_step_is_named_as_logging(run_cli, tmp_path):
+    st = steady_steps(100, 6.0, fwd=0.25, bwd=0.3, opt=0.1)
+    ev = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 30, "def_line": 1,
+                            "samples": 100, "kind": "python"}],
+                by_phase={"other": 100, "forward": 80, "backward": 90, "optimizer": 30})
+    ev["profile"]["lines_top"] = {"samples": 300, "lines": [
+        {"func": "<module>", "file": "/x/train.py", "line": 30, "samples": 100, "phase": "other",
+         "src": 'wandb.log({"loss": loss.item()})'}]}
+    dg = diagnosis(run_cli, make_run(tmp_path / "log", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "host-code", ids(dg)
+    assert dg["primary"]["title"] == "Logging in the training loop", dg["primary"]
+    assert dg["primary"]["recommendations"][0].startswith("Log every N steps"), dg["primary"]
+    # the same time in a line of the user's own Python is not logging
+    ev["profile"]["lines_top"]["lines"][0]["src"] = "stats = summarise(outputs)"
+    dg = diagnosis(run_cli, make_run(tmp_path / "own", st, quiet_metrics(8), ev))
+    assert dg["primary"]["title"] == "Python code in the training loop", dg["primary"]

@@ -761,21 +761,38 @@ static const char *kind_words(const char *k)
 
 static double gc_pause(const diag_run *r, int *npause);
 
-/* Whether f's line (its source text, from the profile's lines) writes:
- * a log or results file flushed every step is I/O that reads ahead cannot
- * fix. */
-static int writes_at(const dcause *c, const dc_func *f)
+/* Whether f's line (its source text, from the profile's lines) holds one
+ * of the n words w. */
+static int line_has(const dcause *c, const dc_func *f, const char *const *w, size_t n)
 {
-    static const char *const w[] = {".write", "fsync", ".flush", ".dump", "print(", "savetxt",
-                                    "to_csv", "writer."};
     for (int p = 0; p < c->nproc; p++)
         for (int i = 0; i < c->procs[p].nlines; i++) {
             const dc_func *l = &c->procs[p].lines[i];
             if (l->line != f->line || strcmp(l->file, f->file) != 0) continue;
-            for (size_t k = 0; k < sizeof(w) / sizeof(w[0]); k++)
+            for (size_t k = 0; k < n; k++)
                 if (strstr(c->procs[p].src[i], w[k])) return 1;
         }
     return 0;
+}
+
+/* Whether f's line writes: a log or results file flushed every step is
+ * I/O that reads ahead cannot fix. */
+static int writes_at(const dcause *c, const dc_func *f)
+{
+    static const char *const w[] = {".write", "fsync", ".flush", ".dump", "print(", "savetxt",
+                                    "to_csv", "writer."};
+    return line_has(c, f, w, sizeof(w) / sizeof(w[0]));
+}
+
+/* Whether f's line logs metrics (an experiment tracker, a logger, a
+ * progress bar): costly every step when steps are short. */
+static int logs_at(const dcause *c, const dc_func *f)
+{
+    static const char *const w[] = {"wandb.log", "run.log(", "mlflow.log", "log_metric",
+                                    "add_scalar", "add_histogram", "add_image", "logger.",
+                                    "logging.", "self.log(", "self.log_dict(", "accelerator.log",
+                                    "set_postfix", "experiment.log"};
+    return line_has(c, f, w, sizeof(w) / sizeof(w[0]));
 }
 
 int dc_cand_hostcode(const diag_run *r, dfinding *d)
@@ -826,9 +843,11 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     int pool = best == 6;
     if (pool) best = 5, ks[5] += ks[6];
     const char *kind = kinds[best];
+    int logging = logs_at(c, f);
     fmt(d->id, sizeof(d->id), "host-code");
     fmt(d->title, sizeof(d->title), "%s",
-        best == 0   ? "Input preparation in the training loop"
+        logging     ? "Logging in the training loop"
+        : best == 0 ? "Input preparation in the training loop"
         : best == 3 ? "I/O in the training loop"
         : best == 2 ? "Synchronisation in the training loop"
         : best == 4 ? "Waiting in the training loop"
@@ -851,7 +870,12 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
         ev(d, "data_wait_share", r->sum_phase_ns[PH_DATA] / r->sum_interval_ns,
            "DataLoader wait %.0f%% of step time (this time is not in a DataLoader)",
            100 * r->sum_phase_ns[PH_DATA] / r->sum_interval_ns);
-    if (best == 0) {
+    if (logging) {
+        rec(d, "Log every N steps, not every step: %s:%d takes %.0f%% of training time. Keep "
+               "the metrics as tensors and log their mean every 50 or 100 steps (one .item() "
+               "and one call to the logger per interval).",
+            f->file, f->line, 100 * fshare);
+    } else if (best == 0) {
         rec(d,
             "Prepare batches off the training thread: turn %s into a Dataset/IterableDataset "
             "served by a DataLoader with num_workers>0 (or a background thread filling a queue), "
