@@ -31,7 +31,7 @@
 #define EVAL_GRAD_MIN_SHARE 0.05  /* evaluation's share of the run, at least */
 #define PROF_MIN_SHARE 0.5   /* of the training the profiler recorded, at least */
 #define PROF_COST 0.5        /* score per unit recorded: its cost on small ops (1.8x measured) */
-#define TRACER_MIN_TICKS 4   /* 2 s of training checked */
+#define TRACER_MIN_TICKS 2   /* 1 s of training checked: a hook is there or not */
 /* score: a line tracer (sys.settrace: debuggers, coverage) made an MLP
  * loop with its DataLoader 1.7x slower (1.15-1.3x its steps alone), a call
  * profiler (sys.setprofile: cProfile) 1.6x; it inflates every Python-side

@@ -12,7 +12,7 @@ dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True)
 model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.ReLU(), torch.nn.Linear(384, 384),
                             torch.nn.ReLU(), torch.nn.Linear(384, 10))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for epoch in range(10):
+for epoch in range(16):
     for x, y in dl:
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
