@@ -854,3 +854,17 @@ def test_logging_every_step_is_named_as_logging(run_cli, tmp_path):
     ev["profile"]["lines_top"]["lines"][0]["src"] = "stats = summarise(outputs)"
     dg = diagnosis(run_cli, make_run(tmp_path / "own", st, quiet_metrics(8), ev))
     assert dg["primary"]["title"] == "Python code in the training loop", dg["primary"]
+
+
+def test_steps_at_the_per_op_floor_are_told_to_batch_not_to_buy_a_gpu(run_cli, tmp_path):
+    # 0.4 ms steps, a backward of 16 nodes at 7 µs each: 25 µs a node per step
+    st = steady_steps(400, 0.4)
+    ev = events(by_phase={"forward": 200, "backward": 150, "optimizer": 50})
+    ev["graph"] = {"probes": [[16, 16 * 7000], [16, 16 * 7500], [16, 16 * 6800]]}
+    dg = diagnosis(run_cli, make_run(tmp_path / "small", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "compute-bound", ids(dg)
+    recs = dg["primary"]["recommendations"]
+    assert recs[0].startswith("The steps are too small") and not any("GPU or accel" in r for r in recs)
+    # the same graph doing real work per op: 5 ms steps
+    dg = diagnosis(run_cli, make_run(tmp_path / "work", steady_steps(100, 5.0), quiet_metrics(8), ev))
+    assert not any("too small" in r for r in dg["primary"]["recommendations"]), dg["primary"]

@@ -1081,14 +1081,30 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
     if (isfinite(sh[PH_DATA]))
         ev(d, "data_wait_share", sh[PH_DATA], "data wait %.0f%% of step time",
            100 * sh[PH_DATA]);
-    if (isfinite(c->tree_cpu) && isfinite(c->cpus) && c->cpus >= 2 && c->tree_cpu < 60 * c->cpus &&
-        isfinite(c->idle_cores) && c->idle_cores >= 1)
+    /* a step this small is bookkeeping per op, not arithmetic: more work
+     * per op is the fix; more threads (ops this small run on one) or a
+     * GPU's launches would not help */
+    double sn, sus;
+    int small = r->python && dc_small_steps(r, c->f.step_p50, &sn, &sus);
+    if (small) {
+        ev(d, "step_us_per_node", sus,
+           "a step takes %.0f µs for a backward graph of %.0f nodes: %.0f µs a node, about "
+           "torch's own cost per op (forward, backward and optimizer)",
+           1e3 * c->f.step_p50, sn, sus);
+        rec(d, "The steps are too small to keep the CPU computing: each op costs about its "
+               "dispatch overhead, whatever the batch. A larger batch (or several steps' "
+               "samples at once) raises samples/s nearly in proportion; torch.compile fuses "
+               "the ops. A GPU would not help at this size.");
+    }
+    if (!small && isfinite(c->tree_cpu) && isfinite(c->cpus) && c->cpus >= 2 &&
+        c->tree_cpu < 60 * c->cpus && isfinite(c->idle_cores) && c->idle_cores >= 1)
         rec(d, "The run used %.1f of %.0f cores: %s if the machine is yours.", c->tree_cpu / 100,
             c->cpus,
             r->python ? "raise the intra-op threads (torch.set_num_threads / OMP_NUM_THREADS)"
                       : "compute each step on more threads (OMP_NUM_THREADS for OpenMP or BLAS "
                         "code)");
     f64_rec(r, d);
+    if (small) return;
     rec_lang(r, d,
              "Use a GPU or accelerator if one is available; on the CPU, bf16 (on CPUs with "
              "AMX/AVX512-BF16) and torch.compile cut the compute per step.",

@@ -41,6 +41,12 @@
 #define DEBUG_TRACEMALLOC 0.5 /* score per unit of training traced: 2.1x measured */
 #define DEBUG_CUDA 0.3        /* a CUDA debugging variable on a GPU run */
 #define DEBUG_MINOR 0.05      /* Python's debug allocator: 1.1x, minor */
+/* a step at the per-op floor: its backward at <= 3x the cost of a node of
+ * a few numbers, and the whole step <= 40 µs a node (an MLP of 16 nodes:
+ * 26 µs at batch 1, 31 at batch 64, both bound by overhead; 58-730 µs for
+ * models with real work per op, measured here) */
+#define SMALL_NODE_US (3 * TINY_NODE_US)
+#define SMALL_STEP_US_NODE 40.0
 #define INPUT_LINE_SHARE 0.25     /* of the samples waiting for data, in one line */
 #define INPUT_LINE_MIN_SAMPLES 5
 #define TINY_MIN_NODES 300        /* autograd nodes of one backward, at least */
@@ -1248,20 +1254,37 @@ static int by_value(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The median graph probe: nodes and backward µs a node (0 when none). */
+static int median_probe(const dcause *c, double *nodes, double *us_node)
+{
+    if (c->ngraph < 1) return 0;
+    double us[64], n[64];
+    for (int i = 0; i < c->ngraph; i++) {
+        n[i] = c->graph[i][0];
+        us[i] = c->graph[i][1] / 1e3 / c->graph[i][0];
+    }
+    qsort(us, (size_t)c->ngraph, sizeof(double), by_value);
+    qsort(n, (size_t)c->ngraph, sizeof(double), by_value);
+    *us_node = us[c->ngraph / 2];
+    *nodes = n[c->ngraph / 2];
+    return 1;
+}
+
+int dc_small_steps(const diag_run *r, double p50_ms, double *nodes, double *step_us_node)
+{
+    double per;
+    if (r->ngpu > 0 || !(p50_ms > 0) || !median_probe(&r->cause, nodes, &per)) return 0;
+    *step_us_node = 1e3 * p50_ms / *nodes;
+    return per <= SMALL_NODE_US && *step_us_node <= SMALL_STEP_US_NODE;
+}
+
 int dc_cand_tiny_ops(const diag_run *r, dfinding *d)
 {
     const dcause *c = &r->cause;
     /* on a GPU the backward returns once its kernels are queued: its time
      * per node is the launches', not the ops' */
-    if (r->ngpu > 0 || c->ngraph < 1) return 0;
-    double us[64], nodes[64];
-    for (int i = 0; i < c->ngraph; i++) {
-        nodes[i] = c->graph[i][0];
-        us[i] = c->graph[i][1] / 1e3 / c->graph[i][0];
-    }
-    qsort(us, (size_t)c->ngraph, sizeof(double), by_value);
-    qsort(nodes, (size_t)c->ngraph, sizeof(double), by_value);
-    double per = us[c->ngraph / 2], n = nodes[c->ngraph / 2];
+    double per, n;
+    if (r->ngpu > 0 || !median_probe(c, &n, &per)) return 0;
     if (!(n >= TINY_MIN_NODES) || !(per <= TINY_NODE_US * TINY_FACTOR)) return 0;
     double sh[PH_COUNT];
     dc_warm_shares(r, sh);
