@@ -444,9 +444,11 @@ def settings_tick():
             settings["anomaly_ticks"] += 1
     except Exception:
         pass
-    tm = sys.modules.get("tracemalloc")
     try:
-        if tm is not None and tm.is_tracing():
+        # the C module: `-X tracemalloc` / PYTHONTRACEMALLOC trace without
+        # the Python one ever imported
+        import _tracemalloc
+        if _tracemalloc.is_tracing():
             settings["tracemalloc_ticks"] += 1
     except Exception:
         pass

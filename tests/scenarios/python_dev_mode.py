@@ -1,21 +1,8 @@
 # expect: primary=compute-bound
+# script: plain_loop_long.py
 # python: -X dev
 # must: debug-settings
 # must_not: python-tracer, host-code
 """A healthy loop run with `python -X dev` (Python's development mode: debug
 hooks on the allocators, more warnings): ~1.1x slower, a minor finding
 after the verdict."""
-import torch
-
-torch.manual_seed(0)
-ds = torch.utils.data.TensorDataset(torch.randn(4096, 256), torch.randint(0, 10, (4096,)))
-dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True)
-model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.ReLU(), torch.nn.Linear(384, 384),
-                            torch.nn.ReLU(), torch.nn.Linear(384, 10))
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for epoch in range(6):
-    for x, y in dl:
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()

@@ -2,7 +2,8 @@
 # says: tracemalloc
 """Leak hunting left in: tracemalloc.start() at the top of the script and a
 snapshot's top lines printed at the end. Every allocation records its
-traceback meanwhile (2x slower loop here)."""
+traceback meanwhile (2x slower loop here). `python -X tracemalloc` and
+PYTHONTRACEMALLOC are seen the same way (and trace torch's import too)."""
 import tracemalloc
 
 import torch

@@ -1,19 +1,6 @@
 # expect: primary=python-tracer
+# script: plain_loop_long.py
 # python: -m cProfile -o /dev/null
 # says: cProfile
 """A healthy loop run as `python -m cProfile -o out.prof train.py`: the
 profiler sees every Python call, and every figure includes its cost."""
-import torch
-
-torch.manual_seed(0)
-ds = torch.utils.data.TensorDataset(torch.randn(4096, 256), torch.randint(0, 10, (4096,)))
-dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True)
-model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.ReLU(), torch.nn.Linear(384, 384),
-                            torch.nn.ReLU(), torch.nn.Linear(384, 10))
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for epoch in range(16):
-    for x, y in dl:
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()

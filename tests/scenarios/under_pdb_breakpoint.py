@@ -1,23 +1,7 @@
 # expect: primary=python-tracer
-# python: -m pdb -c "b 22" -c continue
+# script: plain_loop_long.py
+# python: -m pdb -c "b 21" -c continue
 # says: debugger; pdb
-"""Training started from the debugger with a breakpoint set (here on a line
-the run never reaches, as one left in an error path): pdb traces every line
-of every frame while a breakpoint exists."""
-import torch
-
-torch.manual_seed(0)
-ds = torch.utils.data.TensorDataset(torch.randn(4096, 256), torch.randint(0, 10, (4096,)))
-dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True)
-model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.ReLU(), torch.nn.Linear(384, 384),
-                            torch.nn.ReLU(), torch.nn.Linear(384, 10))
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for epoch in range(16):
-    for x, y in dl:
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if not torch.isfinite(loss):
-            print("non-finite loss")
-            break
+"""Training started from the debugger with a breakpoint set (on the loop's
+line for a non-finite loss, never reached): pdb traces every line of every
+frame while a breakpoint exists."""
