@@ -568,10 +568,8 @@ def _tracer(ident):
             except Exception:
                 pass
     for name, how in found:
-        kind = _tracer_kind(name)
-        if name.startswith("torch"):
-            continue
-        return name[:80], kind, how
+        if not name.startswith("torch"):
+            return name[:80], _tracer_kind(name), how
     return None
 
 

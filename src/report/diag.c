@@ -1184,6 +1184,9 @@ void diag_compute(diag_run *r)
         dc_cand_gil, dc_cand_anomaly, dc_cand_unused_grads, dc_cand_eval_grad, dc_cand_tiny_ops,
         dc_cand_profiler, dc_cand_tracer, dc_cand_debug,
     };
+    _Static_assert(sizeof(rules) / sizeof(rules[0]) + sizeof(causes) / sizeof(causes[0]) <=
+                       sizeof(cand) / sizeof(cand[0]),
+                   "a candidate for every rule");
     for (size_t i = 0; i < sizeof(causes) / sizeof(causes[0]); i++) {
         memset(&cand[nc], 0, sizeof(cand[nc]));
         if ((c.samples_ok || dc_step_level_rule(i)) && causes[i](r, &cand[nc])) nc++;
