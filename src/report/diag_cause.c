@@ -33,8 +33,9 @@
 #define PROF_COST 0.5        /* score per unit recorded: its cost on small ops (1.8x measured) */
 #define TRACER_MIN_TICKS 2   /* 1 s of training checked: a hook is there or not */
 /* score: a line tracer (sys.settrace: debuggers, coverage) made an MLP
- * loop with its DataLoader 1.7x slower (1.15-1.3x its steps alone), a call
- * profiler (sys.setprofile: cProfile) 1.6x; it inflates every Python-side
+ * loop with its DataLoader ~1.6x slower (the script 5.4 s against 4.1 s,
+ * ~2 s of both importing torch; 1.15-1.3x its steps alone), a call profiler
+ * (sys.setprofile: cProfile) ~1.5x (5.2 s); it inflates every Python-side
  * finding (input, host code), so a line tracer leads them */
 #define TRACER_COST_LINE 0.5
 #define TRACER_COST_CALL 0.3
