@@ -452,7 +452,10 @@ def settings_tick():
             settings["tracemalloc_ticks"] += 1
     except Exception:
         pass
-    t = _tracer(ev.thread)
+    try:  # a tracer object of any kind is looked at: nothing of it may stop the sampler
+        t = _tracer(ev.thread)
+    except Exception:
+        t = None
     if t is not None:
         settings["tracer_ticks"] += 1
         settings["tracer"], settings["tracer_kind"], settings["tracer_how"] = t
