@@ -469,9 +469,13 @@ def _frame_label(code, line):
 _SYNC = re.compile(r"\.item\(\)|\.cpu\(\)|\.tolist\(\)|\.numpy\(\)|synchronize\(|\.to\(['\"]cpu")
 _IO = re.compile(r"\bopen\(|\.read\w*\(|\.write\w*\(|np\.load|numpy\.load|torch\.load|"
                  r"pickle\.|json\.load|Image\.open|\.readline|requests\.|urlopen")
-_WAIT = re.compile(r"sleep\(|\.wait\(|\.join\(|\.acquire\(|\.get\(")
+# a wait on the line itself (in C: no Python frame below it). get() and
+# join() only as queues and threads call them: dict.get(key) and
+# str.join(items) always take an argument, and are not waits
+_WAIT = re.compile(r"sleep\(|\.wait\(|\.acquire\(|\.get\(\)|\.get\((?:block|timeout|True)|"
+                   r"\.join\(\)|\.join\(timeout")
 _INPUT = re.compile(r"batch|data|load|sample|token|collat|augment|transform|prep|"
-                    r"read|fetch|shard", re.I)
+                    r"read|fetch|shard|encod|vocab", re.I)
 _IO_FILES = ("/pickle.py", "/json/", "/io.py", "/_pyio.py", "/numpy/lib/_npyio", "/npyio.py",
              "/PIL/", "/h5py/", "/csv.py", "/gzip.py", "/zipfile", "/tarfile.py",
              "/torch/serialization.py", "/safetensors/")
