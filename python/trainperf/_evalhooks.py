@@ -411,14 +411,14 @@ def graph_probe(tensors):
     except Exception:
         return None
     roots = tensors if isinstance(tensors, (tuple, list)) else (tensors,)
-    # depth-first over grad_fn.next_functions; a node is queued once
-    todo = [f for f in (getattr(t, "grad_fn", None) for t in roots) if f is not None]
-    seen = set(todo)
-    while todo:
-        for nxt, _ in todo.pop().next_functions:
+    # depth-first over grad_fn.next_functions; a node is pushed once
+    stack = [f for f in (getattr(t, "grad_fn", None) for t in roots) if f is not None]
+    seen = set(stack)
+    while stack:
+        for nxt, _ in stack.pop().next_functions:
             if nxt is not None and nxt not in seen:
                 seen.add(nxt)
-                todo.append(nxt)
+                stack.append(nxt)
         if len(seen) >= GRAPH_MAX_NODES:
             return None  # too large to count on the training thread
     n = len(seen)

@@ -92,7 +92,7 @@ def _classify(code):
     ph = None
     if "/torch/utils/data/" in fn:
         ph = "data"
-    elif "/torch/profiler/" in fn or "/torch/autograd/profiler" in fn:
+    elif _is_profiler_file(fn):
         ph = None  # the profiler's own work (_profiler_samples), not the step's phases
     elif fn.endswith("/torch/nn/modules/module.py") and name in ("_call_impl", "_wrapped_call_impl"):
         ph = "forward"
@@ -579,37 +579,38 @@ def _lines_top(stacks):
                       for (f, fn, ln), (n, ph) in top]}
 
 
+def _training_samples_in(stacks, frame):
+    """Training samples (not start-up, not compiling) with a frame on the
+    stack for which frame(code, path) holds."""
+    n = 0
+    for (phase, stack), c in stacks.items():
+        if phase in ("startup", "compile"):
+            continue
+        if any(code is not None and frame(code, code.co_filename.replace("\\", "/"))
+               for code, _ in stack):
+            n += c
+    return n
+
+
 def _anomaly_samples(stacks):
     """Samples taking a traceback for an autograd op: with anomaly detection
     on, every op of a forward records the Python stack (torch calls
     torch.fx.traceback.format_stack from C++). A lower bound of what the
     mode costs: its checks of every gradient in backward are C++."""
-    n = 0
-    for (phase, stack), c in stacks.items():
-        if phase in ("startup", "compile"):
-            continue
-        for code, _ in stack:
-            if code is not None and code.co_name == "format_stack" and \
-                    code.co_filename.replace("\\", "/").endswith("/traceback.py"):
-                n += c
-                break
-    return n
+    return _training_samples_in(stacks, lambda code, path: code.co_name == "format_stack" and
+                                path.endswith("/traceback.py"))
+
+
+def _is_profiler_file(path):
+    """torch.profiler's own Python code (and the autograd profiler's)."""
+    return "/torch/profiler/" in path or "/torch/autograd/profiler" in path
 
 
 def _profiler_samples(stacks):
     """Training samples inside torch.profiler's Python code: turning its
     records into events (key_averages, tables) and writing traces. Recording
     itself is C++ and shows in the step times instead."""
-    n = 0
-    for (phase, stack), c in stacks.items():
-        if phase in ("startup", "compile"):
-            continue
-        for code, _ in stack:
-            f = code.co_filename.replace("\\", "/") if code is not None else ""
-            if "/torch/profiler/" in f or "/torch/autograd/profiler" in f:
-                n += c
-                break
-    return n
+    return _training_samples_in(stacks, lambda code, path: _is_profiler_file(path))
 
 
 def _write():
