@@ -832,6 +832,16 @@ def test_input_bound_in_the_training_process_names_the_loading_line(run_cli, tmp
     assert e["value"] == pytest.approx(0.4) and "train.py:12" in e["text"], e
     first = dg["primary"]["recommendations"][0]
     assert first.startswith("Make train.py:12 cheaper") and "df.to_numpy()" in first, first
+    # a collate function's line runs once per batch: build it from tensors
+    ev["profile"]["lines_top"] = lines(
+        ("collate", 15, 200, "data", "row = [t if keep(t) else 0 for t in row]"))
+    dg = diagnosis(run_cli, make_run(tmp_path / "collate", st, quiet_metrics(8), ev))
+    first = dg["primary"]["recommendations"][0]
+    assert "once per sample" not in first and "whole-tensor ops" in first, first
+    # and a tensor made from Python lists is converted number by number
+    ev["profile"]["lines_top"] = lines(("collate", 16, 200, "data", "return torch.tensor(out)"))
+    dg = diagnosis(run_cli, make_run(tmp_path / "lists", st, quiet_metrics(8), ev))
+    assert "number by number" in dg["primary"]["recommendations"][0], dg["primary"]
     # a line with a tenth of the wait names nothing
     ev["profile"]["lines_top"] = lines(("__getitem__", 12, 30, "data", "row = df.iloc[i]"))
     dg = diagnosis(run_cli, make_run(tmp_path / "small", st, quiet_metrics(8), ev))
@@ -868,3 +878,104 @@ def test_steps_at_the_per_op_floor_are_told_to_batch_not_to_buy_a_gpu(run_cli, t
     # the same graph doing real work per op: 5 ms steps
     dg = diagnosis(run_cli, make_run(tmp_path / "work", steady_steps(100, 5.0), quiet_metrics(8), ev))
     assert not any("too small" in r for r in dg["primary"]["recommendations"]), dg["primary"]
+
+
+def opt_settings(optimizers, embeddings=()):
+    return {"ticks": 8, "anomaly_ticks": 0, "default_dtype": "float32",
+            "param_dtypes": {"float32": 32002177}, "optimizers": list(optimizers),
+            "embeddings": list(embeddings)}
+
+
+def test_an_optimizer_heavy_step_is_told_how_to_cheapen_the_update(run_cli, tmp_path):
+    # a recommender: Adam over a 1M-row embedding a step looks up 1280 rows of
+    st = steady_steps(100, 200.0, fwd=0.02, bwd=0.15, opt=0.8)
+    ev = events(by_phase={"forward": 10, "backward": 60, "optimizer": 330})
+    adam = {"class": "Adam", "params": 32002177, "fused": False, "foreach": False,
+            "can_fuse": True, "can_foreach": True}
+    emb = {"name": "emb", "rows": 1000000, "dim": 32, "lookups": 1280, "optimized": True,
+           "tied": False}
+    ev["settings"] = opt_settings([adam], [emb])
+    dg = diagnosis(run_cli, make_run(tmp_path / "rec", st, quiet_metrics(8), ev))
+    p = dg["primary"]
+    assert p["id"] == "compute-bound", ids(dg)
+    assert "80% in the optimizer step" in p["summary"], p["summary"]
+    recs = p["recommendations"]
+    assert "sparse=True" in recs[0] and "SparseAdam" in recs[0], recs
+    assert "fused=True" in recs[1] and "torch.optim.Adam(" in recs[1], recs
+    assert any(e["name"] == "optimizer_share" and abs(e["value"] - 0.8) < 0.01
+               for e in p["evidence"]), p["evidence"]
+    # a table whose rows a step mostly uses, or tied to the output layer
+    # (its gradient is dense): no sparse advice
+    for other in ({"lookups": 600000}, {"tied": True}, {"optimized": False}):
+        ev["settings"] = opt_settings([adam], [dict(emb, **other)])
+        dg = diagnosis(run_cli, make_run(tmp_path / ("e%d" % len(str(other))), st,
+                                         quiet_metrics(8), ev))
+        assert not any("sparse=True" in r for r in dg["primary"]["recommendations"]), other
+    # already fused: neither fused nor foreach advice, the batch advice stays
+    ev["settings"] = opt_settings([dict(adam, fused=True)])
+    dg = diagnosis(run_cli, make_run(tmp_path / "fused", st, quiet_metrics(8), ev))
+    recs = dg["primary"]["recommendations"]
+    assert not any("fused=True" in r or "foreach=True" in r for r in recs), recs
+    assert any(r.startswith("The optimizer step costs the same") for r in recs), recs
+    # an optimizer without a fused update gets foreach
+    ev["settings"] = opt_settings([dict(adam, **{"class": "RMSprop", "can_fuse": False})])
+    dg = diagnosis(run_cli, make_run(tmp_path / "rms", st, quiet_metrics(8), ev))
+    assert any("RMSprop(..., foreach=True)" in r for r in dg["primary"]["recommendations"])
+    # a step whose optimizer is a tenth: no optimizer advice
+    ev["settings"] = opt_settings([adam])
+    light = steady_steps(100, 200.0, fwd=0.3, bwd=0.6, opt=0.1)
+    dg = diagnosis(run_cli, make_run(tmp_path / "light", light, quiet_metrics(8), ev))
+    assert not any("optimizer" in r for r in dg["primary"]["recommendations"]), dg["primary"]
+    # a closure (Lightning, LBFGS) runs forward and backward inside the
+    # optimizer step: its own share is what is left
+    nested = steady_steps(100, 200.0, fwd=0.3, bwd=0.6, opt=0.95)
+    dg = diagnosis(run_cli, make_run(tmp_path / "closure", nested, quiet_metrics(8), ev))
+    assert not any("optimizer" in r for r in dg["primary"]["recommendations"]), dg["primary"]
+
+
+def test_a_busy_process_the_run_started_is_oversubscription(run_cli, tmp_path):
+    st = steady_steps(100, 50.0, extra=lambda i: {"interval_ns": int(50e6 * (1 + 3 * (i % 7 == 0)))})
+    own = [dict(m, cpu_pct=100, psi_cpu_some_pct=60, tree_cpu_pct=195, main_cpu_pct=100,
+                tree_runq_pct=100, tree_runnable=3) for m in quiet_metrics(12)]
+
+    def run(name, child_name, child_cpu, child_pid=200):
+        d = make_run(tmp_path / name, st, own, events(by_phase={"forward": 50}))
+        rows = ["t,pid,ppid,name,cpu_pct,rss_bytes,threads,read_bytes,write_bytes,gpu_mem_bytes,runq_pct"]
+        for i in range(12):
+            rows.append("%d,100,1,python3,100,1000,4,0,0,,50" % i)
+            rows.append("%d,%d,100,%s,%d,1000,1,0,0,,50" % (i, child_pid, child_name, child_cpu))
+        (d / "procs.csv").write_text("\n".join(rows) + "\n")
+        return diagnosis(run_cli, d)
+
+    dg = run("burner", "python3", 95)
+    p = dg["primary"]
+    assert p["id"] == "oversubscription", ids(dg)
+    assert "1 other process of the run" in p["summary"], p["summary"]
+    assert "Pid 200 (python3), started within the run" in p["recommendations"][0], p
+    assert any("set_num_threads(1)" in r for r in p["recommendations"]), p
+    # its variation is the wait for a CPU: not a second finding
+    assert "unstable" not in ids(dg), ids(dg)
+    # a DataLoader worker is not another process; nor an idle helper; nor a
+    # process the hook ran in (a rank)
+    assert "other process" not in run("worker", "pt_data_worker", 95)["primary"]["summary"]
+    assert "other process" not in run("idle", "tensorboard", 3)["primary"]["summary"]
+    assert "other process" not in run("hooked", "python3", 95, child_pid=100)["primary"]["summary"]
+
+
+def test_a_dataset_converted_every_step_is_named_as_conversion(run_cli, tmp_path):
+    st = steady_steps(100, 30.0, fwd=0.02, bwd=0.02, opt=0.01)
+    ev = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 8, "def_line": 1,
+                            "samples": 380, "kind": "python"}],
+                by_phase={"other": 380, "forward": 8, "backward": 8, "optimizer": 4})
+    ev["profile"]["lines_top"] = {"samples": 400, "lines": [
+        {"func": "<module>", "file": "/x/train.py", "line": 8, "samples": 380, "phase": "other",
+         "src": "X = torch.tensor(data, dtype=torch.float32)"}]}
+    dg = diagnosis(run_cli, make_run(tmp_path / "conv", st, quiet_metrics(8), ev))
+    p = dg["primary"]
+    assert p["id"] == "host-code", ids(dg)
+    assert p["title"] == "Data conversion in the training loop", p
+    assert "convert the dataset once, before the loop" in p["recommendations"][0], p
+    # Python of the user's own on that line is not a conversion
+    ev["profile"]["lines_top"]["lines"][0]["src"] = "X = augment(data)"
+    dg = diagnosis(run_cli, make_run(tmp_path / "own", st, quiet_metrics(8), ev))
+    assert dg["primary"]["title"] == "Python code in the training loop", dg["primary"]

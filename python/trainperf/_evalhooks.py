@@ -72,6 +72,8 @@ settings = {"ticks": 0, "anomaly_ticks": 0, "tracemalloc_ticks": 0, "tracer_tick
 models = []             # weak references to the modules whose forward is timed
 optimizers = []         # weak references to the optimizers made
 grads_seen = {"unused": 0, "optimized": 0, "all": 0}  # the largest seen, in parameters
+opt_seen = {}           # optimizer class name -> its facts, the largest seen (optimizer_facts)
+embed_seen = {}         # id(embedding module) -> its facts (embedding_facts)
 param_dtypes = {}       # the timed modules' parameters by dtype, at the last walk
 _push = _pop = None
 
@@ -389,6 +391,118 @@ def walk_params():
     return grads_seen
 
 
+# --- what the optimizer step updates ----------------------------------------
+
+_fused_ok = {}          # optimizer class -> whether its __init__ takes fused=
+
+
+def _can_fuse(torch, cls, cuda):
+    """Whether cls takes fused=True for parameters there: CUDA since torch
+    2.0, the CPU since 2.4 (Adam, AdamW, SGD, Adagrad in 2.13)."""
+    if cls not in _fused_ok:
+        try:
+            import inspect
+            _fused_ok[cls] = "fused" in inspect.signature(cls.__init__).parameters
+        except (TypeError, ValueError):
+            _fused_ok[cls] = False
+    if not _fused_ok[cls]:
+        return False
+    if cuda:
+        return True
+    try:
+        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (2, 4)
+
+
+def optimizer_facts(torch):
+    """The live optimizers by class: the parameters they update, and whether
+    the update runs fused (one kernel), foreach (one op per kind of tensor
+    over all of them) or as the default loop over parameters, which on the
+    CPU is torch's default. Kept at the largest seen: a trainer frees its
+    optimizers at the end."""
+    for ref in list(optimizers):
+        o = ref()
+        if o is None:
+            continue
+        groups = list(getattr(o, "param_groups", ()))
+        n, cuda = 0, False
+        for g in groups:
+            for p in list(g.get("params", ())):
+                n += p.numel()
+                cuda = cuda or p.device.type == "cuda"
+        if not n:
+            continue
+        g0 = groups[0]
+        cls = type(o)
+        f = opt_seen.setdefault(cls.__name__, {"class": cls.__name__, "params": 0})
+        f["params"] = max(f["params"], n)
+        f["fused"] = bool(g0.get("fused"))
+        f["foreach"] = bool(g0.get("foreach"))
+        f["can_fuse"] = _can_fuse(torch, cls, cuda)
+        f["can_foreach"] = "foreach" in g0
+        f["cuda"] = cuda
+        if len(opt_seen) >= 8:
+            break
+
+
+_embed_hooks = {}       # id(embedding module) -> its _lookups hook, until it ran
+
+
+def _lookups(module, inputs):
+    """Forward pre-hook, once: how many rows one forward of the embedding
+    looks up (its input's elements); then it removes itself."""
+    f = embed_seen.get(id(module))
+    try:
+        if f is not None and inputs and hasattr(inputs[0], "numel"):
+            f["lookups"] = int(inputs[0].numel())
+    finally:
+        h = _embed_hooks.pop(id(module), None)
+        if h is not None:
+            h.remove()
+
+
+def embedding_facts(torch, held):
+    """The timed models' dense embedding tables (nn.Embedding/EmbeddingBag,
+    sparse=False): rows, width, whether an optimizer updates them, whether
+    another module shares the weight (a language model's tied output layer:
+    its gradient is dense), and the rows one forward looks up. A dense
+    optimizer updates every row of such a table each step."""
+    nn = torch.nn
+    kinds = (nn.Embedding, nn.EmbeddingBag)
+    for ref in list(models):
+        m = ref()
+        if m is None:
+            continue
+        mods = []
+        owners = {}
+        for i, (name, mod) in enumerate(m.named_modules()):
+            if i >= 20000:
+                break
+            mods.append((name, mod))
+            for p in list(mod._parameters.values()):
+                if p is not None:
+                    owners[id(p)] = owners.get(id(p), 0) + 1
+        for name, mod in mods:
+            if not isinstance(mod, kinds) or getattr(mod, "sparse", True):
+                continue
+            w = mod.weight
+            f = embed_seen.get(id(mod))
+            if f is None:
+                if len(embed_seen) >= 64:
+                    continue
+                f = embed_seen[id(mod)] = {"name": name or type(mod).__name__,
+                                           "rows": int(w.shape[0]), "dim": int(w.shape[1]),
+                                           "lookups": None, "optimized": False, "tied": False}
+                # not under torch.compile: a hook added or removed there
+                # would make it recompile the model
+                if not compile_stats["frames"]:
+                    _embed_hooks[id(mod)] = mod.register_forward_pre_hook(_lookups)
+            f["optimized"] = id(w) in held
+            f["tied"] = owners.get(id(w), 0) > 1
+
+
 # --- the autograd graph: how many ops a step runs, and how long each takes ----
 
 GRAPH_PERIOD_S = 4.0    # one backward probed this often (the C backward hook)
@@ -460,6 +574,12 @@ def settings_tick():
         settings["tracer_ticks"] += 1
         settings["tracer"], settings["tracer_kind"], settings["tracer_how"] = t
     walk_params()  # while the optimizers live (a trainer frees its own at the end)
+    if settings["ticks"] % 4 == 1:  # every 2 s: a walk of the optimizers and modules
+        try:
+            optimizer_facts(torch)
+            embedding_facts(torch, optimized_ids())
+        except Exception:
+            pass
 
 
 # environment variables of debugging aids that slow a run: Python's debug
@@ -628,7 +748,9 @@ def snapshot():
                              "params_grad_unused": walk_params()["unused"],
                              "param_dtypes": dict(param_dtypes),
                              "params_optimized": grads_seen["optimized"],
-                             "params_timed": grads_seen["all"]}
+                             "params_timed": grads_seen["all"],
+                             "optimizers": [dict(f) for f in list(opt_seen.values())],
+                             "embeddings": [dict(f) for f in list(embed_seen.values())]}
     except Exception:
         pass
     d["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")

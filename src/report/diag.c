@@ -352,8 +352,9 @@ static const char *loaders(const diag_run *r, int n, int more, char *o, size_t o
     return o;
 }
 
-/* What makes a per-sample loading line cheaper, from its text. */
-static const char *input_line_hint(const char *src)
+/* What makes a loading line cheaper, from its text; collate: the line is
+ * in a function that puts batches together, run once per batch. */
+static const char *input_line_hint(const char *src, int collate)
 {
     if (strstr(src, ".iloc") || strstr(src, ".loc[") || strstr(src, "iterrows") ||
         strstr(src, ".at["))
@@ -370,6 +371,14 @@ static const char *input_line_hint(const char *src)
         strstr(src, "load("))
         return "read and parse once, ahead of training, into arrays (a NumPy memmap or tensors "
                "in memory).";
+    if (strstr(src, "tensor(") || strstr(src, "np.array(") || strstr(src, "numpy.array("))
+        return "a tensor built from Python lists is converted number by number; keep the "
+               "samples as tensors or arrays ahead of training and put batches together with "
+               "torch.stack or pad_sequence.";
+    if (collate)
+        return "the batch is put together in Python for every step in the training process; "
+               "keep the samples as tensors and build the batch with whole-tensor ops "
+               "(torch.stack, pad_sequence), or do the per-sample work once ahead of training.";
     return "it runs once per sample in the training process; do it once for the whole dataset "
            "ahead of training, or on the whole batch at once (a collate_fn or batched sampler).";
 }
@@ -538,7 +547,7 @@ static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
         ev(d, "input_line_share", lsh, "%.0f%% of the samples waiting for data were in %s (%s:%d)%s%s%s", 100 * lsh,
            lf->func, lf->file, lf->line, *lsrc ? ": `" : "", lsrc, *lsrc ? "`" : "");
         rec(d, "Make %s:%d cheaper, the line the wait is spent in: %s", lf->file, lf->line,
-            input_line_hint(lsrc));
+            input_line_hint(lsrc, strstr(lf->func, "collate") != NULL));
     }
 
     if (io) {
@@ -1086,6 +1095,13 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
      * GPU's launches would not help */
     double sn, sus;
     int small = r->python && dc_small_steps(r, c->f.step_p50, &sn, &sus);
+    double opt = dc_optimizer_share(r);
+    if (known && notrain < 0.99) opt /= 1 - notrain;
+    if (dc_optimizer_advice(r, d, opt, small))
+        fmt(d->summary, sizeof(d->summary),
+            "model compute is %.0f%% of step time, %.0f%% in the optimizer step; no input, "
+            "host-code or memory limit found",
+            100 * compute, 100 * opt);
     if (small) {
         ev(d, "step_us_per_node", sus,
            "a step takes %.0f µs for a backward graph of %.0f nodes: %.0f µs a node, about "
@@ -1194,6 +1210,10 @@ void diag_compute(diag_run *r)
     /* contention explains irregular steps: the unstable finding (unless a
      * hang or regression) folds into it */
     int ic = cand_find(cand, nc, "cpu-contention"), iu = -1;
+    /* as does a busy process the run itself started beside training (the
+     * threads' wait for a CPU is its doing): the folds below treat it so */
+    int iov = cand_find(cand, nc, "oversubscription");
+    if (ic < 0 && iov >= 0 && has_ev(&cand[iov], "other_procs_cores")) ic = iov;
     for (int i = 0; i < nc; i++)
         if ((strcmp(cand[i].id, "unstable") == 0 && strstr(cand[i].title, "stopped") == NULL) ||
             strcmp(cand[i].id, "step-level") == 0 ||

@@ -20,6 +20,7 @@
 #define DIAG_SERIES_CAP 240 /* points per chart series */
 #define DIAG_HIST_BINS 1200 /* log-spaced, 2% apart: 1 us .. ~3e4 s */
 #define DIAG_MAX_RANKS 64
+#define DIAG_MAX_OPROCS 32
 #define DIAG_MAX_GPUS 16
 #define DIAG_MAX_ALERTS 200
 #define DIAG_MAX_FINDINGS 12
@@ -194,6 +195,15 @@ typedef struct diag_run {
      * the samples where both are known: the DataLoader's (pt_data_worker)
      * when any, else every non-root process's */
     double ldr_runq, ldr_cpu, ldr_n, nonroot_runq, nonroot_cpu, nonroot_n;
+    /* the non-root processes: their CPU (% of one core) summed over their
+     * samples, the sample count, and whether any sample named the process
+     * a DataLoader worker */
+    int noproc;
+    struct {
+        int pid, loader;
+        char name[32];
+        double cpu_sum, n;
+    } oproc[DIAG_MAX_OPROCS];
 
     /* alerts.jsonl */
     int nalerts, nalerts_fired;

@@ -50,6 +50,9 @@
 #define SMALL_STEP_US_NODE 40.0
 #define INPUT_LINE_SHARE 0.25     /* of the samples waiting for data, in one line */
 #define INPUT_LINE_MIN_SAMPLES 5
+#define OPT_HEAVY_SHARE 0.3       /* of the step in the optimizer, for its advice */
+#define EMB_MIN_SHARE 0.5         /* of the updated parameters in dense embeddings */
+#define EMB_FEW_ROWS 0.1          /* rows one forward looks up, of the table, at most */
 #define TINY_MIN_NODES 300        /* autograd nodes of one backward, at least */
 #define TINY_NODE_US 3.3          /* backward µs a node of tiny tensors, on this machine's CPU */
 #define TINY_FACTOR 2             /* at most this many times that: half of it overhead */
@@ -359,11 +362,55 @@ int dc_rank_only_line(const dcause *c, int rank, const dc_func **f, const char *
     return 1;
 }
 
+
+/* settings "optimizers" and "embeddings" (one process's; each rank has the
+ * same model, so the sums keep their ratio to params_optimized) */
+static const jw_field opt_fields[] = {
+    JW_FIELD(STR, "class", dc_opt, cls),
+    JW_FIELD(DBL, "params", dc_opt, params),
+    JW_FIELD(BOOL, "fused", dc_opt, fused),
+    JW_FIELD(BOOL, "foreach", dc_opt, foreach),
+    JW_FIELD(BOOL, "can_fuse", dc_opt, can_fuse),
+    JW_FIELD(BOOL, "can_foreach", dc_opt, can_foreach),
+};
+static const jw_field emb_fields[] = {
+    JW_FIELD(STR, "name", dc_emb, name),
+    JW_FIELD(DBL, "rows", dc_emb, rows),
+    JW_FIELD(DBL, "dim", dc_emb, dim),
+    JW_FIELD(DBL, "lookups", dc_emb, lookups),
+    JW_FIELD(BOOL, "optimized", dc_emb, optimized),
+    JW_FIELD(BOOL, "tied", dc_emb, tied),
+};
+
+static void load_optimizers(dcause *c, const jr_node *st)
+{
+    const jr_node *a = jr_get(st, "optimizers");
+    for (const jr_node *e = a && a->type == JR_ARR ? a->child : NULL; e; e = e->next) {
+        dc_opt o = {0};
+        jr_fields(e, &o, opt_fields, JW_NFIELDS(opt_fields));
+        if (!(o.params > 0) || !o.cls[0]) continue;
+        c->nopt++;
+        if (!(o.params <= c->opt.params)) c->opt = o;
+    }
+    a = jr_get(st, "embeddings");
+    for (const jr_node *e = a && a->type == JR_ARR ? a->child : NULL; e; e = e->next) {
+        dc_emb m = {0};
+        jr_fields(e, &m, emb_fields, JW_NFIELDS(emb_fields));
+        double n = m.rows * m.dim;
+        if (!(n > 0) || !m.optimized || m.tied) continue;
+        c->emb_params += n;
+        if (!(n <= c->emb.rows * c->emb.dim)) c->emb = m;
+    }
+}
+
 static void load_one(diag_run *r, const jr_node *root, double t0)
 {
     dcause *c = &r->cause;
     c->have_pyprof = 1;
     c->nprocs_py++;
+    int pid = diag_int(jr_pnum(root, "pid"), 0, 1 << 30, -1);
+    if (pid >= 0 && c->npypid < (int)(sizeof(c->pypid) / sizeof(c->pypid[0])))
+        c->pypid[c->npypid++] = pid;
     double v;
     const jr_node *p = jr_get(root, "profile");
     if (p) {
@@ -545,6 +592,7 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
             c->params_all += n;
             if (strcmp(k->key, "float64") == 0) c->params_f64 += n;
         }
+        load_optimizers(c, st);
         double gu = jr_pnum(st, "params_grad_unused"), po = jr_pnum(st, "params_optimized"),
                pt = jr_pnum(st, "params_timed");
         if (gu >= 0 && po >= 0 && pt >= gu + po) {
@@ -802,6 +850,16 @@ static int logs_at(const dcause *c, const dc_func *f)
     return line_has(c, f, w, sizeof(w) / sizeof(w[0]));
 }
 
+/* Whether f's line builds tensors or arrays from host data: the whole
+ * dataset converted again every step is the common case. */
+static int converts_at(const dcause *c, const dc_func *f)
+{
+    static const char *const w[] = {"torch.tensor(", "torch.as_tensor(", "torch.from_numpy(",
+                                    "np.array(", "np.asarray(", "numpy.array(", ".astype(",
+                                    ".to_numpy(", ".values"};
+    return line_has(c, f, w, sizeof(w) / sizeof(w[0]));
+}
+
 int dc_cand_hostcode(const diag_run *r, dfinding *d)
 {
     const dcause *c = &r->cause;
@@ -851,9 +909,12 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     if (pool) best = 5, ks[5] += ks[6];
     const char *kind = kinds[best];
     int logging = logs_at(c, f);
+    /* the line converts host data itself (no Python below it, a C call) */
+    int convert = !logging && (best == 0 || best == 1) && converts_at(c, f);
     fmt(d->id, sizeof(d->id), "host-code");
     fmt(d->title, sizeof(d->title), "%s",
         logging     ? "Logging in the training loop"
+        : convert   ? "Data conversion in the training loop"
         : best == 0 ? "Input preparation in the training loop"
         : best == 3 ? "I/O in the training loop"
         : best == 2 ? "Synchronisation in the training loop"
@@ -863,7 +924,8 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     fmt(d->summary, sizeof(d->summary),
         "%.0f%% of training time is outside the model and the DataLoader: %.0f%% in %s "
         "(%s:%d), %s",
-        100 * share, 100 * fshare, f->func, f->file, f->line, kind_words(f->kind));
+        100 * share, 100 * fshare, f->func, f->file, f->line,
+        convert ? "tensors built from host data" : kind_words(f->kind));
     d->score = share;
     ev(d, "unlabelled_share", share,
        "%.0f%% of %.0f stack samples of the training thread fell outside known phases%s",
@@ -881,6 +943,12 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
         rec(d, "Log every N steps, not every step: %s:%d takes %.0f%% of training time. Keep "
                "the metrics as tensors and log their mean every 50 or 100 steps (one .item() "
                "and one call to the logger per interval).",
+            f->file, f->line, 100 * fshare);
+    } else if (convert) {
+        rec(d, "%s:%d converts host data to tensors or arrays every step (%.0f%% of training "
+               "time): convert the dataset once, before the loop, and index the result in the "
+               "step (or let a DataLoader convert one batch at a time when it does not fit in "
+               "memory).",
             f->file, f->line, 100 * fshare);
     } else if (best == 0) {
         rec(d,
@@ -1329,6 +1397,70 @@ int dc_cand_tiny_ops(const diag_run *r, dfinding *d)
     return 1;
 }
 
+/* The optimizer step's share of the warm step, without the forward and
+ * backward a closure runs inside it (Lightning, LBFGS: the phases then add
+ * up to more than the step); NaN without phases. */
+double dc_optimizer_share(const diag_run *r)
+{
+    double sh[PH_COUNT];
+    dc_warm_shares(r, sh);
+    double o = sh[PH_OPTIMIZER], fb = 0, all = 0;
+    for (int p = 0; p < PH_COUNT; p++)
+        if (isfinite(sh[p])) all += sh[p];
+    if (isfinite(sh[PH_FORWARD])) fb += sh[PH_FORWARD];
+    if (isfinite(sh[PH_BACKWARD])) fb += sh[PH_BACKWARD];
+    if (all > 1.05 && o >= fb) o -= fb;
+    return o;
+}
+
+int dc_optimizer_advice(const diag_run *r, dfinding *d, double share, int small)
+{
+    const dcause *c = &r->cause;
+    const dc_opt *o = &c->opt;
+    if (!(share >= OPT_HEAVY_SHARE) || !c->nopt) return 0;
+    char n[32];
+    human_count(n, sizeof(n), o->params);
+    ev(d, "optimizer_share", share, "the optimizer step is %.0f%% of step time (%s over %s "
+       "parameters, %s)", 100 * share, o->cls, n,
+       o->fused ? "fused" : o->foreach ? "foreach" : "a loop over the parameters");
+    /* a dense optimizer walks every row of a table a step touches a few of */
+    const dc_emb *e = &c->emb;
+    double few = e->rows > 0 ? e->lookups / e->rows : NAN;
+    if (c->emb_params >= EMB_MIN_SHARE * o->params && !(few > EMB_FEW_ROWS)) {
+        char rows[32], look[32];
+        human_count(rows, sizeof(rows), e->rows);
+        if (isfinite(few))
+            fmt(look, sizeof(look), "%.0f", e->lookups);
+        ev(d, "embedding_share", c->emb_params / o->params,
+           "dense embeddings are %.0f%% of the parameters updated (%s: %s rows x %.0f%s%s%s)",
+           100 * c->emb_params / o->params, e->name, rows, e->dim,
+           isfinite(few) ? ", a forward looks up " : "", isfinite(few) ? look : "",
+           isfinite(few) ? " of them" : "");
+        rec(d, "The optimizer updates every row of the embedding `%s` each step, and the moments "
+               "of each (Adam keeps two), while a batch uses a few of its rows: make it "
+               "nn.Embedding(..., sparse=True) (EmbeddingBag too) and update its weight with "
+               "torch.optim.SparseAdam (or SGD), the rest of the model with the optimizer you have. "
+               "A step then costs what its rows cost (SparseAdam is lazy: a row's moments change "
+               "when the row is used).",
+            e->name);
+    }
+    if (!o->fused && o->can_fuse)
+        rec(d, "Make the optimizer fused: torch.optim.%s(..., fused=True) updates all parameters "
+               "in one kernel instead of a loop of small ops per parameter (on the CPU too, "
+               "torch 2.4 on). `trainperf tune --only optimizer` measures it on this script.",
+            o->cls);
+    else if (!o->fused && !o->foreach && o->can_foreach)
+        rec(d, "torch.optim.%s(..., foreach=True) updates the parameters together, a few ops for "
+               "all of them instead of a loop per parameter (the default on the CPU). `trainperf "
+               "tune --only optimizer` measures it on this script.",
+            o->cls);
+    if (!small)
+        rec(d, "The optimizer step costs the same whatever the batch: a larger batch (or "
+               "gradients accumulated over several batches per step) spreads it over more "
+               "samples.");
+    return 1;
+}
+
 double dc_f64_share(const diag_run *r)
 {
     const dcause *c = &r->cause;
@@ -1390,6 +1522,33 @@ double dc_loader_starved(const diag_run *r, double *wait, double *busy)
     return share >= LOADER_STARVED_SHARE && q / n >= LOADER_STARVED_WAIT ? share : NAN;
 }
 
+#define OTHER_BUSY_CPU 40  /* % of one core: a process of the run that computes */
+#define OTHER_MIN_SAMPLES 4
+
+/* The processes of the run that are neither the training processes (the
+ * hook runs in them) nor DataLoader workers, yet kept a core busy: a
+ * helper the script started (an evaluation job, a data converter) that
+ * takes cores from training. Their count, the cores they used, and the
+ * busiest in *top (-1 when none). */
+static double other_busy(const diag_run *r, double *cores, int *top)
+{
+    const dcause *c = &r->cause;
+    double n = 0, best = 0;
+    *cores = 0;
+    *top = -1;
+    for (int i = 0; i < r->noproc; i++) {
+        double m = r->oproc[i].n >= OTHER_MIN_SAMPLES ? r->oproc[i].cpu_sum / r->oproc[i].n : 0;
+        int hooked = 0;
+        for (int k = 0; k < c->npypid; k++)
+            hooked |= c->pypid[k] == r->oproc[i].pid;
+        if (hooked || r->oproc[i].loader || !(m >= OTHER_BUSY_CPU)) continue;
+        n++;
+        *cores += m / 100;
+        if (m > best) best = m, *top = i;
+    }
+    return n;
+}
+
 int dc_cand_oversub(const diag_run *r, dfinding *d)
 {
     const dcause *c = &r->cause;
@@ -1407,7 +1566,12 @@ int dc_cand_oversub(const diag_run *r, dfinding *d)
     /* loader workers count when they compute (sleeping ones wait on I/O) */
     double wcpu = r->worker_cpu.n ? r->worker_cpu.sum / r->worker_cpu.n : NAN;
     double busy_workers = isfinite(wcpu) && wcpu >= 40 ? workers : 0;
-    want = isfinite(threads) ? threads * procs + busy_workers : NAN;
+    /* other busy processes of the run count with the cores they used */
+    double ocores;
+    int top;
+    double others = c->have_pyprof ? other_busy(r, &ocores, &top) : 0;
+    if (!others) ocores = 0;
+    want = isfinite(threads) ? threads * procs + busy_workers + round(ocores) : NAN;
     /* the run asks for more busy threads than its cores, and its threads
      * were seen queueing: the configuration, confirmed by the scheduler */
     int cfg = isfinite(want) && want > cores * 1.25;
@@ -1419,12 +1583,16 @@ int dc_cand_oversub(const diag_run *r, dfinding *d)
     workers = busy_workers;
     fmt(d->id, sizeof(d->id), "oversubscription");
     fmt(d->title, sizeof(d->title), "CPU oversubscription");
+    char more[96] = "";
+    if (round(ocores) >= 1)
+        fmt(more, sizeof(more), " + %.0f core%s of %.0f other process%s of the run",
+            round(ocores), round(ocores) == 1 ? "" : "s", others, others == 1 ? "" : "es");
     if (isfinite(want))
         fmt(d->summary, sizeof(d->summary),
             "the run asks for %.0f busy threads (%.0f intra-op thread%s x %.0f process%s + %.0f "
-            "loader worker%s) on %.0f usable cores",
+            "loader worker%s%s) on %.0f usable cores",
             want, threads, threads == 1 ? "" : "s", procs, procs == 1 ? "" : "es", workers,
-            workers == 1 ? "" : "s", cores);
+            workers == 1 ? "" : "s", more, cores);
     else
         fmt(d->summary, sizeof(d->summary),
             "%.1f threads of the run were runnable on average for %.0f usable cores", runnable,
@@ -1436,7 +1604,19 @@ int dc_cand_oversub(const diag_run *r, dfinding *d)
            c->runnable_max);
     if (isfinite(wait)) ev(d, "runqueue_wait_pct", wait, "run-queue wait %.0f%% of a core", wait);
     ev(d, "usable_cores", cores, "%.0f cores usable (affinity and cgroup quota)", cores);
-    int per = (int)floor((cores - workers > procs ? cores - workers : procs) / procs);
+    if (round(ocores) >= 1) {
+        ev(d, "other_procs_cores", ocores,
+           "%.0f other process%s of the run (not training, not DataLoader workers) used %.1f "
+           "cores; the busiest, pid %d (%s), %.0f%% of one",
+           others, others == 1 ? "" : "es", ocores, r->oproc[top].pid, r->oproc[top].name,
+           r->oproc[top].cpu_sum / r->oproc[top].n);
+        rec(d, "Pid %d (%s), started within the run, kept %.0f%% of a core busy while the model "
+               "trained: stop it, run it after training or elsewhere, or leave it a core of its "
+               "own (fewer intra-op threads).",
+            r->oproc[top].pid, r->oproc[top].name, r->oproc[top].cpu_sum / r->oproc[top].n);
+    }
+    double left = cores - workers - round(ocores);
+    int per = (int)floor((left > procs ? left : procs) / procs);
     if (per < 1) per = 1;
     rec(d,
         "Give each process %d intra-op thread%s: torch.set_num_threads(%d) at start-up or "

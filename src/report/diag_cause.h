@@ -49,6 +49,23 @@ typedef struct dc_slow {
     long long step;        /* its number in the stream (-1: unknown) */
 } dc_slow;
 
+/* An optimizer class of the run (settings "optimizers"): the parameters it
+ * updates, whether its update runs fused or foreach, and whether it could */
+typedef struct dc_opt {
+    char cls[32];
+    double params;
+    int fused, foreach, can_fuse, can_foreach;
+} dc_opt;
+
+/* A dense embedding table of the model (settings "embeddings"): rows,
+ * width, rows one forward looks up (NaN: not seen), whether an optimizer
+ * updates it and whether another module shares its weight */
+typedef struct dc_emb {
+    char name[64];
+    double rows, dim, lookups;
+    int optimized, tied;
+} dc_emb;
+
 typedef struct dcause {
     int have_pyprof; /* pyprof/events-*.json found */
     int nprocs_py;   /* processes that wrote one */
@@ -94,6 +111,14 @@ typedef struct dcause {
      * updates, those an optimizer updates, and all of them */
     double params_grad_unused, params_optimized, params_timed;
     double eval_fwd, eval_fwd_grad; /* forwards labelled evaluation; with grad on */
+    /* the optimizer that updates the most parameters (of nopt classes); the
+     * parameters of the dense embeddings an optimizer updates (untied: a
+     * shared weight's gradient is dense) and the largest of them */
+    int nopt;
+    dc_opt opt;
+    int npypid, pypid[64]; /* the processes the hook ran in (events files) */
+    double emb_params;
+    dc_emb emb;
     /* torch.profiler recording (events "profiler": the spans the script's
      * own profiler recorded, trainperf's --profile windows left out) and
      * training samples in its Python code (processing, writing traces) */
@@ -210,6 +235,12 @@ int dc_cand_debug(const struct diag_run *r, struct dfinding *d);
 void dc_warm_shares(const struct diag_run *r, double *sh);
 /* the share of the model's parameters in float64 (NaN: not known) */
 double dc_f64_share(const struct diag_run *r);
+/* The optimizer's share of the warm step (a closure's forward and backward
+ * left out), and the advice when it is a large part of a compute-bound step:
+ * sparse embeddings, a fused or foreach update, a larger batch (not when
+ * small: the per-op floor's advice says it). 1 when it added any. */
+double dc_optimizer_share(const struct diag_run *r);
+int dc_optimizer_advice(const struct diag_run *r, struct dfinding *d, double share, int small);
 int dc_cand_oversub(const struct diag_run *r, struct dfinding *d);
 int dc_cand_gc(const struct diag_run *r, struct dfinding *d);
 int dc_cand_compile(const struct diag_run *r, struct dfinding *d);

@@ -221,8 +221,6 @@ static void load_hangs(f_model *m, const char *run_dir)
         *h = (f_hang){.attempt = 1}; /* a line from before attempts were counted */
         jr_fields(d.root, h, hang_fields, JW_NFIELDS(hang_fields));
         cpy(h->kind, sizeof(h->kind), jr_pstr(d.root, "bound_kind"));
-        const jr_node *fs = jr_get(d.root, "before_first_step");
-        h->first = fs && fs->type == JR_BOOL && fs->num != 0;
         jr_free(&d);
     }
     free(line);

@@ -615,6 +615,26 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
 
 /* ---- procs.csv ------------------------------------------------------------ */
 
+/* One sample of a non-root process; loader: named as a DataLoader worker
+ * (a spawned one is named so only once it has imported torch). */
+static void other_proc(diag_run *r, int pid, const char *name, double cpu, int loader)
+{
+    int i = 0;
+    while (i < r->noproc && r->oproc[i].pid != pid)
+        i++;
+    if (i == r->noproc) {
+        if (r->noproc == DIAG_MAX_OPROCS) return;
+        r->noproc++;
+        r->oproc[i].pid = pid;
+        snprintf(r->oproc[i].name, sizeof(r->oproc[i].name), "%s", name ? name : "");
+        r->oproc[i].cpu_sum = r->oproc[i].n = 0;
+        r->oproc[i].loader = 0;
+    }
+    if (loader) r->oproc[i].loader = 1;
+    r->oproc[i].cpu_sum += cpu;
+    r->oproc[i].n++;
+}
+
 static int load_procs(diag_run *r, const char *path, char *err, size_t errlen)
 {
     csvr c;
@@ -652,12 +672,13 @@ static int load_procs(diag_run *r, const char *path, char *err, size_t errlen)
         if (csvr_num(&c, c_cpu, &v)) {
             dstat_add(&r->worker_cpu, v);
             double q;
+            const char *nm = c_name >= 0 ? csvr_str(&c, c_name) : NULL;
+            int loader = nm && strncmp(nm, "pt_data_worker", 14) == 0;
             if (c_rq >= 0 && csvr_num(&c, c_rq, &q) && q >= 0) {
-                const char *nm = c_name >= 0 ? csvr_str(&c, c_name) : NULL;
                 r->nonroot_runq += q, r->nonroot_cpu += v, r->nonroot_n++;
-                if (nm && strncmp(nm, "pt_data_worker", 14) == 0)
-                    r->ldr_runq += q, r->ldr_cpu += v, r->ldr_n++;
+                if (loader) r->ldr_runq += q, r->ldr_cpu += v, r->ldr_n++;
             }
+            if (v >= 0) other_proc(r, (int)pid, nm, v, loader);
         }
     }
     if (cur_n > r->max_procs) r->max_procs = cur_n;

@@ -476,6 +476,9 @@ void jr_fields(const jr_node *obj, void *base, const jw_field *f, size_t n)
         case JWF_STRZ:
             if (f[i].size) snprintf(m, f[i].size, "%s", s ? s : "");
             break;
+        case JWF_BOOL:
+            if (v && v->type == JR_BOOL) *(int *)m = v->num != 0;
+            break;
         default: break;
         }
     }

@@ -66,7 +66,8 @@ const char *jr_pstr(const jr_node *n, const char *path);
  * the number, NAN when missing or not a number. INT, I64, U64: left as they
  * are when missing or not a finite number (the caller's default), 0 when out
  * of the member's range (a damaged file never makes a cast of NaN or of a
- * huge value). STR, STRZ: copied, cut to the array; "" when missing. PSTR
+ * huge value). STR, STRZ: copied, cut to the array; "" when missing. BOOL: set from
+ * true/false, left as it is otherwise. PSTR
  * members are not read (the struct holds no storage for them). */
 void jr_fields(const jr_node *obj, void *base, const jw_field *f, size_t n);
 

@@ -1,5 +1,6 @@
 # expect: primary=compute-bound
 # must_not: unstable, gc-pauses, host-code, input-bound, memory-capacity, recompile, undetermined
+# says: fused=True
 """A plain loop over an in-memory DataLoader: the model's compute is the step."""
 import torch
 
