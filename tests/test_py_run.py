@@ -611,3 +611,65 @@ def test_tracers_and_profiler_recordings_are_seen(cli, tmp_path):
     # the script's recording, then the schedule's own window (marked 1)
     assert [s[2] for s in spans] == [0, 1], spans
     assert all(s[1] > 0 for s in spans) and spans[0][0] < spans[1][0], spans
+
+
+OPTIMIZER_FACTS = """
+    import json, torch, torch.nn as nn
+    from trainperf import _evalhooks
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.EmbeddingBag(2000, 8)               # dense, updated by Adam
+            self.tok = nn.Embedding(50, 8)                    # tied to the output layer
+            self.out = nn.Linear(8, 50, bias=False)
+            self.out.weight = self.tok.weight
+            self.sp = nn.Embedding(300, 4, sparse=True)       # sparse: not listed
+        def forward(self, idx, tok, s):
+            h = self.emb(idx.view(4, 5)) + self.tok(tok) + self.sp(s).sum(-1, keepdim=True)
+            return self.out(h)
+
+    net = Net()
+    dense = [p for n, p in net.named_parameters() if not n.startswith("sp.")]
+    opts = [torch.optim.Adam(dense, lr=1e-3), torch.optim.SparseAdam(list(net.sp.parameters()))]
+    def step():
+        loss = net(torch.randint(0, 2000, (20,)), torch.randint(0, 50, (4,)),
+                   torch.randint(0, 300, (4,))).pow(2).mean()
+        for o in opts: o.zero_grad()
+        loss.backward()
+        for o in opts: o.step()
+    for _ in range(3):
+        step()
+    _evalhooks.optimizer_facts(torch)
+    _evalhooks.embedding_facts(torch, _evalhooks.optimized_ids())
+    step()                                # the one-shot hook counts a forward's lookups
+    step()
+    print("facts", json.dumps({"optimizers": sorted(_evalhooks.opt_seen.values(),
+                                                    key=lambda f: f["class"]),
+                               "embeddings": sorted(_evalhooks.embed_seen.values(),
+                                                    key=lambda f: f["name"]),
+                               "hooks_left": len(net.emb._forward_pre_hooks)}))
+"""
+
+
+def test_optimizers_and_embedding_tables_are_described(cli, tmp_path):
+    script = tmp_path / "facts.py"
+    script.write_text(textwrap.dedent(OPTIMIZER_FACTS))
+    res = trainperf_run(cli, tmp_path / "run", script)
+    assert res.returncode == 0, res.stderr
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("facts ")][-1]
+    f = json.loads(line.split(" ", 1)[1])
+    adam, sparse = f["optimizers"]
+    assert adam["class"] == "Adam" and adam["params"] == 2000 * 8 + 50 * 8, adam
+    assert not adam["fused"] and not adam["foreach"] and adam["can_fuse"], adam
+    assert sparse["class"] == "SparseAdam" and not sparse["can_fuse"], sparse
+    emb, tok = f["embeddings"]
+    assert (emb["name"], emb["rows"], emb["dim"]) == ("emb", 2000, 8), emb
+    assert emb["lookups"] == 20 and emb["optimized"] and not emb["tied"], emb
+    assert tok["name"] == "tok" and tok["tied"], tok
+    assert f["hooks_left"] == 0  # the lookup hook removed itself
+    # and the run's events carry them for the report
+    [ev] = (tmp_path / "run" / "pyprof").glob("events-*.json")
+    st = json.loads(ev.read_text())["settings"]
+    assert {o["class"] for o in st["optimizers"]} == {"Adam", "SparseAdam"}, st
+    assert {e["name"] for e in st["embeddings"]} == {"emb", "tok"}, st
