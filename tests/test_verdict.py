@@ -908,7 +908,7 @@ def test_an_optimizer_heavy_step_is_told_how_to_cheapen_the_update(run_cli, tmp_
     # (its gradient is dense): no sparse advice
     for other in ({"lookups": 600000}, {"tied": True}, {"optimized": False}):
         ev["settings"] = opt_settings([adam], [dict(emb, **other)])
-        dg = diagnosis(run_cli, make_run(tmp_path / ("e%d" % len(str(other))), st,
+        dg = diagnosis(run_cli, make_run(tmp_path / ("e%d" % len(other) + next(iter(other))), st,
                                          quiet_metrics(8), ev))
         assert not any("sparse=True" in r for r in dg["primary"]["recommendations"]), other
     # already fused: neither fused nor foreach advice, the batch advice stays
@@ -979,3 +979,42 @@ def test_a_dataset_converted_every_step_is_named_as_conversion(run_cli, tmp_path
     ev["profile"]["lines_top"]["lines"][0]["src"] = "X = augment(data)"
     dg = diagnosis(run_cli, make_run(tmp_path / "own", st, quiet_metrics(8), ev))
     assert dg["primary"]["title"] == "Python code in the training loop", dg["primary"]
+
+
+def test_ddp_searching_for_unused_parameters_is_named(run_cli, tmp_path):
+    ddp = {"find_unused": True, "static_graph": False, "params": 167178, "never_grad": 65792,
+           "never_grad_names": ["aux.weight", "aux.bias"], "walks": 5}
+    ev = events(by_phase={"forward": 100, "backward": 150, "optimizer": 50})
+    ev["settings"] = {"ticks": 8, "anomaly_ticks": 0, "ddp": ddp}
+    # a compute-bound run: a minor finding after the verdict
+    dg = diagnosis(run_cli, make_run(tmp_path / "cb", steady_steps(100, 20.0), quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "compute-bound", ids(dg)
+    [f] = [f for f in dg["secondary"] if f["id"] == "ddp-find-unused"]
+    assert "65.8K parameters never got a gradient (aux.weight, aux.bias)" in \
+        f["recommendations"][0], f
+    # a communication-bound run: the fix leads communication's, said once
+    comm = steady_steps(100, 20.0, fwd=0.1, bwd=0.2, opt=0.05,
+                        extra=lambda i: {"comm_ns": int(0.6 * 20e6)})
+    dg = diagnosis(run_cli, make_run(tmp_path / "comm", comm, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "communication", ids(dg)
+    assert "find_unused_parameters=False" in dg["primary"]["recommendations"][0], dg["primary"]
+    assert "ddp-find-unused" not in ids(dg), ids(dg)
+    # every parameter got a gradient: the flag alone is the fix; an HF
+    # Trainer's is a TrainingArguments field
+    ev["settings"]["ddp"] = dict(ddp, never_grad=0, never_grad_names=[])
+    ev["framework"] = "hf"
+    dg = diagnosis(run_cli, make_run(tmp_path / "all", steady_steps(100, 20.0), quiet_metrics(8), ev))
+    [f] = [f for f in dg["secondary"] if f["id"] == "ddp-find-unused"]
+    assert "yet every parameter got a gradient" in f["recommendations"][0], f
+    assert "ddp_find_unused_parameters=False" in f["recommendations"][0], f
+    # too few looks at the gradients name no parameter; static_graph or the
+    # flag off: nothing
+    ev["settings"]["ddp"] = dict(ddp, walks=1)
+    dg = diagnosis(run_cli, make_run(tmp_path / "few", steady_steps(100, 20.0), quiet_metrics(8), ev))
+    [f] = [f for f in dg["secondary"] if f["id"] == "ddp-find-unused"]
+    assert "aux.weight" not in f["recommendations"][0], f
+    for k, off in enumerate(({"static_graph": True}, {"find_unused": False})):
+        ev["settings"]["ddp"] = dict(ddp, **off)
+        dg = diagnosis(run_cli, make_run(tmp_path / ("off%d" % k), steady_steps(100, 20.0),
+                                         quiet_metrics(8), ev))
+        assert "ddp-find-unused" not in ids(dg), (off, ids(dg))

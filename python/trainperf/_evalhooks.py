@@ -73,6 +73,8 @@ models = []             # weak references to the modules whose forward is timed
 optimizers = []         # weak references to the optimizers made
 grads_seen = {"unused": 0, "optimized": 0, "all": 0}  # the largest seen, in parameters
 opt_seen = {}           # optimizer class name -> its facts, the largest seen (optimizer_facts)
+grad_ever = set()       # ids of the timed parameters seen with a gradient (walk_params)
+ddp_seen = {}           # DistributedDataParallel settings and never-updated parameters (ddp_facts)
 embed_seen = {}         # id(embedding module) -> its facts (embedding_facts)
 param_dtypes = {}       # the timed modules' parameters by dtype, at the last walk
 _push = _pop = None
@@ -375,6 +377,8 @@ def walk_params():
                 dtypes[k] = dtypes.get(k, 0) + n
                 if ids is None:
                     continue
+                if p.grad is not None and len(grad_ever) < 1000000:
+                    grad_ever.add(id(p))
                 if id(p) in ids:
                     optimized += n
                 elif p.requires_grad and p.grad is not None:
@@ -388,6 +392,7 @@ def walk_params():
         grads_seen["unused"] = max(grads_seen["unused"], unused)
         grads_seen["optimized"] = max(grads_seen["optimized"], optimized)
         grads_seen["all"] = max(grads_seen["all"], total)
+        grads_seen["walks"] = grads_seen.get("walks", 0) + 1
     return grads_seen
 
 
@@ -448,6 +453,32 @@ def optimizer_facts(torch):
 
 
 _embed_hooks = {}       # id(embedding module) -> its _lookups hook, until it ran
+
+
+def ddp_facts():
+    """A DistributedDataParallel model's find_unused_parameters and
+    static_graph, and the trainable parameters no walk has seen with a
+    gradient (DDP leaves an unused parameter's .grad None): what
+    find_unused_parameters=True searches the graph for after every
+    forward."""
+    for ref in list(models):
+        m = ref()
+        if m is None or not hasattr(m, "find_unused_parameters") or not hasattr(m, "module"):
+            continue
+        never, names, total = 0, [], 0
+        for name, p in m.module.named_parameters():
+            if not p.requires_grad:
+                continue
+            total += p.numel()
+            if id(p) not in grad_ever:
+                never += p.numel()
+                if len(names) < 3:
+                    names.append(name)
+        ddp_seen.update({"find_unused": bool(m.find_unused_parameters),
+                         "static_graph": bool(getattr(m, "static_graph", False)),
+                         "params": total, "never_grad": never, "never_grad_names": names,
+                         "walks": grads_seen.get("walks", 0)})
+        return
 
 
 def _lookups(module, inputs):
@@ -737,6 +768,10 @@ def snapshot():
         if torch is not None:
             d["torch_threads"] = torch.get_num_threads()
             d["torch_interop_threads"] = torch.get_num_interop_threads()
+            try:
+                ddp_facts()
+            except Exception:
+                pass
             d["settings"] = {"ticks": settings["ticks"],
                              "anomaly_ticks": settings["anomaly_ticks"],
                              "tracemalloc_ticks": settings["tracemalloc_ticks"],
@@ -750,7 +785,8 @@ def snapshot():
                              "params_optimized": grads_seen["optimized"],
                              "params_timed": grads_seen["all"],
                              "optimizers": [dict(f) for f in list(opt_seen.values())],
-                             "embeddings": [dict(f) for f in list(embed_seen.values())]}
+                             "embeddings": [dict(f) for f in list(embed_seen.values())],
+                             "ddp": dict(ddp_seen) or None}
     except Exception:
         pass
     d["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")

@@ -606,6 +606,8 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
            "overlapped with compute",
            ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
     char fsdp[600];
+    dc_ddp_unused_advice(r, fsdp, sizeof(fsdp));
+    if (fsdp[0]) rec(d, "%s", fsdp);
     rr_fsdp_advice(r, fsdp, sizeof(fsdp));
     if (fsdp[0]) rec(d, "%s", fsdp);
     if (fsdp[0]) {
@@ -1198,7 +1200,7 @@ void diag_compute(diag_run *r)
     int (*causes[])(const diag_run *, dfinding *) = {
         dc_cand_hostcode, dc_cand_contention, dc_cand_oversub, dc_cand_gc, dc_cand_compile,
         dc_cand_gil, dc_cand_anomaly, dc_cand_unused_grads, dc_cand_eval_grad, dc_cand_tiny_ops,
-        dc_cand_profiler, dc_cand_tracer, dc_cand_debug,
+        dc_cand_profiler, dc_cand_tracer, dc_cand_debug, dc_cand_ddp_unused,
     };
     _Static_assert(sizeof(rules) / sizeof(rules[0]) + sizeof(causes) / sizeof(causes[0]) <=
                        sizeof(cand) / sizeof(cand[0]),
@@ -1323,6 +1325,10 @@ void diag_compute(diag_run *r)
         cv_ev(&cand[ic], &c, ": waiting for a CPU makes steps irregular");
         cand_drop(cand, &nc, &iu, NULL, NULL);
     }
+    /* the communication finding leads with find_unused_parameters' fix */
+    int idu = cand_find(cand, nc, "ddp-find-unused");
+    if (idu >= 0 && cand_find(cand, nc, "communication") >= 0)
+        cand_drop(cand, &nc, &idu, NULL, NULL);
     /* rank by score; stable for equal scores (rule order = priority) */
     for (int i = 1; i < nc; i++)
         for (int j = i; j > 0 && cand[j].score > cand[j - 1].score; j--) {

@@ -384,6 +384,23 @@ static const jw_field emb_fields[] = {
 
 static void load_optimizers(dcause *c, const jr_node *st)
 {
+    const jr_node *dp = jr_get(st, "ddp");
+    if (dp && dp->type == JR_OBJ && !c->ddp) { /* each rank has the same model */
+        c->ddp = 1;
+        const jr_node *fu = jr_get(dp, "find_unused"), *sg = jr_get(dp, "static_graph");
+        c->ddp_find_unused = fu && fu->type == JR_BOOL && fu->num != 0;
+        c->ddp_static = sg && sg->type == JR_BOOL && sg->num != 0;
+        c->ddp_params = jr_pnum(dp, "params");
+        c->ddp_never = jr_pnum(dp, "never_grad");
+        c->ddp_walks = jr_pnum(dp, "walks");
+        const jr_node *nm = jr_get(dp, "never_grad_names");
+        for (const jr_node *e = nm && nm->type == JR_ARR ? nm->child : NULL; e; e = e->next) {
+            const char *t = jr_str(e);
+            size_t l = strlen(c->ddp_never_names);
+            if (t && l + strlen(t) + 3 < sizeof(c->ddp_never_names))
+                fmt(c->ddp_never_names + l, sizeof(c->ddp_never_names) - l, "%s%s", l ? ", " : "", t);
+        }
+    }
     const jr_node *a = jr_get(st, "optimizers");
     for (const jr_node *e = a && a->type == JR_ARR ? a->child : NULL; e; e = e->next) {
         dc_opt o = {0};
@@ -1458,6 +1475,51 @@ int dc_optimizer_advice(const diag_run *r, dfinding *d, double share, int small)
         rec(d, "The optimizer step costs the same whatever the batch: a larger batch (or "
                "gradients accumulated over several batches per step) spreads it over more "
                "samples.");
+    return 1;
+}
+
+#define DDP_MIN_WALKS 3 /* looks at the gradients before any is called never set */
+
+void dc_ddp_unused_advice(const diag_run *r, char *out, size_t n)
+{
+    const dcause *c = &r->cause;
+    out[0] = 0;
+    if (!c->ddp_find_unused || c->ddp_static) return;
+    const char *off = strcmp(c->framework, "hf") == 0
+                          ? "TrainingArguments(ddp_find_unused_parameters=False)"
+                      : strcmp(c->framework, "lightning") == 0
+                          ? "strategy=\"ddp\" (not ddp_find_unused_parameters_true)"
+                          : "DDP(..., find_unused_parameters=False)";
+    if (c->ddp_never > 0 && c->ddp_walks >= DDP_MIN_WALKS) {
+        char a[32];
+        fmt(out, n, "DDP searches the autograd graph for unused parameters after every forward "
+                    "(find_unused_parameters=True), and %s parameters never got a gradient (%s): "
+                    "remove them from the model or freeze them (requires_grad_(False)), then "
+                    "%s.",
+            human_count(a, sizeof(a), c->ddp_never), c->ddp_never_names, off);
+    } else {
+        fmt(out, n, "DDP searches the autograd graph for unused parameters after every forward "
+                    "(find_unused_parameters=True)%s: %s (measured on a 4-layer MLP over gloo: "
+                    "1.9x faster steps).",
+            c->ddp_walks >= DDP_MIN_WALKS ? ", yet every parameter got a gradient" : "", off);
+    }
+}
+
+int dc_cand_ddp_unused(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    char fix[600];
+    dc_ddp_unused_advice(r, fix, sizeof(fix));
+    if (!fix[0]) return 0;
+    /* its cost is not measured in the run: a minor finding, after the
+     * verdict (the communication finding puts its fix first) */
+    diag_head(d, "ddp-find-unused", "DDP searches for unused parameters every step", 0.05,
+              "DistributedDataParallel runs with find_unused_parameters=True: after every "
+              "forward it walks the autograd graph for parameters that will get no gradient");
+    if (c->ddp_walks >= DDP_MIN_WALKS && c->ddp_params > 0)
+        ev(d, "ddp_never_grad_share", c->ddp_never / c->ddp_params,
+           "%.0f%% of the trainable parameters never got a gradient", 100 * c->ddp_never / c->ddp_params);
+    rec(d, "%s", fix);
     return 1;
 }
 

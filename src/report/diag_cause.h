@@ -17,6 +17,8 @@
 #define DC_MIN_STEPS 5 /* steps a verdict on them needs */
 #define DC_LEVELS 32      /* buckets of the step-time level over the run */
 
+#include <stddef.h>
+
 #include "core/sketch.h"
 
 typedef struct dc_func {
@@ -117,6 +119,12 @@ typedef struct dcause {
     int nopt;
     dc_opt opt;
     int npypid, pypid[64]; /* the processes the hook ran in (events files) */
+    /* DistributedDataParallel (settings "ddp"): find_unused_parameters,
+     * static_graph; its trainable parameters, those never seen with a
+     * gradient (over `walks` looks) and the first of their names */
+    int ddp, ddp_find_unused, ddp_static;
+    double ddp_params, ddp_never, ddp_walks;
+    char ddp_never_names[120];
     double emb_params;
     dc_emb emb;
     /* torch.profiler recording (events "profiler": the spans the script's
@@ -230,6 +238,10 @@ int dc_small_steps(const struct diag_run *r, double p50_ms, double *nodes, doubl
 int dc_cand_profiler(const struct diag_run *r, struct dfinding *d);
 int dc_cand_tracer(const struct diag_run *r, struct dfinding *d);
 int dc_cand_debug(const struct diag_run *r, struct dfinding *d);
+int dc_cand_ddp_unused(const struct diag_run *r, struct dfinding *d);
+/* The fix for DDP's find_unused_parameters=True, for the communication
+ * finding too; "" when the run does not set it. */
+void dc_ddp_unused_advice(const struct diag_run *r, char *out, size_t n);
 /* sh[PH_COUNT]: each phase's share of step time over the warm steps (after
  * step 0), or over all steps when fewer than 2 x DC_MIN_STEPS */
 void dc_warm_shares(const struct diag_run *r, double *sh);
