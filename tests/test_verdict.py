@@ -1018,3 +1018,20 @@ def test_ddp_searching_for_unused_parameters_is_named(run_cli, tmp_path):
         dg = diagnosis(run_cli, make_run(tmp_path / ("off%d" % k), steady_steps(100, 20.0),
                                          quiet_metrics(8), ev))
         assert "ddp-find-unused" not in ids(dg), (off, ids(dg))
+
+
+def test_evaluation_after_every_step_is_named(run_cli, tmp_path):
+    # 2 ms of training and 5 ms of evaluation in every interval
+    st = steady_steps(300, 7.0, fwd=0.1, bwd=0.15, opt=0.03,
+                      extra=lambda i: {"eval_ns": int(5e6), "duration_ns": int(2e6)})
+    ev = events(by_phase={"forward": 60, "backward": 80, "optimizer": 10, "eval": 300})
+    ev["eval"] = {"entries": 300, "time_s": 1.5, "forwards": 300, "forwards_grad": 0}
+    dg = diagnosis(run_cli, make_run(tmp_path / "every", st, quiet_metrics(8), ev))
+    p = dg["primary"]
+    assert p["id"] == "eval-often", ids(dg)
+    assert "300 evaluations in 300 training steps (one every step)" in p["summary"], p
+    # once an epoch: a fifth of the loop is evaluation, and no finding
+    st = steady_steps(300, 7.0, extra=lambda i: {"eval_ns": int(30e6) if i % 100 == 99 else 0})
+    ev["eval"] = {"entries": 3, "time_s": 0.09, "forwards": 3, "forwards_grad": 0}
+    dg = diagnosis(run_cli, make_run(tmp_path / "epoch", st, quiet_metrics(8), ev))
+    assert "eval-often" not in ids(dg), ids(dg)

@@ -29,6 +29,8 @@
 #define UNUSED_MIN_SHARE 0.2      /* parameters with a gradient no optimizer uses */
 #define EVAL_GRAD_MIN_FWD 3       /* evaluation forwards with grad on, at least */
 #define EVAL_GRAD_MIN_SHARE 0.05  /* evaluation's share of the run, at least */
+#define EVAL_OFTEN_SHARE 0.4      /* evaluation's share of the loop that is too much */
+#define EVAL_OFTEN_MIN 3          /* evaluations, at least */
 #define PROF_MIN_SHARE 0.5   /* of the training the profiler recorded, at least */
 #define PROF_COST 0.5        /* score per unit recorded: its cost on small ops (1.8x measured) */
 #define TRACER_MIN_TICKS 2   /* 1 s of training checked: a hook is there or not */
@@ -1305,14 +1307,48 @@ int dc_cand_unused_grads(const diag_run *r, dfinding *d)
     return 1;
 }
 
+/* Evaluation's share of the loop (between steps it falls in the next
+ * step's interval); else the hook's own timing of it over the run. */
+static double eval_share(const diag_run *r)
+{
+    double share = r->sum_interval_ns > 0 ? r->sum_phase_ns[PH_EVAL] / r->sum_interval_ns : NAN;
+    if (!(share > 0) && r->duration_s > 0) share = r->cause.eval_s / r->duration_s;
+    return share;
+}
+
+int dc_cand_eval_often(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    double share = eval_share(r);
+    if (!(share >= EVAL_OFTEN_SHARE) || !(c->eval_entries >= EVAL_OFTEN_MIN) || !(r->steps > 0))
+        return 0;
+    double every = r->steps / c->eval_entries;
+    char how[64];
+    if (every < 1.5)
+        fmt(how, sizeof(how), "one every step");
+    else
+        fmt(how, sizeof(how), "one every %.0f steps", every);
+    diag_head(d, "eval-often", "Evaluation takes much of the run", share > 0.9 ? 0.9 : share,
+              "evaluation is %.0f%% of the loop's time: %.0f evaluations in %.0f training steps "
+              "(%s)",
+              100 * share, c->eval_entries, r->steps, how);
+    ev(d, "eval_share", share, "evaluation is %.0f%% of the run", 100 * share);
+    ev(d, "evaluations", c->eval_entries, "%.0f evaluations (model.eval() or forwards without "
+       "grad), %.1f s in all", c->eval_entries, c->eval_s);
+    rec(d, "Evaluate less often: every N steps (a few hundred) or once an epoch instead of %s; "
+           "a validation loss every step costs %.0f%% of the run for a figure that moves little "
+           "from one step to the next.",
+        how, 100 * share);
+    rec(d, "Or evaluate on a fixed subset of the validation set, with a larger batch and under "
+           "torch.no_grad().");
+    return 1;
+}
+
 int dc_cand_eval_grad(const diag_run *r, dfinding *d)
 {
     const dcause *c = &r->cause;
     if (!(c->eval_fwd >= EVAL_GRAD_MIN_FWD) || !(c->eval_fwd_grad >= 0.5 * c->eval_fwd)) return 0;
-    /* evaluation's share of the loop (between steps it falls in the next
-     * step's interval); else the hook's own timing of it over the run */
-    double share = r->sum_interval_ns > 0 ? r->sum_phase_ns[PH_EVAL] / r->sum_interval_ns : NAN;
-    if (!(share > 0) && r->duration_s > 0) share = c->eval_s / r->duration_s;
+    double share = eval_share(r);
     if (!(share >= EVAL_GRAD_MIN_SHARE)) return 0;
     /* a forward that builds a graph saves activations and records every op:
      * on the CPU an MLP's evaluation ran 2.4x slower with grad on; half its

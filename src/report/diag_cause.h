@@ -231,6 +231,7 @@ int dc_cand_gil(const struct diag_run *r, struct dfinding *d);
 int dc_cand_anomaly(const struct diag_run *r, struct dfinding *d);
 int dc_cand_unused_grads(const struct diag_run *r, struct dfinding *d);
 int dc_cand_eval_grad(const struct diag_run *r, struct dfinding *d);
+int dc_cand_eval_often(const struct diag_run *r, struct dfinding *d);
 int dc_cand_tiny_ops(const struct diag_run *r, struct dfinding *d);
 /* A CPU run whose steps are at the per-op floor (median step p50_ms over
  * the probed backward's nodes): 1 with the nodes and the step's µs a node. */
