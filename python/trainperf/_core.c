@@ -690,10 +690,12 @@ static PyObject *opt_post_vectorcall(PyObject *self, PyObject *const *args, size
 /* The graph probe (set_graph_probe): every period seconds one backward's
  * tensors go to probe(tensors) before it runs (it counts the graph's
  * nodes); what it returns, when callable, gets the backward's ns after.
- * The first probe is the sixth backward. Between probes a backward costs
- * one clock read. */
+ * The first probe is the sixth backward; the next ones come sooner, the
+ * gap doubling from period/16 up to period (a short run still gets a few
+ * to take a median of: one probe of a cold step misread a run). Between
+ * probes a backward costs one clock read. */
 static PyObject *graph_probe;
-static double graph_period = 10.0, graph_next;
+static double graph_period = 10.0, graph_gap = 10.0, graph_next;
 static int graph_skip; /* backwards left before the first probe (warm-up) */
 
 static double mono_s(void)
@@ -721,7 +723,8 @@ static PyObject *graph_probe_begin(PyObject *tensors, double *t0)
     }
     double now = mono_s();
     if (now < graph_next) return NULL;
-    graph_next = now + graph_period;
+    graph_next = now + graph_gap;
+    graph_gap = 2 * graph_gap < graph_period ? 2 * graph_gap : graph_period;
     PyObject *done = PyObject_CallOneArg(graph_probe, tensors ? tensors : Py_None);
     if (!done || !PyCallable_Check(done)) {
         Py_XDECREF(done);
@@ -886,6 +889,7 @@ static PyObject *core_set_graph_probe(PyObject *self, PyObject *const *args, Py_
         graph_probe = args[0];
     }
     graph_period = period;
+    graph_gap = period / 16;
     graph_next = 0;
     graph_skip = 5; /* the first steps warm up; a short run still gets one probe */
     Py_RETURN_NONE;

@@ -2,7 +2,7 @@
 
 Installed by the auto hook (_autohook.patch_torch); everything here stays off
 the per-step path except two attribute reads in the forward pre-hook, and the
-count of one backward's graph every 4 s (graph_probe; not on CUDA):
+count of one backward's graph every 4 s, sooner at first (graph_probe; not on CUDA):
 
 - evaluation: a top-level forward with grad disabled or the module in eval
   mode (plain `model.eval()` / `torch.no_grad()` loops, Lightning validation,

@@ -48,8 +48,8 @@
  * a few numbers, and the whole step <= 40 µs a node (an MLP of 16 nodes:
  * 26 µs at batch 1, 31 at batch 64, both bound by overhead; 58-730 µs for
  * models with real work per op, measured here) */
-#define SMALL_NODE_US (3 * TINY_NODE_US)
-#define SMALL_STEP_US_NODE 40.0
+#define SMALL_NODE_US (4 * TINY_NODE_US)
+#define SMALL_STEP_US_NODE 45.0
 #define INPUT_LINE_SHARE 0.25     /* of the samples waiting for data, in one line */
 #define INPUT_LINE_MIN_SAMPLES 5
 #define OPT_HEAVY_SHARE 0.3       /* of the step in the optimizer, for its advice */
