@@ -975,6 +975,14 @@ def test_a_dataset_converted_every_step_is_named_as_conversion(run_cli, tmp_path
     assert p["id"] == "host-code", ids(dg)
     assert p["title"] == "Data conversion in the training loop", p
     assert "convert the dataset once, before the loop" in p["recommendations"][0], p
+    # the same call in a function that prepares input (a tokeniser filling
+    # its id tensor) is that preparation
+    ev["profile"]["other_top"][0].update(func="encode", kind="input")
+    ev["profile"]["lines_top"]["lines"][0].update(func="encode")
+    dg = diagnosis(run_cli, make_run(tmp_path / "enc", st, quiet_metrics(8), ev))
+    assert dg["primary"]["title"] == "Input preparation in the training loop", dg["primary"]
+    ev["profile"]["other_top"][0].update(func="<module>", kind="python")
+    ev["profile"]["lines_top"]["lines"][0].update(func="<module>")
     # Python of the user's own on that line is not a conversion
     ev["profile"]["lines_top"]["lines"][0]["src"] = "X = augment(data)"
     dg = diagnosis(run_cli, make_run(tmp_path / "own", st, quiet_metrics(8), ev))

@@ -452,9 +452,6 @@ def optimizer_facts(torch):
             break
 
 
-_embed_hooks = {}       # id(embedding module) -> its _lookups hook, until it ran
-
-
 def ddp_facts():
     """A DistributedDataParallel model's find_unused_parameters and
     static_graph, and the trainable parameters no walk has seen with a
@@ -479,6 +476,9 @@ def ddp_facts():
                          "params": total, "never_grad": never, "never_grad_names": names,
                          "walks": grads_seen.get("walks", 0)})
         return
+
+
+_embed_hooks = {}       # id(embedding module) -> its _lookups hook, until it ran
 
 
 def _lookups(module, inputs):

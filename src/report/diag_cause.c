@@ -928,8 +928,10 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     if (pool) best = 5, ks[5] += ks[6];
     const char *kind = kinds[best];
     int logging = logs_at(c, f);
-    /* the line converts host data itself (no Python below it, a C call) */
-    int convert = !logging && (best == 0 || best == 1) && converts_at(c, f);
+    /* the line converts host data itself (no Python below it, a C call);
+     * in a function that prepares input (tokenises, builds batches) the
+     * conversion is part of that preparation */
+    int convert = !logging && best == 1 && strcmp(f->kind, "python") == 0 && converts_at(c, f);
     fmt(d->id, sizeof(d->id), "host-code");
     fmt(d->title, sizeof(d->title), "%s",
         logging     ? "Logging in the training loop"
