@@ -221,6 +221,21 @@ def test_gc_pauses_reported_only_when_there(run_cli, tmp_path):
     dg = diagnosis(run_cli, make_run(tmp_path / "b", st, quiet_metrics(8),
                                      events(by_phase={"forward": 50}, gc=gc)))
     assert "gc-pauses" in ids(dg)
+    [f] = [f for f in [dg["primary"]] + dg["secondary"] if f["id"] == "gc-pauses"]
+    assert not any("calls gc.collect()" in r for r in f["recommendations"]), f
+    # a full collection every step is the script's own gc.collect(): named
+    pauses = [[1.0 + 0.02 * k, 0.01, 2] for k in range(100)]
+    gc = {"collections": [100, 0, 100], "pause_s": 1.0, "max_s": 0.012, "pauses": pauses}
+    ev = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 31, "def_line": 1,
+                            "samples": 40, "kind": "python"}], by_phase={"forward": 50, "other": 40},
+                gc=gc)
+    ev["profile"]["lines_top"] = {"samples": 90, "lines": [
+        {"func": "<module>", "file": "/x/train.py", "line": 31, "samples": 40, "phase": "other",
+         "src": "gc.collect()"}]}
+    dg = diagnosis(run_cli, make_run(tmp_path / "byhand", st, quiet_metrics(8), ev))
+    [f] = [f for f in [dg["primary"]] + dg["secondary"] if f["id"] == "gc-pauses"]
+    assert f["recommendations"][0].startswith("The script calls gc.collect() at train.py:31: "
+                                              "100 full collections in 100 steps"), f
 
 
 def test_damaged_pyprof_is_skipped(run_cli, tmp_path):
@@ -1043,3 +1058,20 @@ def test_evaluation_after_every_step_is_named(run_cli, tmp_path):
     ev["eval"] = {"entries": 3, "time_s": 0.09, "forwards": 3, "forwards_grad": 0}
     dg = diagnosis(run_cli, make_run(tmp_path / "epoch", st, quiet_metrics(8), ev))
     assert "eval-often" not in ids(dg), ids(dg)
+
+
+def test_a_batch_drawn_by_permuting_every_index_is_named(run_cli, tmp_path):
+    st = steady_steps(100, 70.0, fwd=0.01, bwd=0.01, opt=0.01)
+    ev = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 19, "def_line": 1,
+                            "samples": 380, "kind": "python"}],
+                by_phase={"other": 380, "forward": 8, "backward": 8, "optimizer": 4})
+    ev["profile"]["lines_top"] = {"samples": 400, "lines": [
+        {"func": "<module>", "file": "/x/train.py", "line": 19, "samples": 380, "phase": "other",
+         "src": "idx = np.random.choice(N, 256, replace=False)"}]}
+    dg = diagnosis(run_cli, make_run(tmp_path / "choice", st, quiet_metrics(8), ev))
+    assert dg["primary"]["recommendations"][0].startswith(
+        "train.py:19 permutes the whole index range"), dg["primary"]
+    # with replacement it is a draw of k, not the line's cost
+    ev["profile"]["lines_top"]["lines"][0]["src"] = "idx = np.random.randint(0, N, 256)"
+    dg = diagnosis(run_cli, make_run(tmp_path / "randint", st, quiet_metrics(8), ev))
+    assert "permutes" not in dg["primary"]["recommendations"][0], dg["primary"]

@@ -879,6 +879,14 @@ static int converts_at(const dcause *c, const dc_func *f)
     return line_has(c, f, w, sizeof(w) / sizeof(w[0]));
 }
 
+/* Whether f's line draws a batch by permuting every index: the legacy
+ * np.random.choice without replacement, randperm sliced. */
+static int permutes_at(const dcause *c, const dc_func *f)
+{
+    static const char *const w[] = {"replace=False", "randperm(", "permutation("};
+    return line_has(c, f, w, sizeof(w) / sizeof(w[0]));
+}
+
 int dc_cand_hostcode(const diag_run *r, dfinding *d)
 {
     const dcause *c = &r->cause;
@@ -971,6 +979,13 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
                "step (or let a DataLoader convert one batch at a time when it does not fit in "
                "memory).",
             f->file, f->line, 100 * fshare);
+    } else if ((best == 0 || best == 1) && permutes_at(c, f)) {
+        rec(d, "%s:%d permutes the whole index range to draw one batch: np.random.choice(N, k, "
+               "replace=False) and torch.randperm(N)[:k] cost O(N) every step (64 and 28 ms for "
+               "N = 2M here). Shuffle once per epoch and take consecutive slices of the "
+               "permutation, or draw with np.random.default_rng().choice (0.02 ms) or "
+               "torch.randint when repeats are fine.",
+            f->file, f->line);
     } else if (best == 0) {
         rec(d,
             "Prepare batches off the training thread: turn %s into a Dataset/IterableDataset "
@@ -1755,6 +1770,18 @@ static double gc_pause(const diag_run *r, int *npause)
     return pause > 0 ? pause : 0;
 }
 
+/* The busiest line of the training thread that calls gc.collect(), or NULL. */
+static const dc_func *gc_collect_line(const dcause *c)
+{
+    const dc_func *best = NULL;
+    for (int p = 0; p < c->nproc; p++)
+        for (int i = 0; i < c->procs[p].nlines; i++)
+            if (strstr(c->procs[p].src[i], "gc.collect(") &&
+                (!best || c->procs[p].lines[i].samples > best->samples))
+                best = &c->procs[p].lines[i];
+    return best;
+}
+
 int dc_cand_gc(const diag_run *r, dfinding *d)
 {
     const dcause *c = &r->cause;
@@ -1774,6 +1801,17 @@ int dc_cand_gc(const diag_run *r, dfinding *d)
        "%.0f collections: %.0f young, %.0f middle, %.0f full", c->gc_n[0] + c->gc_n[1] + c->gc_n[2],
        c->gc_n[0], c->gc_n[1], c->gc_n[2]);
     ev(d, "gc_max_pause_ms", 1000 * c->gc_max_s, "longest pause %.0f ms", 1000 * c->gc_max_s);
+    /* about one full collection a step: the script collects by hand (an
+     * automatic full collection comes every ~100 young ones) */
+    const dc_func *at = gc_collect_line(c);
+    if (c->gc_n[2] >= 10 && r->steps > 0 && c->gc_n[2] >= 0.5 * r->steps) {
+        char where[160] = "";
+        if (at) fmt(where, sizeof(where), " at %s:%d", at->file, at->line);
+        rec(d, "The script calls gc.collect()%s: %.0f full collections in %.0f steps. Remove "
+               "the call from the loop (torch frees tensors when their last reference goes; "
+               "a collection does not return memory faster), or call it every few hundred steps.",
+            where, c->gc_n[2], r->steps);
+    }
     rec(d, "gc.freeze() after the model and data are built moves them out of the collector's "
            "view, so full collections stop scanning them.");
     rec(d, "Create fewer short-lived container objects per step (lists/dicts of tensors, "
