@@ -1075,3 +1075,18 @@ def test_a_batch_drawn_by_permuting_every_index_is_named(run_cli, tmp_path):
     ev["profile"]["lines_top"]["lines"][0]["src"] = "idx = np.random.randint(0, N, 256)"
     dg = diagnosis(run_cli, make_run(tmp_path / "randint", st, quiet_metrics(8), ev))
     assert "permutes" not in dg["primary"]["recommendations"][0], dg["primary"]
+
+
+def test_loader_advice_leaves_out_what_the_run_already_does(run_cli, tmp_path):
+    st = steady_steps(100, 20.0, data_ms=12.0)
+    busy = [dict(m, cpu_pct=100, tree_cpu_pct=190, main_cpu_pct=60) for m in quiet_metrics(8)]
+    ev = events(by_phase={"data": 300, "forward": 60, "backward": 50, "optimizer": 20})
+    ev["loader"] = {"iterators": 2, "workers": 2, "persistent": False, "epochs": []}
+    dg = diagnosis(run_cli, make_run(tmp_path / "plain", st, busy, ev))
+    assert dg["primary"]["id"] == "input-bound", ids(dg)
+    recs = " ".join(dg["primary"]["recommendations"])
+    assert "persistent_workers=True" in recs and "prefetch_factor=4" in recs, recs
+    ev["loader"].update(persistent=True, prefetch_factor=4)
+    dg = diagnosis(run_cli, make_run(tmp_path / "done", st, busy, ev))
+    recs = " ".join(dg["primary"]["recommendations"])
+    assert "persistent_workers=True" not in recs and "prefetch_factor=4" not in recs, recs

@@ -305,6 +305,9 @@ def _patch_loader(torch):
             loader_stats["workers"] = max(loader_stats["workers"], nw)
             if getattr(self, "persistent_workers", False):
                 loader_stats["persistent"] = True
+            pf = getattr(self, "prefetch_factor", None) if nw > 0 else None
+            if isinstance(pf, int) and pf > loader_stats.get("prefetch_factor", 0):
+                loader_stats["prefetch_factor"] = pf
             if len(loader_stats["epochs"]) < _MAX_EVENTS:
                 loader_stats["epochs"].append({"t": round(t0, 6), "workers": nw,
                                                "start_s": round(_now() - t0, 6),
@@ -762,6 +765,7 @@ def snapshot():
          "profiler": {"spans": _profiler_spans()},
          "loader": {"iterators": loader_stats["iterators"], "workers": loader_stats["workers"],
                     "persistent": loader_stats["persistent"],
+                    "prefetch_factor": loader_stats.get("prefetch_factor"),
                     "epochs": list(loader_stats["epochs"])}}
     try:
         torch = sys.modules.get("torch")

@@ -495,12 +495,16 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
     if (!loaders_on) return;
     if (r->python) {
         int hf = strcmp(r->cause.framework, "hf") == 0;
-        rec(d, "%s keeps the workers alive between epochs instead of "
-               "starting them again (and refilling their prefetch queues) every epoch.",
-            hf ? "TrainingArguments(dataloader_persistent_workers=True)" : "persistent_workers=True");
-        rec(d, "%s (default 2) gives each worker more batches in flight to absorb "
-               "slow samples.",
-            hf ? "TrainingArguments(dataloader_prefetch_factor=4)" : "prefetch_factor=4");
+        /* (not what the run already does) */
+        if (!r->cause.loader_persistent)
+            rec(d, "%s keeps the workers alive between epochs instead of "
+                   "starting them again (and refilling their prefetch queues) every epoch.",
+                hf ? "TrainingArguments(dataloader_persistent_workers=True)"
+                   : "persistent_workers=True");
+        if (!(r->cause.loader_prefetch >= 4))
+            rec(d, "%s (default 2) gives each worker more batches in flight to absorb "
+                   "slow samples.",
+                hf ? "TrainingArguments(dataloader_prefetch_factor=4)" : "prefetch_factor=4");
     } else {
         rec(d, "Keep the loaders running across epochs, and let the queue hold 2-4 batches per "
                "loader to absorb slow samples.");

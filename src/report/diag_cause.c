@@ -544,6 +544,8 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
             c->loader_workers = v;
         const jr_node *pe = jr_get(l, "persistent");
         if (pe && pe->type == JR_BOOL && pe->num) c->loader_persistent = 1;
+        if ((v = jr_pnum(l, "prefetch_factor")) > c->loader_prefetch && v <= MAX_COUNT)
+            c->loader_prefetch = v;
         const jr_node *es = jr_get(l, "epochs");
         for (const jr_node *e = es && es->type == JR_ARR ? es->child : NULL; e; e = e->next) {
             char w[64];

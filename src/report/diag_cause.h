@@ -98,6 +98,7 @@ typedef struct dcause {
     double ldr_fetch_s, ldr_span_s;
     int nldr_files;
     int loader_persistent;
+    double loader_prefetch; /* the largest prefetch_factor of a loader with workers (0: unknown) */
     int nepochs;
     dc_event epochs[DC_MAX_EVENTS];
     double eval_s, eval_entries;
