@@ -340,6 +340,18 @@ def test_periodic_slow_steps_are_named_with_their_period(run_cli, tmp_path):
     dg = diagnosis(run_cli, make_run(tmp_path / "long", two, quiet_metrics(8)))
     assert "every 50 steps" in finding(dg, "step-spikes")["title"], ids(dg)
     assert "unstable" not in ids(dg), ids(dg)
+    # 200 ms every 40 steps among more numerous 7 ms steps of jitter (17 of
+    # them, at steps that are 1 mod 10 and elsewhere): the period is the one
+    # that holds the time, not the count
+    jitter = {11, 21, 51, 61, 91, 131, 171, 211, 251, 291, 331, 371, 17, 88, 203, 266, 305}
+    st = steady_steps(400, 2.0, extra=lambda i: (
+        {"interval_ns": int(200e6)} if i % 40 == 1 else
+        {"interval_ns": int(7e6)} if i in jitter else None))
+    dg = diagnosis(run_cli, make_run(tmp_path / "timed", st, quiet_metrics(8)))
+    f = finding(dg, "step-spikes")
+    assert "every 40 steps" in f["title"], f["title"]
+    share = [e["value"] for e in f["evidence"] if e["name"] == "periodic_share"][0]
+    assert 0.5 < share < 0.8, share  # 198 ms over 40 steps of ~7 ms: 0.7
 
 
 def test_gc_pauses_are_not_host_code(run_cli, tmp_path):

@@ -388,15 +388,19 @@ static const char *input_line_hint(const char *src, int collate)
 /* Loading in the training process (no workers) with no whole idle core:
  * loaders would still gain when the loading itself holds a core, since in
  * workers it overlaps the compute. Steps of D ms data and C ms compute on
- * t threads, over k cores, take about max(C, (D + C t) / k) + the handover;
+ * t threads, over the k cores the run can have (its own use and the idle
+ * ones), take about max(C, (D + C t) / k) + the handover;
  * worth saying from 1.3x (a short collate of 1.4 ms beside 1.6 ms of
  * 2-thread compute ran slower with workers here, a 27 ms decode beside 3.5
  * ms of compute 1.45x faster). */
 static int loading_frees_a_core(const diag_run *r, const ctx *c, double *gain)
 {
-    double d = c->f.data_p50, step = c->f.step_p50, k = c->cpus;
+    /* the cores the run can have: its own and the idle ones (others'
+     * work keeps the rest) */
+    double d = c->f.data_p50, step = c->f.step_p50, k = c->tree_cpu / 100 + c->idle_cores;
+    if (k > c->cpus) k = c->cpus;
     double t = r->cause.torch_threads > 0 ? r->cause.torch_threads : 1;
-    if (!(d > 0) || !(step > d) || !(k >= 2)) return 0;
+    if (!(d > 0) || !(step > d) || !(k >= 1.5)) return 0;
     if (t > k) t = k;
     double comp = step - d, par = (d + comp * t) / k;
     double next = (par > comp ? par : comp) + HANDOVER_MS;
@@ -467,9 +471,10 @@ static void input_recs(const diag_run *r, const ctx *c, dfinding *d)
         rec(d,
             "Load batches in %s: %s. The training process loads them itself now, on one "
             "core, and the step waits (%.1f of %.1f ms); in workers the loading overlaps the "
-            "step's compute on the cores it leaves free: up to about %.1fx the steps a second (a "
-            "worker costs ~1 ms to hand a batch over).",
-            what, loaders(r, 2, 0, l, sizeof(l)), c->f.data_p50, c->f.step_p50, gain);
+            "step's compute on the core it leaves free and the %.1f of %.0f cores idle: up to "
+            "about %.1fx the steps a second (a worker costs ~1 ms to hand a batch over).",
+            what, loaders(r, 2, 0, l, sizeof(l)), c->f.data_p50, c->f.step_p50, idle, c->cpus,
+            gain);
         loaders_on = 1;
     } else if (free_cores == 0 && !tiny) {
         /* no idle core: more loaders would take cores from the model */

@@ -676,6 +676,10 @@ void dc_load_pyprof(diag_run *r)
 #define PERIOD_NOISY_TURNS 8
 #define PERIOD_NOISY_SHARE 0.6
 #define PERIOD_Z 3.0 /* standard deviations over chance, either way */
+/* or: the turns hold most of the slow steps' excess time (a rank that
+ * evaluates alone every 40 steps makes 200 ms steps there, among many
+ * steps of a few ms of jitter that outnumber them) */
+#define PERIOD_TIME_SHARE 0.8
 
 static int by_step(const void *a, const void *b)
 {
@@ -732,6 +736,15 @@ int dc_periodic(const diag_run *r, double p50_ms, long long *period, int *nmatch
     for (int i = 1; i < n; i++)
         if (s[i] != s[u - 1]) s[u++] = s[i];
     n = u;
+    /* each step number's excess over the median (its slowest rank) */
+    double ex[DC_MAX_SLOW], all_ex = 0;
+    for (int i = 0; i < n; i++) {
+        ex[i] = 0;
+        for (int k = 0; k < c->nslow; k++)
+            if (c->slow[k].step == s[i] && c->slow[k].ms - p50_ms > ex[i])
+                ex[i] = c->slow[k].ms - p50_ms;
+        all_ex += ex[i];
+    }
     /* candidate periods: the gaps between slow steps. A period's divisors
      * match as well as it does, its multiples about as 1/k: the longest
      * period that holds is the one the loop has. A slow step up to a tenth
@@ -754,9 +767,14 @@ int dc_periodic(const diag_run *r, double p50_ms, long long *period, int *nmatch
              * parity says nothing) */
             double q = (double)(p / 10 + 1) / (double)p, chance = 2.0 * q;
             double z = (k - n * q) / sqrt(n * q * (1 - q) > 0 ? n * q * (1 - q) : 1e-9);
+            double on_ex = 0;
+            for (int m = 0; m < n; m++)
+                if (past_turn(s[m], res, p) <= p / 10) on_ex += ex[m];
+            int timed = turns > PERIOD_MIN_MATCH && on_ex >= PERIOD_TIME_SHARE * all_ex &&
+                        turns >= 0.6 * span;
             int held = (turns >= PERIOD_MIN_MATCH && k >= PERIOD_SHARE * n) ||
                        (turns >= PERIOD_NOISY_TURNS && k >= PERIOD_NOISY_SHARE * n);
-            if (!held || k < chance * n || z < PERIOD_Z) continue;
+            if (!timed && (!held || k < chance * n || z < PERIOD_Z)) continue;
             if (all && turns < 0.6 * span) continue;
             bestp = p, bestres = res, bestk = k;
         }
