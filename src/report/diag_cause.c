@@ -365,8 +365,32 @@ int dc_rank_only_line(const dcause *c, int rank, const dc_func **f, const char *
 }
 
 
-/* settings "optimizers" and "embeddings" (one process's; each rank has the
- * same model, so the sums keep their ratio to params_optimized) */
+/* settings "ddp": one process's (each rank has the same model) */
+static const jw_field ddp_fields[] = {
+    JW_FIELD(BOOL, "find_unused", dc_ddp, find_unused),
+    JW_FIELD(BOOL, "static_graph", dc_ddp, static_graph),
+    JW_FIELD(DBL, "params", dc_ddp, params),
+    JW_FIELD(DBL, "never_grad", dc_ddp, never),
+    JW_FIELD(DBL, "walks", dc_ddp, walks),
+};
+
+static void load_ddp(dcause *c, const jr_node *st)
+{
+    const jr_node *dp = jr_get(st, "ddp");
+    if (!dp || dp->type != JR_OBJ || c->have_ddp) return;
+    c->have_ddp = 1;
+    jr_fields(dp, &c->ddp, ddp_fields, JW_NFIELDS(ddp_fields));
+    const jr_node *nm = jr_get(dp, "never_grad_names");
+    char *out = c->ddp.never_names;
+    for (const jr_node *e = nm && nm->type == JR_ARR ? nm->child : NULL; e; e = e->next) {
+        const char *t = jr_str(e);
+        size_t l = strlen(out);
+        if (t && l + strlen(t) + 3 < sizeof(c->ddp.never_names))
+            fmt(out + l, sizeof(c->ddp.never_names) - l, "%s%s", l ? ", " : "", t);
+    }
+}
+
+/* settings "optimizers": the class that updates the most parameters */
 static const jw_field opt_fields[] = {
     JW_FIELD(STR, "class", dc_opt, cls),
     JW_FIELD(DBL, "params", dc_opt, params),
@@ -375,6 +399,21 @@ static const jw_field opt_fields[] = {
     JW_FIELD(BOOL, "can_fuse", dc_opt, can_fuse),
     JW_FIELD(BOOL, "can_foreach", dc_opt, can_foreach),
 };
+
+static void load_optimizers(dcause *c, const jr_node *st)
+{
+    dc_opt o[8];
+    int n = jr_array(jr_get(st, "optimizers"), o, sizeof(o[0]), 8, opt_fields,
+                     JW_NFIELDS(opt_fields));
+    for (int i = 0; i < n; i++)
+        if (o[i].params > 0 && o[i].cls[0]) {
+            c->nopt++;
+            if (!(o[i].params <= c->opt.params)) c->opt = o[i];
+        }
+}
+
+/* settings "embeddings": the dense tables an optimizer updates, untied
+ * (summed over processes like params_optimized, so their ratio holds) */
 static const jw_field emb_fields[] = {
     JW_FIELD(STR, "name", dc_emb, name),
     JW_FIELD(DBL, "rows", dc_emb, rows),
@@ -384,41 +423,16 @@ static const jw_field emb_fields[] = {
     JW_FIELD(BOOL, "tied", dc_emb, tied),
 };
 
-static void load_optimizers(dcause *c, const jr_node *st)
+static void load_embeddings(dcause *c, const jr_node *st)
 {
-    const jr_node *dp = jr_get(st, "ddp");
-    if (dp && dp->type == JR_OBJ && !c->ddp) { /* each rank has the same model */
-        c->ddp = 1;
-        const jr_node *fu = jr_get(dp, "find_unused"), *sg = jr_get(dp, "static_graph");
-        c->ddp_find_unused = fu && fu->type == JR_BOOL && fu->num != 0;
-        c->ddp_static = sg && sg->type == JR_BOOL && sg->num != 0;
-        c->ddp_params = jr_pnum(dp, "params");
-        c->ddp_never = jr_pnum(dp, "never_grad");
-        c->ddp_walks = jr_pnum(dp, "walks");
-        const jr_node *nm = jr_get(dp, "never_grad_names");
-        for (const jr_node *e = nm && nm->type == JR_ARR ? nm->child : NULL; e; e = e->next) {
-            const char *t = jr_str(e);
-            size_t l = strlen(c->ddp_never_names);
-            if (t && l + strlen(t) + 3 < sizeof(c->ddp_never_names))
-                fmt(c->ddp_never_names + l, sizeof(c->ddp_never_names) - l, "%s%s", l ? ", " : "", t);
-        }
-    }
-    const jr_node *a = jr_get(st, "optimizers");
-    for (const jr_node *e = a && a->type == JR_ARR ? a->child : NULL; e; e = e->next) {
-        dc_opt o = {0};
-        jr_fields(e, &o, opt_fields, JW_NFIELDS(opt_fields));
-        if (!(o.params > 0) || !o.cls[0]) continue;
-        c->nopt++;
-        if (!(o.params <= c->opt.params)) c->opt = o;
-    }
-    a = jr_get(st, "embeddings");
-    for (const jr_node *e = a && a->type == JR_ARR ? a->child : NULL; e; e = e->next) {
-        dc_emb m = {0};
-        jr_fields(e, &m, emb_fields, JW_NFIELDS(emb_fields));
-        double n = m.rows * m.dim;
-        if (!(n > 0) || !m.optimized || m.tied) continue;
-        c->emb_params += n;
-        if (!(n <= c->emb.rows * c->emb.dim)) c->emb = m;
+    dc_emb m[64];
+    int n = jr_array(jr_get(st, "embeddings"), m, sizeof(m[0]), 64, emb_fields,
+                     JW_NFIELDS(emb_fields));
+    for (int i = 0; i < n; i++) {
+        double size = m[i].rows * m[i].dim;
+        if (!(size > 0) || !m[i].optimized || m[i].tied) continue;
+        c->emb_params += size;
+        if (!(size <= c->emb.rows * c->emb.dim)) c->emb = m[i];
     }
 }
 
@@ -613,7 +627,9 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
             c->params_all += n;
             if (strcmp(k->key, "float64") == 0) c->params_f64 += n;
         }
+        load_ddp(c, st);
         load_optimizers(c, st);
+        load_embeddings(c, st);
         double gu = jr_pnum(st, "params_grad_unused"), po = jr_pnum(st, "params_optimized"),
                pt = jr_pnum(st, "params_timed");
         if (gu >= 0 && po >= 0 && pt >= gu + po) {
@@ -1557,24 +1573,24 @@ void dc_ddp_unused_advice(const diag_run *r, char *out, size_t n)
 {
     const dcause *c = &r->cause;
     out[0] = 0;
-    if (!c->ddp_find_unused || c->ddp_static) return;
+    if (!c->ddp.find_unused || c->ddp.static_graph) return;
     const char *off = strcmp(c->framework, "hf") == 0
                           ? "TrainingArguments(ddp_find_unused_parameters=False)"
                       : strcmp(c->framework, "lightning") == 0
                           ? "strategy=\"ddp\" (not ddp_find_unused_parameters_true)"
                           : "DDP(..., find_unused_parameters=False)";
-    if (c->ddp_never > 0 && c->ddp_walks >= DDP_MIN_WALKS) {
+    if (c->ddp.never > 0 && c->ddp.walks >= DDP_MIN_WALKS) {
         char a[32];
         fmt(out, n, "DDP searches the autograd graph for unused parameters after every forward "
                     "(find_unused_parameters=True), and %s parameters never got a gradient (%s): "
                     "remove them from the model or freeze them (requires_grad_(False)), then "
                     "%s.",
-            human_count(a, sizeof(a), c->ddp_never), c->ddp_never_names, off);
+            human_count(a, sizeof(a), c->ddp.never), c->ddp.never_names, off);
     } else {
         fmt(out, n, "DDP searches the autograd graph for unused parameters after every forward "
                     "(find_unused_parameters=True)%s: %s (measured on a 4-layer MLP over gloo: "
                     "1.9x faster steps).",
-            c->ddp_walks >= DDP_MIN_WALKS ? ", yet every parameter got a gradient" : "", off);
+            c->ddp.walks >= DDP_MIN_WALKS ? ", yet every parameter got a gradient" : "", off);
     }
 }
 
@@ -1589,9 +1605,9 @@ int dc_cand_ddp_unused(const diag_run *r, dfinding *d)
     diag_head(d, "ddp-find-unused", "DDP searches for unused parameters every step", 0.05,
               "DistributedDataParallel runs with find_unused_parameters=True: after every "
               "forward it walks the autograd graph for parameters that will get no gradient");
-    if (c->ddp_walks >= DDP_MIN_WALKS && c->ddp_params > 0)
-        ev(d, "ddp_never_grad_share", c->ddp_never / c->ddp_params,
-           "%.0f%% of the trainable parameters never got a gradient", 100 * c->ddp_never / c->ddp_params);
+    if (c->ddp.walks >= DDP_MIN_WALKS && c->ddp.params > 0)
+        ev(d, "ddp_never_grad_share", c->ddp.never / c->ddp.params,
+           "%.0f%% of the trainable parameters never got a gradient", 100 * c->ddp.never / c->ddp.params);
     rec(d, "%s", fix);
     return 1;
 }

@@ -68,6 +68,15 @@ typedef struct dc_emb {
     int optimized, tied;
 } dc_emb;
 
+/* A DistributedDataParallel model (settings "ddp"): find_unused_parameters,
+ * static_graph; its trainable parameters, those never seen with a gradient
+ * (over `walks` looks at the gradients) and the first of their names */
+typedef struct dc_ddp {
+    int find_unused, static_graph;
+    double params, never, walks;
+    char never_names[120];
+} dc_ddp;
+
 typedef struct dcause {
     int have_pyprof; /* pyprof/events-*.json found */
     int nprocs_py;   /* processes that wrote one */
@@ -120,12 +129,8 @@ typedef struct dcause {
     int nopt;
     dc_opt opt;
     int npypid, pypid[64]; /* the processes the hook ran in (events files) */
-    /* DistributedDataParallel (settings "ddp"): find_unused_parameters,
-     * static_graph; its trainable parameters, those never seen with a
-     * gradient (over `walks` looks) and the first of their names */
-    int ddp, ddp_find_unused, ddp_static;
-    double ddp_params, ddp_never, ddp_walks;
-    char ddp_never_names[120];
+    int have_ddp;
+    dc_ddp ddp;
     double emb_params;
     dc_emb emb;
     /* torch.profiler recording (events "profiler": the spans the script's

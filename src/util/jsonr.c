@@ -484,6 +484,19 @@ void jr_fields(const jr_node *obj, void *base, const jw_field *f, size_t n)
     }
 }
 
+int jr_array(const jr_node *arr, void *out, size_t size, int max, const jw_field *f, size_t n)
+{
+    int k = 0;
+    for (const jr_node *e = arr && arr->type == JR_ARR ? arr->child : NULL; e && k < max;
+         e = e->next) {
+        char *base = (char *)out + (size_t)k * size;
+        memset(base, 0, size);
+        jr_fields(e, base, f, n);
+        k++;
+    }
+    return k;
+}
+
 static void write_node(jw *w, const jr_node *n, int depth)
 {
     if (!n || depth > 16) {

@@ -71,6 +71,11 @@ const char *jr_pstr(const jr_node *n, const char *path);
  * members are not read (the struct holds no storage for them). */
 void jr_fields(const jr_node *obj, void *base, const jw_field *f, size_t n);
 
+/* The objects of array arr (at most max) read into out[0..] (structs of
+ * `size` bytes, each zeroed first) through the table f; returns how many.
+ * Not an array: 0. */
+int jr_array(const jr_node *arr, void *out, size_t size, int max, const jw_field *f, size_t n);
+
 /* Write a parsed value (and what it holds) into w: integers stay exact,
  * nesting past 16 levels is written as null. */
 void jr_write(jw *w, const jr_node *n);

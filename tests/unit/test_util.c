@@ -140,6 +140,39 @@ TT_TEST(json_fields_table_reads_back_what_it_wrote)
     buf_free(&b);
 }
 
+/* An array of objects through one table: each element zeroed, then read;
+ * at most max; BOOL from true/false only; not an array reads none. */
+TT_TEST(json_array_of_objects_reads_into_structs)
+{
+    typedef struct {
+        int on;
+        double x;
+        char s[4];
+    } el_t;
+    static const jw_field f[] = {
+        JW_FIELD(BOOL, "on", el_t, on),
+        JW_FIELD(DBL, "x", el_t, x),
+        JW_FIELD(STR, "s", el_t, s),
+    };
+    const char *text = "[{\"on\":true,\"x\":1.5,\"s\":\"abcdef\"},{\"on\":1,\"x\":\"no\"},"
+                       "{\"on\":false},{\"x\":9}]";
+    jr_doc d;
+    char err[128];
+    TT_EQ_INT(jr_parse(&d, text, strlen(text), 0, err, sizeof(err)), 0);
+    el_t e[3];
+    memset(e, 0x5a, sizeof(e));
+    TT_EQ_INT(jr_array(d.root, e, sizeof(e[0]), 3, f, JW_NFIELDS(f)), 3);
+    TT_ASSERT(e[0].on == 1 && e[0].x == 1.5);
+    TT_EQ_STR(e[0].s, "abc");
+    TT_ASSERT(e[1].on == 0 && isnan(e[1].x)); /* 1 is not a bool: zeroed default */
+    TT_EQ_STR(e[1].s, "");
+    TT_ASSERT(e[2].on == 0);
+    const jr_node *obj = jr_at(d.root, 0);
+    TT_EQ_INT(jr_array(obj, e, sizeof(e[0]), 3, f, JW_NFIELDS(f)), 0);
+    TT_EQ_INT(jr_array(NULL, e, sizeof(e[0]), 3, f, JW_NFIELDS(f)), 0);
+    jr_free(&d);
+}
+
 TT_TEST(json_copy_keeps_integers_and_caps_depth)
 {
     /* 2^52 + 1 stays exact (%.10g would round it); 20 levels: the deepest
