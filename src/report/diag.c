@@ -656,9 +656,11 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
            "per rank and step: %.1f ms of collectives in flight, %.1f ms exposed, %.1f ms "
            "overlapped with compute",
            ov.busy_ms, ov.exposed_ms, ov.overlapped_ms);
-    char fsdp[600];
-    dc_ddp_unused_advice(r, fsdp, sizeof(fsdp));
-    if (fsdp[0]) rec(d, "%s", fsdp);
+    char fsdp[600], unused[600];
+    /* DDP's search for unused parameters: first when some never got a
+     * gradient (their all-reduce is waste too), else after the rest */
+    int lead = dc_ddp_unused_advice(r, unused, sizeof(unused)) == 2;
+    if (lead) rec(d, "%s", unused);
     rr_fsdp_advice(r, fsdp, sizeof(fsdp));
     if (fsdp[0]) rec(d, "%s", fsdp);
     if (fsdp[0]) {
@@ -677,6 +679,7 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
         rec(d, "Communicate less often: accumulate gradients over several micro-batches before "
                "each all-reduce.");
     }
+    if (unused[0] && !lead) rec(d, "%s", unused);
     rec(d, "Check the interconnect: NCCL_DEBUG=INFO shows whether NVLink/InfiniBand are used "
            "or traffic falls back to TCP sockets.");
     return 1;

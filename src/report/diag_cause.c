@@ -1569,11 +1569,11 @@ int dc_optimizer_advice(const diag_run *r, dfinding *d, double share, int small)
 
 #define DDP_MIN_WALKS 3 /* looks at the gradients before any is called never set */
 
-void dc_ddp_unused_advice(const diag_run *r, char *out, size_t n)
+int dc_ddp_unused_advice(const diag_run *r, char *out, size_t n)
 {
     const dcause *c = &r->cause;
     out[0] = 0;
-    if (!c->ddp.find_unused || c->ddp.static_graph) return;
+    if (!c->ddp.find_unused || c->ddp.static_graph) return 0;
     const char *off = strcmp(c->framework, "hf") == 0
                           ? "TrainingArguments(ddp_find_unused_parameters=False)"
                       : strcmp(c->framework, "lightning") == 0
@@ -1586,12 +1586,14 @@ void dc_ddp_unused_advice(const diag_run *r, char *out, size_t n)
                     "remove them from the model or freeze them (requires_grad_(False)), then "
                     "%s.",
             human_count(a, sizeof(a), c->ddp.never), c->ddp.never_names, off);
-    } else {
-        fmt(out, n, "DDP searches the autograd graph for unused parameters after every forward "
-                    "(find_unused_parameters=True)%s: %s (measured on a 4-layer MLP over gloo: "
-                    "1.9x faster steps).",
-            c->ddp.walks >= DDP_MIN_WALKS ? ", yet every parameter got a gradient" : "", off);
+        return 2;
     }
+    fmt(out, n, "DDP searches the autograd graph for unused parameters after every forward "
+                "(find_unused_parameters=True)%s: %s. What it costs depends on the model "
+                "(measured here over gloo: 1.9x slower steps on a 4-layer MLP, 10%% on a "
+                "40-layer one, nothing measurable on a 2-layer GPT-2 under the HF Trainer).",
+        c->ddp.walks >= DDP_MIN_WALKS ? ", yet every parameter got a gradient" : "", off);
+    return 1;
 }
 
 int dc_cand_ddp_unused(const diag_run *r, dfinding *d)

@@ -247,8 +247,9 @@ int dc_cand_tracer(const struct diag_run *r, struct dfinding *d);
 int dc_cand_debug(const struct diag_run *r, struct dfinding *d);
 int dc_cand_ddp_unused(const struct diag_run *r, struct dfinding *d);
 /* The fix for DDP's find_unused_parameters=True, for the communication
- * finding too; "" when the run does not set it. */
-void dc_ddp_unused_advice(const struct diag_run *r, char *out, size_t n);
+ * finding too: 2 when it names parameters that never got a gradient, 1
+ * for the flag alone, 0 ("") when the run does not set it. */
+int dc_ddp_unused_advice(const struct diag_run *r, char *out, size_t n);
 /* sh[PH_COUNT]: each phase's share of step time over the warm steps (after
  * step 0), or over all steps when fewer than 2 x DC_MIN_STEPS */
 void dc_warm_shares(const struct diag_run *r, double *sh);
