@@ -1065,6 +1065,29 @@ def test_evaluation_after_every_step_is_named(run_cli, tmp_path):
     p = dg["primary"]
     assert p["id"] == "eval-often", ids(dg)
     assert "300 evaluations in 300 training steps (one every step)" in p["summary"], p
+    # 512 forwards of one row a pass (acting in an environment for a
+    # rollout, sampling): inference one step at a time, told to batch it
+    ev["eval"] = {"entries": 10, "time_s": 1.5, "forwards": 5120, "forwards_grad": 0,
+                  "forward_rows": 5120, "forwards_sized": 5120}
+    dg = diagnosis(run_cli, make_run(tmp_path / "rollout", steady_steps(300, 7.0, fwd=0.1, bwd=0.15,
+                                     opt=0.03, extra=lambda i: {"eval_ns": int(5e6),
+                                                                "duration_ns": int(2e6)}),
+                                     quiet_metrics(8), ev))
+    p = dg["primary"]
+    assert p["title"] == "Inference between training steps takes much of the run", p
+    assert "step several environments together" in p["recommendations"][0], p
+    # batched forwards, but much of the phase in the script's own Python (a
+    # simulator stepped between them): a rollout too
+    ev["eval"].update(forward_rows=5120 * 16)
+    ev["profile"]["eval_host_samples"] = 150
+    dg = diagnosis(run_cli, make_run(tmp_path / "sim", steady_steps(300, 7.0, fwd=0.1, bwd=0.15,
+                                     opt=0.03, extra=lambda i: {"eval_ns": int(5e6),
+                                                                "duration_ns": int(2e6)}),
+                                     quiet_metrics(8), ev))
+    p = dg["primary"]
+    assert p["title"] == "Inference between training steps takes much of the run", p
+    assert any(e["name"] == "eval_host_share" for e in p["evidence"]), p
+    del ev["profile"]["eval_host_samples"]
     # once an epoch: a fifth of the loop is evaluation, and no finding
     st = steady_steps(300, 7.0, extra=lambda i: {"eval_ns": int(30e6) if i % 100 == 99 else 0})
     ev["eval"] = {"entries": 3, "time_s": 0.09, "forwards": 3, "forwards_grad": 0}

@@ -435,6 +435,7 @@ def hook_forward(module):
     grad_on = torch.is_grad_enabled
     ev = _evalhooks.ev
     eval_enter, training_forward = _evalhooks.eval_enter, _evalhooks.training_forward
+    eval_forward = _evalhooks.eval_forward
 
     def fwd_pre(mod, args):
         if mod.training and grad_on():
@@ -449,10 +450,7 @@ def hook_forward(module):
         else:
             if not ev.active:
                 eval_enter(mod)
-            ev.ep_fwd += 1
-            ev.fwd_n += 1
-            if grad_on():
-                ev.fwd_grad += 1  # evaluation that builds autograd graphs
+            eval_forward(args, grad_on())
             push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
         ev.in_fwd += 1
 
@@ -494,6 +492,7 @@ def hook_forward_fast(module):
         lambda: False)
     ev = _evalhooks.ev
     eval_enter, training_forward = _evalhooks.eval_enter, _evalhooks.training_forward
+    eval_forward = _evalhooks.eval_forward
     top = module
 
     @functools.wraps(orig)
@@ -512,10 +511,7 @@ def hook_forward_fast(module):
         else:
             if not ev.active:
                 eval_enter(self)
-            ev.ep_fwd += 1
-            ev.fwd_n += 1
-            if grad_on():
-                ev.fwd_grad += 1  # evaluation that builds autograd graphs
+            eval_forward(args, grad_on())
             push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
         ev.in_fwd += 1
         try:

@@ -59,6 +59,8 @@ class _Ev:
     instep_run = 0          # eval phases in a row that were inference inside a step
     fwd_n = 0               # forwards labelled evaluation
     fwd_grad = 0            # of them, with grad enabled (building autograd graphs)
+    fwd_rows = 0            # rows (first dimension of the first tensor argument) of them
+    fwd_sized = 0           # of them, those with a tensor argument
 
 
 ev = _Ev()
@@ -82,6 +84,22 @@ _push = _pop = None
 
 def _now():
     return time.monotonic()
+
+
+def eval_forward(args, grad):
+    """One forward labelled evaluation: counted, with whether it builds a
+    graph and how many rows it takes (one at a time: acting or sampling,
+    not a pass over held-out batches)."""
+    ev.ep_fwd += 1
+    ev.fwd_n += 1
+    if grad:
+        ev.fwd_grad += 1  # evaluation that builds autograd graphs
+    a = args[0] if args else None
+    shape = getattr(a, "shape", None)
+    if shape is not None and len(shape) > 0:
+        # a 1-D input is one unbatched sample (an observation, a sequence)
+        ev.fwd_rows += int(shape[0]) if len(shape) > 1 else 1
+        ev.fwd_sized += 1
 
 
 def eval_enter(opener=None):
@@ -753,7 +771,8 @@ def snapshot():
          "clock": "CLOCK_MONOTONIC seconds (time.monotonic)",
          "eval": {"entries": ev.entries,
                   "time_s": round(ev.time_s + ((_now() - ev.t_enter) if ev.active else 0), 6),
-                  "forwards": ev.fwd_n, "forwards_grad": ev.fwd_grad},
+                  "forwards": ev.fwd_n, "forwards_grad": ev.fwd_grad,
+                  "forward_rows": ev.fwd_rows, "forwards_sized": ev.fwd_sized},
          "gc": {"collections": list(gc_stats["collections"]),
                 "pause_s": round(gc_stats["pause_s"], 6), "max_s": round(gc_stats["max_s"], 6),
                 "pauses": list(gc_stats["pauses"])},

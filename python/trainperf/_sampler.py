@@ -237,6 +237,9 @@ def _shape(stack):
     return stack, special or outer, user_leaf, tuple(reversed(stack))
 
 
+_eval_host = [0]  # samples of the eval phase outside the model and torch ops
+
+
 def _account(shape, gc, tensor_line, raw=None):
     """Count one sample of the training thread (shape: _shape's), given
     whether a collection was running and how to tell a line of tensor ops;
@@ -249,6 +252,10 @@ def _account(shape, gc, tensor_line, raw=None):
         # the collection started, not where the time went
         phase = "gc"
     elif _evalhooks.ev.active and phase in (None, "forward", "data"):
+        if phase is None and not (user_leaf and tensor_line(stack[0])):
+            # outside the model and torch: the evaluation runs the script's
+            # own Python (a simulator collecting a rollout, not a validation)
+            _eval_host[0] += 1
         phase = "eval"
     if phase is None and user_leaf and _evalhooks.ev.training_started and \
             tensor_line(stack[0]):
@@ -640,6 +647,7 @@ def _write():
                      "threads_top": _others_top(), "threads_cpu": _threads_cpu(),
                      "lines_top": _lines_top(stacks),
                      "anomaly_samples": _anomaly_samples(stacks),
+                     "eval_host_samples": _eval_host[0],
                      "profiler_samples": _profiler_samples(stacks)}
     ev["written_at"] = round(time.monotonic(), 6)
     _evalhooks.write_json(os.path.join(d, "events-%d.json" % _pid), ev)

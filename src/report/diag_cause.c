@@ -31,6 +31,8 @@
 #define EVAL_GRAD_MIN_SHARE 0.05  /* evaluation's share of the run, at least */
 #define EVAL_OFTEN_SHARE 0.4      /* evaluation's share of the loop that is too much */
 #define EVAL_OFTEN_MIN 3          /* evaluations, at least */
+#define EVAL_HOST_SHARE 0.3       /* of the eval samples in the script's Python: a simulator */
+#define EVAL_SEQ_FORWARDS 20      /* forwards a pass, at least, for inference one row at a time */
 #define PROF_MIN_SHARE 0.5   /* of the training the profiler recorded, at least */
 #define PROF_COST 0.5        /* score per unit recorded: its cost on small ops (1.8x measured) */
 #define TRACER_MIN_TICKS 2   /* 1 s of training checked: a hook is there or not */
@@ -585,6 +587,8 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
     }
     double ef = jr_pnum(root, "eval.forwards"), eg = jr_pnum(root, "eval.forwards_grad");
     if (ef >= 0 && eg >= 0 && eg <= ef) c->eval_fwd += ef, c->eval_fwd_grad += eg;
+    double er = jr_pnum(root, "eval.forward_rows"), es = jr_pnum(root, "eval.forwards_sized");
+    if (er >= 0 && es >= 0 && es <= ef) c->eval_rows += er, c->eval_sized += es;
     if (!isnan(v = jr_pnum(root, "torch_threads")) && v <= MAX_COUNT) c->torch_threads = v;
     if (!isnan(v = jr_pnum(root, "cpus_allowed"))) c->cpus_allowed = v;
     const jr_node *dbg = jr_get(root, "debug");
@@ -640,6 +644,7 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
     }
     if (p && !isnan(v = jr_pnum(p, "anomaly_samples")) && v >= 0) c->anomaly_samples += v;
     if (p && !isnan(v = jr_pnum(p, "profiler_samples")) && v >= 0) c->prof_samples += v;
+    if (p && !isnan(v = jr_pnum(p, "eval_host_samples")) && v >= 0) c->eval_host += v;
     const char *fw = jr_pstr(root, "framework");
     if (fw && *fw) fmt(c->framework, sizeof(c->framework), "%s", fw);
 }
@@ -1381,13 +1386,48 @@ int dc_cand_eval_often(const diag_run *r, dfinding *d)
         fmt(how, sizeof(how), "one every step");
     else
         fmt(how, sizeof(how), "one every %.0f steps", every);
-    diag_head(d, "eval-often", "Evaluation takes much of the run", share > 0.9 ? 0.9 : share,
-              "evaluation is %.0f%% of the loop's time: %.0f evaluations in %.0f training steps "
-              "(%s)",
-              100 * share, c->eval_entries, r->steps, how);
+    /* many forwards of a row or two each, against training batches many
+     * times larger: inference one step at a time (acting in an
+     * environment, sampling), not a pass over held-out batches */
+    double per = c->eval_fwd / c->eval_entries;
+    double rows = c->eval_sized > 0 ? c->eval_rows / c->eval_sized : NAN;
+    double batch = r->steps > 0 && r->samples > 0 ? r->samples / r->steps : NAN;
+    /* or an "evaluation" spent much in the script's own Python: not a pass
+     * of the model over held-out data but a loop around it (a simulator
+     * stepped for a reinforcement-learning rollout: data the next steps
+     * train on) */
+    double host = c->ph_eval > 0 ? c->eval_host / c->ph_eval : NAN;
+    int seq = (per >= EVAL_SEQ_FORWARDS && rows <= 2 && !(batch < 8 * rows)) ||
+              host >= EVAL_HOST_SHARE;
+    diag_head(d, "eval-often",
+              seq ? "Inference between training steps takes much of the run"
+                  : "Evaluation takes much of the run",
+              share > 0.9 ? 0.9 : share,
+              "%s is %.0f%% of the loop's time: %.0f %s in %.0f training steps (%s)%s",
+              seq ? "inference outside training (eval mode or no grad)" : "evaluation",
+              100 * share, c->eval_entries, seq ? "passes" : "evaluations", r->steps, how,
+              seq ? ", each a run of forwards of one or two rows" : "");
     ev(d, "eval_share", share, "evaluation is %.0f%% of the run", 100 * share);
     ev(d, "evaluations", c->eval_entries, "%.0f evaluations (model.eval() or forwards without "
        "grad), %.1f s in all", c->eval_entries, c->eval_s);
+    if (seq) {
+        char tb[48] = "";
+        if (isfinite(batch)) fmt(tb, sizeof(tb), " (training batches: %.0f)", batch);
+        ev(d, "eval_forwards_per_pass", per, "%.0f forwards a pass, %.1f rows each on average%s",
+           per, rows, tb);
+        if (host >= EVAL_HOST_SHARE)
+            ev(d, "eval_host_share", host,
+               "%.0f%% of that time in the script's own Python, outside the model and torch "
+               "(an environment or simulator)",
+               100 * host);
+        rec(d, "If it collects what training learns from (a reinforcement-learning rollout), "
+               "batch it: step several environments together and run the model on all of them "
+               "in one forward (vectorised environments, or environments written as tensor "
+               "ops); a forward of 16 rows costs about what one of a single row does.");
+        rec(d, "If it samples to watch progress (text, images), sample less often or fewer "
+               "tokens, or do it after training.");
+        return 1;
+    }
     rec(d, "Evaluate less often: every N steps (a few hundred) or once an epoch instead of %s; "
            "a validation loss every step costs %.0f%% of the run for a figure that moves little "
            "from one step to the next.",

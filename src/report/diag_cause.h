@@ -81,6 +81,7 @@ typedef struct dcause {
     int have_pyprof; /* pyprof/events-*.json found */
     int nprocs_py;   /* processes that wrote one */
     double hz, samples, ph_other, ph_train, ph_startup, ph_eval, ph_compile, ph_data;
+    double eval_host; /* eval-phase samples outside the model and torch ops */
     double ph_compute; /* samples in tensor ops outside the model (in the steps' other time) */
     int nfunc;
     dc_func funcs[DC_MAX_FUNCS];
@@ -123,6 +124,7 @@ typedef struct dcause {
      * updates, those an optimizer updates, and all of them */
     double params_grad_unused, params_optimized, params_timed;
     double eval_fwd, eval_fwd_grad; /* forwards labelled evaluation; with grad on */
+    double eval_rows, eval_sized;   /* their rows (first dimension), over those with a tensor */
     /* the optimizer that updates the most parameters (of nopt classes); the
      * parameters of the dense embeddings an optimizer updates (untied: a
      * shared weight's gradient is dense) and the largest of them */
