@@ -244,3 +244,30 @@ def test_a_rank_given_in_code_reaches_the_steps(tmp_path):
     assert "error: rank must be >= 0" in res.stdout
     ranks = [r["rank"] for r in steps(str(out))]
     assert ranks == ["", "", "", "3", "3", "3"], ranks
+
+
+def test_an_eval_forward_counts_rows_whatever_its_argument(tmp_path):
+    # the count of an evaluation forward's rows never raises into the model's
+    # caller: a 2-D batch counts its rows, a 1-D input one, anything else none
+    body = """
+        from trainperf import _evalhooks as e
+        class Odd:
+            shape = 5                  # len() of it raises
+        class Worse:
+            @property
+            def shape(self):
+                raise RuntimeError("no shape")
+        import array
+        e.eval_forward((array.array("f", [1.0]),), False)
+        e.eval_forward((Odd(),), True)
+        e.eval_forward((Worse(),), False)
+        e.eval_forward((), False)
+        class T:
+            def __init__(self, shape): self.shape = shape
+        e.eval_forward((T((16, 8)),), False)
+        e.eval_forward((T((8,)),), False)
+        print("rows", e.ev.fwd_n, e.ev.fwd_grad, e.ev.fwd_rows, e.ev.fwd_sized)
+    """
+    res = run_py([script(tmp_path, body)], PYTHONPATH=str(PYDIR))
+    assert res.returncode == 0, res.stderr
+    assert "rows 6 1 17 2" in res.stdout, res.stdout
