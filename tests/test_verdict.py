@@ -1065,6 +1065,12 @@ def test_evaluation_after_every_step_is_named(run_cli, tmp_path):
     p = dg["primary"]
     assert p["id"] == "eval-often", ids(dg)
     assert "300 evaluations in 300 training steps (one every step)" in p["summary"], p
+    assert p["recommendations"][0].startswith("Evaluate less often: every N steps"), p
+    # an HF Trainer's evaluation is set in its TrainingArguments
+    ev["framework"] = "hf"
+    dg = diagnosis(run_cli, make_run(tmp_path / "hf", st, quiet_metrics(8), ev))
+    assert "TrainingArguments(eval_steps=N)" in dg["primary"]["recommendations"][0], dg["primary"]
+    del ev["framework"]
     # 512 forwards of one row a pass (acting in an environment for a
     # rollout, sampling): inference one step at a time, told to batch it
     ev["eval"] = {"entries": 10, "time_s": 1.5, "forwards": 5120, "forwards_grad": 0,

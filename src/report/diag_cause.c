@@ -1428,12 +1428,22 @@ int dc_cand_eval_often(const diag_run *r, dfinding *d)
                "tokens, or do it after training.");
         return 1;
     }
-    rec(d, "Evaluate less often: every N steps (a few hundred) or once an epoch instead of %s; "
-           "a validation loss every step costs %.0f%% of the run for a figure that moves little "
-           "from one step to the next.",
-        how, 100 * share);
-    rec(d, "Or evaluate on a fixed subset of the validation set, with a larger batch and under "
-           "torch.no_grad().");
+    const char *fw = c->framework;
+    const char *less = strcmp(fw, "hf") == 0
+                           ? "TrainingArguments(eval_steps=N) with N in the hundreds, or "
+                             "eval_strategy=\"epoch\""
+                       : strcmp(fw, "lightning") == 0
+                           ? "Trainer(val_check_interval=N) with N in the hundreds, or "
+                             "check_val_every_n_epoch"
+                           : "every N steps (a few hundred) or once an epoch";
+    rec(d, "Evaluate less often: %s, instead of %s; evaluating that often costs %.0f%% of the "
+           "run for a figure that moves little from one step to the next.",
+        less, how, 100 * share);
+    rec(d, "Or evaluate on a fixed subset of the validation set%s, with a larger batch and "
+           "under torch.no_grad().",
+        strcmp(fw, "hf") == 0          ? " (a smaller eval_dataset)"
+        : strcmp(fw, "lightning") == 0 ? " (Trainer(limit_val_batches=...))"
+                                       : "");
     return 1;
 }
 
