@@ -1131,3 +1131,34 @@ def test_loader_advice_leaves_out_what_the_run_already_does(run_cli, tmp_path):
     dg = diagnosis(run_cli, make_run(tmp_path / "done", st, busy, ev))
     recs = " ".join(dg["primary"]["recommendations"])
     assert "persistent_workers=True" not in recs and "prefetch_factor=4" not in recs, recs
+
+
+def test_a_rank_that_left_the_loop_early_is_named(run_cli, tmp_path):
+    def run(name, code, ends):
+        st = [dict(s, rank=0) for s in steady_steps(200, 5.0)] + \
+             [dict(s, rank=1, pid=101, tid=101) for s in steady_steps(200, 5.0)]
+        d = make_run(tmp_path / name, st, quiet_metrics(8))
+        rj = json.loads((d / "run.json").read_text())
+        rj["exit"] = {"code": code, "signal": None}
+        (d / "run.json").write_text(json.dumps(rj))
+        (d / "pyprof").mkdir()
+        for pid, rank, (ended, error) in zip((100, 101), ("0", "1"), ends):
+            ev = events(by_phase={"forward": 50, "backward": 50})
+            ev.update(pid=pid, rank=rank, exit={"ended": ended, "error": error})
+            (d / "pyprof" / ("events-%d.json" % pid)).write_text(json.dumps(ev))
+        return diagnosis(run_cli, d)
+
+    gone = "RuntimeError: Got the following error: RuntimeError: Connection closed by peer"
+    dg = run("uneven", 1, [(True, None), (True, gone)])
+    p = dg["primary"]
+    assert p["id"] == "uneven-end", ids(dg)
+    assert p["summary"].startswith("Rank 0 ended normally after 200 steps while rank 1"), p
+    assert "(Connection closed by peer)" in p["summary"], p
+    assert "drop_last=True" in p["recommendations"][0], p
+    # rank 0 crashed first (its own error): the others' failure is its echo
+    dg = run("crash", 1, [(True, "ValueError: bad batch"), (True, gone)])
+    assert "uneven-end" not in ids(dg), ids(dg)
+    # the job succeeded; or the error is not a collective's
+    assert "uneven-end" not in ids(run("ok", 0, [(True, None), (True, gone)]))
+    dg = run("other", 1, [(True, None), (True, "KeyError: 'labels'")])
+    assert "uneven-end" not in ids(dg), ids(dg)

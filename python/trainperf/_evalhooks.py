@@ -78,6 +78,9 @@ opt_seen = {}           # optimizer class name -> its facts, the largest seen (o
 grad_ever = set()       # ids of the timed parameters seen with a gradient (walk_params)
 ddp_seen = {}           # DistributedDataParallel settings and never-updated parameters (ddp_facts)
 embed_seen = {}         # id(embedding module) -> its facts (embedding_facts)
+# how the process ended: the uncaught exception (sys.excepthook, _failhooks)
+# and whether the interpreter reached its shutdown (the sampler's last write)
+exit_info = {"ended": False, "error": None}
 param_dtypes = {}       # the timed modules' parameters by dtype, at the last walk
 _push = _pop = None
 
@@ -816,6 +819,7 @@ def snapshot():
                              "ddp": dict(ddp_seen) or None}
     except Exception:
         pass
+    d["exit"] = dict(exit_info)
     d["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
     # debugging aids that slow every step when left on
     d["debug"] = {"dev_mode": bool(sys.flags.dev_mode),

@@ -407,6 +407,29 @@ def uninstall_embedded():
     _live = None
 
 
+def _hook_excepthook():
+    """Note the exception that ends the process (a rank that failed in a
+    collective after another left the loop), then let it be printed."""
+    prev = sys.excepthook
+
+    def excepthook(etype, value, tb):
+        try:
+            from trainperf import _evalhooks
+            import re
+            text = str(value).strip()
+            line = text.splitlines()[0] if text else ""
+            # C++ source locations say nothing to the user; the first
+            # sentence says what happened
+            line = re.sub(r"\[[^\]]*\.(?:cc|cpp|cu|h|hpp):\d+\]\s*", "", line)
+            line = line.split(". ", 1)[0]
+            _evalhooks.exit_info["error"] = ("%s: %s" % (etype.__name__, line))[:240]
+        except Exception:
+            pass
+        prev(etype, value, tb)
+
+    sys.excepthook = excepthook
+
+
 def install():
     """Register the stack dumps and the import hooks. Idempotent; no-op
     outside `trainperf run`."""
@@ -427,6 +450,7 @@ def install():
         # garbage collection, seconds with torch loaded) makes no steps either
         import atexit
         atexit.register(_busy_set, "exit", True)
+        _hook_excepthook()
     except Exception as exc:
         sys.stderr.write("trainperf: stacks on hang unavailable: %r\n" % (exc,))
     sys.meta_path.insert(0, _PostImport())

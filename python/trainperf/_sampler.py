@@ -737,6 +737,7 @@ def start():
 
 
 def _at_exit():
+    _evalhooks.exit_info["ended"] = True  # the last write: the interpreter is shutting down
     _stop.set()
     t = _thread[0]
     if t is not None and t.is_alive():

@@ -1254,7 +1254,7 @@ void diag_compute(diag_run *r)
     int (*causes[])(const diag_run *, dfinding *) = {
         dc_cand_hostcode, dc_cand_contention, dc_cand_oversub, dc_cand_gc, dc_cand_compile,
         dc_cand_gil, dc_cand_anomaly, dc_cand_unused_grads, dc_cand_eval_grad, dc_cand_tiny_ops,
-        dc_cand_profiler, dc_cand_tracer, dc_cand_debug, dc_cand_ddp_unused, dc_cand_eval_often,
+        dc_cand_profiler, dc_cand_tracer, dc_cand_debug, dc_cand_ddp_unused, dc_cand_eval_often, dc_cand_uneven_end,
     };
     _Static_assert(sizeof(rules) / sizeof(rules[0]) + sizeof(causes) / sizeof(causes[0]) <=
                        sizeof(cand) / sizeof(cand[0]),

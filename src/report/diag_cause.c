@@ -438,6 +438,21 @@ static void load_embeddings(dcause *c, const jr_node *st)
     }
 }
 
+/* events "exit" of a process with a rank (RANK as a string or a number) */
+static void load_exit(dcause *c, const jr_node *root)
+{
+    const jr_node *ex = jr_get(root, "exit");
+    const char *rk = jr_pstr(root, "rank");
+    int rank = rk ? atoi(rk) : diag_int(jr_pnum(root, "rank"), 0, 1 << 20, -1);
+    if (!ex || ex->type != JR_OBJ || (!rk && rank < 0) || c->nexit >= DC_MAX_PROCS) return;
+    const jr_node *en = jr_get(ex, "ended");
+    const char *err = jr_pstr(ex, "error");
+    c->exits[c->nexit].rank = rank;
+    c->exits[c->nexit].ended = en && en->type == JR_BOOL && en->num != 0;
+    fmt(c->exits[c->nexit].error, sizeof(c->exits[0].error), "%s", err ? err : "");
+    c->nexit++;
+}
+
 static void load_one(diag_run *r, const jr_node *root, double t0)
 {
     dcause *c = &r->cause;
@@ -603,6 +618,7 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
         const char *nc = jr_pstr(env, "PYTORCH_NO_CUDA_MEMORY_CACHING");
         if (nc && strcmp(nc, "1") == 0) c->no_cuda_cache = 1;
     }
+    load_exit(c, root);
     const jr_node *ns = jr_get(root, "ddp_no_sync");
     if (ns && ns->type == JR_BOOL && ns->num) c->ddp_no_sync = 1;
     const jr_node *st = jr_get(root, "settings");
@@ -1661,6 +1677,69 @@ int dc_cand_ddp_unused(const diag_run *r, dfinding *d)
         ev(d, "ddp_never_grad_share", c->ddp.never / c->ddp.params,
            "%.0f%% of the trainable parameters never got a gradient", 100 * c->ddp.never / c->ddp.params);
     rec(d, "%s", fix);
+    return 1;
+}
+
+/* Steps a rank completed (figs groups), -1 when it has none. */
+static double rank_steps(const diag_run *r, int rank)
+{
+    for (int i = 0; i < r->sf.ngroups; i++)
+        if (r->sf.groups[i]->rank == rank) return (double)r->sf.groups[i]->count;
+    return -1;
+}
+
+/* Whether an error is a collective's: a peer gone, a connection closed, a
+ * timeout of the process group. */
+static int comm_error(const char *e)
+{
+    static const char *const w[] = {"Connection closed", "Connection reset", "connection",
+                                    "Broken pipe", "timed out", "Timeout", "timeout", "NCCL",
+                                    "gloo", "ProcessGroup", "collective", "all_reduce",
+                                    "allreduce", "DistBackendError"};
+    for (size_t k = 0; k < sizeof(w) / sizeof(w[0]); k++)
+        if (strstr(e, w[k])) return 1;
+    return 0;
+}
+
+int dc_cand_uneven_end(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    if (!r->exit_known || (r->exit_code == 0 && r->exit_signal <= 0)) return 0;
+    /* a rank that left its loop without an error, and one that failed in a
+     * collective: it waited for a peer that had gone */
+    int done = -1, failed = -1;
+    for (int i = 0; i < c->nexit; i++) {
+        if (c->exits[i].ended && !c->exits[i].error[0] && done < 0) done = i;
+        if (c->exits[i].error[0] && comm_error(c->exits[i].error) && failed < 0) failed = i;
+    }
+    if (done < 0 || failed < 0) return 0;
+    int rd = c->exits[done].rank, rf = c->exits[failed].rank;
+    double nd = rank_steps(r, rd), nf = rank_steps(r, rf);
+    char steps[160] = "";
+    if (nd >= 0 && nf >= 0)
+        fmt(steps, sizeof(steps), " after %.0f steps while rank %d, %.0f steps done, was in a "
+                                  "collective of its next step",
+            nd, rf, nf);
+    else
+        fmt(steps, sizeof(steps), " while rank %d was in a collective", rf);
+    /* the innermost message of a chain ("...: RuntimeError: Connection closed") */
+    const char *why = c->exits[failed].error;
+    for (const char *p = why; (p = strstr(p, "Error: ")) != NULL; p += 7)
+        why = p + 7;
+    diag_head(d, "uneven-end", "A rank left the training loop before the others", 1.0,
+              "rank %d ended normally%s, which then failed (%s): the ranks ran different "
+              "numbers of steps",
+              rd, steps[0] ? steps : "", why);
+    ev(d, "rank_done", rd, "rank %d reached the end of the script without an error", rd);
+    ev(d, "rank_failed", rf, "rank %d ended with %s", rf, c->exits[failed].error);
+    if (nd >= 0 && nf >= 0) ev(d, "steps_done", nd, "steps completed: rank %d %.0f, rank %d %.0f", rd, nd, rf, nf);
+    rec(d, "Give every rank the same number of steps: the ranks' shares of the data differ in "
+           "length. DistributedSampler(..., drop_last=True) evens them; with a sampler or an "
+           "IterableDataset of your own, stop every rank at the same step (a fixed max_steps, or "
+           "all_reduce a 'done' flag each step and leave together).");
+    rec(d, "Where inputs are uneven by design, run the loop inside "
+           "torch.distributed.algorithms.Join([model]): DDP then stands in for the ranks that "
+           "finished.");
     return 1;
 }
 

@@ -133,6 +133,13 @@ typedef struct dcause {
     int npypid, pypid[64]; /* the processes the hook ran in (events files) */
     int have_ddp;
     dc_ddp ddp;
+    /* how each process with a rank ended (events "exit"): it reached the
+     * interpreter's shutdown, and the exception that ended it ("" none) */
+    int nexit;
+    struct {
+        int rank, ended;
+        char error[160];
+    } exits[DC_MAX_PROCS];
     double emb_params;
     dc_emb emb;
     /* torch.profiler recording (events "profiler": the spans the script's
@@ -248,6 +255,7 @@ int dc_cand_profiler(const struct diag_run *r, struct dfinding *d);
 int dc_cand_tracer(const struct diag_run *r, struct dfinding *d);
 int dc_cand_debug(const struct diag_run *r, struct dfinding *d);
 int dc_cand_ddp_unused(const struct diag_run *r, struct dfinding *d);
+int dc_cand_uneven_end(const struct diag_run *r, struct dfinding *d);
 /* The fix for DDP's find_unused_parameters=True, for the communication
  * finding too: 2 when it names parameters that never got a gradient, 1
  * for the flag alone, 0 ("") when the run does not set it. */

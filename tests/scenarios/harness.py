@@ -18,6 +18,8 @@ Each script's header says what it expects:
     # env: NAME=value, ...                  environment of the script
     # python: ARGS                          the interpreter's arguments before the
                                             script (-m cProfile -o /dev/null, -m pdb ...)
+    # exit: N                               the exit status the run must end with
+                                            (default 0: a script that fails on purpose)
 
 CPU contention from other processes is a true finding on a shared machine
 (these runs share 2 cores with other work), so outside the contention
@@ -51,15 +53,16 @@ def scenarios():
 def spec(name):
     text = (HERE / (name + ".py")).read_text()
     s = {"primary": None, "must": [], "must_not": [], "background": {}, "launch": {},
-         "needs": [], "says": [], "steps": None, "script": None, "env": {}, "python": []}
+         "needs": [], "says": [], "steps": None, "script": None, "env": {}, "python": [],
+         "exit": 0}
     for line in text.splitlines():
-        m = re.match(r"#\s*(expect|must_not|must|background|launch|needs|says|steps|script|env|python):"
+        m = re.match(r"#\s*(expect|must_not|must|background|launch|needs|says|steps|script|env|python|exit):"
                      r"\s*(.*)", line)
         if not m:
             continue
         k, v = m.group(1), m.group(2).strip()
-        if k == "steps":
-            s["steps"] = int(v)
+        if k in ("steps", "exit"):
+            s[k] = int(v)
         elif k == "expect":
             s["primary"] = v.split("=", 1)[1].strip()
         elif k in ("must", "must_not", "needs"):
@@ -148,7 +151,7 @@ def run(name, cli=None, out=None, timeout=300):
     compared = [i for i in ids if not (contention and i in ENV_FINDINGS)]
     got = compared[0] if compared else ids[0]
     why = []
-    if res.returncode != 0:
+    if res.returncode != s["exit"]:
         why.append("the script exited with %d: %s" % (res.returncode, res.stderr[-300:]))
     if got not in accepted:
         why.append("primary %s, expected %s" % (got, s["primary"]))
