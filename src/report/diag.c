@@ -1254,7 +1254,8 @@ void diag_compute(diag_run *r)
     int (*causes[])(const diag_run *, dfinding *) = {
         dc_cand_hostcode, dc_cand_contention, dc_cand_oversub, dc_cand_gc, dc_cand_compile,
         dc_cand_gil, dc_cand_anomaly, dc_cand_unused_grads, dc_cand_eval_grad, dc_cand_tiny_ops,
-        dc_cand_profiler, dc_cand_tracer, dc_cand_debug, dc_cand_ddp_unused, dc_cand_eval_often, dc_cand_uneven_end,
+        dc_cand_profiler, dc_cand_tracer, dc_cand_debug, dc_cand_ddp_unused, dc_cand_eval_often,
+        dc_cand_uneven_end,
     };
     _Static_assert(sizeof(rules) / sizeof(rules[0]) + sizeof(causes) / sizeof(causes[0]) <=
                        sizeof(cand) / sizeof(cand[0]),
@@ -1379,7 +1380,7 @@ void diag_compute(diag_run *r)
         cv_ev(&cand[ic], &c, ": waiting for a CPU makes steps irregular");
         cand_drop(cand, &nc, &iu, NULL, NULL);
     }
-    /* the communication finding leads with find_unused_parameters' fix */
+    /* the communication finding carries find_unused_parameters' fix */
     int idu = cand_find(cand, nc, "ddp-find-unused");
     if (idu >= 0 && cand_find(cand, nc, "communication") >= 0)
         cand_drop(cand, &nc, &idu, NULL, NULL);
