@@ -271,6 +271,17 @@ static void add_event(dc_event *arr, int *n, double t, double dur, const char *w
     (*n)++;
 }
 
+/* An events file's rank: RANK as the environment had it, a string (a
+ * number is taken too); -1 when none or not a rank. */
+static int events_rank(const jr_node *root)
+{
+    const char *rk = jr_pstr(root, "rank");
+    char *end = NULL;
+    long v = rk ? strtol(rk, &end, 10) : -1;
+    return rk ? (end != rk && *end == 0 && v >= 0 && v < 1 << 20 ? (int)v : -1)
+              : diag_int(jr_pnum(root, "rank"), 0, 1 << 20, -1);
+}
+
 /* profile.lines_top of one process, with its pid and rank */
 static void load_lines(dcause *c, const jr_node *root, const jr_node *p)
 {
@@ -281,12 +292,7 @@ static void load_lines(dcause *c, const jr_node *root, const jr_node *p)
     dc_proc *pr = &c->procs[c->nproc];
     memset(pr, 0, sizeof(*pr));
     pr->pid = diag_int(jr_pnum(root, "pid"), 0, 1 << 30, -1);
-    /* RANK as the environment had it: a string (a number is taken too) */
-    const char *rk = jr_pstr(root, "rank");
-    char *end = NULL;
-    long v = rk ? strtol(rk, &end, 10) : -1;
-    pr->rank = rk ? (end != rk && *end == 0 && v >= 0 && v < 1 << 20 ? (int)v : -1)
-                  : diag_int(jr_pnum(root, "rank"), 0, 1 << 20, -1);
+    pr->rank = events_rank(root);
     pr->samples = total;
     for (const jr_node *e = ls->child; e && pr->nlines < DC_PROC_LINES; e = e->next) {
         const char *fn = jr_pstr(e, "func"), *file = jr_pstr(e, "file"), *ph = jr_pstr(e, "phase"),
@@ -442,9 +448,8 @@ static void load_embeddings(dcause *c, const jr_node *st)
 static void load_exit(dcause *c, const jr_node *root)
 {
     const jr_node *ex = jr_get(root, "exit");
-    const char *rk = jr_pstr(root, "rank");
-    int rank = rk ? atoi(rk) : diag_int(jr_pnum(root, "rank"), 0, 1 << 20, -1);
-    if (!ex || ex->type != JR_OBJ || (!rk && rank < 0) || c->nexit >= DC_MAX_PROCS) return;
+    int rank = events_rank(root);
+    if (!ex || ex->type != JR_OBJ || rank < 0 || c->nexit >= DC_MAX_PROCS) return;
     const jr_node *en = jr_get(ex, "ended");
     const char *err = jr_pstr(ex, "error");
     c->exits[c->nexit].rank = rank;
