@@ -374,13 +374,13 @@ def optimized_ids():
 
 
 def walk_params():
-    """One walk of the timed modules' parameters: their dtypes, and of them
-    how many get a gradient that no optimizer updates (requires_grad left on
-    for a part that is not trained: backward computes it for nothing), how
-    many an optimizer updates, and all (the largest counts seen: a
-    model.zero_grad() between steps clears the gradients for a moment).
-    Runs on the sampler thread; a list changed meanwhile costs one reading.
-    Returns grads_seen."""
+    """One walk of the timed modules' parameters: their dtypes, how many an
+    optimizer updates, and all (the largest counts seen). Runs on the
+    sampler thread, so it never reads a parameter's .grad: the autograd
+    engine writes it with the GIL released, and reading it meanwhile from
+    another thread crashed the process (scan_grads reads it on the training
+    thread). A list changed meanwhile costs one reading. Returns
+    grads_seen."""
     if not models:
         return grads_seen
     try:
@@ -388,7 +388,7 @@ def walk_params():
         # nothing to compare against
         ids = optimized_ids() or None
         dtypes = {}
-        unused = optimized = total = 0
+        optimized = total = 0
         seen = set()
         for ref in list(models):
             m = ref()
@@ -402,25 +402,53 @@ def walk_params():
                 total += n
                 k = str(p.dtype).replace("torch.", "")
                 dtypes[k] = dtypes.get(k, 0) + n
-                if ids is None:
-                    continue
-                if p.grad is not None and len(grad_ever) < 1000000:
-                    grad_ever.add(id(p))
-                if id(p) in ids:
+                if ids is not None and id(p) in ids:
                     optimized += n
-                elif p.requires_grad and p.grad is not None:
-                    unused += n
     except Exception:
         return grads_seen
     if total:
         param_dtypes.clear()
         param_dtypes.update(dtypes)
     if ids is not None:
-        grads_seen["unused"] = max(grads_seen["unused"], unused)
         grads_seen["optimized"] = max(grads_seen["optimized"], optimized)
         grads_seen["all"] = max(grads_seen["all"], total)
-        grads_seen["walks"] = grads_seen.get("walks", 0) + 1
     return grads_seen
+
+
+def scan_grads():
+    """On the training thread, after a backward returned (the graph probe's
+    callback) or at a step's end (tune): which timed parameters have a
+    gradient now. Of them, those no optimizer holds get one for nothing
+    (requires_grad left on for a part that is not trained: the largest
+    count seen, a zero_grad() between steps clears them for a moment); every
+    parameter seen with one is remembered (a DDP parameter never seen with
+    one is unused). Counts the scans ("walks")."""
+    if not models:
+        return
+    try:
+        ids = optimized_ids() or None
+        if ids is None:
+            return
+        unused = 0
+        seen = set()
+        for ref in list(models):
+            m = ref()
+            if m is None:
+                continue
+            for p in m.parameters():
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                if p.grad is None:
+                    continue
+                if len(grad_ever) < 1000000:
+                    grad_ever.add(id(p))
+                if id(p) not in ids and p.requires_grad:
+                    unused += p.numel()
+    except Exception:
+        return
+    grads_seen["unused"] = max(grads_seen["unused"], unused)
+    grads_seen["walks"] = grads_seen.get("walks", 0) + 1
 
 
 # --- what the optimizer step updates ----------------------------------------
@@ -576,13 +604,25 @@ def graph_probe(tensors):
     tiny ops: per-op overhead, not arithmetic."""
     if not ev.training_started or ev.active:
         return None
+    n = _count_nodes(tensors)
+
+    def done(ns):
+        # after the backward, on this thread: the gradients it wrote
+        scan_grads()
+        if n and len(graph["probes"]) < _MAX_EVENTS:
+            graph["probes"].append([n, int(ns)])
+    return done
+
+
+def _count_nodes(tensors):
+    """The nodes of the graph a backward is about to run; 0 on a GPU (the
+    backward's time is its launches') or past GRAPH_MAX_NODES."""
     torch = sys.modules.get("torch")
     try:
         if torch is None or torch.cuda.is_initialized():
-            # on a GPU the backward's time is its launches': not read
-            return None
+            return 0
     except Exception:
-        return None
+        return 0
     roots = tensors if isinstance(tensors, (tuple, list)) else (tensors,)
     # depth-first over grad_fn.next_functions; a node is pushed once
     stack = [f for f in (getattr(t, "grad_fn", None) for t in roots) if f is not None]
@@ -593,15 +633,8 @@ def graph_probe(tensors):
                 seen.add(nxt)
                 stack.append(nxt)
         if len(seen) >= GRAPH_MAX_NODES:
-            return None  # too large to count on the training thread
-    n = len(seen)
-    if n == 0:
-        return None
-
-    def done(ns):
-        if len(graph["probes"]) < _MAX_EVENTS:
-            graph["probes"].append([n, int(ns)])
-    return done
+            return 0  # too large to count on the training thread
+    return len(seen)
 
 
 def settings_tick():

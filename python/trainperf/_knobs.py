@@ -336,6 +336,7 @@ def on_step(opt=None):
         _freeze_unused()
     if _steps == 2:
         from trainperf import _evalhooks
+        _evalhooks.scan_grads()  # this thread: the step's gradients are still there
         g = _evalhooks.walk_params()
         if g["all"] > 0 and g["optimized"] > 0:
             facts["grads_unused"] = round(g["unused"] / g["all"], 4)
