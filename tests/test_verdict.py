@@ -989,14 +989,21 @@ def test_a_busy_process_the_run_started_is_oversubscription(run_cli, tmp_path):
     assert "other process" not in run("hooked", "python3", 95, child_pid=100)["primary"]["summary"]
 
 
+def hot_line(line, src, samples=380):
+    """Events where one line of the script's <module> holds most of the
+    training thread's samples, outside every phase."""
+    ev = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": line,
+                            "def_line": 1, "samples": samples, "kind": "python"}],
+                by_phase={"other": samples, "forward": 8, "backward": 8, "optimizer": 4})
+    ev["profile"]["lines_top"] = {"samples": samples + 20, "lines": [
+        {"func": "<module>", "file": "/x/train.py", "line": line, "samples": samples,
+         "phase": "other", "src": src}]}
+    return ev
+
+
 def test_a_dataset_converted_every_step_is_named_as_conversion(run_cli, tmp_path):
     st = steady_steps(100, 30.0, fwd=0.02, bwd=0.02, opt=0.01)
-    ev = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 8, "def_line": 1,
-                            "samples": 380, "kind": "python"}],
-                by_phase={"other": 380, "forward": 8, "backward": 8, "optimizer": 4})
-    ev["profile"]["lines_top"] = {"samples": 400, "lines": [
-        {"func": "<module>", "file": "/x/train.py", "line": 8, "samples": 380, "phase": "other",
-         "src": "X = torch.tensor(data, dtype=torch.float32)"}]}
+    ev = hot_line(8, "X = torch.tensor(data, dtype=torch.float32)")
     dg = diagnosis(run_cli, make_run(tmp_path / "conv", st, quiet_metrics(8), ev))
     p = dg["primary"]
     assert p["id"] == "host-code", ids(dg)
@@ -1103,12 +1110,7 @@ def test_evaluation_after_every_step_is_named(run_cli, tmp_path):
 
 def test_a_batch_drawn_by_permuting_every_index_is_named(run_cli, tmp_path):
     st = steady_steps(100, 70.0, fwd=0.01, bwd=0.01, opt=0.01)
-    ev = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 19, "def_line": 1,
-                            "samples": 380, "kind": "python"}],
-                by_phase={"other": 380, "forward": 8, "backward": 8, "optimizer": 4})
-    ev["profile"]["lines_top"] = {"samples": 400, "lines": [
-        {"func": "<module>", "file": "/x/train.py", "line": 19, "samples": 380, "phase": "other",
-         "src": "idx = np.random.choice(N, 256, replace=False)"}]}
+    ev = hot_line(19, "idx = np.random.choice(N, 256, replace=False)")
     dg = diagnosis(run_cli, make_run(tmp_path / "choice", st, quiet_metrics(8), ev))
     assert dg["primary"]["recommendations"][0].startswith(
         "train.py:19 permutes the whole index range"), dg["primary"]

@@ -373,6 +373,17 @@ def optimized_ids():
     return ids
 
 
+def _timed_params():
+    """Each parameter of the live timed models, once (models share modules)."""
+    seen = set()
+    for ref in list(models):
+        m = ref()
+        for p in (m.parameters() if m is not None else ()):
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield p
+
+
 def walk_params():
     """One walk of the timed modules' parameters: their dtypes, how many an
     optimizer updates, and all (the largest counts seen). Runs on the
@@ -389,21 +400,13 @@ def walk_params():
         ids = optimized_ids() or None
         dtypes = {}
         optimized = total = 0
-        seen = set()
-        for ref in list(models):
-            m = ref()
-            if m is None:
-                continue
-            for p in m.parameters():
-                if id(p) in seen:
-                    continue
-                seen.add(id(p))
-                n = p.numel()
-                total += n
-                k = str(p.dtype).replace("torch.", "")
-                dtypes[k] = dtypes.get(k, 0) + n
-                if ids is not None and id(p) in ids:
-                    optimized += n
+        for p in _timed_params():
+            n = p.numel()
+            total += n
+            k = str(p.dtype).replace("torch.", "")
+            dtypes[k] = dtypes.get(k, 0) + n
+            if ids is not None and id(p) in ids:
+                optimized += n
     except Exception:
         return grads_seen
     if total:
@@ -430,21 +433,13 @@ def scan_grads():
         if ids is None:
             return
         unused = 0
-        seen = set()
-        for ref in list(models):
-            m = ref()
-            if m is None:
+        for p in _timed_params():
+            if p.grad is None:
                 continue
-            for p in m.parameters():
-                if id(p) in seen:
-                    continue
-                seen.add(id(p))
-                if p.grad is None:
-                    continue
-                if len(grad_ever) < 1000000:
-                    grad_ever.add(id(p))
-                if id(p) not in ids and p.requires_grad:
-                    unused += p.numel()
+            if len(grad_ever) < 1000000:
+                grad_ever.add(id(p))
+            if id(p) not in ids and p.requires_grad:
+                unused += p.numel()
     except Exception:
         return
     grads_seen["unused"] = max(grads_seen["unused"], unused)
