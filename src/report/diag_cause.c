@@ -1680,7 +1680,8 @@ int dc_cand_ddp_unused(const diag_run *r, dfinding *d)
               "forward it walks the autograd graph for parameters that will get no gradient");
     if (c->ddp.walks >= DDP_MIN_WALKS && c->ddp.params > 0)
         ev(d, "ddp_never_grad_share", c->ddp.never / c->ddp.params,
-           "%.0f%% of the trainable parameters never got a gradient", 100 * c->ddp.never / c->ddp.params);
+           "%.0f%% of the trainable parameters never got a gradient",
+           100 * c->ddp.never / c->ddp.params);
     rec(d, "%s", fix);
     return 1;
 }
@@ -1737,7 +1738,8 @@ int dc_cand_uneven_end(const diag_run *r, dfinding *d)
               rd, steps[0] ? steps : "", why);
     ev(d, "rank_done", rd, "rank %d reached the end of the script without an error", rd);
     ev(d, "rank_failed", rf, "rank %d ended with %s", rf, c->exits[failed].error);
-    if (nd >= 0 && nf >= 0) ev(d, "steps_done", nd, "steps completed: rank %d %.0f, rank %d %.0f", rd, nd, rf, nf);
+    if (nd >= 0 && nf >= 0)
+        ev(d, "steps_done", nd, "steps completed: rank %d %.0f, rank %d %.0f", rd, nd, rf, nf);
     rec(d, "Give every rank the same number of steps: the ranks' shares of the data differ in "
            "length. DistributedSampler(..., drop_last=True) evens them; with a sampler or an "
            "IterableDataset of your own, stop every rank at the same step (a fixed max_steps, or "
