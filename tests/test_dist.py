@@ -352,8 +352,14 @@ def test_ddp_results_are_unchanged_by_the_hooks(tmp_path):
     # trainperf replaces DDP's built-in reduction with a hook that does the
     # same (mean over the group): the trained weights must not move
     args = ["--steps", 6, "--print-checksum"]
-    plain = subprocess.run(torchrun(2, *args), capture_output=True, text=True, timeout=300,
-                           env=clean_env(OMP_NUM_THREADS=1), cwd=str(ROOT))
+    for _ in range(2):
+        plain = subprocess.run(torchrun(2, *args), capture_output=True, text=True, timeout=300,
+                               env=clean_env(OMP_NUM_THREADS=1), cwd=str(ROOT))
+        # (the reference run has no trainperf in it: gloo aborting a rank as
+        # the process exits, "terminate called without an active exception",
+        # happened once in CI and is torch's; such a run is taken again)
+        if "terminate called without an active exception" not in plain.stderr:
+            break
     assert plain.returncode == 0, plain.stderr[-3000:]
     hooked = trainperf_run(tmp_path / "run", torchrun(2, *args))
     want = [l for l in plain.stdout.splitlines() if l.startswith("checksum")]
