@@ -1082,10 +1082,7 @@ def test_evaluation_after_every_step_is_named(run_cli, tmp_path):
     # rollout, sampling): inference one step at a time, told to batch it
     ev["eval"] = {"entries": 10, "time_s": 1.5, "forwards": 5120, "forwards_grad": 0,
                   "forward_rows": 5120, "forwards_sized": 5120}
-    dg = diagnosis(run_cli, make_run(tmp_path / "rollout", steady_steps(300, 7.0, fwd=0.1, bwd=0.15,
-                                     opt=0.03, extra=lambda i: {"eval_ns": int(5e6),
-                                                                "duration_ns": int(2e6)}),
-                                     quiet_metrics(8), ev))
+    dg = diagnosis(run_cli, make_run(tmp_path / "rollout", st, quiet_metrics(8), ev))
     p = dg["primary"]
     assert p["title"] == "Inference between training steps takes much of the run", p
     assert "step several environments together" in p["recommendations"][0], p
@@ -1093,10 +1090,7 @@ def test_evaluation_after_every_step_is_named(run_cli, tmp_path):
     # simulator stepped between them): a rollout too
     ev["eval"].update(forward_rows=5120 * 16)
     ev["profile"]["eval_host_samples"] = 150
-    dg = diagnosis(run_cli, make_run(tmp_path / "sim", steady_steps(300, 7.0, fwd=0.1, bwd=0.15,
-                                     opt=0.03, extra=lambda i: {"eval_ns": int(5e6),
-                                                                "duration_ns": int(2e6)}),
-                                     quiet_metrics(8), ev))
+    dg = diagnosis(run_cli, make_run(tmp_path / "sim", st, quiet_metrics(8), ev))
     p = dg["primary"]
     assert p["title"] == "Inference between training steps takes much of the run", p
     assert any(e["name"] == "eval_host_share" for e in p["evidence"]), p
