@@ -221,7 +221,7 @@ PROBE = textwrap.dedent('''
 
 def test_unused_gradients_are_tried_frozen(cli, tmp_path):
     write(tmp_path, "train.py", PROBE)
-    res = tune(cli, tmp_path, "--json", "--steps", 12, "--warmup", 3, "--repeats", 2,
+    res = tune(cli, tmp_path, "--json", "--steps", 40, "--warmup", 5, "--repeats", 2,
                "--only", "freeze", "--out", tmp_path / "t", "--", sys.executable, "train.py")
     r = result(res)
     t = {t["label"]: t for t in r["trials"]}["freeze"]
