@@ -398,7 +398,10 @@ static void load_ddp(dcause *c, const jr_node *st)
     }
 }
 
-/* settings "optimizers": the class that updates the most parameters */
+/* settings "optimizers" (the class that updates the most parameters) and
+ * "embeddings" (the dense tables an optimizer updates, untied, summed over
+ * processes like params_optimized, so their ratio holds): the fields read
+ * of each element, and what each element adds to the run */
 static const jw_field opt_fields[] = {
     JW_FIELD(STR, "class", dc_opt, cls),
     JW_FIELD(DBL, "params", dc_opt, params),
@@ -408,20 +411,23 @@ static const jw_field opt_fields[] = {
     JW_FIELD(BOOL, "can_foreach", dc_opt, can_foreach),
 };
 
-static void load_optimizers(dcause *c, const jr_node *st)
+static void take_optimizer(dcause *c, const void *e)
 {
-    dc_opt o[8];
-    int n = jr_array(jr_get(st, "optimizers"), o, sizeof(o[0]), 8, opt_fields,
-                     JW_NFIELDS(opt_fields));
-    for (int i = 0; i < n; i++)
-        if (o[i].params > 0 && o[i].cls[0]) {
-            c->nopt++;
-            if (!(o[i].params <= c->opt.params)) c->opt = o[i];
-        }
+    const dc_opt *o = e;
+    if (!(o->params > 0) || !o->cls[0]) return;
+    c->nopt++;
+    if (!(o->params <= c->opt.params)) c->opt = *o;
 }
 
-/* settings "embeddings": the dense tables an optimizer updates, untied
- * (summed over processes like params_optimized, so their ratio holds) */
+static void take_embedding(dcause *c, const void *e)
+{
+    const dc_emb *m = e;
+    double size = m->rows * m->dim;
+    if (!(size > 0) || !m->optimized || m->tied) return;
+    c->emb_params += size;
+    if (!(size <= c->emb.rows * c->emb.dim)) c->emb = *m;
+}
+
 static const jw_field emb_fields[] = {
     JW_FIELD(STR, "name", dc_emb, name),
     JW_FIELD(DBL, "rows", dc_emb, rows),
@@ -431,16 +437,28 @@ static const jw_field emb_fields[] = {
     JW_FIELD(BOOL, "tied", dc_emb, tied),
 };
 
-static void load_embeddings(dcause *c, const jr_node *st)
+/* the settings that are arrays of objects: each element read through its
+ * field table, then handed to its take step */
+static const struct {
+    const char *key;
+    const jw_field *fields;
+    size_t nfields, size;
+    void (*take)(dcause *c, const void *elem);
+} setting_arrays[] = {
+    {"optimizers", opt_fields, JW_NFIELDS(opt_fields), sizeof(dc_opt), take_optimizer},
+    {"embeddings", emb_fields, JW_NFIELDS(emb_fields), sizeof(dc_emb), take_embedding},
+};
+
+static void load_setting_arrays(dcause *c, const jr_node *st)
 {
-    dc_emb m[64];
-    int n = jr_array(jr_get(st, "embeddings"), m, sizeof(m[0]), 64, emb_fields,
-                     JW_NFIELDS(emb_fields));
-    for (int i = 0; i < n; i++) {
-        double size = m[i].rows * m[i].dim;
-        if (!(size > 0) || !m[i].optimized || m[i].tied) continue;
-        c->emb_params += size;
-        if (!(size <= c->emb.rows * c->emb.dim)) c->emb = m[i];
+    union { dc_opt opt[64]; dc_emb emb[64]; } elems; /* room for 64 of any of them */
+    for (size_t a = 0; a < sizeof(setting_arrays) / sizeof(setting_arrays[0]); a++) {
+        size_t size = setting_arrays[a].size;
+        int n = jr_array(jr_get(st, setting_arrays[a].key), &elems, size,
+                         (int)(sizeof(elems) / size), setting_arrays[a].fields,
+                         setting_arrays[a].nfields);
+        for (int i = 0; i < n; i++)
+            setting_arrays[a].take(c, (const char *)&elems + (size_t)i * size);
     }
 }
 
@@ -653,8 +671,7 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
             if (strcmp(k->key, "float64") == 0) c->params_f64 += n;
         }
         load_ddp(c, st);
-        load_optimizers(c, st);
-        load_embeddings(c, st);
+        load_setting_arrays(c, st);
         double gu = jr_pnum(st, "params_grad_unused"), po = jr_pnum(st, "params_optimized"),
                pt = jr_pnum(st, "params_timed");
         if (gu >= 0 && po >= 0 && pt >= gu + po) {
