@@ -1158,3 +1158,51 @@ def test_a_rank_that_left_the_loop_early_is_named(run_cli, tmp_path):
     assert "uneven-end" not in ids(run("ok", 0, [(True, None), (True, gone)]))
     dg = run("other", 1, [(True, None), (True, "KeyError: 'labels'")])
     assert "uneven-end" not in ids(dg), ids(dg)
+
+
+def test_a_new_loader_iterator_every_step_is_named(run_cli, tmp_path):
+    # `next(iter(loader))` with 2 workers: 25 ms a step starting and stopping
+    # them (outside the data phase), 8 ms waiting for the first batch
+    st = steady_steps(120, 40.0, data_ms=8.0, fwd=0.05, bwd=0.05, opt=0.03)
+    busy = [dict(m, cpu_pct=80, tree_cpu_pct=150, main_cpu_pct=80) for m in quiet_metrics(8)]
+    ev = events(by_phase={"data": 100, "other": 250, "forward": 10, "backward": 10})
+    ev["loader"] = {"iterators": 120, "train_iterators": 120, "train_start_s": 2.2,
+                    "train_stop_s": 0.8, "train_batches": 120 * 313, "workers": 2,
+                    "persistent": False, "epochs": []}
+    dg = diagnosis(run_cli, make_run(tmp_path / "next_iter", st, busy, ev))
+    p = dg["primary"]
+    assert p["id"] == "input-bound" and "new DataLoader iterator every step" in p["title"], p
+    assert p["score"] > 0.75, p  # the workers' start and stop count with the wait
+    assert "next(iter(loader))" in p["recommendations"][0], p
+    assert "313 batches" in " ".join(e["text"] for e in p["evidence"]), p
+    # epochs of one batch (full-batch training through a DataLoader): the
+    # iterator is used up, so the advice is persistent workers or tensors
+    ev["loader"]["train_batches"] = 120
+    dg = diagnosis(run_cli, make_run(tmp_path / "full_batch", st, busy, ev))
+    p = dg["primary"]
+    assert p["title"] == "Input-bound: an epoch every step", p
+    assert "persistent_workers=True" in p["recommendations"][0], p
+    assert "next(iter" not in " ".join(p["recommendations"]), p
+    ev["loader"]["persistent"] = True
+    dg = diagnosis(run_cli, make_run(tmp_path / "full_batch_persistent", st, busy, ev))
+    assert "as tensors" in dg["primary"]["recommendations"][0], dg["primary"]
+    # one iterator an epoch of 313 batches: no such finding
+    ev["loader"].update(iterators=1, train_iterators=1, train_batches=313, persistent=False)
+    dg = diagnosis(run_cli, make_run(tmp_path / "one_iter", st, busy, ev))
+    assert "iterator every step" not in dg["primary"]["title"], dg["primary"]
+    assert "epoch every step" not in dg["primary"]["title"], dg["primary"]
+
+
+def test_printing_tensors_is_named(run_cli, tmp_path):
+    st = steady_steps(200, 10.0, fwd=0.1, bwd=0.1, opt=0.05)
+    top = [{"func": "<module>", "file": "/x/train.py", "line": 10, "def_line": 1,
+            "samples": 110, "kind": "format"}]
+    ev = events(other_top=top, by_phase={"other": 115, "forward": 17, "backward": 4})
+    dg = diagnosis(run_cli, make_run(tmp_path / "fmt", st, quiet_metrics(8), ev))
+    p = dg["primary"]
+    assert p["id"] == "host-code" and p["title"] == "Printing tensors in the training loop", p
+    assert "train.py:10" in p["recommendations"][0] and "loss.item()" in p["recommendations"][0]
+    # the same line in plain Python: not printing
+    top[0]["kind"] = "python"
+    dg = diagnosis(run_cli, make_run(tmp_path / "py", st, quiet_metrics(8), ev))
+    assert dg["primary"]["title"] == "Python code in the training loop", dg["primary"]

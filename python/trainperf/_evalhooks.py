@@ -68,7 +68,8 @@ gc_stats = {"collections": [0, 0, 0], "pause_s": 0.0, "max_s": 0.0, "pauses": []
 gc_last_end = [0.0]     # perf_counter() when the last collection ended (the sampler reads it)
 gc_recent = collections.deque(maxlen=64)  # (start, end) perf_counter() of the last collections
 compile_stats = {"frames": 0, "compile_s": 0.0, "recompiles": 0, "events": []}
-loader_stats = {"iterators": 0, "workers": 0, "persistent": False, "epochs": []}
+loader_stats = {"iterators": 0, "train_iterators": 0, "train_start_s": 0.0,
+                "train_stop_s": 0.0, "train_batches": 0, "train_batches_unknown": 0, "workers": 0, "persistent": False, "epochs": []}
 settings = {"ticks": 0, "anomaly_ticks": 0, "tracemalloc_ticks": 0, "tracer_ticks": 0,
             "tracer": None, "tracer_kind": None, "tracer_how": None}
 models = []             # weak references to the modules whose forward is timed
@@ -326,6 +327,13 @@ def _patch_loader(torch):
         try:
             nw = int(getattr(self, "num_workers", 0) or 0)
             loader_stats["iterators"] += 1
+            if not ev.active:
+                loader_stats["train_iterators"] += 1
+                loader_stats["train_start_s"] += _now() - t0
+                try:  # batches an epoch (an IterableDataset may have no length)
+                    loader_stats["train_batches"] += len(self)
+                except Exception:
+                    loader_stats["train_batches_unknown"] += 1
             loader_stats["workers"] = max(loader_stats["workers"], nw)
             if getattr(self, "persistent_workers", False):
                 loader_stats["persistent"] = True
@@ -342,6 +350,25 @@ def _patch_loader(torch):
 
     iter_.__wrapped__ = orig_iter
     dl.DataLoader.__iter__ = iter_
+
+    # an iterator's workers stopped (at its end, or when it is dropped): the
+    # other half of what a new iterator per batch costs
+    mp_iter = getattr(dl, "_MultiProcessingDataLoaderIter", None)
+    orig_stop = getattr(mp_iter, "_shutdown_workers", None)
+    if orig_stop is None or hasattr(orig_stop, "__wrapped__"):
+        return
+
+    def stop_(self):
+        if getattr(self, "_shutdown", True) or ev.active:
+            return orig_stop(self)
+        t0 = _now()
+        try:
+            return orig_stop(self)
+        finally:
+            loader_stats["train_stop_s"] += _now() - t0
+
+    stop_.__wrapped__ = orig_stop
+    mp_iter._shutdown_workers = stop_
 
 
 # --- settings that slow every step ------------------------------------------
@@ -817,7 +844,12 @@ def snapshot():
                      "events": list(compile_stats["events"])},
          "graph": {"probes": list(graph["probes"])},
          "profiler": {"spans": _profiler_spans()},
-         "loader": {"iterators": loader_stats["iterators"], "workers": loader_stats["workers"],
+         "loader": {"iterators": loader_stats["iterators"],
+                    "train_iterators": loader_stats["train_iterators"],
+                    "train_start_s": round(loader_stats["train_start_s"], 6),
+                    "train_stop_s": round(loader_stats["train_stop_s"], 6),
+                    "train_batches": (loader_stats["train_batches"]
+                                      if not loader_stats["train_batches_unknown"] else None), "workers": loader_stats["workers"],
                     "persistent": loader_stats["persistent"],
                     "prefetch_factor": loader_stats.get("prefetch_factor"),
                     "epochs": list(loader_stats["epochs"])}}

@@ -110,6 +110,11 @@ def _classify(code):
     elif fn.endswith("/torch/serialization.py") and name in ("save", "_save") or \
             "/torch/distributed/checkpoint/" in fn:
         ph = "checkpoint"
+    elif fn.endswith("/torch/_tensor_str.py") or fn.endswith("/torch/_tensor.py") and \
+            name in ("__repr__", "__str__", "__format__"):
+        # a tensor turned into text (print, an f-string): Python walking its
+        # elements on the host, whatever torch ops it calls inside
+        ph = "format"
     elif "/torch/" in fn and "/torch/utils/" not in fn:
         # tensor ops called outside the model (the loss, metrics): compute
         ph = "compute"
@@ -123,7 +128,7 @@ def _classify(code):
 
 
 # phases that win over ones further out on the stack (compile inside forward)
-_INNER_WINS = {"compile", "checkpoint", "comm"}
+_INNER_WINS = {"compile", "checkpoint", "comm", "format"}
 
 _LOADS = ("LOAD_NAME", "LOAD_GLOBAL", "LOAD_FAST", "LOAD_DEREF", "LOAD_FAST_CHECK",
           "LOAD_FAST_LOAD_FAST", "LOAD_CLASSDEREF")
@@ -234,7 +239,10 @@ def _shape(stack):
         # keep the outer frames (the user's code) and the innermost few
         stack = stack[:12] + [(None, 0)] + stack[-(MAX_DEPTH - 12):]
     user_leaf = bool(stack) and _classify(leaf_code)[1] and not _input_fn(stack)
-    return stack, special or outer, user_leaf, tuple(reversed(stack))
+    phase = special or outer
+    if phase == "format":
+        phase = None  # host code (_kind names it), inside the model or out
+    return stack, phase, user_leaf, tuple(reversed(stack))
 
 
 _eval_host = [0]  # samples of the eval phase outside the model and torch ops
@@ -501,6 +509,8 @@ def _kind(stack, ui):
     leaf_code, leaf_line = stack[ui]
     src = linecache.getline(leaf_code.co_filename, leaf_line) if ui == len(stack) - 1 else ""
     inner = files[ui + 1:]
+    if any(fn.endswith("/torch/_tensor_str.py") for fn in inner):
+        return "format"
     if any(any(k in fn for k in _IO_FILES) for fn in inner) or (src and _IO.search(src)):
         return "io"
     if src and _SYNC.search(src):

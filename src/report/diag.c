@@ -18,6 +18,8 @@
 #define MIN_STEPS DC_MIN_STEPS
 #define MIN_SAMPLES 3
 #define INPUT_SHARE 0.20 /* data wait share of step time */
+#define ITER_PER_STEP_MIN 10 /* training iterators before one per step counts */
+#define ITER_PER_STEP_MAX 2  /* steps per iterator at most */
 #define COMM_SHARE 0.20
 #define CKPT_SHARE 0.15
 #define IO_IOWAIT_PCT 10.0
@@ -548,9 +550,78 @@ static int cand_epoch_starts(const diag_run *r, const ctx *c, dfinding *d)
     return 1;
 }
 
+/* `next(iter(loader))` in the step, or a DataLoader built inside the loop:
+ * a new iterator (its sampler shuffled, its workers started, their queues
+ * filled) for about every batch. The steps per training iterator, or 0. */
+static double steps_per_iter(const diag_run *r)
+{
+    double it = r->cause.loader_train_iters;
+    if (!r->cause.have_pyprof || !(it >= ITER_PER_STEP_MIN) || !(r->steps > 0)) return 0;
+    double per = r->steps / it;
+    return per <= ITER_PER_STEP_MAX ? per : 0;
+}
+
+/* A new iterator for about every batch: the wait for its first batch and
+ * the start and stop of its workers (timed by the hook) are the loader's.
+ * Either the script draws one batch of each iterator (`next(iter(loader))`)
+ * or its epochs are that short (a dataset of one batch: full-batch
+ * training through a DataLoader). */
+static int cand_iter_per_step(const diag_run *r, const ctx *c, dfinding *d, double per)
+{
+    const dcause *rc = &r->cause;
+    double cyc = rc->loader_train_cycle_s * 1e9 / r->sum_interval_ns;
+    double s = c->share[PH_DATA] + (cyc > 0 ? cyc : 0);
+    if (!(s >= INPUT_SHARE)) return 0;
+    if (s > 1) s = 1;
+    double epoch = rc->loader_train_batches / rc->loader_train_iters; /* batches */
+    int whole = epoch > 0 && epoch <= per + 0.5; /* each iterator is used up */
+    if (whole)
+        diag_head(d, "input-bound", "Input-bound: an epoch every step", s,
+                  "%s take %.0f%% of step time", "starting a DataLoader epoch of one or two "
+                  "batches for each step and waiting for its first batch", 100 * s);
+    else
+        diag_head(d, "input-bound", "Input-bound: a new DataLoader iterator every step", s,
+                  "%s take %.0f%% of step time", "starting a new DataLoader iterator for each "
+                  "batch and waiting for its first batch", 100 * s);
+    ev(d, "steps_per_iterator", per,
+       "%.0f DataLoader iterators for %.0f steps: a new iterator every %.1f steps%s",
+       rc->loader_train_iters, r->steps, per,
+       whole ? ", each a whole epoch" : "");
+    if (!whole && epoch > 0)
+        ev(d, "batches_per_epoch", epoch, "each iterator could give %.0f batches", epoch);
+    ev(d, "data_wait_share", c->share[PH_DATA], "data wait is %.0f%% of step time",
+       100 * c->share[PH_DATA]);
+    if (cyc > 0 && c->workers > 0)
+        ev(d, "iterator_cycle_share", cyc,
+           "starting and stopping the iterators' %d worker%s: %.0f%% of step time (%.1f ms "
+           "each)",
+           c->workers, c->workers == 1 ? "" : "s", 100 * cyc,
+           1e3 * rc->loader_train_cycle_s / rc->loader_train_iters);
+    if (whole) {
+        if (c->workers > 0 && !rc->loader_persistent)
+            rec(d, "persistent_workers=True: an epoch here is %.0f batch%s, so the %d workers "
+                   "start and stop for every step without it.",
+                epoch, epoch < 1.5 ? "" : "es", c->workers);
+        rec(d, "A dataset of one or two batches fits in memory as tensors: build them once "
+               "before the loop (on the GPU when there is one) and index them in the step, "
+               "instead of a DataLoader that fetches and collates every sample again each "
+               "step.");
+        return 1;
+    }
+    rec(d, "Make one iterator and draw from it: `next(iter(loader))` (or a DataLoader built in "
+           "the loop) starts a new iterator for every batch%s. Loop `for batch in loader:`, or "
+           "create `it = iter(loader)` before the loop, call `next(it)` in the step and make a "
+           "new one only at StopIteration (the end of an epoch).",
+        c->workers > 0 ? ": its workers start, prefetch before the first batch comes, and stop "
+                         "again"
+                       : ", shuffling the whole index again");
+    return 1;
+}
+
 static int cand_input(const diag_run *r, const ctx *c, dfinding *d)
 {
-    double s = c->share[PH_DATA];
+    double s = c->share[PH_DATA], per = steps_per_iter(r);
+    if (c->steps_ok && per > 0 && r->sum_interval_ns > 0) return cand_iter_per_step(r, c, d, per);
     if (!c->steps_ok || !(s >= INPUT_SHARE)) return 0;
     /* the wait must be the run's steady state, not a few slow batches (an
      * epoch's worker start-up, one slow read): with the steps that waited

@@ -594,6 +594,12 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
     const jr_node *l = jr_get(root, "loader");
     if (l) {
         if (!isnan(v = jr_pnum(l, "iterators"))) c->loader_iters += v;
+        if (!isnan(v = jr_pnum(l, "train_iterators"))) c->loader_train_iters += v;
+        if ((v = jr_pnum(l, "train_start_s")) > 0) c->loader_train_cycle_s += v;
+        if ((v = jr_pnum(l, "train_stop_s")) > 0) c->loader_train_cycle_s += v;
+        /* unknown in one process (or an older hook's file): unknown */
+        v = jr_pnum(l, "train_batches");
+        c->loader_train_batches += v >= 0 ? v : NAN;
         if (!isnan(v = jr_pnum(l, "workers")) && v > c->loader_workers && v <= MAX_COUNT)
             c->loader_workers = v;
         const jr_node *pe = jr_get(l, "persistent");
@@ -909,6 +915,7 @@ static const char *kind_words(const char *k)
     if (strcmp(k, "wait") == 0) return "waiting (sleep, locks, queues)";
     if (strcmp(k, "input-wait") == 0) return "waiting for batches from a producer (a queue or thread)";
     if (strcmp(k, "input-pool") == 0) return "waiting for a worker pool to prepare the batch";
+    if (strcmp(k, "format") == 0) return "tensors formatted as text (print or an f-string)";
     return "Python code on the host";
 }
 
@@ -1001,7 +1008,8 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     const dc_func *f = &c->funcs[0];
     double fshare = f->samples / train;
     /* the kind of the unlabelled time: the kind with the most samples */
-    const char *kinds[] = {"input", "python", "sync", "io", "wait", "input-wait", "input-pool"};
+    const char *kinds[] = {"input",      "python",     "sync",  "io", "wait",
+                           "input-wait", "input-pool", "format"};
     enum { NKINDS = sizeof(kinds) / sizeof(kinds[0]) };
     double ks[NKINDS] = {0};
     for (int i = 0; i < c->nfunc; i++)
@@ -1021,7 +1029,8 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     int convert = !logging && best == 1 && strcmp(f->kind, "python") == 0 && converts_at(c, f);
     fmt(d->id, sizeof(d->id), "host-code");
     fmt(d->title, sizeof(d->title), "%s",
-        logging     ? "Logging in the training loop"
+        best == 7   ? "Printing tensors in the training loop"
+        : logging   ? "Logging in the training loop"
         : convert   ? "Data conversion in the training loop"
         : best == 0 ? "Input preparation in the training loop"
         : best == 3 ? "I/O in the training loop"
@@ -1047,7 +1056,13 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
         ev(d, "data_wait_share", r->sum_phase_ns[PH_DATA] / r->sum_interval_ns,
            "DataLoader wait %.0f%% of step time (this time is not in a DataLoader)",
            100 * r->sum_phase_ns[PH_DATA] / r->sum_interval_ns);
-    if (logging) {
+    if (best == 7) {
+        rec(d, "Print numbers, not tensors, and not every step: %s:%d turns tensors into text "
+               "(%.0f%% of training time), and formatting a tensor walks its elements in Python. "
+               "Print loss.item() (one float) or a few summary numbers every N steps; keep "
+               "whole tensors for a debugger or torch.save.",
+            f->file, f->line, 100 * fshare);
+    } else if (logging) {
         rec(d, "Log every N steps, not every step: %s:%d takes %.0f%% of training time. Keep "
                "the metrics as tensors and log their mean every 50 or 100 steps (one .item() "
                "and one call to the logger per interval).",

@@ -103,6 +103,9 @@ typedef struct dcause {
     dc_event comp[DC_MAX_EVENTS];
     char recompile_reason[200];
     double loader_iters, loader_workers;
+    double loader_train_iters;   /* iterators begun outside evaluation */
+    double loader_train_cycle_s; /* their workers' start and stop, seconds */
+    double loader_train_batches; /* their epochs' batches (len(loader)), NAN if unknown */
     /* pyprof/loader-*.json: the DataLoader workers' time fetching batches
      * and the span they ran (their busy share, dc_loader_starved) */
     double ldr_fetch_s, ldr_span_s;
