@@ -377,6 +377,16 @@ else:
 
     if mode == "accum":
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    if mode == "remade":
+        # a new optimizer every step (the last one is gone by then)
+        for i in range(n1):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            x, y = batch()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        n1 = 0
     for i in range(n1):
         # a hand-written update (no optimizer yet); "accum": an optimizer made
         # up front, three backwards per optimizer step
@@ -450,6 +460,31 @@ def test_hand_written_update_with_a_model_has_its_phases(cli, tmp_path):
     for r in rows[1:]:
         assert int(r["forward_ns"]) > 0 and int(r["backward_ns"]) > 0 and int(r["data_ns"]) > 0, r
         assert sum(int(r[c]) for c in PHASES) <= int(r["interval_ns"]), r
+
+
+@pytest.mark.parametrize("impl", ["c", "ctypes"])
+def test_a_new_optimizer_every_step_gives_every_step(cli, build, tmp_path, impl):
+    # Each new optimizer was taken for a second one alternating with the
+    # first (a GAN's): one step in all. The first is gone when the next steps,
+    # so the next is the primary: one row per iteration, with both hooks.
+    env = {}
+    if impl == "ctypes":
+        from trainperf import _fallback
+        lib = build / "libtrainperf.so"
+        if not lib.exists() or _fallback._sanitized(str(lib)):
+            pytest.skip("no uninstrumented libtrainperf.so for the ctypes binding")
+        env = {"TRAINPERF_PY_IMPL": "ctypes", "TRAINPERF_LIB": str(lib)}
+    script = tmp_path / "manual.py"
+    script.write_text(MANUAL_UPDATE)
+    N = 30
+    res = trainperf_run(cli, tmp_path / "run", script, "remade", N, 0, env=env)
+    assert res.returncode == 0, res.stderr
+    assert result_line(res.stdout) == result_line(plain(script, "remade", N, 0).stdout)
+    rows = steps(tmp_path / "run")
+    assert len(rows) == N and all(int(r["optimizer_ns"]) > 0 for r in rows), len(rows)
+    ev = json.loads(next((tmp_path / "run" / "pyprof").glob("events-*.json")).read_text())
+    made = ev["settings"]["optimizers_made"]
+    assert made["total"] == N and made["in_training"] >= N - 1, made
 
 
 @pytest.mark.parametrize("mode,n1,n2,want", [("later", 15, 12, 27), ("accum", 10, 0, 10)])

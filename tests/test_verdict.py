@@ -1206,3 +1206,44 @@ def test_printing_tensors_is_named(run_cli, tmp_path):
     top[0]["kind"] = "python"
     dg = diagnosis(run_cli, make_run(tmp_path / "py", st, quiet_metrics(8), ev))
     assert dg["primary"]["title"] == "Python code in the training loop", dg["primary"]
+
+
+def sampled_metrics(series):
+    """quiet_metrics at the given (t, RSS MiB) samples (the collector samples
+    every 0.25 s at first, then every second)."""
+    base = quiet_metrics(1)[0]
+    return [dict(base, t=t, tree_rss_bytes=mib << 20) for t, mib in series]
+
+
+def test_a_leak_in_a_short_run_is_found(run_cli, tmp_path):
+    # forward hooks that keep every activation (and its graph): 400 steps in
+    # 3.3 s, RSS 321 -> 900 MiB. The last sample's series bucket is timed
+    # after it (its middle): the window's last third must still hold it
+    leak = [(0.25, 90), (0.5, 164), (1.0, 206), (1.5, 249), (2.0, 280), (2.25, 291),
+            (2.5, 321), (2.75, 379), (3.0, 442), (4.0, 684), (5.0, 900), (5.78, 0)]
+    st = steady_steps(400, 8.0, t0=2.46)
+    dg = diagnosis(run_cli, make_run(tmp_path / "leak", st, sampled_metrics(leak)))
+    assert dg["primary"]["id"] == "memory-capacity", ids(dg)
+    # variable sequence lengths: the footprint rose after warm-up, then swung
+    # about a level (510 at 3 s, 395-478 after): no leak
+    swing = [(0.25, 142), (1.0, 239), (1.5, 289), (1.75, 348), (2.0, 394), (2.25, 474),
+             (2.5, 466), (2.75, 447), (3.0, 510), (3.5, 478), (4.0, 395), (4.5, 426),
+             (5.0, 474), (5.5, 433), (6.0, 473), (6.22, 0)]
+    st = steady_steps(125, 32.0, t0=1.70)
+    dg = diagnosis(run_cli, make_run(tmp_path / "swing", st, sampled_metrics(swing)))
+    assert "memory-capacity" not in ids(dg), ids(dg)
+
+
+def test_a_new_optimizer_every_step_is_told(run_cli, tmp_path):
+    st = steady_steps(200, 10.0)
+    ev = events(by_phase={"forward": 60, "backward": 80, "optimizer": 200})
+    ev["settings"] = {"optimizers_made": {"total": 200, "in_training": 199}}
+    dg = diagnosis(run_cli, make_run(tmp_path / "remade", st, quiet_metrics(8), ev))
+    f = finding(dg, "optimizer-remade")
+    assert f and "199 optimizers for its 200 steps" in f["summary"], ids(dg)
+    assert dg["primary"]["id"] != "optimizer-remade", ids(dg)  # after the verdict
+    assert "once, before the loop" in f["recommendations"][0]
+    # one optimizer a trial of a learning-rate sweep: no finding
+    ev["settings"]["optimizers_made"] = {"total": 6, "in_training": 5}
+    dg = diagnosis(run_cli, make_run(tmp_path / "sweep", st, quiet_metrics(8), ev))
+    assert "optimizer-remade" not in ids(dg), ids(dg)

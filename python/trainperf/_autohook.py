@@ -34,6 +34,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import threading
+import weakref
 
 from trainperf import _evalhooks
 
@@ -550,8 +551,17 @@ def patch_torch(torch):
     st = _st
     handles = {}
     # [id of the optimizer whose steps are step boundaries, id of another one
-    # stepping, how many times in a row it has]
-    primary = [None, None, 0]
+    # stepping, how many times in a row it has, a weak reference to the first
+    # (once it is gone, the next optimizer that steps is the primary: a script
+    # that makes a new optimizer every step)]
+    primary = [None, None, 0, None]
+
+    def set_primary(opt):
+        primary[0] = id(opt)
+        try:
+            primary[3] = weakref.ref(opt)
+        except TypeError:
+            primary[3] = None
 
     _auto_steps = True
     c_hooks = _core_hooks()
@@ -585,8 +595,11 @@ def patch_torch(torch):
         if _bwd_steps:
             _set_bwd_steps(False)
         oid = id(opt)
+        if primary[0] is not None and primary[0] != oid and primary[3] is not None and \
+                primary[3]() is None:
+            primary[0] = None
         if primary[0] is None:
-            primary[0] = oid
+            set_primary(opt)
         elif primary[0] != oid:
             # Another optimizer: a GAN's second one alternates with the primary
             # (no step), a later training stage's replaces it once it steps
@@ -597,7 +610,7 @@ def patch_torch(torch):
                 primary[1], primary[2] = oid, 1
             if primary[2] < 2:
                 return
-            primary[0] = oid
+            set_primary(opt)
         primary[1], primary[2] = None, 0
         if st.open:
             if auto_end(st.samples, st.tokens):

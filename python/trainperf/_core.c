@@ -392,8 +392,12 @@ static int auto_opt_phase = 1; /* the optimizer hooks push "optimizer" */
  * first of either */
 static int auto_bwd_steps;
 /* the optimizer whose steps are step boundaries, another one stepping, how
- * many times in a row it has (as _autohook.patch_torch's `primary`) */
+ * many times in a row it has (as _autohook.patch_torch's `primary`); a weak
+ * reference to the first, when it takes one: once it is gone, the next
+ * optimizer that steps is the primary (a script that makes a new optimizer
+ * every step) */
 static const void *auto_primary, *auto_other;
+static PyObject *auto_primary_ref;
 static int auto_other_n;
 static PyObject *str_active;   /* "active" */
 static PyObject *str_shape;    /* "shape" */
@@ -650,6 +654,32 @@ static PyObject *opt_pre_vectorcall(PyObject *self, PyObject *const *args, size_
     Py_RETURN_NONE;
 }
 
+/* Whether the primary optimizer no longer exists (known only when it took
+ * a weak reference). */
+static int primary_gone(void)
+{
+    if (auto_primary_ref == NULL) return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(auto_primary_ref, &o) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_XDECREF(o);
+    return o == NULL;
+#else
+    return PyWeakref_GetObject(auto_primary_ref) == Py_None;
+#endif
+}
+
+static void set_primary(PyObject *opt)
+{
+    auto_primary = opt;
+    Py_CLEAR(auto_primary_ref);
+    auto_primary_ref = PyWeakref_NewRef(opt, NULL);
+    if (auto_primary_ref == NULL) PyErr_Clear(); /* no weak references: compared by address */
+}
+
 /* Global optimizer step post-hook (opt, args, kwargs): each step of the
  * primary optimizer ends this thread's step and begins the next. */
 static PyObject *opt_post_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
@@ -659,8 +689,9 @@ static PyObject *opt_post_vectorcall(PyObject *self, PyObject *const *args, size
     auto_bwd_steps = 0; /* an optimizer steps: its steps are the boundaries now */
     if (PyVectorcall_NARGS(nargsf) < 1) Py_RETURN_NONE;
     const void *oid = args[0];
+    if (auto_primary != NULL && auto_primary != oid && primary_gone()) auto_primary = NULL;
     if (auto_primary == NULL) {
-        auto_primary = oid;
+        set_primary(args[0]);
     } else if (auto_primary != oid) {
         /* a GAN's second optimizer alternates with the primary (no step);
          * a later training stage's replaces it once it steps twice in a row */
@@ -671,7 +702,7 @@ static PyObject *opt_post_vectorcall(PyObject *self, PyObject *const *args, size
             auto_other_n = 1;
         }
         if (auto_other_n < 2) Py_RETURN_NONE;
-        auto_primary = oid;
+        set_primary(args[0]);
     }
     auto_other = NULL;
     auto_other_n = 0;

@@ -76,6 +76,7 @@ models = []             # weak references to the modules whose forward is timed
 optimizers = []         # weak references to the optimizers made
 grads_seen = {"unused": 0, "optimized": 0, "all": 0}  # the largest seen, in parameters
 opt_seen = {}           # optimizer class name -> its facts, the largest seen (optimizer_facts)
+opt_made = [0, 0]       # optimizers made: in all, after training began
 grad_ever = set()       # ids of the timed parameters seen with a gradient (walk_params)
 ddp_seen = {}           # DistributedDataParallel settings and never-updated parameters (ddp_facts)
 embed_seen = {}         # id(embedding module) -> its facts (embedding_facts)
@@ -383,7 +384,12 @@ def note_model(module):
 
 
 def note_optimizer(opt):
+    opt_made[0] += 1
+    if ev.training_started:
+        opt_made[1] += 1
     try:
+        if len(optimizers) >= 64:  # a script making optimizers over and over
+            optimizers[:] = [r for r in optimizers if r() is not None]
         if len(optimizers) < 64:
             optimizers.append(weakref.ref(opt))
     except TypeError:
@@ -875,6 +881,8 @@ def snapshot():
                              "params_optimized": grads_seen["optimized"],
                              "params_timed": grads_seen["all"],
                              "optimizers": [dict(f) for f in list(opt_seen.values())],
+                             "optimizers_made": {"total": opt_made[0],
+                                                 "in_training": opt_made[1]},
                              "embeddings": [dict(f) for f in list(embed_seen.values())],
                              "ddp": dict(ddp_seen) or None}
     except Exception:

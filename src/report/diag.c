@@ -219,16 +219,24 @@ static int cand_memory(const diag_run *r, const ctx *c, dfinding *d)
      * varying shapes make the allocator's footprint swing up and down (the
      * lowest RSS of each third of the window, each above the one before) */
     if (grew) {
-        double fl[3] = {INFINITY, INFINITY, INFINITY};
+        double fl[3] = {INFINITY, INFINITY, INFINITY}, top0 = 0;
+        /* the series' buckets are timed at their middle: every bucket that
+         * overlaps the window counts (those of its first and last samples) */
+        double half = r->s_tree_rss.width / 2, eps = 1e-6 * (t1 - t0);
         for (int k = 0; k < r->s_tree_rss.n; k++)
-            if (dseries_value(&r->s_tree_rss, k, &tt, &vv) && tt >= t0 && tt <= t1 && vv > 0) {
+            if (dseries_value(&r->s_tree_rss, k, &tt, &vv) && tt + half > t0 - eps &&
+                tt - half <= t1 + eps && vv > 0) {
                 int third = (int)(3 * (tt - t0) / (t1 - t0));
-                third = third > 2 ? 2 : third;
+                third = third > 2 ? 2 : third < 0 ? 0 : third;
                 if (vv < fl[third]) fl[third] = vv;
+                if (third == 0 && vv > top0) top0 = vv;
             }
         double g = v1 - v0;
+        /* and the last third never comes down to what the first reached: a
+         * footprint that rose after warm-up and then swung about a level
+         * (variable shapes) is not growing */
         grew = isfinite(fl[0]) && isfinite(fl[1]) && isfinite(fl[2]) && fl[1] > fl[0] + 0.15 * g &&
-               fl[2] > fl[0] + 0.4 * g;
+               fl[2] > fl[0] + 0.4 * g && fl[2] > top0;
     }
     if (fired(r, "host_mem_growth", &t, m, sizeof(m)) && grew) {
         ev(d, "alert_host_mem_growth", t, "at %.0f s: %s", t, m);
@@ -1311,7 +1319,7 @@ void diag_compute(diag_run *r)
     ctx c;
     make_ctx(r, &c);
 
-    dfinding cand[24]; /* one a rule, at most */
+    dfinding cand[28]; /* one a rule, at most */
     int nc = 0;
     int (*rules[])(const diag_run *, const ctx *, dfinding *) = {
         cand_memory, cand_throttle,  cand_input, cand_storage_ckpt,
@@ -1325,8 +1333,8 @@ void diag_compute(diag_run *r)
     int (*causes[])(const diag_run *, dfinding *) = {
         dc_cand_hostcode, dc_cand_contention, dc_cand_oversub, dc_cand_gc, dc_cand_compile,
         dc_cand_gil, dc_cand_anomaly, dc_cand_unused_grads, dc_cand_eval_grad, dc_cand_tiny_ops,
-        dc_cand_profiler, dc_cand_tracer, dc_cand_debug, dc_cand_ddp_unused, dc_cand_eval_often,
-        dc_cand_uneven_end,
+        dc_cand_profiler, dc_cand_tracer, dc_cand_debug, dc_cand_ddp_unused, dc_cand_opt_remade,
+        dc_cand_eval_often, dc_cand_uneven_end,
     };
     _Static_assert(sizeof(rules) / sizeof(rules[0]) + sizeof(causes) / sizeof(causes[0]) <=
                        sizeof(cand) / sizeof(cand[0]),

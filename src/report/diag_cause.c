@@ -678,6 +678,8 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
         }
         load_ddp(c, st);
         load_setting_arrays(c, st);
+        if ((v = jr_pnum(jr_get(st, "optimizers_made"), "in_training")) > 0 && v <= MAX_COUNT)
+            c->opt_made_train += v;
         double gu = jr_pnum(st, "params_grad_unused"), po = jr_pnum(st, "params_optimized"),
                pt = jr_pnum(st, "params_timed");
         if (gu >= 0 && po >= 0 && pt >= gu + po) {
@@ -1671,6 +1673,8 @@ int dc_optimizer_advice(const diag_run *r, dfinding *d, double share, int small)
 }
 
 #define DDP_MIN_WALKS 3 /* looks at the gradients before any is called never set */
+#define OPT_REMADE_MIN 10     /* steps, and optimizers made while training */
+#define OPT_REMADE_SHARE 0.5  /* optimizers made per step */
 
 int dc_ddp_unused_advice(const diag_run *r, char *out, size_t n)
 {
@@ -1715,6 +1719,31 @@ int dc_cand_ddp_unused(const diag_run *r, dfinding *d)
            "%.0f%% of the trainable parameters never got a gradient",
            100 * c->ddp.never / c->ddp.params);
     rec(d, "%s", fix);
+    return 1;
+}
+
+/* A new optimizer made for most steps (`opt = Adam(model.parameters())`
+ * inside the loop): its state starts from nothing every step. A mistake in
+ * what the training computes more than in its speed (its state allocated
+ * again each step cost ~10% here), so a minor finding, told after the
+ * verdict. */
+int dc_cand_opt_remade(const diag_run *r, dfinding *d)
+{
+    const dcause *c = &r->cause;
+    if (!(r->steps >= OPT_REMADE_MIN) || !(c->opt_made_train >= OPT_REMADE_MIN) ||
+        !(c->opt_made_train >= OPT_REMADE_SHARE * r->steps))
+        return 0;
+    diag_head(d, "optimizer-remade", "A new optimizer every step", 0.05,
+              "the script made %.0f optimizers for its %.0f steps: each one starts with empty "
+              "state, so momentum and Adam's running averages never build up",
+              c->opt_made_train, r->steps);
+    ev(d, "optimizers_per_step", c->opt_made_train / r->steps,
+       "%.0f torch.optim optimizers made after training began, %.0f steps",
+       c->opt_made_train, r->steps);
+    rec(d, "Make the optimizer once, before the loop, and keep it: a new one every step "
+           "trains with fresh state each time (Adam's first update of each is about lr times "
+           "the sign of the gradient) and allocates that state again. To change the learning "
+           "rate, set param_group[\"lr\"] or use a torch.optim.lr_scheduler.");
     return 1;
 }
 

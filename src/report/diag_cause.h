@@ -103,6 +103,7 @@ typedef struct dcause {
     dc_event comp[DC_MAX_EVENTS];
     char recompile_reason[200];
     double loader_iters, loader_workers;
+    double opt_made_train;       /* optimizers made after training began */
     double loader_train_iters;   /* iterators begun outside evaluation */
     double loader_train_cycle_s; /* their workers' start and stop, seconds */
     double loader_train_batches; /* their epochs' batches (len(loader)), NAN if unknown */
@@ -258,6 +259,7 @@ int dc_cand_profiler(const struct diag_run *r, struct dfinding *d);
 int dc_cand_tracer(const struct diag_run *r, struct dfinding *d);
 int dc_cand_debug(const struct diag_run *r, struct dfinding *d);
 int dc_cand_ddp_unused(const struct diag_run *r, struct dfinding *d);
+int dc_cand_opt_remade(const struct diag_run *r, struct dfinding *d);
 int dc_cand_uneven_end(const struct diag_run *r, struct dfinding *d);
 /* The fix for DDP's find_unused_parameters=True, for the communication
  * finding too: 2 when it names parameters that never got a gradient, 1
