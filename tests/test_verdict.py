@@ -1247,3 +1247,19 @@ def test_a_new_optimizer_every_step_is_told(run_cli, tmp_path):
     ev["settings"]["optimizers_made"] = {"total": 6, "in_training": 5}
     dg = diagnosis(run_cli, make_run(tmp_path / "sweep", st, quiet_metrics(8), ev))
     assert "optimizer-remade" not in ids(dg), ids(dg)
+
+
+def test_a_pool_started_every_step_is_named(run_cli, tmp_path):
+    st = steady_steps(60, 22.0, fwd=0.05, bwd=0.05, opt=0.02)
+    top = [{"func": "<module>", "file": "/x/train.py", "line": 11, "def_line": 1,
+            "samples": 120, "kind": "pool-start"}]
+    ev = events(other_top=top, by_phase={"other": 122, "forward": 3, "backward": 8})
+    dg = diagnosis(run_cli, make_run(tmp_path / "pool", st, quiet_metrics(8), ev))
+    p = dg["primary"]
+    assert p["title"] == "A process pool started in the training loop", p
+    assert p["recommendations"][0].startswith("Start the pool once, before the loop"), p
+    assert "train.py:11" in p["recommendations"][0], p
+    # waiting on a pool made once is a wait for input, not this
+    top[0]["kind"] = "input-pool"
+    dg = diagnosis(run_cli, make_run(tmp_path / "once", st, quiet_metrics(8), ev))
+    assert dg["primary"]["title"] == "Waiting for input in the training loop", dg["primary"]

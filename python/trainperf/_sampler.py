@@ -496,6 +496,30 @@ _IO_FILES = ("/pickle.py", "/json/", "/io.py", "/_pyio.py", "/numpy/lib/_npyio",
              "/torch/serialization.py", "/safetensors/")
 
 
+# a pool of processes started or stopped (not waited on for results: that
+# is a wait, "input-pool" when it brings batches)
+_POOL_FILES = ("/multiprocessing/pool.py", "/multiprocessing/context.py",
+               "/multiprocessing/process.py", "/multiprocessing/popen_fork.py",
+               "/multiprocessing/popen_spawn_posix.py", "/multiprocessing/popen_forkserver.py",
+               "/concurrent/futures/process.py")
+_POOL_LIFE = {"__init__", "Pool", "start", "_launch", "_repopulate_pool",
+              "_repopulate_pool_static", "terminate", "_terminate_pool", "__exit__", "close",
+              "join", "shutdown", "_start_executor_manager_thread", "_adjust_process_count",
+              "_spawn_process"}
+
+
+def _pool_life(stack, ui):
+    """Whether the frames called from the user's (stack: outermost first, ui
+    the user's innermost frame) start or stop a process pool: the outermost
+    frame of multiprocessing or concurrent.futures below it says."""
+    for c, _ in stack[ui + 1:]:
+        if c is None:
+            continue
+        if c.co_filename.replace("\\", "/").endswith(_POOL_FILES):
+            return c.co_name in _POOL_LIFE
+    return False
+
+
 def _input_fn(stack):
     """Whether the user's innermost functions (stack: innermost first) are
     named for input preparation: their tensor ops are the input's."""
@@ -511,6 +535,8 @@ def _kind(stack, ui):
     inner = files[ui + 1:]
     if any(fn.endswith("/torch/_tensor_str.py") for fn in inner):
         return "format"
+    if _pool_life(stack, ui):
+        return "pool-start"
     if any(any(k in fn for k in _IO_FILES) for fn in inner) or (src and _IO.search(src)):
         return "io"
     if src and _SYNC.search(src):

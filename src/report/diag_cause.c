@@ -918,6 +918,7 @@ static const char *kind_words(const char *k)
     if (strcmp(k, "input-wait") == 0) return "waiting for batches from a producer (a queue or thread)";
     if (strcmp(k, "input-pool") == 0) return "waiting for a worker pool to prepare the batch";
     if (strcmp(k, "format") == 0) return "tensors formatted as text (print or an f-string)";
+    if (strcmp(k, "pool-start") == 0) return "starting and stopping a pool of processes";
     return "Python code on the host";
 }
 
@@ -1010,8 +1011,8 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     const dc_func *f = &c->funcs[0];
     double fshare = f->samples / train;
     /* the kind of the unlabelled time: the kind with the most samples */
-    const char *kinds[] = {"input",      "python",     "sync",  "io", "wait",
-                           "input-wait", "input-pool", "format"};
+    const char *kinds[] = {"input",      "python",     "sync",   "io",        "wait",
+                           "input-wait", "input-pool", "format", "pool-start"};
     enum { NKINDS = sizeof(kinds) / sizeof(kinds[0]) };
     double ks[NKINDS] = {0};
     for (int i = 0; i < c->nfunc; i++)
@@ -1032,6 +1033,7 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
     fmt(d->id, sizeof(d->id), "host-code");
     fmt(d->title, sizeof(d->title), "%s",
         best == 7   ? "Printing tensors in the training loop"
+        : best == 8 ? "A process pool started in the training loop"
         : logging   ? "Logging in the training loop"
         : convert   ? "Data conversion in the training loop"
         : best == 0 ? "Input preparation in the training loop"
@@ -1058,7 +1060,14 @@ int dc_cand_hostcode(const diag_run *r, dfinding *d)
         ev(d, "data_wait_share", r->sum_phase_ns[PH_DATA] / r->sum_interval_ns,
            "DataLoader wait %.0f%% of step time (this time is not in a DataLoader)",
            100 * r->sum_phase_ns[PH_DATA] / r->sum_interval_ns);
-    if (best == 7) {
+    if (best == 8) {
+        rec(d, "Start the pool once, before the loop, and keep it: %s:%d starts a pool of "
+               "processes and stops it again (%.0f%% of training time: each worker is forked or "
+               "spawned, and joined). Submit each step's work to the one pool, and submit the "
+               "next step's before training on this one so it is ready in time (or move the work "
+               "into a Dataset served by a DataLoader with persistent workers).",
+            f->file, f->line, 100 * ks[8] / train);
+    } else if (best == 7) {
         rec(d, "Print numbers, not tensors, and not every step: %s:%d turns tensors into text "
                "(%.0f%% of training time), and formatting a tensor walks its elements in Python. "
                "Print loss.item() (one float) or a few summary numbers every N steps; keep "
