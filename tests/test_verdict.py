@@ -1263,3 +1263,24 @@ def test_a_pool_started_every_step_is_named(run_cli, tmp_path):
     top[0]["kind"] = "input-pool"
     dg = diagnosis(run_cli, make_run(tmp_path / "once", st, quiet_metrics(8), ev))
     assert dg["primary"]["title"] == "Waiting for input in the training loop", dg["primary"]
+
+
+def test_a_function_of_several_ranks_takes_the_busiest_ranks_line(run_cli, tmp_path):
+    # <module> of rank 1 (one sample on a tensor line, read first) and of
+    # rank 0 (printing tensors): the merged function is rank 0's line and kind
+    st = [dict(s, rank=0) for s in steady_steps(200, 10.0, fwd=0.3, bwd=0.3)] + \
+         [dict(s, rank=1, pid=101, tid=101) for s in steady_steps(200, 10.0, fwd=0.3, bwd=0.3)]
+    ev0 = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 12,
+                             "def_line": 1, "samples": 90, "kind": "format"}],
+                 by_phase={"other": 90, "forward": 60, "backward": 50})
+    ev1 = events(other_top=[{"func": "<module>", "file": "/x/train.py", "line": 8,
+                             "def_line": 1, "samples": 1, "kind": "python"}],
+                 by_phase={"other": 1, "forward": 100, "backward": 99})
+    ev0["rank"], ev1["rank"], ev1["pid"] = "0", "1", 101
+    d = make_run(tmp_path / "ranks", st, quiet_metrics(8))
+    (d / "pyprof").mkdir()
+    (d / "pyprof" / "events-101.json").write_text(json.dumps(ev1))  # read first
+    (d / "pyprof" / "events-100.json").write_text(json.dumps(ev0))
+    f = finding(diagnosis(run_cli, d), "host-code")
+    assert f and f["title"] == "Printing tensors in the training loop", f
+    assert "train.py:12" in f["summary"], f

@@ -524,10 +524,16 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
                 memset(d, 0, sizeof(*d));
                 fmt(d->func, sizeof(d->func), "%s", fn);
                 fmt(d->file, sizeof(d->file), "%s", base(file));
+            }
+            /* its line and kind: those of the process that spent the most
+             * there (rank 0 printing, not rank 1's one sample beside it) */
+            dc_func *d = &c->funcs[k];
+            if (s > d->lead) {
                 d->line = line_no(line);
                 fmt(d->kind, sizeof(d->kind), "%s", kind ? kind : "python");
+                d->lead = s;
             }
-            c->funcs[k].samples += s;
+            d->samples += s;
         }
         /* the first is the busiest of the process */
         const jr_node *bt = jr_get(p, "threads_top");

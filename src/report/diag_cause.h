@@ -25,8 +25,9 @@ typedef struct dc_func {
     char func[96];
     char file[160]; /* base name */
     int line;
-    char kind[12]; /* input, python, sync, io, wait, input-wait */
+    char kind[12]; /* input, python, sync, io, wait, input-wait, input-pool, format, pool-start */
     double samples;
+    double lead; /* samples of the process whose line and kind these are */
 } dc_func;
 
 /* One process's training thread as its samples saw it: its rank (-1 none)
