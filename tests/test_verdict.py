@@ -1284,3 +1284,22 @@ def test_a_function_of_several_ranks_takes_the_busiest_ranks_line(run_cli, tmp_p
     f = finding(diagnosis(run_cli, d), "host-code")
     assert f and f["title"] == "Printing tensors in the training loop", f
     assert "train.py:12" in f["summary"], f
+
+
+def test_a_straggler_with_larger_batches_is_told_so(run_cli, tmp_path):
+    # rank 1's steps take 1.6x rank 0's and carry 3x its samples (a batch size
+    # set per rank): the first fix says so; equal batches say nothing of it
+    def steps(samples1):
+        a = steady_steps(60, 10.0, extra=lambda i: {"rank": 0, "pid": 100, "tid": 100})
+        b = steady_steps(60, 16.0, extra=lambda i: {"rank": 1, "pid": 101, "tid": 101,
+                                                    "samples": samples1})
+        return a + b
+    for name, samples1, says in (("uneven", 96, True), ("even", 32, False)):
+        d = make_run(tmp_path / name, steps(samples1), quiet_metrics(8))
+        st = finding(diagnosis(run_cli, d), "straggler")
+        text = " ".join([e["text"] for e in st["evidence"]] + st["recommendations"])
+        if says:
+            assert "rank 1's steps carry 96 samples each, the other ranks' 32" in text, text
+            assert st["recommendations"][0].startswith("Give every rank the same work"), st
+        else:
+            assert "same work per step" not in text, text

@@ -18,6 +18,7 @@
 #define MIN_STEPS DC_MIN_STEPS
 #define MIN_SAMPLES 3
 #define INPUT_SHARE 0.20 /* data wait share of step time */
+#define STRAGGLER_LOAD 1.2   /* the straggler's samples (tokens) a step over the others' */
 #define ITER_PER_STEP_MIN 10 /* training iterators before one per step counts */
 #define ITER_PER_STEP_MAX 2  /* steps per iterator at most */
 #define COMM_SHARE 0.20
@@ -764,6 +765,51 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
     return 1;
 }
 
+/* The straggler's work per step against the other ranks': samples (or,
+ * with as many samples, tokens) a step. The ratio, or NAN when the steps
+ * carry no such counts; *what names the count, *mine and *others its means. */
+static double rank_load(const diag_run *r, int rank, const char **what, double *mine,
+                        double *others)
+{
+    for (int k = 0; k < 2; k++) {
+        double m = NAN, o = 0;
+        int no = 0;
+        for (int i = 0; i < r->sf.ngroups; i++) {
+            const agg_group *g = r->sf.groups[i];
+            if (!g->count || g->rank < 0) continue;
+            double per = (double)(k ? g->tokens : g->samples) / (double)g->count;
+            if (g->rank == rank) m = per;
+            else o += per, no++;
+        }
+        if (!(m > 0) || !no || !(o > 0)) continue;
+        o /= no;
+        double ratio = m / o;
+        if (k == 0 && fabs(ratio - 1) < 0.05) continue; /* the same batches: try tokens */
+        *what = k ? "tokens" : "samples";
+        *mine = m, *others = o;
+        return ratio;
+    }
+    return NAN;
+}
+
+/* Evidence and the first fix when the straggler's steps carry more work. */
+static void rank_load_advice(const diag_run *r, dfinding *d, int rank)
+{
+    const char *what = "";
+    double mine = NAN, others = NAN, load = rank_load(r, rank, &what, &mine, &others);
+    if (!(load >= STRAGGLER_LOAD)) return;
+    ev(d, "straggler_load_ratio", load,
+       "rank %d's steps carry %.0f %s each, the other ranks' %.0f on average (%.1fx)", rank,
+       mine, what, others, load);
+    rec(d, "Give every rank the same work per step: rank %d trains on %.1fx the %s of the others "
+           "(%s), and synchronous training waits for the largest. Check the per-rank batch size "
+           "and how the sampler splits the data%s.",
+        rank, load, what,
+        what[0] == 's' ? "a batch size set per rank or a sampler that splits unevenly"
+                       : "longer sequences on that rank",
+        what[0] == 't' ? ", and bucket the samples by length across ranks" : "");
+}
+
 /* Work only the straggler does, where the samples of its training thread
  * show it: evidence and the first recommendation. */
 static void rank_only_work(const diag_run *r, dfinding *d, int rank)
@@ -812,6 +858,7 @@ static int cand_waited_for(const diag_run *r, dfinding *d)
     } else {
         ev(d, "extra_compute_ms", s.extra_compute_ms, "rank %d computes %.1f ms a step more",
            s.rank, s.extra_compute_ms);
+        rank_load_advice(r, d, s.rank);
         rank_only_work(r, d, s.rank);
         rec(d,
             "Look at rank %d: its device clocks and temperature, other work on its host or CPU "
@@ -861,6 +908,7 @@ static int cand_straggler(const diag_run *r, const ctx *c, dfinding *d)
     ev(d, "slowest_rank", slow, "rank %d median step %.1f ms vs %.1f ms across ranks", slow, worst,
        med);
     (void)c;
+    rank_load_advice(r, d, slow);
     rank_only_work(r, d, slow);
     rec(d,
         "Look at rank %d's node: GPU clocks and temperature, other jobs on the host, its "
