@@ -1303,3 +1303,22 @@ def test_a_straggler_with_larger_batches_is_told_so(run_cli, tmp_path):
             assert st["recommendations"][0].startswith("Give every rank the same work"), st
         else:
             assert "same work per step" not in text, text
+
+
+def test_compute_advice_leaves_out_what_the_run_already_does(run_cli, tmp_path):
+    st = steady_steps(100, 20.0)
+    ev = events(by_phase={"forward": 200, "backward": 150, "optimizer": 50})
+    met = [dict(m, tree_cpu_pct=190, cpu_pct=95) for m in quiet_metrics(8)]
+    dg = diagnosis(run_cli, make_run(tmp_path / "plain", st, met, ev))
+    recs = " ".join(dg["primary"]["recommendations"])
+    assert dg["primary"]["id"] == "compute-bound", ids(dg)
+    assert "bf16 (on CPUs with AMX/AVX512-BF16) and torch.compile" in recs, recs
+    ev["settings"] = {"autocast": {"cpu": "bfloat16"}}
+    dg = diagnosis(run_cli, make_run(tmp_path / "amp", st, met, ev))
+    recs = " ".join(dg["primary"]["recommendations"])
+    assert "torch.compile cuts the compute per step (the run already computes in bf16)" in recs
+    ev["compile"] = {"frames": 2, "compile_s": 1.0, "recompiles": 0, "events": []}
+    dg = diagnosis(run_cli, make_run(tmp_path / "both", st, met, ev))
+    recs = " ".join(dg["primary"]["recommendations"])
+    assert "already computes in bf16 and under torch.compile" in recs, recs
+    assert "AMX" not in recs, recs

@@ -77,6 +77,7 @@ optimizers = []         # weak references to the optimizers made
 grads_seen = {"unused": 0, "optimized": 0, "all": 0}  # the largest seen, in parameters
 opt_seen = {}           # optimizer class name -> its facts, the largest seen (optimizer_facts)
 opt_made = [0, 0]       # optimizers made: in all, after training began
+amp_seen = {}           # autocast regions made: device type -> dtype (the last)
 grad_ever = set()       # ids of the timed parameters seen with a gradient (walk_params)
 ddp_seen = {}           # DistributedDataParallel settings and never-updated parameters (ddp_facts)
 embed_seen = {}         # id(embedding module) -> its facts (embedding_facts)
@@ -711,6 +712,28 @@ DEBUG_ENV = ("PYTHONMALLOC", "CUDA_LAUNCH_BLOCKING", "PYTORCH_NO_CUDA_MEMORY_CAC
 profiler = {"spans": [], "on": None}
 
 
+def _patch_autocast(torch):
+    """Note the devices and dtypes of the autocast regions the script makes
+    (what the compute advice then leaves out): one dict write per region."""
+    import functools
+    from torch.amp import autocast_mode
+    cls = autocast_mode.autocast
+    orig = cls.__init__
+    if getattr(orig, "_trainperf", False):
+        return
+
+    @functools.wraps(orig)
+    def __init__(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        try:
+            if getattr(self, "_enabled", False) and len(amp_seen) < 8:
+                amp_seen[str(self.device)] = str(self.fast_dtype).replace("torch.", "")
+        except Exception:
+            pass
+    __init__._trainperf = True
+    cls.__init__ = __init__
+
+
 def _patch_profiler(torch):
     """Note each time the autograd profiler (under torch.profiler too)
     starts and stops recording: torch calls _set_is_profiler_enabled by name
@@ -821,7 +844,7 @@ def install(torch):
     global _push, _pop
     import trainperf
     _push, _pop = trainperf._core.range_push, trainperf._core.range_pop
-    for f in (_patch_train, _patch_compile, _patch_loader, _patch_profiler):
+    for f in (_patch_train, _patch_compile, _patch_loader, _patch_profiler, _patch_autocast):
         try:
             f(torch)
         except Exception as exc:
@@ -881,6 +904,7 @@ def snapshot():
                              "params_optimized": grads_seen["optimized"],
                              "params_timed": grads_seen["all"],
                              "optimizers": [dict(f) for f in list(opt_seen.values())],
+                             "autocast": dict(amp_seen),
                              "optimizers_made": {"total": opt_made[0],
                                                  "in_training": opt_made[1]},
                              "embeddings": [dict(f) for f in list(embed_seen.values())],

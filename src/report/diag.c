@@ -1194,11 +1194,20 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
             ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time",
                100 * c->share[PH_DATA]);
         f64_rec(r, d);
-        rec_lang(r, d,
-                 "Do less work per sample: bf16 autocast, torch.compile, fused/foreach "
-                 "optimizers, flash attention (scaled_dot_product_attention).",
-                 "Do less work per sample: bf16/fp16 matrix multiplies on tensor cores, fused "
-                 "kernels, flash attention.");
+        if (r->python) {
+            const dcause *k = &r->cause;
+            int amp = k->amp_bf16 || k->amp_f16, comp = k->compile_frames > 0;
+            rec(d, "Do less work per sample: %s%sfused/foreach optimizers, flash attention "
+                   "(scaled_dot_product_attention)%s.",
+                amp ? "" : "bf16 autocast, ", comp ? "" : "torch.compile, ",
+                amp && comp ? " (the run already uses autocast and torch.compile)"
+                : amp       ? " (the run already uses autocast)"
+                : comp      ? " (the run already uses torch.compile)"
+                            : "");
+        } else {
+            rec(d, "Do less work per sample: bf16/fp16 matrix multiplies on tensor cores, fused "
+                   "kernels, flash attention.");
+        }
         double head = NAN;
         for (int i = 0; i < r->ngpu; i++)
             if (r->gpus[i].mem_used.n && r->gpus[i].mem_total > 0) {
@@ -1304,11 +1313,27 @@ static void healthy(const diag_run *r, const ctx *c, dfinding *d)
                         "code)");
     f64_rec(r, d);
     if (small) return;
-    rec_lang(r, d,
-             "Use a GPU or accelerator if one is available; on the CPU, bf16 (on CPUs with "
-             "AMX/AVX512-BF16) and torch.compile cut the compute per step.",
-             "Use a GPU or accelerator if one is available; on the CPU, an optimised BLAS and "
-             "vectorised kernels cut the compute per step.");
+    if (r->python) {
+        /* what the run already does is not advised again */
+        const dcause *k = &r->cause;
+        int bf16 = k->amp_bf16 || (k->params_all > 0 && k->params_bf16 >= 0.5 * k->params_all);
+        int comp = k->compile_frames > 0;
+        if (bf16 && comp)
+            rec(d, "Use a GPU or accelerator if one is available (the run already computes in "
+                   "bf16 and under torch.compile).");
+        else
+            rec(d, "Use a GPU or accelerator if one is available; on the CPU, %s cut%s the "
+                   "compute per step%s.",
+                bf16 ? "torch.compile" : comp ? "bf16 autocast (on CPUs with AMX/AVX512-BF16)"
+                                              : "bf16 (on CPUs with AMX/AVX512-BF16) and "
+                                                "torch.compile",
+                bf16 || comp ? "s" : "",
+                bf16 ? " (the run already computes in bf16)"
+                : comp ? " (the run already uses torch.compile)" : "");
+    } else {
+        rec(d, "Use a GPU or accelerator if one is available; on the CPU, an optimised BLAS and "
+               "vectorised kernels cut the compute per step.");
+    }
 }
 
 /* the cause rules that need no resource samples (dc_cand_hostcode, _gc,

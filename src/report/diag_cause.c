@@ -681,9 +681,16 @@ static void load_one(diag_run *r, const jr_node *root, double t0)
             if (!(n >= 0) || !k->key) continue;
             c->params_all += n;
             if (strcmp(k->key, "float64") == 0) c->params_f64 += n;
+            if (strcmp(k->key, "bfloat16") == 0) c->params_bf16 += n;
         }
         load_ddp(c, st);
         load_setting_arrays(c, st);
+        const jr_node *ac = jr_get(st, "autocast");
+        for (const jr_node *k = ac && ac->type == JR_OBJ ? ac->child : NULL; k; k = k->next) {
+            const char *dt = jr_str(k);
+            if (dt && strcmp(dt, "bfloat16") == 0) c->amp_bf16 = 1;
+            if (dt && strcmp(dt, "float16") == 0) c->amp_f16 = 1;
+        }
         if ((v = jr_pnum(jr_get(st, "optimizers_made"), "in_training")) > 0 && v <= MAX_COUNT)
             c->opt_made_train += v;
         double gu = jr_pnum(st, "params_grad_unused"), po = jr_pnum(st, "params_optimized"),

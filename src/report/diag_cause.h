@@ -105,6 +105,8 @@ typedef struct dcause {
     char recompile_reason[200];
     double loader_iters, loader_workers;
     double opt_made_train;       /* optimizers made after training began */
+    int amp_bf16, amp_f16;       /* autocast regions to that dtype, on any device */
+    double params_bf16;          /* of params_all, those in bfloat16 */
     double loader_train_iters;   /* iterators begun outside evaluation */
     double loader_train_cycle_s; /* their workers' start and stop, seconds */
     double loader_train_batches; /* their epochs' batches (len(loader)), NAN if unknown */

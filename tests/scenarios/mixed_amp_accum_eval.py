@@ -1,5 +1,6 @@
 # expect: primary=compute-bound
 # must_not: unstable, gc-pauses, host-code, input-bound, memory-capacity, undetermined
+# says: the run already computes in bf16
 """A realistic mixed loop: bf16 autocast on the CPU, gradient accumulation
 over 2 micro-batches, a OneCycle scheduler, gradient clipping, and a
 validation pass (model.eval + no_grad) every 30 optimizer steps with the
