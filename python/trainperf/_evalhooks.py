@@ -435,7 +435,10 @@ def walk_params():
         dtypes = {}
         optimized = total = 0
         for p in _timed_params():
-            n = p.numel()
+            # FSDP1's flat parameter holds this rank's shard: count the whole
+            # (FSDP2's DTensors count the whole already)
+            full = getattr(p, "_unpadded_unsharded_size", None)
+            n = full.numel() if full is not None else p.numel()
             total += n
             k = str(p.dtype).replace("torch.", "")
             dtypes[k] = dtypes.get(k, 0) + n

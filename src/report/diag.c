@@ -18,6 +18,7 @@
 #define MIN_STEPS DC_MIN_STEPS
 #define MIN_SAMPLES 3
 #define INPUT_SHARE 0.20 /* data wait share of step time */
+#define FSDP_FITS_SHARE 0.05 /* training state over a rank's memory: DDP would do */
 #define STRAGGLER_LOAD 1.2   /* the straggler's samples (tokens) a step over the others' */
 #define ITER_PER_STEP_MIN 10 /* training iterators before one per step counts */
 #define ITER_PER_STEP_MAX 2  /* steps per iterator at most */
@@ -724,6 +725,27 @@ static int cand_storage_ckpt(const diag_run *r, const ctx *c, dfinding *d)
     return 1;
 }
 
+/* A model sharded by FSDP whose whole training state fits on every rank
+ * many times over: DDP's one all-reduce a step replaces an all-gather per
+ * layer in forward and backward and a reduce-scatter. The state per rank
+ * unsharded (parameters and gradients at 4 bytes, two fp32 optimizer
+ * moments) over the memory a rank has (its GPU's, or the host's shared by
+ * the ranks on it); NAN when unknown. */
+static double fsdp_state_share(const diag_run *r, double *state, double *mem)
+{
+    const dcause *k = &r->cause;
+    double procs = k->nprocs_py > 0 ? k->nprocs_py : 1;
+    *state = k->params_all / procs * 16.0;
+    *mem = NAN;
+    for (int i = 0; i < r->ngpu; i++)
+        if (r->gpus[i].mem_total > 0 && !(r->gpus[i].mem_total >= *mem)) *mem = r->gpus[i].mem_total;
+    if (!(*mem > 0) && r->mem_total.n) {
+        int nodes = r->nnodes > 1 ? r->nnodes : 1;
+        *mem = r->mem_total.max / (procs / nodes);
+    }
+    return *state > 0 && *mem > 0 ? *state / *mem : NAN;
+}
+
 static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
 {
     if (!phase_rule(c, d, PH_COMM, COMM_SHARE, "communication", "Communication",
@@ -742,6 +764,23 @@ static int cand_comm(const diag_run *r, const ctx *c, dfinding *d)
     int lead = dc_ddp_unused_advice(r, unused, sizeof(unused)) == 2;
     if (lead) rec(d, "%s", unused);
     rr_fsdp_advice(r, fsdp, sizeof(fsdp));
+    double state = NAN, mem = NAN, fits = fsdp[0] ? fsdp_state_share(r, &state, &mem) : NAN;
+    if (fits <= FSDP_FITS_SHARE) {
+        char a[32], b[32];
+        human_bytes(a, sizeof(a), state);
+        human_bytes(b, sizeof(b), mem);
+        ev(d, "fsdp_state_share", fits,
+           "the whole training state (parameters, gradients, two optimizer moments: about %s) "
+           "is %.1f%% of the %s a rank has",
+           a, 100 * fits, b);
+        rec(d, "This model does not need sharding: its whole training state (about %s) fits on "
+               "every rank. DistributedDataParallel sends one all-reduce of the gradients a step, "
+               "overlapped with the backward, instead of an all-gather per layer in forward and "
+               "backward and a reduce-scatter (a 1.6M-parameter MLP on 2 ranks over gloo: 79.5 ms "
+               "a step under FSDP, 25.9 ms under DDP); or keep FSDP with "
+               "reshard_after_forward=False (60.5 ms).",
+            a);
+    }
     if (fsdp[0]) rec(d, "%s", fsdp);
     if (fsdp[0]) {
         /* FSDP: the all-reduce advice below is DDP's */
