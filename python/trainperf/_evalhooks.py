@@ -69,7 +69,8 @@ gc_last_end = [0.0]     # perf_counter() when the last collection ended (the sam
 gc_recent = collections.deque(maxlen=64)  # (start, end) perf_counter() of the last collections
 compile_stats = {"frames": 0, "compile_s": 0.0, "recompiles": 0, "events": []}
 loader_stats = {"iterators": 0, "train_iterators": 0, "train_start_s": 0.0,
-                "train_stop_s": 0.0, "train_batches": 0, "train_batches_unknown": 0, "workers": 0, "persistent": False, "epochs": []}
+                "train_stop_s": 0.0, "train_batches": 0, "train_batches_unknown": 0,
+                "workers": 0, "persistent": False, "epochs": []}
 settings = {"ticks": 0, "anomaly_ticks": 0, "tracemalloc_ticks": 0, "tracer_ticks": 0,
             "tracer": None, "tracer_kind": None, "tracer_how": None}
 models = []             # weak references to the modules whose forward is timed
@@ -881,7 +882,8 @@ def snapshot():
                     "train_start_s": round(loader_stats["train_start_s"], 6),
                     "train_stop_s": round(loader_stats["train_stop_s"], 6),
                     "train_batches": (loader_stats["train_batches"]
-                                      if not loader_stats["train_batches_unknown"] else None), "workers": loader_stats["workers"],
+                                      if not loader_stats["train_batches_unknown"] else None),
+                    "workers": loader_stats["workers"],
                     "persistent": loader_stats["persistent"],
                     "prefetch_factor": loader_stats.get("prefetch_factor"),
                     "epochs": list(loader_stats["epochs"])}}

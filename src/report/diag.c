@@ -738,7 +738,8 @@ static double fsdp_state_share(const diag_run *r, double *state, double *mem)
     *state = k->params_all / procs * 16.0;
     *mem = NAN;
     for (int i = 0; i < r->ngpu; i++)
-        if (r->gpus[i].mem_total > 0 && !(r->gpus[i].mem_total >= *mem)) *mem = r->gpus[i].mem_total;
+        if (r->gpus[i].mem_total > 0 && !(r->gpus[i].mem_total >= *mem))
+            *mem = r->gpus[i].mem_total; /* the smallest GPU's */
     if (!(*mem > 0) && r->mem_total.n) {
         int nodes = r->nnodes > 1 ? r->nnodes : 1;
         *mem = r->mem_total.max / (procs / nodes);
