@@ -115,6 +115,10 @@ def _classify(code):
         # a tensor turned into text (print, an f-string): Python walking its
         # elements on the host, whatever torch ops it calls inside
         ph = "format"
+    elif fn.endswith(_LOG_FILES) and name in ("log", "log_dict"):
+        # a framework's metric logging (Lightning's self.log): its Python,
+        # not tensor ops, whatever torch calls it makes
+        ph = "host"
     elif "/torch/" in fn and "/torch/utils/" not in fn:
         # tensor ops called outside the model (the loss, metrics): compute
         ph = "compute"
@@ -128,7 +132,9 @@ def _classify(code):
 
 
 # phases that win over ones further out on the stack (compile inside forward)
-_INNER_WINS = {"compile", "checkpoint", "comm", "format"}
+_INNER_WINS = {"compile", "checkpoint", "comm", "format", "host"}
+_LOG_FILES = ("/lightning/pytorch/core/module.py", "/pytorch_lightning/core/module.py",
+              "/lightning/fabric/fabric.py")
 
 _LOADS = ("LOAD_NAME", "LOAD_GLOBAL", "LOAD_FAST", "LOAD_DEREF", "LOAD_FAST_CHECK",
           "LOAD_FAST_LOAD_FAST", "LOAD_CLASSDEREF")
@@ -221,12 +227,38 @@ def _sample_once(frames, tid, gc=False):
         _sample_others(frames, tid, phase == "other")
 
 
+def _outside_closure(stack):
+    """The frames (innermost first) that name a sample's phase. A closure
+    the optimizer's step calls (LBFGS's, Lightning's training_step under
+    its optimizer-step wrapper) runs the user's code inside the step: its
+    time is what that code does (forward, backward, logging), not the
+    update, so only the frames inside the user's outermost one there count.
+    A user's own optimizer class (its `step`) stays the optimizer's."""
+    j = None
+    for i, (code, _) in enumerate(stack):
+        if code is not None and _classify(code)[0] == "optimizer":
+            j = i  # the innermost optimizer frame
+            break
+    if j is None:
+        return stack
+    for i in range(j - 1, -1, -1):
+        code = stack[i][0]
+        if code is None:
+            continue
+        ph, user = _classify(code)
+        if user:
+            return stack if code.co_name == "step" else stack[:i]
+        if ph in ("forward", "backward"):
+            return stack[:i + 1]  # the closure's forward or backward, called by a framework
+    return stack
+
+
 def _shape(stack):
     """What a stack of the training thread says by itself: (the stack as
     kept, innermost first; its phase or None; whether the innermost frame is
     the user's, outside input preparation; the stack outermost first)."""
     outer = special = None
-    for code, _ in stack:
+    for code, _ in _outside_closure(stack):
         ph = _classify(code)[0]
         if ph is not None:
             # the outermost known frame names the phase, unless an inner one
@@ -240,7 +272,7 @@ def _shape(stack):
         stack = stack[:12] + [(None, 0)] + stack[-(MAX_DEPTH - 12):]
     user_leaf = bool(stack) and _classify(leaf_code)[1] and not _input_fn(stack)
     phase = special or outer
-    if phase == "format":
+    if phase in ("format", "host"):
         phase = None  # host code (_kind names it), inside the model or out
     return stack, phase, user_leaf, tuple(reversed(stack))
 

@@ -34,6 +34,7 @@
 #define STRAGGLER_RATIO 1.20
 #define UNSTABLE_CV 0.5
 #define UNSTABLE_TAIL 3.0 /* p99 / p50 */
+#define UNSTABLE_EXCESS 0.05 /* the slow steps' time over the median, of the run's */
 #define UNSTABLE_P95 1.5  /* p95 / p50: the variation reaches beyond a few steps */
 #define UNSTABLE_MIN_SLOW 3 /* steps over UNSTABLE_TAIL x the median */
 #define WORK_CORR 0.6       /* step time against tokens/samples per step */
@@ -1016,16 +1017,19 @@ static int by_start(const void *a, const void *b)
  * the slowest kept; *episodes the runs they form: slow steps that follow
  * each other within two median steps are one episode; *all whether every
  * step kept was that slow. */
-static int slow_episodes(const diag_run *r, double p50_ms, int *episodes, int *all)
+static int slow_episodes(const diag_run *r, double p50_ms, int *episodes, int *all,
+                         double *excess_ms)
 {
     double start[DC_MAX_SLOW][2];
     int n = 0;
     *all = r->cause.nslow == DC_MAX_SLOW;
+    *excess_ms = 0;
     for (int i = 0; i < r->cause.nslow && i < DC_MAX_SLOW; i++) {
         if (!(r->cause.slow[i].ms > UNSTABLE_TAIL * p50_ms)) *all = 0;
         else if (r->cause.slow[i].step >= DC_WARM_STEPS) {
             start[n][0] = r->cause.slow[i].start;
             start[n][1] = r->cause.slow[i].end;
+            *excess_ms += r->cause.slow[i].ms - p50_ms;
             n++;
         }
     }
@@ -1049,12 +1053,18 @@ static int cand_unstable(const diag_run *r, const ctx *c, dfinding *d)
     double n = (double)r->sf.step_ns.count;
     double p95r = isfinite(c->f.step_p95) && c->f.step_p50 > 0 ? c->f.step_p95 / c->f.step_p50 : NAN;
     int episodes = 0, all = 0;
-    int nslow = slow_episodes(r, c->f.step_p50, &episodes, &all);
+    double excess = 0;
+    int nslow = slow_episodes(r, c->f.step_p50, &episodes, &all, &excess);
     /* (the slowest DC_MAX_SLOW are kept: all of them slow is many); and
      * spread over the run: one burst of slow steps in a row is one event
-     * (another job took the cores for a moment), a spike, not instability */
+     * (another job took the cores for a moment), a spike, not instability;
+     * and costing a share of the run: a dozen 5 ms spikes among a thousand
+     * 1.5 ms steps (a progress bar redrawn, the machine's own jitter) are
+     * 4% of it, not what holds the training back */
     int many = nslow >= UNSTABLE_MIN_SLOW && (nslow >= 0.01 * n || all) &&
-               episodes >= UNSTABLE_MIN_SLOW;
+               episodes >= UNSTABLE_MIN_SLOW &&
+               (all || !(r->sum_interval_ns > 0) ||
+                excess >= UNSTABLE_EXCESS * r->sum_interval_ns / 1e6);
     /* (the CV without the slowest 1%: two slow steps after warm-up make a
      * large CV on their own) */
     double tcv = dc_trimmed_cv(r);

@@ -82,6 +82,7 @@ typedef struct dcause {
     int have_pyprof; /* pyprof/events-*.json found */
     int nprocs_py;   /* processes that wrote one */
     double hz, samples, ph_other, ph_train, ph_startup, ph_eval, ph_compile, ph_data;
+    double ph_opt; /* of ph_train, samples in the optimizer's own code (a closure's not) */
     double eval_host; /* eval-phase samples outside the model and torch ops */
     double ph_compute; /* samples in tensor ops outside the model (in the steps' other time) */
     int nfunc;
