@@ -415,6 +415,30 @@ print("steps loss %.10f" % loss.item())
 """
 
 
+def impl_env(build, impl):
+    """The environment for the hooks under test: the C ones (the extension)
+    or the Python ones over the ctypes binding (skips without a plain
+    libtrainperf.so)."""
+    if impl != "ctypes":
+        return {}
+    from trainperf import _fallback
+    lib = build / "libtrainperf.so"
+    if not lib.exists() or _fallback._sanitized(str(lib)):
+        pytest.skip("no uninstrumented libtrainperf.so for the ctypes binding")
+    return {"TRAINPERF_PY_IMPL": "ctypes", "TRAINPERF_LIB": str(lib)}
+
+
+def run_manual(cli, build, tmp_path, impl, mode, n1, n2=0):
+    """MANUAL_UPDATE under trainperf with the hooks under test: its steps,
+    once its result is checked against the plain run's."""
+    script = tmp_path / "manual.py"
+    script.write_text(MANUAL_UPDATE)
+    res = trainperf_run(cli, tmp_path / "run", script, mode, n1, n2, env=impl_env(build, impl))
+    assert res.returncode == 0, res.stderr
+    assert result_line(res.stdout) == result_line(plain(script, mode, n1, n2).stdout)
+    return steps(tmp_path / "run")
+
+
 @pytest.mark.parametrize("impl", ["c", "ctypes"])
 def test_hand_written_update_loop_gets_one_step_per_iteration(cli, build, tmp_path, impl):
     # Issue 12: a loop with no torch.optim optimizer (makemore / micrograd
@@ -422,20 +446,8 @@ def test_hand_written_update_loop_gets_one_step_per_iteration(cli, build, tmp_pa
     # backward is then the step boundary: one row per iteration, the same
     # results as without trainperf. The C hooks and the Python ones (ctypes
     # binding) give the same count.
-    env = {}
-    if impl == "ctypes":
-        from trainperf import _fallback
-        lib = build / "libtrainperf.so"
-        if not lib.exists() or _fallback._sanitized(str(lib)):
-            pytest.skip("no uninstrumented libtrainperf.so for the ctypes binding")
-        env = {"TRAINPERF_PY_IMPL": "ctypes", "TRAINPERF_LIB": str(lib)}
-    script = tmp_path / "manual.py"
-    script.write_text(MANUAL_UPDATE)
     N = 37
-    res = trainperf_run(cli, tmp_path / "run", script, "raw", N, 0, env=env)
-    assert res.returncode == 0, res.stderr
-    assert result_line(res.stdout) == result_line(plain(script, "raw", N, 0).stdout)
-    rows = steps(tmp_path / "run")
+    rows = run_manual(cli, build, tmp_path, impl, "raw", N)
     assert [int(r["step"]) for r in rows] == list(range(N))
     # every step holds one backward (its end is the boundary) and no optimizer
     assert all(int(r["backward_ns"]) > 0 and int(r["optimizer_ns"]) == 0 for r in rows)
@@ -467,20 +479,8 @@ def test_a_new_optimizer_every_step_gives_every_step(cli, build, tmp_path, impl)
     # Each new optimizer was taken for a second one alternating with the
     # first (a GAN's): one step in all. The first is gone when the next steps,
     # so the next is the primary: one row per iteration, with both hooks.
-    env = {}
-    if impl == "ctypes":
-        from trainperf import _fallback
-        lib = build / "libtrainperf.so"
-        if not lib.exists() or _fallback._sanitized(str(lib)):
-            pytest.skip("no uninstrumented libtrainperf.so for the ctypes binding")
-        env = {"TRAINPERF_PY_IMPL": "ctypes", "TRAINPERF_LIB": str(lib)}
-    script = tmp_path / "manual.py"
-    script.write_text(MANUAL_UPDATE)
     N = 30
-    res = trainperf_run(cli, tmp_path / "run", script, "remade", N, 0, env=env)
-    assert res.returncode == 0, res.stderr
-    assert result_line(res.stdout) == result_line(plain(script, "remade", N, 0).stdout)
-    rows = steps(tmp_path / "run")
+    rows = run_manual(cli, build, tmp_path, impl, "remade", N)
     assert len(rows) == N and all(int(r["optimizer_ns"]) > 0 for r in rows), len(rows)
     ev = json.loads(next((tmp_path / "run" / "pyprof").glob("events-*.json")).read_text())
     made = ev["settings"]["optimizers_made"]

@@ -1193,21 +1193,6 @@ def test_a_new_loader_iterator_every_step_is_named(run_cli, tmp_path):
     assert "epoch every step" not in dg["primary"]["title"], dg["primary"]
 
 
-def test_printing_tensors_is_named(run_cli, tmp_path):
-    st = steady_steps(200, 10.0, fwd=0.1, bwd=0.1, opt=0.05)
-    top = [{"func": "<module>", "file": "/x/train.py", "line": 10, "def_line": 1,
-            "samples": 110, "kind": "format"}]
-    ev = events(other_top=top, by_phase={"other": 115, "forward": 17, "backward": 4})
-    dg = diagnosis(run_cli, make_run(tmp_path / "fmt", st, quiet_metrics(8), ev))
-    p = dg["primary"]
-    assert p["id"] == "host-code" and p["title"] == "Printing tensors in the training loop", p
-    assert "train.py:10" in p["recommendations"][0] and "loss.item()" in p["recommendations"][0]
-    # the same line in plain Python: not printing
-    top[0]["kind"] = "python"
-    dg = diagnosis(run_cli, make_run(tmp_path / "py", st, quiet_metrics(8), ev))
-    assert dg["primary"]["title"] == "Python code in the training loop", dg["primary"]
-
-
 def sampled_metrics(series):
     """quiet_metrics at the given (t, RSS MiB) samples (the collector samples
     every 0.25 s at first, then every second)."""
@@ -1249,20 +1234,25 @@ def test_a_new_optimizer_every_step_is_told(run_cli, tmp_path):
     assert "optimizer-remade" not in ids(dg), ids(dg)
 
 
-def test_a_pool_started_every_step_is_named(run_cli, tmp_path):
-    st = steady_steps(60, 22.0, fwd=0.05, bwd=0.05, opt=0.02)
-    top = [{"func": "<module>", "file": "/x/train.py", "line": 11, "def_line": 1,
-            "samples": 120, "kind": "pool-start"}]
-    ev = events(other_top=top, by_phase={"other": 122, "forward": 3, "backward": 8})
-    dg = diagnosis(run_cli, make_run(tmp_path / "pool", st, quiet_metrics(8), ev))
-    p = dg["primary"]
-    assert p["title"] == "A process pool started in the training loop", p
-    assert p["recommendations"][0].startswith("Start the pool once, before the loop"), p
-    assert "train.py:11" in p["recommendations"][0], p
-    # waiting on a pool made once is a wait for input, not this
-    top[0]["kind"] = "input-pool"
-    dg = diagnosis(run_cli, make_run(tmp_path / "once", st, quiet_metrics(8), ev))
-    assert dg["primary"]["title"] == "Waiting for input in the training loop", dg["primary"]
+@pytest.mark.parametrize("kind,title,fix", [
+    ("format", "Printing tensors in the training loop", "Print numbers, not tensors"),
+    ("pool-start", "A process pool started in the training loop",
+     "Start the pool once, before the loop")])
+def test_host_code_kinds_name_their_fix(run_cli, tmp_path, kind, title, fix):
+    # tensors printed every step; a multiprocessing.Pool made every step
+    st = steady_steps(200, 10.0, fwd=0.1, bwd=0.1, opt=0.05)
+    top = [{"func": "<module>", "file": "/x/train.py", "line": 10, "def_line": 1,
+            "samples": 110, "kind": kind}]
+    ev = events(other_top=top, by_phase={"other": 115, "forward": 17, "backward": 4})
+    p = diagnosis(run_cli, make_run(tmp_path / kind, st, quiet_metrics(8), ev))["primary"]
+    assert p["id"] == "host-code" and p["title"] == title, p
+    assert p["recommendations"][0].startswith(fix) and "train.py:10" in p["recommendations"][0]
+    # the same line in plain Python, or waiting on a pool made once: neither
+    for other, want in (("python", "Python code in the training loop"),
+                        ("input-pool", "Waiting for input in the training loop")):
+        top[0]["kind"] = other
+        p = diagnosis(run_cli, make_run(tmp_path / other, st, quiet_metrics(8), ev))["primary"]
+        assert p["title"] == want, p
 
 
 def test_a_function_of_several_ranks_takes_the_busiest_ranks_line(run_cli, tmp_path):
