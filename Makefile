@@ -44,6 +44,8 @@ EXAMPLE_SRC := $(wildcard examples/*.c)
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNITS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+PROG_SRC := $(wildcard tests/progs/*.c)
+PROGS := $(patsubst tests/progs/%.c,$(BUILD)/progs/%,$(PROG_SRC))
 FAKE_SRC := $(wildcard tests/fakes/*.c)
 FAKES := $(patsubst tests/fakes/fake_%.c,$(BUILD)/fakes/lib%.so.1,$(FAKE_SRC))
 # The fake NVML again without its versioned symbols: an old driver (docs/gpu.md).
@@ -55,9 +57,12 @@ FUZZ_SRC := $(wildcard tests/fuzz/*.c)
 STATIC := $(BUILD)/libtrainperf.a
 SHARED := $(BUILD)/libtrainperf.so
 CLI := $(BUILD)/trainperf
+# The CUPTI injection library `trainperf run` names in CUDA_INJECTION64_PATH
+# (src/gpu/, docs/gpu.md): CUPTI is loaded at run time, nothing NVIDIA at build.
+CUPTI_SO := $(BUILD)/libtrainperf-cupti.so
 
 .PHONY: all lib test check demo bench install clean python fuzz
-all: lib $(CLI) $(EXAMPLES) $(UNITS) $(FAKES) $(BENCHES)
+all: lib $(CLI) $(CUPTI_SO) $(EXAMPLES) $(UNITS) $(FAKES) $(PROGS) $(BENCHES)
 lib: $(STATIC) $(SHARED)
 
 $(BUILD)/obj/cli/%.o: src/cli/%.c
@@ -75,6 +80,10 @@ $(STATIC): $(LIB_OBJ)
 $(SHARED): $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libtrainperf.so.0 -o $@ $^ $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
+$(CUPTI_SO): src/gpu/cupti_inject.c src/gpu/cupti_inject.map $(STATIC)
+	$(CC) $(LIB_CFLAGS) -shared -Wl,--version-script=src/gpu/cupti_inject.map -o $@ \
+	    src/gpu/cupti_inject.c $(STATIC) $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
 $(CLI): $(CLI_OBJ) $(STATIC)
 	$(CC) -o $@ $(CLI_OBJ) $(STATIC) $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
@@ -86,6 +95,11 @@ $(BUILD)/examples/%: examples/%.c $(STATIC)
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/tt.h $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(STATIC) $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+# Programs the integration tests run (tests/progs/).
+$(BUILD)/progs/%: tests/progs/%.c $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(STATIC) $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
 # Fakes stand in for NVIDIA libraries on machines without a GPU.
 $(BUILD)/fakes/lib%.so.1: tests/fakes/fake_%.c
@@ -141,12 +155,13 @@ demo:
 bench: all python
 	./bench/run.sh $(BUILD)
 
-install: lib $(CLI)
+install: lib $(CLI) $(CUPTI_SO)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/trainperf
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/libtrainperf.a
 	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libtrainperf.so.0
+	install -m 755 $(CUPTI_SO) $(DESTDIR)$(PREFIX)/lib/libtrainperf-cupti.so
 	ln -sf libtrainperf.so.0 $(DESTDIR)$(PREFIX)/lib/libtrainperf.so
 	install -m 644 include/trainperf.h $(DESTDIR)$(PREFIX)/include/trainperf.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' trainperf.pc.in \

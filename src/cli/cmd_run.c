@@ -55,6 +55,7 @@ typedef struct run_args {
     run_prof prof; /* profiling hook settings (run_prof.c) */
     const char *prometheus; /* [HOST:]PORT or NULL */
     int no_tensorboard;
+    int no_gpu_trace;
     char **cmd;
     sup_opts sup; /* hang watch, restarts (supervise.c) */
 } run_args;
@@ -79,7 +80,9 @@ static void run_usage(FILE *f)
             "  --clean-live          delete the shared segments (live/) at the end\n"
             "  --prometheus [HOST:]PORT  serve /metrics for Prometheus while the run lasts\n"
             "                        (HOST defaults to 127.0.0.1; docs/exporters.md)\n"
-            "  --no-tensorboard      no TensorBoard event file in the run directory\n\n");
+            "  --no-tensorboard      no TensorBoard event file in the run directory\n"
+            "  --no-gpu-trace        no CUPTI GPU records (kernels, copies, syncs) on an\n"
+            "                        NVIDIA machine (docs/gpu.md)\n\n");
     runprof_usage(f);
     sup_usage(f);
     fprintf(f,
@@ -176,6 +179,8 @@ static int parse_args(int argc, char **argv, run_args *a)
             a->prometheus = val;
         } else if (strcmp(opt, "--no-tensorboard") == 0) {
             a->no_tensorboard = 1;
+        } else if (strcmp(opt, "--no-gpu-trace") == 0) {
+            a->no_gpu_trace = 1;
         } else {
             int r = runprof_option(&a->prof, opt, val);
             if (r == 0) r = sup_parse_opt(&a->sup, opt, val);
@@ -271,6 +276,37 @@ void cli_python_dir(char *out, size_t n)
     if (out[0] && realpath(out, real)) snprintf(out, n, "%s", real);
 }
 
+/* The CUPTI injection library (docs/gpu.md) when GPU records can be had:
+ * an NVIDIA driver is loaded (or TRAINPERF_GPU_TRACE=1 asks regardless),
+ * the library sits beside the CLI (build/) or in ../lib (make install), and
+ * neither --no-gpu-trace nor TRAINPERF_GPU_TRACE=0 said no. "" otherwise: a
+ * machine without a GPU runs exactly as before. */
+static void cupti_lib_path(char *out, size_t n, int no_gpu_trace)
+{
+    out[0] = 0;
+    const char *want = getenv("TRAINPERF_GPU_TRACE");
+    if (no_gpu_trace || (want && strcmp(want, "0") == 0)) return;
+    int forced = want && strcmp(want, "1") == 0;
+    if (!forced && access("/proc/driver/nvidia/version", R_OK) != 0 && access("/dev/nvidiactl", F_OK) != 0)
+        return;
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (len <= 0) return;
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return;
+    *slash = 0;
+    static const char *const where[] = {"", "/../lib"};
+    for (size_t i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
+        char p[PATH_MAX + 64], real[PATH_MAX];
+        int w = snprintf(p, sizeof(p), "%s%s/libtrainperf-cupti.so", exe, where[i]);
+        if (w > 0 && (size_t)w < sizeof(p) && realpath(p, real) && strlen(real) < n) {
+            snprintf(out, n, "%s", real);
+            return;
+        }
+    }
+}
+
 static int has_key(const char *entry, const char *key)
 {
     size_t k = strlen(key);
@@ -280,7 +316,7 @@ static int has_key(const char *entry, const char *key)
 /* The child's environment: ours, with the run's variables set. */
 typedef struct child_envp {
     char **env;
-    char *own[3];   /* strings made here */
+    char *own[4];   /* strings made here */
 } child_envp;
 
 static void env_free(child_envp *e)
@@ -288,17 +324,18 @@ static void env_free(child_envp *e)
     free(e->own[0]);
     free(e->own[1]);
     free(e->own[2]);
+    free(e->own[3]);
     free(e->env);
     memset(e, 0, sizeof(*e));
 }
 
 static int child_env(child_envp *e, const char *run_dir, const char *seg_dir, const char *pydir,
-                     int no_auto, const run_prof *prof)
+                     const char *cupti, int no_auto, const run_prof *prof)
 {
     memset(e, 0, sizeof(*e));
     size_t n = 0;
     while (environ[n]) n++;
-    e->env = calloc(n + 6 + RUNPROF_MAX_ENV, sizeof(char *));
+    e->env = calloc(n + 7 + RUNPROF_MAX_ENV, sizeof(char *));
     if (!e->env) return -1;
     size_t k = 0;
     const char *oldpp = getenv("PYTHONPATH");
@@ -328,6 +365,15 @@ static int child_env(child_envp *e, const char *run_dir, const char *seg_dir, co
         e->env[k++] = e->own[2];
     }
     if (!no_auto) e->env[k++] = "TRAINPERF_AUTO=1";
+    /* GPU records (docs/gpu.md); an injection the user set stays theirs */
+    if (cupti && *cupti && !getenv("CUDA_INJECTION64_PATH")) {
+        if (asprintf(&e->own[3], "CUDA_INJECTION64_PATH=%s", cupti) < 0) {
+            e->own[3] = NULL;
+            env_free(e);
+            return -1;
+        }
+        e->env[k++] = e->own[3];
+    }
     for (int i = 0; i < prof->nenv; i++)
         e->env[k++] = (char *)prof->env[i];
     if (set_pp) {
@@ -794,8 +840,10 @@ int cmd_run(int argc, char **argv)
 
     char pydir[PATH_MAX];
     cli_python_dir(pydir, sizeof(pydir));
+    char cupti[PATH_MAX];
+    cupti_lib_path(cupti, sizeof(cupti), a.no_gpu_trace);
     child_envp cenv;
-    if (child_env(&cenv, absdir, sd.path, pydir, a.no_auto, &a.prof) != 0) {
+    if (child_env(&cenv, absdir, sd.path, pydir, cupti, a.no_auto, &a.prof) != 0) {
         cli_error("out of memory");
         rec_segdir_remove(&sd);
         alerts_free(alerts);

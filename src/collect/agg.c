@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "collect/agg.h"
+#include "collect/gpujoin.h"
 #include "collect/ranks.h"
 #include "trainperf.h"
 
@@ -35,19 +36,37 @@ struct agg_proc {
     int nthreads, cap, last;
 };
 
+static void on_gpu_step(void *ctx, const gpu_step *g)
+{
+    agg *a = ctx;
+    figs_add_gpu(&a->f, g);
+    if (a->sink.gpu_step) a->sink.gpu_step(a->sink.ctx, g);
+}
+
 int agg_create(agg **out, const agg_sink *sink)
 {
     agg *a = calloc(1, sizeof(*a));
     if (!a) return TPF_ENOMEM;
     if (sink) a->sink = *sink;
     figs_init(&a->f);
+    if (gj_create(&a->gpu, on_gpu_step, a) != 0) {
+        free(a);
+        return TPF_ENOMEM;
+    }
     *out = a;
     return 0;
+}
+
+void agg_gpu_flush(agg *a, uint64_t now_ns, int final)
+{
+    gj_flush(a->gpu, now_ns, final);
+    gj_counts(a->gpu, &a->f.gpu.records, &a->f.gpu.records_late);
 }
 
 void agg_free(agg *a)
 {
     if (!a) return;
+    gj_free(a->gpu);
     figs_free(&a->f);
     free(a);
 }
@@ -243,6 +262,7 @@ static void on_step_end(agg *a, agg_proc *p, agg_thread *t, const seg_event *ev)
     t->step++;
 
     figs_add(&a->f, &s);
+    gj_step(a->gpu, &s);
     a->live_count++;
     a->live_interval_ns += s.interval_ns;
     a->live_data_ns += s.phase_ns[0];
@@ -259,6 +279,12 @@ void agg_event(agg *a, agg_proc *p, const seg_event *ev)
     }
     if (ev->kind == SEG_EV_MARK) {
         if (a->sink.mark) a->sink.mark(a->sink.ctx, p->pid, ev->tid, ev->name, ev->ts_ns);
+        return;
+    }
+    if (ev->kind >= SEG_EV_GPU_KERNEL) {
+        if (ev->kind == SEG_EV_GPU_KERNEL)
+            sketch_add(&a->f.gpu.kernel_dur_ns, (double)(ev->end_ns - ev->ts_ns));
+        gj_record(a->gpu, p->pid, ev);
         return;
     }
     agg_thread *t = thread_of(a, p, ev->tid);

@@ -25,11 +25,16 @@ typedef struct agg_sink {
     void (*range)(void *ctx, const agg_range *r);
     void (*counter)(void *ctx, pid_t pid, pid_t tid, tpf_name name, uint64_t ts_ns, double v);
     void (*mark)(void *ctx, pid_t pid, pid_t tid, tpf_name name, uint64_t ts_ns);
+    /* a step's GPU figures, once its GPU records are in (collect/gpujoin.h) */
+    void (*gpu_step)(void *ctx, const gpu_step *g);
 } agg_sink;
+
+struct gj;
 
 typedef struct agg {
     figs f;               /* the run's step figures (core/figs.h) */
     agg_sink sink;
+    struct gj *gpu;       /* GPU records waiting for their steps */
     /* since the last agg_live */
     uint64_t live_count, live_interval_ns, live_data_ns, live_samples, live_tokens;
 } agg;
@@ -48,6 +53,10 @@ void agg_proc_set_rank(agg_proc *p, int rank, int local_rank);
 
 /* Feed one event of process p (events of one thread in publication order). */
 void agg_event(agg *a, agg_proc *p, const seg_event *ev);
+
+/* GPU steps whose records are in go to sink.gpu_step (final: all of them,
+ * at the end of the run). now_ns: CLOCK_MONOTONIC. */
+void agg_gpu_flush(agg *a, uint64_t now_ns, int final);
 
 /* Fill the step fields of f for the interval since the previous call
  * (dt seconds long) and start a new interval. now_ns: CLOCK_MONOTONIC. */

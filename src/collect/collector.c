@@ -211,6 +211,13 @@ static void sink_step(void *ctx, const agg_step *s)
     c->pend[c->npend++] = *s;
 }
 
+static void sink_gpu_step(void *ctx, const gpu_step *g)
+{
+    coll *c = ctx;
+    for (int k = 0; k < c->nsinks; k++)
+        if (c->sinks[k].ops->on_gpu_step) c->sinks[k].ops->on_gpu_step(c->sinks[k].state, g);
+}
+
 static const char *cur_name(coll *c, tpf_name n)
 {
     return c->cur && c->cur->r ? seg_reader_name(c->cur->r, n) : NULL;
@@ -404,6 +411,7 @@ static void drain_all(coll *c, int check_dead)
         }
     }
     pend_flush(c);
+    agg_gpu_flush(c->agg, mono_ns(), 0);
     /* Drained is on disk within one drain period: a collector killed now
      * loses only what it had not drained (that stays in the rings). */
     for (int k = 0; k < c->nsinks; k++)
@@ -609,7 +617,7 @@ int coll_create(coll **out, const coll_opts *o)
     pthread_condattr_destroy(&ca);
     run_res_init(&c->res);
 
-    agg_sink sink = {c, sink_step, sink_range, sink_counter, sink_mark};
+    agg_sink sink = {c, sink_step, sink_range, sink_counter, sink_mark, sink_gpu_step};
     int rc = agg_create(&c->agg, &sink);
     c->pend = calloc(COLL_PEND_MAX, sizeof(agg_step));
     if (rc == 0 && !c->pend) rc = TPF_ENOMEM;
@@ -760,6 +768,7 @@ int coll_finish(coll *c, const run_exit *ex)
     uint64_t dropped = dropped_now(c);
     for (int i = 0; i < c->nsegs; i++) seg_close(c, &c->segs[i]);
     pend_flush(c);
+    agg_gpu_flush(c->agg, mono_ns(), 1);
     uint64_t now = mono_ns();
     take_sample(c, now);
     c->end_unix_s = unix_now();

@@ -15,6 +15,43 @@ void figs_init(figs *f)
     memset(f, 0, sizeof(*f));
     sketch_init(&f->step_ns);
     sketch_init(&f->data_ns);
+    sketch_init(&f->gpu.kernel_dur_ns);
+    sketch_init(&f->gpu.busy_share);
+}
+
+void figs_add_gpu(figs *f, const gpu_step *g)
+{
+    figs_gpu *x = &f->gpu;
+    x->steps++;
+    if (g->step == 0) return; /* warm-up: allocation, autotuning, the first launch of each kernel */
+    x->warm_steps++;
+    x->interval_ns += g->interval_ns;
+    x->busy_ns += g->busy_ns;
+    x->kernel_ns += g->kernel_ns;
+    x->kernels += g->kernels;
+    x->copy_ns += g->copy_ns;
+    x->sync_ns += g->sync_ns;
+    x->syncs += g->syncs;
+    x->h2d_bytes += g->h2d_bytes;
+    x->h2d_pageable_bytes += g->h2d_pageable_bytes;
+    x->d2h_bytes += g->d2h_bytes;
+    x->d2h_pageable_bytes += g->d2h_pageable_bytes;
+    if (g->interval_ns) sketch_add(&x->busy_share, 1e6 * (double)g->busy_ns / (double)g->interval_ns);
+}
+
+static void gpu_merge(figs_gpu *d, const figs_gpu *s)
+{
+    uint64_t *dn[] = {&d->steps, &d->warm_steps, &d->interval_ns, &d->busy_ns, &d->kernel_ns,
+                      &d->kernels, &d->copy_ns, &d->sync_ns, &d->syncs, &d->h2d_bytes,
+                      &d->h2d_pageable_bytes, &d->d2h_bytes, &d->d2h_pageable_bytes,
+                      &d->records, &d->records_late};
+    const uint64_t sn[] = {s->steps, s->warm_steps, s->interval_ns, s->busy_ns, s->kernel_ns,
+                           s->kernels, s->copy_ns, s->sync_ns, s->syncs, s->h2d_bytes,
+                           s->h2d_pageable_bytes, s->d2h_bytes, s->d2h_pageable_bytes,
+                           s->records, s->records_late};
+    for (size_t i = 0; i < sizeof(sn) / sizeof(sn[0]); i++) *dn[i] += sn[i];
+    sketch_merge(&d->kernel_dur_ns, &s->kernel_dur_ns);
+    sketch_merge(&d->busy_share, &s->busy_share);
 }
 
 void figs_free(figs *f)
@@ -102,6 +139,7 @@ void figs_merge(figs *dst, const figs *src)
     dst->untracked_groups += src->untracked_groups;
     sketch_merge(&dst->step_ns, &src->step_ns);
     sketch_merge(&dst->data_ns, &src->data_ns);
+    gpu_merge(&dst->gpu, &src->gpu);
     for (int i = 0; i < src->ngroups; i++) {
         const agg_group *sg = src->groups[i];
         agg_group *g = group_of(dst, sg->rank, sg->pid);

@@ -33,6 +33,35 @@ typedef struct agg_step {
     uint64_t samples, tokens;
 } agg_step;
 
+/* A step's GPU figures (a row of gpu_steps.csv), joined by collect/gpujoin.c
+ * from the GPU records of the step's process that fall in the step's host
+ * interval [end_ns - interval_ns, end_ns]. Times in ns. */
+typedef struct gpu_step {
+    int rank;
+    pid_t pid, tid;
+    uint64_t step;
+    uint64_t end_ns, interval_ns;
+    uint64_t busy_ns;          /* union of kernel intervals, clipped to the interval */
+    uint64_t kernel_ns;        /* kernels started in the interval: summed durations */
+    uint64_t kernels;          /* ... and their count */
+    uint64_t idle_max_ns;      /* the longest stretch of the interval with no kernel running */
+    uint64_t copy_ns;          /* copies started in the interval: summed durations */
+    uint64_t h2d_bytes, h2d_pageable_bytes, d2h_bytes, d2h_pageable_bytes, memset_bytes;
+    uint64_t sync_ns;          /* host waits for the GPU (CUPTI synchronization records) */
+    uint64_t syncs;
+} gpu_step;
+
+/* Run totals of the GPU steps (every step, and warm ones: each thread's first
+ * left out) and the kernel-duration distribution. */
+typedef struct figs_gpu {
+    uint64_t steps, warm_steps;
+    uint64_t interval_ns, busy_ns, kernel_ns, kernels, copy_ns, sync_ns, syncs; /* warm */
+    uint64_t h2d_bytes, h2d_pageable_bytes, d2h_bytes, d2h_pageable_bytes;   /* warm */
+    uint64_t records, records_late;   /* GPU records seen; those no step could take */
+    sketch kernel_dur_ns;             /* every kernel's duration */
+    sketch busy_share;                /* per warm step, busy / interval (0..1, x1e6) */
+} figs_gpu;
+
 /* One closed range (for the trace). */
 typedef struct agg_range {
     pid_t pid, tid;
@@ -69,6 +98,7 @@ typedef struct figs {
     sketch data_ns;       /* data wait per step, warm steps */
     agg_group *groups[AGG_MAX_GROUPS]; /* owned; figs_free frees them */
     int ngroups;
+    figs_gpu gpu;         /* steps.gpu: all zero on a run without GPU records */
 } figs;
 
 void figs_init(figs *f);
@@ -78,6 +108,9 @@ void figs_free(figs *f);
  * (rank >= 0: by rank, else by pid). A group that cannot be had (cap, out of
  * memory) is counted in untracked_groups. */
 void figs_add(figs *f, const agg_step *s);
+/* Fold one GPU step into f->gpu. */
+void figs_add_gpu(figs *f, const gpu_step *g);
+
 /* Fold every figure of src into dst (job figures over ranks and nodes):
  * totals add, sketches merge, groups of the same rank merge. */
 void figs_merge(figs *dst, const figs *src);

@@ -132,6 +132,8 @@ typedef struct sink_ops {
     int (*init)(void **state, const sink_ctx *ctx);
     void (*on_sample)(void *state, const coll_frame *f, const sink_run *run);
     void (*on_step)(void *state, const agg_step *s);
+    /* A step's GPU figures, some time after its on_step (GPU runs only). */
+    void (*on_gpu_step)(void *state, const gpu_step *g);
     void (*on_probe)(void *state, const sink_probe *p);
     void (*on_alert)(void *state, const alert_event *e);
     void (*flush)(void *state, const sink_run *run);

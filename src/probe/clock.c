@@ -12,6 +12,9 @@
 
 static clk_calib g_calib;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_want_mono; /* clk_prefer_mono: before the first clk_setup */
+
+void clk_prefer_mono(void) { g_want_mono = 1; }
 
 /* Reads a small text file into buf; 0 or -1. */
 static int read_small(const char *path, char *buf, size_t cap)
@@ -99,7 +102,7 @@ static void setup_once(void)
     c->tsc0 = 0;
     c->mono_cost_ns = c->tsc_cost_ns = -1;
     const char *want = getenv("TRAINPERF_CLOCK");
-    if (want && strcmp(want, "mono") == 0) return;
+    if (g_want_mono || (want && strcmp(want, "mono") == 0)) return;
     if (!CLK_HAVE_TSC || !clk_tsc_invariant()) return;
     measure(&c->mono_cost_ns, &c->tsc_cost_ns);
     int forced = want && strcmp(want, "tsc") == 0;

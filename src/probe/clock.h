@@ -37,6 +37,11 @@ typedef struct clk_calib {
     double mono_cost_ns, tsc_cost_ns; /* what the choice was based on */
 } clk_calib;
 
+/* Take CLOCK_MONOTONIC whatever the TSC costs: for a producer that writes
+ * timestamps it did not read itself (GPU records, gpu/cupti_inject.c). Only
+ * effective before the first clk_setup of this copy of the library. */
+void clk_prefer_mono(void);
+
 /* Decide and calibrate (slow: a few milliseconds the first time; later
  * calls return the cached result). TRAINPERF_CLOCK=mono|tsc|auto overrides
  * (tsc still requires an invariant TSC). Thread-safe. */

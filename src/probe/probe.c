@@ -75,6 +75,9 @@ static char g_run_dir_pub[PATH_MAX]; /* what tpf_run_dir() hands out */
  * see record/segdir.h for why. */
 static char g_seg_dir[PATH_MAX];
 static char g_seg_path[PATH_MAX + 32]; /* the current segment's path */
+/* "seg-<pid>.<tag>.tpf" instead of "seg-<pid>.tpf": a second copy of the
+ * probe in one process (the CUPTI library) must not take the first's file. */
+static char g_seg_tag[16];
 /* Mappings of earlier attaches. Not unmapped at detach: a thread may still
  * be inside a write to them. */
 static probe_seg g_retired[PROBE_MAX_RETIRED];
@@ -290,9 +293,9 @@ static int seg_create_in(const char *run_dir, int shm, probe_seg *out)
     int dfd = seg_place(run_dir, shm, where, sizeof(where));
     if (dfd < 0) return dfd;
     pid_t pid = getpid();
-    char name[64], tmp[64];
-    snprintf(name, sizeof(name), "seg-%d.tpf", (int)pid);
-    snprintf(tmp, sizeof(tmp), "seg-%d.tpf.tmp", (int)pid);
+    char name[64], tmp[72];
+    snprintf(name, sizeof(name), "seg-%d%s%s.tpf", (int)pid, g_seg_tag[0] ? "." : "", g_seg_tag);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", name);
     if ((size_t)snprintf(g_seg_path, sizeof(g_seg_path), "%s/%s", where, name) >=
         sizeof(g_seg_path)) {
         close(dfd);
@@ -570,10 +573,9 @@ static __attribute__((noinline)) int slow_path(uint32_t st)
     return ok;
 }
 
-/* Out of line so that the public functions' off path is load, test, return
- * (no register saves); the on path reaches here by a tail jump. */
-static __attribute__((noinline)) void emit(uint32_t st, uint32_t kind, uint32_t name, uint64_t a,
-                                           uint64_t b)
+/* One record into the calling thread's ring (ts in the segment's clock). */
+static inline __attribute__((always_inline)) void emit_at(uint32_t st, uint64_t ts, uint32_t kind,
+                                                          uint32_t name, uint64_t a, uint64_t b)
 {
     probe_tls *t = &t_probe;
     if (__builtin_expect(t->gen != st, 0) && !slow_path(st)) return;
@@ -586,13 +588,37 @@ static __attribute__((noinline)) void emit(uint32_t st, uint32_t kind, uint32_t 
         }
     }
     seg_rec *r = &t->recs[h & t->mask];
-    r->ts = g_clock_tsc ? clk_tsc() : clk_mono_ns();
+    r->ts = ts ? ts : g_clock_tsc ? clk_tsc() : clk_mono_ns();
     r->kind = kind;
     r->name = name;
     r->a = a;
     r->b = b;
     t->head = h + 1;
     atomic_store_explicit(&t->ring->head, h + 1, memory_order_release);
+}
+
+/* Out of line so that the public functions' off path is load, test, return
+ * (no register saves); the on path reaches here by a tail jump. */
+static __attribute__((noinline)) void emit(uint32_t st, uint32_t kind, uint32_t name, uint64_t a,
+                                           uint64_t b)
+{
+    emit_at(st, 0, kind, name, a, b);
+}
+
+void probe_set_seg_tag(const char *tag)
+{
+    pthread_mutex_lock(&g_lock);
+    snprintf(g_seg_tag, sizeof(g_seg_tag), "%s", tag ? tag : "");
+    pthread_mutex_unlock(&g_lock);
+}
+
+int probe_emit_record(uint64_t ts, uint32_t kind, uint32_t name, uint64_t a, uint64_t b)
+{
+    uint32_t st = atomic_load_explicit(&g_state, memory_order_relaxed);
+    if (st == 0) return 0;
+    if (ts == 0) ts = 1; /* 0 means "now" to emit_at */
+    emit_at(st, ts, kind, name, a, b);
+    return 1;
 }
 
 /* The off check: the one branch a disabled probe costs. */

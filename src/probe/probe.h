@@ -20,4 +20,14 @@ int probe_ring_events_parse(const char *s, uint32_t *out);
  * not attached (or buf too small). */
 const char *probe_segment_path(char *buf, size_t cap);
 
+/* Name this process's segments seg-<pid>.<tag>.tpf (tag: a few letters;
+ * "" for the plain name). Before the first event. */
+void probe_set_seg_tag(const char *tag);
+/* One record with a timestamp the caller read (in the segment's clock: a
+ * producer that calls this takes clk_prefer_mono first). kind is a SEG_EV_*
+ * of reader.h. 1 when the probe is on (the record may still be dropped on a
+ * full ring: counted), 0 when off. Never blocks; the first call from a
+ * thread claims its ring (slow path, locks once). */
+int probe_emit_record(uint64_t ts, uint32_t kind, uint32_t name, uint64_t a, uint64_t b);
+
 #endif

@@ -230,17 +230,26 @@ long seg_reader_drain(seg_reader *r, seg_event_cb cb, void *ctx)
             const seg_rec *rec = &recs[k & mask];
             seg_event ev;
             ev.kind = rec->kind;
-            if (ev.kind < SEG_EV_STEP_BEGIN || ev.kind > SEG_EV_MARK) {
+            if (ev.kind < SEG_EV_STEP_BEGIN || ev.kind > SEG_EV_LAST) {
                 damaged = 1;
                 continue;
             }
             ev.ts_ns = to_mono(r, rec->ts);
-            if (ev.ts_ns < r->last_ts[i]) ev.ts_ns = r->last_ts[i];
-            r->last_ts[i] = ev.ts_ns;
             ev.name = rec->name;
             ev.tid = tid;
             ev.samples = ev.tokens = 0;
             ev.value = 0;
+            ev.end_ns = ev.arg = 0;
+            if (ev.kind >= SEG_EV_GPU_KERNEL) {
+                /* GPU records come in completion order, not start order:
+                 * not clamped to the ring's last time */
+                ev.end_ns = to_mono(r, rec->a);
+                if (ev.end_ns < ev.ts_ns) ev.end_ns = ev.ts_ns;
+                ev.arg = rec->b;
+            } else {
+                if (ev.ts_ns < r->last_ts[i]) ev.ts_ns = r->last_ts[i];
+                r->last_ts[i] = ev.ts_ns;
+            }
             if (ev.kind == SEG_EV_STEP_END) {
                 ev.samples = rec->a;
                 ev.tokens = rec->b;

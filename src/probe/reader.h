@@ -19,7 +19,32 @@ enum seg_ev_kind {
     SEG_EV_POP = 4,
     SEG_EV_COUNTER = 5,   /* name, value */
     SEG_EV_MARK = 6,      /* name */
+    /* GPU activity (gpu/cupti_inject.c), written by a thread that is not the
+     * one that launched it: ts = start, a = end (both in the segment's
+     * clock), b and name as below. Not in time order within a ring. */
+    SEG_EV_GPU_KERNEL = 7, /* name: kernel name id (0: unknown); b: GPU_KB() */
+    SEG_EV_GPU_COPY = 8,   /* name: GPU_CN(); b: bytes */
+    SEG_EV_GPU_MEMSET = 9, /* name: device; b: bytes */
+    SEG_EV_GPU_SYNC = 10,  /* host waited for the GPU: name: sync type; b: stream */
+    SEG_EV_LAST = 10,
 };
+
+/* SEG_EV_GPU_KERNEL's b: stream (32 bits) and device (16 bits). */
+#define GPU_KB(device, stream) (((uint64_t)(uint16_t)(device) << 32) | (uint32_t)(stream))
+#define GPU_KB_DEVICE(b) ((int)(((b) >> 32) & 0xffffu))
+#define GPU_KB_STREAM(b) ((uint32_t)(b))
+/* SEG_EV_GPU_COPY's name: copy kind (CUPTI's: 1 HtoD, 2 DtoH, 8 DtoD, 10
+ * PtoP...), source and destination memory kinds (1 pageable, 2 pinned,
+ * 3 device...) and device, a byte each. */
+#define GPU_CN(copy, src, dst, device)                                                             \
+    ((uint32_t)(uint8_t)(copy) | (uint32_t)(uint8_t)(src) << 8 | (uint32_t)(uint8_t)(dst) << 16 |  \
+     (uint32_t)(uint8_t)(device) << 24)
+#define GPU_CN_COPY(n) ((int)((n) & 0xffu))
+#define GPU_CN_SRC(n) ((int)(((n) >> 8) & 0xffu))
+#define GPU_CN_DST(n) ((int)(((n) >> 16) & 0xffu))
+#define GPU_CN_DEVICE(n) ((int)(((n) >> 24) & 0xffu))
+enum { GPU_COPY_HTOD = 1, GPU_COPY_DTOH = 2, GPU_COPY_DTOD = 8, GPU_COPY_PTOP = 10 };
+enum { GPU_MEM_PAGEABLE = 1, GPU_MEM_PINNED = 2, GPU_MEM_DEVICE = 3 };
 
 /* A mark with this reserved name (below TPF_NAME_FIRST_USER) says the
  * thread's process set its rank here (tpf_set_rank): the events after it
@@ -34,6 +59,7 @@ typedef struct seg_event {
     pid_t tid;            /* Linux TID of the producing thread */
     uint64_t samples, tokens;
     double value;
+    uint64_t end_ns, arg; /* SEG_EV_GPU_*: end (CLOCK_MONOTONIC ns) and b */
 } seg_event;
 
 /* Identity of the process that wrote a segment. -1 means "not set". */

@@ -85,6 +85,11 @@ static void stream_tally(stream *o, const sink_run *run)
 {
     if (!run || !run->tally) return;
     sink_lost *l = &run->tally->lost;
+    if (strcmp(o->name, "gpu_steps.csv") == 0) { /* its losses are the error line's */
+        if (o->err && !l->error[0])
+            snprintf(l->error, sizeof(l->error), "%s: %s", o->name, tpf_strerror(o->err));
+        return;
+    }
     uint64_t *slot = strcmp(o->name, "steps.csv") == 0     ? &l->steps
                      : strcmp(o->name, "metrics.csv") == 0 ? &l->metrics
                      : strcmp(o->name, "procs.csv") == 0   ? &l->procs
@@ -194,6 +199,67 @@ static void alerts_alert(void *state, const alert_event *e)
 const sink_ops rec_sink_alerts = {
     .name = "alerts.jsonl", .init = alerts_init, .on_alert = alerts_alert, .flush = stream_flush,
     .close = stream_close,
+};
+
+/* ---- gpu_steps.csv: made at the first GPU step, so a run without GPU
+ * records has none ---- */
+
+typedef struct gpu_steps_out {
+    const sink_ctx *ctx;
+    stream *o; /* NULL until the first row; after a failed open too */
+    int failed;
+} gpu_steps_out;
+
+static int gpu_steps_init(void **state, const sink_ctx *ctx)
+{
+    gpu_steps_out *g = calloc(1, sizeof(*g));
+    if (!g) return TPF_ENOMEM;
+    g->ctx = ctx;
+    *state = g;
+    return 0;
+}
+
+static void gpu_steps_row(void *state, const gpu_step *s)
+{
+    gpu_steps_out *g = state;
+    if (!g->o && !g->failed) {
+        void *st = NULL;
+        int rc = stream_open(&st, g->ctx, "gpu_steps.csv");
+        if (rc) {
+            g->failed = 1;
+            note(g->ctx, "gpu_steps.csv", rc);
+            return;
+        }
+        g->o = st;
+        rec_gpu_steps_header(&g->o->b);
+    }
+    if (!g->o) return;
+    rec_gpu_steps_row(&g->o->b, s);
+    if (g->o->b.len >= SINK_OUT_FLUSH) stream_write(g->o);
+}
+
+static void gpu_steps_flush(void *state, const sink_run *run)
+{
+    gpu_steps_out *g = state;
+    if (g->o) stream_flush(g->o, run);
+}
+
+static void gpu_steps_drain(void *state)
+{
+    gpu_steps_out *g = state;
+    if (g->o) stream_drain(g->o);
+}
+
+static void gpu_steps_close(void *state, const sink_run *run)
+{
+    gpu_steps_out *g = state;
+    if (g->o) stream_close(g->o, run);
+    free(g);
+}
+
+const sink_ops rec_sink_gpu_steps = {
+    .name = "gpu_steps.csv", .init = gpu_steps_init, .on_gpu_step = gpu_steps_row,
+    .flush = gpu_steps_flush, .close = gpu_steps_close, .on_drain = gpu_steps_drain,
 };
 
 /* ---- trace.json ---- */
@@ -381,7 +447,8 @@ const sink_ops rec_sink_reserve = {
  * disk the CSVs' last rows are counted as lost rather than eating the room
  * kept for the trace's ']', summary.json, run.json and the reports. */
 const sink_ops *const rec_sinks[] = {
-    &rec_sink_metrics, &rec_sink_procs,      &rec_sink_steps,       &rec_sink_alerts,
+    &rec_sink_metrics, &rec_sink_procs,      &rec_sink_steps,       &rec_sink_gpu_steps,
+    &rec_sink_alerts,
     &rec_sink_reserve, &rec_sink_trace,      &rec_sink_prometheus,  &rec_sink_tensorboard,
     &rec_sink_summary, &rec_sink_status,
 };

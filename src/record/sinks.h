@@ -13,6 +13,7 @@ extern const sink_ops rec_sink_reserve;  /* space kept for the last files (safeo
 extern const sink_ops rec_sink_metrics;  /* metrics.csv */
 extern const sink_ops rec_sink_procs;    /* procs.csv */
 extern const sink_ops rec_sink_steps;    /* steps.csv */
+extern const sink_ops rec_sink_gpu_steps; /* gpu_steps.csv (GPU runs only) */
 extern const sink_ops rec_sink_alerts;   /* alerts.jsonl */
 extern const sink_ops rec_sink_trace;    /* trace.json */
 extern const sink_ops rec_sink_summary;  /* run.json (first sample, end), summary.json (end) */

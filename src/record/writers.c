@@ -151,6 +151,37 @@ int rec_steps_row(buf *b, const agg_step *s, uint64_t start_mono_ns)
     return buf_append(b, line, (size_t)(l.p - line));
 }
 
+/* ---- gpu_steps.csv ---- */
+
+int rec_gpu_steps_header(buf *b)
+{
+    return buf_puts(b, "rank,pid,tid,step,interval_ns,gpu_busy_ns,kernel_ns,kernels,"
+                       "gpu_idle_max_ns,copy_ns,h2d_bytes,h2d_pageable_bytes,d2h_bytes,"
+                       "d2h_pageable_bytes,memset_bytes,sync_ns,syncs\n");
+}
+
+int rec_gpu_steps_row(buf *b, const gpu_step *g)
+{
+    char line[512]; /* 17 columns of at most 20 digits */
+    fmt_line l = {line};
+    if (g->rank >= 0) fmt_i64(&l, g->rank);
+    *l.p++ = ',';
+    fmt_i64(&l, g->pid);
+    *l.p++ = ',';
+    fmt_i64(&l, g->tid);
+    const uint64_t rest[] = {g->step,        g->interval_ns,        g->busy_ns,
+                             g->kernel_ns,   g->kernels,            g->idle_max_ns,
+                             g->copy_ns,     g->h2d_bytes,          g->h2d_pageable_bytes,
+                             g->d2h_bytes,   g->d2h_pageable_bytes, g->memset_bytes,
+                             g->sync_ns,     g->syncs};
+    for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++) {
+        *l.p++ = ',';
+        fmt_u64(&l, rest[i]);
+    }
+    *l.p++ = '\n';
+    return buf_append(b, line, (size_t)(l.p - line));
+}
+
 /* ---- alerts.jsonl ---- */
 
 static const char *severity_name(int s)
@@ -380,6 +411,40 @@ static void put_gpus(jw *w, const run_res *r)
 
 static double ms(double ns) { return ns / 1e6; }
 
+/* steps.gpu: what the GPU did during the warm steps (collect/gpujoin.h);
+ * null on a run without GPU records. */
+static void put_gpu_steps(jw *w, const figs_gpu *g)
+{
+    jw_key(w, "gpu");
+    if (!g->steps) {
+        jw_null(w);
+        return;
+    }
+    double n = g->warm_steps ? (double)g->warm_steps : NAN;
+    double iv = g->interval_ns ? (double)g->interval_ns : NAN;
+    jw_obj_begin(w);
+    jw_kuint(w, "steps", g->steps);
+    jw_kuint(w, "warm_steps", g->warm_steps);
+    jw_knum(w, "busy_share", (double)g->busy_ns / iv);
+    jw_knum(w, "busy_share_p10", sketch_quantile(&g->busy_share, 0.1) / 1e6);
+    jw_knum(w, "busy_share_p50", sketch_quantile(&g->busy_share, 0.5) / 1e6);
+    jw_knum(w, "busy_ms_mean", ms((double)g->busy_ns) / n);
+    jw_knum(w, "kernel_ms_mean", ms((double)g->kernel_ns) / n);
+    jw_knum(w, "kernels_per_step", (double)g->kernels / n);
+    jw_knum(w, "kernel_us_p50", sketch_quantile(&g->kernel_dur_ns, 0.5) / 1e3);
+    jw_knum(w, "kernel_us_p90", sketch_quantile(&g->kernel_dur_ns, 0.9) / 1e3);
+    jw_knum(w, "sync_share", (double)g->sync_ns / iv);
+    jw_knum(w, "syncs_per_step", (double)g->syncs / n);
+    jw_knum(w, "copy_ms_mean", ms((double)g->copy_ns) / n);
+    jw_knum(w, "h2d_bytes_per_step", (double)g->h2d_bytes / n);
+    jw_knum(w, "h2d_pageable_bytes_per_step", (double)g->h2d_pageable_bytes / n);
+    jw_knum(w, "d2h_bytes_per_step", (double)g->d2h_bytes / n);
+    jw_knum(w, "d2h_pageable_bytes_per_step", (double)g->d2h_pageable_bytes / n);
+    jw_kuint(w, "records", g->records);
+    jw_kuint(w, "records_late", g->records_late);
+    jw_obj_end(w);
+}
+
 static void put_steps(jw *w, const sink_run *s, uint64_t start_mono_ns)
 {
     const figs *a = s->steps;
@@ -418,6 +483,7 @@ static void put_steps(jw *w, const sink_run *s, uint64_t start_mono_ns)
     }
     jw_arr_end(w);
     jw_kuint(w, "events_dropped", s->events_dropped);
+    put_gpu_steps(w, &a->gpu);
     jw_obj_end(w);
 }
 

@@ -37,6 +37,10 @@ int rec_procs_row(buf *b, double t, const frame_proc *p);
 /* ---- steps.csv: start_mono_ns is t = 0 ---- */
 int rec_steps_header(buf *b);
 int rec_steps_row(buf *b, const agg_step *s, uint64_t start_mono_ns);
+/* gpu_steps.csv (docs/run-format.md): one row per step of a process whose
+ * GPU records were collected. */
+int rec_gpu_steps_header(buf *b);
+int rec_gpu_steps_row(buf *b, const gpu_step *g);
 
 /* ---- alerts.jsonl: one line ---- */
 int rec_alert_line(buf *b, const alert_event *e);

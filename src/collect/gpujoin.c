@@ -1,0 +1,248 @@
+/* GPU records joined to the host's steps (see gpujoin.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "collect/gpujoin.h"
+#include "trainperf.h"
+
+typedef struct gj_proc {
+    pid_t pid;
+    gj_rec *r;
+    size_t n, cap;
+    int sorted;
+    uint64_t max_dur;   /* longest record kept: how far back a start may lie */
+    uint64_t watermark; /* latest end of any record seen */
+    uint64_t done_ns;   /* steps ending by here have their rows: older records are no use */
+} gj_proc;
+
+struct gj {
+    gj_emit_fn emit;
+    void *ctx;
+    gj_proc procs[GJ_MAX_PROCS];
+    int nprocs;
+    agg_step *pend;
+    size_t npend;
+    uint64_t records, late;
+};
+
+int gj_create(gj **out, gj_emit_fn emit, void *ctx)
+{
+    gj *j = calloc(1, sizeof(*j));
+    if (!j) return TPF_ENOMEM;
+    j->emit = emit;
+    j->ctx = ctx;
+    *out = j;
+    return 0;
+}
+
+void gj_free(gj *j)
+{
+    if (!j) return;
+    for (int i = 0; i < j->nprocs; i++) free(j->procs[i].r);
+    free(j->pend);
+    free(j);
+}
+
+static gj_proc *proc_of(gj *j, pid_t pid, int make)
+{
+    for (int i = 0; i < j->nprocs; i++)
+        if (j->procs[i].pid == pid) return &j->procs[i];
+    if (!make || j->nprocs == GJ_MAX_PROCS) return NULL;
+    gj_proc *p = &j->procs[j->nprocs++];
+    memset(p, 0, sizeof(*p));
+    p->pid = pid;
+    p->sorted = 1;
+    return p;
+}
+
+void gj_step(gj *j, const agg_step *s)
+{
+    if (!j->pend) {
+        j->pend = malloc(GJ_MAX_PEND * sizeof(*j->pend));
+        if (!j->pend) return;
+    }
+    /* Full: the oldest goes out with what has come for it. */
+    if (j->npend == GJ_MAX_PEND) gj_flush(j, UINT64_MAX, 0);
+    if (j->npend == GJ_MAX_PEND) return;
+    j->pend[j->npend++] = *s;
+}
+
+void gj_record(gj *j, pid_t pid, const seg_event *ev)
+{
+    j->records++;
+    gj_proc *p = proc_of(j, pid, 1);
+    if (!p || ev->end_ns <= p->done_ns) {
+        j->late++;
+        return;
+    }
+    if (p->n == p->cap) {
+        size_t nc = p->cap ? p->cap * 2 : 4096;
+        if (nc > GJ_MAX_RECS) nc = GJ_MAX_RECS;
+        gj_rec *nr = nc > p->cap ? realloc(p->r, nc * sizeof(*nr)) : NULL;
+        if (!nr) {
+            j->late++;
+            return;
+        }
+        p->r = nr;
+        p->cap = nc;
+    }
+    gj_rec *r = &p->r[p->n];
+    r->b = ev->ts_ns;
+    r->e = ev->end_ns;
+    r->bytes = ev->arg;
+    r->kind = ev->kind;
+    r->aux = ev->name;
+    if (p->n && r->b < p->r[p->n - 1].b) p->sorted = 0;
+    p->n++;
+    if (r->e - r->b > p->max_dur) p->max_dur = r->e - r->b;
+    if (r->e > p->watermark) p->watermark = r->e;
+}
+
+void gj_counts(const gj *j, uint64_t *records, uint64_t *late)
+{
+    *records = j->records;
+    *late = j->late;
+}
+
+static int cmp_rec(const void *a, const void *b)
+{
+    const gj_rec *x = a, *y = b;
+    return (x->b > y->b) - (x->b < y->b);
+}
+
+static uint64_t u64max(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static uint64_t u64min(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+void gj_figures(const gj_rec *r, size_t n, uint64_t max_dur, gpu_step *g)
+{
+    uint64_t e = g->end_ns, s0 = g->end_ns > g->interval_ns ? g->end_ns - g->interval_ns : 0;
+    /* first record that can reach into the interval */
+    uint64_t from = s0 > max_dur ? s0 - max_dur : 0;
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r[mid].b < from)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uint64_t cur_b = 0, cur_e = 0, last_end = s0;
+    int open = 0;
+    for (size_t i = lo; i < n && r[i].b < e; i++) {
+        const gj_rec *x = &r[i];
+        int starts_in = x->b >= s0;
+        uint64_t cb = u64max(x->b, s0), ce = u64min(x->e, e);
+        switch (x->kind) {
+        case SEG_EV_GPU_KERNEL:
+            if (starts_in) {
+                g->kernels++;
+                g->kernel_ns += x->e - x->b;
+            }
+            if (ce <= cb) break;
+            if (!open || cb > cur_e) {
+                if (open) {
+                    g->busy_ns += cur_e - cur_b;
+                    last_end = cur_e;
+                }
+                if (cb - last_end > g->idle_max_ns) g->idle_max_ns = cb - last_end;
+                cur_b = cb;
+                cur_e = ce;
+                open = 1;
+            } else if (ce > cur_e) {
+                cur_e = ce;
+            }
+            break;
+        case SEG_EV_GPU_COPY:
+            if (!starts_in) break;
+            g->copy_ns += x->e - x->b;
+            if (GPU_CN_COPY(x->aux) == GPU_COPY_HTOD) {
+                g->h2d_bytes += x->bytes;
+                if (GPU_CN_SRC(x->aux) == GPU_MEM_PAGEABLE) g->h2d_pageable_bytes += x->bytes;
+            } else if (GPU_CN_COPY(x->aux) == GPU_COPY_DTOH) {
+                g->d2h_bytes += x->bytes;
+                if (GPU_CN_DST(x->aux) == GPU_MEM_PAGEABLE) g->d2h_pageable_bytes += x->bytes;
+            }
+            break;
+        case SEG_EV_GPU_MEMSET:
+            if (starts_in) g->memset_bytes += x->bytes;
+            break;
+        case SEG_EV_GPU_SYNC:
+            if (ce > cb) g->sync_ns += ce - cb;
+            if (starts_in) g->syncs++;
+            break;
+        default: break;
+        }
+    }
+    if (open) {
+        g->busy_ns += cur_e - cur_b;
+        last_end = cur_e;
+    }
+    if (e - last_end > g->idle_max_ns) g->idle_max_ns = e - last_end;
+}
+
+/* Drop the records that end before every step still to come. */
+static void prune(gj_proc *p)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->r[i].e > p->done_ns) p->r[k++] = p->r[i];
+    p->n = k;
+}
+
+static int cmp_pend(const void *a, const void *b)
+{
+    const agg_step *x = a, *y = b;
+    return (x->end_ns > y->end_ns) - (x->end_ns < y->end_ns);
+}
+
+void gj_flush(gj *j, uint64_t now_ns, int final)
+{
+    if (j->npend == 0) return;
+    qsort(j->pend, j->npend, sizeof(*j->pend), cmp_pend);
+    for (int i = 0; i < j->nprocs; i++) {
+        gj_proc *p = &j->procs[i];
+        if (!p->sorted) qsort(p->r, p->n, sizeof(*p->r), cmp_rec);
+        p->sorted = 1;
+    }
+    int full = j->npend == GJ_MAX_PEND && now_ns == UINT64_MAX;
+    size_t k = 0;
+    for (size_t i = 0; i < j->npend; i++) {
+        const agg_step *s = &j->pend[i];
+        gj_proc *p = proc_of(j, s->pid, 0);
+        int old = now_ns > s->end_ns && now_ns - s->end_ns >= GJ_LAG_NS;
+        int ready = p && (p->watermark >= s->end_ns || old || final || (full && i == 0));
+        if (!ready) {
+            /* no GPU record from this process (yet): a CPU process, or CUDA
+             * not started; let go once no record can come for it */
+            if (!p && (old || final || (full && i == 0))) continue;
+            j->pend[k++] = *s;
+            continue;
+        }
+        gpu_step g;
+        memset(&g, 0, sizeof(g));
+        g.rank = s->rank;
+        g.pid = s->pid;
+        g.tid = s->tid;
+        g.step = s->step;
+        g.end_ns = s->end_ns;
+        g.interval_ns = s->interval_ns;
+        gj_figures(p->r, p->n, p->max_dur, &g);
+        if (j->emit) j->emit(j->ctx, &g);
+        if (s->end_ns > p->done_ns) p->done_ns = s->end_ns;
+    }
+    j->npend = k;
+    /* A step still waiting keeps its process's records from its start on. */
+    for (int i = 0; i < j->nprocs; i++) {
+        gj_proc *p = &j->procs[i];
+        uint64_t keep = p->done_ns;
+        for (size_t q = 0; q < j->npend; q++)
+            if (j->pend[q].pid == p->pid) {
+                uint64_t b = j->pend[q].end_ns - j->pend[q].interval_ns;
+                if (b < keep) keep = b;
+            }
+        uint64_t saved = p->done_ns;
+        p->done_ns = keep;
+        prune(p);
+        p->done_ns = saved;
+    }
+}

@@ -1,0 +1,60 @@
+/* GPU records joined to the host's steps.
+ *
+ * The GPU runs behind the host: a step's kernels are launched during the
+ * step and run during it or after it, and their records (gpu/cupti_inject.c)
+ * reach the collector a flush period later, from another thread of the
+ * process. So a finished step waits here until the GPU records of its
+ * process have caught up with its end (or GJ_LAG_NS has passed, or the run
+ * ended), and only then are its GPU figures made, over the step's host
+ * interval [end - interval, end]: what share of the wall time the step
+ * took had a kernel running. That is the figure that says whether the GPU or
+ * the host sets the pace; it needs no launch-to-step bookkeeping and adds
+ * no synchronisation.
+ *
+ * Bounded: at most GJ_MAX_PEND steps wait and GJ_MAX_RECS records are kept
+ * per process (older ones are dropped and counted). Not thread-safe: the
+ * collector thread owns it. */
+#ifndef TPF_COLLECT_GPUJOIN_H
+#define TPF_COLLECT_GPUJOIN_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/figs.h"
+#include "probe/reader.h"
+
+#define GJ_MAX_PEND 8192
+#define GJ_MAX_RECS (1u << 19)
+#define GJ_MAX_PROCS 64
+#define GJ_LAG_NS 3000000000ull /* a step waits at most this long for its records */
+
+typedef struct gj gj;
+typedef void (*gj_emit_fn)(void *ctx, const gpu_step *g);
+
+/* *out is freed with gj_free. */
+int gj_create(gj **out, gj_emit_fn emit, void *ctx);
+void gj_free(gj *j);
+
+/* A finished host step of process pid (copied). */
+void gj_step(gj *j, const agg_step *s);
+/* A GPU record (SEG_EV_GPU_*) of process pid. */
+void gj_record(gj *j, pid_t pid, const seg_event *ev);
+/* Make the figures of the steps whose records are in (final: of all), in
+ * order of end time, and drop what no step can need any more. now_ns:
+ * CLOCK_MONOTONIC. Steps of processes that never sent a GPU record make no
+ * row; they are let go after GJ_LAG_NS. */
+void gj_flush(gj *j, uint64_t now_ns, int final);
+/* Records seen, and those that came after every step that could hold them
+ * had gone (or past the caps). */
+void gj_counts(const gj *j, uint64_t *records, uint64_t *late);
+
+/* The figures of one step from records (sorted by start), for tests too. */
+typedef struct gj_rec {
+    uint64_t b, e;
+    uint64_t bytes;
+    uint32_t kind; /* SEG_EV_GPU_* */
+    uint32_t aux;  /* the event's name field */
+} gj_rec;
+void gj_figures(const gj_rec *r, size_t n, uint64_t max_dur, gpu_step *g);
+
+#endif

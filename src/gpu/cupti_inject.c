@@ -1,0 +1,288 @@
+/* libtrainperf-cupti.so: GPU records for any CUDA program, with no code
+ * change and no synchronisation added.
+ *
+ * `trainperf run` names this library in CUDA_INJECTION64_PATH; the CUDA
+ * driver loads it when the program initialises CUDA and calls
+ * InitializeInjection once. It loads CUPTI with dlopen (never linked: the
+ * project builds with no NVIDIA software), asks for kernel, copy, memset and
+ * synchronisation activity records, and hands each one to the collector as
+ * a SEG_EV_GPU_* record in this process's second segment
+ * (seg-<pid>.gpu.tpf), from CUPTI's own buffer thread. Timestamps are put on
+ * CLOCK_MONOTONIC, the probe's clock, by CUPTI's timestamp callback where
+ * CUPTI has one, else by an offset measured against cuptiGetTimestamp.
+ *
+ * Whatever fails (no CUPTI, an old one, a profiler holding it) leaves the
+ * program alone: a mark in the segment says why, and the run goes on without
+ * GPU records. Only the Activity API is used (no cuptiSubscribe), so a
+ * script's own torch.profiler still works; while it runs it takes CUPTI's
+ * callbacks over and our records pause (docs/gpu.md).
+ *
+ * The library's copy of the probe is its own (static, hidden): it never
+ * shares state with a libtrainperf or a Python extension in the same
+ * process, and exports only InitializeInjection (version script). */
+#include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collect/cupti_rec.h"
+#include "probe/clock.h"
+#include "probe/probe.h"
+#include "probe/reader.h"
+#include "trainperf.h"
+
+typedef int cures; /* CUptiResult: 0 success */
+typedef void (*req_fn)(uint8_t **buf, size_t *size, size_t *max_records);
+typedef void (*done_fn)(void *ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid);
+
+static struct {
+    void *lib;
+    cures (*register_callbacks)(req_fn, done_fn);
+    cures (*get_next)(uint8_t *buf, size_t valid, void **rec);
+    cures (*enable)(int kind);
+    cures (*flush_all)(uint32_t flag);
+    cures (*flush_period)(uint32_t ms);
+    cures (*get_timestamp)(uint64_t *ns);
+    cures (*register_ts)(uint64_t (*)(void));
+    cures (*dropped)(void *ctx, uint32_t stream, size_t *n);
+    cures (*get_version)(uint32_t *v);
+    cures (*result_string)(cures, const char **);
+} g_cu;
+
+static _Atomic int64_t g_ts_offset; /* mono = cupti - offset (0 with our timestamp callback) */
+static int g_own_clock;
+static FILE *g_dump;                /* TRAINPERF_CUPTI_DUMP: raw records, for tests */
+static pthread_mutex_t g_dump_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint64_t g_dropped;
+
+#define BUF_SIZE (2u << 20)
+#define NAME_SLOTS 4096
+
+/* Kernel names: CUPTI's pointer for a function stays the same, so the name
+ * is registered once per pointer (done on CUPTI's thread only). */
+static struct {
+    const char *p;
+    tpf_name id;
+} g_names[NAME_SLOTS];
+
+static tpf_name kernel_name(const char *p)
+{
+    if (!p) return 0;
+    uintptr_t h = ((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull;
+    for (unsigned i = 0; i < NAME_SLOTS; i++) {
+        unsigned k = (unsigned)((h + i) % NAME_SLOTS);
+        if (g_names[k].p == p) return g_names[k].id;
+        if (!g_names[k].p) {
+            g_names[k].p = p;
+            g_names[k].id = tpf_name_register(p);
+            return g_names[k].id;
+        }
+    }
+    return 0;
+}
+
+static void mark(const char *what)
+{
+    tpf_name n = tpf_name_register(what);
+    if (n) tpf_mark(n);
+}
+
+static uint64_t mono_clock(void) { return clk_mono_ns(); }
+
+static void measure_offset(void)
+{
+    uint64_t c = 0;
+    if (g_own_clock || !g_cu.get_timestamp) return;
+    uint64_t m0 = clk_mono_ns();
+    if (g_cu.get_timestamp(&c) != 0) return;
+    uint64_t m1 = clk_mono_ns();
+    atomic_store(&g_ts_offset, (int64_t)(c - (m0 + (m1 - m0) / 2)));
+}
+
+static uint64_t to_mono(uint64_t t)
+{
+    return t - (uint64_t)atomic_load_explicit(&g_ts_offset, memory_order_relaxed);
+}
+
+static void on_request(uint8_t **buf, size_t *size, size_t *max_records)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 8, BUF_SIZE) != 0) p = NULL;
+    *buf = p;
+    *size = p ? BUF_SIZE : 0;
+    *max_records = 0;
+}
+
+static void dump_record(const uint8_t *rec, size_t len)
+{
+    pthread_mutex_lock(&g_dump_lock);
+    uint32_t n = (uint32_t)len;
+    fwrite(&n, sizeof(n), 1, g_dump);
+    fwrite(rec, 1, len, g_dump);
+    pthread_mutex_unlock(&g_dump_lock);
+}
+
+static void on_complete(void *ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
+{
+    measure_offset();
+    void *rec = NULL;
+    uint8_t *end = buf + valid;
+    while (buf && g_cu.get_next(buf, valid, &rec) == 0 && rec) {
+        const uint8_t *p = rec;
+        cupti_rec r;
+        /* the record's length is not given: what is left of the buffer bounds it */
+        size_t len = (size_t)(end - p);
+        if (g_dump) {
+            /* peek the next record to know this one's length */
+            dump_record(p, len < 256 ? len : 256);
+        }
+        if (!cupti_rec_decode(p, len, &r)) continue;
+        uint32_t name = r.ev == SEG_EV_GPU_KERNEL ? kernel_name(r.name) : r.aux;
+        probe_emit_record(to_mono(r.start), r.ev, name, to_mono(r.end), r.b);
+    }
+    size_t dropped = 0;
+    if (g_cu.dropped && g_cu.dropped(ctx, stream, &dropped) == 0 && dropped) {
+        uint64_t total = atomic_fetch_add(&g_dropped, dropped) + dropped;
+        static tpf_name dn;
+        if (!dn) dn = tpf_name_register("gpu.cupti_dropped");
+        tpf_counter(dn, (double)total);
+    }
+    free(buf);
+}
+
+static void at_exit(void)
+{
+    if (g_cu.flush_all) g_cu.flush_all(1); /* forced: records still open too */
+    if (g_dump) {
+        pthread_mutex_lock(&g_dump_lock);
+        fclose(g_dump);
+        g_dump = NULL;
+        pthread_mutex_unlock(&g_dump_lock);
+    }
+}
+
+/* Directories of the objects already loaded (libcudart, libtorch_cuda...):
+ * a pip-installed CUDA keeps libcupti beside them or in a sibling package. */
+typedef struct find_ctx {
+    char path[PATH_MAX];
+    int found;
+} find_ctx;
+
+static int try_open(const char *path)
+{
+    if (access(path, R_OK) != 0) return 0;
+    g_cu.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    return g_cu.lib != NULL;
+}
+
+static const char *const cupti_names[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so.11",
+                                          "libcupti.so"};
+#define NCUPTI (sizeof(cupti_names) / sizeof(cupti_names[0]))
+
+static int try_dir(const char *dir, find_ctx *f)
+{
+    static const char *const rel[] = {"", "/../../cuda_cupti/lib", "/../cuda_cupti/lib",
+                                      "/../extras/CUPTI/lib64"};
+    for (size_t r = 0; r < sizeof(rel) / sizeof(rel[0]); r++)
+        for (size_t i = 0; i < NCUPTI; i++) {
+            if ((size_t)snprintf(f->path, sizeof(f->path), "%s%s/%s", dir, rel[r], cupti_names[i]) >=
+                sizeof(f->path))
+                continue;
+            if (try_open(f->path)) return 1;
+        }
+    return 0;
+}
+
+static int each_object(struct dl_phdr_info *info, size_t sz, void *arg)
+{
+    find_ctx *f = arg;
+    const char *n = info->dlpi_name;
+    if (!n || !*n || f->found) return f->found;
+    const char *slash = strrchr(n, '/');
+    if (!slash || !(strstr(n, "cuda") || strstr(n, "torch") || strstr(n, "nvidia"))) return 0;
+    char dir[PATH_MAX];
+    size_t dl = (size_t)(slash - n);
+    if (dl >= sizeof(dir)) return 0;
+    memcpy(dir, n, dl);
+    dir[dl] = 0;
+    f->found = try_dir(dir, f);
+    return f->found;
+}
+
+static const char *load_cupti(void)
+{
+    const char *want = getenv("TRAINPERF_CUPTI_LIB");
+    if (want && *want) return try_open(want) ? NULL : "TRAINPERF_CUPTI_LIB cannot be loaded";
+    for (size_t i = 0; i < NCUPTI && !g_cu.lib; i++) g_cu.lib = dlopen(cupti_names[i], RTLD_NOW | RTLD_LOCAL);
+    find_ctx f = {.found = 0};
+    if (!g_cu.lib) dl_iterate_phdr(each_object, &f);
+    const char *home = getenv("CUDA_HOME");
+    if (!g_cu.lib && home && *home) {
+        char d[PATH_MAX];
+        if ((size_t)snprintf(d, sizeof(d), "%s/lib64", home) < sizeof(d)) try_dir(d, &f);
+    }
+    if (!g_cu.lib) try_dir("/usr/local/cuda/lib64", &f);
+    return g_cu.lib ? NULL : "libcupti not found (set TRAINPERF_CUPTI_LIB)";
+}
+
+#define SYM(field, name) (*(void **)&g_cu.field = dlsym(g_cu.lib, name))
+
+static const char *start(void)
+{
+    const char *why = load_cupti();
+    if (why) return why;
+    if (!SYM(register_callbacks, "cuptiActivityRegisterCallbacks") ||
+        !SYM(get_next, "cuptiActivityGetNextRecord") || !SYM(enable, "cuptiActivityEnable") ||
+        !SYM(flush_all, "cuptiActivityFlushAll"))
+        return "libcupti lacks the activity API";
+    SYM(flush_period, "cuptiActivityFlushPeriod");
+    SYM(get_timestamp, "cuptiGetTimestamp");
+    SYM(register_ts, "cuptiActivityRegisterTimestampCallback");
+    SYM(dropped, "cuptiActivityGetNumDroppedRecords");
+    SYM(get_version, "cuptiGetVersion");
+    SYM(result_string, "cuptiGetResultString");
+    /* our clock before any kind is enabled (CUPTI's rule) */
+    if (g_cu.register_ts && g_cu.register_ts(mono_clock) == 0) g_own_clock = 1;
+    measure_offset();
+    cures rc = g_cu.register_callbacks(on_request, on_complete);
+    if (rc != 0) return "cuptiActivityRegisterCallbacks failed";
+    /* CONCURRENT_KERNEL, not KERNEL: KERNEL serialises the kernels */
+    static const int kinds[] = {CUPTI_KIND_CONCURRENT_KERNEL, CUPTI_KIND_MEMCPY, CUPTI_KIND_MEMSET,
+                                CUPTI_KIND_SYNCHRONIZATION};
+    int on = 0;
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) on += g_cu.enable(kinds[i]) == 0;
+    if (!on) return "no CUPTI activity kind could be enabled";
+    /* records reach the collector within a flush period */
+    if (g_cu.flush_period) g_cu.flush_period(200);
+    atexit(at_exit);
+    return NULL;
+}
+
+/* Called by the CUDA driver, once, at the program's CUDA initialisation. */
+__attribute__((visibility("default"))) int InitializeInjection(void);
+
+int InitializeInjection(void)
+{
+    const char *rd = getenv("TRAINPERF_RUN_DIR");
+    if (!rd || !*rd) return 1; /* not under trainperf: nothing to do */
+    clk_prefer_mono();
+    probe_set_seg_tag("gpu");
+    const char *dump = getenv("TRAINPERF_CUPTI_DUMP");
+    if (dump && *dump) g_dump = fopen(dump, "we");
+    const char *why = start();
+    char msg[120];
+    uint32_t v = 0;
+    if (!why && g_cu.get_version) g_cu.get_version(&v);
+    if (why)
+        snprintf(msg, sizeof(msg), "gpu.cupti unavailable: %s", why);
+    else
+        snprintf(msg, sizeof(msg), "gpu.cupti on: api %u%s", v, g_own_clock ? "" : ", clock offset");
+    mark(msg);
+    return 1;
+}
