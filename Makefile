@@ -7,6 +7,7 @@
 #   make test                 the test suite (pytest drives C unit and integration tests)
 #   make check                install test dependencies, then the suite, then again under ASan+UBSan
 #   make demo                 the bundled C trainer under `trainperf run`, ending with its report
+#   make gpu-check OUT=DIR    on one NVIDIA GPU: short GPU runs with a known truth (docs/gpu.md)
 #   make bench                benchmarks (figures and ratios against baselines in the same run)
 #   make install PREFIX=/usr/local
 
@@ -61,7 +62,7 @@ CLI := $(BUILD)/trainperf
 # (src/gpu/, docs/gpu.md): CUPTI is loaded at run time, nothing NVIDIA at build.
 CUPTI_SO := $(BUILD)/libtrainperf-cupti.so
 
-.PHONY: all lib test check demo bench install clean python fuzz
+.PHONY: all lib test check demo bench install clean python fuzz gpu-check
 all: lib $(CLI) $(CUPTI_SO) $(EXAMPLES) $(UNITS) $(FAKES) $(PROGS) $(BENCHES)
 lib: $(STATIC) $(SHARED)
 
@@ -151,6 +152,10 @@ demo:
 	@./scripts/install-deps.sh --build
 	$(MAKE) --no-print-directory all
 	./scripts/demo.sh $(BUILD)
+
+# On a machine with one NVIDIA GPU (docs/gpu.md): about 6 minutes.
+gpu-check:
+	./scripts/gpu-check.sh $(or $(OUT),gpu-check-out)
 
 bench: all python
 	./bench/run.sh $(BUILD)

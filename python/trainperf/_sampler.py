@@ -39,7 +39,7 @@ import sysconfig
 import threading
 import time
 
-from trainperf import _evalhooks
+from trainperf import _cuda, _evalhooks
 
 MAX_STACKS = 5000      # distinct stacks kept; the rest are counted as truncated
 MAX_DEPTH = 48
@@ -717,6 +717,7 @@ def _write():
                      "anomaly_samples": _anomaly_samples(stacks),
                      "eval_host_samples": _eval_host[0],
                      "profiler_samples": _profiler_samples(stacks)}
+    ev["cuda"] = _cuda.snapshot()
     ev["written_at"] = round(time.monotonic(), 6)
     _evalhooks.write_json(os.path.join(d, "events-%d.json" % _pid), ev)
 
@@ -763,6 +764,7 @@ def _loop(tid):
                                                time.monotonic() >= next_read):
             _read_threads()
             _evalhooks.settings_tick()
+            _cuda.tick()
             next_read = time.monotonic() + READ_THREADS_EVERY_S
         if time.monotonic() >= next_flush:
             _flush()

@@ -416,7 +416,7 @@ static double ms(double ns) { return ns / 1e6; }
 static void put_gpu_steps(jw *w, const figs_gpu *g)
 {
     jw_key(w, "gpu");
-    if (!g->steps) {
+    if (!g->steps && !g->records) {
         jw_null(w);
         return;
     }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU check (docs/gpu.md): on a machine with one NVIDIA GPU, PyTorch with
+# CUDA and nvcc, builds what it needs and runs tests/gpu/check.py -- a dozen
+# short GPU runs with a known truth, checked figure by figure -- in about 6
+# minutes. Writes into OUT (default ./gpu-check-out):
+#   gpu-check.log   every check, ok or FAIL, with its value
+#   gpu-check.json  the same with each run's figures
+#   gpu-runs.tar.gz the run directories, trimmed (tests/data/gpu-runs/ takes them)
+#   env.txt         nvidia-smi, torch, libcupti, `trainperf doctor`
+#   build.log
+# Exit 0 when every check passed, 1 when one failed, 2 when the build failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=$(mkdir -p "${1:-gpu-check-out}" && cd "${1:-gpu-check-out}" && pwd)
+BUILD=${BUILD:-build}
+PY=${PYTHON:-python3}
+echo "gpu-check: writing to $OUT"
+{
+    date; uname -a; nvidia-smi; nvidia-smi -q | sed -n 1,40p
+    "$PY" -c 'import torch, sys; print(sys.version); print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
+    command -v nvcc && nvcc --version | tail -2
+    echo "libcupti:"; find / -xdev -name 'libcupti.so*' 2>/dev/null | head -20
+} >"$OUT/env.txt" 2>&1
+echo "gpu-check: building (make -j$(nproc))"
+if ! make -j"$(nproc)" BUILD="$BUILD" lib "$BUILD/trainperf" "$BUILD/libtrainperf-cupti.so" >"$OUT/build.log" 2>&1 ||
+   ! make BUILD="$BUILD" PYTHON="$PY" python >>"$OUT/build.log" 2>&1; then
+    tail -40 "$OUT/build.log"
+    exit 2
+fi
+"$BUILD/trainperf" doctor >>"$OUT/env.txt" 2>&1
+echo "gpu-check: running the scenarios"
+PYTHONUNBUFFERED=1 "$PY" tests/gpu/check.py --build "$BUILD" --out "$OUT" 2>&1 | tee "$OUT/gpu-check.log"
+rc=${PIPESTATUS[0]}
+rm -rf "$OUT/gpu-runs"
+"$PY" tests/gpu/trim.py "$OUT/runs" "$OUT/gpu-runs" && tar czf "$OUT/gpu-runs.tar.gz" -C "$OUT" gpu-runs
+echo "gpu-check: exit $rc ($OUT)"
+exit "$rc"

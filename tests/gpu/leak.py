@@ -1,0 +1,16 @@
+"""A growing cache: each step's output is kept with its graph (a list of
+losses not detached). Truth: allocated GPU memory grows through the run."""
+import torch
+from _common import DEV, Clock, mlp
+
+model = mlp(2048, 4)
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(1024, 2048, device=DEV)
+history = []
+for step in Clock(max_steps=200):
+    out = model(x)
+    loss = out.pow(2).mean()
+    history.append(out)          # the leak: activations kept alive
+    opt.zero_grad()
+    loss.backward()
+    opt.step()

@@ -1,0 +1,120 @@
+"""GPU records end to end on a machine with no GPU: `trainperf run` injects
+the real CUPTI library (build/libtrainperf-cupti.so) into a real program,
+which plays the CUDA driver's part (it calls InitializeInjection); only CUPTI
+itself is a fake (tests/fakes/fake_cupti.c), told what "ran" on the GPU.
+The program's truth is in tests/progs/fake_gpu_trainer.c: per step of >= 20
+ms, 8 ms of kernel busy time (10 ms of kernel time on two streams), a 1 MiB
+pageable host-to-device copy and a 1 ms host wait for the GPU."""
+import csv
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import BUILD
+
+FAKE = BUILD / "fakes" / "libcupti.so.1"
+PROG = BUILD / "progs" / "fake_gpu_trainer"
+MS = 1_000_000
+
+
+def gpu_env(**kw):
+    e = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE)}
+    e.update(kw)
+    return e
+
+
+def rows(d):
+    with open(d / "gpu_steps.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def summary(d):
+    with open(d / "summary.json") as f:
+        return json.load(f)
+
+
+def marks(d):
+    text = (d / "trace.json").read_text()
+    return [w.split('"')[0] for w in text.split('"gpu.cupti')[1:]]
+
+
+@pytest.mark.parametrize("clock", ["callback", "offset"])
+def test_gpu_records_are_joined_to_their_steps(run_cli, tmp_path, clock):
+    d = tmp_path / "run"
+    env = gpu_env(**({"FAKE_CUPTI_NO_TS": "1"} if clock == "offset" else {}))
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "25", env=env)
+    assert p.returncode == 0, p.stderr
+    got = rows(d)
+    assert len(got) == 25
+    # the offset path (no timestamp callback: CUPTI's realtime clock put on
+    # the monotonic one) may be off by the few microseconds it was measured in
+    tol = 0 if clock == "callback" else 50_000
+    for r in got:
+        assert abs(int(r["gpu_busy_ns"]) - 8 * MS) <= tol, r
+        assert abs(int(r["kernel_ns"]) - 10 * MS) <= 2 * tol, r
+        assert int(r["kernels"]) == 2
+        assert int(r["h2d_bytes"]) == int(r["h2d_pageable_bytes"]) == 1 << 20
+        assert int(r["d2h_bytes"]) == 0
+        assert abs(int(r["sync_ns"]) - 1 * MS) <= tol and int(r["syncs"]) == 1
+        # the longest stretch without a kernel: the step's first 10 ms (or a
+        # longer host gap before it)
+        assert int(r["gpu_idle_max_ns"]) >= 10 * MS - tol
+        assert int(r["interval_ns"]) >= 20 * MS
+    g = summary(d)["steps"]["gpu"]
+    assert g["steps"] == 25 and g["warm_steps"] == 24
+    assert g["kernels_per_step"] == 2
+    assert 0.2 < g["busy_share"] <= 0.4  # 8 ms of >= 20 ms
+    assert g["h2d_pageable_bytes_per_step"] == 1 << 20
+    assert g["records_late"] == 0 and g["records"] == 25 * 4
+    assert any(m.startswith(" on") for m in marks(d))
+
+
+def test_no_cupti_leaves_the_program_alone(run_cli, tmp_path):
+    d = tmp_path / "run"
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "8",
+                env=gpu_env(TRAINPERF_CUPTI_LIB=str(tmp_path / "missing.so")))
+    assert p.returncode == 0, p.stderr
+    assert not (d / "gpu_steps.csv").exists()
+    assert summary(d)["steps"]["count"] == 8
+    assert summary(d)["steps"]["gpu"] is None
+    assert any("unavailable: TRAINPERF_CUPTI_LIB cannot be loaded" in m for m in marks(d))
+
+
+def test_injection_outside_trainperf_does_nothing(tmp_path):
+    # the driver may load the library in a process not under trainperf (an
+    # environment inherited by something else): no file, no output, exit 0
+    env = dict(os.environ, CUDA_INJECTION64_PATH=str(BUILD / "libtrainperf-cupti.so"),
+               TRAINPERF_CUPTI_LIB=str(FAKE))
+    env.pop("TRAINPERF_RUN_DIR", None)
+    p = subprocess.run([str(PROG), "3"], env=env, capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout == "" and p.stderr == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cpu_machine_gets_no_injection_and_no_gpu_files(run_cli, tmp_path):
+    if os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl"):
+        pytest.skip("an NVIDIA driver is here: run injects CUPTI")
+    d = tmp_path / "run"
+    out = tmp_path / "env.txt"
+    p = run_cli("run", "--quiet", "--out", d, "--", "sh", "-c",
+                'echo "${CUDA_INJECTION64_PATH:-none}" > "$0"', out)
+    assert p.returncode == 0, p.stderr
+    assert out.read_text().strip() == "none"
+    assert not (d / "gpu_steps.csv").exists()
+    assert summary(d)["steps"]["gpu"] is None
+
+
+def test_no_gpu_trace_and_the_users_own_injection_win(run_cli, tmp_path):
+    out = tmp_path / "env.txt"
+    cmd = ["sh", "-c", 'echo "${CUDA_INJECTION64_PATH:-none}" > "$0"', out]
+    p = run_cli("run", "--quiet", "--no-gpu-trace", "--out", tmp_path / "a", "--", *cmd,
+                env={"TRAINPERF_GPU_TRACE": "1"})
+    assert p.returncode == 0 and out.read_text().strip() == "none"
+    p = run_cli("run", "--quiet", "--out", tmp_path / "b", "--", *cmd,
+                env={"TRAINPERF_GPU_TRACE": "1", "CUDA_INJECTION64_PATH": "/opt/theirs.so"})
+    assert p.returncode == 0 and out.read_text().strip() == "/opt/theirs.so"
+    p = run_cli("run", "--quiet", "--out", tmp_path / "c", "--", *cmd, env={"TRAINPERF_GPU_TRACE": "1"})
+    assert p.returncode == 0 and out.read_text().strip().endswith("/libtrainperf-cupti.so")
