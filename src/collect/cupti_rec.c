@@ -34,6 +34,9 @@ int cupti_rec_decode(const uint8_t *p, size_t len, cupti_rec *o)
         const char *name;
         memcpy(&name, p + 104, sizeof(name));
         o->name = name;
+        /* NCCL's kernels (ncclKernel_..., ncclDevKernel_...): a name CUPTI
+         * owns, NUL-terminated */
+        if (name && strstr(name, "nccl")) o->b |= GPU_KB_COMM;
         break;
     }
     case CUPTI_KIND_MEMCPY:

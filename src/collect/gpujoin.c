@@ -137,6 +137,7 @@ void gj_figures(const gj_rec *r, size_t n, uint64_t max_dur, gpu_step *g)
             if (starts_in) {
                 g->kernels++;
                 g->kernel_ns += x->e - x->b;
+                if (x->bytes & GPU_KB_COMM) g->comm_kernel_ns += x->e - x->b;
             }
             if (ce <= cb) break;
             if (!open || cb > cur_e) {

@@ -44,6 +44,7 @@ typedef struct gpu_step {
     uint64_t busy_ns;          /* union of kernel intervals, clipped to the interval */
     uint64_t kernel_ns;        /* kernels started in the interval: summed durations */
     uint64_t kernels;          /* ... and their count */
+    uint64_t comm_kernel_ns;   /* of kernel_ns, collectives' kernels (NCCL) */
     uint64_t idle_max_ns;      /* the longest stretch of the interval with no kernel running */
     uint64_t copy_ns;          /* copies started in the interval: summed durations */
     uint64_t h2d_bytes, h2d_pageable_bytes, d2h_bytes, d2h_pageable_bytes, memset_bytes;
@@ -56,6 +57,7 @@ typedef struct gpu_step {
 typedef struct figs_gpu {
     uint64_t steps, warm_steps;
     uint64_t interval_ns, busy_ns, kernel_ns, kernels, copy_ns, sync_ns, syncs; /* warm */
+    uint64_t comm_kernel_ns;                                                   /* warm */
     uint64_t h2d_bytes, h2d_pageable_bytes, d2h_bytes, d2h_pageable_bytes;   /* warm */
     uint64_t records, records_late;   /* GPU records seen; those no step could take */
     sketch kernel_dur_ns;             /* every kernel's duration */

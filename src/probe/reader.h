@@ -29,8 +29,10 @@ enum seg_ev_kind {
     SEG_EV_LAST = 10,
 };
 
-/* SEG_EV_GPU_KERNEL's b: stream (32 bits) and device (16 bits). */
+/* SEG_EV_GPU_KERNEL's b: stream (32 bits), device (16 bits) and, bit 48, a
+ * collective's kernel (NCCL: communication, not compute). */
 #define GPU_KB(device, stream) (((uint64_t)(uint16_t)(device) << 32) | (uint32_t)(stream))
+#define GPU_KB_COMM (1ull << 48)
 #define GPU_KB_DEVICE(b) ((int)(((b) >> 32) & 0xffffu))
 #define GPU_KB_STREAM(b) ((uint32_t)(b))
 /* SEG_EV_GPU_COPY's name: copy kind (CUPTI's: 1 HtoD, 2 DtoH, 8 DtoD, 10

@@ -157,7 +157,7 @@ int rec_gpu_steps_header(buf *b)
 {
     return buf_puts(b, "rank,pid,tid,step,interval_ns,gpu_busy_ns,kernel_ns,kernels,"
                        "gpu_idle_max_ns,copy_ns,h2d_bytes,h2d_pageable_bytes,d2h_bytes,"
-                       "d2h_pageable_bytes,memset_bytes,sync_ns,syncs\n");
+                       "d2h_pageable_bytes,memset_bytes,sync_ns,syncs,comm_kernel_ns\n");
 }
 
 int rec_gpu_steps_row(buf *b, const gpu_step *g)
@@ -173,7 +173,7 @@ int rec_gpu_steps_row(buf *b, const gpu_step *g)
                              g->kernel_ns,   g->kernels,            g->idle_max_ns,
                              g->copy_ns,     g->h2d_bytes,          g->h2d_pageable_bytes,
                              g->d2h_bytes,   g->d2h_pageable_bytes, g->memset_bytes,
-                             g->sync_ns,     g->syncs};
+                             g->sync_ns,     g->syncs,              g->comm_kernel_ns};
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++) {
         *l.p++ = ',';
         fmt_u64(&l, rest[i]);
@@ -431,6 +431,7 @@ static void put_gpu_steps(jw *w, const figs_gpu *g)
     jw_knum(w, "busy_ms_mean", ms((double)g->busy_ns) / n);
     jw_knum(w, "kernel_ms_mean", ms((double)g->kernel_ns) / n);
     jw_knum(w, "kernels_per_step", (double)g->kernels / n);
+    jw_knum(w, "comm_kernel_ms_mean", ms((double)g->comm_kernel_ns) / n);
     jw_knum(w, "kernel_us_p50", sketch_quantile(&g->kernel_dur_ns, 0.5) / 1e3);
     jw_knum(w, "kernel_us_p90", sketch_quantile(&g->kernel_dur_ns, 0.9) / 1e3);
     jw_knum(w, "sync_share", (double)g->sync_ns / iv);

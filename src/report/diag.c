@@ -1442,7 +1442,7 @@ void diag_compute(diag_run *r)
     ctx c;
     make_ctx(r, &c);
 
-    dfinding cand[28]; /* one a rule, at most */
+    dfinding cand[36]; /* one a rule, at most */
     int nc = 0;
     int (*rules[])(const diag_run *, const ctx *, dfinding *) = {
         cand_memory, cand_throttle,  cand_input, cand_storage_ckpt,
@@ -1466,6 +1466,9 @@ void diag_compute(diag_run *r)
         memset(&cand[nc], 0, sizeof(cand[nc]));
         if ((c.samples_ok || dc_step_level_rule(i)) && causes[i](r, &cand[nc])) nc++;
     }
+    /* what the GPU's records say, and what the host-time findings mean then */
+    nc += dg_cands(r, cand + nc, (int)(sizeof(cand) / sizeof(cand[0])) - nc);
+    dg_fold(r, cand, &nc);
     /* contention explains irregular steps: the unstable finding (unless a
      * hang or regression) folds into it */
     int ic = cand_find(cand, nc, "cpu-contention"), iu = -1;

@@ -16,6 +16,7 @@
 #include "util/jsonr.h"
 #include "util/jsonw.h"
 #include "report/diag_cause.h"
+#include "report/diag_gpu.h"
 
 #define DIAG_SERIES_CAP 240 /* points per chart series */
 #define DIAG_HIST_BINS 1200 /* log-spaced, 2% apart: 1 us .. ~3e4 s */
@@ -217,6 +218,7 @@ typedef struct diag_run {
     int recovered;
 
     dcause cause; /* pyprof/ and the sched columns (diag_cause.h) */
+    dgpu_steps gs; /* GPU records and the CUDA allocator (diag_gpu.h) */
     /* ranks, comm/ and many nodes (report_ranks.c) */
     int nranks;
     drank ranks[DIAG_MAX_RANKS];

@@ -740,6 +740,7 @@ void dc_load_pyprof(diag_run *r)
             }
         } else if (doc.root->type == JR_OBJ) {
             load_one(r, doc.root, t0);
+            dg_take_events(r, doc.root);
             n++;
         }
         jr_free(&doc);

@@ -844,6 +844,7 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s))
         r->duration_s = r->last_end_s;
     dc_load_pyprof(r);
+    dg_load(r); /* after pyprof: it keeps the allocator's figures */
     rr_load_comm(r, r->dir);
     rr_load_flops(r, r->dir);
     unctrl_run(r);
