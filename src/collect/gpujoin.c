@@ -179,6 +179,18 @@ void gj_figures(const gj_rec *r, size_t n, uint64_t max_dur, gpu_step *g)
         last_end = cur_e;
     }
     if (e - last_end > g->idle_max_ns) g->idle_max_ns = e - last_end;
+    /* after each host wait that ends in the interval: how long the GPU had
+     * nothing to run until the host's next launch reached it */
+    for (size_t i = lo; i < n && r[i].b < e; i++) {
+        if (r[i].kind != SEG_EV_GPU_SYNC || r[i].e <= s0 || r[i].e >= e) continue;
+        uint64_t se = r[i].e, running = se, next = e;
+        for (size_t k = lo; k < n && r[k].b < e; k++) {
+            if (r[k].kind != SEG_EV_GPU_KERNEL) continue;
+            if (r[k].b < se && r[k].e > running) running = r[k].e;
+            if (r[k].b >= se && r[k].b < next) next = r[k].b;
+        }
+        if (next > running) g->sync_idle_ns += next - running;
+    }
 }
 
 /* Drop the records that end before every step still to come. */

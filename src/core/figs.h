@@ -50,6 +50,7 @@ typedef struct gpu_step {
     uint64_t h2d_bytes, h2d_pageable_bytes, d2h_bytes, d2h_pageable_bytes, memset_bytes;
     uint64_t sync_ns;          /* host waits for the GPU (CUPTI synchronization records) */
     uint64_t syncs;
+    uint64_t sync_idle_ns;     /* GPU idle after those waits until the next kernel: the queue drained */
 } gpu_step;
 
 /* Run totals of the GPU steps (every step, and warm ones: each thread's first
@@ -57,7 +58,7 @@ typedef struct gpu_step {
 typedef struct figs_gpu {
     uint64_t steps, warm_steps;
     uint64_t interval_ns, busy_ns, kernel_ns, kernels, copy_ns, sync_ns, syncs; /* warm */
-    uint64_t comm_kernel_ns;                                                   /* warm */
+    uint64_t comm_kernel_ns, sync_idle_ns;                                     /* warm */
     uint64_t h2d_bytes, h2d_pageable_bytes, d2h_bytes, d2h_pageable_bytes;   /* warm */
     uint64_t records, records_late;   /* GPU records seen; those no step could take */
     sketch kernel_dur_ns;             /* every kernel's duration */

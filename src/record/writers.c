@@ -157,12 +157,12 @@ int rec_gpu_steps_header(buf *b)
 {
     return buf_puts(b, "rank,pid,tid,step,interval_ns,gpu_busy_ns,kernel_ns,kernels,"
                        "gpu_idle_max_ns,copy_ns,h2d_bytes,h2d_pageable_bytes,d2h_bytes,"
-                       "d2h_pageable_bytes,memset_bytes,sync_ns,syncs,comm_kernel_ns\n");
+                       "d2h_pageable_bytes,memset_bytes,sync_ns,syncs,comm_kernel_ns,sync_idle_ns\n");
 }
 
 int rec_gpu_steps_row(buf *b, const gpu_step *g)
 {
-    char line[512]; /* 17 columns of at most 20 digits */
+    char line[512]; /* 19 columns of at most 20 digits */
     fmt_line l = {line};
     if (g->rank >= 0) fmt_i64(&l, g->rank);
     *l.p++ = ',';
@@ -173,7 +173,8 @@ int rec_gpu_steps_row(buf *b, const gpu_step *g)
                              g->kernel_ns,   g->kernels,            g->idle_max_ns,
                              g->copy_ns,     g->h2d_bytes,          g->h2d_pageable_bytes,
                              g->d2h_bytes,   g->d2h_pageable_bytes, g->memset_bytes,
-                             g->sync_ns,     g->syncs,              g->comm_kernel_ns};
+                             g->sync_ns,     g->syncs,              g->comm_kernel_ns,
+                             g->sync_idle_ns};
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++) {
         *l.p++ = ',';
         fmt_u64(&l, rest[i]);
@@ -436,6 +437,7 @@ static void put_gpu_steps(jw *w, const figs_gpu *g)
     jw_knum(w, "kernel_us_p90", sketch_quantile(&g->kernel_dur_ns, 0.9) / 1e3);
     jw_knum(w, "sync_share", (double)g->sync_ns / iv);
     jw_knum(w, "syncs_per_step", (double)g->syncs / n);
+    jw_knum(w, "sync_idle_share", (double)g->sync_idle_ns / iv);
     jw_knum(w, "copy_ms_mean", ms((double)g->copy_ns) / n);
     jw_knum(w, "h2d_bytes_per_step", (double)g->h2d_bytes / n);
     jw_knum(w, "h2d_pageable_bytes_per_step", (double)g->h2d_pageable_bytes / n);

@@ -25,6 +25,7 @@
 #define LAUNCH_KERNEL_US 50.0  /* ... of this median duration or less: launch-bound */
 #define PAGEABLE_MIN_BYTES (1024.0 * 1024.0) /* per step */
 #define MIN_GPU_STEPS 5
+#define SYNC_IDLE_SHARE 0.05 /* of the step, GPU idle after host waits */
 #define MEM_GROWTH_MIN (256.0 * 1024 * 1024)
 #define MEM_GROWTH_STEP (64.0 * 1024 * 1024)
 
@@ -61,6 +62,7 @@ static void from_summary(dgpu_steps *g, const jr_node *s)
     g->comm_kernel_ms = jr_pnum(s, "comm_kernel_ms_mean");
     g->sync_share = jr_pnum(s, "sync_share");
     g->syncs_per_step = jr_pnum(s, "syncs_per_step");
+    g->sync_idle_share = jr_pnum(s, "sync_idle_share");
     g->copy_ms = jr_pnum(s, "copy_ms_mean");
     g->h2d = jr_pnum(s, "h2d_bytes_per_step");
     g->h2d_pageable = jr_pnum(s, "h2d_pageable_bytes_per_step");
@@ -80,7 +82,7 @@ static void from_csv(dgpu_steps *g, const char *dir)
     if (csvr_open(&c, path, e, sizeof(e)) != 0) return;
     static const char *const cols[] = {"step", "interval_ns", "gpu_busy_ns", "kernel_ns", "kernels",
                                        "copy_ns", "h2d_bytes", "h2d_pageable_bytes", "d2h_bytes",
-                                       "d2h_pageable_bytes", "sync_ns", "syncs", "comm_kernel_ns"};
+                                       "d2h_pageable_bytes", "sync_ns", "syncs", "comm_kernel_ns", "sync_idle_ns"};
     enum { NC = sizeof(cols) / sizeof(cols[0]) };
     int ix[NC];
     for (int i = 0; i < NC; i++) ix[i] = csvr_col(&c, cols[i]);
@@ -94,7 +96,8 @@ static void from_csv(dgpu_steps *g, const char *dir)
                       .kernel_ns = (uint64_t)v[3], .kernels = (uint64_t)v[4], .copy_ns = (uint64_t)v[5],
                       .h2d_bytes = (uint64_t)v[6], .h2d_pageable_bytes = (uint64_t)v[7],
                       .d2h_bytes = (uint64_t)v[8], .d2h_pageable_bytes = (uint64_t)v[9],
-                      .sync_ns = (uint64_t)v[10], .syncs = (uint64_t)v[11], .comm_kernel_ns = (uint64_t)v[12]};
+                      .sync_ns = (uint64_t)v[10], .syncs = (uint64_t)v[11], .comm_kernel_ns = (uint64_t)v[12],
+                      .sync_idle_ns = (uint64_t)v[13]};
         figs_add_gpu(&f, &s);
     }
     csvr_close(&c);
@@ -112,6 +115,7 @@ static void from_csv(dgpu_steps *g, const char *dir)
         g->comm_kernel_ms = (double)x->comm_kernel_ns / n / 1e6;
         g->sync_share = (double)x->sync_ns / iv;
         g->syncs_per_step = (double)x->syncs / n;
+        g->sync_idle_share = (double)x->sync_idle_ns / iv;
         g->copy_ms = (double)x->copy_ns / n / 1e6;
         g->h2d = (double)x->h2d_bytes / n;
         g->h2d_pageable = (double)x->h2d_pageable_bytes / n;
@@ -131,7 +135,7 @@ void dg_load(diag_run *r)
     double *nan_fields[] = {&g->steps, &g->warm_steps, &g->records, &g->busy_share, &g->busy_p10,
                             &g->busy_ms, &g->step_ms, &g->kernels_per_step, &g->kernel_us_p50,
                             &g->kernel_ms, &g->comm_kernel_ms, &g->sync_share, &g->syncs_per_step,
-                            &g->copy_ms, &g->h2d, &g->h2d_pageable, &g->d2h, &g->d2h_pageable};
+                            &g->copy_ms, &g->sync_idle_share, &g->h2d, &g->h2d_pageable, &g->d2h, &g->d2h_pageable};
     for (size_t i = 0; i < sizeof(nan_fields) / sizeof(nan_fields[0]); i++) *nan_fields[i] = NAN;
     const jr_node *s = r->have_summary ? jr_path(r->summary.root, "steps.gpu") : NULL;
     if (s && s->type == JR_OBJ)
@@ -285,17 +289,16 @@ static const dc_func *sync_line(const diag_run *r)
 static int gpu_sync(const diag_run *r, dfinding *d)
 {
     const dgpu_steps *g = &r->gs;
-    if (!(g->syncs_per_step >= 0.9) || !(g->busy_share < GPU_BOUND_SHARE)) return 0;
-    if (g->kernels_per_step >= LAUNCH_KERNELS && g->kernel_us_p50 <= LAUNCH_KERNEL_US &&
-        g->busy_share < GPU_IDLE_SHARE)
-        return 0; /* launch-bound's: the idle is between tiny kernels */
-    double idle = 1 - g->busy_share;
+    if (!(g->syncs_per_step >= 0.9) || !(g->busy_share < GPU_BOUND_SHARE) ||
+        !(g->sync_idle_share >= SYNC_IDLE_SHARE))
+        return 0;
+    double idle = g->sync_idle_share;
     const dc_func *f = sync_line(r);
     char where[200] = "";
     if (f) fmt(where, sizeof(where), " at %s (%s:%d)", f->func, f->file, f->line);
-    diag_head(d, "gpu-sync", "Synchronisation inside the step", idle * 0.7,
+    diag_head(d, "gpu-sync", "Synchronisation inside the step", idle,
               "the host waits for the GPU %.1f times per step%s; the queue drains, and the GPU "
-              "is idle %.0f%% of the step until the host launches again",
+              "is idle %.0f%% of the step after those waits until the host launches again",
               g->syncs_per_step, where, 100 * idle);
     ev(d, "syncs_per_step", g->syncs_per_step, "%.1f host waits for the GPU per step",
        g->syncs_per_step);

@@ -16,7 +16,7 @@ typedef struct dgpu_steps {
     double steps, warm_steps, records;
     double busy_share, busy_p10, busy_ms, step_ms; /* step_ms: mean warm interval */
     double kernels_per_step, kernel_us_p50, kernel_ms, comm_kernel_ms;
-    double sync_share, syncs_per_step, copy_ms;
+    double sync_share, syncs_per_step, sync_idle_share, copy_ms;
     double h2d, h2d_pageable, d2h, d2h_pageable; /* bytes per step */
     /* the allocator (one process: the one with the most CUDA memory) */
     int have_alloc;
