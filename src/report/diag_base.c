@@ -27,13 +27,13 @@ void diag_ev(dfinding *d, const char *name, double v, const char *f, ...)
 
 void diag_head(dfinding *d, const char *id, const char *title, double score, const char *f, ...)
 {
-    diag_fmt(d->id, sizeof(d->id), "%s", id);
-    diag_fmt(d->title, sizeof(d->title), "%s", title);
     d->score = score;
+    diag_fmt(d->id, sizeof(d->id), "%s", id);
     va_list ap;
     va_start(ap, f);
     vsnprintf(d->summary, sizeof(d->summary), f, ap);
     va_end(ap);
+    diag_fmt(d->title, sizeof(d->title), "%s", title);
 }
 
 void diag_rec(dfinding *d, const char *f, ...)

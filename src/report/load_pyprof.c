@@ -12,7 +12,6 @@
 #include "util/jsonr.h"
 #include "util/jsonw.h"
 
-#define fmt(...) diag_fmt(__VA_ARGS__)
 #define MAX_COUNT 1e5 /* cores, threads, workers: a damaged file's larger figure is ignored */
 #define LOADER_MAX_FILES 1024  /* pyprof/loader-*.json read (a worker each) */
 
@@ -161,7 +160,7 @@ static void add_event(dc_event *arr, int *n, double t, double dur, const char *w
     if (*n >= DC_MAX_EVENTS) return;
     arr[*n].t = t;
     arr[*n].dur = dur;
-    fmt(arr[*n].what, sizeof(arr[0].what), "%s", what ? what : "");
+    diag_fmt(arr[*n].what, sizeof(arr[0].what), "%s", what ? what : "");
     (*n)++;
 }
 
@@ -194,12 +193,12 @@ static void load_lines(dcause *c, const jr_node *root, const jr_node *p)
         double n = jr_pnum(e, "samples");
         if (!fn || !file || !(n > 0) || n > total) continue;
         dc_func *f = &pr->lines[pr->nlines];
-        fmt(f->func, sizeof(f->func), "%s", fn);
-        fmt(f->file, sizeof(f->file), "%s", base(file));
+        diag_fmt(f->func, sizeof(f->func), "%s", fn);
+        diag_fmt(f->file, sizeof(f->file), "%s", base(file));
         f->line = line_no(jr_pnum(e, "line"));
-        fmt(f->kind, sizeof(f->kind), "%s", ph ? ph : "");
+        diag_fmt(f->kind, sizeof(f->kind), "%s", ph ? ph : "");
         f->samples = n;
-        fmt(pr->src[pr->nlines], sizeof(pr->src[0]), "%s", src ? src : "");
+        diag_fmt(pr->src[pr->nlines], sizeof(pr->src[0]), "%s", src ? src : "");
         pr->nlines++;
     }
     c->nproc++;
@@ -226,7 +225,7 @@ static void load_ddp(dcause *c, const jr_node *st)
         const char *t = jr_str(e);
         size_t l = strlen(out);
         if (t && l + strlen(t) + 3 < sizeof(c->ddp.never_names))
-            fmt(out + l, sizeof(c->ddp.never_names) - l, "%s%s", l ? ", " : "", t);
+            diag_fmt(out + l, sizeof(c->ddp.never_names) - l, "%s%s", l ? ", " : "", t);
     }
 }
 
@@ -304,7 +303,7 @@ static void load_exit(dcause *c, const jr_node *root)
     const char *err = jr_pstr(ex, "error");
     c->exits[c->nexit].rank = rank;
     c->exits[c->nexit].ended = en && en->type == JR_BOOL && en->num != 0;
-    fmt(c->exits[c->nexit].error, sizeof(c->exits[0].error), "%s", err ? err : "");
+    diag_fmt(c->exits[c->nexit].error, sizeof(c->exits[0].error), "%s", err ? err : "");
     c->nexit++;
 }
 
@@ -354,15 +353,15 @@ static void load_one(dcause *c, const jr_node *root, double t0)
                 c->nfunc++;
                 dc_func *d = &c->funcs[k];
                 memset(d, 0, sizeof(*d));
-                fmt(d->func, sizeof(d->func), "%s", fn);
-                fmt(d->file, sizeof(d->file), "%s", base(file));
+                diag_fmt(d->func, sizeof(d->func), "%s", fn);
+                diag_fmt(d->file, sizeof(d->file), "%s", base(file));
             }
             /* its line and kind: those of the process that spent the most
              * there (rank 0 printing, not rank 1's one sample beside it) */
             dc_func *d = &c->funcs[k];
             if (s > d->lead) {
                 d->line = line_no(line);
-                fmt(d->kind, sizeof(d->kind), "%s", kind ? kind : "python");
+                diag_fmt(d->kind, sizeof(d->kind), "%s", kind ? kind : "python");
                 d->lead = s;
             }
             d->samples += s;
@@ -373,8 +372,8 @@ static void load_one(dcause *c, const jr_node *root, double t0)
         const char *bfn = b ? jr_pstr(b, "func") : NULL, *bfile = b ? jr_pstr(b, "file") : NULL;
         double bs = b ? jr_pnum(b, "samples") : NAN, bl = b ? jr_pnum(b, "line") : NAN;
         if (bfn && bfile && bs > c->bg.samples) {
-            fmt(c->bg.func, sizeof(c->bg.func), "%s", bfn);
-            fmt(c->bg.file, sizeof(c->bg.file), "%s", base(bfile));
+            diag_fmt(c->bg.func, sizeof(c->bg.func), "%s", bfn);
+            diag_fmt(c->bg.file, sizeof(c->bg.file), "%s", base(bfile));
             c->bg.line = line_no(bl);
             c->bg.samples = bs;
         }
@@ -395,11 +394,11 @@ static void load_one(dcause *c, const jr_node *root, double t0)
         double s = jr_pnum(e, "samples"), line = jr_pnum(e, "line");
         if (!fn || !file || !(s > 0) || !(cpu / span > c->hog_cpu_share)) continue;
         c->hog_cpu_share = cpu / span;
-        fmt(c->hog.func, sizeof(c->hog.func), "%s", fn);
-        fmt(c->hog.file, sizeof(c->hog.file), "%s", base(file));
+        diag_fmt(c->hog.func, sizeof(c->hog.func), "%s", fn);
+        diag_fmt(c->hog.file, sizeof(c->hog.file), "%s", base(file));
         c->hog.line = line_no(line);
         c->hog.samples = s;
-        fmt(c->hog_name, sizeof(c->hog_name), "%s", nm ? nm : "");
+        diag_fmt(c->hog_name, sizeof(c->hog_name), "%s", nm ? nm : "");
     }
     const jr_node *g = jr_get(root, "gc");
     if (g) {
@@ -411,7 +410,7 @@ static void load_one(dcause *c, const jr_node *root, double t0)
         const jr_node *ps = jr_get(g, "pauses");
         for (const jr_node *e = ps && ps->type == JR_ARR ? ps->child : NULL; e; e = e->next) {
             char w[32];
-            fmt(w, sizeof(w), "generation %.0f", jr_num(jr_at(e, 2)));
+            diag_fmt(w, sizeof(w), "generation %.0f", jr_num(jr_at(e, 2)));
             add_event(c->gc, &c->ngc, jr_num(jr_at(e, 0)) - t0, jr_num(jr_at(e, 1)), w);
         }
     }
@@ -426,7 +425,7 @@ static void load_one(dcause *c, const jr_node *root, double t0)
             add_event(c->comp, &c->ncomp, jr_pnum(e, "t") - t0, jr_pnum(e, "dur_s"),
                       why && *why ? why : "");
             if (why && *why && !c->recompile_reason[0])
-                fmt(c->recompile_reason, sizeof(c->recompile_reason), "%s", why);
+                diag_fmt(c->recompile_reason, sizeof(c->recompile_reason), "%s", why);
         }
     }
     const jr_node *l = jr_get(root, "loader");
@@ -447,7 +446,7 @@ static void load_one(dcause *c, const jr_node *root, double t0)
         const jr_node *es = jr_get(l, "epochs");
         for (const jr_node *e = es && es->type == JR_ARR ? es->child : NULL; e; e = e->next) {
             char w[64];
-            fmt(w, sizeof(w), "%.0f workers", jr_pnum(e, "workers"));
+            diag_fmt(w, sizeof(w), "%.0f workers", jr_pnum(e, "workers"));
             add_event(c->epochs, &c->nepochs, jr_pnum(e, "t") - t0, jr_pnum(e, "start_s"), w);
         }
     }
@@ -502,9 +501,9 @@ static void load_one(dcause *c, const jr_node *root, double t0)
             const char *kind = jr_pstr(st, "tracer_kind"), *how = jr_pstr(st, "tracer_how");
             c->tracer_ticks += tt;
             if (!c->tracer[0]) { /* named by the first process that had one */
-                fmt(c->tracer, sizeof(c->tracer), "%s", tn);
-                fmt(c->tracer_kind, sizeof(c->tracer_kind), "%s", kind ? kind : "tracer");
-                fmt(c->tracer_how, sizeof(c->tracer_how), "%s", how ? how : "");
+                diag_fmt(c->tracer, sizeof(c->tracer), "%s", tn);
+                diag_fmt(c->tracer_kind, sizeof(c->tracer_kind), "%s", kind ? kind : "tracer");
+                diag_fmt(c->tracer_how, sizeof(c->tracer_how), "%s", how ? how : "");
             }
         }
         const jr_node *pd = jr_get(st, "param_dtypes");
@@ -537,13 +536,13 @@ static void load_one(dcause *c, const jr_node *root, double t0)
     if (p && !isnan(v = jr_pnum(p, "profiler_samples")) && v >= 0) c->prof_samples += v;
     if (p && !isnan(v = jr_pnum(p, "eval_host_samples")) && v >= 0) c->eval_host += v;
     const char *fw = jr_pstr(root, "framework");
-    if (fw && *fw) fmt(c->framework, sizeof(c->framework), "%s", fw);
+    if (fw && *fw) diag_fmt(c->framework, sizeof(c->framework), "%s", fw);
 }
 
 void dc_load_pyprof(dcause *c, const char *run_dir, double t0)
 {
     char path[1400];
-    fmt(path, sizeof(path), "%s/pyprof", run_dir);
+    diag_fmt(path, sizeof(path), "%s/pyprof", run_dir);
     DIR *d = opendir(path);
     if (!d) return;
     struct dirent *de;
@@ -556,7 +555,7 @@ void dc_load_pyprof(dcause *c, const char *run_dir, double t0)
             continue;
         if (ldr ? c->nldr_files >= LOADER_MAX_FILES : n >= 256) continue;
         char f[1700], e[200];
-        fmt(f, sizeof(f), "%s/%s", path, de->d_name);
+        diag_fmt(f, sizeof(f), "%s/%s", path, de->d_name);
         jr_doc doc;
         if (jr_load_file(&doc, f, ldr ? 4096 : 16u << 20, e, sizeof(e)) != 0) continue;
         if (doc.root->type == JR_OBJ && ldr) {
