@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report/diag.h"
+#include "report/report_load.h"
 #include "util/table.h"
 #include "trainperf.h"
 #include "util/csvr.h"

@@ -1,4 +1,5 @@
-/* Loading a run directory into bounded aggregates (diag.h). */
+/* Loading a run directory into bounded aggregates (report_load.h): the
+ * layer below the rules, which calls none of them. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -10,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "core/metrics.h"
-#include "report/diag.h"
+#include "report/report_load.h"
 #include "report/report_ranks.h"
 #include "trainperf.h"
 #include "util/csvr.h"
@@ -46,11 +47,6 @@ static void copy_str(char *dst, size_t n, const char *src)
 static uint64_t u64_or_0(double v)
 {
     return v > 0 && v < 1.8e19 ? (uint64_t)v : 0;
-}
-
-int diag_int(double v, double lo, double hi, int dflt)
-{
-    return v >= lo && v <= hi && v >= INT_MIN && v <= INT_MAX ? (int)v : dflt;
 }
 
 /* Control bytes in a run's strings (ESC, BEL: a hostile run.json or
@@ -406,8 +402,8 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
             double tok = 0;
             if (!csvr_num(&c, c_tokens, &tok)) tok = 0;
             double train = iv - evn - ckn > 0 ? iv - evn - ckn : 0;
-            dc_step(r, (long long)stepno, begin, end, train, evn, ckn, data);
-            dc_work(r, tok, sm, train);
+            dc_step(&r->cause, (long long)stepno, begin, end, train, evn, ckn, data);
+            dc_work(&r->cause, tok, sm, train);
         }
         /* the rank view's own extras (report_ranks.c): node, heatmap series */
         int k = rank_slot(r, (int)rank, (int)pid, (int)tid);
@@ -578,7 +574,7 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
             for (int i = 0; i < 5; i++)
                 cok[i] = csvr_num(&c, cidx[i], &cv[i]);
             if (ok[16] && val[16] == 0) cok[4] = 0;
-            dc_metric(r, t, cv, cok);
+            dc_metric(&r->cause, r->first_end_s, r->last_end_s, t, cv, cok);
         }
         for (int g = 0; g < ng; g++) {
             if (gslot[g] < 0) continue;
@@ -843,8 +839,9 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     }
     if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s))
         r->duration_s = r->last_end_s;
-    dc_load_pyprof(r);
-    dg_load(r); /* after pyprof: it keeps the allocator's figures */
+    double t0 = r->have_run ? jr_pnum(r->run.root, "start_mono_ns") / 1e9 : NAN;
+    dc_load_pyprof(&r->cause, r->dir, isnan(t0) ? 0 : t0);
+    lg_load(&r->gs, r->have_summary ? r->summary.root : NULL, r->dir);
     rr_load_comm(r, r->dir);
     rr_load_flops(r, r->dir);
     unctrl_run(r);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report/diag.h"
+#include "report/report_load.h"
 #include "report/report_html.h"
 
 #define PROF_MAX_LINES 12 /* heaviest stacks shown, over all processes */

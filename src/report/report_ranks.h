@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "report/diag.h"
+#include "report/report_load.h"
 #include "report/report.h"
 #include "util/buf.h"
 #include "util/jsonw.h"

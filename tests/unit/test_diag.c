@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "report/diag.h"
+#include "report/rules.h"
 #include "report/report.h"
 #include "trainperf.h"
 #include "tt.h"
@@ -394,6 +395,110 @@ TT_TEST(finish_run_without_summary_writes_one)
         unlink(to);
     }
     TT_EQ_INT(rmdir(dir), 0);
+}
+
+/* ---- the rule table ------------------------------------------------------ */
+
+static int fold_any(const dfold_at *x, dfinding *from, dfinding *into)
+{
+    return DF_DROP;
+}
+
+static int check_none(const diag_run *r, const dctx *c, dfinding *d)
+{
+    return 0;
+}
+
+TT_TEST(fold_graph_cycle_is_found)
+{
+    static const dfold a_into_b[] = {{1, NULL, {{"b"}, NULL}, fold_any}, {0}};
+    static const dfold b_into_c[] = {{2, NULL, {{"x", "c"}, NULL}, fold_any}, {0}};
+    static const dfold c_into_a[] = {{3, NULL, {{"a"}, NULL}, fold_any}, {0}};
+    drule t[] = {
+        {"a", "", 0, 0, check_none, a_into_b},
+        {"b", "", 0, 0, check_none, b_into_c},
+        {"c", "", 0, 0, check_none, NULL},
+    };
+    char why[200];
+    TT_EQ_INT(diag_folds_acyclic(t, 3, why, sizeof(why)), 1);
+    TT_EQ_STR(why, "");
+    /* c folds into a: a -> b -> c -> a */
+    t[2].folds = c_into_a;
+    TT_EQ_INT(diag_folds_acyclic(t, 3, why, sizeof(why)), 0);
+    TT_EQ_STR(why, "a -> b -> c -> a");
+    /* an id a check may also name counts: b's finding named "c" folds into a */
+    t[2].folds = NULL;
+    t[1].also = "c";
+    static const dfold c2_into_b[] = {{3, NULL, {{"b"}, NULL}, fold_any}, {0}};
+    t[0].folds = c2_into_b;
+    t[1].folds = c_into_a;
+    TT_EQ_INT(diag_folds_acyclic(t, 2, why, sizeof(why)), 0);
+    TT_ASSERT(strstr(why, "a -> b -> a") != NULL);
+}
+
+TT_TEST(rule_table_folds_have_no_cycle)
+{
+    char why[200];
+    TT_EQ_INT(diag_folds_acyclic(diag_rules, diag_nrules, why, sizeof(why)), 1);
+    TT_EQ_STR(why, "");
+}
+
+/* 1 when id is a rule's id, one its check may also name, or a verdict */
+static int table_has(const char *id)
+{
+    for (int k = 0; k < diag_nrules; k++) {
+        if (strcmp(diag_rules[k].id, id) == 0) return 1;
+        size_t n = strlen(id);
+        for (const char *p = diag_rules[k].also; (p = strstr(p, id)); p += n)
+            if ((p == diag_rules[k].also || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+                return 1;
+    }
+    for (int i = 0; diag_verdicts[i]; i++)
+        if (strcmp(diag_verdicts[i], id) == 0) return 1;
+    return 0;
+}
+
+/* docs/diagnosis.md's rule table ("### Rules", first column `id`) names
+ * every rule of diag_rules[] and the verdicts, and nothing else */
+TT_TEST(docs_rule_table_matches_the_table)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof(path), "%s/../../../docs/diagnosis.md", fixture(""));
+    FILE *f = fopen(path, "r");
+    TT_ASSERT(f != NULL);
+    char line[4096], docs[64][40];
+    int nd = 0, in = 0, diag = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "## ", 3) == 0) diag = strcmp(line, "## Diagnosis\n") == 0;
+        if (strncmp(line, "### ", 4) == 0) in = diag && strcmp(line, "### Rules\n") == 0;
+        char id[40];
+        if (in && sscanf(line, "| `%39[^`]`", id) == 1 && nd < 64) {
+            int seen = 0;
+            for (int i = 0; i < nd; i++)
+                seen |= strcmp(docs[i], id) == 0;
+            if (!seen) snprintf(docs[nd++], sizeof(docs[0]), "%s", id);
+        }
+    }
+    fclose(f);
+    TT_ASSERT(nd > 0);
+    for (int i = 0; i < nd; i++)
+        if (!table_has(docs[i])) TT_FAIL_("docs/diagnosis.md names %s, diag_rules[] does not", docs[i]);
+    for (int k = 0; k < diag_nrules; k++) {
+        char ids[200];
+        snprintf(ids, sizeof(ids), "%s %s", diag_rules[k].id, diag_rules[k].also);
+        for (char *save = NULL, *w = strtok_r(ids, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+            int found = 0;
+            for (int i = 0; i < nd; i++)
+                found |= strcmp(docs[i], w) == 0;
+            if (!found) TT_FAIL_("diag_rules[] names %s, docs/diagnosis.md's rule table does not", w);
+        }
+    }
+    for (int i = 0; diag_verdicts[i]; i++) {
+        int found = 0;
+        for (int j = 0; j < nd; j++)
+            found |= strcmp(docs[j], diag_verdicts[i]) == 0;
+        if (!found) TT_FAIL_("verdict %s is not in docs/diagnosis.md's rule table", diag_verdicts[i]);
+    }
 }
 
 int main(int argc, char **argv)

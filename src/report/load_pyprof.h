@@ -1,10 +1,11 @@
-/* What the zero-code hook and the sched source add to a diagnosis: where
- * unlabelled time goes (the sampled Python stacks), GC pauses, torch.compile,
- * evaluation, DataLoader epochs, and who got the CPU (run-queue wait,
- * oversubscription). Loaded from pyprof/ and metrics.csv by diag_load;
- * rules in docs/diagnosis.md. */
-#ifndef TPF_REPORT_DIAG_CAUSE_H
-#define TPF_REPORT_DIAG_CAUSE_H
+/* What the zero-code hook and the sched source recorded, loaded for the
+ * diagnosis: where unlabelled time goes (the sampled Python stacks), GC
+ * pauses, torch.compile, evaluation, DataLoader epochs, settings, and who got
+ * the CPU (run-queue wait). The bottom layer of report/: it reads pyprof/ and
+ * takes the rows report_load.c hands it, and calls nothing of report/ above
+ * it. The rules that read these figures: report/rules.h. */
+#ifndef TPF_REPORT_LOAD_PYPROF_H
+#define TPF_REPORT_LOAD_PYPROF_H
 
 #define DC_MAX_FUNCS 8
 #define DC_MAX_EVENTS 256 /* compile events, GC pauses and epochs kept, each */
@@ -77,6 +78,15 @@ typedef struct dc_ddp {
     double params, never, walks;
     char never_names[120];
 } dc_ddp;
+
+/* The CUDA caching allocator as the hook read it (events' "cuda"): the
+ * process that held the most. */
+typedef struct dgpu_alloc {
+    int have;
+    double total, alloc_first, alloc_last, alloc_peak, reserved_peak, reserved_last;
+    double t_first, t_last, retries, ooms, oom_events, oom_snapshots;
+    double t_q1, alloc_q1, alloc_mid; /* the series at its first quarter and its middle */
+} dgpu_alloc;
 
 typedef struct dcause {
     int have_pyprof; /* pyprof/events-*.json found */
@@ -206,110 +216,24 @@ typedef struct dcause {
     double tq_n, tq_sum, tn_n, tn_sum;
     double rss_warm; /* tree RSS at the first sample after the first step ended */
     double rss_warm_t, rss_last, rss_last_t, rss_mid;
+    dgpu_alloc alloc; /* GPU runs: the CUDA allocator */
 } dcause;
 
-struct diag_run;
-struct dfinding;
-
-/* The user line (not the loop's own) where the training thread's samples
- * waiting for data fell most: loading in the main process (no workers):
- * 1 with *f, *src and its share of those samples when >= 25%, else 0. */
-int dc_input_line(const dcause *c, const dc_func **f, const char **src, double *share);
-/* The user line that rank's training thread spent a share of its samples in
- * that most exceeds the other ranks' mean share of it (work only it does):
- * 1 with *f, *src and the two shares set when it leads by >= 20 points and
- * holds >= 25% of its samples, else 0. */
-int dc_rank_only_line(const dcause *c, int rank, const dc_func **f, const char **src,
-                      double *share, double *others);
-
-/* Read pyprof/events-*.json of r's run directory into r->cause (missing
- * files leave have_pyprof 0; damaged ones are skipped). */
-void dc_load_pyprof(struct diag_run *r);
-/* Called by load_steps per row / load_metrics per sample. */
-void dc_step(struct diag_run *r, long long step, double start, double end, double train_ns,
+/* Read pyprof/events-*.json and loader-*.json of run_dir into c (missing
+ * files leave have_pyprof 0; damaged ones are skipped); t0: the run's start
+ * on the monotonic clock, seconds (0 unknown). */
+void dc_load_pyprof(dcause *c, const char *run_dir, double t0);
+/* One row of steps.csv (report_load.c's load_steps): its times, seconds
+ * since the run's start, and its phases, ns. */
+void dc_step(dcause *c, long long step, double start, double end, double train_ns,
              double eval_ns, double ckpt_ns, double data_ns);
-void dc_metric(struct diag_run *r, double t, const double *v, const int *ok);
+/* One sample of metrics.csv (load_metrics: values and valid flags by
+ * metric_table index), with the span of the training steps. */
+void dc_metric(dcause *c, double first_end_s, double last_end_s, double t, const double *v,
+               const int *ok);
+/* dst gets the two lowest of dst and src (a level's floor: lv[k][1..2]). */
+void dc_low2_merge(double *dst, const double *src);
 /* A warm step's work (tokens, else samples; 0: not counted) and training time. */
-void dc_work(struct diag_run *r, double tokens, double samples, double train_ns);
-/* The correlation of the steps' training time with their work, and the
- * work's coefficient of variation; NAN when not known (too few steps,
- * work not counted or constant). */
-/* The run's steady-step levels: 1 when step-to-step changes are small
- * (robust: their median) while the level over the run moved by 1.5x or
- * more; *local the step-to-step variation (CV), *lo, *hi the lowest and
- * highest level (ms) and *from, *to the first and last. */
-int dc_level_shift(const struct diag_run *r, double *local, double *lo, double *hi, double *from,
-                   double *to);
-/* The slow steps that began an epoch (a new DataLoader iterator): how many
- * (*n), their mean training ms, and their excess over the median step as
- * a share of training time. */
-double dc_epoch_start_cost(const struct diag_run *r, double p50_ms, int *n, double *mean_ms);
-double dc_work_corr(const struct diag_run *r, double *work_cv);
+void dc_work(dcause *c, double tokens, double samples, double train_ns);
 
-
-/* Candidate findings (0 when the rule does not apply); d is zeroed. */
-int dc_cand_hostcode(const struct diag_run *r, struct dfinding *d);
-int dc_cand_contention(const struct diag_run *r, struct dfinding *d);
-int dc_cand_gil(const struct diag_run *r, struct dfinding *d);
-int dc_cand_anomaly(const struct diag_run *r, struct dfinding *d);
-int dc_cand_unused_grads(const struct diag_run *r, struct dfinding *d);
-int dc_cand_eval_grad(const struct diag_run *r, struct dfinding *d);
-int dc_cand_eval_often(const struct diag_run *r, struct dfinding *d);
-int dc_cand_tiny_ops(const struct diag_run *r, struct dfinding *d);
-/* A CPU run whose steps are at the per-op floor (median step p50_ms over
- * the probed backward's nodes): 1 with the nodes and the step's µs a node. */
-int dc_small_steps(const struct diag_run *r, double p50_ms, double *nodes, double *step_us_node);
-int dc_cand_profiler(const struct diag_run *r, struct dfinding *d);
-int dc_cand_tracer(const struct diag_run *r, struct dfinding *d);
-int dc_cand_debug(const struct diag_run *r, struct dfinding *d);
-int dc_cand_ddp_unused(const struct diag_run *r, struct dfinding *d);
-int dc_cand_opt_remade(const struct diag_run *r, struct dfinding *d);
-int dc_cand_uneven_end(const struct diag_run *r, struct dfinding *d);
-/* The fix for DDP's find_unused_parameters=True, for the communication
- * finding too: 2 when it names parameters that never got a gradient, 1
- * for the flag alone, 0 ("") when the run does not set it. */
-int dc_ddp_unused_advice(const struct diag_run *r, char *out, size_t n);
-/* sh[PH_COUNT]: each phase's share of step time over the warm steps (after
- * step 0), or over all steps when fewer than 2 x DC_MIN_STEPS */
-void dc_warm_shares(const struct diag_run *r, double *sh);
-/* the share of the model's parameters in float64 (NaN: not known) */
-double dc_f64_share(const struct diag_run *r);
-/* The optimizer's share of the warm step (a closure's forward and backward
- * left out), and the advice when it is a large part of a compute-bound step:
- * sparse embeddings, a fused or foreach update, a larger batch (not when
- * small: the per-op floor's advice says it). 1 when it added any. */
-double dc_optimizer_share(const struct diag_run *r);
-int dc_optimizer_advice(const struct diag_run *r, struct dfinding *d, double share, int small);
-int dc_cand_oversub(const struct diag_run *r, struct dfinding *d);
-int dc_cand_gc(const struct diag_run *r, struct dfinding *d);
-int dc_cand_compile(const struct diag_run *r, struct dfinding *d);
-/* Name the measured cause of the slowest steps in an unstable-step finding;
- * returns the share of the slow steps explained by one-off causes (compile,
- * epoch boundaries), 0..1. */
-double dc_explain_variability(const struct diag_run *r, struct dfinding *d, double p50_ms);
-/* Slow steps that recur every *period steps (logging histograms, a
- * periodic evaluation left in the step, a manual gc.collect): 1 when at
- * least 3 of the steps over 3x the median, and 70% of them, fall on one
- * residue of the longest such period; *nmatch those steps, *mean_ms their
- * mean, *first the earliest. 0 otherwise. */
-int dc_periodic(const struct diag_run *r, double p50_ms, long long *period, int *nmatch,
-                double *mean_ms, long long *first);
-/* The coefficient of variation of the warm steps' training time with the
- * slowest 1% (at least 3) left out: a spread that is not carried by a few
- * outliers (the first steps after warm-up, one stall). NAN with < 10. */
-double dc_trimmed_cv(const struct diag_run *r);
-/* Data wait / training time of the warm steps with the few steps that
- * waited longest left out (epoch starts, worker start-up, one slow batch):
- * the wait a run has on every step. *ntrim gets how many were left out.
- * NAN with fewer than 5 steps. */
-double dc_steady_data_share(const struct diag_run *r, int *ntrim);
-/* Per-step evidence ids (need no resource samples). */
-int dc_step_level(const char *id);
-/* The loader workers' run-queue wait as a share of their wait + CPU (0..1)
- * when they were starved of CPU, else NAN: the share ≥ LOADER_STARVED_SHARE,
- * the wait ≥ LOADER_STARVED_WAIT % of a core per worker, and the workers
- * fetched batches less than LOADER_IDLE_BUSY of their time (spare capacity:
- * slow storage or heavy batches keep them fetching). *wait gets their mean
- * wait per worker (% of a core), *busy their fetching share, when known. */
-double dc_loader_starved(const struct diag_run *r, double *wait, double *busy);
 #endif
