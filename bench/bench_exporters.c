@@ -254,10 +254,10 @@ int main(int argc, char **argv)
     run.steps = &fs;
     run.tally = &tally;
     for (int k = 0; k < 8; k++) {
-        sink_probe p = {SINK_PROCESS, 1000 + k, 1000 + k, k, NULL, NULL, 0, 0};
+        sink_probe p = {SINK_PROCESS, 1000 + k, 1000 + k, k, NULL, NULL, 0, 0, NULL};
         s[1].ops->on_probe(s[1].st, &p);
         s[2].ops->on_probe(s[2].st, &p);
-        sink_probe c = {SINK_COUNTER, 1000 + k, 1000 + k, -1, NULL, "flops", 0, 3.2e15};
+        sink_probe c = {SINK_COUNTER, 1000 + k, 1000 + k, -1, NULL, "flops", 0, 3.2e15, NULL};
         s[1].ops->on_probe(s[1].st, &c);
         s[2].ops->on_probe(s[2].st, &c);
     }

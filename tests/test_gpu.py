@@ -78,7 +78,7 @@ def test_no_cupti_leaves_the_program_alone(run_cli, tmp_path):
     assert p.returncode == 0, p.stderr
     assert not (d / "gpu_steps.csv").exists()
     assert summary(d)["steps"]["count"] == 8
-    assert summary(d)["steps"]["gpu"] is None
+    assert "gpu" not in summary(d)["steps"]
     assert any("unavailable: TRAINPERF_CUPTI_LIB cannot be loaded" in m for m in marks(d))
 
 
@@ -104,7 +104,7 @@ def test_cpu_machine_gets_no_injection_and_no_gpu_files(run_cli, tmp_path):
     assert p.returncode == 0, p.stderr
     assert out.read_text().strip() == "none"
     assert not (d / "gpu_steps.csv").exists()
-    assert summary(d)["steps"]["gpu"] is None
+    assert "gpu" not in summary(d)["steps"]
 
 
 def test_no_gpu_trace_and_the_users_own_injection_win(run_cli, tmp_path):
@@ -118,3 +118,54 @@ def test_no_gpu_trace_and_the_users_own_injection_win(run_cli, tmp_path):
     assert p.returncode == 0 and out.read_text().strip() == "/opt/theirs.so"
     p = run_cli("run", "--quiet", "--out", tmp_path / "c", "--", *cmd, env={"TRAINPERF_GPU_TRACE": "1"})
     assert p.returncode == 0 and out.read_text().strip().endswith("/libtrainperf-cupti.so")
+
+
+def test_gpu_records_in_the_trace_and_the_exporters(cli, tmp_path):
+    """The trace has a track per GPU stream with the kernels on the host's
+    clock; a live Prometheus scrape and TensorBoard's own reader see the GPU
+    figures."""
+    import socket
+    import threading
+    import time
+    import urllib.request
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    d = tmp_path / "run"
+    env = dict(os.environ, **gpu_env())
+    env.pop("TRAINPERF_RUN_DIR", None)
+    p = subprocess.Popen([cli, "run", "--quiet", "--prometheus", str(port), "--out", str(d), "--",
+                          str(PROG), "150"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    page = ""
+    deadline = time.monotonic() + 60
+    while p.poll() is None and time.monotonic() < deadline:
+        try:
+            text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read().decode()
+            if "trainperf_gpu_busy_ratio" in text:
+                page = text
+                break
+        except OSError:
+            pass
+        time.sleep(0.2)
+    p.communicate(timeout=120)
+    assert p.returncode == 0
+    busy = [l for l in page.splitlines() if l.startswith("trainperf_gpu_busy_ratio")]
+    assert busy and 0.2 < float(busy[0].split()[-1]) <= 0.4, page[-2000:]
+    trace = json.loads((d / "trace.json").read_text())
+    kernels = [e for e in trace if e.get("cat") == "gpu,kernel"]
+    assert len(kernels) == 2 * 150
+    assert all(e["name"] == "_Z10fake_kernelPfi" and e["dur"] in (4000.0, 6000.0) for e in kernels)
+    tracks = {e["tid"]: e["args"]["name"] for e in trace if e.get("name") == "thread_name"}
+    assert tracks[kernels[0]["tid"]] == "GPU 0 stream 7"
+    assert "GPU 0: host waits" in tracks.values()
+    # each kernel lies inside the host step that launched it (host clock)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in trace if e.get("cat") == "step")
+    assert steps
+    k0 = min(e["ts"] for e in kernels)
+    assert any(b <= k0 <= e for b, e in steps)
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    acc = ea.EventAccumulator(str(d), size_guidance={ea.SCALARS: 0})
+    acc.Reload()
+    vals = [s.value for s in acc.Scalars("gpu/busy_pct")]
+    assert vals and all(20 < v <= 40 for v in vals)

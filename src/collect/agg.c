@@ -285,6 +285,7 @@ void agg_event(agg *a, agg_proc *p, const seg_event *ev)
         if (ev->kind == SEG_EV_GPU_KERNEL)
             sketch_add(&a->f.gpu.kernel_dur_ns, (double)(ev->end_ns - ev->ts_ns));
         gj_record(a->gpu, p->pid, ev);
+        if (a->sink.gpu_record) a->sink.gpu_record(a->sink.ctx, p->pid, ev);
         return;
     }
     agg_thread *t = thread_of(a, p, ev->tid);

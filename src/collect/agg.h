@@ -27,6 +27,8 @@ typedef struct agg_sink {
     void (*mark)(void *ctx, pid_t pid, pid_t tid, tpf_name name, uint64_t ts_ns);
     /* a step's GPU figures, once its GPU records are in (collect/gpujoin.h) */
     void (*gpu_step)(void *ctx, const gpu_step *g);
+    /* each GPU record as it comes (the trace's GPU tracks) */
+    void (*gpu_record)(void *ctx, pid_t pid, const seg_event *ev);
 } agg_sink;
 
 struct gj;

@@ -223,6 +223,14 @@ static const char *cur_name(coll *c, tpf_name n)
     return c->cur && c->cur->r ? seg_reader_name(c->cur->r, n) : NULL;
 }
 
+static void sink_gpu_record(void *ctx, pid_t pid, const seg_event *ev)
+{
+    coll *c = ctx;
+    sink_probe p = {.kind = SINK_GPU, .pid = pid, .tid = 0, .rank = -1, .gpu = ev, .ts_ns = ev->ts_ns,
+                    .name = ev->kind == SEG_EV_GPU_KERNEL && ev->name ? cur_name(c, ev->name) : NULL};
+    probe_out(c, &p);
+}
+
 static void sink_range(void *ctx, const agg_range *r)
 {
     coll *c = ctx;
@@ -617,7 +625,7 @@ int coll_create(coll **out, const coll_opts *o)
     pthread_condattr_destroy(&ca);
     run_res_init(&c->res);
 
-    agg_sink sink = {c, sink_step, sink_range, sink_counter, sink_mark, sink_gpu_step};
+    agg_sink sink = {c, sink_step, sink_range, sink_counter, sink_mark, sink_gpu_step, sink_gpu_record};
     int rc = agg_create(&c->agg, &sink);
     c->pend = calloc(COLL_PEND_MAX, sizeof(agg_step));
     if (rc == 0 && !c->pend) rc = TPF_ENOMEM;

@@ -113,7 +113,7 @@ typedef struct sink_run {
 } sink_run;
 
 /* A probe event other than a step, for sinks that show them (the trace). */
-enum sink_probe_kind { SINK_PROCESS = 0, SINK_RANGE = 1, SINK_COUNTER = 2, SINK_MARK = 3 };
+enum sink_probe_kind { SINK_PROCESS = 0, SINK_RANGE = 1, SINK_COUNTER = 2, SINK_MARK = 3, SINK_GPU = 4 };
 
 typedef struct sink_probe {
     int kind;                 /* enum sink_probe_kind */
@@ -123,6 +123,7 @@ typedef struct sink_probe {
     const char *name;         /* range, counter or mark name; NULL: unknown id */
     uint64_t ts_ns;           /* COUNTER, MARK */
     double value;             /* COUNTER */
+    const struct seg_event *gpu; /* GPU: the record (probe/reader.h); name: a kernel's */
 } sink_probe;
 
 typedef struct sink_ops {

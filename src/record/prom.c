@@ -646,6 +646,24 @@ static void render_steps(buf *b, prom *p, const figs *a, double t)
         sample(b, p, "phase_ratio", "phase=\"other\"", (double)a->other_ns / (double)a->interval_ns);
     }
 
+    /* GPU runs (kernel records joined to steps, collect/gpujoin.h): none on
+     * a run without them, unknown is not 0 */
+    const figs_gpu *gp = &a->gpu;
+    if (gp->warm_steps && gp->interval_ns) {
+        family(b, "gpu_busy_ratio", "gauge",
+               "Share of step time with a kernel running, warm steps so far, 0-1.");
+        sample(b, p, "gpu_busy_ratio", "", (double)gp->busy_ns / (double)gp->interval_ns);
+        family(b, "gpu_sync_wait_ratio", "gauge",
+               "Share of step time the host waited for the GPU, warm steps so far, 0-1.");
+        sample(b, p, "gpu_sync_wait_ratio", "", (double)gp->sync_ns / (double)gp->interval_ns);
+        family(b, "gpu_kernels_total", "counter", "Kernels run in the warm steps so far.");
+        sample(b, p, "gpu_kernels_total", "", (double)gp->kernels);
+        family(b, "gpu_pageable_copy_bytes_total", "counter",
+               "Bytes copied between host and GPU from pageable host memory, warm steps.");
+        sample(b, p, "gpu_pageable_copy_bytes_total", "",
+               (double)(gp->h2d_pageable_bytes + gp->d2h_pageable_bytes));
+    }
+
     /* Per-rank rate over the interval, and FLOP/s from the probe's counters
      * ("flops" per step, "mfu"), as torch_helpers records them. */
     family(b, "rank_steps_per_second", "gauge", "Steps per second of each rank over the last interval.");

@@ -138,7 +138,7 @@ static void on_step(void *ctx, const agg_step *s)
     v->steps++;
 }
 
-static const agg_sink rcv_sink_proto = {NULL, on_step, NULL, NULL, NULL, NULL};
+static const agg_sink rcv_sink_proto = {NULL, on_step, NULL, NULL, NULL, NULL, NULL};
 
 typedef struct rcv_ev {
     agg *a;

@@ -306,6 +306,7 @@ static void trace_probe(void *state, const sink_probe *p)
     case SINK_RANGE: rec_trace_range(&ts->t, p->range, p->name); break;
     case SINK_COUNTER: rec_trace_counter(&ts->t, p->pid, p->name, p->ts_ns, p->value); break;
     case SINK_MARK: rec_trace_mark(&ts->t, p->pid, p->tid, p->name, p->ts_ns); break;
+    case SINK_GPU: rec_trace_gpu(&ts->t, p->pid, p->gpu, p->name); break;
     default: break;
     }
 }

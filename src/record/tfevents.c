@@ -233,6 +233,7 @@ typedef struct tfev {
     int nv;
     /* interval deltas */
     uint64_t prev_phase[AGG_NPHASES], prev_other, prev_interval;
+    uint64_t prev_gpu_interval, prev_gpu_busy, prev_gpu_sync; /* figs_gpu at the last sample */
     uint64_t prev_count[AGG_MAX_GROUPS];
     double prev_t;
     int64_t step;           /* the step of the last record */
@@ -363,6 +364,18 @@ static void tfev_sample(void *st, const coll_frame *f, const sink_run *run)
             }
             put(t, "phase/other_pct", 100.0 * (double)(a->other_ns - t->prev_other) / (double)di);
         }
+        /* GPU runs: what the kernel records say of the steps joined since
+         * the last sample (collect/gpujoin.h) */
+        const figs_gpu *g = &a->gpu;
+        uint64_t gi = g->interval_ns - t->prev_gpu_interval;
+        if (g->warm_steps && gi > 0) {
+            put(t, "gpu/busy_pct", 100.0 * (double)(g->busy_ns - t->prev_gpu_busy) / (double)gi);
+            put(t, "gpu/sync_wait_pct", 100.0 * (double)(g->sync_ns - t->prev_gpu_sync) / (double)gi);
+            put(t, "gpu/kernel_us_p50", sketch_quantile(&g->kernel_dur_ns, 0.5) / 1e3);
+        }
+        t->prev_gpu_interval = g->interval_ns;
+        t->prev_gpu_busy = g->busy_ns;
+        t->prev_gpu_sync = g->sync_ns;
         memcpy(t->prev_phase, a->phase_ns, sizeof(t->prev_phase));
         t->prev_other = a->other_ns;
         t->prev_interval = a->interval_ns;

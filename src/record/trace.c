@@ -8,7 +8,9 @@
 
 #include "core/metrics.h"
 #include "record/fmt.h"
+#include "probe/reader.h"
 #include "record/trace.h"
+#include "util/human.h"
 #include "record/writers.h"
 #include "record/safeout.h"
 #include "trainperf.h"
@@ -307,6 +309,102 @@ void rec_trace_mark(rec_trace *t, pid_t pid, pid_t tid, const char *name, uint64
     buf_puts(b, "{\"ph\":\"i\",\"s\":\"p\",\"cat\":\"mark\",");
     put_name(b, name ? name : "mark");
     buf_printf(b, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f}", (int)pid, (int)tid, us(t, ts_ns));
+}
+
+/* A GPU track's tid: beyond any Linux tid (pid_max <= 2^22), one per device
+ * and stream; host waits on a track of their own per device. */
+static int32_t gpu_tid(int device, uint32_t stream, int wait)
+{
+    return 1000000000 + device * 1000000 + (wait ? 999999 : (int32_t)(stream % 999999u));
+}
+
+static void gpu_track(rec_trace *t, pid_t pid, int32_t tid, int device, uint32_t stream, int wait)
+{
+    for (int i = 0; i < t->ngpu_tracks; i++)
+        if (t->gpu_tracks[i].pid == pid && t->gpu_tracks[i].tid == tid) return;
+    if (t->ngpu_tracks == REC_TRACE_GPU_TRACKS) return; /* unnamed, still shown */
+    t->gpu_tracks[t->ngpu_tracks].pid = pid;
+    t->gpu_tracks[t->ngpu_tracks++].tid = tid;
+    char name[64];
+    if (wait)
+        snprintf(name, sizeof(name), "GPU %d: host waits", device);
+    else
+        snprintf(name, sizeof(name), "GPU %d stream %u", device, stream);
+    buf *b = ev_begin(t);
+    buf_printf(b, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{",
+               (int)pid, (int)tid);
+    put_name(b, name);
+    buf_puts(b, "}}");
+    b = ev_begin(t);
+    buf_printf(b, "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,"
+                  "\"args\":{\"sort_index\":%d}}",
+               (int)pid, (int)tid, tid);
+}
+
+void rec_trace_gpu(rec_trace *t, pid_t pid, const seg_event *ev, const char *name)
+{
+    if (t->fd < 0) return;
+    if (t->gpu_written >= t->max_events / 4 || backlogged(t)) {
+        t->gpu_dropped++;
+        return;
+    }
+    t->gpu_written++;
+    int device = 0, wait = 0;
+    uint32_t stream = 0;
+    char label[96];
+    const char *cat = "gpu";
+    switch (ev->kind) {
+    case SEG_EV_GPU_KERNEL:
+        device = GPU_KB_DEVICE(ev->arg);
+        stream = GPU_KB_STREAM(ev->arg);
+        if (!name) name = "kernel";
+        cat = ev->arg & GPU_KB_COMM ? "gpu,comm" : "gpu,kernel";
+        break;
+    case SEG_EV_GPU_COPY: {
+        int k = GPU_CN_COPY(ev->name);
+        device = GPU_CN_DEVICE(ev->name);
+        char sz[32];
+        human_bytes(sz, sizeof(sz), (double)ev->arg);
+        snprintf(label, sizeof(label), "memcpy %s %s%s",
+                 k == GPU_COPY_HTOD ? "HtoD" : k == GPU_COPY_DTOH ? "DtoH" : k == GPU_COPY_DTOD ? "DtoD" : "PtoP",
+                 sz,
+                 GPU_CN_SRC(ev->name) == GPU_MEM_PAGEABLE || GPU_CN_DST(ev->name) == GPU_MEM_PAGEABLE
+                     ? " (pageable)" : "");
+        name = label;
+        cat = "gpu,copy";
+        break;
+    }
+    case SEG_EV_GPU_MEMSET: {
+        char sz[32];
+        human_bytes(sz, sizeof(sz), (double)ev->arg);
+        snprintf(label, sizeof(label), "memset %s", sz);
+        device = (int)ev->name;
+        name = label;
+        cat = "gpu,memset";
+        break;
+    }
+    case SEG_EV_GPU_SYNC:
+        wait = 1;
+        snprintf(label, sizeof(label), "%s",
+                 ev->name == 1 ? "event synchronize" : ev->name == 2 ? "stream wait event"
+                 : ev->name == 3 ? "stream synchronize" : ev->name == 4 ? "device synchronize"
+                                                         : "synchronize");
+        name = label;
+        cat = "gpu,sync";
+        break;
+    default: return;
+    }
+    int32_t tid = gpu_tid(device & 0xff, stream, wait);
+    gpu_track(t, pid, tid, device & 0xff, stream, wait);
+    buf *b = ev_begin(t);
+    buf_printf(b, "{\"ph\":\"X\",\"cat\":\"%s\",", cat);
+    put_name(b, name);
+    char line[160];
+    fmt_line l = {line};
+    put_pid_tid(&l, pid, tid);
+    put_ts_dur(t, &l, ev->ts_ns, ev->end_ns > ev->ts_ns ? ev->end_ns - ev->ts_ns : 0);
+    *l.p++ = '}';
+    buf_append(b, line, (size_t)(l.p - line));
 }
 
 void rec_trace_alert(rec_trace *t, const alert_event *e)

@@ -18,7 +18,10 @@
 #include "core/sink.h"
 #include "util/buf.h"
 
+struct seg_event;
+
 #define REC_TRACE_MAX_EVENTS 2000000u
+#define REC_TRACE_GPU_TRACKS 64
 
 typedef struct rec_trace {
     int fd;                  /* -1 when closed or never opened */
@@ -36,6 +39,15 @@ typedef struct rec_trace {
     pthread_mutex_t mu;      /* guards busy, quit, err, inflight */
     pthread_cond_t cv;
     int has_writer, busy, quit;
+    /* GPU records: a budget of their own (a launch-bound run makes 100k
+     * kernels a second: they must not crowd out the host's ranges), and the
+     * tracks already named */
+    uint64_t gpu_written, gpu_dropped;
+    struct {
+        pid_t pid;
+        int32_t tid;
+    } gpu_tracks[REC_TRACE_GPU_TRACKS];
+    int ngpu_tracks;
 } rec_trace;
 
 /* Create path and write the opening '['. max_events 0: REC_TRACE_MAX_EVENTS. */
@@ -51,6 +63,11 @@ void rec_trace_range(rec_trace *t, const agg_range *r, const char *name);
 void rec_trace_frame(rec_trace *t, const coll_frame *f, int ngpu, const int *gpu_index);
 void rec_trace_counter(rec_trace *t, pid_t pid, const char *name, uint64_t ts_ns, double v);
 void rec_trace_mark(rec_trace *t, pid_t pid, pid_t tid, const char *name, uint64_t ts_ns);
+/* A GPU record (SEG_EV_GPU_*: a kernel, copy, memset or host wait) of
+ * process pid, on a track per device and stream ("GPU 0 stream 7") under
+ * the process, on the host's clock. name: the kernel's (NULL otherwise or
+ * unknown). At most max_events / 4 of them. */
+void rec_trace_gpu(rec_trace *t, pid_t pid, const struct seg_event *ev, const char *name);
 void rec_trace_alert(rec_trace *t, const alert_event *e);
 /* Hand what is pending to the writer thread (or write it, when the thread
  * could not start); returns at once when the writer is still busy. Returns 0

@@ -413,14 +413,11 @@ static void put_gpus(jw *w, const run_res *r)
 static double ms(double ns) { return ns / 1e6; }
 
 /* steps.gpu: what the GPU did during the warm steps (collect/gpujoin.h);
- * null on a run without GPU records. */
+ * absent on a run without GPU records (a CPU run's summary is as before). */
 static void put_gpu_steps(jw *w, const figs_gpu *g)
 {
+    if (!g->steps && !g->records) return;
     jw_key(w, "gpu");
-    if (!g->steps && !g->records) {
-        jw_null(w);
-        return;
-    }
     double n = g->warm_steps ? (double)g->warm_steps : NAN;
     double iv = g->interval_ns ? (double)g->interval_ns : NAN;
     jw_obj_begin(w);

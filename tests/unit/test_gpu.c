@@ -218,7 +218,7 @@ TT_TEST(join_waits_for_records_then_lets_go)
 TT_TEST(agg_folds_gpu_steps_into_figures)
 {
     got x = {.n = 0};
-    agg_sink sink = {&x, NULL, NULL, NULL, NULL, take};
+    agg_sink sink = {&x, NULL, NULL, NULL, NULL, take, NULL};
     agg *a = NULL;
     TT_ASSERT(agg_create(&a, &sink) == 0);
     agg_proc *p = NULL;

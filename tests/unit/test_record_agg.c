@@ -29,7 +29,7 @@ static agg_proc *p;
 static void setup(void)
 {
     ngot = nranges = 0;
-    agg_sink sink = {NULL, cap_step, cap_range, NULL, NULL, NULL};
+    agg_sink sink = {NULL, cap_step, cap_range, NULL, NULL, NULL, NULL};
     agg_create(&a, &sink);
     agg_proc_create(&p, 100, -1, -1);
 }
