@@ -342,6 +342,16 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
             bar(b, f.share[k], 40);
             buf_puts(b, "\n");
         }
+        if (r->gs.have) {
+            /* the phases are host time; the GPU's own row, from its kernels */
+            const dgpu_steps *gs = &r->gs;
+            buf_printf(b, "  %-11s %5.1f%% ", "GPU busy", 100 * gs->busy_share);
+            bar(b, gs->busy_share, 40);
+            buf_printf(b, "\n              %.0f kernels/step (median %.1f us), host waits %.0f%%, "
+                          "GPU idle after them %.0f%% of the step\n",
+                       gs->kernels_per_step, gs->kernel_us_p50, 100 * gs->sync_share,
+                       isfinite(gs->sync_idle_share) ? 100 * gs->sync_idle_share : 0.0);
+        }
     }
     rr_text(r, b, c_(s, BOLD), c_(s, RESET));
 
@@ -499,6 +509,12 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
         for (int k = 0; k < PH_COUNT; k++)
             if (f.share[k] > 0.0005)
                 buf_printf(b, "| %s | %.1f%% |\n", diag_phase_names[k], 100 * f.share[k]);
+        if (r->gs.have)
+            buf_printf(b, "\nThe phases are host time. On the GPU a kernel ran %.1f%% of the step "
+                          "(%.0f kernels per step, median %.1f us); the host waited for it %.0f%% "
+                          "of the step.\n",
+                       100 * r->gs.busy_share, r->gs.kernels_per_step, r->gs.kernel_us_p50,
+                       100 * r->gs.sync_share);
     }
     rr_md(r, b);
     buf_puts(b, "\n## Resources\n\n");
@@ -618,6 +634,21 @@ static void json_report(const diag_run *r, const prof *pf, buf *b)
     jw_obj_begin(&w);
     jw_knum(&w, "count", f.steps);
     figs_view_json(&w, &f.v);
+    if (r->gs.have) {
+        /* the GPU's side of the steps (kernel records, summary steps.gpu) */
+        const dgpu_steps *g = &r->gs;
+        jw_key(&w, "gpu");
+        jw_obj_begin(&w);
+        jw_knum(&w, "busy_share", g->busy_share);
+        jw_knum(&w, "busy_share_p10", g->busy_p10);
+        jw_knum(&w, "kernels_per_step", g->kernels_per_step);
+        jw_knum(&w, "kernel_us_p50", g->kernel_us_p50);
+        jw_knum(&w, "sync_share", g->sync_share);
+        jw_knum(&w, "sync_idle_share", g->sync_idle_share);
+        jw_knum(&w, "h2d_pageable_bytes_per_step", g->h2d_pageable);
+        jw_knum(&w, "d2h_pageable_bytes_per_step", g->d2h_pageable);
+        jw_obj_end(&w);
+    }
     jw_obj_end(&w);
 
     jw_key(&w, "resources");
