@@ -169,3 +169,40 @@ def test_gpu_records_in_the_trace_and_the_exporters(cli, tmp_path):
     acc.Reload()
     vals = [s.value for s in acc.Scalars("gpu/busy_pct")]
     assert vals and all(20 < v <= 40 for v in vals)
+
+
+# What the fake GPU did in each mode (tests/progs/fake_gpu_trainer.c) and the
+# verdict the kernel records must give; CPU findings that read host time must
+# not stand in for it.
+VERDICTS = {
+    "healthy": ("gpu-bound", {"busy_share": (0.95, 1.0)}, []),
+    "launch": ("launch-bound", {"busy_share": (0.0, 0.1), "kernels_per_step": (249, 251),
+                                "kernel_us_p50": (3.9, 4.1)}, []),
+    "sync": ("gpu-sync", {"sync_idle_share": (0.28, 0.31)}, []),
+    "pageable": ("gpu-bound", {"h2d_pageable_bytes_per_step": (64 << 20, 64 << 20)}, ["pageable-copies"]),
+    "input": ("input-bound", {"busy_share": (0.3, 0.4)}, []),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(VERDICTS))
+def test_gpu_verdicts_from_kernel_records(run_cli, tmp_path, mode):
+    primary, figures, also = VERDICTS[mode]
+    d = tmp_path / "run"
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "40", mode, env=gpu_env())
+    assert p.returncode == 0, p.stderr
+    g = summary(d)["steps"]["gpu"]
+    for k, (lo, hi) in figures.items():
+        assert lo <= g[k] <= hi, (k, g[k])
+    rep = run_cli("report", "--format", "json", d)
+    diag = json.loads(rep.stdout)["diagnosis"]
+    assert diag["primary"]["id"] == primary, diag["primary"]
+    ids = [f["id"] for f in diag.get("secondary") or []]
+    for i in also:
+        assert i in ids, ids
+    # a verdict measured on the GPU never comes with NVML's guess beside it
+    assert "host-bound" not in ids and "tiny-ops" not in ids
+    if mode == "input":
+        names = [e["name"] for e in diag["primary"]["evidence"]]
+        assert "gpu_busy_share" in names
+    text = run_cli("report", d).stdout
+    assert "GPU busy" in text

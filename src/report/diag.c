@@ -58,6 +58,26 @@ static void healthy(const diag_run *r, const dctx *c, dfinding *d)
 {
     fmt(d->id, sizeof(d->id), "compute-bound");
     d->score = 0;
+    if (r->gs.have) {
+        /* kernel records, and no rule held: gpu-bound did not either (busy
+         * < 85%), so the GPU waited for the host part of every step, for no
+         * cause measured */
+        fmt(d->id, sizeof(d->id), "undetermined");
+        fmt(d->title, sizeof(d->title), "GPU partly idle, no cause found");
+        fmt(d->summary, sizeof(d->summary),
+            "a kernel ran %.0f%% of each step; the GPU waited for the host the rest, and no "
+            "measured cause (input, launches, synchronisation, host code) explains it",
+            100 * r->gs.busy_share);
+        ev(d, "gpu_busy_share", r->gs.busy_share, "GPU busy %.0f%% of step time (kernel records)",
+           100 * r->gs.busy_share);
+        ev(d, "kernels_per_step", r->gs.kernels_per_step, "%.0f kernels per step, median %.1f us",
+           r->gs.kernels_per_step, r->gs.kernel_us_p50);
+        rec(d, "Open trace.json in https://ui.perfetto.dev: the GPU tracks under the process show "
+               "where in each step the GPU has nothing to run, beside the host's phases.");
+        rec(d, "Label the host's work around those gaps with tpf_range_push/pop (or "
+               "trainperf.phase in Python) so the report can attribute it.");
+        return;
+    }
     if (c->has_gpu) {
         fmt(d->title, sizeof(d->title), "GPU-compute-bound (healthy)");
         fmt(d->summary, sizeof(d->summary),

@@ -93,8 +93,8 @@ int dr_cand_launch_bound(const diag_run *r, const dctx *c, dfinding *d)
     if (isfinite(data) && data >= 0.20) return 0; /* the input rule's */
     double idle = 1 - g->busy_share;
     diag_head(d, "launch-bound", "Launch-bound (GPU idle between kernels)", idle * 0.9,
-              "the GPU is idle %.0f%% of each step: %.0f kernels per step of %.1f us median are "
-              "launched one by one faster than the host can issue them",
+              "the GPU is idle %.0f%% of each step: %.0f kernels per step of %.1f us median, each "
+              "taking the host longer to launch than the GPU to run",
               100 * idle, g->kernels_per_step, g->kernel_us_p50);
     ev(d, "gpu_busy_share", g->busy_share, "GPU busy %.0f%% of step time", 100 * g->busy_share);
     ev(d, "kernels_per_step", g->kernels_per_step, "%.0f kernels per step", g->kernels_per_step);

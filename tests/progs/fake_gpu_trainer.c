@@ -4,17 +4,26 @@
  * InitializeInjection at "CUDA initialisation"), and the GPU's part played by
  * the fake libcupti (tests/fakes/fake_cupti.c), told what "ran".
  *
- *   fake_gpu_trainer STEPS
+ *   fake_gpu_trainer STEPS [MODE]
  *
- * Each step lasts >= 20 ms of host time; in it, relative to the step's start:
- * a pageable host-to-device copy of 1 MiB at [1, 2] ms, kernels at [10, 14]
- * and [12, 18] ms (overlapping on two streams: 8 ms of busy time, 10 ms of
- * kernel time), and a host wait for the GPU at [18, 19] ms. The truth the
- * test checks gpu_steps.csv against. */
+ * Each step lasts >= 20 ms of host time. MODE says what the "GPU" did in it,
+ * relative to the step's start (the truth tests/test_gpu.py checks):
+ *   mixed     (default) a pageable host-to-device copy of 1 MiB at [1, 2] ms,
+ *             kernels at [10, 14] and [12, 18] ms (8 ms busy, 10 ms of
+ *             kernel time), a host wait for the GPU at [18, 19] ms
+ *   healthy   40 kernels back to back over [0.2, 19.8] ms, the host waiting
+ *             for the last ones at [18, 19.8] (as loss.item() does)
+ *   launch    250 kernels of 4 us, one every 78 us: the GPU idle between them
+ *   sync      kernels [0, 8] ms, the host waiting [2, 8], nothing until the
+ *             host's next launches reach the GPU at 14 ms, kernels [14, 19.5]
+ *   pageable  healthy, plus a 64 MiB pageable copy at [0.2, 5] ms
+ *   input     a `data` phase (waiting for a batch) of 12 ms, then kernels
+ *             for 7 ms */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <trainperf.h>
@@ -36,9 +45,16 @@ static void sleep_until(uint64_t t)
     }
 }
 
+static void kernels(add_fn add, uint64_t from, uint64_t to, int n)
+{
+    uint64_t w = (to - from) / (uint64_t)n;
+    for (int k = 0; k < n; k++) add(10, from + (uint64_t)k * w, from + (uint64_t)(k + 1) * w, 0, 0, 0, 0);
+}
+
 int main(int argc, char **argv)
 {
     long steps = argc > 1 ? strtol(argv[1], NULL, 10) : 20;
+    const char *mode = argc > 2 ? argv[2] : "mixed";
     const char *inj = getenv("CUDA_INJECTION64_PATH");
     add_fn add = NULL;
     if (inj && *inj) {
@@ -52,11 +68,30 @@ int main(int argc, char **argv)
         void *c = cupti ? dlopen(cupti, RTLD_NOW | RTLD_NOLOAD) : NULL;
         add = c ? (add_fn)dlsym(c, "fake_cupti_add") : NULL;
     }
-    const uint64_t ms = 1000000;
+    const uint64_t ms = 1000000, us = 1000;
+    TPF_RANGE_PUSH("data"); /* name the phase once: its id is predefined */
+    TPF_RANGE_POP();
     for (long i = 0; i < steps; i++) {
         tpf_step_begin();
         uint64_t t0 = mono();
-        if (add) {
+        if (strcmp(mode, "input") == 0) {
+            TPF_RANGE_PUSH("data");
+            sleep_until(t0 + 12 * ms);
+            TPF_RANGE_POP();
+            if (add) kernels(add, t0 + 12 * ms + 200 * us, t0 + 19 * ms + 200 * us, 10);
+        } else if (!add) {
+        } else if (strcmp(mode, "healthy") == 0 || strcmp(mode, "pageable") == 0) {
+            kernels(add, t0 + 200 * us, t0 + 19800 * us, 40);
+            add(38, t0 + 18 * ms, t0 + 19800 * us, 0, 0, 0, 0);
+            if (mode[0] == 'p') add(1, t0 + 200 * us, t0 + 5 * ms, 64u << 20, 1, 1, 3);
+        } else if (strcmp(mode, "launch") == 0) {
+            for (int k = 0; k < 250; k++)
+                add(10, t0 + (uint64_t)k * 78 * us, t0 + (uint64_t)k * 78 * us + 4 * us, 0, 0, 0, 0);
+        } else if (strcmp(mode, "sync") == 0) {
+            kernels(add, t0, t0 + 8 * ms, 8);
+            add(38, t0 + 2 * ms, t0 + 8 * ms, 0, 0, 0, 0);
+            kernels(add, t0 + 14 * ms, t0 + 19500 * us, 6);
+        } else {
             add(1, t0 + 1 * ms, t0 + 2 * ms, 1 << 20, 1, 1, 3); /* HtoD, pageable -> device */
             add(10, t0 + 10 * ms, t0 + 14 * ms, 0, 0, 0, 0);
             add(10, t0 + 12 * ms, t0 + 18 * ms, 0, 0, 0, 0);
