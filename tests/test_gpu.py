@@ -206,3 +206,22 @@ def test_gpu_verdicts_from_kernel_records(run_cli, tmp_path, mode):
         assert "gpu_busy_share" in names
     text = run_cli("report", d).stdout
     assert "GPU busy" in text
+
+
+def test_mfu_over_the_gpus_busy_time(run_cli, tmp_path):
+    """With the model's FLOPs declared, the report gives MFU over the wall
+    time and over the time a kernel ran (the kernels' own efficiency)."""
+    import re
+    d = tmp_path / "run"
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "30", "sync", env=gpu_env())
+    assert p.returncode == 0, p.stderr
+    (d / "flops").mkdir()
+    (d / "flops" / "flops-rank0-declared.json").write_text(json.dumps(
+        {"step": None, "rank": 0, "method": "declared", "total_flops": 2e12,
+         "peak_flops_per_s": 1e15, "peak_source": "declared"}))
+    text = run_cli("report", d).stdout
+    m = re.search(r"MFU ([\d.]+)% \(peak: declared\), ([\d.]+)% of the GPU's busy time", text)
+    assert m, text
+    busy = summary(d)["steps"]["gpu"]["busy_share"]
+    assert abs(float(m.group(2)) - float(m.group(1)) / busy) < 0.2
+    assert float(m.group(2)) > float(m.group(1))

@@ -1015,9 +1015,14 @@ static void job_words(const diag_run *r, buf *b)
     }
     buf_printf(b, "; model %s TFLOP/s", tflops_or_dash(a[0], 32, j.flops_per_s));
     if (j.flops_ranks < j.ranks) buf_printf(b, " (%d of %d ranks)", j.flops_ranks, j.ranks);
-    if (j.mfu_ranks)
+    if (j.mfu_ranks) {
         buf_printf(b, ", MFU %s%s (peak: %s)", pct_or_dash(a[1], 32, j.mfu),
                    j.mfu_ranks < j.flops_ranks ? " of the ranks with a peak" : "", j.peak_src);
+        /* GPU runs: the same FLOPs over the time a kernel ran (kernel
+         * records): how well the kernels use the GPU, apart from its idle */
+        if (r->gs.have && r->gs.busy_share > 0 && isfinite(j.mfu))
+            buf_printf(b, ", %s of the GPU's busy time", pct_or_dash(a[2], 32, j.mfu / r->gs.busy_share));
+    }
     else
         buf_printf(b, ", MFU — (%s)", j.peak_src[0] ? j.peak_src : "no peak FLOP/s");
 }
