@@ -105,6 +105,34 @@ static void measure_offset(void)
     atomic_store(&g_ts_offset, (int64_t)(c - (m0 + (m1 - m0) / 2)));
 }
 
+/* Which clock a buffer's records carry, from the records themselves: they
+ * completed within the last flush periods, so on the right clock the first
+ * one ended a little before now. Our timestamp callback (CLOCK_MONOTONIC),
+ * CUPTI's default (CLOCK_REALTIME), or whatever cuptiGetTimestamp reads (a
+ * profiler in the process may have registered its own clock, e.g. Kineto's
+ * TSC): the first candidate that puts the record in the last minute wins;
+ * none does, the offset stays and the records are counted as off-clock. */
+static _Atomic uint64_t g_offclock;
+
+static void pick_clock(uint64_t end)
+{
+    uint64_t mono = clk_mono_ns();
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    uint64_t real = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+    int64_t cand[3] = {0, (int64_t)(real - mono), atomic_load(&g_ts_offset)};
+    uint64_t c = 0;
+    if (g_cu.get_timestamp && g_cu.get_timestamp(&c) == 0) cand[2] = (int64_t)(c - mono);
+    for (int i = 0; i < 3; i++) {
+        uint64_t m = end - (uint64_t)cand[i];
+        if (m <= mono + 1000000000ull && m + 60000000000ull >= mono) {
+            atomic_store(&g_ts_offset, cand[i]);
+            return;
+        }
+    }
+    atomic_fetch_add(&g_offclock, 1);
+}
+
 static uint64_t to_mono(uint64_t t)
 {
     return t - (uint64_t)atomic_load_explicit(&g_ts_offset, memory_order_relaxed);
@@ -130,9 +158,9 @@ static void dump_record(const uint8_t *rec, size_t len)
 
 static void on_complete(void *ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
 {
-    measure_offset();
     void *rec = NULL;
     uint8_t *end = buf + valid;
+    int picked = 0;
     while (buf && g_cu.get_next(buf, valid, &rec) == 0 && rec) {
         const uint8_t *p = rec;
         cupti_rec r;
@@ -143,8 +171,20 @@ static void on_complete(void *ctx, uint32_t stream, uint8_t *buf, size_t size, s
             dump_record(p, len < 256 ? len : 256);
         }
         if (!cupti_rec_decode(p, len, &r)) continue;
+        if (!picked) {
+            pick_clock(r.end);
+            picked = 1;
+        }
         uint32_t name = r.ev == SEG_EV_GPU_KERNEL ? kernel_name(r.name) : r.aux;
         probe_emit_record(to_mono(r.start), r.ev, name, to_mono(r.end), r.b);
+    }
+    uint64_t off = atomic_load(&g_offclock);
+    static uint64_t off_told;
+    if (off != off_told) { /* buffers whose clock could not be told: said in the trace */
+        static tpf_name on;
+        if (!on) on = tpf_name_register("gpu.cupti_offclock_buffers");
+        tpf_counter(on, (double)off);
+        off_told = off;
     }
     size_t dropped = 0;
     if (g_cu.dropped && g_cu.dropped(ctx, stream, &dropped) == 0 && dropped) {
