@@ -225,3 +225,20 @@ def test_mfu_over_the_gpus_busy_time(run_cli, tmp_path):
     busy = summary(d)["steps"]["gpu"]["busy_share"]
     assert abs(float(m.group(2)) - float(m.group(1)) / busy) < 0.2
     assert float(m.group(2)) > float(m.group(1))
+
+
+def test_a_cuda_program_without_steps_gets_windows(run_cli, tmp_path):
+    """No step markers at all (a CUDA program with no trainperf code): the
+    records still come, as one gpu_steps.csv row a second (tid 0), and the
+    report says how busy the GPU was."""
+    d = tmp_path / "run"
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "100", "nosteps", env=gpu_env())
+    assert p.returncode == 0, p.stderr
+    got = rows(d)
+    assert len(got) >= 2 and all(r["tid"] == "0" for r in got)
+    assert [int(r["step"]) for r in got] == list(range(len(got)))
+    assert sum(int(r["kernels"]) for r in got) == 100 * 40
+    w = summary(d)["steps"]["gpu_windows"]
+    assert 0.95 <= w["busy_share"] <= 1.0
+    text = run_cli("report", d).stdout
+    assert "No steps, but the GPU's kernel records: a kernel ran 9" in text

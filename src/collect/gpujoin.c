@@ -13,6 +13,10 @@ typedef struct gj_proc {
     uint64_t max_dur;   /* longest record kept: how far back a start may lie */
     uint64_t watermark; /* latest end of any record seen */
     uint64_t done_ns;   /* steps ending by here have their rows: older records are no use */
+    int had_step;       /* a step of this process was seen: no windows */
+    uint64_t first_ns;  /* the earliest record's start */
+    uint64_t win_end;   /* windows made up to here (0: none yet) */
+    uint64_t nwin;
 } gj_proc;
 
 struct gj {
@@ -65,6 +69,8 @@ void gj_step(gj *j, const agg_step *s)
     if (j->npend == GJ_MAX_PEND) gj_flush(j, UINT64_MAX, 0);
     if (j->npend == GJ_MAX_PEND) return;
     j->pend[j->npend++] = *s;
+    gj_proc *p = proc_of(j, s->pid, 0);
+    if (p) p->had_step = 1;
 }
 
 void gj_record(gj *j, pid_t pid, const seg_event *ev)
@@ -75,6 +81,12 @@ void gj_record(gj *j, pid_t pid, const seg_event *ev)
         j->late++;
         return;
     }
+    if (p->n == 0 && p->first_ns == 0) {
+        /* new: a step of it may already be waiting */
+        for (size_t q = 0; q < j->npend && !p->had_step; q++)
+            if (j->pend[q].pid == pid) p->had_step = 1;
+    }
+    if (!p->first_ns || ev->ts_ns < p->first_ns) p->first_ns = ev->ts_ns;
     if (p->n == p->cap) {
         size_t nc = p->cap ? p->cap * 2 : 4096;
         if (nc > GJ_MAX_RECS) nc = GJ_MAX_RECS;
@@ -208,15 +220,48 @@ static int cmp_pend(const void *a, const void *b)
     return (x->end_ns > y->end_ns) - (x->end_ns < y->end_ns);
 }
 
+/* A process with GPU records and no step (a CUDA program with no step
+ * markers; a trainee's first seconds before its first step): its figures
+ * over windows of GJ_WINDOW_NS instead, once GJ_WINDOW_AFTER_NS of GPU time
+ * passed with no step, and at the end. Rows with tid 0, step = the window. */
+static void windows(gj *j, gj_proc *p, int final)
+{
+    if (p->had_step || p->n == 0 || !p->first_ns) return;
+    if (!final && p->watermark < p->first_ns + GJ_WINDOW_AFTER_NS) return;
+    if (!p->win_end) p->win_end = p->first_ns;
+    while (p->win_end < p->watermark) {
+        uint64_t e = p->win_end + GJ_WINDOW_NS;
+        /* a window goes when the records are in past its end; the last,
+         * at the end of the run, to the last record */
+        if (p->watermark < e + GJ_WINDOW_NS / 4) {
+            if (!final) break;
+            e = p->watermark;
+        }
+        gpu_step g;
+        memset(&g, 0, sizeof(g));
+        g.rank = -1;
+        g.pid = p->pid;
+        g.tid = 0;
+        g.step = p->nwin++;
+        g.end_ns = e;
+        g.interval_ns = e - p->win_end;
+        gj_figures(p->r, p->n, p->max_dur, &g);
+        if (j->emit) j->emit(j->ctx, &g);
+        p->win_end = p->done_ns = e;
+        prune(p);
+    }
+}
+
 void gj_flush(gj *j, uint64_t now_ns, int final)
 {
-    if (j->npend == 0) return;
-    qsort(j->pend, j->npend, sizeof(*j->pend), cmp_pend);
     for (int i = 0; i < j->nprocs; i++) {
         gj_proc *p = &j->procs[i];
         if (!p->sorted) qsort(p->r, p->n, sizeof(*p->r), cmp_rec);
         p->sorted = 1;
+        windows(j, p, final);
     }
+    if (j->npend == 0) return;
+    qsort(j->pend, j->npend, sizeof(*j->pend), cmp_pend);
     int full = j->npend == GJ_MAX_PEND && now_ns == UINT64_MAX;
     size_t k = 0;
     for (size_t i = 0; i < j->npend; i++) {

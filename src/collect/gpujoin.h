@@ -27,6 +27,8 @@
 #define GJ_MAX_RECS (1u << 19)
 #define GJ_MAX_PROCS 64
 #define GJ_LAG_NS 3000000000ull /* a step waits at most this long for its records */
+#define GJ_WINDOW_NS 1000000000ull        /* a step-less process's figures: per second */
+#define GJ_WINDOW_AFTER_NS 5000000000ull  /* of GPU time with no step, before windows start */
 
 typedef struct gj gj;
 typedef void (*gj_emit_fn)(void *ctx, const gpu_step *g);
@@ -42,7 +44,10 @@ void gj_record(gj *j, pid_t pid, const seg_event *ev);
 /* Make the figures of the steps whose records are in (final: of all), in
  * order of end time, and drop what no step can need any more. now_ns:
  * CLOCK_MONOTONIC. Steps of processes that never sent a GPU record make no
- * row; they are let go after GJ_LAG_NS. */
+ * row; they are let go after GJ_LAG_NS. A process with records and no step
+ * gets its figures per window of GJ_WINDOW_NS (tid 0, step = the window's
+ * index) once GJ_WINDOW_AFTER_NS of its GPU time passed without a step, and
+ * at the end. */
 void gj_flush(gj *j, uint64_t now_ns, int final);
 /* Records seen, and those that came after every step that could hold them
  * had gone (or past the caps). */

@@ -17,13 +17,17 @@ void figs_init(figs *f)
     sketch_init(&f->data_ns);
     sketch_init(&f->gpu.kernel_dur_ns);
     sketch_init(&f->gpu.busy_share);
+    sketch_init(&f->gpu_win.kernel_dur_ns);
+    sketch_init(&f->gpu_win.busy_share);
 }
 
 void figs_add_gpu(figs *f, const gpu_step *g)
 {
-    figs_gpu *x = &f->gpu;
+    figs_gpu *x = g->tid == 0 ? &f->gpu_win : &f->gpu;
     x->steps++;
-    if (g->step == 0) return; /* warm-up: allocation, autotuning, the first launch of each kernel */
+    /* a step's warm-up (allocation, autotuning, the first launch of each
+     * kernel) is left out; a window of a step-less process is all there is */
+    if (g->step == 0 && g->tid != 0) return;
     x->warm_steps++;
     x->interval_ns += g->interval_ns;
     x->busy_ns += g->busy_ns;
@@ -142,6 +146,7 @@ void figs_merge(figs *dst, const figs *src)
     sketch_merge(&dst->step_ns, &src->step_ns);
     sketch_merge(&dst->data_ns, &src->data_ns);
     gpu_merge(&dst->gpu, &src->gpu);
+    gpu_merge(&dst->gpu_win, &src->gpu_win);
     for (int i = 0; i < src->ngroups; i++) {
         const agg_group *sg = src->groups[i];
         agg_group *g = group_of(dst, sg->rank, sg->pid);

@@ -102,6 +102,7 @@ typedef struct figs {
     agg_group *groups[AGG_MAX_GROUPS]; /* owned; figs_free frees them */
     int ngroups;
     figs_gpu gpu;         /* steps.gpu: all zero on a run without GPU records */
+    figs_gpu gpu_win;     /* steps.gpu_windows: step-less processes' windows (tid 0) */
 } figs;
 
 void figs_init(figs *f);
@@ -111,7 +112,7 @@ void figs_free(figs *f);
  * (rank >= 0: by rank, else by pid). A group that cannot be had (cap, out of
  * memory) is counted in untracked_groups. */
 void figs_add(figs *f, const agg_step *s);
-/* Fold one GPU step into f->gpu. */
+/* Fold one GPU step into f->gpu (a window, tid 0: into f->gpu_win). */
 void figs_add_gpu(figs *f, const gpu_step *g);
 
 /* Fold every figure of src into dst (job figures over ranks and nodes):

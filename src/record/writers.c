@@ -414,10 +414,10 @@ static double ms(double ns) { return ns / 1e6; }
 
 /* steps.gpu: what the GPU did during the warm steps (collect/gpujoin.h);
  * absent on a run without GPU records (a CPU run's summary is as before). */
-static void put_gpu_steps(jw *w, const figs_gpu *g)
+static void put_gpu_steps(jw *w, const char *key, const figs_gpu *g)
 {
     if (!g->steps && !g->records) return;
-    jw_key(w, "gpu");
+    jw_key(w, key);
     double n = g->warm_steps ? (double)g->warm_steps : NAN;
     double iv = g->interval_ns ? (double)g->interval_ns : NAN;
     jw_obj_begin(w);
@@ -483,7 +483,8 @@ static void put_steps(jw *w, const sink_run *s, uint64_t start_mono_ns)
     }
     jw_arr_end(w);
     jw_kuint(w, "events_dropped", s->events_dropped);
-    put_gpu_steps(w, &a->gpu);
+    put_gpu_steps(w, "gpu", &a->gpu);
+    put_gpu_steps(w, "gpu_windows", &a->gpu_win);
     jw_obj_end(w);
 }
 

@@ -511,6 +511,12 @@ void diag_compute(diag_run *r)
                            : "GPU metrics were not available, so this diagnosis makes no GPU "
                              "findings (%s).",
              r->nvml_source[0] ? r->nvml_source : (r->ngpu_run ? "no samples" : "no GPU used"));
+    if (!r->gs.have && isfinite(r->gs.win_busy_share) && isfinite(r->gs.win_s))
+        note(g,
+             "No steps, but the GPU's kernel records: a kernel ran %.0f%% of the time over %.0f "
+             "s of GPU activity (gpu_steps.csv, tid 0: one row a second). Mark steps "
+             "(tpf_step_begin/end) for per-step figures and a verdict.",
+             100 * r->gs.win_busy_share, r->gs.win_s);
     if (r->exit_known && r->exit_signal > 0)
         note(g, "The command was ended by signal %d%s.", r->exit_signal,
              r->exit_signal == 9 ? " (SIGKILL: the OOM killer or a job scheduler)" : "");

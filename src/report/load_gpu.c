@@ -101,4 +101,10 @@ void lg_load(dgpu_steps *g, const jr_node *summary, const char *dir)
     else
         from_csv(g, dir);
     g->have = g->warm_steps >= LG_MIN_STEPS && isfinite(g->busy_share);
+    const jr_node *w = summary ? jr_path(summary, "steps.gpu_windows") : NULL;
+    g->win_busy_share = w ? jr_pnum(w, "busy_share") : NAN;
+    double wm = w ? jr_pnum(w, "busy_ms_mean") : NAN, ws = w ? jr_pnum(w, "warm_steps") : NAN;
+    g->win_s = isfinite(wm) && isfinite(ws) && isfinite(g->win_busy_share) && g->win_busy_share > 0
+                   ? wm * ws / g->win_busy_share / 1e3
+                   : NAN;
 }

@@ -14,6 +14,8 @@ typedef struct dgpu_steps {
     double kernels_per_step, kernel_us_p50, kernel_ms, comm_kernel_ms;
     double sync_share, syncs_per_step, sync_idle_share, copy_ms;
     double h2d, h2d_pageable, d2h, d2h_pageable; /* bytes per step */
+    /* a process with records and no steps: its windows (steps.gpu_windows) */
+    double win_busy_share, win_s;
 } dgpu_steps;
 
 #define LG_MIN_STEPS 5 /* warm steps with GPU records before a GPU rule reads them */

@@ -18,7 +18,9 @@
  *             host's next launches reach the GPU at 14 ms, kernels [14, 19.5]
  *   pageable  healthy, plus a 64 MiB pageable copy at [0.2, 5] ms
  *   input     a `data` phase (waiting for a batch) of 12 ms, then kernels
- *             for 7 ms */
+ *             for 7 ms
+ *   nosteps   healthy's kernels, but no step markers at all (a CUDA program
+ *             with no trainperf code) */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,8 +73,9 @@ int main(int argc, char **argv)
     const uint64_t ms = 1000000, us = 1000;
     TPF_RANGE_PUSH("data"); /* name the phase once: its id is predefined */
     TPF_RANGE_POP();
+    int marks = strcmp(mode, "nosteps") != 0;
     for (long i = 0; i < steps; i++) {
-        tpf_step_begin();
+        if (marks) tpf_step_begin();
         uint64_t t0 = mono();
         if (strcmp(mode, "input") == 0) {
             TPF_RANGE_PUSH("data");
@@ -80,7 +83,7 @@ int main(int argc, char **argv)
             TPF_RANGE_POP();
             if (add) kernels(add, t0 + 12 * ms + 200 * us, t0 + 19 * ms + 200 * us, 10);
         } else if (!add) {
-        } else if (strcmp(mode, "healthy") == 0 || strcmp(mode, "pageable") == 0) {
+        } else if (strcmp(mode, "healthy") == 0 || strcmp(mode, "pageable") == 0 || !marks) {
             kernels(add, t0 + 200 * us, t0 + 19800 * us, 40);
             add(38, t0 + 18 * ms, t0 + 19800 * us, 0, 0, 0, 0);
             if (mode[0] == 'p') add(1, t0 + 200 * us, t0 + 5 * ms, 64u << 20, 1, 1, 3);
@@ -98,7 +101,7 @@ int main(int argc, char **argv)
             add(38, t0 + 18 * ms, t0 + 19 * ms, 0, 0, 0, 0);
         }
         sleep_until(t0 + 20 * ms);
-        tpf_step_end(32, 0);
+        if (marks) tpf_step_end(32, 0);
     }
     return 0;
 }
