@@ -50,6 +50,7 @@ def gather(build, run_dir, rc, wall_s):
     r = {"rc": rc, "wall_s": round(wall_s, 1), "dir": run_dir}
     s = load_json(os.path.join(run_dir, "summary.json")) or {}
     r["gpu"] = (s.get("steps") or {}).get("gpu") or {}
+    r["gpu_windows"] = (s.get("steps") or {}).get("gpu_windows") or {}
     r["steps"] = (s.get("steps") or {}).get("count", 0)
     r["step_p50_ms"] = ((s.get("steps") or {}).get("step_time_ms") or {}).get("p50")
     r["data_share"] = ((s.get("steps") or {}).get("phase_share") or {}).get("data") \
@@ -208,7 +209,9 @@ C_CHECKS = {
                          ("median kernel us", g("kernel_us_p50"), between(150, 300)),
                          ("busy share", g("busy_share"), at_least(0.8)), has_id("gpu-bound")],
     "cuda_loop_nosteps": [("exit 0", lambda r: r["rc"], lambda v: v == 0),
-                          ("GPU records seen without steps", g("records"), at_least(1000))],
+                          ("GPU records seen without steps", g("records"), at_least(1000)),
+                          ("busy share of the windows", lambda r: r["gpu_windows"].get("busy_share"),
+                           at_least(0.8))],
 }
 
 
@@ -279,13 +282,20 @@ def main():
         if "error" in r:
             checks.append({"scenario": name, "check": "ran", "ok": False, "value": r["error"]})
             continue
+        mine = []
         for label, get, ok in spec.get(name, []):
             try:
                 v = get(r)
                 good = bool(ok(v))
             except Exception as e:  # a missing figure is a failed check, not a crash
                 v, good = "error: %s" % e, False
-            checks.append({"scenario": name, "check": label, "ok": good, "value": v})
+            mine.append({"scenario": name, "check": label, "ok": good, "value": v})
+        checks += mine
+        # what this run said, kept with it: tests/test_gpu_runs.py holds the
+        # report to it once the run is in tests/data/gpu-runs/
+        with open(os.path.join(r["dir"], "check.json"), "w") as f:
+            json.dump({"scenario": name, "primary": r["primary"], "ids": r["ids"],
+                       "gpu": r["gpu"], "checks": mine}, f, indent=1, default=str)
     if "matmul_fp32" in results and "matmul_bf16" in results:
         a32, a16 = results["matmul_fp32"]["step_p50_ms"], results["matmul_bf16"]["step_p50_ms"]
         checks.append({"scenario": "matmul_bf16", "check": "bf16 step >= 1.5x faster than fp32",

@@ -6,7 +6,8 @@ import os
 import shutil
 import sys
 
-KEEP = ("run.json", "summary.json", "alerts.jsonl", "failures.json", "attempts.json", "report.md")
+KEEP = ("run.json", "summary.json", "alerts.jsonl", "failures.json", "attempts.json", "report.md",
+        "check.json")
 CSV_ROWS = {"steps.csv": 1500, "gpu_steps.csv": 1500, "metrics.csv": 400, "procs.csv": 600}
 MAX_FILE = 400 << 10
 
