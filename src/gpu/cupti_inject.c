@@ -65,7 +65,10 @@ static _Atomic uint64_t g_dropped;
 #define NAME_SLOTS 4096
 
 /* Kernel names: CUPTI's pointer for a function stays the same, so the name
- * is registered once per pointer (done on CUPTI's thread only). */
+ * is registered once per pointer. Buffers are completed on CUPTI's worker
+ * thread, and at exit on the thread that flushes: a lock, never contended
+ * on the training thread (which never comes here). */
+static pthread_mutex_t g_names_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     const char *p;
     tpf_name id;
@@ -75,16 +78,22 @@ static tpf_name kernel_name(const char *p)
 {
     if (!p) return 0;
     uintptr_t h = ((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull;
+    tpf_name id = 0;
+    pthread_mutex_lock(&g_names_lock);
     for (unsigned i = 0; i < NAME_SLOTS; i++) {
         unsigned k = (unsigned)((h + i) % NAME_SLOTS);
-        if (g_names[k].p == p) return g_names[k].id;
+        if (g_names[k].p == p) {
+            id = g_names[k].id;
+            break;
+        }
         if (!g_names[k].p) {
             g_names[k].p = p;
-            g_names[k].id = tpf_name_register(p);
-            return g_names[k].id;
+            id = g_names[k].id = tpf_name_register(p);
+            break;
         }
     }
-    return 0;
+    pthread_mutex_unlock(&g_names_lock);
+    return id;
 }
 
 static void mark(const char *what)
