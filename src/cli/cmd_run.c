@@ -232,6 +232,18 @@ static int resolve_cmd(const char *cmd, char *out, size_t n)
     return found_noexec ? 126 : 127;
 }
 
+/* The directory of the running CLI into exe (PATH_MAX); 0, or -1. */
+static int exe_dir(char *exe)
+{
+    ssize_t len = readlink("/proc/self/exe", exe, PATH_MAX - 1);
+    if (len <= 0) return -1;
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return -1;
+    *slash = 0;
+    return 0;
+}
+
 void cli_python_dir(char *out, size_t n)
 {
     out[0] = 0;
@@ -241,12 +253,7 @@ void cli_python_dir(char *out, size_t n)
         return;
     }
     char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (len <= 0) return;
-    exe[len] = 0;
-    char *slash = strrchr(exe, '/');
-    if (!slash) return;
-    *slash = 0;
+    if (exe_dir(exe) != 0) return;
     char probe[PATH_MAX + 64];
     int w = snprintf(probe, sizeof(probe), "%s/../python/trainperf/__init__.py", exe);
     if (w > 0 && (size_t)w < sizeof(probe) && access(probe, R_OK) == 0) {
@@ -290,12 +297,7 @@ static void cupti_lib_path(char *out, size_t n, int no_gpu_trace)
     if (!forced && access("/proc/driver/nvidia/version", R_OK) != 0 && access("/dev/nvidiactl", F_OK) != 0)
         return;
     char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (len <= 0) return;
-    exe[len] = 0;
-    char *slash = strrchr(exe, '/');
-    if (!slash) return;
-    *slash = 0;
+    if (exe_dir(exe) != 0) return;
     static const char *const where[] = {"", "/../lib"};
     for (size_t i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
         char p[PATH_MAX + 64], real[PATH_MAX];

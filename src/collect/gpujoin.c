@@ -99,11 +99,7 @@ void gj_record(gj *j, pid_t pid, const seg_event *ev)
         p->cap = nc;
     }
     gj_rec *r = &p->r[p->n];
-    r->b = ev->ts_ns;
-    r->e = ev->end_ns;
-    r->bytes = ev->arg;
-    r->kind = ev->kind;
-    r->aux = ev->name;
+    *r = (gj_rec){ev->ts_ns, ev->end_ns, ev->arg, ev->kind, ev->name};
     if (p->n && r->b < p->r[p->n - 1].b) p->sorted = 0;
     p->n++;
     if (r->e - r->b > p->max_dur) p->max_dur = r->e - r->b;
@@ -220,6 +216,20 @@ static int cmp_pend(const void *a, const void *b)
     return (x->end_ns > y->end_ns) - (x->end_ns < y->end_ns);
 }
 
+/* A row's identity and interval; its figures are gj_figures'. */
+static gpu_step row(int rank, pid_t pid, pid_t tid, uint64_t step, uint64_t end, uint64_t interval)
+{
+    gpu_step g;
+    memset(&g, 0, sizeof(g));
+    g.rank = rank;
+    g.pid = pid;
+    g.tid = tid;
+    g.step = step;
+    g.end_ns = end;
+    g.interval_ns = interval;
+    return g;
+}
+
 /* A process with GPU records and no step (a CUDA program with no step
  * markers; a trainee's first seconds before its first step): its figures
  * over windows of GJ_WINDOW_NS instead, once GJ_WINDOW_AFTER_NS of GPU time
@@ -237,14 +247,7 @@ static void windows(gj *j, gj_proc *p, int final)
             if (!final) break;
             e = p->watermark;
         }
-        gpu_step g;
-        memset(&g, 0, sizeof(g));
-        g.rank = -1;
-        g.pid = p->pid;
-        g.tid = 0;
-        g.step = p->nwin++;
-        g.end_ns = e;
-        g.interval_ns = e - p->win_end;
+        gpu_step g = row(-1, p->pid, 0, p->nwin++, e, e - p->win_end);
         gj_figures(p->r, p->n, p->max_dur, &g);
         if (j->emit) j->emit(j->ctx, &g);
         p->win_end = p->done_ns = e;
@@ -276,14 +279,7 @@ void gj_flush(gj *j, uint64_t now_ns, int final)
             j->pend[k++] = *s;
             continue;
         }
-        gpu_step g;
-        memset(&g, 0, sizeof(g));
-        g.rank = s->rank;
-        g.pid = s->pid;
-        g.tid = s->tid;
-        g.step = s->step;
-        g.end_ns = s->end_ns;
-        g.interval_ns = s->interval_ns;
+        gpu_step g = row(s->rank, s->pid, s->tid, s->step, s->end_ns, s->interval_ns);
         gj_figures(p->r, p->n, p->max_dur, &g);
         if (j->emit) j->emit(j->ctx, &g);
         if (s->end_ns > p->done_ns) p->done_ns = s->end_ns;

@@ -89,20 +89,7 @@ static void healthy(const diag_run *r, const dctx *c, dfinding *d)
             ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time",
                100 * c->share[PH_DATA]);
         f64_rec(r, d);
-        if (r->python) {
-            const dcause *k = &r->cause;
-            int amp = k->amp_bf16 || k->amp_f16, comp = k->compile_frames > 0;
-            rec(d, "Do less work per sample: %s%sfused/foreach optimizers, flash attention "
-                   "(scaled_dot_product_attention)%s.",
-                amp ? "" : "bf16 autocast, ", comp ? "" : "torch.compile, ",
-                amp && comp ? " (the run already uses autocast and torch.compile)"
-                : amp       ? " (the run already uses autocast)"
-                : comp      ? " (the run already uses torch.compile)"
-                            : "");
-        } else {
-            rec(d, "Do less work per sample: bf16/fp16 matrix multiplies on tensor cores, fused "
-                   "kernels, flash attention.");
-        }
+        dr_rec_less_work(r, d, "");
         double head = NAN;
         for (int i = 0; i < r->ngpu; i++)
             if (r->gpus[i].mem_used.n && r->gpus[i].mem_total > 0) {

@@ -110,6 +110,25 @@ void dr_rec_lang(const diag_run *r, dfinding *d, const char *py, const char *nat
     rec(d, "%s", r->python ? py : native);
 }
 
+void dr_rec_less_work(const diag_run *r, dfinding *d, const char *where)
+{
+    if (r->python) {
+        const dcause *k = &r->cause;
+        int amp = k->amp_bf16 || k->amp_f16, comp = k->compile_frames > 0;
+        rec(d, "Do less work per sample%s: %s%sfused/foreach optimizers, flash attention "
+               "(scaled_dot_product_attention)%s.",
+            where, amp ? "" : "bf16 autocast, ", comp ? "" : "torch.compile, ",
+            amp && comp ? " (the run already uses autocast and torch.compile)"
+            : amp       ? " (the run already uses autocast)"
+            : comp      ? " (the run already uses torch.compile)"
+                        : "");
+    } else {
+        rec(d, "Do less work per sample%s: bf16/fp16 matrix multiplies on tensor cores, fused "
+               "kernels, flash attention.",
+            where);
+    }
+}
+
 /* The hang alert fired after the last step and the program then ended by
  * itself with status 0: it finished its loop and spent the time after it
  * (tear-down, a final evaluation or save), it did not hang. */

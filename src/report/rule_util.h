@@ -137,6 +137,10 @@ int dr_phase_rule(const dctx *c, dfinding *d, int ph, double thr, const char *id
                   const char *title, const char *doing, const char *of);
 /* The hang alert fired after the last step and the program then exited 0. */
 int dr_ended_after_loop(const diag_run *r, double alert_t);
+/* The compute-bound advice (less work per sample: autocast, torch.compile,
+ * fused optimizers...; what the run already uses left out); where: "" or
+ * " on the GPU". */
+void dr_rec_less_work(const diag_run *r, dfinding *d, const char *where);
 
 /* ---- folds: a finding another explains goes into it ----------------------- */
 

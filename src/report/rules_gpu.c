@@ -58,20 +58,7 @@ int dr_cand_gpu_bound(const diag_run *r, const dctx *c, dfinding *d)
            "the host waited for the GPU %.0f%% of the step (%.1f waits per step): that wait is "
            "the GPU's work still running, not host code",
            100 * g->sync_share, g->syncs_per_step);
-    if (r->python) {
-        const dcause *k = &r->cause;
-        int amp = k->amp_bf16 || k->amp_f16, comp = k->compile_frames > 0;
-        rec(d, "Do less work per sample on the GPU: %s%sfused optimizers (fused=True), flash "
-               "attention (scaled_dot_product_attention)%s.",
-            amp ? "" : "bf16 autocast (tensor cores), ", comp ? "" : "torch.compile, ",
-            amp && comp ? " (the run already uses autocast and torch.compile)"
-            : amp       ? " (the run already uses autocast)"
-            : comp      ? " (the run already uses torch.compile)"
-                        : "");
-    } else {
-        rec(d, "Do less work per sample on the GPU: bf16/fp16 matrix multiplies on tensor cores, "
-               "fused kernels, flash attention.");
-    }
+    dr_rec_less_work(r, d, " on the GPU");
     const dgpu_alloc *al = &r->cause.alloc;
     if (al->have && al->total > 0 && al->reserved_peak > 0 && al->reserved_peak < 0.6 * al->total) {
         char a[32];
