@@ -137,6 +137,8 @@ int dr_phase_rule(const dctx *c, dfinding *d, int ph, double thr, const char *id
                   const char *title, const char *doing, const char *of);
 /* The hang alert fired after the last step and the program then exited 0. */
 int dr_ended_after_loop(const diag_run *r, double alert_t);
+int dr_failed_after_loop(const diag_run *r, double alert_t);
+int dr_comm_error(const char *e);
 
 /* ---- folds: a finding another explains goes into it ----------------------- */
 
