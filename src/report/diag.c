@@ -74,7 +74,7 @@ static void limit_tail(const diag_run *r, const dctx *c, const char *none, char 
     if (best < 0)
         fmt(o, n, "%s", none);
     else
-        fmt(o, n, "%s takes %.0f%% of the loop's time (its own finding)", what[best], 100 * top);
+        fmt(o, n, "%s takes %.0f%% of the loop's time", what[best], 100 * top);
 }
 
 static void healthy(const diag_run *r, const dctx *c, dfinding *d)
