@@ -111,6 +111,15 @@ TPF_API void tpf_range_pop(void);
 TPF_API void tpf_counter(tpf_name name, double value);
 TPF_API void tpf_mark(tpf_name name);
 
+/* The calling process's training loop ended (TPF_LOOP_DONE: its data ran
+ * out, it left the loop; TPF_LOOP_EXIT: it is shutting down). Until its
+ * next step no step is awaited from it: the `hang` alert does not count the
+ * time after the loop (work after it, a slow exit) as a stall, and a
+ * shutdown that lasts is the `shutdown_hang` alert. tpf_stop says it too.
+ * One event, like tpf_mark; other values of why are ignored. */
+enum { TPF_LOOP_DONE = 1, TPF_LOOP_EXIT = 2 };
+TPF_API void tpf_loop_end(int why);
+
 /* 1 when events of this process go to a collector, else 0. */
 TPF_API int tpf_attached(void);
 

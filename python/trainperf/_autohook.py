@@ -200,6 +200,8 @@ def _begin_if_closed():
             if not _evalhooks.ev.training_started:
                 _evalhooks.ev.training_started = True
                 _start_sampler()
+                from trainperf import _failhooks
+                _failhooks.at_training_start()
             if _hooks is not None:
                 _hooks_call("begin")
 
@@ -290,6 +292,9 @@ def patch_dataloader(torch=None):
         push(1)  # TPF_PHASE_DATA
         try:
             batch = orig_next(self)
+        except StopIteration:
+            core.loop_end(1)  # TPF_LOOP_DONE: the training data ran out
+            raise
         finally:
             pop()
             st.in_data -= 1

@@ -618,6 +618,9 @@ static PyObject *data_next_vectorcall(PyObject *self, PyObject *const *args, siz
     PyObject *batch = PyObject_Vectorcall(h->orig, args, nargsf, kwnames);
     tpf_range_pop();
     auto_tls.in_data--;
+    /* the training data ran out: the loop ended (the next batch or step
+     * says it runs again) */
+    if (!batch && PyErr_ExceptionMatches(PyExc_StopIteration)) tpf_loop_end(TPF_LOOP_DONE);
     if (!batch || auto_count_fast(h, batch)) return batch;
     PyObject *r = PyObject_CallOneArg(h->other, batch);
     if (r)
@@ -1022,6 +1025,14 @@ static PyObject *core_mark(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *core_loop_end(PyObject *self, PyObject *arg)
+{
+    long why = PyLong_AsLong(arg);
+    if (why == -1 && PyErr_Occurred()) return NULL;
+    tpf_loop_end((int)why);
+    Py_RETURN_NONE;
+}
+
 static PyObject *core_attached(PyObject *self, PyObject *unused)
 {
     return PyBool_FromLong(tpf_attached());
@@ -1164,6 +1175,9 @@ static PyMethodDef core_methods[] = {
     {"counter", (PyCFunction)(void (*)(void))core_counter, METH_FASTCALL,
      "counter($module, name, value, /)\n--\n\nRecord a sampled value."},
     {"mark", core_mark, METH_O, "mark($module, name, /)\n--\n\nRecord an instant event."},
+    {"loop_end", core_loop_end, METH_O,
+     "loop_end($module, why, /)\n--\n\nThe training loop ended (1: it left the loop, 2: the "
+     "process is shutting down)."},
     {"name", core_name, METH_O, "name($module, name, /)\n--\n\nThe interned id of name (0 when the table is full)."},
     {"attached", core_attached, METH_NOARGS, "attached($module, /)\n--\n\nTrue when events go to a collector."},
     {"set_rank", core_set_rank, METH_VARARGS,

@@ -423,11 +423,37 @@ def _hook_excepthook():
             line = re.sub(r"\[[^\]]*\.(?:cc|cpp|cu|h|hpp):\d+\]\s*", "", line)
             line = line.split(". ", 1)[0]
             _evalhooks.exit_info["error"] = ("%s: %s" % (etype.__name__, line))[:240]
+            # where it was raised: the innermost frame of the user's code
+            f = None
+            while tb is not None:
+                f, tb = tb.tb_frame, tb.tb_next
+            _evalhooks.exit_info["where"] = _where(_user_frame(f)) if f is not None else None
         except Exception:
             pass
+        _loop_end(1)  # the main thread left whatever loop it was in
         prev(etype, value, tb)
 
     sys.excepthook = excepthook
+
+
+def _loop_end(why):
+    try:
+        import trainperf
+        trainperf._core.loop_end(why)
+    except Exception:
+        pass
+
+
+def at_training_start():
+    """The first step began: from here, the interpreter's shutdown ends the
+    training loop (TPF_LOOP_EXIT). Registered now, so that it runs before the
+    exit handlers registered at start-up (atexit runs the last first): their
+    time (a tracker's upload, a logger's flush) is shutdown, not a stall."""
+    try:
+        import atexit
+        atexit.register(_loop_end, 2)
+    except Exception:
+        pass
 
 
 def install():

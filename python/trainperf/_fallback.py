@@ -169,6 +169,9 @@ class CtypesCore:
     def mark(self, n):
         self._lib.tpf_mark(self.name(n))
 
+    def loop_end(self, why):
+        self._lib.tpf_loop_end(int(why))
+
     def attached(self):
         return bool(self._lib.tpf_attached())
 
@@ -264,6 +267,9 @@ class NoopCore:
         pass
 
     def mark(self, n):
+        pass
+
+    def loop_end(self, why):
         pass
 
     def attached(self):

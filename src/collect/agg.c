@@ -32,6 +32,7 @@ typedef struct agg_thread {
 struct agg_proc {
     pid_t pid;
     int rank, local_rank;
+    uint8_t loop_open, exiting; /* its training loop runs; it is shutting down */
     agg_thread **threads;
     int nthreads, cap, last;
 };
@@ -86,6 +87,39 @@ void agg_proc_set_rank(agg_proc *p, int rank, int local_rank)
 {
     p->rank = rank;
     p->local_rank = local_rank;
+}
+
+/* The loop of p runs (a step, a batch fetched) or ended (it said so, or
+ * it has gone). */
+static void loop_open(agg *a, agg_proc *p)
+{
+    if (p->loop_open) return;
+    p->loop_open = 1;
+    a->loops_open++;
+    a->loop_end_ns = 0;
+}
+
+static void loop_close(agg *a, agg_proc *p, uint64_t ts)
+{
+    if (!p->loop_open) return;
+    p->loop_open = 0;
+    if (--a->loops_open == 0) a->loop_end_ns = ts ? ts : 1;
+}
+
+static void on_exit_mark(agg *a, agg_proc *p, uint64_t ts)
+{
+    loop_close(a, p, ts);
+    if (p->exiting) return;
+    p->exiting = 1;
+    if (a->exiting++ == 0) a->exit_ns = ts ? ts : 1;
+}
+
+void agg_proc_end(agg *a, agg_proc *p, uint64_t now_ns)
+{
+    if (!a || !p) return;
+    loop_close(a, p, now_ns);
+    if (p->exiting && --a->exiting == 0) a->exit_ns = 0;
+    p->exiting = 0;
 }
 
 void agg_proc_free(agg_proc *p)
@@ -277,6 +311,14 @@ void agg_event(agg *a, agg_proc *p, const seg_event *ev)
         if (a->sink.counter) a->sink.counter(a->sink.ctx, p->pid, ev->tid, ev->name, ev->ts_ns, ev->value);
         return;
     }
+    if (ev->kind == SEG_EV_MARK && ev->name == SEG_NAME_LOOP_END) {
+        loop_close(a, p, ev->ts_ns);
+        return;
+    }
+    if (ev->kind == SEG_EV_MARK && ev->name == SEG_NAME_EXIT) {
+        on_exit_mark(a, p, ev->ts_ns);
+        return;
+    }
     if (ev->kind == SEG_EV_MARK) {
         if (a->sink.mark) a->sink.mark(a->sink.ctx, p->pid, ev->tid, ev->name, ev->ts_ns);
         return;
@@ -290,6 +332,11 @@ void agg_event(agg *a, agg_proc *p, const seg_event *ev)
     }
     agg_thread *t = thread_of(a, p, ev->tid);
     if (!t) return;
+    /* a step completed, or a batch fetched: the loop runs (again, after an
+     * epoch). Not a step begun: the auto hook opens one at any forward,
+     * an evaluation's in a process that never trains too */
+    if (ev->kind == SEG_EV_STEP_END || (ev->kind == SEG_EV_PUSH && ev->name == TPF_PHASE_DATA))
+        loop_open(a, p);
     switch (ev->kind) {
     case SEG_EV_STEP_BEGIN:
         /* A second begin restarts the step; phase time so far is kept. Before
@@ -327,7 +374,11 @@ void agg_live(agg *a, coll_frame *f, double dt, uint64_t now_ns)
     if (a->f.count > 0) {
         fv_set(&f->step_time_median_ms, sketch_quantile(&a->f.step_ns, 0.5) / 1e6);
         fv_set(&f->since_last_step_s, (double)span(a->f.last_end_ns, now_ns) / 1e9);
+        if (a->loops_open == 0 && a->loop_end_ns)
+            fv_set(&f->loop_ended_s, (double)span(a->loop_end_ns, now_ns) / 1e9);
     }
+    if (a->exiting > 0 && a->exit_ns)
+        fv_set(&f->shutdown_s, (double)span(a->exit_ns, now_ns) / 1e9);
     a->live_count = a->live_interval_ns = a->live_data_ns = 0;
     a->live_samples = a->live_tokens = 0;
     f->straggler_rank = -1;

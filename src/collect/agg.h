@@ -39,6 +39,12 @@ typedef struct agg {
     struct gj *gpu;       /* GPU records waiting for their steps */
     /* since the last agg_live */
     uint64_t live_count, live_interval_ns, live_data_ns, live_samples, live_tokens;
+    /* the training loops: processes whose loop runs (they stepped or fetched
+     * a batch, and neither said it ended nor exited since), when the last
+     * one ended (0: one runs); processes in their shutdown and since when
+     * the first of them is */
+    int loops_open, exiting;
+    uint64_t loop_end_ns, exit_ns;
 } agg;
 
 typedef struct agg_proc agg_proc;
@@ -50,6 +56,9 @@ void agg_free(agg *a);
 /* Per-process state (one per segment). rank/local_rank -1 when none. */
 int agg_proc_create(agg_proc **out, pid_t pid, int rank, int local_rank);
 void agg_proc_free(agg_proc *p);
+/* The process has gone (now_ns: CLOCK_MONOTONIC): its loop, if it ran,
+ * ended. Call before agg_proc_free. */
+void agg_proc_end(agg *a, agg_proc *p, uint64_t now_ns);
 /* The process's rank from now on (one given in code after the open). */
 void agg_proc_set_rank(agg_proc *p, int rank, int local_rank);
 

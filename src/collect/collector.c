@@ -291,6 +291,7 @@ static void seg_close(coll *c, coll_seg *s)
     seg_drain(c, s);
     c->dropped_closed += seg_reader_dropped(s->r);
     seg_reader_close(s->r);
+    agg_proc_end(c->agg, s->p, mono_ns());
     agg_proc_free(s->p);
     s->r = NULL;
     s->p = NULL;

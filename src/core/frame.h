@@ -89,6 +89,9 @@ typedef struct coll_frame {
     fval step_time_ms;     /* mean step interval over this sample interval */
     fval step_time_median_ms; /* running median over the run */
     fval since_last_step_s; /* time since the last step ended (any rank) */
+    /* time since every training loop ended (collect/agg.h): unknown while
+     * one runs; time since a process still shutting down began to */
+    fval loop_ended_s, shutdown_s;
     /* the rank the others wait for (collect/ranks.c): straggler_rank (-1 none) has the
      * least comm wait; the others wait straggler_wait_ms a step more, straggler_pct
      * of step time; straggler_data_ms: its data wait beyond the others' */

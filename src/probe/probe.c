@@ -664,6 +664,13 @@ void tpf_mark(tpf_name name)
     emit(st, SEG_EV_MARK, name, 0, 0);
 }
 
+void tpf_loop_end(int why)
+{
+    if (why != TPF_LOOP_DONE && why != TPF_LOOP_EXIT) return;
+    PROBE_STATE_OR_RETURN(st);
+    emit(st, SEG_EV_MARK, why == TPF_LOOP_EXIT ? SEG_NAME_EXIT : SEG_NAME_LOOP_END, 0, 0);
+}
+
 /* A pending run dir (environment, forked child) is attached now rather
  * than at the first event, so the answer is true to what events will do. */
 static void resolve_pending(void)

@@ -52,6 +52,10 @@ enum { GPU_MEM_PAGEABLE = 1, GPU_MEM_PINNED = 2, GPU_MEM_DEVICE = 3 };
  * thread's process set its rank here (tpf_set_rank): the events after it
  * carry the rank now in the segment header. */
 #define SEG_NAME_RANK_SET 8
+/* Marks with these reserved names say the process's training loop ended
+ * (tpf_loop_end): it left the loop, or it is shutting down. */
+#define SEG_NAME_LOOP_END 9
+#define SEG_NAME_EXIT 10
 
 /* An event as the reader hands it out (converted from the 32-byte record). */
 typedef struct seg_event {

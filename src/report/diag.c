@@ -54,8 +54,32 @@ static void f64_rec(const diag_run *r, dfinding *d)
            "float32 rate on CPUs and far less on most GPUs.");
 }
 
+/* "No limit found" is said only while no named phase other than model
+ * compute holds NAMED_PHASE_SHARE of the step in the run's own breakdown
+ * (whatever else, contention, leads): else the tail names that phase. */
+#define NAMED_PHASE_SHARE 0.10
+static void limit_tail(const diag_run *r, const dctx *c, const char *none, char *o, size_t n)
+{
+    static const int ph[] = {PH_DATA, PH_COMM, PH_EVAL, PH_CHECKPOINT};
+    static const char *const what[] = {"waiting for data", "communication", "evaluation",
+                                       "checkpointing"};
+    int best = -1;
+    double top = 0;
+    for (int i = 0; i < 4; i++) {
+        double s = c->share[ph[i]];
+        /* evaluation between steps may be kept out of the steps: its share of the loop */
+        if (ph[i] == PH_EVAL && !(s >= dc_eval_share(r))) s = dc_eval_share(r);
+        if (s >= NAMED_PHASE_SHARE && s > top) top = s, best = i;
+    }
+    if (best < 0)
+        fmt(o, n, "%s", none);
+    else
+        fmt(o, n, "%s takes %.0f%% of the loop's time", what[best], 100 * top);
+}
+
 static void healthy(const diag_run *r, const dctx *c, dfinding *d)
 {
+    char tail[96];
     fmt(d->id, sizeof(d->id), "compute-bound");
     d->score = 0;
     if (r->gs.have) {
@@ -80,10 +104,9 @@ static void healthy(const diag_run *r, const dctx *c, dfinding *d)
     }
     if (c->has_gpu) {
         fmt(d->title, sizeof(d->title), "GPU-compute-bound (healthy)");
-        fmt(d->summary, sizeof(d->summary),
-            "the GPU is busy %.0f%% of the time; no input, host or "
-            "memory limit found",
-            c->gpu_util);
+        limit_tail(r, c, "no input, host or memory limit found", tail, sizeof(tail));
+        fmt(d->summary, sizeof(d->summary), "the GPU is busy %.0f%% of the time; %s", c->gpu_util,
+            tail);
         ev(d, "gpu_util_pct", c->gpu_util, "GPU utilisation averaged %.0f%%", c->gpu_util);
         if (isfinite(c->share[PH_DATA]))
             ev(d, "data_wait_share", c->share[PH_DATA], "data wait %.0f%% of step time",
@@ -153,9 +176,9 @@ static void healthy(const diag_run *r, const dctx *c, dfinding *d)
         return;
     }
     fmt(d->title, sizeof(d->title), "Compute-bound on the CPU");
-    fmt(d->summary, sizeof(d->summary),
-        "model compute is %.0f%% of step time; no input, host-code or memory limit found",
-        100 * compute);
+    limit_tail(r, c, "no input, host-code or memory limit found", tail, sizeof(tail));
+    fmt(d->summary, sizeof(d->summary), "model compute is %.0f%% of step time; %s",
+        100 * compute, tail);
     compute_ev(d, compute, ops);
     if (isfinite(c->tree_cpu))
         ev(d, "tree_cpu_pct", c->tree_cpu,
@@ -173,9 +196,8 @@ static void healthy(const diag_run *r, const dctx *c, dfinding *d)
     if (known && notrain < 0.99) opt /= 1 - notrain;
     if (dc_optimizer_advice(r, d, opt, small))
         fmt(d->summary, sizeof(d->summary),
-            "model compute is %.0f%% of step time, %.0f%% in the optimizer step; no input, "
-            "host-code or memory limit found",
-            100 * compute, 100 * opt);
+            "model compute is %.0f%% of step time, %.0f%% in the optimizer step; %s",
+            100 * compute, 100 * opt, tail);
     if (small) {
         ev(d, "step_us_per_node", sus,
            "a step takes %.0f µs for a backward graph of %.0f nodes: %.0f µs a node, about "
@@ -507,7 +529,16 @@ void diag_compute(diag_run *r)
     if (r->exit_known && r->exit_signal > 0)
         note(g, "The command was ended by signal %d%s.", r->exit_signal,
              r->exit_signal == 9 ? " (SIGKILL: the OOM killer or a job scheduler)" : "");
-    else if (r->exit_known && r->exit_code > 0)
+    else if (r->exit_known && r->exit_code > 0 && r->cause.fail_error[0]) {
+        /* where it failed, from the exception the hook recorded */
+        char when[96] = "";
+        if (isfinite(r->last_end_s) && isfinite(r->duration_s) && r->duration_s > r->last_end_s)
+            fmt(when, sizeof(when), ", %.1f s after the last step", r->duration_s - r->last_end_s);
+        note(g, "The command failed with status %d: %s%s%s%s. The figures cover the run until "
+                "then.",
+             r->exit_code, r->cause.fail_error, r->cause.fail_where[0] ? ", raised in " : "",
+             r->cause.fail_where, when);
+    } else if (r->exit_known && r->exit_code > 0)
         note(g, "The command exited with status %d: the figures cover the run until then.",
              r->exit_code);
     else if (!r->exit_known && r->have_run)
@@ -539,6 +570,9 @@ void diag_compute(diag_run *r)
              "The program ran %.1f s after its last step and then exited normally (work after "
              "the training loop, or a slow exit), so the hang alert is not a finding.",
              r->duration_s - r->last_end_s);
+    else if (dr_fired(r, "hang", &th, NULL, 0) && dr_failed_after_loop(r, th))
+        note(g, "The program was running when it raised that exception, after its last step: "
+                "the hang alert is not a finding.");
     if (r->nalerts_fired > 0)
         note(g, "%d alert%s fired during the run (see Alerts).", r->nalerts_fired,
              r->nalerts_fired == 1 ? "" : "s");

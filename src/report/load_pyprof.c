@@ -2,6 +2,7 @@
 #include "report/load_pyprof.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,9 +299,16 @@ static void load_exit(dcause *c, const jr_node *root)
 {
     const jr_node *ex = jr_get(root, "exit");
     int rank = events_rank(root);
-    if (!ex || ex->type != JR_OBJ || rank < 0 || c->nexit >= DC_MAX_PROCS) return;
+    if (!ex || ex->type != JR_OBJ) return;
     const jr_node *en = jr_get(ex, "ended");
     const char *err = jr_pstr(ex, "error");
+    if (err && err[0] && (!c->fail_error[0] || (rank >= 0 && rank < c->fail_rank))) {
+        const char *where = jr_pstr(ex, "where");
+        c->fail_rank = rank >= 0 ? rank : INT_MAX;
+        diag_fmt(c->fail_error, sizeof(c->fail_error), "%s", err);
+        diag_fmt(c->fail_where, sizeof(c->fail_where), "%s", where ? where : "");
+    }
+    if (rank < 0 || c->nexit >= DC_MAX_PROCS) return;
     c->exits[c->nexit].rank = rank;
     c->exits[c->nexit].ended = en && en->type == JR_BOOL && en->num != 0;
     diag_fmt(c->exits[c->nexit].error, sizeof(c->exits[0].error), "%s", err ? err : "");

@@ -158,6 +158,10 @@ typedef struct dcause {
         int rank, ended;
         char error[160];
     } exits[DC_MAX_PROCS];
+    /* the exception that ended a process (the lowest rank's of those that
+     * failed) and where the user's code raised it ("" none) */
+    int fail_rank;
+    char fail_error[160], fail_where[160];
     double emb_params;
     dc_emb emb;
     /* torch.profiler recording (events "profiler": the spans the script's

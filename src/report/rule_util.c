@@ -138,6 +138,31 @@ int dr_ended_after_loop(const diag_run *r, double alert_t)
            isfinite(r->last_end_s) && r->last_end_s < alert_t;
 }
 
+/* Whether an error is a collective's: a peer gone, a connection closed, a
+ * timeout of the process group. */
+int dr_comm_error(const char *e)
+{
+    static const char *const w[] = {"Connection closed", "Connection reset", "connection",
+                                    "Broken pipe", "timed out", "Timeout", "timeout", "NCCL",
+                                    "gloo", "ProcessGroup", "collective", "all_reduce",
+                                    "allreduce", "DistBackendError"};
+    for (size_t k = 0; k < sizeof(w) / sizeof(w[0]); k++)
+        if (strstr(e, w[k])) return 1;
+    return 0;
+}
+
+/* The program failed with an exception the hook recorded, raised after its
+ * last step (before alert_t, when one is given): a process that raises was
+ * running, not hung. Not when the exception is what a hang ends with (a
+ * collective's timeout or lost peer) or a person stopping it. */
+int dr_failed_after_loop(const diag_run *r, double alert_t)
+{
+    const char *e = r->cause.fail_error;
+    return r->exit_known && r->exit_code > 0 && r->exit_signal <= 0 && e[0] &&
+           isfinite(r->last_end_s) && !(r->last_end_s >= alert_t) && !dr_comm_error(e) &&
+           strncmp(e, "KeyboardInterrupt", 17) != 0;
+}
+
 #define PERIOD_MIN_MATCH 3
 #define PERIOD_SHARE 0.7 /* of the slow steps on the turns */
 /* on a busy machine random slow steps fall between the turns: a period

@@ -141,6 +141,8 @@ int dr_ended_after_loop(const diag_run *r, double alert_t);
  * fused optimizers...; what the run already uses left out); where: "" or
  * " on the GPU". */
 void dr_rec_less_work(const diag_run *r, dfinding *d, const char *where);
+int dr_failed_after_loop(const diag_run *r, double alert_t);
+int dr_comm_error(const char *e);
 
 /* ---- folds: a finding another explains goes into it ----------------------- */
 

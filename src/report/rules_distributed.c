@@ -302,19 +302,6 @@ static double rank_steps(const diag_run *r, int rank)
     return -1;
 }
 
-/* Whether an error is a collective's: a peer gone, a connection closed, a
- * timeout of the process group. */
-static int comm_error(const char *e)
-{
-    static const char *const w[] = {"Connection closed", "Connection reset", "connection",
-                                    "Broken pipe", "timed out", "Timeout", "timeout", "NCCL",
-                                    "gloo", "ProcessGroup", "collective", "all_reduce",
-                                    "allreduce", "DistBackendError"};
-    for (size_t k = 0; k < sizeof(w) / sizeof(w[0]); k++)
-        if (strstr(e, w[k])) return 1;
-    return 0;
-}
-
 int dr_cand_uneven_end(const diag_run *r, const dctx *cx, dfinding *d)
 {
     const dcause *c = &r->cause;
@@ -324,7 +311,7 @@ int dr_cand_uneven_end(const diag_run *r, const dctx *cx, dfinding *d)
     int done = -1, failed = -1;
     for (int i = 0; i < c->nexit; i++) {
         if (c->exits[i].ended && !c->exits[i].error[0] && done < 0) done = i;
-        if (c->exits[i].error[0] && comm_error(c->exits[i].error) && failed < 0) failed = i;
+        if (c->exits[i].error[0] && dr_comm_error(c->exits[i].error) && failed < 0) failed = i;
     }
     if (done < 0 || failed < 0) return 0;
     int rd = c->exits[done].rank, rf = c->exits[failed].rank;

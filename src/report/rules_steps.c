@@ -51,7 +51,8 @@ int dr_cand_unstable(const diag_run *r, const dctx *c, dfinding *d)
 {
     double t;
     char m[256];
-    int hang = dr_fired(r, "hang", &t, m, sizeof(m)) && !dr_ended_after_loop(r, t);
+    int hang = dr_fired(r, "hang", &t, m, sizeof(m)) && !dr_ended_after_loop(r, t) &&
+               !dr_failed_after_loop(r, t);
     double tail = isfinite(c->f.step_p99) && c->f.step_p50 > 0 ? c->f.step_p99 / c->f.step_p50 : NAN;
     /* variance needs more than one or two outliers (a warm-up step, one
      * slow batch): a CV carried by a tail that reaches p95, or a p99 tail

@@ -247,6 +247,8 @@ int tpf_stop(void)
         pthread_mutex_unlock(&emb_lock);
         return TPF_ESTATE;
     }
+    /* The loop is over: the last sample's hang watch counts no stall. */
+    tpf_loop_end(TPF_LOOP_DONE);
     /* Detach first: what the threads published so far is drained below. */
     probe_detach();
     int rc = coll_finish(emb_coll, NULL);

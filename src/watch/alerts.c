@@ -25,6 +25,10 @@
 #define TREND_MIN_SPAN_S 20.0 /* and only once 20 s of history exist */
 #define TREND_MIN_POINTS 6
 #define TREND_MIN_R2 0.8 /* a noisy cloud is not a trend */
+/* trends start at the first step, or after this much of a run that makes
+ * none: start-up (imports, the model and the data loaded) grows memory
+ * once, it is no leak */
+#define TREND_STARTUP_S 120.0
 #define ETA_NONE 1e12    /* "not growing": far beyond any threshold */
 #define HYST_MARGIN 0.05 /* clear only 5% of the threshold past it */
 
@@ -79,6 +83,7 @@ struct alert_set {
     fval oom_eta_s, rss_growth_bps, host_growth_bps, swap_rate_bps;
     fval gpu_oom_eta_s[FRAME_MAX_GPUS], gpu_growth_bps[FRAME_MAX_GPUS];
     int eta_from_tree;
+    int trending; /* the trends have started (TREND_STARTUP_S) */
 };
 
 enum { OP_LT, OP_LE, OP_GT, OP_GE, OP_EQ, OP_NE };
@@ -128,7 +133,8 @@ HOST_FIELD(m_steps, steps)
 HOST_FIELD(m_step_rate, step_rate)
 HOST_FIELD(m_data_wait, data_wait_share)
 HOST_FIELD(m_step_ms, step_time_ms)
-HOST_FIELD(m_stall_s, since_last_step_s)
+HOST_FIELD(m_shutdown_s, shutdown_s)
+HOST_FIELD(m_loop_ended_s, loop_ended_s)
 HOST_FIELD(m_straggler, straggler_pct)
 #undef HOST_FIELD
 
@@ -155,13 +161,22 @@ static fval m_step_ratio(const coll_frame *f, const alert_set *s)
     return fv(f->step_time_ms.v / f->step_time_median_ms.v);
 }
 
+/* A stall is time without a step while a training loop runs: unknown
+ * once every loop has ended (the time after it is not awaited steps). */
+static fval m_stall_s(const coll_frame *f, const alert_set *s)
+{
+    (void)s;
+    if (f->loop_ended_s.ok) return nofv();
+    return f->since_last_step_s;
+}
+
 /* Only meaningful once steps have started: before the first step there is
  * no median and since_last_step_s is unknown. */
 static fval m_stall_ratio(const coll_frame *f, const alert_set *s)
 {
     (void)s;
     if (!f->since_last_step_s.ok || !f->step_time_median_ms.ok || f->step_time_median_ms.v <= 0 ||
-        !f->steps.ok || f->steps.v < 1)
+        !f->steps.ok || f->steps.v < 1 || f->loop_ended_s.ok)
         return nofv();
     return fv(f->since_last_step_s.v * 1000.0 / f->step_time_median_ms.v);
 }
@@ -290,6 +305,8 @@ static const metric metrics[] = {
     {"step.time_ms", MK_HOST, MU_RATIO, m_step_ms, NULL, "step time (ms)"},
     {"step.time_ratio", MK_HOST, MU_RATIO, m_step_ratio, NULL, "step time vs the run's median"},
     {"step.stall_s", MK_HOST, MU_S, m_stall_s, NULL, "time since the last step"},
+    {"loop.ended_s", MK_HOST, MU_S, m_loop_ended_s, NULL, "time since the training loop ended"},
+    {"shutdown.s", MK_HOST, MU_S, m_shutdown_s, NULL, "time the process has been shutting down"},
     {"step.stall_ratio", MK_HOST, MU_RATIO, m_stall_ratio, NULL,
      "time since the last step in median step times"},
     {"data_wait.share", MK_HOST, MU_SHARE, m_data_wait, NULL, "data-wait share of step time"},
@@ -331,6 +348,7 @@ static const default_rule defaults[] = {
     {"data_wait", "data_wait.share > 0.3 for 60s", ALERT_WARNING, 1},
     {"step_regression", "step.time_ratio > 1.5 for 60s", ALERT_WARNING, 1},
     {"hang", "step.stall_ratio > 50 for 10s", ALERT_CRITICAL, 1},
+    {"shutdown_hang", "shutdown.s > 120", ALERT_WARNING, 0},
     {"straggler", "rank.straggler_pct > 10 for 30s", ALERT_WARNING, 1},
     {"host_mem_growth", "mem.oom_eta_s < 10min", ALERT_WARNING, 0},
     {"gpu_mem_growth", "gpu.oom_eta_s < 10min", ALERT_WARNING, 0},
@@ -746,6 +764,21 @@ static void update_derived(alert_set *s, const coll_frame *f)
     double t = f->t;
     s->oom_eta_s = s->rss_growth_bps = s->host_growth_bps = s->swap_rate_bps = nofv();
     s->eta_from_tree = 0;
+    if (f->swap_used_bytes.ok) {
+        if (s->have_prev_swap && t > s->prev_swap_t)
+            s->swap_rate_bps = fv((f->swap_used_bytes.v - s->prev_swap) / (t - s->prev_swap_t));
+        s->have_prev_swap = 1;
+        s->prev_swap = f->swap_used_bytes.v;
+        s->prev_swap_t = t;
+    } else {
+        s->have_prev_swap = 0;
+    }
+    if (!s->trending && ((f->steps.ok && f->steps.v >= 1) || t >= TREND_STARTUP_S))
+        s->trending = 1;
+    if (!s->trending) {
+        for (int g = 0; g < FRAME_MAX_GPUS; g++) s->gpu_oom_eta_s[g] = s->gpu_growth_bps[g] = nofv();
+        return;
+    }
     if (f->mem_used_bytes.ok) trend_push(&s->host_used, t, f->mem_used_bytes.v);
     if (f->tree_rss_bytes.ok) trend_push(&s->tree_rss, t, f->tree_rss_bytes.v);
     double sh, sr;
@@ -763,15 +796,6 @@ static void update_derived(alert_set *s, const coll_frame *f)
             s->eta_from_tree = 1;
         }
         s->oom_eta_s = fv(eta);
-    }
-    if (f->swap_used_bytes.ok) {
-        if (s->have_prev_swap && t > s->prev_swap_t)
-            s->swap_rate_bps = fv((f->swap_used_bytes.v - s->prev_swap) / (t - s->prev_swap_t));
-        s->have_prev_swap = 1;
-        s->prev_swap = f->swap_used_bytes.v;
-        s->prev_swap_t = t;
-    } else {
-        s->have_prev_swap = 0;
     }
     for (int g = 0; g < f->ngpu && g < FRAME_MAX_GPUS; g++) {
         const gpu_frame *gf = &f->gpu[g];
@@ -925,6 +949,11 @@ static void make_message(const alert_set *s, const alert_rule *r, const coll_fra
     } else if (strcmp(nm, "step.stall_ratio") == 0) {
         snprintf(o, n, "no step for %.0f s (%.0fx the median step time %.0f ms): possible hang",
                  f->since_last_step_s.v, v, f->step_time_median_ms.v);
+    } else if (strcmp(nm, "shutdown.s") == 0) {
+        snprintf(o, n,
+                 "the training loop ended and the process has been shutting down for %.0f s "
+                 "(threads, child processes or exit handlers that do not end?)",
+                 v);
     } else if (strcmp(nm, "step.time_ratio") == 0) {
         snprintf(o, n, "step time %.0f ms is %.1fx the run's median %.0f ms for %s",
                  f->step_time_ms.v, v, f->step_time_median_ms.v, dur);

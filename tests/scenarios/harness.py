@@ -20,6 +20,8 @@ Each script's header says what it expects:
                                             script (-m cProfile -o /dev/null, -m pdb ...)
     # exit: N                               the exit status the run must end with
                                             (default 0: a script that fails on purpose)
+    # alerts_not: rule, rule                alerts that must not fire (alerts.jsonl)
+    # note: text; text                      words the diagnosis' notes must contain
 
 CPU contention from other processes is a true finding on a shared machine
 (these runs share 2 cores with other work), so outside the contention
@@ -54,9 +56,10 @@ def spec(name):
     text = (HERE / (name + ".py")).read_text()
     s = {"primary": None, "must": [], "must_not": [], "background": {}, "launch": {},
          "needs": [], "says": [], "steps": None, "script": None, "env": {}, "python": [],
-         "exit": 0}
+         "exit": 0, "alerts_not": [], "note": []}
     for line in text.splitlines():
-        m = re.match(r"#\s*(expect|must_not|must|background|launch|needs|says|steps|script|env|python|exit):"
+        m = re.match(r"#\s*(expect|must_not|must|background|launch|needs|says|steps|script|env|python|exit|"
+                     r"alerts_not|note):"
                      r"\s*(.*)", line)
         if not m:
             continue
@@ -65,7 +68,7 @@ def spec(name):
             s[k] = int(v)
         elif k == "expect":
             s["primary"] = v.split("=", 1)[1].strip()
-        elif k in ("must", "must_not", "needs"):
+        elif k in ("must", "must_not", "needs", "alerts_not"):
             s[k] = [x.strip() for x in v.split(",") if x.strip()]
         elif k == "script":
             s[k] = v
@@ -73,7 +76,7 @@ def spec(name):
             s[k] = shlex.split(v)
         elif k == "env":
             s[k] = dict(x.strip().split("=", 1) for x in v.split(",") if "=" in x)
-        elif k == "says":
+        elif k in ("says", "note"):
             s[k] = [x.strip() for x in v.split(";") if x.strip()]
         else:
             for part in v.split(","):
@@ -176,6 +179,22 @@ def run(name, cli=None, out=None, timeout=300):
     for w in s["says"]:
         if w not in text:
             why.append("the primary finding does not say %r" % w)
+    notes = " ".join(d.get("notes", []))
+    for w in s["note"]:
+        if w not in notes:
+            why.append("no note says %r" % w)
+    fired = set()
+    try:
+        with open(out / "alerts.jsonl") as f:
+            for line in f:
+                a = json.loads(line)
+                if a.get("state") == "fired":
+                    fired.add(a.get("rule"))
+    except (OSError, ValueError):
+        pass
+    for a in s["alerts_not"]:
+        if a in fired:
+            why.append("alert %s fired" % a)
     r.update(got=got, ids=ids, ok=not why, why=why, diagnosis=d)
     return r
 

@@ -249,6 +249,7 @@ TT_TEST(trend_projects_oom)
         fv_set(&f->mem_available_bytes, avail0 - grown);
         fv_set(&f->mem_used_bytes, total - (avail0 - grown));
         fv_set(&f->tree_rss_bytes, 1 * gib + grown);
+        fv_set(&f->steps, 1 + t); /* training: the trends have started */
         int n = alerts_eval(s, f, ev, 16);
         for (int i = 0; i < n; i++)
             if (strcmp(ev[i].rule, "host_mem_growth") == 0) note(&sn, &ev[i], 1);
@@ -299,12 +300,98 @@ TT_TEST(gpu_memory_trend)
         fv_set(&f->gpu[0].mem_total_bytes, 80 * gib);
         /* 40 GiB + 100 MiB/s: 410 s left at t=0, below 300 s from t=110 */
         fv_set(&f->gpu[0].mem_used_bytes, 40 * gib + 100.0 * 1048576.0 * t);
+        fv_set(&f->steps, 1 + t);
         note(&sn, ev, alerts_eval(s, f, ev, 8));
     }
     TT_EQ_INT(sn.fired, 1);
     double left_at = (40 * gib - 100.0 * 1048576.0 * sn.fired_t) / (100.0 * 1048576.0);
     TT_NEAR(sn.value, left_at, 1.0);
     TT_ASSERT(sn.value < 300 && sn.fired_t >= 20);
+    alerts_free(s);
+}
+
+/* Start-up (importing torch, building the model) grows memory 100 MiB/s
+ * for 40 s, then training runs flat: no growth alert (issue 32 item 3).
+ * Growth that goes on once training runs still fires. */
+TT_TEST(memory_trend_starts_with_training)
+{
+    const double gib = 1073741824.0, rate = 100.0 * 1048576.0;
+    for (int leak = 0; leak < 2; leak++) {
+        alert_set *s = NULL;
+        TT_EQ_INT(alerts_create(&s, 1), 0);
+        seen sn = {0};
+        alert_event ev[16];
+        for (int t = 0; t <= 200; t++) {
+            coll_frame *f = at(t);
+            double grown = rate * (t < 40 ? t : 40) + (leak && t >= 40 ? rate * (t - 40) : 0);
+            fv_set(&f->mem_total_bytes, 16 * gib);
+            fv_set(&f->mem_used_bytes, 2 * gib + grown);
+            fv_set(&f->mem_available_bytes, 14 * gib - grown);
+            fv_set(&f->tree_rss_bytes, 0.5 * gib + grown);
+            fv_set(&f->steps, t < 40 ? 0 : t - 39);
+            int n = alerts_eval(s, f, ev, 16);
+            for (int i = 0; i < n; i++)
+                if (strcmp(ev[i].rule, "host_mem_growth") == 0) note(&sn, &ev[i], 1);
+        }
+        TT_EQ_INT(sn.fired, leak);
+        /* a leak is seen from the trend after the first step */
+        if (leak) TT_ASSERT(sn.fired_t >= 60);
+        alerts_free(s);
+    }
+}
+
+/* A run that never makes a step: the trends start after the start-up
+ * window, and a leak then is still seen. */
+TT_TEST(memory_trend_without_steps_after_startup)
+{
+    const double gib = 1073741824.0, rate = 50.0 * 1048576.0;
+    alert_set *s = NULL;
+    TT_EQ_INT(alerts_create(&s, 1), 0);
+    seen sn = {0};
+    alert_event ev[16];
+    for (int t = 0; t <= 300; t++) {
+        coll_frame *f = at(t);
+        fv_set(&f->mem_total_bytes, 16 * gib);
+        fv_set(&f->mem_used_bytes, 2 * gib + rate * t);
+        fv_set(&f->mem_available_bytes, 14 * gib - rate * t);
+        int n = alerts_eval(s, f, ev, 16);
+        for (int i = 0; i < n; i++)
+            if (strcmp(ev[i].rule, "host_mem_growth") == 0) note(&sn, &ev[i], 1);
+    }
+    TT_EQ_INT(sn.fired, 1);
+    TT_ASSERT(sn.fired_t >= 140);
+    alerts_free(s);
+}
+
+/* The training loop ended (collect/agg.c: every loop said so or its process
+ * went): the time after it is no stall, and no `hang` fires (issue 29 item
+ * 1); a shutdown that lasts is its own alert. */
+TT_TEST(no_hang_after_the_loop_ended)
+{
+    alert_set *s = NULL;
+    TT_EQ_INT(alerts_create(&s, 1), 0);
+    seen hang = {0}, shut = {0};
+    alert_event ev[16];
+    /* steps of 100 ms until t=20; the loop ends; from t=60 the interpreter
+     * shuts down and does not end */
+    for (int t = 0; t <= 300; t++) {
+        coll_frame *f = at(t);
+        double last = t < 20 ? t : 20;
+        fv_set(&f->steps, 1 + last * 10);
+        fv_set(&f->step_time_median_ms, 100);
+        fv_set(&f->since_last_step_s, t - last);
+        if (t >= 20) fv_set(&f->loop_ended_s, t - 20);
+        if (t >= 60) fv_set(&f->shutdown_s, t - 60);
+        int n = alerts_eval(s, f, ev, 16);
+        for (int i = 0; i < n; i++) {
+            if (strcmp(ev[i].rule, "hang") == 0) note(&hang, &ev[i], 1);
+            if (strcmp(ev[i].rule, "shutdown_hang") == 0) note(&shut, &ev[i], 1);
+        }
+    }
+    TT_EQ_INT(hang.fired, 0);
+    TT_EQ_INT(shut.fired, 1);
+    TT_ASSERT(shut.fired_t > 180 && shut.fired_t <= 182);
+    TT_ASSERT(strstr(shut.msg, "shutting down") != NULL);
     alerts_free(s);
 }
 
