@@ -237,7 +237,10 @@ def _on_step():
         # wait 0, warmup 1, active N: the step beginning now warms the profiler up
         sched = ProfilerSchedule(wait=0, warmup=1, active=w.steps, repeat=1,
                                  out_dir=_out_dir("profile"), rank=_rank(), **w.kw)
-        sched.start()
+        try:
+            sched.start()
+        except Exception as exc:
+            return _finish(w, "skipped", reason="torch.profiler could not start: %s" % (exc,))
         # its files are named by steps.csv's index: the step now beginning is
         # number steps_ended(); the first recorded one follows it
         sched.steps = int(trainperf._core.steps_ended())
