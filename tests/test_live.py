@@ -49,12 +49,12 @@ def step_rows(run):
 class Live:
     """live_train.py under `trainperf run` (or alone), stopped at the end."""
 
-    def __init__(self, cli, tmp_path, *script_args, under_trainperf=True):
+    def __init__(self, cli, tmp_path, *script_args, under_trainperf=True, run_opts=()):
         self.run = tmp_path / "run"
         self.stop = tmp_path / "STOP"
         cmd = [sys.executable, str(SCRIPT), str(self.stop), *map(str, script_args)]
         if under_trainperf:
-            cmd = [cli, "run", "--quiet", "--out", str(self.run), "--"] + cmd
+            cmd = [cli, "run", "--quiet", "--out", str(self.run), *run_opts, "--"] + cmd
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=env_without_trainperf(), cwd=str(ROOT))
 
@@ -223,6 +223,23 @@ def test_profile_text_output_names_the_window(cli, live):
     trace = line[0].split()[-2]
     # --record-shapes reached torch.profiler
     assert '"Input Dims"' in (lv.run / trace).read_text()
+    rc, _, err = lv.finish()
+    assert rc == 0, err
+
+
+@pytest.mark.torch
+def test_profile_through_the_python_step_hooks(cli, live):
+    # with a profiling option the hook's optimizer hooks are Python, not C:
+    # the step listener is reached through auto_step_end
+    pytest.importorskip("torch")
+    require_extension()
+    lv = live(run_opts=("--flops-step", "1000000"))
+    wait_for(lambda: step_rows(lv.run) >= 5 or lv.p.poll() is not None, "5 steps")
+    res = cli_run(cli, "profile", lv.run, "--steps", "2", "--json")
+    assert res.returncode == 0, res.stderr
+    prof = json.loads(res.stdout)["processes"][0]["profile"]
+    assert prof["state"] == "done" and prof["last_step"] == prof["first_step"] + 1, prof
+    assert (lv.run / prof["files"][0]).is_file()
     rc, _, err = lv.finish()
     assert rc == 0, err
 
