@@ -80,7 +80,8 @@ int live_pid_run_dir(pid_t pid, char *out, size_t n)
     size_t cap = 1u << 20, len = 0;
     char *env = malloc(cap + 1);
     ssize_t r;
-    while (env && len < cap && ((r = read(fd, env + len, cap - len)) > 0 || (r < 0 && errno == EINTR)))
+    while (env && len < cap &&
+           ((r = read(fd, env + len, cap - len)) > 0 || (r < 0 && errno == EINTR)))
         if (r > 0) len += (size_t)r;
     close(fd);
     if (!env) return -1;
