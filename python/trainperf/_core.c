@@ -260,6 +260,59 @@ static PyObject *core_phase_get(PyObject *self, PyObject *arg)
     return (PyObject *)np;
 }
 
+/* ---- Step listener (set_step_listener) ---------------------------------
+ * A callable run after each step ends, on the thread that ended it: how a
+ * request made while the run goes (`trainperf profile`, trainperf._ondemand)
+ * reaches the training thread at a step boundary. Unset (the common case) a
+ * step pays one pointer test. A listener that returns a false value or
+ * raises is dropped; a Ctrl-C that landed in it is raised again. */
+static PyObject *step_listener;
+
+static void step_listener_fire_(void)
+{
+    PyObject *fn = step_listener;
+    Py_INCREF(fn);
+    PyObject *r = PyObject_CallNoArgs(fn);
+    int keep = r ? PyObject_IsTrue(r) : 0;
+    Py_XDECREF(r);
+    if (keep <= 0 && step_listener == fn) Py_CLEAR(step_listener);
+    Py_DECREF(fn);
+    if (PyErr_Occurred()) {
+        int interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+        PyErr_Clear();
+        if (interrupted) PyErr_SetInterrupt();
+    }
+}
+
+/* Steps this thread ended: the steps.csv index of the step it is in. */
+static _Thread_local unsigned long long tls_steps_ended;
+
+#define STEP_ENDED()                                                                               \
+    do {                                                                                           \
+        tls_steps_ended++;                                                                         \
+        if (step_listener) step_listener_fire_();                                                  \
+    } while (0)
+
+static PyObject *core_steps_ended(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromUnsignedLongLong(tls_steps_ended);
+}
+
+static PyObject *core_set_step_listener(PyObject *self, PyObject *fn)
+{
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "set_step_listener(fn): a callable or None");
+        return NULL;
+    }
+    Py_XDECREF(step_listener);
+    step_listener = NULL;
+    if (fn != Py_None) {
+        Py_INCREF(fn);
+        step_listener = fn;
+    }
+    Py_RETURN_NONE;
+}
+
 /* ---- Step: `with step(samples=, tokens=)` ------------------------------ */
 
 typedef struct {
@@ -279,6 +332,7 @@ static PyObject *step_enter(core_step *s, PyObject *unused)
 static PyObject *step_exit(core_step *s, PyObject *const *args, Py_ssize_t nargs)
 {
     tpf_step_end(s->samples, s->tokens);
+    STEP_ENDED();
     Py_RETURN_FALSE;
 }
 
@@ -716,6 +770,7 @@ static PyObject *opt_post_vectorcall(PyObject *self, PyObject *const *args, size
             tpf_step_end(auto_tls.samples, auto_tls.tokens);
             auto_tls.samples = auto_tls.tokens = 0;
             tpf_step_begin();
+            STEP_ENDED();
         }
     }
     Py_RETURN_NONE;
@@ -813,6 +868,7 @@ static PyObject *bwd_vectorcall(PyObject *self, PyObject *const *args, size_t na
     tpf_step_end(auto_tls.samples, auto_tls.tokens);
     auto_tls.samples = auto_tls.tokens = 0;
     tpf_step_begin();
+    STEP_ENDED();
     return r;
 }
 
@@ -956,6 +1012,7 @@ static PyObject *core_step_end(PyObject *self, PyObject *const *args, Py_ssize_t
     unsigned long long samples, tokens;
     if (core_samples_tokens(args, nargs, kwnames, &samples, &tokens) < 0) return NULL;
     tpf_step_end(samples, tokens);
+    STEP_ENDED();
     Py_RETURN_NONE;
 }
 
@@ -974,6 +1031,7 @@ static PyObject *core_auto_step_end(PyObject *self, PyObject *const *args, Py_ss
     if (explicit_steps) Py_RETURN_FALSE;
     if (core_samples_tokens(args, nargs, NULL, &samples, &tokens) < 0) return NULL;
     tpf_step_end(samples, tokens);
+    STEP_ENDED();
     Py_RETURN_TRUE;
 }
 
@@ -1165,6 +1223,11 @@ static PyMethodDef core_methods[] = {
     {"set_graph_probe", (PyCFunction)(void (*)(void))core_set_graph_probe, METH_FASTCALL,
      "set_graph_probe($module, probe, period_s, /)\n--\n\nEvery period_s, probe(tensors) before "
      "one backward of the auto hook; a callable it returns gets that backward's ns."},
+    {"steps_ended", core_steps_ended, METH_NOARGS,
+     "steps_ended($module, /)\n--\n\nSteps this thread has ended (the index of the one it is in)."},
+    {"set_step_listener", core_set_step_listener, METH_O,
+     "set_step_listener($module, fn, /)\n--\n\nfn() after each step ends, on the thread that "
+     "ended it, until it returns a false value or raises; None removes it."},
     {"thread_tracing", core_thread_tracing, METH_O,
      "thread_tracing($module, ident, /)\n--\n\n(trace, profile) of that thread: each the object "
      "sys.settrace/sys.setprofile (or C) gave, True without one, or None; None for no such "

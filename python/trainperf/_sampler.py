@@ -39,7 +39,7 @@ import sysconfig
 import threading
 import time
 
-from trainperf import _cuda, _evalhooks
+from trainperf import _cuda, _evalhooks, _ondemand
 
 MAX_STACKS = 5000      # distinct stacks kept; the rest are counted as truncated
 MAX_DEPTH = 48
@@ -765,6 +765,7 @@ def _loop(tid):
             _read_threads()
             _evalhooks.settings_tick()
             _cuda.tick()
+            _ondemand.tick()  # `trainperf profile RUN`: a stat a second
             next_read = time.monotonic() + READ_THREADS_EVERY_S
         if time.monotonic() >= next_flush:
             _flush()

@@ -551,12 +551,13 @@ static int is_python_proc(pid_t pid)
  * read from outside with ptrace. Python stacks from py-spy for a Python
  * process, native stacks from gdb for every process, each when installed
  * (and within its count); the dump says which tool gave what. */
-static void from_outside(hd_proc *p, buf *b, int have_pyspy, int have_gdb, int *npyspy, int *ngdb)
+static void from_outside(hd_proc *p, buf *b, int have_pyspy, int have_gdb, int *npyspy, int *ngdb,
+                         int python_too)
 {
     char pidtxt[24];
     snprintf(pidtxt, sizeof(pidtxt), "%ld", (long)p->pid);
-    int python = is_python_proc(p->pid);
-    p->how[0] = 0;
+    int python = python_too && is_python_proc(p->pid);
+    if (python_too) p->how[0] = 0;
     if (python && have_pyspy && *npyspy < HD_PYSPY_MAX) {
         /* full paths: the library's frames are told from the user's by them */
         char *argv[] = {"py-spy", "dump", "--full-filenames", "--pid", pidtxt, NULL};
@@ -662,11 +663,19 @@ static int fh_answer(const char *path, off_t before, hd_proc *p, buf *b)
     return ok;
 }
 
-int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_result *res)
+int hd_collect(const char *run_dir, pid_t root, int req, unsigned flags, hd_result *res, buf *b)
 {
     memset(res, 0, sizeof(*res));
     pid_t pids[HD_MAX_PROCS], ppids[HD_MAX_PROCS];
     int np = hd_tree(root, pids, ppids, HD_MAX_PROCS);
+    /* a dumper inside the tree it dumps (`trainperf dump $$`) leaves itself out */
+    for (int i = 1; i < np; i++)
+        if (pids[i] == getpid()) {
+            memmove(pids + i, pids + i + 1, sizeof(pid_t) * (size_t)(np - i - 1));
+            memmove(ppids + i, ppids + i + 1, sizeof(pid_t) * (size_t)(np - i - 1));
+            np--;
+            break;
+        }
     hd_work *w = calloc((size_t)np, sizeof(hd_work));
     if (!w) return TPF_ENOMEM;
     res->nprocs = np;
@@ -678,6 +687,7 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
         p->seq = -1;
         p->rank = env_rank(p->pid);
         read_comm(p->pid, p->comm, sizeof(p->comm));
+        if (!run_dir) continue; /* no hook to ask: everything from outside */
         live_path(path, sizeof(path), run_dir, "pystack", p->pid, ".txt");
         char *head = slurp(path, 256, NULL);
         if (head) {
@@ -692,9 +702,9 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
         int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
         if (fd >= 0) {
             /* no reader (ENXIO) means no thread: nothing is sent */
-            char req[32];
-            int l = snprintf(req, sizeof(req), "%d\n", n);
-            w[i].asked = write(fd, req, (size_t)l) == l;
+            char line[32];
+            int l = snprintf(line, sizeof(line), "%d\n", req);
+            w[i].asked = write(fd, line, (size_t)l) == l;
             close(fd);
         }
     }
@@ -713,7 +723,7 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
             hd_proc *p = &res->procs[i];
             if (w[i].asked && !p->answered) {
                 live_path(path, sizeof(path), run_dir, "state", p->pid, ".json");
-                if (read_state(path, n, p, &w[i]))
+                if (read_state(path, req, p, &w[i]))
                     p->answered = 1;
                 else
                     pending++;
@@ -744,34 +754,43 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
         nap_ms(100);
     }
 
-    buf b;
-    buf_init(&b, HD_OUT_MAX);
     int npyspy = 0, ngdb = 0, have_gdb = hd_in_path("gdb"), have_pyspy = hd_in_path("py-spy");
     for (int i = 0; i < np; i++) {
         hd_proc *p = &res->procs[i];
         if (p->rank >= 0)
-            buf_printf(&b, "==== rank %d, pid %ld (%s), parent %ld ====\n", p->rank, (long)p->pid,
+            buf_printf(b, "==== rank %d, pid %ld (%s), parent %ld ====\n", p->rank, (long)p->pid,
                        p->comm, (long)p->ppid);
         else
-            buf_printf(&b, "==== pid %ld (%s), parent %ld ====\n", (long)p->pid, p->comm,
+            buf_printf(b, "==== pid %ld (%s), parent %ld ====\n", (long)p->pid, p->comm,
                        (long)p->ppid);
+        int native = 1;
         if (w[i].state) {
             snprintf(p->how, sizeof(p->how), "python");
-            buf_puts(&b, w[i].state);
-            if (b.len && b.data[b.len - 1] != '\n') buf_putc(&b, '\n');
+            buf_puts(b, w[i].state);
+            if (b->len && b->data[b->len - 1] != '\n') buf_putc(b, '\n');
         } else if (w[i].fh_sent) {
             live_path(path, sizeof(path), run_dir, "pystack", p->pid, ".txt");
-            fh_answer(path, w[i].fh_before, p, &b);
+            fh_answer(path, w[i].fh_before, p, b);
         } else {
-            from_outside(p, &b, have_pyspy, have_gdb, &npyspy, &ngdb);
+            from_outside(p, b, have_pyspy, have_gdb, &npyspy, &ngdb, 1);
+            native = 0;
         }
-        threads_and_wchan(p, &b, !p->python);
+        /* the hook gave the Python stacks: gdb adds the native ones when asked */
+        if (native && (flags & HD_NATIVE)) from_outside(p, b, 0, have_gdb, &npyspy, &ngdb, 0);
+        threads_and_wchan(p, b, !p->python);
         free(w[i].state);
     }
     free(w);
     build_verdict(res);
+    return 0;
+}
 
-    int rc = write_stacks(run_dir, n, headline, res, &b);
+int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_result *res)
+{
+    buf b;
+    buf_init(&b, HD_OUT_MAX);
+    int rc = hd_collect(run_dir, root, n, 0, res, &b);
+    if (!rc) rc = write_stacks(run_dir, n, headline, res, &b);
     buf_free(&b);
     return rc;
 }

@@ -48,6 +48,16 @@ typedef struct hd_result {
  * res is still filled as far as it got). */
 int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_result *res);
 
+/* The same stacks into b (capped; b->err set past its cap), nothing written:
+ * `trainperf dump`. run_dir: where the processes announced themselves
+ * (RUN/live/), or NULL to read every process from outside. req: the request
+ * number the hook's answer carries (distinct from the hang numbers a
+ * supervisor of the same run uses). HD_NATIVE: gdb's native stacks also for
+ * the processes the hook answered for (each is stopped while gdb reads it).
+ * Returns 0 or TPF_ENOMEM. */
+#define HD_NATIVE 0x1u
+int hd_collect(const char *run_dir, pid_t root, int req, unsigned flags, hd_result *res, buf *b);
+
 /* Embedded mode (no supervisor): the stacks of the calling process, from a
  * thread of its own that is no Python thread (the collector). Python
  * threads' stacks through faulthandler, when trainperf.start() registered it
