@@ -31,6 +31,14 @@ fi
 echo "gpu-check: running the scenarios"
 PYTHONUNBUFFERED=1 "$PY" tests/gpu/check.py --build "$BUILD" --out "$OUT" 2>&1 | tee "$OUT/gpu-check.log"
 rc=${PIPESTATUS[0]}
+# `trainperf profile --steps N --memory` asked of a CUDA run while it goes
+echo "gpu-check: trainperf profile on a running CUDA job" | tee -a "$OUT/gpu-check.log"
+if OUT="$OUT/live" timeout 180 bash tests/gpu/live_check.sh >>"$OUT/gpu-check.log" 2>&1; then
+    echo "ok   live_profile       window and memory snapshot of a running job" | tee -a "$OUT/gpu-check.log"
+else
+    echo "FAIL live_profile       see above" | tee -a "$OUT/gpu-check.log"
+    rc=1
+fi
 rm -rf "$OUT/gpu-runs"
 "$PY" tests/gpu/trim.py "$OUT/runs" "$OUT/gpu-runs" && tar czf "$OUT/gpu-runs.tar.gz" -C "$OUT" gpu-runs
 echo "gpu-check: exit $rc ($OUT)"
