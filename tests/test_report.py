@@ -608,10 +608,12 @@ def test_trainer_compute_bound_healthy_no_false_alarm(cli, run_cli, tmp_path):
 def test_memory_growth_alert(cli, tmp_path):
     run = tmp_path / "run"
     grow = tmp_path / "grow.py"
-    # 30 MiB/s of touched memory for 35 s: a clean linear trend of the tree's RSS
+    # 30 MiB/s of touched memory for 35 s: a clean linear trend of the tree's RSS,
+    # in steps (memory trends start with training: not at start-up)
     grow.write_text(
-        "import time\nkeep = []\nfor i in range(350):\n"
-        "    keep.append(bytearray(3 * 1024 * 1024))\n    time.sleep(0.1)\n")
+        "import time\nimport trainperf\nkeep = []\nfor i in range(350):\n"
+        "    with trainperf.step():\n"
+        "        keep.append(bytearray(3 * 1024 * 1024))\n        time.sleep(0.1)\n")
     p = trainperf_run(cli, run, sys.executable, grow, alerts=["leak: mem.oom_eta_s < 3h"],
                       timeout=180)
     assert p.returncode == 0, p.stderr
