@@ -145,3 +145,16 @@ def test_install_deps_unknown_option():
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert p.stderr.strip() == "install-deps: unknown option '--all' (use --build, --check or nothing)"
+
+
+def test_suite_reads_no_files_outside_the_repository():
+    """The tests, fuzz seeds and benches name their data under the repository
+    (tests/data), never beside it, so a clone runs the whole suite."""
+    outside = re.compile(r"ROOT\.parent\b|parents\[\d+\]\s*/\s*[\"']shared|[\"']\.\./shared")
+    hits = [f"{p.relative_to(ROOT)}: {l.strip()}"
+            for d in ("tests", "bench") for p in (ROOT / d).rglob("*.py")
+            for l in p.read_text().splitlines() if outside.search(l)]
+    assert hits == []
+    from conftest import TRACES
+    assert TRACES.is_relative_to(ROOT)
+    assert (TRACES / "LICENSE-HTA").is_file() and len(list(TRACES.glob("*.json.gz"))) >= 8
