@@ -72,11 +72,19 @@ def test_pip_install_into_a_fresh_venv_gives_the_command_and_the_hook(tmp_path):
            if not k.startswith("TRAINPERF_") and k != "PYTHONPATH"}
     env["PATH"] = "%s:/usr/bin:/bin" % (venv / "bin")
     res = subprocess.run([str(py), "-m", "pip", "install", "--no-build-isolation", "--no-deps",
-                          "-q", str(ROOT)], capture_output=True, text=True, timeout=900,
-                         env=env, cwd=str(tmp_path))
+                          "-v", str(ROOT)], capture_output=True, text=True, timeout=900,
+                         env=dict(env, TRAINPERF_JOBS="2"), cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr[-3000:]
+    # the library compiled once for both the extension and the command, 2 files at a time
+    log = res.stdout + res.stderr
+    assert log.count("trainperf: compiling the library (") == 1, log[-3000:]
+    assert " 2 at a time)" in log
+    assert len(re.findall(r"\s-c\s+src/util/buf\.c\s", log)) == 1, log[-3000:]
     exe = venv / "bin" / "trainperf"
     assert exe.exists()
+    # the wheel carries the built extension, not its C sources
+    pkg = next(venv.glob("lib/python*/site-packages/trainperf"))
+    assert list(pkg.glob("_core*.so")) and not list(pkg.glob("*.[ch]"))
     v = header_version()
     assert subprocess.run([str(exe), "--version"], capture_output=True, text=True,
                           env=env).stdout.strip() == "trainperf " + v
