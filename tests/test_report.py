@@ -694,3 +694,16 @@ def test_a_phase_longer_than_its_steps_draws_a_bar_of_the_width(run_cli, tmp_pat
     assert p.returncode == 0, p.stderr
     line = [ln for ln in p.stdout.splitlines() if ln.lstrip().startswith("forward")][0]
     assert line.count("\u2588") == 40, line
+
+
+def test_report_through_a_link_names_the_run(run_cli, tmp_path):
+    """`report trainperf-runs/latest` (a link) or `report .` is titled with the
+    run directory's own name, not "latest" or "."."""
+    shutil.copytree(ROOT / "tests" / "data" / "runs" / "input-bound", tmp_path / "20261127-120000")
+    os.symlink("20261127-120000", tmp_path / "latest")
+    for args, cwd in (([tmp_path / "latest"], None), (["."], tmp_path / "latest")):
+        p = run_cli("report", *args, cwd=cwd, env={"NO_COLOR": "1"})
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.splitlines()[0] == "trainperf report: 20261127-120000", p.stdout[:200]
+    md = run_cli("report", tmp_path / "latest", "--format", "md").stdout
+    assert "20261127-120000" in md.splitlines()[0] and "latest" not in md.splitlines()[0]
