@@ -707,3 +707,28 @@ def test_report_through_a_link_names_the_run(run_cli, tmp_path):
         assert p.stdout.splitlines()[0] == "trainperf report: 20261127-120000", p.stdout[:200]
     md = run_cli("report", tmp_path / "latest", "--format", "md").stdout
     assert "20261127-120000" in md.splitlines()[0] and "latest" not in md.splitlines()[0]
+
+
+def _cpu_chart(html):
+    i = html.index('aria-label="CPU over time"')
+    fig = html[html.rfind("<figure", 0, i):html.index("</figure>", i)]
+    legend = html[html.index("</figure>", i):]
+    legend = legend[:legend.index("</div>")]
+    return fig, re.findall(r"</i>([^<]+)</span>", legend)
+
+
+def test_html_cpu_chart_draws_a_one_process_tree_once(run_cli, tmp_path):
+    """A run whose tree is one process: its line and the main process's would
+    be drawn on top of each other, so the chart draws it once and says so."""
+    run = tmp_path / "run"
+    p = run_cli("run", "--quiet", "--interval", "0.2", "--out", run, "--", BUILD / "examples" / "trainer",
+                "--steps", "60", "--data-delay-ms", "10", "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(run_cli("report", run, "--json").stdout)["resources"]["tree_procs_max"] == 1
+    fig, legend = _cpu_chart(run_cli("report", run, "--format", "html").stdout)
+    assert fig.count("<polyline") == 2 and legend == ["system", "process"], legend
+    assert "the tree was this one process" in fig
+    # a tree of several processes keeps its three lines
+    fig, legend = _cpu_chart(run_cli("report", ROOT / "tests" / "data" / "runs" / "compute-bound",
+                                     "--format", "html").stdout)
+    assert fig.count("<polyline") == 3 and legend == ["system", "process tree", "main process"]

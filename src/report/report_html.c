@@ -377,19 +377,26 @@ static void chart_cpu_mem(buf *b, const diag_run *r)
     double m2 = series_max(&r->s_main_cpu, 1);
     if (m2 > m) m = m2;
     if (m < 100) m = 100;
+    /* a tree of one process: its line and the main process's are the same
+     * line, drawn once */
+    dfig f;
+    diag_figures(r, &f);
+    int one = isfinite(f.procs_max) && f.procs_max <= 1;
     chart c = {xmax_of(r), nice_max(m * 1.05), "%"};
     chart_begin(b, &c,
-                "CPU: system (% of all cores), process tree and main process (% of one core)",
+                one ? "CPU: system (% of all cores) and the process (% of one core; the tree was "
+                      "this one process)"
+                    : "CPU: system (% of all cores), process tree and main process (% of one core)",
                 "CPU over time");
     polyline(b, &c, &r->s_cpu, 1, line_color[0], NULL);
     polyline(b, &c, &r->s_tree_cpu, 1, line_color[1], NULL);
-    polyline(b, &c, &r->s_main_cpu, 1, line_color[2], "6 4");
+    if (!one) polyline(b, &c, &r->s_main_cpu, 1, line_color[2], "6 4");
     alert_marks(b, r, &c);
     time_axis(b, &c);
     chart_end(b);
-    const char *n1[] = {"system", "process tree", "main process"};
+    const char *n1[] = {"system", one ? "process" : "process tree", "main process"};
     const char *c1[] = {line_color[0], line_color[1], line_color[2]};
-    legend(b, n1, c1, 3);
+    legend(b, n1, c1, one ? 2 : 3);
 
     double tot = r->mem_total.n ? r->mem_total.max : NAN;
     chart c2 = {xmax_of(r), 100, "%"};
