@@ -732,3 +732,37 @@ def test_html_cpu_chart_draws_a_one_process_tree_once(run_cli, tmp_path):
     fig, legend = _cpu_chart(run_cli("report", ROOT / "tests" / "data" / "runs" / "compute-bound",
                                      "--format", "html").stdout)
     assert fig.count("<polyline") == 3 and legend == ["system", "process tree", "main process"]
+
+
+def _figure(html, aria):
+    i = html.index('aria-label="%s"' % aria)
+    return html[html.rfind("<figure", 0, i):html.index("</figure>", i)]
+
+
+def test_html_step_charts_start_at_the_first_step(run_cli, tmp_path):
+    """A run whose first step comes after a long start-up (here 4 s of sleep
+    before the trainer): the step charts' time axes begin at the first step,
+    and say so; the resource charts still cover the whole run from 0."""
+    run = tmp_path / "run"
+    p = run_cli("run", "--quiet", "--interval", "0.2", "--out", run, "--", "sh", "-c",
+                "sleep 4; exec %s --steps 100 --data-delay-ms 10 --quiet" % (BUILD / "examples" / "trainer"))
+    assert p.returncode == 0, p.stderr
+    html = run_cli("report", run, "--format", "html").stdout
+
+    def ticks(fig):
+        return [t for t in re.findall(r'class="xl"[^>]*>([^<]+)<', fig)]
+
+    def secs(t):
+        return float(t[:-1]) * (60 if t.endswith("m") else 1)
+
+    for aria in ("Throughput over time (samples/s)", "stacked phases of the step time over time"):
+        fig = _figure(html, aria)
+        assert re.search(r"from the first step \(\d(\.\d)?s into the run\)</figcaption>", fig), fig[:300]
+        first = secs(ticks(fig)[0])
+        assert 3 <= first <= 5, ticks(fig)
+        # nothing is drawn left of the plot area
+        xs = [float(x) for x in re.findall(r'<rect x="([\d.]+)"', fig)]
+        xs += [float(x) for x in re.findall(r"(\d+\.\d),\d+\.\d ", fig)]
+        assert xs and min(xs) >= 62.0 - 0.1, min(xs)
+    cpu = _figure(html, "CPU over time")
+    assert ticks(cpu)[0] == "0s" and "first step" not in cpu
