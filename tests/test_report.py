@@ -766,3 +766,51 @@ def test_html_step_charts_start_at_the_first_step(run_cli, tmp_path):
         assert xs and min(xs) >= 62.0 - 0.1, min(xs)
     cpu = _figure(html, "CPU over time")
     assert ticks(cpu)[0] == "0s" and "first step" not in cpu
+
+
+def _on_terminal(argv, cols, env=None):
+    """argv's output on a terminal of cols columns (a pty), as text."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    pid, fd = pty.fork()
+    if pid == 0:
+        fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
+        e = {k: v for k, v in os.environ.items() if not k.startswith("TRAINPERF_")}
+        e.update(env or {})
+        os.execve(argv[0], [str(a) for a in argv], e)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    os.waitpid(pid, 0)
+    return data.decode(errors="replace").replace("\r", "")
+
+
+def test_text_report_is_wrapped_to_the_terminal(cli, run_cli):
+    """On a terminal the text report keeps to its width: long lines break at
+    spaces, continuations indented under their text; nothing is lost (the same
+    words as off a terminal, where nothing is wrapped)."""
+    run = ROOT / "tests" / "data" / "runs" / "input-bound"
+    plain = run_cli("report", run, env={"NO_COLOR": "1"}).stdout
+    assert max(len(l) for l in plain.splitlines()) > 60
+    text = _on_terminal([cli, "report", run], 60, {"NO_COLOR": "1"})
+    lines = text.splitlines()
+    assert max(len(l) for l in lines) <= 60, [l for l in lines if len(l) > 60]
+    assert text.split() == plain.split()
+    # a numbered fix continues under its text, a "label  value" row under its value
+    i = next(k for k, l in enumerate(lines) if l.startswith("    1. "))
+    assert lines[i + 1].startswith(" " * 7) and lines[i + 1][7] != " ", lines[i:i + 2]
+    i = next(k for k, l in enumerate(lines) if l.startswith("  tree CPU     "))
+    assert len(lines[i]) > 50 and lines[i + 1].startswith(" " * 15) and lines[i + 1][15] != " "
+    # colour escapes take no column
+    coloured = _on_terminal([cli, "report", run, "--color"], 60, {"TERM": "xterm"})
+    assert "\x1b[" in coloured
+    bare = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", coloured)
+    assert max(len(l) for l in bare.splitlines()) <= 60

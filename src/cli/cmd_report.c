@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "report/report.h"
 #include "cli/cli.h"
@@ -185,5 +186,18 @@ int cmd_report(int argc, char **argv)
     buf b;
     buf_init(&b, 0);
     int rc = report_build_job(dirs, ndirs, as_job, (report_format)fmt, color, &b, err, sizeof(err));
+    /* text on a terminal: wrapped to its width */
+    int cols = !rc && fmt == REPORT_TEXT && !out ? cli_term_cols(STDOUT_FILENO) : 0;
+    if (cols && b.len) {
+        buf w;
+        buf_init(&w, 0);
+        cli_wrap(b.data, b.len, cols, &w);
+        if (!w.err) {
+            buf_free(&b);
+            b = w;
+        } else {
+            buf_free(&w);
+        }
+    }
     return cli_put_doc(rc, &b, err, out);
 }

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -209,13 +208,6 @@ static void command_words(buf *b, const jr_node *cmd, size_t room)
     }
 }
 
-/* Columns of the terminal on fd, or 0 when it is not one. */
-static size_t term_cols(int fd)
-{
-    struct winsize ws;
-    return ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 0;
-}
-
 static int render(const char *dir, top_row *r, int tty, int color)
 {
     jr_doc run;
@@ -227,7 +219,7 @@ static int render(const char *dir, top_row *r, int tty, int color)
     buf line;
     buf_init(&line, 1u << 16);
     /* the header "trainperf top DIR  (CMD)" on one row of a terminal; off one, 200 */
-    size_t cols = term_cols(STDOUT_FILENO), head = strlen(dir) + 18;
+    size_t cols = (size_t)cli_term_cols(STDOUT_FILENO), head = strlen(dir) + 18;
     command_words(&line, cmd, cols ? (cols > head + 20 ? cols - head : 20) : 200);
     double dur = jr_pnum(run.root, "duration_s");
     const jr_node *ex = jr_get(run.root, "exit");
