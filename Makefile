@@ -6,7 +6,8 @@
 #   make BUILD=dir            build somewhere else (parallel work trees)
 #   make test                 the test suite (pytest drives C unit and integration tests)
 #   make check                install test dependencies, then the suite, then again under ASan+UBSan
-#   make demo                 the bundled C trainer under `trainperf run`, ending with its report
+#   make demo                 builds only the CLI, library and bundled C trainer (in parallel),
+#                             then runs the trainer under `trainperf run`, ending with its report
 #   make gpu-check OUT=DIR    on one NVIDIA GPU: short GPU runs with a known truth (docs/gpu.md)
 #   make bench                benchmarks (figures and ratios against baselines in the same run)
 #   make install PREFIX=/usr/local
@@ -148,10 +149,15 @@ check:
 	$(MAKE) SANITIZE=1 all
 	TRAINPERF_BUILD=build-asan TRAINPERF_SANITIZE=1 $(PYTHON) -m pytest tests -q -rs -m "not torch and not once"
 
+# The demo builds only what it runs (the CLI, the library, the bundled trainer),
+# DEMO_JOBS at a time (every core unless `make -jN` already set a job count).
+DEMO_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+DEMO_BUILD := lib $(CLI) $(BUILD)/examples/trainer
 demo:
 	@./scripts/install-deps.sh --build
-	$(MAKE) --no-print-directory all
-	./scripts/demo.sh $(BUILD)
+	@echo "demo: building $(DEMO_BUILD) ($(if $(findstring jobserver,$(MAKEFLAGS)),make's own -j,$(DEMO_JOBS) jobs))"
+	@$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(DEMO_JOBS)) $(DEMO_BUILD)
+	@./scripts/demo.sh $(BUILD)
 
 # On a machine with one NVIDIA GPU (docs/gpu.md): about 6 minutes.
 gpu-check:

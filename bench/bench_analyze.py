@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Throughput and peak memory of `trainperf analyze`, against HTA in the same run.
 
-Inputs: the 35 MB shared Kineto trace (gzip as shipped, and inflated), and
+Inputs: the 35 MB Kineto trace of tests/data/traces (gzip as shipped, and inflated), and
 generated traces of 1/4 GB and >= 1 GB made by repeating its real events shifted in time
 (correlation ids kept unique), written under BUILD/ and deleted afterwards.
 MB/s counts uncompressed JSON bytes. Peak RSS and CPU time come from GNU time.
@@ -34,7 +34,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUILD = ROOT / os.environ.get("TRAINPERF_BUILD", "build")
-TRACE = ROOT.parent / "shared" / "data" / "traces" / "hta" / "trace_diff_control_control.json.gz"
+TRACE = ROOT / "tests" / "data" / "traces" / "trace_diff_control_control.json.gz"
 HTA_PY = ROOT / "build" / "hta-venv" / "bin" / "python"
 HTA_MAX_BYTES = 200 << 20
 

@@ -1,5 +1,5 @@
-"""`trainperf analyze` and `trainperf merge` on real Kineto traces (the shared
-HTA test traces), on traces derived from them (array form, truncated, corrupt,
+"""`trainperf analyze` and `trainperf merge` on real Kineto traces (the HTA
+test traces of tests/data/traces), on traces derived from them (array form, truncated, corrupt,
 larger), and on a trace PyTorch writes here on the CPU."""
 import decimal
 import gzip

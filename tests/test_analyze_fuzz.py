@@ -1,5 +1,5 @@
 """A short, bounded libFuzzer run over the trace parser and analyses, seeded
-with slices of the shared Kineto traces (tests/fuzz/make_corpus.py). Any crash,
+with slices of the Kineto traces of tests/data/traces (tests/fuzz/make_corpus.py). Any crash,
 sanitizer report, leak or timeout fails the test."""
 import shutil
 import subprocess

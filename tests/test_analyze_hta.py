@@ -1,7 +1,7 @@
 """`trainperf analyze --compat hta` against HolisticTraceAnalysis itself.
 
 HTA is installed from PyPI into its own virtual environment (build/hta-venv,
-kept between runs) and run on every shared trace it can load; its temporal
+kept between runs) and run on every trace of tests/data it can load; its temporal
 breakdown, kernel-type breakdown, idle-time breakdown, comm/compute overlap
 and launch statistics must match ours. Skipped only when PyPI is unreachable.
 """
@@ -47,12 +47,11 @@ def hta_python():
 
 
 def _traces():
-    """The shared traces and the fixtures made from HTA's own test data
+    """The traces of tests/data/traces and the fixtures made from HTA's own test data
     (tests/data/hta: MTIA DMA without correlation, ns timestamps, Context
     Sync on stream 4294967295, event syncs, a before/after pair)."""
     from conftest import TRACES
-    shared = sorted(TRACES.glob("*.json.gz")) if TRACES.is_dir() else []
-    return shared + sorted((ROOT / "tests" / "data" / "hta").glob("*.json.gz"))
+    return sorted(TRACES.glob("*.json.gz")) + sorted((ROOT / "tests" / "data" / "hta").glob("*.json.gz"))
 
 
 @pytest.mark.slow

@@ -114,3 +114,45 @@ def test_status_line_keeps_to_its_row_on_a_terminal(cli, tmp_path):
     before = text[:text.index("CHILD-LINE")]
     line_start = max(before.rfind("\n"), before.rfind("\x1b8"))
     assert "trainperf" not in before[line_start:]  # the child's line starts clean
+
+
+def test_top_shows_whole_arguments_and_an_ellipsis(cli, tmp_path):
+    """A long command: whole arguments while they fit (200 columns off a
+    terminal, the terminal's width on one), then "...": never an argument cut."""
+    import pty
+    import struct
+    import fcntl
+    import termios
+    run = tmp_path / "run"
+    args = ["arg%02d-%s" % (i, "x" * 20) for i in range(20)]
+    r = cli_run(cli, "run", "--quiet", "--out", run, "--", "sh", "-c", "true", *args, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = cli_run(cli, "top", run, "--once").stdout
+    head = out.splitlines()[0]
+    shown = head[head.index("(") + 1:head.rindex(")")]
+    assert shown.endswith(" ...") and len(shown) <= 200, head
+    words = shown[:-4].split(" ")
+    assert words == ["sh", "-c", "true", *args][:len(words)], head
+    # on a terminal of 80 columns the header keeps to its row
+    pid, fd = pty.fork()
+    if pid == 0:
+        fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINPERF_")}
+        env["NO_COLOR"] = "1"
+        os.chdir(tmp_path)
+        os.execve(cli, [cli, "top", "run", "--once"], env)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    os.waitpid(pid, 0)
+    text = data.decode(errors="replace").replace("\x1b[H\x1b[J", "")
+    head = next(l for l in text.splitlines() if "trainperf top" in l).rstrip("\r")
+    assert len(head) <= 80 and head.endswith(" ...)"), head
+    shown = head[head.index("(") + 1:-5].split(" ")
+    assert shown == ["sh", "-c", "true", *args][:len(shown)], head

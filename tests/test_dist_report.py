@@ -176,3 +176,56 @@ def test_bad_job_directories_are_refused_clearly(run_cli, tmp_path):
     assert p.returncode == 2 and "nope" in p.stderr and "\n" not in p.stderr.strip()
     p = run_cli("report", *([JOB / "node0"] * 17))
     assert p.returncode == 2 and "at most 16" in p.stderr
+
+
+def _copy_run(src, dst, **run_json):
+    shutil.copytree(src, dst)
+    p = dst / "run.json"
+    d = json.loads(p.read_text())
+    d.update(run_json)
+    p.write_text(json.dumps(d))
+    return dst
+
+
+def test_unrelated_runs_are_not_reported_as_one_job(run_cli, tmp_path):
+    runs = ROOT / "tests" / "data" / "runs"
+    a = _copy_run(runs / "input-bound", tmp_path / "a")
+    start = json.loads((a / "run.json").read_text())["start_unix_s"]
+    # b started 18 minutes after a (2 minutes long) ended: a 16-minute gap
+    b = _copy_run(runs / "compute-bound", tmp_path / "b", start_unix_s=start + 18 * 60,
+                  end_unix_s=start + 20 * 60, command=["python", "other.py"])
+    for dirs in ([a, b], [b, a]):
+        p = run_cli("report", *dirs)
+        assert p.returncode == 2 and p.stdout == "", p.stdout[-500:]
+        line = p.stderr.strip()
+        assert "\n" not in line and "are not one job" in line and "--job" in line, line
+        assert f"{b} started 16 min after {a} ended" in line, line
+    # the parent of both is refused alike; --job reports them as one when asked
+    assert run_cli("report", tmp_path).returncode == 2
+    p = run_cli("report", a, b, "--job", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    assert len(json.loads(p.stdout)["nodes"]) == 2
+    # overlapping times with no rendezvous named: one job
+    c = _copy_run(runs / "compute-bound", tmp_path / "c", start_unix_s=start + 30)
+    p = run_cli("report", a, c, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    assert len(json.loads(p.stdout)["nodes"]) == 2
+
+
+def test_runs_of_different_rendezvous_are_not_one_job(run_cli, tmp_path):
+    cmd = json.loads((JOB / "node1" / "run.json").read_text())["command"]
+    assert cmd[cmd.index("--rdzv-id") + 1] == "fx"
+    other = [("--rdzv_id=other" if a == "fx" else a) for a in cmd if a != "--rdzv-id"]
+    n1 = _copy_run(JOB / "node1", tmp_path / "node1", command=other)
+    p = run_cli("report", JOB / "node0", n1)
+    assert p.returncode == 2
+    assert "different rendezvous (rdzv-id=fx rdzv-endpoint=127.0.0.1:29733; " \
+           "rdzv-id=other rdzv-endpoint=127.0.0.1:29733)" in p.stderr, p.stderr
+    # the same rendezvous spelled the other way (--k=v, underscores) is the same job,
+    # whatever the times
+    same = [("--rdzv_id=fx" if a == "fx" else a) for a in cmd if a != "--rdzv-id"]
+    start = json.loads((JOB / "node0" / "run.json").read_text())["start_unix_s"]
+    n1b = _copy_run(JOB / "node1", tmp_path / "n1b", command=same, start_unix_s=start + 3600)
+    p = run_cli("report", JOB / "node0", n1b, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    assert len(json.loads(p.stdout)["nodes"]) == 2

@@ -320,6 +320,8 @@ def test_tensorboard_reads_the_event_file(run_cli, tmp_path):
               "step_time/p99_ms", "data_wait/share_pct", "data_wait/p95_ms", "phase/data_pct",
               "phase/backward_pct", "process/tree_cpu_pct", "process/tree_rss_bytes", "host/cpu_pct"]:
         assert t in tags, (t, tags)
+    # the trainer counts samples, not tokens: no token rate (not a rate of 0), as /metrics
+    assert "throughput/tokens_per_s" not in tags
     ev = acc.Scalars("step_time/p50_ms")
     steps = [e.step for e in ev]
     assert steps == sorted(steps) and steps[-1] == 150

@@ -72,11 +72,19 @@ def test_pip_install_into_a_fresh_venv_gives_the_command_and_the_hook(tmp_path):
            if not k.startswith("TRAINPERF_") and k != "PYTHONPATH"}
     env["PATH"] = "%s:/usr/bin:/bin" % (venv / "bin")
     res = subprocess.run([str(py), "-m", "pip", "install", "--no-build-isolation", "--no-deps",
-                          "-q", str(ROOT)], capture_output=True, text=True, timeout=900,
-                         env=env, cwd=str(tmp_path))
+                          "-v", str(ROOT)], capture_output=True, text=True, timeout=900,
+                         env=dict(env, TRAINPERF_JOBS="2"), cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr[-3000:]
+    # the library compiled once for both the extension and the command, 2 files at a time
+    log = res.stdout + res.stderr
+    assert log.count("trainperf: compiling the library (") == 1, log[-3000:]
+    assert " 2 at a time)" in log
+    assert len(re.findall(r"\s-c\s+src/util/buf\.c\s", log)) == 1, log[-3000:]
     exe = venv / "bin" / "trainperf"
     assert exe.exists()
+    # the wheel carries the built extension, not its C sources
+    pkg = next(venv.glob("lib/python*/site-packages/trainperf"))
+    assert list(pkg.glob("_core*.so")) and not list(pkg.glob("*.[ch]"))
     v = header_version()
     assert subprocess.run([str(exe), "--version"], capture_output=True, text=True,
                           env=env).stdout.strip() == "trainperf " + v
@@ -96,3 +104,30 @@ def test_pip_install_into_a_fresh_venv_gives_the_command_and_the_hook(tmp_path):
     assert res.returncode == 0, res.stderr
     rows = (run / "steps.csv").read_text().splitlines()
     assert len(rows) == 1 + 5  # header + one row per optimizer step
+    # another interpreter of the same Python, without trainperf on its path (the
+    # venv's trainperf watching `/usr/bin/python3 train.py`): the hook loads the
+    # package from its own folder, so the steps are recorded
+    base = os.path.realpath(sys.executable)
+    assert subprocess.run([base, "-c", "import trainperf"], env=env, capture_output=True,
+                          cwd=str(tmp_path)).returncode != 0
+    run2 = tmp_path / "run2"
+    res = subprocess.run([str(exe), "run", "--quiet", "--out", str(run2), "--", base,
+                          str(script), "--steps", "5"], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=str(tmp_path))
+    assert res.returncode == 0 and "disabled" not in res.stderr, res.stderr
+    assert len((run2 / "steps.csv").read_text().splitlines()) == 1 + 5
+    # an interpreter the extension was not built for: one line naming it and the fix
+    pkg = next(venv.glob("lib/python*/site-packages/trainperf"))
+    so = next(pkg.glob("_core*.so"))
+    so.rename(pkg / "_core.cpython-39-x86_64-linux-gnu.so")
+    run3 = tmp_path / "run3"
+    res = subprocess.run([str(exe), "run", "--quiet", "--out", str(run3), "--", base,
+                          str(script), "--steps", "5"], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    line = [l for l in res.stderr.splitlines() if "no steps are recorded" in l]
+    assert len(line) == 1, res.stderr
+    assert ("no steps are recorded: %s (Python %d.%d) cannot load trainperf, installed in %s "
+            "for cpython-39" % (base, sys.version_info[0], sys.version_info[1], pkg)) in line[0]
+    assert "run the command with %s" % (venv / "bin" / pkg.parent.parent.name) in line[0], line[0]
+    assert "%s -m pip install" % base in line[0]

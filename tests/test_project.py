@@ -4,6 +4,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -68,3 +69,92 @@ def test_make_install_and_pkg_config(tmp_path, build):
     out = subprocess.run([str(exe)], env=dict(env, LD_LIBRARY_PATH=str(prefix / "lib")),
                          capture_output=True, text=True, check=True).stdout
     assert out.split() == ["0.1.0", "0"]
+
+
+def test_make_demo_builds_only_what_it_runs_in_parallel(tmp_path):
+    """`make -n demo` into an empty build folder: the CLI, the library and the
+    bundled trainer are compiled, no unit test, fake or bench, with a job count."""
+    out = subprocess.run(["make", "-n", "demo", f"BUILD={tmp_path / 'b'}", "DEMO_JOBS=3"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "-j3" in text
+    compiled = re.findall(r"-c (\S+\.c) -o", text)
+    assert "src/cli/main.c" in compiled and any(c.startswith("src/core/") for c in compiled)
+    assert "examples/trainer.c" in text and "/examples/trainer" in text
+    for other in ("tests/unit/", "tests/fakes/", "bench/", "examples/explicit_api"):
+        assert other not in text, other
+
+
+def _venv(tmp_path):
+    """A Python with none of the test dependencies (no pip either: nothing is installed)."""
+    v = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(v)], check=True, timeout=120)
+    site = next(v.glob("lib/python*/site-packages"))
+    return v, site
+
+
+def _install_deps(venv, *args):
+    env = dict(os.environ, PYTHON=str(venv / "bin" / "python"),
+               PATH=f"{venv / 'bin'}:/usr/bin:/bin")
+    return subprocess.run([str(ROOT / "scripts" / "install-deps.sh"), *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_install_deps_check_names_what_is_missing(tmp_path):
+    venv, _ = _venv(tmp_path)
+    p = _install_deps(venv, "--check")
+    assert p.returncode == 1, p.stdout + p.stderr
+    line = [l for l in p.stdout.splitlines() if "would run" in l]
+    assert len(line) == 1, p.stdout
+    reqs = line[0].split("pip install ", 1)[1].split()
+    # torch first and pinned, then every other package, in one pip call
+    assert reqs == ["torch==2.13.0", "pytest", "psutil", "lightning", "transformers",
+                    "accelerate", "tensorboard", "wandb", "mlflow", "py-spy"]
+
+
+def test_install_deps_reads_metadata_without_importing(tmp_path):
+    """Installed distributions whose modules would leave a mark on import: the
+    check finds them all present and imports none of them."""
+    venv, site = _venv(tmp_path)
+    mark = tmp_path / "imported"
+    dists = {"torch": "2.5.1", "pytest": "8.0", "psutil": "7.0", "lightning": "2.5",
+             "transformers": "4.50", "accelerate": "1.0", "tensorboard": "2.19",
+             "wandb": "0.19", "mlflow": "2.20"}
+    for name, ver in dists.items():
+        info = site / f"{name}-{ver}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {ver}\n")
+        (site / f"{name}.py").write_text(f"open({str(mark)!r}, 'a').write('{name}\\n')\n")
+    spy = venv / "bin" / "py-spy"
+    spy.write_text("#!/bin/sh\nexit 0\n")
+    spy.chmod(0o755)
+    p = _install_deps(venv, "--check")
+    assert "Python packages: all present (torch 2.5.1)" in p.stdout, p.stdout + p.stderr
+    assert "pip install" not in p.stdout
+    assert not mark.exists(), mark.read_text()
+    # one missing: the pip call keeps the torch that is there
+    shutil.rmtree(site / "mlflow-2.20.dist-info")
+    p = _install_deps(venv, "--check")
+    assert p.returncode == 1
+    assert "pip install torch==2.5.1 mlflow" in p.stdout, p.stdout
+
+
+def test_install_deps_unknown_option():
+    p = subprocess.run([str(ROOT / "scripts" / "install-deps.sh"), "--all"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.strip() == "install-deps: unknown option '--all' (use --build, --check or nothing)"
+
+
+def test_suite_reads_no_files_outside_the_repository():
+    """The tests, fuzz seeds and benches name their data under the repository
+    (tests/data), never beside it, so a clone runs the whole suite."""
+    outside = re.compile(r"ROOT\.parent\b|parents\[\d+\]\s*/\s*[\"']shared|[\"']\.\./shared")
+    hits = [f"{p.relative_to(ROOT)}: {l.strip()}"
+            for d in ("tests", "bench") for p in (ROOT / d).rglob("*.py")
+            for l in p.read_text().splitlines() if outside.search(l)]
+    assert hits == []
+    from conftest import TRACES
+    assert TRACES.is_relative_to(ROOT)
+    assert (TRACES / "LICENSE-HTA").is_file() and len(list(TRACES.glob("*.json.gz"))) >= 8

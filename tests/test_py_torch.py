@@ -3,11 +3,13 @@ graph breaks, and the auto-instrumentation (in embedded mode here; under
 `trainperf run` in test_py_run.py)."""
 import json
 import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
 
-from pyhelp import EXAMPLES, col_sum, require_extension, run_py, steps
+from pyhelp import EXAMPLES, clean_env, col_sum, require_extension, run_py, steps
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
@@ -527,3 +529,18 @@ def test_declared_flops_give_the_report_its_mfu(tmp_path, run_cli):
     import trainperf
     with pytest.raises(ValueError, match="positive"):
         trainperf.declare_flops(0)
+
+
+def test_flops_step_line_says_it_covers_one_step(tmp_path):
+    """`run --flops-step N` prints TFLOP/s and MFU from one step's time; the
+    report's figures cover every step, so the line says which span it has."""
+    require_extension()
+    from conftest import BUILD
+    out = tmp_path / "run"
+    p = subprocess.run([str(BUILD / "trainperf"), "run", "--quiet", "--out", str(out), "--flops-step", "2",
+                        "--", sys.executable, str(EXAMPLES / "train_mlp.py"), "--steps", "6"],
+                       capture_output=True, text=True, timeout=300, env=clean_env(), cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-2000:]
+    line = next(l for l in p.stderr.splitlines() if "TFLOP/s at" in l)
+    assert line.startswith("trainperf: step 2: ") and line.endswith(
+        "(the step after the counted one alone; the report's figures cover every step)"), line

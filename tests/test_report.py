@@ -696,3 +696,123 @@ def test_a_phase_longer_than_its_steps_draws_a_bar_of_the_width(run_cli, tmp_pat
     assert p.returncode == 0, p.stderr
     line = [ln for ln in p.stdout.splitlines() if ln.lstrip().startswith("forward")][0]
     assert line.count("\u2588") == 40, line
+
+
+def test_report_through_a_link_names_the_run(run_cli, tmp_path):
+    """`report trainperf-runs/latest` (a link) or `report .` is titled with the
+    run directory's own name, not "latest" or "."."""
+    shutil.copytree(ROOT / "tests" / "data" / "runs" / "input-bound", tmp_path / "20261127-120000")
+    os.symlink("20261127-120000", tmp_path / "latest")
+    for args, cwd in (([tmp_path / "latest"], None), (["."], tmp_path / "latest")):
+        p = run_cli("report", *args, cwd=cwd, env={"NO_COLOR": "1"})
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.splitlines()[0] == "trainperf report: 20261127-120000", p.stdout[:200]
+    md = run_cli("report", tmp_path / "latest", "--format", "md").stdout
+    assert "20261127-120000" in md.splitlines()[0] and "latest" not in md.splitlines()[0]
+
+
+def _cpu_chart(html):
+    i = html.index('aria-label="CPU over time"')
+    fig = html[html.rfind("<figure", 0, i):html.index("</figure>", i)]
+    legend = html[html.index("</figure>", i):]
+    legend = legend[:legend.index("</div>")]
+    return fig, re.findall(r"</i>([^<]+)</span>", legend)
+
+
+def test_html_cpu_chart_draws_a_one_process_tree_once(run_cli, tmp_path):
+    """A run whose tree is one process: its line and the main process's would
+    be drawn on top of each other, so the chart draws it once and says so."""
+    run = tmp_path / "run"
+    p = run_cli("run", "--quiet", "--interval", "0.2", "--out", run, "--", BUILD / "examples" / "trainer",
+                "--steps", "60", "--data-delay-ms", "10", "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(run_cli("report", run, "--json").stdout)["resources"]["tree_procs_max"] == 1
+    fig, legend = _cpu_chart(run_cli("report", run, "--format", "html").stdout)
+    assert fig.count("<polyline") == 2 and legend == ["system", "process"], legend
+    assert "the tree was this one process" in fig
+    # a tree of several processes keeps its three lines
+    fig, legend = _cpu_chart(run_cli("report", ROOT / "tests" / "data" / "runs" / "compute-bound",
+                                     "--format", "html").stdout)
+    assert fig.count("<polyline") == 3 and legend == ["system", "process tree", "main process"]
+
+
+def _figure(html, aria):
+    i = html.index('aria-label="%s"' % aria)
+    return html[html.rfind("<figure", 0, i):html.index("</figure>", i)]
+
+
+def test_html_step_charts_start_at_the_first_step(run_cli, tmp_path):
+    """A run whose first step comes after a long start-up (here 4 s of sleep
+    before the trainer): the step charts' time axes begin at the first step,
+    and say so; the resource charts still cover the whole run from 0."""
+    run = tmp_path / "run"
+    p = run_cli("run", "--quiet", "--interval", "0.2", "--out", run, "--", "sh", "-c",
+                "sleep 4; exec %s --steps 100 --data-delay-ms 10 --quiet" % (BUILD / "examples" / "trainer"))
+    assert p.returncode == 0, p.stderr
+    html = run_cli("report", run, "--format", "html").stdout
+
+    def ticks(fig):
+        return [t for t in re.findall(r'class="xl"[^>]*>([^<]+)<', fig)]
+
+    def secs(t):
+        return float(t[:-1]) * (60 if t.endswith("m") else 1)
+
+    for aria in ("Throughput over time (samples/s)", "stacked phases of the step time over time"):
+        fig = _figure(html, aria)
+        assert re.search(r"from the first step \(\d(\.\d)?s into the run\)</figcaption>", fig), fig[:300]
+        first = secs(ticks(fig)[0])
+        assert 3 <= first <= 5, ticks(fig)
+        # nothing is drawn left of the plot area
+        xs = [float(x) for x in re.findall(r'<rect x="([\d.]+)"', fig)]
+        xs += [float(x) for x in re.findall(r"(\d+\.\d),\d+\.\d ", fig)]
+        assert xs and min(xs) >= 62.0 - 0.1, min(xs)
+    cpu = _figure(html, "CPU over time")
+    assert ticks(cpu)[0] == "0s" and "first step" not in cpu
+
+
+def _on_terminal(argv, cols, env=None):
+    """argv's output on a terminal of cols columns (a pty), as text."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    pid, fd = pty.fork()
+    if pid == 0:
+        fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
+        e = {k: v for k, v in os.environ.items() if not k.startswith("TRAINPERF_")}
+        e.update(env or {})
+        os.execve(argv[0], [str(a) for a in argv], e)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    os.waitpid(pid, 0)
+    return data.decode(errors="replace").replace("\r", "")
+
+
+def test_text_report_is_wrapped_to_the_terminal(cli, run_cli):
+    """On a terminal the text report keeps to its width: long lines break at
+    spaces, continuations indented under their text; nothing is lost (the same
+    words as off a terminal, where nothing is wrapped)."""
+    run = ROOT / "tests" / "data" / "runs" / "input-bound"
+    plain = run_cli("report", run, env={"NO_COLOR": "1"}).stdout
+    assert max(len(l) for l in plain.splitlines()) > 60
+    text = _on_terminal([cli, "report", run], 60, {"NO_COLOR": "1"})
+    lines = text.splitlines()
+    assert max(len(l) for l in lines) <= 60, [l for l in lines if len(l) > 60]
+    assert text.split() == plain.split()
+    # a numbered fix continues under its text, a "label  value" row under its value
+    i = next(k for k, l in enumerate(lines) if l.startswith("    1. "))
+    assert lines[i + 1].startswith(" " * 7) and lines[i + 1][7] != " ", lines[i:i + 2]
+    i = next(k for k, l in enumerate(lines) if l.startswith("  tree CPU     "))
+    assert len(lines[i]) > 50 and lines[i + 1].startswith(" " * 15) and lines[i + 1][15] != " "
+    # colour escapes take no column
+    coloured = _on_terminal([cli, "report", run, "--color"], 60, {"TERM": "xterm"})
+    assert "\x1b[" in coloured
+    bare = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", coloured)
+    assert max(len(l) for l in bare.splitlines()) <= 60

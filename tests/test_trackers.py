@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 out = sys.argv[1]
 use = sys.argv[2].split(",")
-if "wandb" in use:
+if "wandb" in use or "wandbstep" in use:
     import wandb
     wandb.init(mode="offline", dir=out, project="trainperf-test")
 if "mlflow" in use:
@@ -43,8 +43,10 @@ while time.monotonic() < end:
         opt.step()
         ps.step()
         time.sleep(0.005)
-        if "wandb" in use:
-            wandb.log({"loss": loss.item()})
+        if "wandb" in use and step % 50 == 0:  # a script that logs now and then
+            wandb.log({"loss": loss.item(), "at": step})
+        if "wandbstep" in use and step % 10 == 0:  # a script that gives its steps
+            wandb.log({"loss": loss.item(), "at": step}, step=step)
         if "mlflow" in use:
             mlflow.log_metric("loss", loss.item(), step=step)
         step += 1
@@ -56,7 +58,7 @@ info["thread"] = _exporters._thread is not None
 if "mlflow" in use:
     info["mlflow_run"] = mlflow.active_run().info.run_id
     mlflow.end_run()
-if "wandb" in use:
+if "wandb" in use or "wandbstep" in use:
     info["wandb_dir"] = wandb.run.dir
     wandb.finish()
 json.dump(info, open(os.path.join(out, "info.json"), "w"))
@@ -123,14 +125,17 @@ def test_wandb_offline_run_gets_trainperf_figures(both):
     info, out, run = both
     assert info["status"]["wandb"] == "on", info
     rows = _wandb_history(os.path.dirname(info["wandb_dir"].rstrip("/")))
-    # The script's own rows are untouched: one per wandb.log, steps 0..n-1.
+    # The script's own rows are whole and in order: one per wandb.log (every 50th
+    # step), none dropped, in increasing W&B steps.
     user = [r for r in rows if "loss" in r]
-    assert [r["_step"] for r in user] == list(range(info["steps"]))
-    # At most one more row: trainperf's last update, committed by wandb.finish().
-    extra = [r for r in rows if "loss" not in r]
-    assert len(extra) <= 1 and all(k.startswith(("trainperf/", "prof/", "_")) for r in extra for k in r)
+    assert [r["at"] for r in user] == list(range(0, info["steps"], 50)), [r["at"] for r in user]
+    assert [r["_step"] for r in user] == sorted(r["_step"] for r in user)
+    # trainperf's figures arrive on their own axis every interval, in rows of their
+    # own, not only when the script logs (merged, they came every 50 steps at best)
+    own = [r for r in rows if "loss" not in r and "trainperf/step" in r]
+    assert len(own) > len(user) and len(own) >= 4, (len(own), len(user))
+    assert all(k.startswith(("trainperf/", "prof/", "_")) for r in own for k in r)
     tp = [r for r in rows if "trainperf/step" in r]
-    assert len(tp) >= 2, rows[-3:]
     steps = [r["trainperf/step"] for r in tp]
     assert steps == sorted(steps) and 0 < steps[-1] <= info["steps"]
     last = tp[-1]
@@ -141,6 +146,22 @@ def test_wandb_offline_run_gets_trainperf_figures(both):
     prof = {k: v for r in rows for k, v in r.items() if k.startswith("prof/")}
     assert 1 <= len(prof) <= 10 and all(v >= 0 for v in prof.values()), prof
     assert any("addmm" in k or "linear" in k or "mse" in k for k in prof), prof
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_wandb_script_that_gives_steps_loses_none(cli, tmp_path):
+    """A script logging wandb.log(step=k): trainperf commits no row of its own
+    (one past the script's next k would make W&B drop that one); its figures
+    ride in the script's rows, and every row of the script is there."""
+    pytest.importorskip("wandb")
+    info, _, _ = _run(cli, tmp_path, "wandbstep", 3)
+    assert info["status"]["wandb"] == "on", info
+    rows = _wandb_history(os.path.dirname(info["wandb_dir"].rstrip("/")))
+    user = [r for r in rows if "loss" in r]
+    assert [(r["_step"], r["at"]) for r in user] == [(k, k) for k in range(0, info["steps"], 10)]
+    assert [r for r in rows if "loss" not in r and "trainperf/step" in r][:-1] == []
+    assert sum(1 for r in user if "trainperf/step" in r) >= 2
 
 
 @pytest.mark.torch

@@ -15,10 +15,15 @@ this process's own steps) and the FLOP counts this process recorded
 the training thread; a tracker that raises is given up after a few tries and
 the reason kept in ``status()``; the training run never sees an exception.
 
-W&B: ``run.log(..., commit=False)`` so trainperf never advances the script's
-own step counter (a later ``wandb.log(step=k)`` of the script is never
-dropped); ``trainperf/step`` is declared as the x axis of ``trainperf/*``
-and ``prof/*`` with ``define_metric``. MLflow: ``MlflowClient.log_batch`` on
+W&B: ``trainperf/step`` is declared as the x axis of ``trainperf/*`` and
+``prof/*`` with ``define_metric``. Once the script has logged and never with
+an explicit ``step=``, each update is a row of its own (committed), so the
+figures arrive every interval whatever the script logs; the script's rows
+stay whole and in order (W&B numbers rows, and the script's have no numbers
+of their own to collide with). Until then, or when the script gives steps
+(``wandb.log(step=k)``: a row committed past its next k would drop it), an
+update is merged into the script's current row (``commit=False``) and never
+advances W&B's step. MLflow: ``MlflowClient.log_batch`` on
 the active run's id (MLflow's active run is per thread; the run of the
 script's threads is looked up), with ``step=`` the rank's step count.
 """
@@ -203,6 +208,7 @@ class _Exporter:
         self.fig = _Figures(run_dir)
         self.interval = interval
         self.wandb_run = None      # the run we declared our axis on
+        self.wandb_rows = 0        # rows of our own committed to it
         self.errors = {"wandb": 0, "mlflow": 0}
         self.client = None
         self.client_uri = None
@@ -224,11 +230,15 @@ class _Exporter:
             run.define_metric("trainperf/*", step_metric="trainperf/step")
             run.define_metric("prof/*", step_metric="trainperf/step")
             self.wandb_run = run
+            self.wandb_rows = 0
         row = dict(d)
         row["trainperf/step"] = step
-        # commit=False: merged into the script's current row, never advancing
-        # its step (a step below the current one would be dropped).
-        run.log(row, commit=False)
+        own = _wandb_rows_free(run, self.wandb_rows)
+        # own rows: on time whatever the script logs; else merged into the
+        # script's current row, never advancing W&B's step
+        run.log(row, commit=own)
+        if own:
+            self.wandb_rows += 1
         return True
 
     def _to_mlflow(self, mlflow, step, d):
@@ -284,6 +294,18 @@ class _Exporter:
                 with _lock:
                     _state["errors"] += 1
                     _state["last_error"] = repr(exc)
+
+
+def _wandb_rows_free(run, ours):
+    """Whether a row of our own may be committed to the W&B run: the script
+    has logged rows (W&B's step is past the ours rows we committed) and never
+    with an explicit step= (its telemetry says so). A script that gives steps
+    could next log one below a row we committed, and W&B would drop it."""
+    try:
+        explicit = run._telemetry_obj.feature.set_step_log
+        return not explicit and int(run.step) > ours
+    except Exception:  # another wandb: the safe way, merged rows
+        return False
 
 
 def _mlflow_key(k):

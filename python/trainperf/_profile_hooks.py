@@ -475,6 +475,9 @@ class StepHooks:
             line += ", MFU %.1f%%" % (100 * f["mfu"])
         else:
             line += ", MFU unknown (%s)" % f["mfu_reason"]
+        # one step's time: the report's TFLOP/s and MFU use the run's mean
+        # step time, so the two differ when steps do (warm-up, data waits)
+        line += " (the step after the counted one alone; the report's figures cover every step)"
         self.say(line)
         self._flops_write()
 

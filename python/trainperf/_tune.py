@@ -273,6 +273,16 @@ def peak_rss(run_dir):
         return None
 
 
+def read_verdict(run_dir):
+    """The id of the report's primary finding for run_dir (summary.json), or None."""
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            d = json.load(f)
+        return ((d.get("diagnosis") or {}).get("primary") or {}).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def read_facts(run_dir):
     try:
         with open(os.path.join(run_dir, "tune-facts.json")) as f:
@@ -597,9 +607,13 @@ def summarise(trial, base):
            "reason": None if ok else (trial.runs[-1]["reason"] if trial.runs
                                       else "the budget ran out before it"),
            "steps_per_s": None, "samples_per_s": None, "speedup": None, "interval": None,
-           "verdict": None, "rss_bytes": None, "memory_change": None, "loss_check": None}
+           "verdict": None, "rss_bytes": None, "memory_change": None, "loss_check": None,
+           "step_ms_p50": None, "data_share": None}
     if ok:
         row["steps_per_s"] = statistics.median([r["steps_per_s"] for r in ok])
+        row["step_ms_p50"] = statistics.median([r["step_s_p50"] * 1e3 for r in ok])
+        ds = [r["data_share"] for r in ok if r.get("data_share") is not None]
+        row["data_share"] = statistics.median(ds) if ds else None
         sps = [r["samples_per_s"] for r in ok if r.get("samples_per_s")]
         row["samples_per_s"] = statistics.median(sps) if sps else None
         rss = [r["rss_bytes"] for r in ok if r.get("rss_bytes")]
@@ -665,6 +679,90 @@ def print_table(result, out):
     widths = [max(len(str(x[i])) for x in [head] + lines) for i in range(len(head))]
     for x in [head] + lines:
         out.write("  ".join(str(v).ljust(widths[i]) for i, v in enumerate(x)).rstrip() + "\n")
+
+
+def best_run_dir(trials, best):
+    t = next(t for t in trials if t.label == best["label"])
+    return next(r for r in t.runs if r["status"] == "ok")["run_dir"]
+
+
+CONTENDED = ("the baseline's own verdict is CPU contention: other processes were taking the "
+             "cores, so every trial was measured on a contended machine. The speed-ups hold "
+             "for a machine as busy as this one was; a winner that uses more threads or "
+             "loader workers can gain less, or lose, when the other jobs use more of the "
+             "cores, and a knob that frees a core can gain less on an idle machine. Re-run "
+             "`trainperf tune` when the machine is quieter before adopting it.")
+
+
+def wrap(text, indent, width=88):
+    words, lines, cur = text.split(), [], indent
+    for w in words:
+        if len(cur) + len(w) + 1 > width and cur.strip():
+            lines.append(cur.rstrip())
+            cur = indent
+        cur += w + " "
+    if cur.strip():
+        lines.append(cur.rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def write_text(result, out):
+    """The result for people: the table, what the budget left out, the batch
+    finder, and the best trial with one speed-up figure (measured steps only)."""
+    out.write("\ntrainperf tune: %s\n" % " ".join(result["command"]))
+    out.write("%d trials in %.0f s (budget %.0f s), %d measured steps after %d warm-up, "
+              "%d round(s)\n\n" % (result["trials_run"], result["elapsed_s"],
+                                   result["budget_s"], result["steps"], result["warmup"],
+                                   result["repeats"]))
+    if result.get("contended"):
+        out.write(wrap("note: " + CONTENDED, "") + "\n")
+    print_table(result, out)
+    if result["skipped_for_budget"]:
+        out.write("\nnot run (budget): %s\n" % ", ".join(result["skipped_for_budget"]))
+    finder = result["batch_finder"]
+    if finder and finder.get("status") == "not run":
+        out.write("\nbatch size finder: not run (the budget ran out before it); the batch "
+                  "size stays %d\n" % finder["start"])
+    elif finder:
+        bs0 = finder["start"]
+        ran = ("largest that ran %d" % finder["largest_fitting"]
+               if finder["largest_fitting"] != bs0 else "no larger size ran")
+        out.write("\nbatch size: started at %d; tried %s; %s; throughput knee %d%s\n"
+                  % (bs0, ", ".join(map(str, finder["tried"])), ran, finder["knee"],
+                     (" (stopped: %s)" % finder["stopped"]) if finder["stopped"] else ""))
+        if finder["knee"] != bs0:
+            out.write("  a larger batch changes the optimisation: scale the learning rate "
+                      "(linear rule lr x %g) and check convergence\n" % (finder["knee"] / bs0))
+    best = next((r for r in result["trials"] if r["label"] == result["best"]), None)
+    if best:
+        b = result["baseline"]
+        out.write("\nbest: %s, %.2fx the baseline's steps/s (95%% interval %.2f-%.2f)\n"
+                  "  over the measured steps of each trial (its %d warm-up steps left out):\n" % (
+                      best["label"], best["speedup"], best["interval"][0], best["interval"][1],
+                      result["warmup"]))
+        if result.get("contended"):
+            out.write("  measured on a contended machine (see the note above)\n")
+
+        def pair(name, fmt, key, scale=1.0):
+            if b.get(key) is None or best.get(key) is None:
+                return
+            out.write("  %-15s %s -> %s\n" % (name, fmt % (b[key] * scale), fmt % (best[key] * scale)))
+        pair("steps/s", "%.2f", "steps_per_s")
+        pair("step time p50", "%.1f ms", "step_ms_p50")
+        pair("data wait", "%.0f%%", "data_share", 100.0)
+        if b.get("rss_bytes") and best.get("rss_bytes"):
+            out.write("  %-15s %s -> %s\n" % ("peak memory", fmt_bytes(b["rss_bytes"]),
+                                              fmt_bytes(best["rss_bytes"])))
+        ch = result["change"]
+        out.write("  PyTorch:      %s\n" % "; ".join(ch["pytorch"]))
+        out.write("  Lightning:    %s\n" % "; ".join(ch["lightning"]))
+        out.write("  Hugging Face: %s\n" % "; ".join(ch["hf"]))
+        if result.get("compare"):
+            out.write("  the whole runs, start-up and warm-up included (so other figures than "
+                      "these):\n    trainperf compare %s %s\n" % tuple(result["compare"]))
+    else:
+        out.write("\nno knob was faster beyond the noise: keep the script as it is\n")
+    out.write("\nrun directories: %s\n" % result["out"])
 
 
 def main(argv):
@@ -738,7 +836,8 @@ def main(argv):
     want_bs = (o["only"] is None and o["batch_finder"]) or (o["only"] and "batch_size" in o["only"])
     finder = None
     if want_bs and bs0:
-        finder = {"start": bs0, "tried": [], "largest_fitting": bs0, "knee": bs0, "stopped": None}
+        finder = {"start": bs0, "tried": [], "largest_fitting": bs0, "knee": bs0, "stopped": None,
+                  "status": "ran"}
         best_sps = base_samples(base) or 0
         bs = bs0
         for _ in range(8):
@@ -762,6 +861,8 @@ def main(argv):
             else:
                 finder["stopped"] = "samples/s grew less than 5%% at %d" % bs
                 break
+        if not finder["tried"]:
+            finder["status"] = "not run"
 
     rows = [summarise(t, base) for t in all_trials]
 
@@ -782,45 +883,18 @@ def main(argv):
               "baseline": summarise(base, base), "trials": rows,
               "skipped_for_budget": skipped, "batch_finder": finder,
               "best": best["label"] if best else None,
-              "change": change_for(best["knobs"]) if best else None}
+              "change": change_for(best["knobs"]) if best else None,
+              "baseline_verdict": read_verdict(b0["run_dir"]),
+              "compare": [base.runs[0]["run_dir"], best_run_dir(all_trials, best)] if best else None}
+    result["contended"] = result["baseline_verdict"] == "cpu-contention"
+    result["trials_run"] = tu.n
     if finder and finder["knee"] != bs0:
         result["batch_change"] = change_for({"batch_size": finder["knee"]}, bs0)
     if o["json"]:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    out = sys.stdout
-    out.write("\ntrainperf tune: %s\n" % " ".join(o["cmd"]))
-    out.write("%d trials in %.0f s (budget %.0f s), %d measured steps after %d warm-up, "
-              "%d round(s)\n\n" % (tu.n, result["elapsed_s"], o["budget"], o["steps"],
-                                   o["warmup"], o["repeats"]))
-    print_table(result, out)
-    if skipped:
-        out.write("\nnot run (budget): %s\n" % ", ".join(skipped))
-    if finder:
-        out.write("\nbatch size: started at %d; largest that ran %d; throughput knee %d%s\n"
-                  % (bs0, finder["largest_fitting"], finder["knee"],
-                     (" (stopped: %s)" % finder["stopped"]) if finder["stopped"] else ""))
-        if finder["knee"] != bs0:
-            out.write("  a larger batch changes the optimisation: scale the learning rate "
-                      "(linear rule lr x %g) and check convergence\n" % (finder["knee"] / bs0))
-    if best:
-        out.write("\nbest: %s (%.2fx, 95%% interval %.2f-%.2f)\n" % (
-            best["label"], best["speedup"], best["interval"][0], best["interval"][1]))
-        ch = result["change"]
-        out.write("  PyTorch:      %s\n" % "; ".join(ch["pytorch"]))
-        out.write("  Lightning:    %s\n" % "; ".join(ch["lightning"]))
-        out.write("  Hugging Face: %s\n" % "; ".join(ch["hf"]))
-        out.flush()
-        cmp = [o["cli"], "compare", base.runs[0]["run_dir"],
-               next(r for r in next(t for t in all_trials if t.label == best["label"]).runs
-                    if r["status"] == "ok")["run_dir"]]
-        out.write("\n$ trainperf compare %s %s\n" % (cmp[2], cmp[3]))
-        out.flush()
-        subprocess.run(cmp, stdout=out, stderr=sys.stderr)
-    else:
-        out.write("\nno knob was faster beyond the noise: keep the script as it is\n")
-    out.write("\nrun directories: %s\n" % tu.out)
+    write_text(result, sys.stdout)
     return 0
 
 

@@ -160,11 +160,12 @@ class TrainperfCallback(Callback):
         for e in fired:
             warnings.warn("trainperf alert: " + e["message"], trainperf.TrainperfWarning,
                           stacklevel=2)
-        self.logged.append(dict(figs, step=trainer.global_step))
+        step = _log_step(trainer)
+        self.logged.append(dict(figs, step=step))
         if self._log:
             for lg in getattr(trainer, "loggers", None) or []:
                 try:
-                    lg.log_metrics(figs, step=trainer.global_step)
+                    lg.log_metrics(figs, step=step)
                 except Exception as exc:  # a logger's failure is not the training's
                     self._say("trainperf: logging to %s failed: %s" % (type(lg).__name__, exc))
 
@@ -226,6 +227,16 @@ class TrainperfCallback(Callback):
     def on_validation_end(self, trainer, pl_module):
         if self._records:
             trainperf.range_pop()
+
+
+def _log_step(trainer):
+    """The step Lightning's own rows of this batch carry: its logger connector
+    logs with the count of batches that stepped before this one (the fit
+    loop's `_batches_that_stepped`, increased after on_train_batch_end), one
+    less than global_step here; global_step - 1 where that count is absent."""
+    n = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None),
+                "_batches_that_stepped", None)
+    return n if isinstance(n, int) else max(0, trainer.global_step - 1)
 
 
 class ThroughputMonitor(TrainperfCallback):

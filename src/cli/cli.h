@@ -65,6 +65,15 @@ void cli_python_dir(char *out, size_t n);
 
 struct buf;
 int cli_write_out(const char *out, const struct buf *b);
+
+/* Columns of the terminal on fd; 0 when fd is not one. */
+int cli_term_cols(int fd);
+/* in[0..len) into out for a terminal of cols columns: a line wider than that
+ * is broken at spaces, its continuations indented like its text (past the
+ * leading spaces and a list marker, "12. " or "- "). Colour escapes take no
+ * column, a UTF-8 character one; a word wider than the row stays whole.
+ * cols < 20: copied as is. */
+void cli_wrap(const char *in, size_t len, int cols, struct buf *out);
 /* End of a command that builds a document: rc != 0 prints err (or the code's
  * text) and gives exit 2 for a missing/damaged run, else 1; rc == 0 writes b
  * to out (NULL: stdout). Frees b. Returns the exit code. */

@@ -398,7 +398,9 @@ static int run_python(const char *py, double timeout_s, buf *out, int *timed_out
             dup2(dn, 0);
             dup2(dn, 2);
         }
-        execlp(py, py, "-c", py_script, (char *)NULL);
+        /* -u: each line arrives as printed, so a slow `import torch` cut off
+         * at the deadline still leaves the interpreter's own lines */
+        execlp(py, py, "-u", "-c", py_script, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -462,6 +464,13 @@ static void probe_python(doc_py *p, const char *py, double timeout_s)
     buf_free(&out);
 }
 
+/* The probe was cut off, not refused: the fix is more time. */
+static void slow_fix(doc_check *c, double timeout_s)
+{
+    snprintf(c->fix, sizeof(c->fix), "give it longer: `trainperf doctor --timeout %.0f`",
+             timeout_s * 3 > 180 ? timeout_s * 3 : 180);
+}
+
 static void check_python(doc_check *c, const doc_py *p, double timeout_s)
 {
     c->name = "python";
@@ -473,17 +482,22 @@ static void check_python(doc_check *c, const doc_py *p, double timeout_s)
         snprintf(c->detail, sizeof(c->detail), "Python %s (%s)", p->version, p->exe);
         return;
     }
-    c->status = ST_MISSING;
-    if (p->timed_out)
-        snprintf(c->detail, sizeof(c->detail), "%s did not answer within %.0f s", p->exe,
+    if (p->timed_out) {
+        /* it started: slow (a busy machine, a cold disk), not missing */
+        c->status = ST_LIMITED;
+        snprintf(c->detail, sizeof(c->detail),
+                 "%s did not answer within %.0f s: it runs, but slowly (a busy machine?)", p->exe,
                  timeout_s);
-    else
-        snprintf(c->detail, sizeof(c->detail), "%s could not be run", p->exe);
+        slow_fix(c, timeout_s);
+        return;
+    }
+    c->status = ST_MISSING;
+    snprintf(c->detail, sizeof(c->detail), "%s could not be run", p->exe);
     snprintf(c->fix, sizeof(c->fix),
              "install Python 3 or name the interpreter with TRAINPERF_PYTHON=/path/to/python");
 }
 
-static void check_torch(doc_check *c, const doc_py *p)
+static void check_torch(doc_check *c, const doc_py *p, double timeout_s)
 {
     c->name = "torch";
     c->label = "PyTorch";
@@ -500,6 +514,14 @@ static void check_torch(doc_check *c, const doc_py *p)
                      "torch has CUDA but sees no GPU: check the driver (NVML above) and "
                      "CUDA_VISIBLE_DEVICES");
         }
+        return;
+    }
+    if (p->timed_out) {
+        c->status = ST_LIMITED;
+        snprintf(c->detail, sizeof(c->detail), "%s within %.0f s (slow, not missing)",
+                 p->version[0] ? "`import torch` did not finish" : "not checked: Python did not answer",
+                 timeout_s);
+        slow_fix(c, timeout_s);
         return;
     }
     c->status = ST_MISSING;
@@ -761,7 +783,7 @@ int cmd_doctor(int argc, char **argv)
     check_cgroup(&cs[2], &cg);
     check_perf(&cs[3], &pf);
     check_python(&cs[4], &pyi, timeout_s);
-    check_torch(&cs[5], &pyi);
+    check_torch(&cs[5], &pyi, timeout_s);
     check_lib(&cs[6], "cupti", "CUPTI", "cupti", &pyi, cupti, sizeof(cupti),
               "GPU kernels and memcpys in torch.profiler traces, which `trainperf analyze` reads",
               "pip install nvidia-cuda-cupti-cu12 (CUDA wheels of torch bring it), or add the "

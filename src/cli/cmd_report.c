@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "report/report.h"
 #include "cli/cli.h"
@@ -14,17 +15,22 @@
 static void report_usage(FILE *f)
 {
     fprintf(f, "usage: trainperf report RUN_DIR... [--format text|md|html|json] [--json] [--out FILE]\n"
-               "                           [--color]\n\n"
+               "                           [--color] [--job]\n\n"
                "Diagnosis and report from a run directory (works on old runs and runs copied\n"
                "from other machines). Several run directories (or their parent) are the nodes\n"
-               "of one job: reported as one, clocks aligned on their collectives.\n\n"
+               "of one job: reported as one, clocks aligned on their collectives. They are taken\n"
+               "as one job when their commands name the same rendezvous (torchrun --rdzv-id and\n"
+               "--rdzv-endpoint, or --master-addr and --master-port) or, naming none, when their\n"
+               "times overlap; other runs are refused (report each on its own).\n\n"
                "  -f, --format F   text (the default), md, html or json\n"
                "  --json           the same as --format json\n"
                "  -o, --out FILE   write to FILE instead of stdout\n"
                "  --color          ANSI colour in text even when stdout is not a terminal;\n"
-               "                   NO_COLOR still turns it off (text on a terminal is coloured)\n\n"
+               "                   NO_COLOR still turns it off (text on a terminal is coloured)\n"
+               "  --job            the run directories are one job whatever their commands and times\n\n"
                "Exit status: 0 written; 1 the report could not be built or written (a cap,\n"
-               "out of memory); 2 bad usage or a missing/unreadable run directory.\n");
+               "out of memory); 2 bad usage, a missing/unreadable run directory, or runs that\n"
+               "are not one job.\n");
 }
 
 int cli_parse_format(const char *s, int *fmt)
@@ -102,8 +108,11 @@ int cli_put_doc(int rc, buf *b, const char *err, const char *out)
 {
     if (rc) {
         cli_error("%s", err && err[0] ? err : tpf_strerror(rc));
-        /* a missing or damaged run directory is bad input: nothing was made */
-        rc = rc == TPF_ENOENT || rc == TPF_EFORMAT || rc == TPF_EIO ? CLI_USAGE : CLI_FAIL;
+        /* a missing or damaged run directory, or runs that are not one job, are
+         * bad input: nothing was made */
+        rc = rc == TPF_ENOENT || rc == TPF_EFORMAT || rc == TPF_EIO || rc == TPF_EINVAL
+                 ? CLI_USAGE
+                 : CLI_FAIL;
     } else {
         rc = cli_write_out(out, b);
     }
@@ -116,7 +125,7 @@ int cmd_report(int argc, char **argv)
     const char *dir = NULL, *out = NULL;
     const char *dirs[REPORT_MAX_DIRS];
     int ndirs = 0;
-    int fmt = REPORT_TEXT, force_color = 0;
+    int fmt = REPORT_TEXT, force_color = 0, as_job = 0;
     int k;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -127,6 +136,8 @@ int cmd_report(int argc, char **argv)
             if (k < 0) return CLI_USAGE;
         } else if (strcmp(a, "--color") == 0) {
             force_color = 1;
+        } else if (strcmp(a, "--job") == 0) {
+            as_job = 1;
         } else if (a[0] == '-' && a[1]) {
             cli_error("report: unknown option '%s' (see `trainperf report --help`)", a);
             return CLI_USAGE;
@@ -174,6 +185,19 @@ int cmd_report(int argc, char **argv)
     }
     buf b;
     buf_init(&b, 0);
-    int rc = report_build_job(dirs, ndirs, (report_format)fmt, color, &b, err, sizeof(err));
+    int rc = report_build_job(dirs, ndirs, as_job, (report_format)fmt, color, &b, err, sizeof(err));
+    /* text on a terminal: wrapped to its width */
+    int cols = !rc && fmt == REPORT_TEXT && !out ? cli_term_cols(STDOUT_FILENO) : 0;
+    if (cols && b.len) {
+        buf w;
+        buf_init(&w, 0);
+        cli_wrap(b.data, b.len, cols, &w);
+        if (!w.err) {
+            buf_free(&b);
+            b = w;
+        } else {
+            buf_free(&w);
+        }
+    }
     return cli_put_doc(rc, &b, err, out);
 }

@@ -189,6 +189,25 @@ static const char *num(char *out, size_t n, double v, int decimals)
     return out;
 }
 
+/* The command in at most room columns: whole arguments while they fit, then
+ * "..." when any is left out (never an argument cut in the middle). */
+static void command_words(buf *b, const jr_node *cmd, size_t room)
+{
+    size_t used = 0;
+    for (int i = 0; cmd && i < cmd->count; i++) {
+        const char *s = jr_str(jr_at(cmd, i));
+        size_t l = (s ? strlen(s) : 1) + (i ? 1 : 0);
+        int last = i == cmd->count - 1;
+        /* room for " ..." stays unless this is the last argument */
+        if (used + l + (last ? 0 : 4) > room) {
+            buf_puts(b, i ? " ..." : "...");
+            return;
+        }
+        buf_printf(b, "%s%s", i ? " " : "", s ? s : "?");
+        used += l;
+    }
+}
+
 static int render(const char *dir, top_row *r, int tty, int color)
 {
     jr_doc run;
@@ -199,10 +218,9 @@ static int render(const char *dir, top_row *r, int tty, int color)
     const jr_node *cmd = jr_get(run.root, "command");
     buf line;
     buf_init(&line, 1u << 16);
-    for (int i = 0; cmd && i < cmd->count && i < 8; i++) {
-        const char *s = jr_str(jr_at(cmd, i));
-        buf_printf(&line, "%s%s", i ? " " : "", s ? s : "?");
-    }
+    /* the header "trainperf top DIR  (CMD)" on one row of a terminal; off one, 200 */
+    size_t cols = (size_t)cli_term_cols(STDOUT_FILENO), head = strlen(dir) + 18;
+    command_words(&line, cmd, cols ? (cols > head + 20 ? cols - head : 20) : 200);
     double dur = jr_pnum(run.root, "duration_s");
     const jr_node *ex = jr_get(run.root, "exit");
     int ended = isfinite(dur);

@@ -347,8 +347,10 @@ static void tfev_sample(void *st, const coll_frame *f, const sink_run *run)
     t->step = step;
 
     putf(t, &f->step_rate, "throughput/steps_per_s", 1);
-    putf(t, &f->sample_rate, "throughput/samples_per_s", 1);
-    putf(t, &f->token_rate, "throughput/tokens_per_s", 1);
+    /* samples and tokens only once the steps report them, as /metrics has
+     * them: a run that counts no tokens has no token rate, not a rate of 0 */
+    if (a && a->samples) putf(t, &f->sample_rate, "throughput/samples_per_s", 1);
+    if (a && a->tokens) putf(t, &f->token_rate, "throughput/tokens_per_s", 1);
     putf(t, &f->step_time_ms, "step_time/interval_mean_ms", 1);
     putf(t, &f->data_wait_share, "data_wait/share_pct", 100);
     if (a && a->count) {

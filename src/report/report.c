@@ -738,11 +738,11 @@ static int render(const diag_run *r, const prof *pf, report_format fmt, int colo
 int report_build(const char *run_dir, report_format fmt, int color, buf *out, char *err,
                  size_t errlen)
 {
-    return report_build_job(&run_dir, 1, fmt, color, out, err, errlen);
+    return report_build_job(&run_dir, 1, 0, fmt, color, out, err, errlen);
 }
 
-int report_build_job(const char *const *dirs, int ndirs, report_format fmt, int color, buf *out,
-                     char *err, size_t errlen)
+int report_build_job(const char *const *dirs, int ndirs, int as_job, report_format fmt, int color,
+                     buf *out, char *err, size_t errlen)
 {
     diag_run *r;
     if (!out || ndirs < 1) return TPF_EINVAL;
@@ -750,7 +750,7 @@ int report_build_job(const char *const *dirs, int ndirs, report_format fmt, int 
     int n;
     int rc = rr_expand_dirs(dirs, ndirs, &v, &n, err, errlen);
     if (rc) return rc;
-    rc = rr_load_job((const char *const *)v, n, &r, err, errlen);
+    rc = rr_load_job((const char *const *)v, n, as_job, &r, err, errlen);
     for (int i = 0; i < n; i++) free(v[i]);
     free(v);
     if (rc) return rc;

@@ -66,11 +66,12 @@ static void fmt_time_tick(char *o, size_t n, double s)
 typedef struct chart {
     double xmax, ymax;
     const char *yunit;
+    double xmin; /* the time at the left edge: 0, or the first step's for step charts */
 } chart;
 
 static double X(const chart *c, double t)
 {
-    return ML + (CW - ML - MR) * (t / c->xmax);
+    return ML + (CW - ML - MR) * ((t - c->xmin) / (c->xmax - c->xmin));
 }
 static double Y(const chart *c, double v)
 {
@@ -99,8 +100,9 @@ static void chart_begin(buf *b, const chart *c, const char *title, const char *a
 
 static void time_axis(buf *b, const chart *c)
 {
-    double step = nice_max(c->xmax / 6);
-    for (double t = 0; t <= c->xmax * 1.0001; t += step) {
+    double step = nice_max((c->xmax - c->xmin) / 6);
+    double from = c->xmin > 0 ? ceil(c->xmin / step - 1e-9) * step : 0;
+    for (double t = from; t <= c->xmax * 1.0001; t += step) {
         char s[32];
         fmt_time_tick(s, sizeof(s), t);
         buf_printf(b, "<text class=\"xl\" x=\"%.1f\" y=\"%.1f\">%s</text>\n", X(c, t), CH - MB + 18,
@@ -119,7 +121,7 @@ static void alert_marks(buf *b, const diag_run *r, const chart *c)
 {
     for (int i = 0; i < r->nalerts; i++) {
         const dalert *a = &r->alerts[i];
-        if (strcmp(a->state, "fired") != 0 || !(a->t >= 0) || a->t > c->xmax) continue;
+        if (strcmp(a->state, "fired") != 0 || !(a->t >= c->xmin) || a->t > c->xmax) continue;
         int crit = strcmp(a->severity, "critical") == 0;
         buf_printf(
             b, "<line class=\"alert%s\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"><title>",
@@ -168,6 +170,28 @@ static double xmax_of(const diag_run *r)
     return x > 0 ? x : 1;
 }
 
+/* The left edge of a chart of steps: the start of the group of buckets
+ * (group_s wide) holding the first step, so that a long start-up (imports,
+ * loading data) does not take most of the axis; 0 when the first step is
+ * unknown. Its caption says from when (step_from). */
+static double step_x0(const diag_run *r, double group_s)
+{
+    double f = r->first_start_s, x = xmax_of(r);
+    if (!(f > 0) || !(group_s > 0)) return 0;
+    double x0 = floor(f / group_s) * group_s;
+    return x0 > 0 && x0 < x ? x0 : 0;
+}
+
+static void step_from(char *o, size_t n, const char *title, const chart *c)
+{
+    char t[32];
+    fmt_time_tick(t, sizeof(t), c->xmin);
+    if (c->xmin > 0)
+        snprintf(o, n, "%s, from the first step (%s into the run)", title, t);
+    else
+        snprintf(o, n, "%s", title);
+}
+
 /* ---- the charts ---------------------------------------------------------------- */
 
 /* Buckets of the step series are merged m at a time for display, so each
@@ -211,10 +235,11 @@ static void chart_throughput(buf *b, const diag_run *r)
         np++;
         if (v > mx) mx = v;
     }
-    chart c = {xmax_of(r), nice_max(mx * 1.05), NULL};
-    char title[64];
-    snprintf(title, sizeof(title), "Throughput over time (%s)", unit);
-    chart_begin(b, &c, title, title);
+    chart c = {xmax_of(r), nice_max(mx * 1.05), NULL, step_x0(r, s->width * m)};
+    char t0[64], title[160];
+    snprintf(t0, sizeof(t0), "Throughput over time (%s)", unit);
+    step_from(title, sizeof(title), t0, &c);
+    chart_begin(b, &c, title, t0);
     buf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"",
                line_color[0]);
     for (int k = 0; k < np; k++)
@@ -255,14 +280,15 @@ static void chart_breakdown(buf *b, const diag_run *r)
     qsort(srt, (size_t)ng, sizeof(double), cmp_double);
     double top = ng ? srt[(int)(0.95 * (ng - 1))] * 1.25 : 1;
     if (ng && srt[ng - 1] < top) top = srt[ng - 1] * 1.05;
-    chart c = {xmax_of(r), nice_max(top), " ms"};
-    chart_begin(b, &c, "Step time breakdown (mean per step, stacked)",
-                "stacked phases of the step time over time");
+    chart c = {xmax_of(r), nice_max(top), " ms", step_x0(r, s0->width * m)};
+    char title[160];
+    step_from(title, sizeof(title), "Step time breakdown (mean per step, stacked)", &c);
+    chart_begin(b, &c, title, "stacked phases of the step time over time");
     double bw = (X(&c, s0->width * m) - X(&c, 0)) * 0.85;
     if (bw < 1) bw = 1;
     for (int g = 0; g < ng; g++) {
         double t = s0->t0 + g * m * s0->width, acc = 0;
-        if (t > c.xmax || tot[g] <= 0) continue;
+        if (t > c.xmax || t < c.xmin || tot[g] <= 0) continue;
         for (int p = 0; p < PH_COUNT; p++) {
             double v = ph[g][p];
             if (v <= 0 || acc >= c.ymax) continue;
@@ -321,7 +347,7 @@ static void chart_data_hist(buf *b, const diag_run *r)
     double m = 0;
     for (int i = 0; i < nb; i++)
         if (cnt[i] > m) m = cnt[i];
-    chart c = {1, nice_max(m * 1.05), NULL};
+    chart c = {1, nice_max(m * 1.05), NULL, 0};
     chart_begin(b, &c, "Data-wait distribution (steps per bin of wait time; bins log-spaced)",
                 "histogram of data wait per step");
     double bw = (CW - ML - MR) / nb;
@@ -351,7 +377,7 @@ static void chart_gpu(buf *b, const diag_run *r)
     for (int i = 0; i < r->ngpu; i++)
         any |= r->gpus[i].s_util.n > 0;
     if (!any) return;
-    chart c = {xmax_of(r), 100, "%"};
+    chart c = {xmax_of(r), 100, "%", 0};
     chart_begin(b, &c, "GPU utilisation (solid) and memory used (dashed), %",
                 "GPU utilisation and memory over time");
     const char *names[DIAG_MAX_GPUS], *cols[DIAG_MAX_GPUS];
@@ -377,22 +403,29 @@ static void chart_cpu_mem(buf *b, const diag_run *r)
     double m2 = series_max(&r->s_main_cpu, 1);
     if (m2 > m) m = m2;
     if (m < 100) m = 100;
-    chart c = {xmax_of(r), nice_max(m * 1.05), "%"};
+    /* a tree of one process: its line and the main process's are the same
+     * line, drawn once */
+    dfig f;
+    diag_figures(r, &f);
+    int one = isfinite(f.procs_max) && f.procs_max <= 1;
+    chart c = {xmax_of(r), nice_max(m * 1.05), "%", 0};
     chart_begin(b, &c,
-                "CPU: system (% of all cores), process tree and main process (% of one core)",
+                one ? "CPU: system (% of all cores) and the process (% of one core; the tree was "
+                      "this one process)"
+                    : "CPU: system (% of all cores), process tree and main process (% of one core)",
                 "CPU over time");
     polyline(b, &c, &r->s_cpu, 1, line_color[0], NULL);
     polyline(b, &c, &r->s_tree_cpu, 1, line_color[1], NULL);
-    polyline(b, &c, &r->s_main_cpu, 1, line_color[2], "6 4");
+    if (!one) polyline(b, &c, &r->s_main_cpu, 1, line_color[2], "6 4");
     alert_marks(b, r, &c);
     time_axis(b, &c);
     chart_end(b);
-    const char *n1[] = {"system", "process tree", "main process"};
+    const char *n1[] = {"system", one ? "process" : "process tree", "main process"};
     const char *c1[] = {line_color[0], line_color[1], line_color[2]};
-    legend(b, n1, c1, 3);
+    legend(b, n1, c1, one ? 2 : 3);
 
     double tot = r->mem_total.n ? r->mem_total.max : NAN;
-    chart c2 = {xmax_of(r), 100, "%"};
+    chart c2 = {xmax_of(r), 100, "%", 0};
     chart_begin(b, &c2, "Host memory: used (% of total) and process-tree RSS (% of total)",
                 "host memory over time");
     polyline(b, &c2, &r->s_mem_used_pct, 1, line_color[0], NULL);
@@ -407,7 +440,7 @@ static void chart_cpu_mem(buf *b, const diag_run *r)
 static void alerts_timeline(buf *b, const diag_run *r)
 {
     if (!r->nalerts) return;
-    chart c = {xmax_of(r), 1, NULL};
+    chart c = {xmax_of(r), 1, NULL, 0};
     double h = 84;
     buf_puts(b, "<figure class=\"chart\"><figcaption>Alerts on the timeline</figcaption>\n");
     buf_printf(b, "<svg viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-label=\"alerts over time\">\n",

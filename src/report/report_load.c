@@ -771,8 +771,13 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     size_t dl = strlen(r->dir);
     while (dl > 1 && r->dir[dl - 1] == '/')
         r->dir[--dl] = '\0';
-    const char *base = strrchr(r->dir, '/');
-    copy_str(r->name, sizeof(r->name), base ? base + 1 : r->dir);
+    /* the run's own name: through a link (trainperf-runs/latest) or ".", the
+     * directory it is */
+    char *real = realpath(r->dir, NULL);
+    const char *named = real ? real : r->dir;
+    const char *base = strrchr(named, '/');
+    copy_str(r->name, sizeof(r->name), base && base[1] ? base + 1 : named);
+    free(real);
     r->exit_code = r->exit_signal = -1;
     r->root_pid = -1;
     r->duration_s = r->start_unix_s = r->interval_s = NAN;

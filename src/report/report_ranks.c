@@ -855,6 +855,102 @@ nomem:
     return TPF_ENOMEM;
 }
 
+/* The rendezvous a launcher's command names (torchrun's --rdzv-id and
+ * --rdzv-endpoint, or --master-addr and --master-port, "--k v" or "--k=v", with
+ * - or _), as "k=v ..." in one order; "" when it names none. */
+static void rendezvous_of(const char *cmd, char *o, size_t n)
+{
+    static const char *const keys[] = {"rdzv-id", "rdzv-endpoint", "master-addr", "master-port"};
+    char val[4][128] = {{0}};
+    const char *p = cmd;
+    while (*p) {
+        while (*p == ' ') p++;
+        const char *tok = p;
+        while (*p && *p != ' ') p++;
+        size_t len = (size_t)(p - tok);
+        if (len < 3 || tok[0] != '-' || tok[1] != '-') continue;
+        for (int k = 0; k < 4; k++) {
+            size_t kl = strlen(keys[k]), i;
+            if (len < 2 + kl) continue;
+            for (i = 0; i < kl; i++) {
+                char c = tok[2 + i] == '_' ? '-' : tok[2 + i];
+                if (c != keys[k][i]) break;
+            }
+            if (i < kl) continue;
+            const char *v = NULL, *ve = NULL;
+            if (len == 2 + kl) { /* the value is the next word */
+                const char *q = p;
+                while (*q == ' ') q++;
+                v = q;
+                while (*q && *q != ' ') q++;
+                ve = q;
+            } else if (tok[2 + kl] == '=') {
+                v = tok + 3 + kl;
+                ve = p;
+            }
+            if (v && ve > v) snprintf(val[k], sizeof(val[k]), "%.*s", (int)(ve - v), v);
+        }
+    }
+    size_t off = 0;
+    o[0] = 0;
+    for (int k = 0; k < 4 && off < n; k++) {
+        if (!val[k][0]) continue;
+        int w = snprintf(o + off, n - off, "%s%s=%s", off ? " " : "", keys[k], val[k]);
+        if (w < 0) break;
+        off += (size_t)w;
+    }
+}
+
+/* Runs closer than this in time may still be one job (clocks of different
+ * machines, a node that started late). */
+#define RR_JOB_SLACK_S 60.0
+
+static const char *minutes(char *o, size_t n, double s)
+{
+    if (s < 120)
+        snprintf(o, n, "%.0f s", s);
+    else if (s < 2 * 3600)
+        snprintf(o, n, "%.0f min", s / 60);
+    else
+        snprintf(o, n, "%.1f h", s / 3600);
+    return o;
+}
+
+/* Whether run x (in dir) belongs to the job of run a (in dir0, whose own
+ * start and duration are a_start, a_dur): 1, or 0 with why in why. The same
+ * rendezvous says yes, a different one no; without one on both sides, the
+ * times must overlap. */
+static int same_job(const diag_run *a, double a_start, double a_dur, const char *dir0,
+                    const diag_run *x, const char *dir, char *why, size_t n)
+{
+    char ka[300], kx[300], t[32];
+    rendezvous_of(a->command, ka, sizeof(ka));
+    rendezvous_of(x->command, kx, sizeof(kx));
+    if (ka[0] && kx[0]) {
+        if (strcmp(ka, kx) == 0) return 1;
+        snprintf(why, n, "their commands name different rendezvous (%s; %s)", ka, kx);
+        return 0;
+    }
+    if (!isfinite(a_start) || !isfinite(x->start_unix_s)) {
+        snprintf(why, n, "%s has no start time and neither names a rendezvous",
+                 isfinite(a_start) ? dir : dir0);
+        return 0;
+    }
+    double a_end = a_start + (isfinite(a_dur) ? a_dur : 0);
+    double x_end = x->start_unix_s + (isfinite(x->duration_s) ? x->duration_s : 0);
+    if (x->start_unix_s > a_end + RR_JOB_SLACK_S) {
+        snprintf(why, n, "%s started %s after %s ended", dir,
+                 minutes(t, sizeof(t), x->start_unix_s - a_end), dir0);
+        return 0;
+    }
+    if (a_start > x_end + RR_JOB_SLACK_S) {
+        snprintf(why, n, "%s started %s after %s ended", dir0,
+                 minutes(t, sizeof(t), a_start - x_end), dir);
+        return 0;
+    }
+    return 1;
+}
+
 static void node_from(dnode *nd, const diag_run *x, const char *dir)
 {
     dfig f;
@@ -870,7 +966,8 @@ static void node_from(dnode *nd, const diag_run *x, const char *dir)
     nd->align_err_s = NAN;
 }
 
-int rr_load_job(const char *const *dirs, int n, diag_run **out, char *err, size_t errlen)
+int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char *err,
+                size_t errlen)
 {
     *out = NULL;
     diag_run *r;
@@ -885,9 +982,20 @@ int rr_load_job(const char *const *dirs, int n, diag_run **out, char *err, size_
     r->nodes[0].align_err_s = 0;
     aend *a0;
     int n0 = node_ends(dirs[0], &a0);
+    double start0 = r->start_unix_s, dur0 = r->duration_s;
     for (int i = 1; i < n && r->nnodes < DIAG_MAX_NODES; i++) {
         diag_run *x;
         rc = diag_load(dirs[i], &x, err, errlen);
+        char why[700];
+        if (!rc && !as_job && !same_job(r, start0, dur0, dirs[0], x, dirs[i], why, sizeof(why))) {
+            if (err && errlen)
+                snprintf(err, errlen,
+                         "%s and %s are not one job: %s; report each on its own, or add --job "
+                         "to report them as one",
+                         dirs[0], dirs[i], why);
+            diag_free(x);
+            rc = TPF_EINVAL;
+        }
         if (rc) {
             free(a0);
             diag_free(r);
@@ -1531,7 +1639,7 @@ int rr_job_offsets(const char *const *dirs, int n, double *offsets_s, double *er
                    size_t errlen)
 {
     diag_run *r;
-    int rc = rr_load_job(dirs, n, &r, err, errlen);
+    int rc = rr_load_job(dirs, n, 1, &r, err, errlen);
     if (rc) return rc;
     for (int i = 0; i < n; i++) {
         offsets_s[i] = i < r->nnodes ? r->nodes[i].offset_s : 0;

@@ -75,8 +75,11 @@ int rr_summary_flops(const diag_run *r, buf *b);
 int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char *err,
                    size_t errlen);
 /* Load the run directories of one job (one per node) as one diag_run: node
- * 0's run plus every other node's steps and collectives, clocks aligned. */
-int rr_load_job(const char *const *dirs, int n, diag_run **out, char *err, size_t errlen);
+ * 0's run plus every other node's steps and collectives, clocks aligned.
+ * Unless as_job, runs that are not one job (different rendezvous in their
+ * commands, or times that do not overlap) are refused: TPF_EINVAL, why in err. */
+int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char *err,
+                size_t errlen);
 
 /* The clock offset (seconds to add) and alignment error of each of n run
  * directories against the first, as the report aligns them (errs_s NAN when

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build a fuzzing corpus from the shared Kineto traces: small slices of real
+"""Build a fuzzing corpus from the Kineto traces in tests/data/traces: small slices of real
 events in both layouts (object with traceEvents, bare array, with and without
 its closing bracket), a few gzip-compressed, plus edge cases.
 
@@ -15,7 +15,7 @@ import sys
 def main():
     out = pathlib.Path(sys.argv[1])
     src = pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else
-                       pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "traces" / "hta")
+                       pathlib.Path(__file__).resolve().parents[1] / "data" / "traces")
     out.mkdir(parents=True, exist_ok=True)
     rnd = random.Random(6)
     n = 0
