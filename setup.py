@@ -163,6 +163,15 @@ class BuildCLI(build_scripts):
         cc.link_executable(objs + [STATIC_LIB or WHEEL_LIB], "trainperf", output_dir=self.build_dir,
                            libraries=LIBS)
         os.chmod(os.path.join(self.build_dir, "trainperf"), 0o755)
+        # the CUPTI injection library beside the command, where `trainperf run`
+        # looks for it (docs/gpu.md); it loads CUPTI itself at run time
+        inj = cc.compile([rel("src", "gpu", "cupti_inject.c")],
+                         output_dir=os.path.join(rel("python", "build"), "gpu-obj"),
+                         include_dirs=["include", "src"], macros=[("TPF_BUILDING_LIBRARY", "1")],
+                         extra_postargs=CFLAGS + ["-fvisibility=hidden", "-fPIC"])
+        cc.link_shared_object(inj + [STATIC_LIB or WHEEL_LIB], "libtrainperf-cupti.so",
+                              output_dir=self.build_dir, libraries=LIBS,
+                              extra_postargs=["-Wl,--version-script=" + rel("src", "gpu", "cupti_inject.map")])
 
 
 class InstallCLI(install_scripts):

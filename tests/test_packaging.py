@@ -82,6 +82,12 @@ def test_pip_install_into_a_fresh_venv_gives_the_command_and_the_hook(tmp_path):
     assert len(re.findall(r"\s-c\s+src/util/buf\.c\s", log)) == 1, log[-3000:]
     exe = venv / "bin" / "trainperf"
     assert exe.exists()
+    # the CUPTI injection library beside it, exporting only its entry point
+    inj = venv / "bin" / "libtrainperf-cupti.so"
+    assert inj.exists()
+    syms = subprocess.run(["nm", "-D", "--defined-only", str(inj)], capture_output=True,
+                          text=True).stdout.split()
+    assert "InitializeInjection" in syms and not [s for s in syms if s.startswith("tpf_")]
     # the wheel carries the built extension, not its C sources
     pkg = next(venv.glob("lib/python*/site-packages/trainperf"))
     assert list(pkg.glob("_core*.so")) and not list(pkg.glob("*.[ch]"))
