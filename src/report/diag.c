@@ -167,12 +167,24 @@ static void healthy(const diag_run *r, const dctx *c, dfinding *d)
         if (isfinite(c->tree_cpu))
             ev(d, "tree_cpu_pct", c->tree_cpu, "the process tree used %.1f of %.0f cores",
                c->tree_cpu / 100, isfinite(c->cpus) ? c->cpus : 0.0);
-        rec(d, "%s",
-            r->python ? "Label the rest of the step: trainperf.phase(\"name\") around the code "
-                        "between optimizer steps, or run under `trainperf run` (zero-code mode "
-                        "samples the training thread's stacks)."
-                      : "Label the rest of the step with tpf_range_push/pop so the report can "
-                        "attribute it.");
+        if (r->python && dc->have_pyprof) {
+            /* the run was watched with the zero-code hook: its stacks were
+             * sampled and named no cause; say what would tell, not to do
+             * what the run already did */
+            ev(d, "stack_samples", dc->samples,
+               "%.0f stack samples of the training thread named no single cause", dc->samples);
+            rec(d, "Take a profiler window of a few steps to see the ops the unexplained time "
+                   "runs: `trainperf profile RUN --steps 5` while it runs, or `trainperf run "
+                   "--profile 1,1,3`; and label the code between optimizer steps with "
+                   "trainperf.phase(\"name\").");
+        } else {
+            rec(d, "%s",
+                r->python ? "Label the rest of the step: trainperf.phase(\"name\") around the code "
+                            "between optimizer steps, or run under `trainperf run` (zero-code mode "
+                            "samples the training thread's stacks)."
+                          : "Label the rest of the step with tpf_range_push/pop so the report can "
+                            "attribute it.");
+        }
         return;
     }
     fmt(d->title, sizeof(d->title), "Compute-bound on the CPU");

@@ -211,6 +211,31 @@ TT_TEST(compute_bound_run_is_healthy)
     diag_free(r);
 }
 
+/* A Python run the zero-code hook watched, whose steps are mostly outside
+ * known phases with no cause found: the verdict never advises running under
+ * `trainperf run` (it did), it says what would tell (issue 29). */
+TT_TEST(undetermined_never_asks_for_what_the_run_did)
+{
+    diag_run *r = load("cpu-only");
+    TT_ASSERT(r);
+    r->python = 1;
+    for (int p = 0; p < PH_COUNT; p++) r->warm_phase_ns[p] = r->sum_phase_ns[p] = 0;
+    r->warm_phase_ns[PH_OTHER] = 0.8 * r->warm_interval_ns;
+    r->sum_phase_ns[PH_OTHER] = 0.8 * r->sum_interval_ns;
+    r->warm_phase_ns[PH_FORWARD] = 0.2 * r->warm_interval_ns;
+    r->sum_phase_ns[PH_FORWARD] = 0.2 * r->sum_interval_ns;
+    diag_compute(r);
+    TT_EQ_STR(r->diag.primary.id, "undetermined");
+    TT_ASSERT(has_rec(&r->diag.primary, "run under `trainperf run`")); /* not watched: it may */
+    r->cause.have_pyprof = 1;
+    r->cause.samples = 240;
+    diag_compute(r);
+    TT_EQ_STR(r->diag.primary.id, "undetermined");
+    TT_ASSERT(!has_rec(&r->diag.primary, "run under `trainperf run`"));
+    TT_ASSERT(has_rec(&r->diag.primary, "trainperf profile RUN --steps"));
+    diag_free(r);
+}
+
 TT_TEST(cpu_only_run_claims_nothing_about_gpus)
 {
     diag_run *r = load("cpu-only");
