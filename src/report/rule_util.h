@@ -26,6 +26,7 @@
 #define ITER_PER_STEP_MIN 10 /* training iterators before one per step counts */
 #define ITER_PER_STEP_MAX 2  /* steps per iterator at most */
 #define COMM_SHARE 0.20
+#define COMM_TINY_BYTES (64.0 * 1024) /* collectives' bytes per rank and step: latency, not bandwidth */
 #define CKPT_SHARE 0.15
 #define IO_IOWAIT_PCT 10.0
 #define IO_PSI_PCT 10.0

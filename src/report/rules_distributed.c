@@ -35,6 +35,24 @@ static double fsdp_state_share(const diag_run *r, double *state, double *mem)
     return *state > 0 && *mem > 0 ? *state / *mem : NAN;
 }
 
+/* The bytes a rank's collectives move per step (comm/), mean over the ranks
+ * that recorded any; NAN unknown. */
+static double comm_bytes_per_step(const diag_run *r, double *ops)
+{
+    double bytes = 0, n = 0, nops = 0;
+    double steps = (double)figs_global_steps(&r->sf);
+    if (!r->have_comm || !(steps > 0)) return NAN;
+    for (int i = 0; i < r->nranks; i++)
+        if (r->ranks[i].comm_ops > 0) {
+            bytes += r->ranks[i].comm_bytes;
+            nops += r->ranks[i].comm_ops;
+            n++;
+        }
+    if (!(n > 0)) return NAN;
+    *ops = nops / n / steps;
+    return bytes / n / steps;
+}
+
 int dr_cand_comm(const diag_run *r, const dctx *c, dfinding *d)
 {
     if (!dr_phase_rule(c, d, PH_COMM, COMM_SHARE, "communication", "Communication",
@@ -71,7 +89,25 @@ int dr_cand_comm(const diag_run *r, const dctx *c, dfinding *d)
             a);
     }
     if (fsdp[0]) rec(d, "%s", fsdp);
-    if (fsdp[0]) {
+    /* tiny collectives: their time is latency and the ranks' arrival, not
+     * bandwidth; bucket tuning or the interconnect cannot help */
+    double ops = NAN, per_step = comm_bytes_per_step(r, &ops);
+    int tiny = !fsdp[0] && per_step < COMM_TINY_BYTES;
+    if (tiny) {
+        char a[32];
+        human_bytes(a, sizeof(a), per_step);
+        ev(d, "comm_bytes_per_step", per_step,
+           "the collectives move only %s per rank and step (%.1f ops): their time is latency "
+           "and waiting for the other ranks to arrive, not bandwidth",
+           a, ops);
+        rec(d, "The ranks meet late, not slowly: make the work before each collective even "
+               "across ranks (the same batch sizes, no rank doing extra logging or evaluation "
+               "inside the step), and see that no rank waits for a CPU. Tuning buckets or the "
+               "interconnect will not help collectives this small.");
+        rec(d, "A model this small may not need data parallelism: one process with a larger "
+               "batch (or several independent runs) can train as fast without the per-step "
+               "meeting.");
+    } else if (fsdp[0]) {
         /* FSDP: the all-reduce advice below is DDP's */
     } else if (r->python) {
         rec(d, "Overlap gradients' all-reduce with the backward pass (DDP does so by bucket: "
@@ -88,8 +124,9 @@ int dr_cand_comm(const diag_run *r, const dctx *c, dfinding *d)
                "each all-reduce.");
     }
     if (unused[0] && !lead) rec(d, "%s", unused);
-    rec(d, "Check the interconnect: NCCL_DEBUG=INFO shows whether NVLink/InfiniBand are used "
-           "or traffic falls back to TCP sockets.");
+    if (!tiny)
+        rec(d, "Check the interconnect: NCCL_DEBUG=INFO shows whether NVLink/InfiniBand are used "
+               "or traffic falls back to TCP sockets.");
     return 1;
 }
 
