@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, ROOT
 
 TRAINER = str(BUILD / "examples" / "trainer")
 
@@ -354,6 +354,45 @@ def test_control_bytes_never_reach_the_terminal(cli, tmp_path):
     p = subprocess.run([cli, "report", "--format", "md", str(d)], capture_output=True, text=True,
                        timeout=60)
     assert "\x1b" not in p.stdout
+
+
+READ_FILES = ["run.json", "summary.json", "steps.csv", "metrics.csv", "procs.csv", "alerts.jsonl"]
+
+
+def _planted(tmp_path, name, kind):
+    """A copy of a real run with `name` replaced by a FIFO or by a symlink to
+    a good copy of the file elsewhere."""
+    import shutil
+    src = ROOT / "tests" / "data" / "runs" / "cpu-only"
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    good = tmp_path / ("good-" + name)
+    shutil.move(run / name, good)
+    if kind == "fifo":
+        os.mkfifo(run / name)
+    else:
+        (run / name).symlink_to(good)
+    return run
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+@pytest.mark.parametrize("name", READ_FILES)
+def test_run_files_that_are_not_regular_files_are_refused(cli, tmp_path, name, kind):
+    # a FIFO named summary.json once made report, compare and top wait forever
+    run = _planted(tmp_path, name, kind)
+    for cmd in (["report", run], ["compare", run, run]):
+        p = subprocess.run([cli, *map(str, cmd)], capture_output=True, text=True, timeout=60,
+                           env=env_clean())
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, (cmd, p.stderr)
+        assert f"{name}: not a regular file" in lines[0], lines[0]
+    # top shows what it can read and never waits for the rest
+    p = subprocess.run([cli, "top", "--once", str(run)], capture_output=True, text=True,
+                       timeout=60, env=env_clean())
+    assert p.returncode in (0, 2), p.stderr
+    if name == "run.json":
+        assert p.returncode == 2 and "run.json" in p.stderr
+    assert (run / name).is_symlink() if kind == "symlink" else (run / name).is_fifo()
 
 
 def test_huge_start_time_in_steps_csv_does_not_crash_report(cli, tmp_path):

@@ -23,6 +23,7 @@
 #include "record/writers.h"
 #include "report/failures.h"
 #include "trainperf.h"
+#include "util/afile.h"
 #include "util/buf.h"
 #include "util/jsonw.h"
 
@@ -508,7 +509,7 @@ static void tail_read(sup *s)
     if (s->tfd < 0) {
         char path[PATH_MAX + 16];
         snprintf(path, sizeof(path), "%s/steps.csv", s->run_dir);
-        s->tfd = open(path, O_RDONLY | O_CLOEXEC);
+        s->tfd = afile_open_read(path);
         if (s->tfd < 0) return;
     }
     char chunk[65536];

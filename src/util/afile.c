@@ -164,6 +164,41 @@ int afile_write(const char *path, const void *data, size_t len)
     return rc;
 }
 
+/* ---- reading a run directory's files ---- */
+
+int afile_open_read(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
+FILE *afile_fopen_read(const char *path)
+{
+    int fd = afile_open_read(path);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
+}
+
+const char *afile_read_why(int e)
+{
+    return e == EINVAL || e == ELOOP ? "not a regular file" : strerror(e);
+}
+
 /* ---- outputs the user named ---- */
 
 #define AFILE_OUT_BUF (1 << 16)

@@ -62,6 +62,18 @@ int afile_write(const char *path, const void *data, size_t len);
  * *done (when not NULL) says how much went out. */
 int afile_write_all(int fd, const void *p, size_t n, size_t *done);
 
+/* ---- reading a run directory's files ----
+ * A FIFO planted at summary.json must not hang `report` or `top`, a symlink
+ * must not send them elsewhere: the open is O_NONBLOCK|O_NOFOLLOW, and only a
+ * regular file is kept (its fd made blocking again). Returns an fd, or -1
+ * with errno set (EINVAL: not a regular file, ELOOP: a symlink). */
+int afile_open_read(const char *path);
+/* The same as a stdio stream ("rb"); NULL with errno set. */
+FILE *afile_fopen_read(const char *path);
+/* What to say for an errno from these: "not a regular file" for a FIFO, a
+ * device or a symlink, else strerror. */
+const char *afile_read_why(int e);
+
 /* ---- outputs the user named (--out FILE, -o FILE) ----
  *
  * What is at the name decides, and nothing but a regular file is ever
