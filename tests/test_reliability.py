@@ -542,6 +542,32 @@ def test_dead_runs_segments_are_swept_after_recovering_them(cli, tmp_path):
     assert rec["steps_from_rings"] == 400 - on_disk
 
 
+def test_dead_runs_segments_are_swept_when_its_run_directory_is_gone(cli, tmp_path):
+    # collector and trainee killed, run directory deleted: nothing to recover
+    # into, but the 8 MiB of segments in /dev/shm must not stay forever
+    import shutil
+    base = _private_shm(tmp_path)
+    env = env_clean(TRAINPERF_SHM_DIR=str(base))
+    d = tmp_path / "killed"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                           "100000000", "--data-delay-ms", "10", "--quiet"], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_rows(d, 30, tp)
+    kids = _children(tp.pid)
+    tp.kill()
+    tp.wait()
+    for k in kids:
+        os.kill(k, signal.SIGKILL)
+        _wait_gone(k)
+    (seg,) = os.listdir(base)
+    assert any(n.startswith("seg-") for n in os.listdir(base / seg))
+    shutil.rmtree(d)
+    p = subprocess.run([cli, "run", "--quiet", "--out", str(tmp_path / "next"), "--", "true"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert os.listdir(base) == []
+
+
 def test_a_live_runs_segments_are_never_swept(cli, tmp_path):
     base = _private_shm(tmp_path)
     env = env_clean(TRAINPERF_SHM_DIR=str(base))
