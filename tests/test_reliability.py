@@ -168,6 +168,17 @@ def test_existing_run_needs_force(cli, tmp_path):
     assert not (d / "extra-file").exists()  # replaced, not mixed
 
 
+@pytest.mark.parametrize("force", [False, True])
+def test_out_naming_a_file_says_so_and_never_suggests_force(cli, tmp_path, force):
+    f = tmp_path / "notes.txt"
+    f.write_text("mine\n")
+    p = run(cli, f, "true", extra=["--force"] if force else [])
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert "is not a directory" in lines[0] and "--force replaces" not in lines[0]
+    assert f.read_text() == "mine\n"
+
+
 def test_force_in_a_non_run_directory_keeps_the_users_files(cli, tmp_path):
     d = tmp_path / "proj"
     d.mkdir()

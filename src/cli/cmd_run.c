@@ -774,8 +774,13 @@ int cmd_run(int argc, char **argv)
     /* One run per directory, locked for the whole run (rundir.h). */
     int lock_fd = rc = rec_rundir_claim(run_dir, a.force ? REC_CLAIM_FORCE : 0);
     if (rc == TPF_EBUSY || rc == TPF_EEXIST) {
+        struct stat ost;
         if (rc == TPF_EBUSY)
             cli_error("run directory %s is in use by another run", run_dir);
+        else if (stat(run_dir, &ost) == 0 && !S_ISDIR(ost.st_mode))
+            cli_error("--out %s is not a directory (a file of that name is there)", run_dir);
+        else if (a.force)
+            cli_error("run directory %s holds a run that --force could not replace", run_dir);
         else
             cli_error("run directory %s already holds a run (--force replaces it)", run_dir);
         alerts_free(alerts);
