@@ -49,5 +49,6 @@ py bench/bench_autohook.py --all
 py bench/bench_backward_hook.py
 py bench/bench_comm.py
 py bench/bench_exporters_e2e.py
+py bench/bench_prom_flood.py
 
 exit $status

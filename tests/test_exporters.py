@@ -294,6 +294,58 @@ def test_prometheus_stuck_scraper_never_holds_the_run(cli, tmp_path):
     assert steps > 0
 
 
+def _flood(host, port, idle, loris):
+    """`idle` connections that send nothing and `loris` that send half a
+    request head and stop; connected without blocking (a server that stops
+    accepting must not hang the test's own setup)."""
+    socks = []
+    for i in range(idle + loris):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex((host, port))
+        socks.append(s)
+    time.sleep(0.5)
+    for s in socks[idle:]:
+        try:
+            s.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        except OSError:
+            pass
+    return socks
+
+
+@pytest.mark.once
+def test_prometheus_scrape_answers_through_idle_and_slow_loris_connections(cli, tmp_path):
+    """1,000 idle and 100 slow-loris connections: the scrape is still answered
+    (once 16 idle connections held the server's every slot for 10 s each) and
+    the run goes on. How fast: bench/bench_prom_flood.py."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 1300:
+        pytest.skip(f"needs 1,300 open files (limit {hard})")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300), hard))
+    out = tmp_path / "run"
+    p = _start_run(cli, out, "--prometheus", "0")
+    socks = []
+    try:
+        url = _url(out)
+        host, port = urllib.parse.urlparse(url).netloc.split(":")
+        _wait_for(lambda: "trainperf_steps_total{" in _page(url), what="steps")
+        socks = _flood(host, int(port), 1000, 100)
+        st, _, page = _get(url, timeout=60)
+        assert st == 200 and "trainperf_steps_total{" in page
+        s1 = _value(page, "trainperf_steps_total")
+        time.sleep(1.0)
+        s2 = _value(_get(url, timeout=60)[2], "trainperf_steps_total")
+        assert s2 > s1
+        # the connections made room for were closed and counted, not leaked
+        assert _value(_get(url, timeout=60)[2], "trainperf_scrape_errors_total") >= 1000 - 256
+    finally:
+        for s in socks:
+            s.close()
+        _stop(p)
+    assert sum(1 for _ in open(out / "steps.csv")) > 1
+
+
 def _tb_events(run):
     from tensorboard.backend.event_processing import event_accumulator as ea
     acc = ea.EventAccumulator(str(run), size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})

@@ -11,7 +11,10 @@ import math
 import re
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -522,6 +525,118 @@ def test_crash_loop_without_progress_stops_early(run_cli, tmp_path):
     assert len(att) == 2  # default cap: 2 attempts in a row without a step, not 6 attempts
     assert "no progress" in att[-1]["stopped"]
     assert all(a["steps"] == 0 and a["exit_code"] == 4 for a in att)
+
+
+# A process of the run that left its session (setsid) and ignores SIGTERM:
+# the sh becomes `sleep`, keeping its pid (written to the file in argv).
+DETACH = """
+import subprocess
+def detach(pidfile):
+    subprocess.Popen(["sh", "-c", "trap '' TERM; echo $$ > %s.tmp; mv %s.tmp %s; exec sleep 999"
+                      % (pidfile, pidfile, pidfile)], start_new_session=True)
+    while not os.path.exists(pidfile):
+        time.sleep(0.01)
+    return int(open(pidfile).read())
+"""
+
+
+def alive(pid):
+    try:
+        st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return st != "Z"
+
+
+def end_leftover(pidfile):
+    """The test's own cleanup: a broken trainperf leaves the sleeper behind."""
+    try:
+        pid = int(pidfile.read_text())
+    except (OSError, ValueError):
+        return
+    if alive(pid):
+        os.kill(pid, 9)
+
+
+def test_on_hang_restart_ends_a_descendant_that_left_the_session(run_cli, tmp_path):
+    # attempt 1 leaves a setsid'd process that ignores SIGTERM, then hangs:
+    # the restart ends it (SIGKILL after the grace) before attempt 2 starts,
+    # and the run ends instead of waiting for it
+    pid1 = tmp_path / "left-1"
+    seen = tmp_path / "seen-by-2"
+    s = script(tmp_path, "detach_hang.py", DETACH + """
+steps(12)
+if not os.path.exists(sys.argv[1]):
+    detach(sys.argv[1])
+    while True:
+        time.sleep(0.1)
+left = int(open(sys.argv[1]).read())
+open(sys.argv[2], "w").write("alive" if os.path.exists(f"/proc/{left}") else "gone")
+""")
+    run = tmp_path / "run"
+    try:
+        r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s", *LATE_START,
+                    "--on-hang", "restart", "--restart", "2", "--restart-backoff", "0s",
+                    "--kill-grace", "1s", "--", sys.executable, s, pid1, seen,
+                    timeout=120, env=py_env())
+    finally:
+        end_leftover(pid1)
+    assert r.returncode == 0, r.stderr
+    att = load(run, "attempts.json")["attempts"]
+    assert [a["ended_by"] for a in att] == ["hang", "exit"]
+    assert seen.read_text() == "gone"
+
+
+def test_on_hang_kill_ends_what_the_root_left_running(run_cli, tmp_path):
+    # the command exits at once, leaving a setsid'd process that makes no step
+    # and ignores SIGTERM: the watch goes on over it and --on-hang kill ends it
+    pidf = tmp_path / "left"
+    s = script(tmp_path, "detach_exit.py", DETACH + "detach(sys.argv[1])\n")
+    run = tmp_path / "run"
+    try:
+        r = run_cli("run", "--quiet", "--out", run, "--hang-timeout", "1s",
+                    "--startup-timeout", "1s", "--on-hang", "kill", "--kill-grace", "1s",
+                    "--", sys.executable, s, pidf, timeout=120, env=py_env())
+    finally:
+        end_leftover(pidf)
+    assert r.returncode == 0, r.stderr  # the root's own exit
+    assert not alive(int(pidf.read_text()))
+    h = jsonl(run, "hangs.jsonl")
+    assert len(h) == 1 and h[0]["action"] == "kill", h
+    assert h[0]["verdict"].startswith("pid %s " % pidf.read_text().strip()), h
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_trainperf_ends_the_whole_tree(cli, tmp_path, sig):
+    # `timeout` or a scheduler sends trainperf SIGTERM: every process of the
+    # run hears it, and one that ignores it is killed after the grace period
+    pidf = tmp_path / "left"
+    s = script(tmp_path, "detach_train.py", DETACH + """
+detach(sys.argv[1])
+while True:
+    steps(1)
+""")
+    run = tmp_path / "run"
+    env = dict(os.environ, **py_env())
+    env.pop("TRAINPERF_RUN_DIR", None)
+    p = subprocess.Popen([cli, "run", "--quiet", "--out", str(run), "--kill-grace", "1s", "--",
+                          sys.executable, str(s), str(pidf)], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if pidf.exists() or p.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert pidf.exists()
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        end_leftover(pidf)
+    assert p.returncode == 128 + sig, err
+    assert not alive(int(pidf.read_text()))
+    assert load(run, "summary.json")["steps"]["count"] > 0
 
 
 def test_restart_on_chooses_what_restarts(run_cli, tmp_path):

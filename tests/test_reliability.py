@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, ROOT
 
 TRAINER = str(BUILD / "examples" / "trainer")
 
@@ -166,6 +166,17 @@ def test_existing_run_needs_force(cli, tmp_path):
     assert p.returncode == 0, p.stderr
     assert len(steps_rows(d)) == 3
     assert not (d / "extra-file").exists()  # replaced, not mixed
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_out_naming_a_file_says_so_and_never_suggests_force(cli, tmp_path, force):
+    f = tmp_path / "notes.txt"
+    f.write_text("mine\n")
+    p = run(cli, f, "true", extra=["--force"] if force else [])
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert "is not a directory" in lines[0] and "--force replaces" not in lines[0]
+    assert f.read_text() == "mine\n"
 
 
 def test_force_in_a_non_run_directory_keeps_the_users_files(cli, tmp_path):
@@ -356,6 +367,45 @@ def test_control_bytes_never_reach_the_terminal(cli, tmp_path):
     assert "\x1b" not in p.stdout
 
 
+READ_FILES = ["run.json", "summary.json", "steps.csv", "metrics.csv", "procs.csv", "alerts.jsonl"]
+
+
+def _planted(tmp_path, name, kind):
+    """A copy of a real run with `name` replaced by a FIFO or by a symlink to
+    a good copy of the file elsewhere."""
+    import shutil
+    src = ROOT / "tests" / "data" / "runs" / "cpu-only"
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    good = tmp_path / ("good-" + name)
+    shutil.move(run / name, good)
+    if kind == "fifo":
+        os.mkfifo(run / name)
+    else:
+        (run / name).symlink_to(good)
+    return run
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+@pytest.mark.parametrize("name", READ_FILES)
+def test_run_files_that_are_not_regular_files_are_refused(cli, tmp_path, name, kind):
+    # a FIFO named summary.json once made report, compare and top wait forever
+    run = _planted(tmp_path, name, kind)
+    for cmd in (["report", run], ["compare", run, run]):
+        p = subprocess.run([cli, *map(str, cmd)], capture_output=True, text=True, timeout=60,
+                           env=env_clean())
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, (cmd, p.stderr)
+        assert f"{name}: not a regular file" in lines[0], lines[0]
+    # top shows what it can read and never waits for the rest
+    p = subprocess.run([cli, "top", "--once", str(run)], capture_output=True, text=True,
+                       timeout=60, env=env_clean())
+    assert p.returncode in (0, 2), p.stderr
+    if name == "run.json":
+        assert p.returncode == 2 and "run.json" in p.stderr
+    assert (run / name).is_symlink() if kind == "symlink" else (run / name).is_fifo()
+
+
 def test_huge_start_time_in_steps_csv_does_not_crash_report(cli, tmp_path):
     d = tmp_path / "r"
     assert run(cli, d, TRAINER, "--steps", "5", "--quiet").returncode == 0
@@ -501,6 +551,32 @@ def test_dead_runs_segments_are_swept_after_recovering_them(cli, tmp_path):
     assert len(steps_rows(d)) == 400
     rec = json.loads((d / "recovered.json").read_text())
     assert rec["steps_from_rings"] == 400 - on_disk
+
+
+def test_dead_runs_segments_are_swept_when_its_run_directory_is_gone(cli, tmp_path):
+    # collector and trainee killed, run directory deleted: nothing to recover
+    # into, but the 8 MiB of segments in /dev/shm must not stay forever
+    import shutil
+    base = _private_shm(tmp_path)
+    env = env_clean(TRAINPERF_SHM_DIR=str(base))
+    d = tmp_path / "killed"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                           "100000000", "--data-delay-ms", "10", "--quiet"], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_rows(d, 30, tp)
+    kids = _children(tp.pid)
+    tp.kill()
+    tp.wait()
+    for k in kids:
+        os.kill(k, signal.SIGKILL)
+        _wait_gone(k)
+    (seg,) = os.listdir(base)
+    assert any(n.startswith("seg-") for n in os.listdir(base / seg))
+    shutil.rmtree(d)
+    p = subprocess.run([cli, "run", "--quiet", "--out", str(tmp_path / "next"), "--", "true"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert os.listdir(base) == []
 
 
 def test_a_live_runs_segments_are_never_swept(cli, tmp_path):

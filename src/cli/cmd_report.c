@@ -1,5 +1,6 @@
 /* trainperf report RUN [--format text|md|html|json] [--out FILE] */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "cli/cli.h"
 #include "record/recover.h"
 #include "trainperf.h"
+#include "util/afile.h"
 
 #define REPORT_MAX_DIRS 16
 
@@ -89,16 +91,19 @@ int cli_output_opt(int argc, char **argv, int *i, int *fmt, const char **out)
 
 int cli_write_out(const char *out, const buf *b)
 {
-    FILE *f = out ? fopen(out, "wb") : stdout;
-    if (!f) {
-        cli_error("cannot write %s: %s", out, strerror(errno));
-        return CLI_USAGE;
+    if (out) {
+        /* the one way outputs are written (util/afile.h): never replaces a
+         * device, FIFO or link, and a write error is an error */
+        char err[PATH_MAX + 200];
+        if (afile_out_write(out, b->data, b->len, err, sizeof(err)) != 0) {
+            cli_error("%s", err);
+            return CLI_USAGE;
+        }
+        return CLI_OK;
     }
-    size_t n = b->len ? fwrite(b->data, 1, b->len, f) : 0;
-    int bad = n != b->len || fflush(f) != 0;
-    if (out && fclose(f) != 0) bad = 1;
-    if (bad) {
-        cli_error("writing %s failed: %s", out ? out : "stdout", strerror(errno));
+    size_t n = b->len ? fwrite(b->data, 1, b->len, stdout) : 0;
+    if (n != b->len || fflush(stdout) != 0) {
+        cli_error("writing stdout failed: %s", strerror(errno));
         return CLI_USAGE;
     }
     return CLI_OK;

@@ -62,6 +62,7 @@ typedef struct run_args {
 
 static volatile sig_atomic_t run_child_pgid; /* 0 once the child is reaped */
 static volatile sig_atomic_t run_signals;
+static volatile sig_atomic_t run_last_signal;
 
 static void run_usage(FILE *f)
 {
@@ -395,10 +396,21 @@ static int child_env(child_envp *e, const char *run_dir, const char *seg_dir, co
 static void on_signal(int sig)
 {
     run_signals++;
+    run_last_signal = sig;
     pid_t pg = (pid_t)run_child_pgid;
     /* Forward to the child's group; once it is gone the run is being
      * finished and further signals only count (the run dir is not lost). */
     if (pg > 0) kill(-pg, sig);
+}
+
+/* The handler reaches only the root's group (all it can do safely): the
+ * rest of the tree (setsid, orphans) hears of it here, from the wait loop,
+ * and the supervisor bounds the wait for it (SIGKILL after the grace). */
+static void pass_signals(sup *sv, sig_atomic_t *passed)
+{
+    if (!sv || run_signals == *passed) return;
+    *passed = run_signals;
+    sup_user_signal(sv, (int)run_last_signal);
 }
 
 static void install_signals(void)
@@ -810,8 +822,13 @@ int cmd_run(int argc, char **argv)
     /* One run per directory, locked for the whole run (rundir.h). */
     int lock_fd = rc = rec_rundir_claim(run_dir, a.force ? REC_CLAIM_FORCE : 0);
     if (rc == TPF_EBUSY || rc == TPF_EEXIST) {
+        struct stat ost;
         if (rc == TPF_EBUSY)
             cli_error("run directory %s is in use by another run", run_dir);
+        else if (stat(run_dir, &ost) == 0 && !S_ISDIR(ost.st_mode))
+            cli_error("--out %s is not a directory (a file of that name is there)", run_dir);
+        else if (a.force)
+            cli_error("run directory %s holds a run that --force could not replace", run_dir);
         else
             cli_error("run directory %s already holds a run (--force replaces it)", run_dir);
         alerts_free(alerts);
@@ -919,8 +936,10 @@ int cmd_run(int argc, char **argv)
     int tty = isatty(2), color = cli_color(stderr);
     double period = tty ? 1.0 : 10.0, next_status = mono_s() + period;
     int status = 0, drawn = 0;
+    sig_atomic_t sigs_passed = 0;
     for (;;) {
         run_signals = 0;
+        sigs_passed = 0;
         for (;;) {
             pid_t w = waitpid(child, &status, WNOHANG | (tty_fd >= 0 ? WUNTRACED : 0));
             if (w == child && WIFSTOPPED(status)) {
@@ -938,6 +957,7 @@ int cmd_run(int argc, char **argv)
             reap_orphans(child);
             struct timespec nap = {0, 50 * 1000000L};
             nanosleep(&nap, NULL);
+            pass_signals(sv, &sigs_passed);
             if (sv) sup_tick(sv, color);
             if (c && !a.quiet) status_due(tty, color, period, &next_status, &drawn);
         }
@@ -969,9 +989,15 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "trainperf: the command exited; waiting for the processes it left "
                             "running (Ctrl-C ends them)\n");
         run_child_pgid = child;
+        if (sv) sup_tail_start(sv);
         while (orphans_left(child)) {
             struct timespec nap = {0, 50 * 1000000L};
             nanosleep(&nap, NULL);
+            pass_signals(sv, &sigs_passed);
+            if (sv) {
+                sup_tick(sv, color);
+                if (sup_tail_done(sv)) break;
+            }
             if (c && !a.quiet) status_due(tty, color, period, &next_status, &drawn);
         }
         run_child_pgid = 0;

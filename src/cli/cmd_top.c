@@ -14,6 +14,7 @@
 
 #include "cli/cli.h"
 #include "cli/top_ranks.h"
+#include "util/afile.h"
 #include "util/human.h"
 #include "trainperf.h"
 #include "util/buf.h"
@@ -84,7 +85,7 @@ static int read_metrics(const char *dir, top_row *r)
 {
     char path[PATH_MAX];
     if (snprintf(path, sizeof(path), "%s/metrics.csv", dir) >= (int)sizeof(path)) return -1;
-    FILE *f = fopen(path, "re");
+    FILE *f = afile_fopen_read(path);
     if (!f) return -1;
     r->nh = r->nc = 0;
     if (!fgets(r->hdr, sizeof(r->hdr), f) || !strchr(r->hdr, '\n')) {
@@ -151,7 +152,7 @@ static void read_alerts(const char *dir, top_alerts *a)
     a->n = 0;
     char path[PATH_MAX];
     if (snprintf(path, sizeof(path), "%s/alerts.jsonl", dir) >= (int)sizeof(path)) return;
-    FILE *f = fopen(path, "re");
+    FILE *f = afile_fopen_read(path);
     if (!f) return;
     char line[4096];
     while (fgets(line, sizeof(line), f)) {

@@ -23,6 +23,7 @@
 #include "record/writers.h"
 #include "report/failures.h"
 #include "trainperf.h"
+#include "util/afile.h"
 #include "util/buf.h"
 #include "util/jsonw.h"
 
@@ -33,6 +34,7 @@
 #define SUP_MAX_ATTEMPTS 1000
 #define SUP_LINE_MAX 4096
 #define SUP_TICK_S 0.25
+#define SUP_KILL_WAIT_S 10.0  /* after SIGKILL, how long a process of the run is waited for */
 #define SUP_HEARTBEAT_IDLE_S 5.0 /* rewrite at least this often while nothing moves */
 #define SUP_BUSY_CAP 10.0        /* a checkpoint/eval pauses the watch for at most this x the bound */
 
@@ -77,7 +79,7 @@ double sup_parse_duration(const char *s)
 static const char *const sup_value_opts[] = {"--hang-timeout",  "--startup-timeout",
                                              "--on-hang",       "--restart",
                                              "--restart-on",    "--restart-backoff",
-                                             "--restart-no-progress", "--mtbf", NULL};
+                                             "--restart-no-progress", "--mtbf", "--kill-grace", NULL};
 
 int sup_opt_takes_value(const char *opt)
 {
@@ -201,6 +203,15 @@ int sup_parse_opt(sup_opts *o, const char *opt, const char *val)
         o->no_progress = (int)n;
         return 1;
     }
+    if (strcmp(opt, "--kill-grace") == 0) {
+        double d = sup_parse_duration(val);
+        if (d < 0 || d > 3600) {
+            cli_error("--kill-grace '%s': expected a duration from 0s to 1h", val);
+            return -1;
+        }
+        o->kill_grace_s = d;
+        return 1;
+    }
     if (strcmp(opt, "--mtbf") == 0) {
         double d = sup_parse_duration(val);
         if (d < 1) {
@@ -248,6 +259,8 @@ void sup_usage(FILE *f)
             "  --restart-backoff D   wait before the first restart, doubled each time (default 1s)\n"
             "  --restart-no-progress K  stop restarting after K attempts in a row without a step\n"
             "                        (default 2; 0: no cap)\n"
+            "  --kill-grace D        SIGTERM to SIGKILL when the run's processes are ended (hang,\n"
+            "                        restart, a signal to trainperf; default 5s)\n"
             "  --mtbf D              mean time between failures for the checkpoint interval advice\n"
             "                        (default: from this run's own failures)\n");
 }
@@ -310,6 +323,9 @@ struct sup {
     double term_t;               /* SIGTERM sent (kill/restart); NAN none */
     int killed;                  /* SIGKILL sent */
     int hang_ended;              /* the running attempt is being ended by the watch */
+    pid_t pgid;                  /* the last attempt's process group (its root's pid) */
+    int tail;                    /* the root is gone, processes it left are watched */
+    int user_sig;                /* a signal the user sent trainperf was passed on */
     char last_verdict[640];
     char last_stacks[64];
     /* ticks */
@@ -493,7 +509,7 @@ static void tail_read(sup *s)
     if (s->tfd < 0) {
         char path[PATH_MAX + 16];
         snprintf(path, sizeof(path), "%s/steps.csv", s->run_dir);
-        s->tfd = open(path, O_RDONLY | O_CLOEXEC);
+        s->tfd = afile_open_read(path);
         if (s->tfd < 0) return;
     }
     char chunk[65536];
@@ -761,14 +777,100 @@ static int busy_now(sup *s)
     return busy;
 }
 
+/* Every process of the run: our descendants, whatever session or group
+ * they moved to (we are the subreaper, so the orphans among them are our
+ * children). Signals them all; returns how many there were. */
+static int tree_signal(int sig, pid_t skip_pgid)
+{
+    pid_t pids[HD_MAX_PROCS];
+    int n = hd_tree(getpid(), pids, NULL, HD_MAX_PROCS);
+    for (int i = 1; i < n; i++)
+        if (skip_pgid <= 0 || getpgid(pids[i]) != skip_pgid) kill(pids[i], sig);
+    return n - 1;
+}
+
 static void group_signal(sup *s, int sig)
 {
-    if (s->child <= 0) return;
-    kill(-s->child, sig);
-    /* processes of the tree that left the group (setsid) too */
-    pid_t pids[HD_MAX_PROCS];
-    int n = hd_tree(s->child, pids, NULL, HD_MAX_PROCS);
-    for (int i = 1; i < n; i++) kill(pids[i], sig);
+    /* the root's group first (one call, no race with its forks), then the
+     * rest of the tree (setsid, reparented orphans) */
+    if (s->child > 0) kill(-s->child, sig);
+    tree_signal(sig, 0);
+}
+
+/* Zombies of the tree that came to us; never the root, whose status the
+ * caller takes (root 0: it is already reaped). */
+static void reap_others(pid_t root)
+{
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0 ||
+            si.si_pid == root)
+            return;
+        waitpid(si.si_pid, NULL, 0);
+    }
+}
+
+/* End what is left of the tree: SIGTERM, SIGKILL after the grace period,
+ * then at most SUP_KILL_WAIT_S more for processes the kernel holds (D
+ * state). Returns the number still there (0: all gone). */
+static int end_tree(sup *s)
+{
+    reap_others(0);
+    if (tree_signal(SIGTERM, 0) <= 0) return 0;
+    double t0 = mono_now();
+    int killed = 0, left = 1;
+    while (left > 0) {
+        struct timespec nap = {0, 20 * 1000000L};
+        nanosleep(&nap, NULL);
+        reap_others(0);
+        double el = mono_now() - t0;
+        if (el >= s->o.kill_grace_s) {
+            left = tree_signal(SIGKILL, 0);
+            killed = 1;
+        } else {
+            left = tree_signal(0, 0);
+        }
+        if (killed && el >= s->o.kill_grace_s + SUP_KILL_WAIT_S) break;
+    }
+    return left;
+}
+
+void sup_end_leftovers(sup *s)
+{
+    int left = end_tree(s);
+    if (left > 0) {
+        fprintf(stderr, "trainperf: %d process%s of the run did not end %.0f s after SIGKILL "
+                        "(stuck in the kernel?); going on without waiting for them\n",
+                left, left == 1 ? "" : "es", SUP_KILL_WAIT_S);
+        fflush(stderr);
+    }
+}
+
+void sup_tail_start(sup *s)
+{
+    s->tail = 1;
+}
+
+int sup_tail_done(sup *s)
+{
+    /* a kill that cannot complete (D state) is not waited for past the bound */
+    return isfinite(s->term_t) && mono_now() - s->term_t >= s->o.kill_grace_s + SUP_KILL_WAIT_S;
+}
+
+void sup_user_signal(sup *s, int sig)
+{
+    if (s->user_sig && isfinite(s->term_t)) {
+        /* asked twice: no more grace */
+        group_signal(s, SIGKILL);
+        s->killed = 1;
+        return;
+    }
+    s->user_sig = 1;
+    /* the root's group has it from the handler: a second SIGINT would cut
+     * short a clean shutdown */
+    tree_signal(sig, s->pgid);
+    if (!isfinite(s->term_t)) s->term_t = mono_now();
 }
 
 static const char *action_name(int a)
@@ -792,7 +894,13 @@ static void fire_hang(sup *s, double t, double since, double bound, const char *
              bound, kind, s->natt, t);
     hd_result *res = calloc(1, sizeof(*res));
     if (!res) return;
-    int rc = hd_dump(s->run_dir, s->child, s->nhangs, headline, res);
+    /* with the root gone, the tree it left (its first process, ours now) */
+    pid_t root = s->child;
+    if (root <= 0) {
+        pid_t pids[2];
+        root = hd_tree(getpid(), pids, NULL, 2) == 2 ? pids[1] : 0;
+    }
+    int rc = root > 0 ? hd_dump(s->run_dir, root, s->nhangs, headline, res) : TPF_EIO;
     snprintf(s->last_verdict, sizeof(s->last_verdict), "%s", res->verdict);
     snprintf(s->last_stacks, sizeof(s->last_stacks), "%s", rc ? "" : res->stacks);
     char msg[1024];
@@ -864,10 +972,12 @@ void sup_attempt_start(sup *s, pid_t child)
     a->first_step_t = a->last_step_t = a->last_ckpt_t = NAN;
     a->ended_by = "running";
     s->child = child;
+    s->pgid = child;
     s->stall_fired = 0;
     s->hang_ended = 0;
     s->term_t = NAN;
     s->killed = 0;
+    s->tail = 0;
     s->busy_end_t = s->busy_since_t = NAN;
     s->seen_t = NAN;
     s->next_tick = 0;
@@ -879,8 +989,9 @@ void sup_tick(sup *s, int color)
     double m = mono_now();
     if (m < s->next_tick) return;
     s->next_tick = m + SUP_TICK_S;
-    if (s->child <= 0 || !s->natt) return;
-    if (isfinite(s->term_t) && !s->killed && m - s->term_t >= s->o.kill_grace_s) {
+    if ((s->child <= 0 && !s->tail) || !s->natt) return;
+    /* again at every tick: a process forked since the last one is caught too */
+    if (isfinite(s->term_t) && m - s->term_t >= s->o.kill_grace_s) {
         group_signal(s, SIGKILL);
         s->killed = 1;
     }
@@ -978,6 +1089,8 @@ int sup_attempt_end(sup *s, int status, int user_signal, volatile sig_atomic_t *
         }
     }
     if (again && stop && *stop) again = 0;
+    /* what the attempt left running never overlaps the next one */
+    if (again) sup_end_leftovers(s);
     if (again) {
         int done = s->natt - 1;
         double wait = s->o.backoff_s;

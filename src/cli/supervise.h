@@ -75,6 +75,20 @@ void sup_tick(sup *s, int color);
  * start: the backoff has then been waited (cut short when *stop becomes
  * non-zero, and 0 returned). */
 int sup_attempt_end(sup *s, int status, int user_signal, volatile sig_atomic_t *stop);
+/* The attempt's root has ended (sup_attempt_end called, no restart) and
+ * processes it started still run: the hang watch goes on over them (ticks
+ * continue), and --on-hang kill ends them all. */
+void sup_tail_start(sup *s);
+/* 1 when the processes left could not be ended within the bound (the grace
+ * period, then SIGKILL and SUP_KILL_WAIT_S): stop waiting for them. */
+int sup_tail_done(sup *s);
+/* The user sent trainperf `sig`: pass it to every process of the run (their
+ * group, and those that left it); SIGKILL follows after the grace period
+ * (from sup_tick), at once on a second signal. */
+void sup_user_signal(sup *s, int sig);
+/* SIGTERM to every process of the run still there, SIGKILL after the grace
+ * period; returns once they are gone, or after a bound (says so on stderr). */
+void sup_end_leftovers(sup *s);
 /* After the collector has finished (steps.csv complete): final heartbeat,
  * attempts.json and failures.json. */
 void sup_finish(sup *s);

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/top_ranks.h"
+#include "util/afile.h"
 
 #define TOP_STEPS_TAIL (512 * 1024)
 #define TOP_MAX_RANKS 64       /* rows shown; more are summed up in one line */
@@ -77,7 +78,7 @@ void top_ranks_print(const char *dir, double now_t, int color)
 {
     char path[PATH_MAX];
     if (snprintf(path, sizeof(path), "%s/steps.csv", dir) >= (int)sizeof(path)) return;
-    FILE *f = fopen(path, "re");
+    FILE *f = afile_fopen_read(path);
     if (!f) return;
     char hdr[1024];
     struct stat st;

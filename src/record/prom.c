@@ -5,7 +5,10 @@
  * swaps it in with a trylock: a scrape copying the page at that instant costs
  * the collector one lost update (counted), never a wait. The server thread
  * serves up to PROM_MAX_CONNS connections side by side (poll), each with a
- * deadline, so a slow or stuck scraper delays nobody. */
+ * deadline, so a slow or stuck scraper delays nobody; the listening socket is
+ * always drained, and with the table full the oldest connection still
+ * waiting for its request makes room, so idle and slow-loris connections
+ * never starve a scrape (issue 27). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +36,8 @@
 #define PROM_PAGE_MAX (4u << 20)   /* one rendered page */
 #define PROM_REQ_MAX 8192          /* request head */
 #define PROM_IO_MS 10000           /* per connection, read + write (Prometheus' default scrape timeout) */
-#define PROM_MAX_CONNS 16          /* connections served side by side */
+#define PROM_MAX_CONNS 256         /* connections served side by side */
+#define PROM_ACCEPT_BURST 256      /* accepted per wake-up: the backlog never overflows */
 #define PROM_POLL_MS 250
 #define PROM_MAX_RULES 64
 
@@ -147,7 +151,9 @@ int prom_listen(const char *host, int port, int *bound_port, char *err, size_t e
         }
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 16) == 0) {
+        /* a deep backlog: a burst of idle connections must not leave the
+         * scraper's SYN dropped (a 1 s retry) before we drain it */
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) {
             rc = 0;
             break;
         }
@@ -187,6 +193,7 @@ static int64_t now_ms(void)
 typedef struct prom_conn {
     int fd;                /* -1: free slot */
     int64_t deadline;
+    uint64_t seq;          /* accept order: the oldest idle one goes first */
     char req[PROM_REQ_MAX + 1];
     size_t got;
     buf out;               /* the whole response */
@@ -304,6 +311,46 @@ static void conn_write(prom *p, prom_conn *c)
     conn_close(p, c, 0);
 }
 
+/* A slot for a new connection: a free one, else the oldest still waiting
+ * for its request (idle or slow-loris), closed and counted; NULL when every
+ * slot is sending a response (those finish or time out on their own). */
+static prom_conn *conn_slot(prom *p, prom_conn *conns)
+{
+    prom_conn *old = NULL;
+    for (int i = 0; i < PROM_MAX_CONNS; i++) {
+        prom_conn *c = &conns[i];
+        if (c->fd < 0) return c;
+        if (!c->writing && (!old || c->seq < old->seq)) old = c;
+    }
+    if (old) conn_close(p, old, 1); /* counted with the dropped ones */
+    return old;
+}
+
+/* Everything waiting in the backlog, a burst at a time. */
+static void accept_all(prom *p, prom_conn *conns, uint64_t *seq)
+{
+    for (int k = 0; k < PROM_ACCEPT_BURST; k++) {
+        int fd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) return;
+        prom_conn *c = conn_slot(p, conns);
+        if (!c) {
+            close(fd);
+            __atomic_add_fetch(&p->scrape_errors, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        c->fd = fd;
+        c->seq = ++*seq;
+        c->got = 0;
+        c->sent = 0;
+        c->writing = 0;
+        c->deadline = now_ms() + PROM_IO_MS;
+        memset(&c->out, 0, sizeof(c->out));
+        /* most requests are already there: serve them now, not a poll later */
+        conn_read(p, c);
+        if (c->fd >= 0 && c->writing) conn_write(p, c);
+    }
+}
+
 static void *prom_main(void *arg)
 {
     prom *p = arg;
@@ -312,22 +359,19 @@ static void *prom_main(void *arg)
     for (int i = 0; i < PROM_MAX_CONNS; i++) conns[i].fd = -1;
     struct pollfd pf[PROM_MAX_CONNS + 2];
     int slot[PROM_MAX_CONNS + 2];
+    uint64_t seq = 0;
     for (;;) {
         pthread_mutex_lock(&p->mu);
         int quit = p->quit;
         pthread_mutex_unlock(&p->mu);
         if (quit) break;
-        int n = 0, nfree = 0;
+        int n = 0;
         int64_t now = now_ms(), wait = PROM_POLL_MS;
         for (int i = 0; i < PROM_MAX_CONNS; i++) {
             prom_conn *c = &conns[i];
-            if (c->fd < 0) {
-                nfree++;
-                continue;
-            }
+            if (c->fd < 0) continue;
             if (now >= c->deadline) {
                 conn_close(p, c, 1); /* too slow: dropped, counted */
-                nfree++;
                 continue;
             }
             if (c->deadline - now < wait) wait = c->deadline - now;
@@ -336,8 +380,8 @@ static void *prom_main(void *arg)
         }
         int nconn = n;
         pf[n++] = (struct pollfd){p->wake[0], POLLIN, 0};
-        /* A full table stops accepting: the backlog waits in the kernel. */
-        if (nfree) pf[n++] = (struct pollfd){p->lfd, POLLIN, 0};
+        /* always listening: a full table makes room (accept_all) */
+        pf[n++] = (struct pollfd){p->lfd, POLLIN, 0};
         int r = poll(pf, (nfds_t)n, (int)wait);
         if (r <= 0) continue;
         if (pf[nconn].revents) break;
@@ -347,20 +391,7 @@ static void *prom_main(void *arg)
             if (!c->writing) conn_read(p, c);
             if (c->fd >= 0 && c->writing) conn_write(p, c);
         }
-        if (nfree && (pf[nconn + 1].revents & POLLIN)) {
-            for (int i = 0; i < PROM_MAX_CONNS; i++) {
-                if (conns[i].fd >= 0) continue;
-                int fd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-                if (fd < 0) break;
-                prom_conn *c = &conns[i];
-                c->fd = fd;
-                c->got = 0;
-                c->sent = 0;
-                c->writing = 0;
-                c->deadline = now_ms() + PROM_IO_MS;
-                memset(&c->out, 0, sizeof(c->out));
-            }
-        }
+        if (pf[nconn + 1].revents & POLLIN) accept_all(p, conns, &seq);
     }
     for (int i = 0; i < PROM_MAX_CONNS; i++)
         if (conns[i].fd >= 0) conn_close(p, &conns[i], 0);

@@ -150,6 +150,8 @@ static int empty_dir(int dfd)
         close(fd);
         return 0;
     }
+    /* a dup shares the offset: whoever read dfd before left it at the end */
+    rewinddir(d);
     int left = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
@@ -281,6 +283,7 @@ int rec_segdir_busy(int dfd)
         close(fd);
         return 1;
     }
+    rewinddir(d); /* the offset is dfd's, shared */
     int busy = 0;
     struct dirent *de;
     while (!busy && (de = readdir(d)) != NULL)

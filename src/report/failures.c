@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "report/report_load.h"
+#include "util/afile.h"
 #include "util/table.h"
 #include "trainperf.h"
 #include "util/csvr.h"
@@ -200,7 +201,7 @@ static void load_hangs(f_model *m, const char *run_dir)
 {
     char path[PATH_MAX + 16];
     snprintf(path, sizeof(path), "%s/hangs.jsonl", run_dir);
-    FILE *f = fopen(path, "r");
+    FILE *f = afile_fopen_read(path);
     if (!f) return;
     size_t cap = 1u << 20; /* a hang's line: verdict and up to 256 processes */
     char *line = malloc(cap);
@@ -234,7 +235,7 @@ static void load_stacks(f_model *m, const char *run_dir)
     if (!h->stacks[0] || strstr(h->stacks, "..")) return;
     char path[PATH_MAX + 80];
     snprintf(path, sizeof(path), "%s/%s", run_dir, h->stacks);
-    FILE *f = fopen(path, "r");
+    FILE *f = afile_fopen_read(path);
     if (!f) return;
     buf b;
     buf_init(&b, 1u << 20);

@@ -14,6 +14,7 @@
 #include "report/report_load.h"
 #include "report/report_ranks.h"
 #include "trainperf.h"
+#include "util/afile.h"
 #include "util/csvr.h"
 
 const char *const diag_phase_names[PH_COUNT] = {"data", "forward", "backward",   "optimizer",
@@ -692,8 +693,12 @@ static int load_procs(diag_run *r, const char *path, char *err, size_t errlen)
 
 static int load_alerts(diag_run *r, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) return errno == ENOENT ? 0 : TPF_EIO;
+    FILE *f = afile_fopen_read(path);
+    if (!f) {
+        if (errno == ENOENT) return 0;
+        msg(err, errlen, "%s: %s", path, afile_read_why(errno));
+        return TPF_EIO;
+    }
     r->have_alerts = 1;
     char line[4096];
     int lineno = 0;

@@ -10,6 +10,7 @@
 
 #include "report/report_load.h"
 #include "report/report_html.h"
+#include "util/afile.h"
 
 #define PROF_MAX_LINES 12 /* heaviest stacks shown, over all processes */
 
@@ -35,7 +36,7 @@ static void top_stacks(const diag_run *r, pline *top, int *ntop)
         files++;
         char f[PATH_MAX + 300];
         snprintf(f, sizeof(f), "%s/%s", path, de->d_name);
-        FILE *fp = fopen(f, "r");
+        FILE *fp = afile_fopen_read(f);
         if (!fp) continue;
         char line[4096];
         /* the writer sorts by count: the first lines are the heaviest */

@@ -23,6 +23,7 @@
 #include "trace/trace_int.h"
 #include "trace/trace_json.h"
 #include "trainperf.h"
+#include "util/afile.h"
 
 #define CHUNK_RECS 65536                 /* records sorted in memory per run */
 #define MERGE_RECS 65536                 /* read buffers of all runs together */
@@ -2353,8 +2354,8 @@ int trace_write_counters(const char *path, const trace_opts *opts, const char *o
     merger m;
     memset(&m, 0, sizeof(m));
     FILE *f = NULL;
-    char tmp[4096];
-    tmp[0] = '\0';
+    afile_out o;
+    o.f = NULL;
     double *val = NULL;
     int rc = pass_a(&r, path, opts->compat_hta, err, errlen);
     if (rc) goto out;
@@ -2371,12 +2372,8 @@ int trace_write_counters(const char *path, const trace_opts *opts, const char *o
     } else {
         qsort(d.chunk, d.nchunk, sizeof(trec), rec_cmp);
     }
-    snprintf(tmp, sizeof(tmp), "%s.tmp%ld", out_path, (long)getpid());
-    if (!(f = fopen(tmp, "w"))) {
-        snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
-        rc = TPF_EIO;
-        goto out;
-    }
+    if ((rc = afile_out_open(&o, out_path, err, errlen))) goto out;
+    f = o.f;
     fputs("{", f);
     if (r.meta.has_rank) fprintf(f, "\"distributedInfo\": {\"rank\": %ld},\n", r.meta.rank);
     if (r.meta.has_base) fprintf(f, "\"baseTimeNanoseconds\": %lld,\n", (long long)r.meta.base_ns);
@@ -2418,19 +2415,7 @@ int trace_write_counters(const char *path, const trace_opts *opts, const char *o
     if (rc < 0) goto io;
     rc = 0;
     fputs("\n]}\n", f);
-    if (ferror(f) | fclose(f)) {
-        f = NULL;
-        snprintf(err, errlen, "cannot write %s", out_path);
-        rc = TPF_EIO;
-        goto out;
-    }
-    f = NULL;
-    if (rename(tmp, out_path)) {
-        snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
-        rc = TPF_EIO;
-    } else {
-        tmp[0] = '\0';
-    }
+    rc = afile_out_commit(&o, err, errlen);
     goto out;
 io:
     snprintf(err, errlen, "%s: cannot write or read back the spill file", path);
@@ -2439,8 +2424,7 @@ nomem:
     snprintf(err, errlen, "%s: out of memory", path);
 out:
     merger_close(&m);
-    if (f) fclose(f);
-    if (tmp[0]) unlink(tmp);
+    if (o.f) rc = afile_out_fail(&o, rc, err, errlen);
     free(val);
     rank_out_free(&out);
     r.dsink = NULL;

@@ -27,6 +27,7 @@
 #include "trace/trace_int.h"
 #include "trace/trace_json.h"
 #include "trainperf.h"
+#include "util/afile.h"
 #include "util/jsonw.h"
 #include "util/table.h"
 
@@ -662,20 +663,17 @@ static void us(char *b, size_t n, int64_t ns)
 
 int trace_cpath_overlay(const trace_cpath *c, const char *out_path, char *err, size_t errlen)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp%ld", out_path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        snprintf(err, errlen, "cannot write %s", out_path);
-        return TPF_EIO;
-    }
+    afile_out o;
+    int rc = afile_out_open(&o, out_path, err, errlen);
+    if (rc) return rc;
+    FILE *f = o.f;
     ov_st s = {f, 1};
     fputs("{\"traceEvents\": [\n", f);
     char e2[512];
-    int rc = trace_read(c->path, ov_copy, &s, TRACE_RAW, NULL, e2, sizeof(e2));
+    rc = trace_read(c->path, ov_copy, &s, TRACE_RAW, NULL, e2, sizeof(e2));
     if (rc) {
         snprintf(err, errlen, "%s", e2[0] ? e2 : tpf_strerror(rc));
-        goto fail;
+        return afile_out_fail(&o, rc, err, errlen);
     }
     const tr_window *w = &c->win;
     static const char *const tnames[CP_NTYPES] = {
@@ -716,21 +714,5 @@ int trace_cpath_overlay(const trace_cpath *c, const char *out_path, char *err, s
         }
     }
     fputs("\n]}\n", f);
-    if (ferror(f) || fclose(f) != 0) {
-        f = NULL;
-        snprintf(err, errlen, "cannot write %s", out_path);
-        rc = TPF_EIO;
-        goto fail;
-    }
-    f = NULL;
-    if (rename(tmp, out_path) != 0) {
-        snprintf(err, errlen, "cannot write %s", out_path);
-        rc = TPF_EIO;
-        goto fail;
-    }
-    return 0;
-fail:
-    if (f) fclose(f);
-    unlink(tmp);
-    return rc ? rc : TPF_EIO;
+    return afile_out_commit(&o, err, errlen);
 }

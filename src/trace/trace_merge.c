@@ -203,25 +203,15 @@ static int merge(const char *const *paths, int n, const char *out_path, int alig
             have = 1;
         }
     }
-    /* The output goes through util/afile.h: a fresh O_EXCL temporary beside
-     * it, no symlink followed, renamed into place when whole. */
-    afile_tmp tmp;
-    tmp.fd = -1;
-    int dfd = -1;
+    /* The output the user named (util/afile.h): a regular file replaced
+     * when whole, a device or FIFO written through, anything else refused. */
+    afile_out o;
     FILE *f = NULL;
     if (!rc) {
-        char base[256];
-        dfd = afile_dir_of(out_path, base, sizeof(base));
-        int r2 = dfd < 0 ? dfd : afile_tmp_open(&tmp, dfd, base, 1);
-        if (r2 == 0 && !(f = fdopen(tmp.fd, "w"))) r2 = TPF_ENOMEM;
-        if (r2) {
-            snprintf(err, errlen, "cannot write %s: %s", out_path, tpf_strerror(r2));
-            rc = TPF_EIO;
-        }
+        rc = afile_out_open(&o, out_path, err, errlen);
+        f = rc ? NULL : o.f;
     }
     if (!rc) {
-        char *obuf = malloc(1 << 16);
-        if (obuf) setvbuf(f, obuf, _IOFBF, 1 << 16);
         fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"merged_by\":\"trainperf\"},\"traceEvents\":[", f);
         int first = 1;
         for (int i = 0; i < n && !rc; i++) {
@@ -250,31 +240,11 @@ static int merge(const char *const *paths, int n, const char *out_path, int alig
             free(m);
         }
         fputs("\n]}\n", f);
-        if (!rc && (ferror(f) || fflush(f))) {
-            snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
-            rc = TPF_EIO;
-        }
-        /* fflush above sent everything; the fd closes through the stream,
-         * after a dup that afile_tmp_commit syncs and closes. */
-        int keep = dup(tmp.fd);
-        if (fclose(f) && !rc) {
-            snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
-            rc = TPF_EIO;
-        }
-        free(obuf);
-        tmp.fd = keep;
-        if (keep < 0 && !rc) {
-            snprintf(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
-            rc = TPF_EIO;
-        }
-        int r2 = 0;
-        if (!rc && (r2 = afile_tmp_commit(&tmp)) != 0) {
-            snprintf(err, errlen, "cannot write %s: %s", out_path, tpf_strerror(r2));
-            rc = TPF_EIO;
-        }
-        if (rc) afile_tmp_abort(&tmp);
+        if (rc)
+            rc = afile_out_fail(&o, rc, err, errlen);
+        else
+            rc = afile_out_commit(&o, err, errlen);
     }
-    if (dfd >= 0) close(dfd);
     free(mins);
     free(ranks);
     free(bases);

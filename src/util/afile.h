@@ -15,6 +15,7 @@
 #define TPF_UTIL_AFILE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* An fd for the directory dir (symlinks in the path are followed: the user
@@ -60,5 +61,57 @@ int afile_write(const char *path, const void *data, size_t len);
 /* Write all of p (retrying EINTR and short writes). 0 or an error; on error
  * *done (when not NULL) says how much went out. */
 int afile_write_all(int fd, const void *p, size_t n, size_t *done);
+
+/* ---- reading a run directory's files ----
+ * A FIFO planted at summary.json must not hang `report` or `top`, a symlink
+ * must not send them elsewhere: the open is O_NONBLOCK|O_NOFOLLOW, and only a
+ * regular file is kept (its fd made blocking again). Returns an fd, or -1
+ * with errno set (EINVAL: not a regular file, ELOOP: a symlink). */
+int afile_open_read(const char *path);
+/* The same as a stdio stream ("rb"); NULL with errno set. */
+FILE *afile_fopen_read(const char *path);
+/* What to say for an errno from these: "not a regular file" for a FIFO, a
+ * device or a symlink, else strerror. */
+const char *afile_read_why(int e);
+
+/* ---- outputs the user named (--out FILE, -o FILE) ----
+ *
+ * What is at the name decides, and nothing but a regular file is ever
+ * replaced (as root, `-o /dev/full` must not turn the machine's device into a
+ * file):
+ * - no such name, or a regular file: a temporary beside it, renamed over it
+ *   when whole (a reader never sees half a document);
+ * - a character device or a FIFO (itself, or the target of a symlink such as
+ *   /dev/stdout): written in place, never truncated or replaced; a FIFO with
+ *   no reader is refused rather than waited for;
+ * - anything else (a directory, a socket, a block device, a symlink to a
+ *   regular file or to nothing): refused, nothing written.
+ * Refusals and write errors (a full disk, ENOSPC from /dev/full) come back as
+ * a negative TPF_E* code with one line in err; the CLI exits 2. */
+typedef struct afile_out {
+    FILE *f;        /* write here (buffered); owned, closed by commit/abort */
+    int through;    /* 1: a device or FIFO written in place */
+    int fd;         /* what the stream writes to */
+    int werr;       /* errno of the first failed write; 0 none */
+    int dirfd;      /* replace mode: the name's directory; -1 otherwise */
+    afile_tmp tmp;  /* replace mode */
+    const char *path; /* borrowed: the caller's string outlives the afile_out */
+} afile_out;
+/* The stream's cookie is the afile_out itself: it must stay where it was
+ * opened (no copies) until commit or abort. */
+
+/* Open path for writing as above. 0, or an error with err filled. */
+int afile_out_open(afile_out *o, const char *path, char *err, size_t errlen);
+/* Flush and finish: commit the temporary (replace mode) or close the device.
+ * 0, or an error with err filled (nothing replaced). */
+int afile_out_commit(afile_out *o, char *err, size_t errlen);
+/* Drop it: the temporary removed, the name left as it was. */
+void afile_out_abort(afile_out *o);
+/* The writer stopped with error rc (err filled): drop the output as
+ * afile_out_abort does. When the stream had failed a write (a full disk),
+ * that is what stopped the writer: err then says so. Returns the error. */
+int afile_out_fail(afile_out *o, int rc, char *err, size_t errlen);
+/* The whole of data to path (afile_out_open + write + commit). */
+int afile_out_write(const char *path, const void *data, size_t len, char *err, size_t errlen);
 
 #endif

@@ -1,3 +1,4 @@
+#include "util/afile.h"
 #include "util/csvr.h"
 
 #include <errno.h>
@@ -83,11 +84,11 @@ static int csvr_read(csvr *r)
 int csvr_open(csvr *r, const char *path, char *err, size_t errlen)
 {
     memset(r, 0, sizeof(*r));
-    r->f = fopen(path, "rb");
+    r->f = afile_fopen_read(path);
     if (!r->f) {
         int e = errno;
-        if (err && errlen) snprintf(err, errlen, "%s: %s", path, strerror(e));
-        int rc = err_from_errno(e);
+        if (err && errlen) snprintf(err, errlen, "%s: %s", path, afile_read_why(e));
+        int rc = e == EINVAL || e == ELOOP ? TPF_EIO : err_from_errno(e);
         return rc ? rc : TPF_EIO;
     }
     r->cell = calloc(CSVR_MAX_COLS, sizeof(char *));

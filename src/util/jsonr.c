@@ -1,3 +1,4 @@
+#include "util/afile.h"
 #include "util/jsonr.h"
 
 #include <errno.h>
@@ -347,10 +348,11 @@ int jr_load_file(jr_doc *d, const char *path, size_t max_bytes, char *err, size_
 {
     memset(d, 0, sizeof(*d));
     if (!max_bytes) max_bytes = JR_DEFAULT_MAX_BYTES;
-    FILE *f = fopen(path, "rb");
+    FILE *f = afile_fopen_read(path);
     if (!f) {
-        int rc = err_from_errno(errno);
-        if (err && errlen) snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        int e = errno;
+        int rc = e == EINVAL || e == ELOOP ? TPF_EIO : err_from_errno(e);
+        if (err && errlen) snprintf(err, errlen, "%s: %s", path, afile_read_why(e));
         return rc ? rc : TPF_EIO;
     }
     struct stat st;
