@@ -413,7 +413,16 @@ static int comm_into_straggler(const dfold_at *x, dfinding *from, dfinding *into
  * run's own; it stays as contention's evidence. */
 static int comm_into_cpu_wait(const dfold_at *x, dfinding *from, dfinding *into)
 {
-    if (!(x->r->nnodes <= 1 && from->score < 2 * COMM_SHARE)) return DF_NO;
+    if (x->r->nnodes > 1) return DF_NO;
+    if (!(from->score < 2 * COMM_SHARE)) {
+        /* a share of its own, but the ranks also waited for CPUs: part of
+         * every collective's time is a rank arriving late for want of one */
+        ev(from, "cpu_wait", into->score,
+           "the ranks also waited for a CPU (%s): part of this is a rank arriving late at each "
+           "collective; measure again on free cores before tuning communication",
+           into->id);
+        return DF_KEEP;
+    }
     ev(into, "comm_share", from->score,
        "collectives took %.0f%% of step time while the ranks waited for CPUs (measure "
        "again on free cores before tuning communication)",
