@@ -2193,6 +2193,27 @@ static int cset_has(const cset *s, int64_t c)
     return 0;
 }
 
+/* The latest end of device work per stream, over the whole trace: whether a
+ * stream was still busy when a window's kernel was launched, with work
+ * launched before the window (open addressing; at most MAX_STREAMS). */
+typedef struct send_ent {
+    int64_t stream, end;
+    int used;
+} send_ent;
+
+static send_ent *send_get(send_ent *v, int64_t s)
+{
+    uint32_t j = corr_hash(s) & (MAX_STREAMS - 1);
+    for (uint32_t k = 0; k < MAX_STREAMS; k++, j = (j + 1) & (MAX_STREAMS - 1)) {
+        if (!v[j].used) {
+            v[j] = (send_ent){s, INT64_MIN, 1};
+            return &v[j];
+        }
+        if (v[j].stream == s) return &v[j];
+    }
+    return NULL;
+}
+
 int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err, size_t errlen)
 {
     memset(w, 0, sizeof(*w));
@@ -2200,7 +2221,9 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
     memset(&r, 0, sizeof(r));
     merger m;
     memset(&m, 0, sizeof(m));
-    cset cs = {0};
+    cset cs = {0}, joined = {0};
+    send_ent *sends = calloc(MAX_STREAMS, sizeof(*sends));
+    if (!sends) return TPF_ENOMEM;
     int rc = pass_a(&r, path, 0, err, errlen);
     if (rc) goto out;
     trec t;
@@ -2272,8 +2295,22 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
         if (t.cat == C_MEMEV || kind == TW_OTHER) continue;
         /* device kinds without a stream are not device work: CPU side, ignored */
         if (!device && kind != TW_SYNC && kind != TW_CPU && kind != TW_RUNTIME) continue;
+        int64_t prev_end = INT64_MIN;
+        if (device) {
+            send_ent *se = send_get(sends, stream);
+            if (se) {
+                prev_end = se->end;
+                if (t.ts + t.dur > se->end) se->end = t.ts + t.dur;
+            }
+        }
         if (device || kind == TW_SYNC) {
             if (t.corr < 0 || !cset_has(&cs, t.corr)) continue;
+            /* HTA joins a launch to one device row: of a CUDA graph's
+             * kernels (one correlation) it keeps the first */
+            if (device && sel->hta) {
+                if (cset_has(&joined, t.corr)) continue;
+                if ((rc = cset_add(&joined, t.corr))) goto out;
+            }
         } else {
             if (t.ts < w->lo || t.ts + t.dur > w->hi) continue;
             if (kind == TW_RUNTIME && t.corr >= 0 && (rc = cset_add(&cs, t.corr))) goto out;
@@ -2291,7 +2328,7 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
             w->ev = nv;
             cap = nc;
         }
-        w->ev[w->n++] = (tw_ev){t.ts, t.dur, t.corr, stream, t.name, t.thread, (uint8_t)kind};
+        w->ev[w->n++] = (tw_ev){t.ts, t.dur, t.corr, stream, prev_end, t.name, t.thread, (uint8_t)kind};
     }
     if (rc < 0) goto io;
     rc = 0;
@@ -2315,6 +2352,8 @@ out:
     if (rc && rc != TPF_EINVAL && !err[0]) snprintf(err, errlen, "%s: %s", path, tpf_strerror(rc));
     merger_close(&m);
     free(cs.v);
+    free(joined.v);
+    free(sends);
     rank_free(&r);
     if (rc) trace_window_free(w);
     return rc;

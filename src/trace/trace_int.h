@@ -165,6 +165,8 @@ enum { TW_CPU = 0, TW_RUNTIME, TW_KERNEL, TW_MEMCPY, TW_MEMSET, TW_SYNC, TW_OTHE
 
 typedef struct tw_ev {
     int64_t ts, dur, corr, stream;
+    int64_t prev_end;       /* device work: the latest end of earlier work on its
+                             * stream in the whole trace (INT64_MIN none) */
     uint32_t name, thread;
     uint8_t kind;           /* TW_* */
 } tw_ev;
@@ -189,6 +191,7 @@ typedef struct tw_select {
     long step;
     const char *ann;
     long ann_index;
+    int hta;                /* HTA's join: one device row per launch (CUDA graphs) */
 } tw_select;
 
 #define TW_MAX_EVENTS (4u << 20)
