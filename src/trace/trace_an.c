@@ -721,7 +721,9 @@ static int on_event(void *ud, const trace_ev *ev)
         r->gpu_thread = t.thread;
     }
     long num;
-    if (rec_stream(&t) < 0 && step_number(nm, &num)) {
+    /* a step is a CPU range: the GPU's copy of it (gpu_user_annotation,
+     * without a stream in ROCm traces) is not a second step */
+    if (rec_stream(&t) < 0 && t.cat != C_GPU_ANN && step_number(nm, &num)) {
         if (r->nsteps >= MAX_STEPS) return TPF_ETOOBIG;
         if (r->nsteps == r->stepcap) {
             uint32_t nc = r->stepcap ? r->stepcap * 2 : 64;
@@ -1230,19 +1232,26 @@ static uint32_t scope_of(bstate *b, uint32_t thread, int64_t ts, int any_op)
 
 /* Calls that enqueue work, for the queue length: HTA's list (its
  * runtime-launch query) under --compat hta, the default launch set else. */
+static int hta_queue_name(const char *n)
+{
+    static const char *const hta[] = {
+        "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync",
+        "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel", "hipExtModuleLaunchKernel",
+        "hipMemsetAsync", "hipMemcpyAsync", "hipMemcpyWithStream",
+    };
+    for (size_t i = 0; i < sizeof(hta) / sizeof(hta[0]); i++)
+        if (strcmp(n, hta[i]) == 0) return 1;
+    return 0;
+}
+
 static int queue_launch(bstate *b, uint32_t name)
 {
     nstat *e = &b->r->names.v[name];
     if (e->qlaunch < 0) {
-        static const char *const hta[] = {
-            "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync",
-            "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel", "hipExtModuleLaunchKernel",
-            "hipMemsetAsync", "hipMemcpyAsync", "hipMemcpyWithStream",
-        };
         const char *n = st_str(&b->r->names, name);
         int q = 0;
         if (b->hta) {
-            for (size_t i = 0; i < sizeof(hta) / sizeof(hta[0]) && !q; i++) q = strcmp(n, hta[i]) == 0;
+            q = hta_queue_name(n);
         } else {
             q = is_launch_name(n, 0) || strcmp(n, "hipMemcpyWithStream") == 0;
         }
@@ -2182,6 +2191,31 @@ static int cset_add(cset *s, int64_t c)
     return 0;
 }
 
+/* Forget c (backward-shift deletion: no tombstones). */
+static void cset_del(cset *s, int64_t c)
+{
+    if (!s->cap) return;
+    size_t mask = s->cap - 1, i = corr_hash(c) & mask;
+    while (s->v[i] != c) {
+        if (s->v[i] == -1) return;
+        i = (i + 1) & mask;
+    }
+    s->n--;
+    for (size_t k = i;;) {
+        s->v[i] = -1;
+        for (;;) {
+            k = (k + 1) & mask;
+            if (s->v[k] == -1) return;
+            size_t h = corr_hash(s->v[k]) & mask;
+            /* v[k] stays where it is when its home lies cyclically in (i, k] */
+            if (i <= k ? (i < h && h <= k) : (i < h || h <= k)) continue;
+            s->v[i] = s->v[k];
+            i = k;
+            break;
+        }
+    }
+}
+
 static int cset_has(const cset *s, int64_t c)
 {
     if (!s->cap) return 0;
@@ -2221,10 +2255,10 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
     memset(&r, 0, sizeof(r));
     merger m;
     memset(&m, 0, sizeof(m));
-    cset cs = {0}, joined = {0};
+    cset cs = {0}, joined = {0}, queued = {0};
     send_ent *sends = calloc(MAX_STREAMS, sizeof(*sends));
     if (!sends) return TPF_ENOMEM;
-    int rc = pass_a(&r, path, 0, err, errlen);
+    int rc = pass_a(&r, path, sel->hta, err, errlen); /* hta: HTA's microseconds */
     if (rc) goto out;
     trec t;
     int found = 0;
@@ -2289,6 +2323,7 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
     size_t cap = 0;
     if ((rc = merger_open(&m, &r))) goto io;
     while ((rc = merger_next(&m, &t)) > 0) {
+        if (sel->hta && r.any_tsfrac) t.dur += t.rdelta;
         int kind = tw_kind(t.cat);
         int64_t stream = rec_stream(&t);
         int device = (kind == TW_KERNEL || kind == TW_MEMCPY || kind == TW_MEMSET) && stream >= 0;
@@ -2296,7 +2331,15 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
         /* device kinds without a stream are not device work: CPU side, ignored */
         if (!device && kind != TW_SYNC && kind != TW_CPU && kind != TW_RUNTIME) continue;
         int64_t prev_end = INT64_MIN;
-        if (device) {
+        /* HTA's queue holds only work whose launch call (its list) is in
+         * the trace: the launches not yet joined (bounded: orphans stop
+         * being added past 1M) */
+        if (sel->hta && kind == TW_RUNTIME && t.corr >= 0 && queued.n < (1u << 20) &&
+            hta_queue_name(st_str(&r.names, t.name)) && (rc = cset_add(&queued, t.corr)))
+            goto out;
+        int counts = device && (!sel->hta || cset_has(&queued, t.corr));
+        if (device && sel->hta) cset_del(&queued, t.corr);
+        if (counts) {
             send_ent *se = send_get(sends, stream);
             if (se) {
                 prev_end = se->end;
@@ -2312,7 +2355,9 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
                 if ((rc = cset_add(&joined, t.corr))) goto out;
             }
         } else {
-            if (t.ts < w->lo || t.ts + t.dur > w->hi) continue;
+            /* HTA: what starts in the window and lasts (a 0 us event
+             * breaks its call stacks); default: what lies inside it */
+            if (t.ts < w->lo || (sel->hta ? t.ts > w->hi || t.dur <= 0 : t.ts + t.dur > w->hi)) continue;
             if (kind == TW_RUNTIME && t.corr >= 0 && (rc = cset_add(&cs, t.corr))) goto out;
         }
         if (w->n >= TW_MAX_EVENTS) {
@@ -2353,6 +2398,7 @@ out:
     merger_close(&m);
     free(cs.v);
     free(joined.v);
+    free(queued.v);
     free(sends);
     rank_free(&r);
     if (rc) trace_window_free(w);
