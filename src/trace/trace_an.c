@@ -1313,11 +1313,13 @@ static int process(bstate *b, trec *t)
         return ts_sample(&r->ts, &r->ts.v[t->thread], t->ts, v);
     }
     if (t->cat == C_COPYBW) {
-        /* the copy's launch decides, as for the copy itself (trim, --steps) */
+        /* the copy's launch decides, as for the copy itself (trim, --steps):
+         * HTA's trim keeps only device work whose launch it kept, so a copy
+         * without a launch in the trace goes too */
         float v;
         memcpy(&v, &t->thread, sizeof(v));
         corr_ent *ce = t->corr != -1 ? corr_get(b, t->corr) : NULL;
-        if (b->trim && !(ce ? ce->kept : t->ts < b->cutoff)) return 0;
+        if (b->trim && !(ce && ce->kept)) return 0;
         if (!in_steps(b, ce ? ce->step : -1)) return 0;
         tseries *s = ts_get(&r->ts, TS_BW, 0, t->name);
         if (!s) {
