@@ -156,6 +156,7 @@ typedef struct corr_ent {
     uint32_t name;
     int32_t step;
     uint8_t kept, used;
+    uint8_t call;           /* a runtime/driver call (not a cuda_sync row of the same id) */
     uint32_t ann;           /* innermost user annotation at the launch: name id + 1 */
 } corr_ent;
 
@@ -196,6 +197,7 @@ typedef struct rankst {
     int compat;             /* opts->compat_hta */
     mem_st mem;             /* profile_memory: per device */
     uint64_t badnum;        /* events dropped for a time out of range */
+    uint64_t negdur;        /* complete events with a negative duration (kept) */
     tsset ts;               /* time series: the bins are set when pass A is done */
     int has_span;
     int64_t tmin, tmax;     /* first start, last end of the records */
@@ -655,6 +657,7 @@ static int on_event(void *ud, const trace_ev *ev)
     memset(&t, 0, sizeof(t));
     t.ts = ev->ts_ns;
     t.dur = ev->dur_ns;
+    if (t.dur < 0) r->negdur++; /* kept; said in a warning */
     t.corr = (ev->has & TEV_CORR) ? ev->corr : -1;
     t.stream = -1;
     if ((ev->has & TEV_STREAM) && ev->stream >= INT32_MIN && ev->stream <= INT32_MAX) {
@@ -1007,6 +1010,7 @@ typedef struct bstate {
     tstack *stacks;
     tr_launch launch;
     uint64_t gpu_events, unmatched;
+    uint64_t dups, collide; /* duplicate records; launches sharing a correlation id */
     seqtab seq;
 } bstate;
 
@@ -1351,8 +1355,12 @@ static int process(bstate *b, trec *t)
         }
         if (t->cat == C_USER_ANN) ns->is_ann = 1;
         if (t->corr != -1 && (!b->hta || !hta_gpu) && ns->launch != 3) {
-            corr_ent e = {t->corr, t->ts, t->dur, t->name, si, (uint8_t)kept, 0,
+            int call = t->cat == C_RUNTIME || t->cat == C_DRIVER;
+            corr_ent e = {t->corr, t->ts, t->dur, t->name, si, (uint8_t)kept, 0, (uint8_t)call,
                           scope_of(b, t->thread, t->ts, 0)};
+            /* a second launch of one id: its device work joins the later one */
+            corr_ent *had = call ? corr_get(b, t->corr) : NULL;
+            if (had && had->call) b->collide++;
             int rc = corr_put(b, &e);
             if (rc) return rc;
         }
@@ -1761,9 +1769,21 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
         if (tb->t1 <= tb->t0) tb->t1 = tb->t0 + 1;
     }
     if ((rc = merger_open(&m, r))) goto out;
-    trec t;
-    while ((rc = merger_next(&m, &t)) > 0)
+    trec t, same[8]; /* records of the current (ts, dur), for duplicates */
+    int nsame = 0;
+    while ((rc = merger_next(&m, &t)) > 0) {
+        /* only records with a correlation id: a CPU operator nested in
+         * one of its own name (aten::zeros in aten::zeros) has the same
+         * name, thread and times as its parent, and is no duplicate */
+        if (t.cat < C_MEMEV && t.corr >= 0) {
+            if (nsame && (same[0].ts != t.ts || same[0].dur != t.dur)) nsame = 0;
+            int dup = 0;
+            for (int k = 0; k < nsame && !dup; k++) dup = memcmp(&same[k], &t, sizeof(t)) == 0;
+            if (dup) b.dups++;
+            else if (nsame < 8) same[nsame++] = t;
+        }
         if ((rc = process(&b, &t))) break;
+    }
     if (rc < 0) goto out;
     rc = 0;
     ts_finish(&r->ts);
@@ -1773,6 +1793,8 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
 
     out->gpu_events = b.gpu_events;
     out->unmatched = b.unmatched;
+    out->dups = b.dups;
+    out->collide = b.collide;
     out->trimmed = b.trim;
     out->ts_rounded = b.hta && r->any_tsfrac;
     if (b.all.any) {
@@ -2055,6 +2077,9 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
         k->array_form = rs[i].meta.array_form;
         k->unterminated = rs[i].meta.unterminated;
         k->bad_numbers = rs[i].badnum;
+        k->nonfinite = rs[i].meta.nonfinite;
+        k->trailing = rs[i].meta.trailing;
+        k->negdur = rs[i].negdur;
         for (uint32_t j = 0; j < rs[i].nsteps; j++) {
             long sn = rs[i].steps[j].num;
             if (!have_steps || sn < step_min) step_min = sn;
@@ -2101,10 +2126,28 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
             rc = trace_warn(res, "rank %ld claimed by two files (%s from %s, %s from %s): analysed both as rank %ld",
                             res->ranks[i].rank, res->ranks[i - 1].path, res->ranks[i - 1].rank_from,
                             res->ranks[i].path, res->ranks[i].rank_from, res->ranks[i].rank);
-    for (int i = 0; !rc && i < res->nranks; i++)
-        if (res->ranks[i].bad_numbers)
+    for (int i = 0; !rc && i < res->nranks; i++) {
+        const tr_rank *k = &res->ranks[i];
+        if (k->bad_numbers)
             rc = trace_warn(res, "%s: %llu event(s) skipped: a ts or dur out of range (such as 1e999)",
-                            res->ranks[i].path, (unsigned long long)res->ranks[i].bad_numbers);
+                            k->path, (unsigned long long)k->bad_numbers);
+        if (!rc && k->nonfinite)
+            rc = trace_warn(res, "%s: %llu NaN/Infinity value(s) (not JSON; Python's json reads them): "
+                                 "read as not a number", k->path, (unsigned long long)k->nonfinite);
+        if (!rc && k->trailing)
+            rc = trace_warn(res, "%s: %llu byte(s) after the end of the gzip data: ignored", k->path,
+                            (unsigned long long)k->trailing);
+        if (!rc && k->negdur)
+            rc = trace_warn(res, "%s: %llu event(s) with a negative duration", k->path,
+                            (unsigned long long)k->negdur);
+        if (!rc && k->dups)
+            rc = trace_warn(res, "%s: %llu duplicate event(s) (same name, category, thread, times and "
+                                 "correlation id as another): counted twice, as HTA does", k->path,
+                            (unsigned long long)k->dups);
+        if (!rc && k->collide)
+            rc = trace_warn(res, "%s: %llu launch call(s) reuse a correlation id still in use: their device "
+                                 "work is joined to the later call", k->path, (unsigned long long)k->collide);
+    }
     if (rc) {
         if (err && errlen && !err[0]) snprintf(err, errlen, "%s", tpf_strerror(rc));
         trace_result_free(res);

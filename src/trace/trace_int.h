@@ -108,6 +108,7 @@ typedef struct tr_rank {
     int array_form, unterminated, ts_rounded, trimmed;
     uint64_t gpu_events, unmatched;
     uint64_t bad_numbers;   /* events dropped: ts/dur out of range (1e999) */
+    uint64_t nonfinite, trailing, negdur, dups, collide; /* said as warnings (trace_analyze) */
     int64_t kernel_time, idle, compute, non_compute, busy;
     int64_t label_time[8];  /* by mask of KT_COMP|KT_COMM|KT_MEM */
     int64_t comm_total, overlap;

@@ -64,6 +64,7 @@ typedef struct jsrc {
     int rc;                 /* first error */
     char *err;
     size_t errlen;
+    uint64_t nonfinite;     /* NaN / Infinity / -Infinity literals read */
     int capturing;          /* raw capture wanted (merge) */
     int doubles;            /* TRACE_DOUBLE */
     int cap_on;             /* inside an event while capturing */
@@ -343,17 +344,29 @@ static int js_number(jsrc *s, char *nb, size_t *nlen)
     return 0;
 }
 
-/* A number literal and where it started (for the error naming its byte). */
+/* A number literal and where it started (for the error naming its byte).
+ * nonfinite: it was -Infinity (not a number for any field, as NaN and
+ * Infinity, which do not start like a number, are not). */
 typedef struct jnum {
     char s[JS_NUM_MAX];
     size_t n;
     uint64_t at;
+    int nonfinite;
 } jnum;
+
+static int js_word(jsrc *s, const char *w);
 
 static int js_num(jsrc *s, jnum *t)
 {
     t->at = js_off(s);
-    return js_number(s, t->s, &t->n);
+    t->nonfinite = 0;
+    int rc = js_number(s, t->s, &t->n);
+    if (!rc && t->n == 1 && t->s[0] == '-' && js_peek(s) == 'I') {
+        if ((rc = js_word(s, "Infinity"))) return rc;
+        t->nonfinite = 1;
+        s->nonfinite++;
+    }
+    return rc;
 }
 
 static int num_start(int c) { return c == '-' || (c >= '0' && c <= '9'); }
@@ -497,21 +510,30 @@ static int parse_int_lit(const char *s, size_t n, int64_t *out)
     return 0;
 }
 
+/* The literal w, next in the input. */
+static int js_word(jsrc *s, const char *w)
+{
+    for (const char *p = w; *p; p++) {
+        int d = js_peek(s);
+        if (d < 0) return js_eof_error(s, "a literal");
+        if (d != *p)
+            return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: bad literal", (unsigned long long)js_off(s));
+        s->pos++;
+    }
+    return 0;
+}
+
+/* true, false, null, and what Python's json also reads: NaN and Infinity
+ * (counted, said as a warning; never a number for a field). */
 static int js_literal(jsrc *s)
 {
-    static const char *const lits[] = {"true", "false", "null"};
+    static const char *const lits[] = {"true", "false", "null", "NaN", "Infinity"};
     int c = js_peek(s);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 5; k++) {
         if (c != lits[k][0]) continue;
-        for (const char *p = lits[k]; *p; p++) {
-            int d = js_peek(s);
-            if (d < 0) return js_eof_error(s, "a literal");
-            if (d != *p)
-                return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: bad literal",
-                               (unsigned long long)js_off(s));
-            s->pos++;
-        }
-        return 0;
+        int rc = js_word(s, lits[k]);
+        if (!rc && k >= 3) s->nonfinite++;
+        return rc;
     }
     return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: unexpected character '%c'",
                    (unsigned long long)js_off(s), c >= 32 && c < 127 ? c : '?');
@@ -559,7 +581,7 @@ static int js_skip(jsrc *s, int depth)
         jnum t;
         int rc = js_num(s, &t);
         if (rc) return rc;
-        return num_valid(t.s, t.n) ? 0 : js_bad_number(s, t.at);
+        return t.nonfinite || num_valid(t.s, t.n) ? 0 : js_bad_number(s, t.at);
     }
     return js_literal(s);
 }
@@ -578,7 +600,9 @@ static int js_scalar_int(jsrc *s, int *isnum, int64_t *v, size_t *off, size_t *l
         jnum t;
         if ((rc = js_num(s, &t))) return rc;
         int64_t x;
-        if (parse_int_lit(t.s, t.n, &x) == 0) {
+        if (t.nonfinite) {
+            /* -Infinity: not a number for the field */
+        } else if (parse_int_lit(t.s, t.n, &x) == 0) {
             *isnum = 1;
             *v = x;
         } else if (trace_parse_us(t.s, t.n, &x, NULL) == TPF_EFORMAT) {
@@ -602,6 +626,10 @@ static int js_time(jsrc *s, trace_ev *ev, unsigned bit, int64_t *dst, size_t *of
         jnum t;
         int rc = js_num(s, &t);
         if (rc) return rc;
+        if (t.nonfinite) {
+            if (bit == TEV_TS) ev->has |= TEV_TS_FRAC; /* as NaN below */
+            goto out;
+        }
         int frac = 0;
         rc = trace_parse_us(t.s, t.n, dst, &frac);
         if (rc == TPF_EFORMAT) return js_bad_number(s, t.at);
@@ -623,6 +651,7 @@ static int js_time(jsrc *s, trace_ev *ev, unsigned bit, int64_t *dst, size_t *of
         if (rc) return rc;
         if (bit == TEV_TS) ev->has |= TEV_TS_FRAC; /* HTA reads a non-number ts as NaN */
     }
+out:
     if (off) {
         *off = o;
         *len = s->cap_on ? cap_pos(s) - o : 0;
@@ -714,8 +743,8 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
         if (ctr && num_start(js_ws(s)) && !int_arg(sc->key)) {
             jnum t;
             if ((rc = js_num(s, &t))) return rc;
-            if (!num_valid(t.s, t.n)) return js_bad_number(s, t.at);
-            double d = strtod(t.s, NULL);
+            if (!t.nonfinite && !num_valid(t.s, t.n)) return js_bad_number(s, t.at);
+            double d = t.nonfinite ? -INFINITY : strtod(t.s, NULL);
             if (isfinite(d) && ev->ncargs < TRACE_CARGS_MAX) {
                 trace_carg *c = &sc->cargs[ev->ncargs++];
                 snprintf(c->key, sizeof(c->key), "%s", sc->key);
@@ -724,8 +753,8 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
         } else if (k0 == 'm' && num_start(js_ws(s)) && strcmp(sc->key, "memory bandwidth (GB/s)") == 0) {
             jnum t;
             if ((rc = js_num(s, &t))) return rc;
-            if (!num_valid(t.s, t.n)) return js_bad_number(s, t.at);
-            ev->mem_bw = strtod(t.s, NULL);
+            if (!t.nonfinite && !num_valid(t.s, t.n)) return js_bad_number(s, t.at);
+            ev->mem_bw = t.nonfinite ? -INFINITY : strtod(t.s, NULL);
             if (isfinite(ev->mem_bw) && ev->mem_bw >= 0) ev->has |= TEV_MEMBW;
         } else if (k0 != 's' && k0 != 'c' && k0 != 'n' && k0 != 'b' && k0 != 'B' && k0 != 'T' && k0 != 'D' &&
             k0 != 'w') {
@@ -985,6 +1014,7 @@ static int js_top(jsrc *s, trace_ev_fn fn, void *ud, trace_meta *m)
     }
     free(sc);
     m->bytes = s->base + s->len;
+    m->nonfinite = s->nonfinite;
     return rc;
 }
 

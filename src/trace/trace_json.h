@@ -97,6 +97,8 @@ typedef struct trace_meta {
     uint64_t bytes;           /* uncompressed bytes read */
     uint64_t events;          /* elements of the event array */
     uint64_t skipped;         /* elements that were not objects */
+    uint64_t nonfinite;       /* NaN / Infinity / -Infinity literals (Python's json reads them) */
+    uint64_t trailing;        /* bytes after the last gzip member (zlib and so we ignore them) */
 } trace_meta;
 
 /* Return non-zero from the callback to stop with that code. */
