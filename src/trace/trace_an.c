@@ -1236,7 +1236,7 @@ static uint32_t scope_of(bstate *b, uint32_t thread, int64_t ts, int any_op)
 
 /* Calls that enqueue work, for the queue length: HTA's list (its
  * runtime-launch query) under --compat hta, the default launch set else. */
-static int hta_queue_name(const char *n)
+int hta_queue_name(const char *n)
 {
     static const char *const hta[] = {
         "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync",

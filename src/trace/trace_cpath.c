@@ -320,7 +320,9 @@ static int build_gpu(trace_cpath *c)
         uint32_t i = g[k].ev;
         if (g[k].sync) continue;
         slast *nx = stream_last(sl, &ns, 4096, w->ev[i].stream);
-        next_launch[i] = nx && nx->ev >= 0 ? launch[nx->ev] : -1;
+        /* kernels of one launch (a CUDA graph) are not launched after it */
+        next_launch[i] = !nx || nx->ev < 0 ? -1
+                         : w->ev[nx->ev].corr == w->ev[i].corr ? next_launch[nx->ev] : launch[nx->ev];
         if (nx && launch[i] >= 0) nx->ev = i;
     }
     ns = 0;
@@ -366,6 +368,7 @@ static int build_gpu(trace_cpath *c)
          * 1 at the launch, 0 at the start); else the kernel waited for its
          * stream, or for something the trace does not show */
         if (rt >= 0 && e->prev_end < w->ev[rt].ts && (next_launch[i] < 0 || next_launch[i] > e->ts) &&
+            (!c->hta || hta_queue_name(ev_name(w, (uint32_t)rt))) && /* HTA: its launch list */
             (last->ev < 0 || node_ts(w, 2 * (uint32_t)last->ev + 1) < w->ev[rt].ts))
             rc = add_edge(c, 2 * (uint32_t)rt, 2 * i, CP_LAUNCH, (uint32_t)rt);
         else if (last->ev >= 0)

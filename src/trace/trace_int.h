@@ -201,6 +201,8 @@ typedef struct tw_select {
  * they launched (joined by correlation). 0, or an error with err set.
  * *w owned by the caller: trace_window_free. */
 int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err, size_t errlen);
+/* A call HTA counts as enqueueing device work (its runtime-launch list). */
+int hta_queue_name(const char *name);
 void trace_window_free(tr_window *w);
 
 /* trace_extra.c: render the annotation, sequence, queue, bandwidth and
