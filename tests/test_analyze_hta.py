@@ -61,6 +61,13 @@ def _traces():
     return shared + sorted((data / "hta").glob("*.json.gz")) + sorted((data / "hta-extra").glob("*.json.gz"))
 
 
+# Copies of one kind that touch (one ends in the microsecond the next starts):
+# HTA's bandwidth series puts the start before the end at equal times (the
+# order of an unstable sort), so its peak sums the two; ours ends the first
+# one first (docs/analyze.md). Trace name part, kind.
+BW_TIES = {("trace_diff_test", "Memcpy DtoD")}
+
+
 @pytest.mark.slow
 @pytest.mark.once  # HTA is the reference; the sanitizer pass covers the C parser through test_analyze*
 @pytest.mark.parametrize("trace", _traces(), ids=lambda p: p.name.split(".")[0])
@@ -127,6 +134,10 @@ def test_compat_hta_matches_hta(hta_python, run_cli, trace):
     if hta.get("membw_max"):
         ours_bw = {s["name"]: s["max"] for s in r["time_series"]["series"] if s["kind"] == "memcpy_bandwidth"}
         for kind, mx in hta["membw_max"].items():
+            if any(t in trace.name and k == kind for t, k in BW_TIES):
+                # HTA adds a copy that starts when another ends to it: higher
+                assert ours_bw.get(kind) < mx, (kind, ours_bw.get(kind), mx)
+                continue
             assert ours_bw.get(kind) == pytest.approx(mx, rel=1e-5), (kind, ours_bw.get(kind), mx)
         compared += 1
 
