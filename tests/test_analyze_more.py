@@ -463,3 +463,25 @@ def test_gpu_copy_of_a_step_is_not_a_step(run_cli, tmp_path):
     assert s["dur_ns"] == 100_000
     cp, _ = analyze(run_cli, "--critical-path", "--steps", "1", t)
     assert cp["window_ns"] == 100_000
+
+
+def test_bytes_after_the_gzip_data_are_said(run_cli, tmp_path):
+    """zlib's gzread ignores what follows the last gzip member (Python's gzip
+    rejects it); we read the trace and say how many bytes were left over, on
+    both readers (the inflating thread and the inline one). A trace split
+    over two members is one text, with nothing to say."""
+    text = json.dumps({"traceEvents": [launch(0, 2, 1), kernel(10, 10, corr=1)]}).encode()
+    t = tmp_path / "tail.json.gz"
+    t.write_bytes(gzip.compress(text) + b"garbage")
+    with pytest.raises(OSError):
+        gzip.decompress(t.read_bytes())
+    for env in (None, {"TRAINPERF_NO_READER_THREAD": "1"}):
+        p = run_cli("analyze", "--json", t, env=env)
+        assert p.returncode == 0, p.stderr
+        assert "7 byte(s) after the end of the gzip data" in p.stderr, (env, p.stderr)
+        assert json.loads(p.stdout)["ranks"][0]["launch"]["count"] == 1
+    two = tmp_path / "two.json.gz"
+    two.write_bytes(gzip.compress(text[:40]) + gzip.compress(text[40:]))
+    p = run_cli("analyze", "--json", two)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+    assert json.loads(p.stdout)["ranks"][0]["launch"]["count"] == 1

@@ -1,7 +1,9 @@
 /* Streaming reader for Chrome/Kineto trace files (.json or .json.gz).
  *
- * The file is read through zlib (gzread is transparent for plain files) into
- * one fixed-size buffer and tokenized in place; events are handed to a
+ * The file is read as it is, or inflated with zlib when it starts like gzip
+ * (members one after the other, as gzip does; bytes after the last one are
+ * counted in trace_meta.trailing), into one fixed-size buffer and tokenized
+ * in place; events are handed to a
  * callback one at a time and never kept, so memory does not grow with the
  * file. Both layouts are accepted: {"traceEvents": [...], ...} and the old
  * bare array [...], where a missing closing bracket is legal.
