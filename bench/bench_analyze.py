@@ -20,7 +20,11 @@ each run had (its own CPU plus the machine's idle time, from /proc/stat, over
 its wall time), and the wall-clock ratio next to the ratio those cores
 allow: on the 2 shared cores of CI the second is the one to read.
 
-    bench/bench_analyze.py [--gb 1.0] [--keep] [--ranks-only]
+Before/after: --against OLD_TRAINPERF runs the two binaries interleaved on
+the 35 MB trace (gzip and inflated), best CPU time of 7 each, and prints the
+ratio (a change should keep it at 1.0 or below, within the noise of a few %).
+
+    bench/bench_analyze.py [--gb 1.0] [--keep] [--ranks-only] [--against OLD_TRAINPERF]
 """
 import argparse
 import gzip
@@ -150,12 +154,26 @@ def ranks_bench(cli, plain, work, n=None):
     return res[1][0] / res[n][0], ceiling
 
 
+def against(cli, old, plain):
+    """This build against another binary, interleaved: best CPU of 7."""
+    size = plain.stat().st_size
+    for name, f in (("json.gz", TRACE), ("json", plain)):
+        cpu = {"old": 9e9, "new": 9e9}
+        for _ in range(7):
+            for k, b in (("old", old), ("new", cli)):
+                cpu[k] = min(cpu[k], run([str(b), "analyze", "--json", "--jobs", "1", str(f)])[1])
+        print(f"{name:8s} CPU old {cpu['old']:.3f} s ({size / 1e6 / cpu['old']:.0f} MB/s per core), "
+              f"new {cpu['new']:.3f} s ({size / 1e6 / cpu['new']:.0f} MB/s per core): new/old {cpu['new'] / cpu['old']:.3f}")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gb", type=float, default=1.0)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--ranks-only", action="store_true", help="only the 1-rank / N-rank comparison")
     ap.add_argument("--ranks", type=int, default=0, help="N for the rank comparison (default: CPUs, 2..16)")
+    ap.add_argument("--against", help="another trainperf binary: CPU time of both, same run, same inputs")
     a = ap.parse_args()
     cli = BUILD / "trainperf"
     if not cli.exists() or not TRACE.exists():
@@ -165,6 +183,11 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     plain = work / "trace35.json"
     plain.write_bytes(gzip.decompress(TRACE.read_bytes()))
+    if a.against:
+        try:
+            return against(cli, pathlib.Path(a.against), plain)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     if a.ranks_only:
         try:
             ranks_bench(cli, plain, work, a.ranks)

@@ -6,6 +6,9 @@ bench/bench_analyze.sh. Times are HTA's microseconds.
 
     python hta_run.py TRACE [RANK]
     python hta_run.py TRACE --critical-path ANNOTATION INSTANCE
+
+With --critical-path, "window" names the range HTA took: the INSTANCE-th
+row (in file order) whose name contains ANNOTATION.
 """
 import json
 import logging
@@ -34,9 +37,16 @@ def main():
         # python hta_run.py TRACE --critical-path ANNOTATION INSTANCE
         ta = TraceAnalysis(trace_files={0: path})
         inst = None if sys.argv[4] == "none" else int(sys.argv[4])  # none: the whole trace
+        window = None
+        if sys.argv[3]:
+            df, st = ta.t.get_trace(0), ta.t.symbol_table
+            ids = [v for k, v in st.get_sym_id_map().items() if sys.argv[3] in k]
+            rows = df[df.name.isin(ids)]
+            if len(rows) > (inst or 0):
+                window = st.get_sym_table()[rows.name.iloc[inst or 0]]
         g, ok = ta.critical_path_analysis(rank=0, annotation=sys.argv[3], instance_id=inst)
         bd = g.get_critical_path_breakdown()
-        json.dump({"ok": bool(ok), "path_us": float(bd["duration"].sum()), "edges": int(len(bd)),
+        json.dump({"ok": bool(ok), "window": window, "path_us": float(bd["duration"].sum()), "edges": int(len(bd)),
                    "by_type": {k: float(v) for k, v in bd.groupby("type")["duration"].sum().items()}},
                   sys.stdout)
         sys.stdout.write("\n")
@@ -92,6 +102,13 @@ def main():
             out["queue_max"] = {str(int(s)): num(row[("queue_length", "max")]) for (_, s), row in q.iterrows()}
     except Exception as e:  # noqa: BLE001
         out["queue_error"] = repr(e)
+    try:
+        from hta.analyzers.trace_counters import TraceCounters
+        bw = TraceCounters.get_memory_bw_summary(ta.t, ranks=[rank])
+        if bw is not None:  # the peak of the summed GB/s of the copies running, per kind
+            out["membw_max"] = {name: num(row[("memory_bw_gbps", "max")]) for (_, name), row in bw.iterrows()}
+    except Exception as e:  # noqa: BLE001
+        out["membw_error"] = repr(e)
     json.dump(out, sys.stdout)
     sys.stdout.write("\n")
 

@@ -342,3 +342,146 @@ def test_critical_path_of_an_empty_trace(run_cli, tmp_path):
     c = json.loads(p.stdout)
     assert c["path_ns"] == 0 and c["events"] == 0 and c["window"] == "the whole trace"
     assert json.loads((tmp_path / "ov.json").read_text())["traceEvents"][0]["name"] == "process_name"
+
+
+def _odd_trace():
+    """One launch per kernel, plus what Python's json reads and strict JSON
+    does not: NaN and +-Infinity where a number could be."""
+    return ('{"traceEvents": [\n'
+            '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100, "dur": 50,'
+            ' "args": {"Input Dims": NaN}},\n'
+            '{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 110,'
+            ' "dur": 5, "args": {"correlation": 7}},\n'
+            '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 130, "dur": 10,'
+            ' "args": {"stream": 7, "correlation": 7, "blocks per SM": Infinity}},\n'
+            '{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 160,'
+            ' "dur": 5, "args": {"correlation": 8, "cbid": -Infinity}},\n'
+            '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 170, "dur": 10,'
+            ' "args": {"stream": 7, "correlation": 8}}\n'
+            ']}\n')
+
+
+def test_nan_and_infinity_are_read_as_python_reads_them(run_cli, tmp_path):
+    """A NaN or Infinity (Python's json reads them; HTA does) no longer
+    rejects the file: the values are not numbers for any field, the rest is
+    analysed as if they were null, and a warning names the count."""
+    text = _odd_trace()
+    assert len(json.loads(text)["traceEvents"]) == 5  # Python's json reads it
+    odd = tmp_path / "odd.json"
+    odd.write_text(text)
+    clean = tmp_path / "clean.json"
+    clean.write_text(text.replace("-Infinity", "null").replace("Infinity", "null").replace("NaN", "null"))
+    out, err = analyze(run_cli, odd)
+    ref, ref_err = analyze(run_cli, clean)
+    assert "3 NaN/Infinity value(s)" in err and "odd.json" in err, err
+    assert "NaN" not in ref_err
+    assert [w for w in out["warnings"] if "NaN/Infinity" in w]
+    for r in (out["ranks"][0], ref["ranks"][0]):
+        r.pop("file"), r.pop("bytes")
+    assert out["ranks"] == ref["ranks"]
+    assert out["ranks"][0]["launch"]["count"] == 2
+    # where a time should be: the event is skipped as one without a ts
+    bad = tmp_path / "badts.json"
+    bad.write_text(text.replace('"ts": 160', '"ts": NaN').replace('"ts": 170', '"ts": -Infinity'))
+    out, err = analyze(run_cli, bad)
+    assert "5 NaN/Infinity value(s)" in err, err
+    assert out["ranks"][0]["launch"]["count"] == 1
+
+
+def test_odd_input_is_said(run_cli, tmp_path):
+    """Negative durations, duplicate events and launch calls that reuse a
+    correlation id pass (HTA reads them), each with a warning and its count;
+    a CPU operator nested in one of its own name is no duplicate."""
+    ev = [launch(0, 2, 1), kernel(10, 10, corr=1), kernel(10, 10, corr=1),  # a duplicate kernel
+          launch(20, 2, 2), launch(24, 2, 2), kernel(30, 5, corr=2),          # id 2 launched twice
+          {"ph": "X", "cat": "cpu_op", "name": "aten::zeros", "pid": 1, "tid": 1, "ts": 40, "dur": 5},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::zeros", "pid": 1, "tid": 1, "ts": 40, "dur": 5},
+          {"ph": "X", "cat": "cpu_op", "name": "neg", "pid": 1, "tid": 1, "ts": 50, "dur": -3},
+          {"ph": "X", "cat": "cpu_op", "name": "neg", "pid": 1, "tid": 1, "ts": 60, "dur": -1}]
+    t = write(tmp_path / "odd.json", ev)
+    out, err = analyze(run_cli, t)
+    assert "2 event(s) with a negative duration" in err, err
+    assert "1 duplicate event(s)" in err, err
+    assert "1 launch call(s) reuse a correlation id" in err, err
+    assert len([w for w in out["warnings"] if "odd.json" in w]) == 3
+    clean = write(tmp_path / "clean.json", [launch(0, 2, 1), kernel(10, 10, corr=1), ev[6], ev[7]])
+    _, err = analyze(run_cli, clean)
+    assert "warning" not in err, err
+
+
+def _step(ts, dur, num=1, cat="user_annotation"):
+    return {"ph": "X", "cat": cat, "name": f"ProfilerStep#{num}", "pid": 1 if cat != "gpu_user_annotation" else 0,
+            "tid": 1 if cat != "gpu_user_annotation" else 7, "ts": ts, "dur": dur}
+
+
+def _op(ts, dur, name="aten::op"):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+
+def test_critical_path_no_launch_delay_onto_a_busy_stream(run_cli, tmp_path):
+    """A kernel launched onto a stream still running work launched before
+    the step waits for that work, not for its launch: no launch-delay edge
+    (HTA's queue length over the whole trace says the same)."""
+    ev = [launch(10, 2, 1), kernel(20, 280, corr=1),                 # before the step, runs on
+          _step(100, 100), _op(105, 10), launch(110, 2, 2), kernel(300, 10, corr=2)]
+    t = write(tmp_path / "busy.json", ev)
+    for mode in ([], ["--compat", "hta"]):
+        out, _ = analyze(run_cli, "--critical-path", "--steps", "1", *mode, t)
+        assert out["by_type"]["launch_delay"]["ns"] == 0, (mode, out["by_type"])
+        assert out["path_ns"] == 10_000, (mode, out["path_ns"])  # the operator, or the kernel: 10 us
+    # the same stream idle at the launch: the delay is on the path
+    ev[1] = kernel(20, 50, corr=1)
+    out, _ = analyze(run_cli, "--critical-path", "--steps", "1", write(tmp_path / "idle.json", ev))
+    assert out["by_type"]["launch_delay"]["ns"] == 190_000
+    assert out["path_ns"] == 5_000 + 190_000 + 10_000
+
+
+def test_critical_path_cuda_graph_kernels(run_cli, tmp_path):
+    """A CUDA graph puts many kernels on one correlation id: all of them are
+    on the default graph; --compat hta keeps one, as HTA joins one row."""
+    graph = {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": 110,
+             "dur": 2, "args": {"correlation": 5}}
+    ev = [_step(100, 100), _op(105, 10), graph, kernel(120, 10, corr=5), kernel(130, 10, corr=5),
+          kernel(140, 10, corr=5)]
+    t = write(tmp_path / "graph.json", ev)
+    full, _ = analyze(run_cli, "--critical-path", "--steps", "1", t)
+    hta, _ = analyze(run_cli, "--critical-path", "--steps", "1", "--compat", "hta", t)
+    assert full["by_type"]["kernel"]["edges"] == 3 and full["by_type"]["kernel"]["ns"] == 30_000
+    assert hta["by_type"]["kernel"]["edges"] == 1 and hta["by_type"]["kernel"]["ns"] == 10_000
+    assert full["path_ns"] == 5_000 + 10_000 + 30_000  # the operator to the launch, its delay, the kernels
+    assert hta["path_ns"] == 10_000  # HTA: cudaGraphLaunch is no launch of its; the kernel has no edge in
+
+
+def test_gpu_copy_of_a_step_is_not_a_step(run_cli, tmp_path):
+    """ROCm traces write the GPU's ProfilerStep#N (gpu_user_annotation)
+    without a stream: it is not a second, shorter step."""
+    ev = [_step(0, 100), _step(5, 30, cat="gpu_user_annotation"), _op(10, 20), launch(12, 2, 1),
+          kernel(20, 10, corr=1)]
+    t = write(tmp_path / "rocm.json", ev)
+    out, _ = analyze(run_cli, t)
+    (s,) = out["ranks"][0]["steps"]
+    assert s["dur_ns"] == 100_000
+    cp, _ = analyze(run_cli, "--critical-path", "--steps", "1", t)
+    assert cp["window_ns"] == 100_000
+
+
+def test_bytes_after_the_gzip_data_are_said(run_cli, tmp_path):
+    """zlib's gzread ignores what follows the last gzip member (Python's gzip
+    rejects it); we read the trace and say how many bytes were left over, on
+    both readers (the inflating thread and the inline one). A trace split
+    over two members is one text, with nothing to say."""
+    text = json.dumps({"traceEvents": [launch(0, 2, 1), kernel(10, 10, corr=1)]}).encode()
+    t = tmp_path / "tail.json.gz"
+    t.write_bytes(gzip.compress(text) + b"garbage")
+    with pytest.raises(OSError):
+        gzip.decompress(t.read_bytes())
+    for env in (None, {"TRAINPERF_NO_READER_THREAD": "1"}):
+        p = run_cli("analyze", "--json", t, env=env)
+        assert p.returncode == 0, p.stderr
+        assert "7 byte(s) after the end of the gzip data" in p.stderr, (env, p.stderr)
+        assert json.loads(p.stdout)["ranks"][0]["launch"]["count"] == 1
+    two = tmp_path / "two.json.gz"
+    two.write_bytes(gzip.compress(text[:40]) + gzip.compress(text[40:]))
+    p = run_cli("analyze", "--json", two)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+    assert json.loads(p.stdout)["ranks"][0]["launch"]["count"] == 1

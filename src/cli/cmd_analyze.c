@@ -14,7 +14,7 @@ static void analyze_usage(FILE *f)
     fprintf(f,
             "usage: trainperf analyze TRACE... [--json] [--rank N] [--steps A:B] [--compat hta] [--top K]\n"
             "       trainperf analyze --diff BASELINE TEST [--json] [--top K] ...\n"
-            "       trainperf analyze --critical-path TRACE [--steps N | --cp-range NAME[#K]] [--overlay OUT.json]\n\n"
+            "       trainperf analyze --critical-path TRACE [--steps N | --cp-range NAME[#K]] [--compat hta] [--overlay OUT.json]\n\n"
             "Analyse torch.profiler (Kineto/Chrome) traces, .json or .json.gz, one file per rank:\n"
             "GPU time breakdown, kernel types and overlaps, top kernels, idle time per stream,\n"
             "communication/computation overlap, launch delays, top CPU operators, per-step\n"
@@ -116,8 +116,8 @@ static int analyze_cpath(const char **paths, int np, const trace_opts *o, int js
         }
     }
     trace_cpath *c = NULL;
-    e = trace_cpath_run(files[0], o->has_steps, o->step_lo, range ? name : NULL, idx, o->top_k, &c, err,
-                        sizeof(err));
+    e = trace_cpath_run(files[0], o->has_steps, o->step_lo, range ? name : NULL, idx, o->top_k, o->compat_hta != 0,
+                        &c, err, sizeof(err));
     trace_paths_free(files, nf);
     if (e) {
         cli_error("%s", err);

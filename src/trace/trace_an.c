@@ -157,6 +157,7 @@ typedef struct corr_ent {
     uint32_t name;
     int32_t step;
     uint8_t kept, used;
+    uint8_t call;           /* a runtime/driver call (not a cuda_sync row of the same id) */
     uint32_t ann;           /* innermost user annotation at the launch: name id + 1 */
 } corr_ent;
 
@@ -197,6 +198,7 @@ typedef struct rankst {
     int compat;             /* opts->compat_hta */
     mem_st mem;             /* profile_memory: per device */
     uint64_t badnum;        /* events dropped for a time out of range */
+    uint64_t negdur;        /* complete events with a negative duration (kept) */
     tsset ts;               /* time series: the bins are set when pass A is done */
     int has_span;
     int64_t tmin, tmax;     /* first start, last end of the records */
@@ -656,6 +658,7 @@ static int on_event(void *ud, const trace_ev *ev)
     memset(&t, 0, sizeof(t));
     t.ts = ev->ts_ns;
     t.dur = ev->dur_ns;
+    if (t.dur < 0) r->negdur++; /* kept; said in a warning */
     t.corr = (ev->has & TEV_CORR) ? ev->corr : -1;
     t.stream = -1;
     if ((ev->has & TEV_STREAM) && ev->stream >= INT32_MIN && ev->stream <= INT32_MAX) {
@@ -722,7 +725,9 @@ static int on_event(void *ud, const trace_ev *ev)
         r->gpu_thread = t.thread;
     }
     long num;
-    if (rec_stream(&t) < 0 && step_number(nm, &num)) {
+    /* a step is a CPU range: the GPU's copy of it (gpu_user_annotation,
+     * without a stream in ROCm traces) is not a second step */
+    if (rec_stream(&t) < 0 && t.cat != C_GPU_ANN && step_number(nm, &num)) {
         if (r->nsteps >= MAX_STEPS) return TPF_ETOOBIG;
         if (r->nsteps == r->stepcap) {
             uint32_t nc = r->stepcap ? r->stepcap * 2 : 64;
@@ -1006,6 +1011,7 @@ typedef struct bstate {
     tstack *stacks;
     tr_launch launch;
     uint64_t gpu_events, unmatched;
+    uint64_t dups, collide; /* duplicate records; launches sharing a correlation id */
     seqtab seq;
 } bstate;
 
@@ -1231,19 +1237,26 @@ static uint32_t scope_of(bstate *b, uint32_t thread, int64_t ts, int any_op)
 
 /* Calls that enqueue work, for the queue length: HTA's list (its
  * runtime-launch query) under --compat hta, the default launch set else. */
+int hta_queue_name(const char *n)
+{
+    static const char *const hta[] = {
+        "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync",
+        "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel", "hipExtModuleLaunchKernel",
+        "hipMemsetAsync", "hipMemcpyAsync", "hipMemcpyWithStream",
+    };
+    for (size_t i = 0; i < sizeof(hta) / sizeof(hta[0]); i++)
+        if (strcmp(n, hta[i]) == 0) return 1;
+    return 0;
+}
+
 static int queue_launch(bstate *b, uint32_t name)
 {
     nstat *e = &b->r->names.v[name];
     if (e->qlaunch < 0) {
-        static const char *const hta[] = {
-            "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync",
-            "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel", "hipExtModuleLaunchKernel",
-            "hipMemsetAsync", "hipMemcpyAsync", "hipMemcpyWithStream",
-        };
         const char *n = st_str(&b->r->names, name);
         int q = 0;
         if (b->hta) {
-            for (size_t i = 0; i < sizeof(hta) / sizeof(hta[0]) && !q; i++) q = strcmp(n, hta[i]) == 0;
+            q = hta_queue_name(n);
         } else {
             q = is_launch_name(n, 0) || strcmp(n, "hipMemcpyWithStream") == 0;
         }
@@ -1305,11 +1318,13 @@ static int process(bstate *b, trec *t)
         return ts_sample(&r->ts, &r->ts.v[t->thread], t->ts, v);
     }
     if (t->cat == C_COPYBW) {
-        /* the copy's launch decides, as for the copy itself (trim, --steps) */
+        /* the copy's launch decides, as for the copy itself (trim, --steps):
+         * HTA's trim keeps only device work whose launch it kept, so a copy
+         * without a launch in the trace goes too */
         float v;
         memcpy(&v, &t->thread, sizeof(v));
         corr_ent *ce = t->corr != -1 ? corr_get(b, t->corr) : NULL;
-        if (b->trim && !(ce ? ce->kept : t->ts < b->cutoff)) return 0;
+        if (b->trim && !(ce && ce->kept)) return 0;
         if (!in_steps(b, ce ? ce->step : -1)) return 0;
         tseries *s = ts_get(&r->ts, TS_BW, 0, t->name);
         if (!s) {
@@ -1341,8 +1356,12 @@ static int process(bstate *b, trec *t)
         }
         if (t->cat == C_USER_ANN) ns->is_ann = 1;
         if (t->corr != -1 && (!b->hta || !hta_gpu) && ns->launch != 3) {
-            corr_ent e = {t->corr, t->ts, t->dur, t->name, si, (uint8_t)kept, 0,
+            int call = t->cat == C_RUNTIME || t->cat == C_DRIVER;
+            corr_ent e = {t->corr, t->ts, t->dur, t->name, si, (uint8_t)kept, 0, (uint8_t)call,
                           scope_of(b, t->thread, t->ts, 0)};
+            /* a second launch of one id: its device work joins the later one */
+            corr_ent *had = call ? corr_get(b, t->corr) : NULL;
+            if (had && had->call) b->collide++;
             int rc = corr_put(b, &e);
             if (rc) return rc;
         }
@@ -1751,9 +1770,21 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
         if (tb->t1 <= tb->t0) tb->t1 = tb->t0 + 1;
     }
     if ((rc = merger_open(&m, r))) goto out;
-    trec t;
-    while ((rc = merger_next(&m, &t)) > 0)
+    trec t, same[8]; /* records of the current (ts, dur), for duplicates */
+    int nsame = 0;
+    while ((rc = merger_next(&m, &t)) > 0) {
+        /* only records with a correlation id: a CPU operator nested in
+         * one of its own name (aten::zeros in aten::zeros) has the same
+         * name, thread and times as its parent, and is no duplicate */
+        if (t.cat < C_MEMEV && t.corr >= 0) {
+            if (nsame && (same[0].ts != t.ts || same[0].dur != t.dur)) nsame = 0;
+            int dup = 0;
+            for (int k = 0; k < nsame && !dup; k++) dup = memcmp(&same[k], &t, sizeof(t)) == 0;
+            if (dup) b.dups++;
+            else if (nsame < 8) same[nsame++] = t;
+        }
         if ((rc = process(&b, &t))) break;
+    }
     if (rc < 0) goto out;
     rc = 0;
     ts_finish(&r->ts);
@@ -1763,6 +1794,8 @@ static int pass_b(rankst *r, const trace_opts *o, int trim, tr_rank *out, char *
 
     out->gpu_events = b.gpu_events;
     out->unmatched = b.unmatched;
+    out->dups = b.dups;
+    out->collide = b.collide;
     out->trimmed = b.trim;
     out->ts_rounded = b.hta && r->any_tsfrac;
     if (b.all.any) {
@@ -2045,6 +2078,9 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
         k->array_form = rs[i].meta.array_form;
         k->unterminated = rs[i].meta.unterminated;
         k->bad_numbers = rs[i].badnum;
+        k->nonfinite = rs[i].meta.nonfinite;
+        k->trailing = rs[i].meta.trailing;
+        k->negdur = rs[i].negdur;
         for (uint32_t j = 0; j < rs[i].nsteps; j++) {
             long sn = rs[i].steps[j].num;
             if (!have_steps || sn < step_min) step_min = sn;
@@ -2091,10 +2127,28 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
             rc = trace_warn(res, "rank %ld claimed by two files (%s from %s, %s from %s): analysed both as rank %ld",
                             res->ranks[i].rank, res->ranks[i - 1].path, res->ranks[i - 1].rank_from,
                             res->ranks[i].path, res->ranks[i].rank_from, res->ranks[i].rank);
-    for (int i = 0; !rc && i < res->nranks; i++)
-        if (res->ranks[i].bad_numbers)
+    for (int i = 0; !rc && i < res->nranks; i++) {
+        const tr_rank *k = &res->ranks[i];
+        if (k->bad_numbers)
             rc = trace_warn(res, "%s: %llu event(s) skipped: a ts or dur out of range (such as 1e999)",
-                            res->ranks[i].path, (unsigned long long)res->ranks[i].bad_numbers);
+                            k->path, (unsigned long long)k->bad_numbers);
+        if (!rc && k->nonfinite)
+            rc = trace_warn(res, "%s: %llu NaN/Infinity value(s) (not JSON; Python's json reads them): "
+                                 "read as not a number", k->path, (unsigned long long)k->nonfinite);
+        if (!rc && k->trailing)
+            rc = trace_warn(res, "%s: %llu byte(s) after the end of the gzip data: ignored", k->path,
+                            (unsigned long long)k->trailing);
+        if (!rc && k->negdur)
+            rc = trace_warn(res, "%s: %llu event(s) with a negative duration", k->path,
+                            (unsigned long long)k->negdur);
+        if (!rc && k->dups)
+            rc = trace_warn(res, "%s: %llu duplicate event(s) (same name, category, thread, times and "
+                                 "correlation id as another): counted twice, as HTA does", k->path,
+                            (unsigned long long)k->dups);
+        if (!rc && k->collide)
+            rc = trace_warn(res, "%s: %llu launch call(s) reuse a correlation id still in use: their device "
+                                 "work is joined to the later call", k->path, (unsigned long long)k->collide);
+    }
     if (rc) {
         if (err && errlen && !err[0]) snprintf(err, errlen, "%s", tpf_strerror(rc));
         trace_result_free(res);
@@ -2183,6 +2237,31 @@ static int cset_add(cset *s, int64_t c)
     return 0;
 }
 
+/* Forget c (backward-shift deletion: no tombstones). */
+static void cset_del(cset *s, int64_t c)
+{
+    if (!s->cap) return;
+    size_t mask = s->cap - 1, i = corr_hash(c) & mask;
+    while (s->v[i] != c) {
+        if (s->v[i] == -1) return;
+        i = (i + 1) & mask;
+    }
+    s->n--;
+    for (size_t k = i;;) {
+        s->v[i] = -1;
+        for (;;) {
+            k = (k + 1) & mask;
+            if (s->v[k] == -1) return;
+            size_t h = corr_hash(s->v[k]) & mask;
+            /* v[k] stays where it is when its home lies cyclically in (i, k] */
+            if (i <= k ? (i < h && h <= k) : (i < h || h <= k)) continue;
+            s->v[i] = s->v[k];
+            i = k;
+            break;
+        }
+    }
+}
+
 static int cset_has(const cset *s, int64_t c)
 {
     if (!s->cap) return 0;
@@ -2194,6 +2273,27 @@ static int cset_has(const cset *s, int64_t c)
     return 0;
 }
 
+/* The latest end of device work per stream, over the whole trace: whether a
+ * stream was still busy when a window's kernel was launched, with work
+ * launched before the window (open addressing; at most MAX_STREAMS). */
+typedef struct send_ent {
+    int64_t stream, end;
+    int used;
+} send_ent;
+
+static send_ent *send_get(send_ent *v, int64_t s)
+{
+    uint32_t j = corr_hash(s) & (MAX_STREAMS - 1);
+    for (uint32_t k = 0; k < MAX_STREAMS; k++, j = (j + 1) & (MAX_STREAMS - 1)) {
+        if (!v[j].used) {
+            v[j] = (send_ent){s, INT64_MIN, 1};
+            return &v[j];
+        }
+        if (v[j].stream == s) return &v[j];
+    }
+    return NULL;
+}
+
 int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err, size_t errlen)
 {
     memset(w, 0, sizeof(*w));
@@ -2201,8 +2301,10 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
     memset(&r, 0, sizeof(r));
     merger m;
     memset(&m, 0, sizeof(m));
-    cset cs = {0};
-    int rc = pass_a(&r, path, 0, err, errlen);
+    cset cs = {0}, joined = {0}, queued = {0};
+    send_ent *sends = calloc(MAX_STREAMS, sizeof(*sends));
+    if (!sends) return TPF_ENOMEM;
+    int rc = pass_a(&r, path, sel->hta, err, errlen); /* hta: HTA's microseconds */
     if (rc) goto out;
     trec t;
     int found = 0;
@@ -2267,16 +2369,41 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
     size_t cap = 0;
     if ((rc = merger_open(&m, &r))) goto io;
     while ((rc = merger_next(&m, &t)) > 0) {
+        if (sel->hta && r.any_tsfrac) t.dur += t.rdelta;
         int kind = tw_kind(t.cat);
         int64_t stream = rec_stream(&t);
         int device = (kind == TW_KERNEL || kind == TW_MEMCPY || kind == TW_MEMSET) && stream >= 0;
         if (t.cat == C_MEMEV || kind == TW_OTHER) continue;
         /* device kinds without a stream are not device work: CPU side, ignored */
         if (!device && kind != TW_SYNC && kind != TW_CPU && kind != TW_RUNTIME) continue;
+        int64_t prev_end = INT64_MIN;
+        /* HTA's queue holds only work whose launch call (its list) is in
+         * the trace: the launches not yet joined (bounded: orphans stop
+         * being added past 1M) */
+        if (sel->hta && kind == TW_RUNTIME && t.corr >= 0 && queued.n < (1u << 20) &&
+            hta_queue_name(st_str(&r.names, t.name)) && (rc = cset_add(&queued, t.corr)))
+            goto out;
+        int counts = device && (!sel->hta || cset_has(&queued, t.corr));
+        if (device && sel->hta) cset_del(&queued, t.corr);
+        if (counts) {
+            send_ent *se = send_get(sends, stream);
+            if (se) {
+                prev_end = se->end;
+                if (t.ts + t.dur > se->end) se->end = t.ts + t.dur;
+            }
+        }
         if (device || kind == TW_SYNC) {
             if (t.corr < 0 || !cset_has(&cs, t.corr)) continue;
+            /* HTA joins a launch to one device row: of a CUDA graph's
+             * kernels (one correlation) it keeps the first */
+            if (device && sel->hta) {
+                if (cset_has(&joined, t.corr)) continue;
+                if ((rc = cset_add(&joined, t.corr))) goto out;
+            }
         } else {
-            if (t.ts < w->lo || t.ts + t.dur > w->hi) continue;
+            /* HTA: what starts in the window and lasts (a 0 us event
+             * breaks its call stacks); default: what lies inside it */
+            if (t.ts < w->lo || (sel->hta ? t.ts > w->hi || t.dur <= 0 : t.ts + t.dur > w->hi)) continue;
             if (kind == TW_RUNTIME && t.corr >= 0 && (rc = cset_add(&cs, t.corr))) goto out;
         }
         if (w->n >= TW_MAX_EVENTS) {
@@ -2292,7 +2419,7 @@ int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err
             w->ev = nv;
             cap = nc;
         }
-        w->ev[w->n++] = (tw_ev){t.ts, t.dur, t.corr, stream, t.name, t.thread, (uint8_t)kind};
+        w->ev[w->n++] = (tw_ev){t.ts, t.dur, t.corr, stream, prev_end, t.name, t.thread, (uint8_t)kind};
     }
     if (rc < 0) goto io;
     rc = 0;
@@ -2316,6 +2443,9 @@ out:
     if (rc && rc != TPF_EINVAL && !err[0]) snprintf(err, errlen, "%s: %s", path, tpf_strerror(rc));
     merger_close(&m);
     free(cs.v);
+    free(joined.v);
+    free(queued.v);
+    free(sends);
     rank_free(&r);
     if (rc) trace_window_free(w);
     return rc;

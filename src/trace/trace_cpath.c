@@ -61,6 +61,7 @@ struct trace_cpath {
     cp_row *rows;
     size_t nrows;
     int top_k;
+    int hta;                /* --compat hta: HTA's graph (see trace_cpath_run) */
 };
 
 static const char *const type_names[CP_NTYPES] = {
@@ -287,6 +288,7 @@ static int build_gpu(trace_cpath *c)
     corr_ix *ix = malloc((nr ? nr : 1) * sizeof(*ix));
     gitem *g = malloc((ng ? ng : 1) * sizeof(*g));
     slast *sl = malloc(4096 * sizeof(*sl));
+    int64_t *launch = NULL, *next_launch = NULL;
     int rc = 0;
     if (!ix || !g || !sl) { rc = TPF_ENOMEM; goto out; }
     nr = ng = 0;
@@ -297,21 +299,34 @@ static int build_gpu(trace_cpath *c)
             g[ng++] = (gitem){e->ts, i, 0};
         else if (e->kind == TW_SYNC)
             g[ng++] = (gitem){e->ts + e->dur, i, 1};
-        else if (!nsync && e->kind == TW_RUNTIME && blocking_call(ev_name(w, i)) &&
+        else if (!c->hta && !nsync && e->kind == TW_RUNTIME && blocking_call(ev_name(w, i)) &&
                  strstr(ev_name(w, i), "Synchronize"))
             g[ng++] = (gitem){e->ts + e->dur, i, 2}; /* no cuda_sync events: the call stands for one */
     }
     qsort(ix, nr, sizeof(*ix), corr_ix_cmp);
     qsort(g, ng, sizeof(*g), gitem_cmp);
     /* launch time of every kernel (for the syncs on CUDA events) */
-    int64_t *launch = malloc((w->n ? w->n : 1) * sizeof(*launch));
+    launch = malloc((w->n ? w->n : 1) * sizeof(*launch));
     if (!launch) { rc = TPF_ENOMEM; goto out; }
     for (uint32_t i = 0; i < w->n; i++) {
         const tw_ev *e = &w->ev[i];
         int64_t rt = (e->kind == TW_KERNEL || e->kind == TW_MEMCPY || e->kind == TW_MEMSET) ? find_runtime(ix, nr, e->corr) : -1;
         launch[i] = rt >= 0 ? w->ev[rt].ts : -1;
     }
+    /* the launch of the next work on each kernel's stream (in the window) */
+    next_launch = malloc((w->n ? w->n : 1) * sizeof(*next_launch));
+    if (!next_launch) { rc = TPF_ENOMEM; goto out; }
     size_t ns = 0;
+    for (size_t k = ng; k-- > 0;) {
+        uint32_t i = g[k].ev;
+        if (g[k].sync) continue;
+        slast *nx = stream_last(sl, &ns, 4096, w->ev[i].stream);
+        /* kernels of one launch (a CUDA graph) are not launched after it */
+        next_launch[i] = !nx || nx->ev < 0 ? -1
+                         : w->ev[nx->ev].corr == w->ev[i].corr ? next_launch[nx->ev] : launch[nx->ev];
+        if (nx && launch[i] >= 0) nx->ev = i;
+    }
+    ns = 0;
     for (size_t k = 0; k < ng && !rc; k++) {
         uint32_t i = g[k].ev;
         const tw_ev *e = &w->ev[i];
@@ -348,14 +363,22 @@ static int build_gpu(trace_cpath *c)
         slast *last = stream_last(sl, &ns, 4096, e->stream);
         if (!last) { rc = TPF_ETOOBIG; break; }
         int64_t rt = find_runtime(ix, nr, e->corr);
-        if (rt >= 0 && (last->ev < 0 || node_ts(w, 2 * (uint32_t)last->ev + 1) < w->ev[rt].ts))
+        /* launch delay: the stream had nothing left to run at the launch,
+         * work launched before the window included, and nothing else was
+         * launched onto it before the kernel started (HTA's queue length:
+         * 1 at the launch, 0 at the start); else the kernel waited for its
+         * stream, or for something the trace does not show */
+        if (rt >= 0 && e->prev_end < w->ev[rt].ts && (next_launch[i] < 0 || next_launch[i] > e->ts) &&
+            (!c->hta || hta_queue_name(ev_name(w, (uint32_t)rt))) && /* HTA: its launch list */
+            (last->ev < 0 || node_ts(w, 2 * (uint32_t)last->ev + 1) < w->ev[rt].ts))
             rc = add_edge(c, 2 * (uint32_t)rt, 2 * i, CP_LAUNCH, (uint32_t)rt);
         else if (last->ev >= 0)
             rc = add_edge(c, 2 * (uint32_t)last->ev + 1, 2 * i, CP_KGAP, i);
         last->ev = i;
     }
-    free(launch);
 out:
+    free(launch);
+    free(next_launch);
     free(ix);
     free(g);
     free(sl);
@@ -487,13 +510,14 @@ static int summarize(trace_cpath *c)
 }
 
 int trace_cpath_run(const char *path, int has_step, long step, const char *ann, long ann_index, int top_k,
-                    trace_cpath **out, char *err, size_t errlen)
+                    int hta, trace_cpath **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (err && errlen) err[0] = '\0';
     trace_cpath *c = calloc(1, sizeof(*c));
     if (!c) return TPF_ENOMEM;
     c->top_k = top_k > 0 ? top_k : 10;
+    c->hta = hta;
     size_t pl = strlen(path);
     c->path = malloc(pl + 1);
     if (!c->path) {
@@ -501,7 +525,7 @@ int trace_cpath_run(const char *path, int has_step, long step, const char *ann, 
         return TPF_ENOMEM;
     }
     memcpy(c->path, path, pl + 1);
-    tw_select sel = {has_step, step, ann, ann_index};
+    tw_select sel = {has_step, step, ann, ann_index, hta};
     int rc = trace_window(path, &sel, &c->win, err, errlen);
     if (!rc) {
         char e2[512];

@@ -32,11 +32,13 @@ typedef struct trace_cpath trace_cpath;
 
 /* Critical path of one window of one trace. step/has_step: ProfilerStep#N;
  * ann/ann_index: the ann_index-th range of a user annotation; neither: the
- * last step but one, or the whole trace. top_k rows by name. *out owned by
- * the caller (trace_cpath_free). Errors as trace_analyze (TPF_EINVAL: no
- * such step or range), err one line. */
+ * last step but one, or the whole trace. top_k rows by name. hta: HTA
+ * 0.5's graph (one kernel per launch, so a CUDA graph's other kernels are
+ * left out; no GPU -> CPU edge for a blocking call in a trace without
+ * cuda_sync events). *out owned by the caller (trace_cpath_free). Errors as
+ * trace_analyze (TPF_EINVAL: no such step or range), err one line. */
 int trace_cpath_run(const char *path, int has_step, long step, const char *ann, long ann_index, int top_k,
-                    trace_cpath **out, char *err, size_t errlen);
+                    int hta, trace_cpath **out, char *err, size_t errlen);
 void trace_cpath_free(trace_cpath *c);
 int trace_cpath_json(const trace_cpath *c, buf *out);
 int trace_cpath_text(const trace_cpath *c, buf *out, int color);

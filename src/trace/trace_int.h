@@ -108,6 +108,7 @@ typedef struct tr_rank {
     int array_form, unterminated, ts_rounded, trimmed;
     uint64_t gpu_events, unmatched;
     uint64_t bad_numbers;   /* events dropped: ts/dur out of range (1e999) */
+    uint64_t nonfinite, trailing, negdur, dups, collide; /* said as warnings (trace_analyze) */
     int64_t kernel_time, idle, compute, non_compute, busy;
     int64_t label_time[8];  /* by mask of KT_COMP|KT_COMM|KT_MEM */
     int64_t comm_total, overlap;
@@ -165,6 +166,8 @@ enum { TW_CPU = 0, TW_RUNTIME, TW_KERNEL, TW_MEMCPY, TW_MEMSET, TW_SYNC, TW_OTHE
 
 typedef struct tw_ev {
     int64_t ts, dur, corr, stream;
+    int64_t prev_end;       /* device work: the latest end of earlier work on its
+                             * stream in the whole trace (INT64_MIN none) */
     uint32_t name, thread;
     uint8_t kind;           /* TW_* */
 } tw_ev;
@@ -189,6 +192,7 @@ typedef struct tw_select {
     long step;
     const char *ann;
     long ann_index;
+    int hta;                /* HTA's join: one device row per launch (CUDA graphs) */
 } tw_select;
 
 #define TW_MAX_EVENTS (4u << 20)
@@ -197,6 +201,8 @@ typedef struct tw_select {
  * they launched (joined by correlation). 0, or an error with err set.
  * *w owned by the caller: trace_window_free. */
 int trace_window(const char *path, const tw_select *sel, tr_window *w, char *err, size_t errlen);
+/* A call HTA counts as enqueueing device work (its runtime-launch list). */
+int hta_queue_name(const char *name);
 void trace_window_free(tr_window *w);
 
 /* trace_extra.c: render the annotation, sequence, queue, bandwidth and

@@ -18,22 +18,146 @@
 #include "trainperf.h"
 #include "util/err.h"
 
-/* zlib's message without the "<fd:3>: " it puts first for gzdopen'd files:
- * the caller names the file. */
-static const char *gz_words(const char *m)
-{
-    if (!m || !*m) return "?";
-    if (strncmp(m, "<fd:", 4) == 0) {
-        const char *c = strstr(m, ": ");
-        if (c) return c + 2;
-    }
-    return m;
-}
-
 #define JS_BUFSZ (256 * 1024)
 #define JS_MAX_DEPTH 256
 #define JS_CAPTURE_MAX ((size_t)64 << 20) /* one event's raw text (merge) */
 #define JS_NUM_MAX 64
+
+/* The file: plain text read as it is, or gzip members one after the other
+ * (as gzip and zlib's gzread take them). Unlike gzread it counts what
+ * follows the last member (which gzread, and so we, ignore; Python's gzip
+ * rejects it) so that it can be said. */
+#define ZR_INSZ (128 * 1024)
+
+typedef struct zrd {
+    int fd;
+    int gzip, started, inflating, done;
+    z_stream z;
+    unsigned char *in;
+    uint64_t produced;      /* bytes handed out */
+    uint64_t trailing;      /* bytes after the last member */
+    char msg[256];
+} zrd;
+
+static zrd *zr_open(int fd)
+{
+    zrd *r = calloc(1, sizeof(*r));
+    if (!r) return NULL;
+    r->fd = fd;
+    if (!(r->in = malloc(ZR_INSZ))) {
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void zr_close(zrd *r)
+{
+    if (!r) return;
+    if (r->gzip) inflateEnd(&r->z);
+    close(r->fd);
+    free(r->in);
+    free(r);
+}
+
+/* More input behind what is left; 1 read, 0 end of file, -1 error. */
+static int zr_more(zrd *r)
+{
+    if (r->z.avail_in && r->z.next_in != r->in) memmove(r->in, r->z.next_in, r->z.avail_in);
+    ssize_t n;
+    do n = read(r->fd, r->in + r->z.avail_in, ZR_INSZ - r->z.avail_in);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        snprintf(r->msg, sizeof(r->msg), "read error after %llu bytes: %s", (unsigned long long)r->produced,
+                 strerror(errno));
+        return -1;
+    }
+    r->z.next_in = r->in;
+    r->z.avail_in += (uInt)n;
+    return n > 0;
+}
+
+/* Up to n bytes of the text: >0, 0 at its end, TPF_EIO / TPF_EFORMAT (msg). */
+static int zr_read(zrd *r, unsigned char *out, unsigned n)
+{
+    if (r->done) return 0;
+    if (!r->started) {
+        r->started = 1;
+        int m;
+        while (r->z.avail_in < 2 && (m = zr_more(r)) > 0) {}
+        if (r->msg[0]) return TPF_EIO;
+        if (r->z.avail_in >= 2 && r->z.next_in[0] == 0x1f && r->z.next_in[1] == 0x8b) {
+            if (inflateInit2(&r->z, 15 + 16) != Z_OK) {
+                snprintf(r->msg, sizeof(r->msg), "out of memory");
+                return TPF_ENOMEM;
+            }
+            r->gzip = r->inflating = 1;
+        }
+    }
+    if (!r->gzip) { /* plain: what was looked at first, then the file */
+        if (!r->z.avail_in && zr_more(r) < 0) return TPF_EIO;
+        unsigned k = r->z.avail_in < n ? r->z.avail_in : n;
+        memcpy(out, r->z.next_in, k);
+        r->z.next_in += k;
+        r->z.avail_in -= k;
+        r->produced += k;
+        if (!k) r->done = 1;
+        return (int)k;
+    }
+    r->z.next_out = out;
+    r->z.avail_out = n;
+    while (r->z.avail_out == n) {
+        if (!r->inflating) {
+            /* after a member: another one, the end, or trailing bytes */
+            int m = 1;
+            while (r->z.avail_in < 2 && (m = zr_more(r)) > 0) {}
+            if (m < 0) return TPF_EIO;
+            if (r->z.avail_in == 0) {
+                r->done = 1;
+                break;
+            }
+            if (r->z.avail_in >= 2 && r->z.next_in[0] == 0x1f && r->z.next_in[1] == 0x8b) {
+                inflateReset(&r->z);
+                r->inflating = 1;
+                continue;
+            }
+            uint64_t t = r->z.avail_in;
+            r->z.avail_in = 0;
+            while ((m = zr_more(r)) > 0) {
+                t += r->z.avail_in;
+                r->z.avail_in = 0;
+            }
+            if (m < 0) return TPF_EIO;
+            r->trailing = t;
+            r->done = 1;
+            break;
+        }
+        if (!r->z.avail_in) {
+            int m = zr_more(r);
+            if (m < 0) return TPF_EIO;
+            if (m == 0) {
+                snprintf(r->msg, sizeof(r->msg), "corrupt or truncated gzip data after %llu bytes: unexpected end of file",
+                         (unsigned long long)r->produced);
+                return TPF_EFORMAT;
+            }
+        }
+        int rc = inflate(&r->z, Z_NO_FLUSH);
+        if (rc == Z_STREAM_END) {
+            r->inflating = 0;
+        } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+            if (rc == Z_MEM_ERROR) {
+                snprintf(r->msg, sizeof(r->msg), "out of memory");
+                return TPF_ENOMEM;
+            }
+            snprintf(r->msg, sizeof(r->msg), "corrupt or truncated gzip data after %llu bytes: %s",
+                     (unsigned long long)r->produced, r->z.msg ? r->z.msg : "invalid data");
+            return TPF_EFORMAT;
+        }
+    }
+    unsigned k = n - r->z.avail_out;
+    r->produced += k;
+    return (int)k;
+}
 
 /* Inflating runs in its own thread, a few buffers ahead of the tokenizer,
  * so decompression and parsing overlap on two cores. */
@@ -43,7 +167,7 @@ typedef struct rdthr {
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    gzFile gz;
+    zrd *gz;
     unsigned char *bufs[RD_NBUF];
     size_t lens[RD_NBUF];
     int cur;                /* slot the tokenizer reads */
@@ -56,7 +180,7 @@ typedef struct rdthr {
 
 typedef struct jsrc {
     rdthr *thr;
-    gzFile gz;
+    zrd *gz;
     unsigned char *buf;
     size_t len, pos;
     uint64_t base;          /* file offset of buf[0] */
@@ -64,6 +188,7 @@ typedef struct jsrc {
     int rc;                 /* first error */
     char *err;
     size_t errlen;
+    uint64_t nonfinite;     /* NaN / Infinity / -Infinity literals read */
     int capturing;          /* raw capture wanted (merge) */
     int doubles;            /* TRACE_DOUBLE */
     int cap_on;             /* inside an event while capturing */
@@ -132,22 +257,9 @@ static int js_fill(jsrc *s)
         pthread_mutex_unlock(&t->mu);
         return 1;
     }
-    int n = gzread(s->gz, s->buf, JS_BUFSZ);
-    if (n < 0) {
-        int zerr = 0;
-        const char *m = gzerror(s->gz, &zerr);
-        if (zerr == Z_ERRNO)
-            return js_fail(s, TPF_EIO, "read error after %llu bytes: %s",
-                           (unsigned long long)s->base, strerror(errno));
-        return js_fail(s, TPF_EFORMAT, "corrupt gzip data after %llu bytes: %s",
-                       (unsigned long long)s->base, gz_words(m));
-    }
+    int n = zr_read(s->gz, s->buf, JS_BUFSZ);
+    if (n < 0) return js_fail(s, n, "%s", s->gz->msg);
     if (n == 0) {
-        int zerr = 0;
-        const char *m = gzerror(s->gz, &zerr);
-        if (zerr != Z_OK && zerr != Z_STREAM_END)
-            return js_fail(s, TPF_EFORMAT, "corrupt or truncated gzip data after %llu bytes: %s",
-                           (unsigned long long)s->base, gz_words(m));
         s->eof = 1;
         return 0;
     }
@@ -343,17 +455,29 @@ static int js_number(jsrc *s, char *nb, size_t *nlen)
     return 0;
 }
 
-/* A number literal and where it started (for the error naming its byte). */
+/* A number literal and where it started (for the error naming its byte).
+ * nonfinite: it was -Infinity (not a number for any field, as NaN and
+ * Infinity, which do not start like a number, are not). */
 typedef struct jnum {
     char s[JS_NUM_MAX];
     size_t n;
     uint64_t at;
+    int nonfinite;
 } jnum;
+
+static int js_word(jsrc *s, const char *w);
 
 static int js_num(jsrc *s, jnum *t)
 {
     t->at = js_off(s);
-    return js_number(s, t->s, &t->n);
+    t->nonfinite = 0;
+    int rc = js_number(s, t->s, &t->n);
+    if (!rc && t->n == 1 && t->s[0] == '-' && js_peek(s) == 'I') {
+        if ((rc = js_word(s, "Infinity"))) return rc;
+        t->nonfinite = 1;
+        s->nonfinite++;
+    }
+    return rc;
 }
 
 static int num_start(int c) { return c == '-' || (c >= '0' && c <= '9'); }
@@ -497,21 +621,30 @@ static int parse_int_lit(const char *s, size_t n, int64_t *out)
     return 0;
 }
 
+/* The literal w, next in the input. */
+static int js_word(jsrc *s, const char *w)
+{
+    for (const char *p = w; *p; p++) {
+        int d = js_peek(s);
+        if (d < 0) return js_eof_error(s, "a literal");
+        if (d != *p)
+            return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: bad literal", (unsigned long long)js_off(s));
+        s->pos++;
+    }
+    return 0;
+}
+
+/* true, false, null, and what Python's json also reads: NaN and Infinity
+ * (counted, said as a warning; never a number for a field). */
 static int js_literal(jsrc *s)
 {
-    static const char *const lits[] = {"true", "false", "null"};
+    static const char *const lits[] = {"true", "false", "null", "NaN", "Infinity"};
     int c = js_peek(s);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 5; k++) {
         if (c != lits[k][0]) continue;
-        for (const char *p = lits[k]; *p; p++) {
-            int d = js_peek(s);
-            if (d < 0) return js_eof_error(s, "a literal");
-            if (d != *p)
-                return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: bad literal",
-                               (unsigned long long)js_off(s));
-            s->pos++;
-        }
-        return 0;
+        int rc = js_word(s, lits[k]);
+        if (!rc && k >= 3) s->nonfinite++;
+        return rc;
     }
     return js_fail(s, TPF_EFORMAT, "invalid JSON at byte %llu: unexpected character '%c'",
                    (unsigned long long)js_off(s), c >= 32 && c < 127 ? c : '?');
@@ -559,7 +692,7 @@ static int js_skip(jsrc *s, int depth)
         jnum t;
         int rc = js_num(s, &t);
         if (rc) return rc;
-        return num_valid(t.s, t.n) ? 0 : js_bad_number(s, t.at);
+        return t.nonfinite || num_valid(t.s, t.n) ? 0 : js_bad_number(s, t.at);
     }
     return js_literal(s);
 }
@@ -578,7 +711,9 @@ static int js_scalar_int(jsrc *s, int *isnum, int64_t *v, size_t *off, size_t *l
         jnum t;
         if ((rc = js_num(s, &t))) return rc;
         int64_t x;
-        if (parse_int_lit(t.s, t.n, &x) == 0) {
+        if (t.nonfinite) {
+            /* -Infinity: not a number for the field */
+        } else if (parse_int_lit(t.s, t.n, &x) == 0) {
             *isnum = 1;
             *v = x;
         } else if (trace_parse_us(t.s, t.n, &x, NULL) == TPF_EFORMAT) {
@@ -602,6 +737,10 @@ static int js_time(jsrc *s, trace_ev *ev, unsigned bit, int64_t *dst, size_t *of
         jnum t;
         int rc = js_num(s, &t);
         if (rc) return rc;
+        if (t.nonfinite) {
+            if (bit == TEV_TS) ev->has |= TEV_TS_FRAC; /* as NaN below */
+            goto out;
+        }
         int frac = 0;
         rc = trace_parse_us(t.s, t.n, dst, &frac);
         if (rc == TPF_EFORMAT) return js_bad_number(s, t.at);
@@ -623,6 +762,7 @@ static int js_time(jsrc *s, trace_ev *ev, unsigned bit, int64_t *dst, size_t *of
         if (rc) return rc;
         if (bit == TEV_TS) ev->has |= TEV_TS_FRAC; /* HTA reads a non-number ts as NaN */
     }
+out:
     if (off) {
         *off = o;
         *len = s->cap_on ? cap_pos(s) - o : 0;
@@ -714,8 +854,8 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
         if (ctr && num_start(js_ws(s)) && !int_arg(sc->key)) {
             jnum t;
             if ((rc = js_num(s, &t))) return rc;
-            if (!num_valid(t.s, t.n)) return js_bad_number(s, t.at);
-            double d = strtod(t.s, NULL);
+            if (!t.nonfinite && !num_valid(t.s, t.n)) return js_bad_number(s, t.at);
+            double d = t.nonfinite ? -INFINITY : strtod(t.s, NULL);
             if (isfinite(d) && ev->ncargs < TRACE_CARGS_MAX) {
                 trace_carg *c = &sc->cargs[ev->ncargs++];
                 snprintf(c->key, sizeof(c->key), "%s", sc->key);
@@ -724,8 +864,8 @@ static int js_args(jsrc *s, trace_ev *ev, jscratch *sc)
         } else if (k0 == 'm' && num_start(js_ws(s)) && strcmp(sc->key, "memory bandwidth (GB/s)") == 0) {
             jnum t;
             if ((rc = js_num(s, &t))) return rc;
-            if (!num_valid(t.s, t.n)) return js_bad_number(s, t.at);
-            ev->mem_bw = strtod(t.s, NULL);
+            if (!t.nonfinite && !num_valid(t.s, t.n)) return js_bad_number(s, t.at);
+            ev->mem_bw = t.nonfinite ? -INFINITY : strtod(t.s, NULL);
             if (isfinite(ev->mem_bw) && ev->mem_bw >= 0) ev->has |= TEV_MEMBW;
         } else if (k0 != 's' && k0 != 'c' && k0 != 'n' && k0 != 'b' && k0 != 'B' && k0 != 'T' && k0 != 'D' &&
             k0 != 'w') {
@@ -985,6 +1125,7 @@ static int js_top(jsrc *s, trace_ev_fn fn, void *ud, trace_meta *m)
     }
     free(sc);
     m->bytes = s->base + s->len;
+    m->nonfinite = s->nonfinite;
     return rc;
 }
 
@@ -1013,20 +1154,11 @@ static void *rd_main(void *arg)
         }
         int slot = (t->cur + 1 + t->filled) % RD_NBUF;
         pthread_mutex_unlock(&t->mu);
-        int n = gzread(t->gz, t->bufs[slot], JS_BUFSZ);
+        int n = zr_read(t->gz, t->bufs[slot], JS_BUFSZ);
         int rc = 0;
-        if (n <= 0) {
-            int zerr = 0;
-            const char *m = gzerror(t->gz, &zerr);
-            if (n < 0 && zerr == Z_ERRNO) {
-                rc = TPF_EIO;
-                snprintf(t->msg, sizeof(t->msg), "read error after %llu bytes: %s",
-                         (unsigned long long)t->produced, strerror(errno));
-            } else if (n < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
-                rc = TPF_EFORMAT;
-                snprintf(t->msg, sizeof(t->msg), "corrupt or truncated gzip data after %llu bytes: %s",
-                         (unsigned long long)t->produced, gz_words(m));
-            }
+        if (n < 0) {
+            rc = n;
+            snprintf(t->msg, sizeof(t->msg), "%s", t->gz->msg);
         }
         pthread_mutex_lock(&t->mu);
         if (n > 0) {
@@ -1058,7 +1190,7 @@ static void rd_stop(rdthr *t)
 }
 
 /* Start the inflating thread; NULL when it cannot (then reading is inline). */
-static rdthr *rd_start(gzFile gz)
+static rdthr *rd_start(zrd *gz)
 {
     if (getenv("TRAINPERF_NO_READER_THREAD")) return NULL;
     rdthr *t = calloc(1, sizeof(*t));
@@ -1103,30 +1235,28 @@ int trace_read(const char *path, trace_ev_fn fn, void *ud, int mode, trace_meta 
         close(fd);
         return js_fail(&s, TPF_EIO, "cannot read %s: is a directory", path);
     }
-    s.gz = gzdopen(fd, "rb");
+    s.gz = zr_open(fd);
     if (!s.gz) {
         close(fd);
         return js_fail(&s, TPF_ENOMEM, "cannot open %s: out of memory", path);
     }
-    gzbuffer(s.gz, 128 * 1024);
     /* Plain files are read inline: nothing to overlap. */
-    s.thr = gzdirect(s.gz) ? NULL : rd_start(s.gz);
+    unsigned char two[2];
+    int gz = pread(fd, two, 2, 0) == 2 && two[0] == 0x1f && two[1] == 0x8b;
+    s.thr = gz ? rd_start(s.gz) : NULL;
     unsigned char *own = NULL;
     if (s.thr) {
         s.gz = NULL;
     } else if (!(own = s.buf = malloc(JS_BUFSZ))) {
-        gzclose(s.gz);
+        zr_close(s.gz);
         return js_fail(&s, TPF_ENOMEM, "out of memory");
     }
     int rc = js_run(&s, fn, ud, mode, meta);
-    if (s.thr) {
-        gzFile gz = s.thr->gz;
-        rd_stop(s.thr);
-        gzclose(gz);
-    } else {
-        free(own);
-        gzclose(s.gz);
-    }
+    zrd *z = s.thr ? s.thr->gz : s.gz;
+    if (s.thr) rd_stop(s.thr);
+    else free(own);
+    if (!rc && meta) meta->trailing = z->trailing;
+    zr_close(z);
     return rc;
 }
 

@@ -1,7 +1,9 @@
 /* Streaming reader for Chrome/Kineto trace files (.json or .json.gz).
  *
- * The file is read through zlib (gzread is transparent for plain files) into
- * one fixed-size buffer and tokenized in place; events are handed to a
+ * The file is read as it is, or inflated with zlib when it starts like gzip
+ * (members one after the other, as gzip does; bytes after the last one are
+ * counted in trace_meta.trailing), into one fixed-size buffer and tokenized
+ * in place; events are handed to a
  * callback one at a time and never kept, so memory does not grow with the
  * file. Both layouts are accepted: {"traceEvents": [...], ...} and the old
  * bare array [...], where a missing closing bracket is legal.
@@ -97,6 +99,8 @@ typedef struct trace_meta {
     uint64_t bytes;           /* uncompressed bytes read */
     uint64_t events;          /* elements of the event array */
     uint64_t skipped;         /* elements that were not objects */
+    uint64_t nonfinite;       /* NaN / Infinity / -Infinity literals (Python's json reads them) */
+    uint64_t trailing;        /* bytes after the last gzip member (zlib and so we ignore them) */
 } trace_meta;
 
 /* Return non-zero from the callback to stop with that code. */
