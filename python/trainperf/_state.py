@@ -15,7 +15,7 @@ records below:
   eval-mode forward or model.eval(), closed by training;
 - the models and optimizers the hooks met, how the process ended
   (`exit_info`), the last garbage collections (for the sampler);
-- where this process's files go (`run_dir`, `rank`, `unique_path`).
+- where this process's files go (`run_dir`, `out_dir`, `rank`, `unique_path`).
 
 A hook that must reach another one does it through a slot here that its
 owner fills when it is installed (`insert_backward`, `rearm`), never by
