@@ -32,7 +32,7 @@ def main():
                                       *sys.argv[1:]]))
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import trainperf
-    from trainperf import _autohook, _evalhooks
+    from trainperf import _autohook, _state
     _autohook.install()
     import torch
     core = trainperf._core
@@ -43,8 +43,7 @@ def main():
         return None
 
     timed = core.timed(inner, 3)
-    hook = core.backward_hook(inner, _evalhooks.ev, _autohook._begin_if_closed,
-                              _evalhooks.step_in_eval)
+    hook = core.backward_hook(inner, _state.ev, _state.begin_if_closed, _state.step_in_eval)
 
     def per_call(f):
         t = time.perf_counter()
@@ -60,7 +59,7 @@ def main():
                 r[name].append(per_call(f))
         return {k: statistics.median(v) for k, v in r.items()}
 
-    _autohook._begin_if_closed()  # a step open, as in a training loop
+    _state.begin_if_closed()  # a step open, as in a training loop
     no_opt = rounds()              # no optimizer: each backward is a step boundary
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     with_opt = rounds()            # an optimizer exists: the phase only

@@ -1,5 +1,6 @@
 """Project-wide checks: the exported symbols, banned functions, the public
-header on its own, and `make install` with pkg-config."""
+header on its own, `make install` with pkg-config, and the layers of the
+Python package."""
 import os
 import re
 import shutil
@@ -158,3 +159,174 @@ def test_suite_reads_no_files_outside_the_repository():
     from conftest import TRACES
     assert TRACES.is_relative_to(ROOT)
     assert (TRACES / "LICENSE-HTA").is_file() and len(list(TRACES.glob("*.json.gz"))) >= 8
+
+
+# --- the Python package's layers (docs/architecture.md, "The Python package") ---
+
+PYPKG = ROOT / "python" / "trainperf"
+
+# Each module of python/trainperf and its layer: a module imports only from
+# lower layers (module-level and function-level imports alike), so the hooks
+# of one layer know nothing of each other and nothing imports upwards. A new
+# module takes one entry here.
+PY_LAYERS = {
+    # the state the hooks share and how events reach the probe; leaves
+    "_state": 0, "_version": 0, "_cuda": 0, "_graph_breaks": 0, "_tune": 0, "_bench": 0,
+    "__main__": 0,
+    # the probe's ctypes fallback; the experiment-tracker sink
+    "_fallback": 1, "_exporters": 1,
+    # the public torch helpers (profiler windows, FLOPs, memory)
+    "torch_helpers": 2,
+    # the hooks, one module per torch surface, and the stack sampler beside them
+    "_datahooks": 3, "_modelhooks": 3, "_gradhooks": 3, "_opthooks": 3, "_comm": 3,
+    "_evalhooks": 3, "_failhooks": 3, "_workerhooks": 3, "_profile_hooks": 3,
+    "_ondemand": 3, "_sampler": 3,
+    # what acts on the hooks' records: tune trials, the embedded collector
+    "_knobs": 4, "_embedded": 4,
+    # the installers: the zero-code hook, the step decorators
+    "_autohook": 5, "_monitor": 5,
+    # the public API (the package itself)
+    "": 6,
+    # framework callbacks over the public API, and what they share
+    "_figures": 7, "hf": 8, "lightning": 8,
+    "integrations": 9,
+}
+PY_HOOKS = sorted(m for m, layer in PY_LAYERS.items() if layer == 3)
+
+
+def _py_modules():
+    """{short name: path} of the package's Python modules ("" is __init__)."""
+    out = {}
+    for p in PYPKG.glob("*.py"):
+        out["" if p.stem == "__init__" else p.stem] = p
+    return out
+
+
+def _py_imports(name, path, names):
+    """Short names of the package's modules `name` imports anywhere in its
+    file (at module level or in a function; `__import__("trainperf.X")`
+    too). A name the package itself provides (`from trainperf import
+    _core`) is an import of the package ("")."""
+    import ast
+    tree = ast.parse(path.read_text(), str(path))
+    out = set()
+
+    def add(mod, attrs=()):
+        parts = mod.split(".")
+        if parts[0] != "trainperf":
+            return
+        sub = parts[1] if len(parts) > 1 else ""
+        if sub:
+            out.add(sub if sub in names else "")
+            return
+        for a in attrs or ("",):
+            out.add(a if a in names else "")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                add(a.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = "trainperf" + ("." + node.module if node.module else "")
+            else:
+                base = node.module or ""
+            add(base, [a.name for a in node.names])
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(
+                node.func, "attr", None)) in ("__import__", "import_module") and node.args and \
+                isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            add(node.args[0].value)
+    out.discard(name)
+    return out
+
+
+def _py_graph():
+    mods = _py_modules()
+    return {m: _py_imports(m, p, mods) for m, p in mods.items()}
+
+
+def _cycles(graph):
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_graph_reader_sees_every_kind_of_import(tmp_path):
+    # the checks below are only as good as the reader: a cycle it misses
+    # (a function-level or relative import) would pass them
+    (tmp_path / "a.py").write_text("def f():\n    from . import b\n")
+    (tmp_path / "b.py").write_text("import trainperf.c as c\n")
+    (tmp_path / "c.py").write_text("def g():\n    from trainperf.a import f\n")
+    (tmp_path / "d.py").write_text("from trainperf import _core\nV = __import__('trainperf.c')\n")
+    names = {"a", "b", "c", "d"}
+    graph = {n: _py_imports(n, tmp_path / (n + ".py"), names) for n in names}
+    assert graph == {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"", "c"}}, graph
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_python_package_has_no_import_cycle():
+    graph = _py_graph()
+    assert "_autohook" in graph and "_state" in graph
+    assert _cycles(graph) == [], "modules of python/trainperf that import each other"
+
+
+def test_python_package_layers_hold():
+    graph = _py_graph()
+    assert sorted(graph) == sorted(PY_LAYERS), \
+        "place each module of python/trainperf in PY_LAYERS (and docs/architecture.md)"
+    assert graph["_state"] == set(), "the bottom module imports nothing of the package"
+    upward = ["%s (layer %d) imports %s (layer %d)" % (m or "__init__", PY_LAYERS[m],
+                                                      d or "trainperf", PY_LAYERS[d])
+              for m, deps in sorted(graph.items()) for d in sorted(deps)
+              if PY_LAYERS[d] >= PY_LAYERS[m]]
+    assert upward == [], "imports that do not go down a layer:\n" + "\n".join(upward)
+    # each hook reaches the probe through _state
+    assert all("_state" in graph[h] for h in PY_HOOKS if h != "_workerhooks"), graph
+
+
+def test_each_hook_imports_alone_and_installs_nothing():
+    # importing a hook module loads no other hook and changes nothing in the
+    # process (no torch, no import hook, no thread, no exit or GC callback):
+    # the installer does that, explicitly
+    check = """
+import atexit, gc, sys, threading, importlib
+before = (list(sys.meta_path), list(gc.callbacks), sys.excepthook, atexit._ncallbacks(),
+          threading.active_count())
+m = importlib.import_module("trainperf." + sys.argv[1])
+after = (list(sys.meta_path), list(gc.callbacks), sys.excepthook, atexit._ncallbacks(),
+         threading.active_count())
+hooks = sys.argv[2].split(",")
+others = sorted(h for h in hooks if h != sys.argv[1] and "trainperf." + h in sys.modules)
+print("others", others, "torch", "torch" in sys.modules, "same", before == after)
+"""
+    from pyhelp import require_extension, run_py
+    require_extension()
+    for h in PY_HOOKS:
+        res = run_py(["-c", check, h, ",".join(PY_HOOKS)], timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert "others [] torch False same True" in res.stdout, (h, res.stdout)

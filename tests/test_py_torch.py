@@ -285,11 +285,11 @@ def test_auto_hook_steps_with_several_optimizers(tmp_path):
 
 C_HOOKS = """
     import threading, torch, trainperf
-    from trainperf import _autohook
+    from trainperf import _autohook, _state
     from torch.utils.data import DataLoader, Dataset
     from torch.utils.data import dataloader as dl
     core = trainperf._core
-    st = _autohook._st
+    st = _state.st
     assert type(st).__name__ == "AutoState", type(st)
     assert type(dl._BaseDataLoaderIter.__next__).__name__ == "DataNext"
     assert dl._BaseDataLoaderIter.__next__.__wrapped__ is not None

@@ -250,7 +250,7 @@ def test_an_eval_forward_counts_rows_whatever_its_argument(tmp_path):
     # the count of an evaluation forward's rows never raises into the model's
     # caller: a 2-D batch counts its rows, a 1-D input one, anything else none
     body = """
-        from trainperf import _evalhooks as e
+        from trainperf import _state as e
         class Odd:
             shape = 5                  # len() of it raises
         class Worse:

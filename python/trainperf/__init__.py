@@ -19,7 +19,10 @@ zero-code auto-instrumentation that `trainperf run` injects.
 import functools
 import os
 import warnings
-from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
+
+from trainperf import _state
+from trainperf._state import TrainperfWarning
 
 _T = TypeVar("_T")
 
@@ -29,10 +32,6 @@ __all__ = [
     "range_push", "range_pop", "TrainperfWarning", "IMPL", "performance_monitor", "benchmark",
     "declare_flops",
 ]
-
-
-class TrainperfWarning(UserWarning):
-    """Monitoring degraded (no extension, collector did not start, ...)."""
 
 
 def _load_core():
@@ -56,6 +55,7 @@ def _load_core():
 
 
 _core = _load_core()
+_state.bind(_core)  # every hook reaches the probe through _state.core
 IMPL = _core.IMPL  # "c", "ctypes" or "noop"
 __version__ = __import__("trainperf._version", fromlist=["version"]).version(_core)
 
@@ -73,63 +73,8 @@ attached = _core.attached
 dropped = _core.dropped
 run_dir = _core.run_dir
 
-_ERR_BUSY = _core.EBUSY
-_ERR_STATE = _core.ESTATE
-_started_here = False
-
-
-def start(run_dir: "Optional[Union[str, os.PathLike]]" = None, interval_s: float = 1.0,
-          procfs: bool = True, gpu: bool = True) -> Optional[str]:
-    """Start a collector thread in this process, writing a run directory.
-
-    Returns the run directory, or None when monitoring could not start (a
-    TrainperfWarning says why; training goes on). Under `trainperf run` the
-    probe is already attached: start() then returns that run's directory and
-    stop() leaves it alone.
-    """
-    global _started_here
-    clk = os.environ.get("TRAINPERF_CLOCK", "")
-    if clk not in ("", "mono", "tsc"):
-        warnings.warn("trainperf.start: TRAINPERF_CLOCK=%r is not mono or tsc: the probe "
-                      "chooses its clock itself" % clk, TrainperfWarning, stacklevel=2)
-    flags = 0
-    if not procfs:
-        flags |= _core.START_NO_PROCFS
-    if not gpu:
-        flags |= _core.START_NO_GPU
-    if run_dir is not None:
-        run_dir = os.fspath(run_dir)
-    rc = _core.start(run_dir, float(interval_s), flags)
-    if rc == 0:
-        _started_here = True
-        from . import _failhooks  # stacks on hang (docs/failures.md, embedded mode)
-        _failhooks.install_embedded(_core.run_dir())
-        from . import _exporters  # W&B / MLflow, only when the script has a run
-        _exporters.start(_core.run_dir())
-        return _core.run_dir()
-    if rc == _ERR_BUSY:
-        # Under `trainperf run` the probe attaches on its first event.
-        return _core.run_dir() or os.environ.get("TRAINPERF_RUN_DIR")
-    warnings.warn("trainperf.start: %s (%s)" % _core.strerror(rc)[::-1], TrainperfWarning,
-                  stacklevel=2)
-    return None
-
-
-def stop() -> Optional[str]:
-    """Stop the collector started by start(): drain, write every file of the
-    run directory. Returns the run directory, or None if none was started."""
-    global _started_here
-    if not _started_here:
-        return None
-    d = _core.run_dir()
-    _started_here = False
-    rc = _core.stop()
-    from . import _failhooks
-    _failhooks.uninstall_embedded()
-    if rc != 0 and rc != _ERR_STATE:
-        warnings.warn("trainperf.stop: %s (%s)" % _core.strerror(rc)[::-1], TrainperfWarning,
-                      stacklevel=2)
-    return d
+# embedded mode: a collector thread in this process
+from trainperf._embedded import start, stop  # noqa: E402
 
 
 class timed:

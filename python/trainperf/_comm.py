@@ -45,6 +45,8 @@ import sys
 import threading
 import time
 
+from trainperf import _state
+
 COMM = 5  # TPF_PHASE_COMM
 
 _mono = time.monotonic_ns
@@ -389,7 +391,6 @@ def _patch_work(dist, push, pop):
 # --- DDP ------------------------------------------------------------------
 
 def _patch_ddp(torch, dist, push, pop):
-    from trainperf import _evalhooks
     from torch.nn.parallel import distributed as ddpmod
     DDP = ddpmod.DistributedDataParallel
     orig_reg = DDP.register_comm_hook
@@ -447,7 +448,7 @@ def _patch_ddp(torch, dist, push, pop):
             except Exception:
                 pass  # DDP keeps its built-in reduction, untimed
         if not getattr(self, "require_backward_grad_sync", True):
-            _evalhooks.ev.ddp_no_sync = True  # accumulating already
+            _state.ev.ddp_no_sync = True  # accumulating already
         return orig_forward(self, *args, **kwargs)
 
     forward.__wrapped__ = orig_forward
@@ -487,8 +488,7 @@ def _wrap_backward(torch, push, pop):
         backward.__doc__ = orig.__doc__
         return backward
 
-    from trainperf import _autohook
-    _autohook.insert_backward(make, torch)
+    _state.insert_backward(make, torch)
 
 
 def _tail_done(ns):
@@ -528,8 +528,7 @@ def _publish_rank(dist):
     os.environ["RANK"] = str(r)
     if not os.environ.get("WORLD_SIZE", "").strip().isdigit():
         os.environ["WORLD_SIZE"] = str(n)
-    import trainperf
-    set_rank = getattr(trainperf._core, "set_rank", None)
+    set_rank = getattr(_state.core, "set_rank", None)
     if set_rank is not None:
         set_rank(r, -1, n)
     w = _writer[0]
@@ -555,15 +554,6 @@ def _patch_init(dist, c10d):
     setattr(c10d, "init_process_group", init_process_group)
     if getattr(dist, "init_process_group", None) is orig:
         setattr(dist, "init_process_group", init_process_group)
-
-
-def _run_dir():
-    try:
-        import trainperf
-        d = trainperf._core.run_dir()
-    except Exception:
-        d = None
-    return d or os.environ.get("TRAINPERF_RUN_DIR")
 
 
 def _load_start(run_dir):
@@ -666,7 +656,7 @@ class _Writer(object):
 
 
 def _start_writer():
-    d = _run_dir()
+    d = _state.run_dir()
     if not d or _writer[0] is not None:
         return
     _load_start(d)
@@ -702,8 +692,7 @@ def install(torch):
     for s in os.environ.get("TRAINPERF_COMM_LOG_STEPS", "").split(","):
         if s.strip().isdigit():
             log_step(int(s))
-    import trainperf
-    core = trainperf._core
+    core = _state.core
     push, pop = core.range_push, core.range_pop
     import torch.distributed as dist
     if not dist.is_available():

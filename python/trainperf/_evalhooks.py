@@ -27,170 +27,41 @@ What is measured goes to pyprof/events-<pid>.json in the run directory,
 written by the stack sampler's thread every few seconds and at exit
 (docs/run-format.md). Nothing here raises into the training script.
 """
-import collections
 import gc
-import json
 import os
 import sys
 import threading
 import time
-import weakref
 
-EVAL = 6  # TPF_PHASE_EVAL
+from trainperf import _state
 
 _pid = os.getpid()
 _lock = threading.Lock()
 _MAX_EVENTS = 2000  # every list here is capped
 
+# shared with the other hooks and the sampler (_state): the eval phase, the
+# models and optimizers met, how the process ended, the last collections
+ev = _state.ev
+eval_enter, eval_leave = _state.eval_enter, _state.eval_leave
+models, optimizers, opt_made = _state.models, _state.optimizers, _state.opt_made
+exit_info = _state.exit_info
+gc_last_end, gc_recent = _state.gc_last_end, _state.gc_recent
+_now = _state.now
 
-class _Ev:
-    active = False          # the eval phase is open on the training thread
-    entries = 0
-    time_s = 0.0
-    t_enter = 0.0
-    in_fwd = 0              # forward depth on the training thread
-    training_started = False
-    thread = None           # ident of the thread running steps
-    ranges = True           # push the eval range (False: a callback records eval itself)
-    pushed = False          # this eval pushed one
-    opener = None           # the module whose forward opened it (None: model.eval())
-    ddp_no_sync = False     # a DDP forward ran under no_sync() (gradient accumulation)
-    ep_fwd = 0              # forwards of the module in the open eval phase
-    instep_run = 0          # eval phases in a row that were inference inside a step
-    fwd_n = 0               # forwards labelled evaluation
-    fwd_grad = 0            # of them, with grad enabled (building autograd graphs)
-    fwd_rows = 0            # rows (first dimension of the first tensor argument) of them
-    fwd_sized = 0           # of them, those with a tensor argument
-
-
-ev = _Ev()
 gc_stats = {"collections": [0, 0, 0], "pause_s": 0.0, "max_s": 0.0, "pauses": []}
-gc_last_end = [0.0]     # perf_counter() when the last collection ended (the sampler reads it)
-gc_recent = collections.deque(maxlen=64)  # (start, end) perf_counter() of the last collections
 compile_stats = {"frames": 0, "compile_s": 0.0, "recompiles": 0, "events": []}
 loader_stats = {"iterators": 0, "train_iterators": 0, "train_start_s": 0.0,
                 "train_stop_s": 0.0, "train_batches": 0, "train_batches_unknown": 0,
                 "workers": 0, "persistent": False, "epochs": []}
 settings = {"ticks": 0, "anomaly_ticks": 0, "tracemalloc_ticks": 0, "tracer_ticks": 0,
             "tracer": None, "tracer_kind": None, "tracer_how": None}
-models = []             # weak references to the modules whose forward is timed
-optimizers = []         # weak references to the optimizers made
 grads_seen = {"unused": 0, "optimized": 0, "all": 0}  # the largest seen, in parameters
 opt_seen = {}           # optimizer class name -> its facts, the largest seen (optimizer_facts)
-opt_made = [0, 0]       # optimizers made: in all, after training began
 amp_seen = {}           # autocast regions made: device type -> dtype (the last)
 grad_ever = set()       # ids of the timed parameters seen with a gradient (walk_params)
 ddp_seen = {}           # DistributedDataParallel settings and never-updated parameters (ddp_facts)
 embed_seen = {}         # id(embedding module) -> its facts (embedding_facts)
-# how the process ended: the uncaught exception (sys.excepthook, _failhooks)
-# and whether the interpreter reached its shutdown (the sampler's last write)
-exit_info = {"ended": False, "error": None}
 param_dtypes = {}       # the timed modules' parameters by dtype, at the last walk
-_push = _pop = None
-
-
-def _now():
-    return time.monotonic()
-
-
-def eval_forward(args, grad):
-    """One forward labelled evaluation: counted, with whether it builds a
-    graph and how many rows it takes (one at a time: acting or sampling,
-    not a pass over held-out batches)."""
-    ev.ep_fwd += 1
-    ev.fwd_n += 1
-    if grad:
-        ev.fwd_grad += 1  # evaluation that builds autograd graphs
-    try:  # whatever the argument is, nothing here reaches the model's caller
-        a = args[0] if args else None
-        shape = getattr(a, "shape", None)
-        if shape is not None and len(shape) > 0:
-            # a 1-D input is one unbatched sample (an observation, a sequence)
-            ev.fwd_rows += int(shape[0]) if len(shape) > 1 else 1
-            ev.fwd_sized += 1
-    except Exception:
-        pass
-
-
-def eval_enter(opener=None):
-    """Open the eval phase (only at the top level of the training thread);
-    opener is the module whose grad-off or eval-mode forward opened it."""
-    if ev.active or ev.in_fwd or _push is None:
-        return
-    if ev.thread is not None and threading.get_ident() != ev.thread:
-        return
-    from trainperf import _autohook
-    if _autohook._st.in_data:
-        return
-    ev.active = True
-    ev.opener = opener
-    ev.ep_fwd = 0
-    ev.entries += 1
-    ev.t_enter = _now()
-    ev.pushed = ev.ranges
-    if ev.pushed:
-        _push(EVAL)
-
-
-def eval_leave():
-    if not ev.active or ev.in_fwd:
-        return
-    if ev.thread is not None and threading.get_ident() != ev.thread:
-        return
-    from trainperf import _autohook
-    if _autohook._st.in_data:
-        return
-    ev.active = False
-    ev.opener = None
-    ev.time_s += _now() - ev.t_enter
-    if ev.pushed:
-        ev.pushed = False
-        _pop()
-
-
-INSTEP_RUN = 3
-
-
-def training_forward(mod):
-    """A training forward of mod closes the open eval phase. One that a
-    grad-off forward of mod itself opened, in training mode (no
-    model.eval()), with at most two forwards, and that no optimizer step
-    crossed, was inference inside the step: acting in a reinforcement-
-    learning loop, targets or pseudo-labels from the model being trained.
-    Three in a row and mod's grad-off forwards in training mode are training
-    forwards from then on (evaluation calls model.eval(), or runs many
-    batches). (The few seen first stay labelled eval.)"""
-    short = ev.opener is mod and ev.ep_fwd <= 2 and getattr(mod, "training", False)
-    eval_leave()
-    ev.instep_run = ev.instep_run + 1 if short else 0
-    if ev.instep_run >= INSTEP_RUN:
-        try:
-            mod._trainperf_instep = True
-        except Exception:
-            pass
-
-
-rearm = None  # set by the auto hook: look again for the module being trained
-
-
-def step_in_eval():
-    """The optimizer steps while the eval phase is open. When a forward (not
-    model.eval()) opened it, the timed module was never called for training
-    since: it is a frozen helper run inside every step (a distillation
-    teacher, a frozen encoder under no_grad), not an evaluation. From now
-    on its forwards are training forwards, and the auto hook looks for the
-    module that is trained. (The one step already seen stays mislabelled.)"""
-    m = ev.opener
-    eval_leave()
-    ev.instep_run = 0
-    if m is None or getattr(m, "_trainperf_frozen", False):
-        return
-    try:
-        m._trainperf_frozen = True
-        if rearm is not None:
-            rearm()
-    except Exception:
-        pass
 
 
 # --- model.eval() / model.train() ------------------------------------------
@@ -375,28 +246,6 @@ def _patch_loader(torch):
 
 
 # --- settings that slow every step ------------------------------------------
-
-def note_model(module):
-    """The auto hook times module's forward: its parameters are the model's."""
-    try:
-        if len(models) < 16:
-            models.append(weakref.ref(module))
-    except TypeError:
-        pass
-
-
-def note_optimizer(opt):
-    opt_made[0] += 1
-    if ev.training_started:
-        opt_made[1] += 1
-    try:
-        if len(optimizers) >= 64:  # a script making optimizers over and over
-            optimizers[:] = [r for r in optimizers if r() is not None]
-        if len(optimizers) < 64:
-            optimizers.append(weakref.ref(opt))
-    except TypeError:
-        pass
-
 
 def optimized_ids():
     """ids of the parameters the live optimizers hold."""
@@ -845,9 +694,8 @@ def _tracer(ident):
 
 def install(torch):
     """Called once by the auto hook after torch loaded."""
-    global _push, _pop
-    import trainperf
-    _push, _pop = trainperf._core.range_push, trainperf._core.range_pop
+    core = _state.core
+    _state.enable_eval(core.range_push, core.range_pop)
     for f in (_patch_train, _patch_compile, _patch_loader, _patch_profiler, _patch_autocast):
         try:
             f(torch)
@@ -855,7 +703,7 @@ def install(torch):
             sys.stderr.write("trainperf: %s not hooked: %r\n" % (f.__name__, exc))
     gc.callbacks.append(_gc_cb)
     try:
-        trainperf._core.set_graph_probe(graph_probe, GRAPH_PERIOD_S)
+        core.set_graph_probe(graph_probe, GRAPH_PERIOD_S)
     except Exception:
         pass
 
@@ -931,10 +779,3 @@ def snapshot():
     d["framework"] = "hf" if hf is not None and "transformers.trainer" in sys.modules else (
         "lightning" if pl is not None else "")
     return d
-
-
-def write_json(path, obj):
-    tmp = "%s.tmp%d" % (path, _pid)
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-    os.replace(tmp, path)

@@ -163,7 +163,7 @@ class _Figures:
         out = {}
         # windows are named by rank and step (top-rank<R>-step<S>.json); each
         # process sends its own rank's
-        from ._profile_hooks import rank as _rank
+        from ._state import rank as _rank
         me = _rank()
         pat = os.path.join(self.run_dir, "profile", "top-rank%d-*.json" % me)
         for path in sorted(glob.glob(pat)):

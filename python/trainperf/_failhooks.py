@@ -7,7 +7,8 @@
   RUN/live/ctl-PID answers a request with RUN/live/state-PID.json: every
   thread's stack with its name, the main thread's innermost frame of the user's
   code and the torch.distributed collective it is in (with its sequence number
-  when trainperf._comm tracks collectives). The supervisor signals only
+  when the distributed hooks track collectives: `in_flight`, which the
+  installer sets to trainperf._comm.in_flight). The supervisor signals only
   processes that announced themselves this way.
 - The checkpoint phase: torch.save, torch.distributed.checkpoint.save /
   async_save, Lightning's Trainer.save_checkpoint and Hugging Face's
@@ -23,6 +24,8 @@ import os
 import sys
 import threading
 
+from trainperf import _state
+
 _CHECKPOINT = 7  # TPF_PHASE_CHECKPOINT
 
 _installed = False
@@ -33,6 +36,7 @@ _lock = threading.Lock()
 _busy = {}           # kind -> depth, for this process
 _busy_pid = None
 _tls = threading.local()
+in_flight = None     # the collectives in flight (wired by the installer: _comm.in_flight)
 
 
 def _live_path(kind, ext=""):
@@ -130,9 +134,8 @@ def _answer(req):
     coll = _collective(mf) if mf is not None else None
     seq = None
     flight = None
-    try:
-        from trainperf import _comm  # the distributed hooks, when present
-        flight = list(_comm.in_flight())
+    try:  # the distributed hooks, when wired
+        flight = list(in_flight()) if in_flight is not None else []
     except Exception:
         flight = None
     if flight:
@@ -232,11 +235,7 @@ def _wrap_checkpoint(fn):
 
     def checkpoint_timed(*args, **kwargs):
         if core[0] is None:
-            try:
-                import trainperf
-                core[0] = trainperf._core
-            except Exception:
-                core[0] = False
+            core[0] = _state.core or False
         c = core[0]
         outer = not getattr(_tls, "depth", 0)
         _tls.depth = getattr(_tls, "depth", 0) + 1
@@ -414,7 +413,6 @@ def _hook_excepthook():
 
     def excepthook(etype, value, tb):
         try:
-            from trainperf import _evalhooks
             import re
             text = str(value).strip()
             line = text.splitlines()[0] if text else ""
@@ -422,12 +420,12 @@ def _hook_excepthook():
             # sentence says what happened
             line = re.sub(r"\[[^\]]*\.(?:cc|cpp|cu|h|hpp):\d+\]\s*", "", line)
             line = line.split(". ", 1)[0]
-            _evalhooks.exit_info["error"] = ("%s: %s" % (etype.__name__, line))[:240]
+            _state.exit_info["error"] = ("%s: %s" % (etype.__name__, line))[:240]
             # where it was raised: the innermost frame of the user's code
             f = None
             while tb is not None:
                 f, tb = tb.tb_frame, tb.tb_next
-            _evalhooks.exit_info["where"] = _where(_user_frame(f)) if f is not None else None
+            _state.exit_info["where"] = _where(_user_frame(f)) if f is not None else None
         except Exception:
             pass
         _loop_end(1)  # the main thread left whatever loop it was in
@@ -438,8 +436,7 @@ def _hook_excepthook():
 
 def _loop_end(why):
     try:
-        import trainperf
-        trainperf._core.loop_end(why)
+        _state.core.loop_end(why)
     except Exception:
         pass
 

@@ -6,7 +6,7 @@ memory stats and snapshots, and log one step's collectives."""
 import sys
 import time
 
-import trainperf
+from trainperf import _state
 
 __all__ = ["MonitorStats", "StepMonitor", "performance_monitor"]
 
@@ -45,8 +45,7 @@ def _value(spec, args, kwargs):
 
 
 def _print_rank0(line):
-    from ._profile_hooks import rank
-    if rank() == 0:
+    if _state.rank() == 0:
         print(line, flush=True)
 
 
@@ -55,6 +54,7 @@ class StepMonitor:
                  profile=None, memory_snapshot_step=None, cuda_memory_every=None,
                  device=None, dtype=None, model=None, comm_log_step=None, verbose=False,
                  top_k=10, start=False, profile_kwargs=None):
+        from . import _comm
         from ._profile_hooks import StepHooks
         self.fn = fn
         self.samples, self.tokens = samples, tokens
@@ -75,17 +75,19 @@ class StepMonitor:
             snapshot_step=memory_snapshot_step, comm_log_step=comm_log_step,
             say=_print_rank0 if verbose else None, device=self.device, dtype=dtype,
             top_k_print=top_k if verbose else 0, oom_snapshot=False,
-            module_root=type(model).__name__ if model is not None else None)
+            module_root=type(model).__name__ if model is not None else None, comm=_comm)
 
     def _maybe_start_collector(self):
         # start=None: an embedded collector when nothing watches this process.
         self._start, start = False, self._start
-        if start is False or trainperf.attached() or trainperf.run_dir():
+        core = _state.core
+        if start is False or core.attached() or core.run_dir():
             return
         import os
         if start is None and os.environ.get("TRAINPERF_RUN_DIR"):
             return
-        d = trainperf.start()
+        from ._embedded import start as start_collector
+        d = start_collector()
         if d:
             self._started_here = True
             self.hooks.say("trainperf: recording to %s" % d)
@@ -100,7 +102,7 @@ class StepMonitor:
         h.begin(i)
         t0 = time.perf_counter()
         try:
-            with trainperf.step(samples=s, tokens=t):
+            with _state.core.step(samples=s, tokens=t):
                 out = self.fn(*args, **kwargs)
         except BaseException:
             h.abort_step()
@@ -140,7 +142,7 @@ class StepMonitor:
             st.tflops_per_s = self.user_flops / dt / 1e12
             st.mfu, st.mfu_reason = mfu(self.user_flops, dt, self.device, self.dtype)
             if st.mfu is not None:
-                trainperf.counter("mfu", st.mfu)
+                _state.core.counter("mfu", st.mfu)
                 from ._profile_hooks import _note
                 _note("mfu", st.mfu)
         if h.prof is not None:
@@ -159,7 +161,8 @@ class StepMonitor:
             st.profiler_windows = list(self.hooks.prof.windows)
         if self._started_here:
             self._started_here = False
-            trainperf.stop()
+            from ._embedded import stop
+            stop()
 
 
 def _wrap(fn, options):

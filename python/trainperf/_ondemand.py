@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-import trainperf
+from trainperf import _state
 
 POLL_S = 1.0           # the request file is stat'ed at most this often
 MAX_STEPS = 1000       # a window longer than this is refused (traces grow with it)
@@ -43,7 +43,7 @@ _exit_hook = [False]
 
 
 def _run_dir():
-    return trainperf.run_dir() or os.environ.get("TRAINPERF_RUN_DIR")
+    return _state.run_dir()
 
 
 def _write_answer():
@@ -69,8 +69,7 @@ def _set(kind, **kw):
 
 
 def _rank():
-    from ._profile_hooks import rank
-    return rank()
+    return _state.rank()
 
 
 def tick():
@@ -145,8 +144,7 @@ def _memory(rid):
     snap = cuda.memory._snapshot()
     out = os.path.join(_run_dir(), "memory")
     os.makedirs(out, exist_ok=True)
-    from ._profile_hooks import unique_path
-    path = unique_path(os.path.join(out, "snapshot-rank%d-now-%d.pickle" % (_rank(), rid)))
+    path = _state.unique_path(os.path.join(out, "snapshot-rank%d-now-%d.pickle" % (_rank(), rid)))
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         pickle.dump(snap, f)
@@ -161,7 +159,7 @@ def _memory(rid):
          segments=len(segs), reserved_bytes=sum(int(s.get("total_size", 0)) for s in segs),
          note=note)
     try:
-        trainperf.mark("memory_snapshot")
+        _state.core.mark("memory_snapshot")
     except Exception:
         pass
 
@@ -180,7 +178,7 @@ class _Window:
 
 
 def _profile(rid, req):
-    core = getattr(trainperf, "_core", None)
+    core = _state.core
     setl = getattr(core, "set_step_listener", None)
     if setl is None or not hasattr(core, "steps_ended"):
         _set("profile", state="skipped",
@@ -233,17 +231,16 @@ def _on_step():
         except Exception:
             pass
         from .torch_helpers import ProfilerSchedule
-        from ._profile_hooks import _out_dir
         # wait 0, warmup 1, active N: the step beginning now warms the profiler up
         sched = ProfilerSchedule(wait=0, warmup=1, active=w.steps, repeat=1,
-                                 out_dir=_out_dir("profile"), rank=_rank(), **w.kw)
+                                 out_dir=_state.out_dir("profile"), rank=_rank(), **w.kw)
         try:
             sched.start()
         except Exception as exc:
             return _finish(w, "skipped", reason="torch.profiler could not start: %s" % (exc,))
         # its files are named by steps.csv's index: the step now beginning is
         # number steps_ended(); the first recorded one follows it
-        sched.steps = int(trainperf._core.steps_ended())
+        sched.steps = int(_state.core.steps_ended())
         w.sched = sched
         w.first = sched.steps + 1
         _set("profile", state="recording", first_step=w.first, last_step=w.first + w.steps - 1)

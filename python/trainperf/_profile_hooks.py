@@ -19,7 +19,8 @@ import os
 import sys
 import time
 
-import trainperf
+from trainperf import _exporters, _state
+from trainperf._state import out_dir as _out_dir, rank, unique_path
 
 __all__ = ["StepHooks", "from_env", "rank", "flop_table", "peak_for", "declare_flops"]
 
@@ -34,48 +35,9 @@ _TABLE_ROWS = 40
 def _note(name, value):
     """Hand a figure to the W&B/MLflow exporter (trainperf._exporters), if any."""
     try:
-        from . import _exporters
-    except ImportError:
-        return
-    try:
         _exporters.note(name, value)
     except Exception:
         pass
-
-
-def rank():
-    """This process's rank: torch.distributed's when initialised, else RANK
-    (torchrun, before init), else SLURM_PROCID, else 0."""
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    except Exception:
-        pass
-    for var in ("RANK", "SLURM_PROCID"):
-        v = os.environ.get(var, "")
-        if v.isdigit():
-            return int(v)
-    return 0
-
-
-def _out_dir(sub, base=None):
-    d = base or trainperf.run_dir() or os.environ.get("TRAINPERF_RUN_DIR")
-    if not d:
-        d = os.path.join(os.getcwd(), "trainperf-profiler")
-    return os.path.join(d, sub)
-
-
-def unique_path(path):
-    """path, or path with -pid<pid> before its extension when it exists (two
-    processes of the same rank, a restarted run)."""
-    if not os.path.exists(path):
-        return path
-    root, ext = os.path.splitext(path)
-    if ext == ".gz":
-        root, e2 = os.path.splitext(root)
-        ext = e2 + ext
-    return "%s-pid%d%s" % (root, os.getpid(), ext)
 
 
 _measured_peak = None  # this process's measured matmul rate, once measured
@@ -210,15 +172,18 @@ class StepHooks:
     with_stack); flops_step: the step whose FLOPs are counted by module;
     memory_every: CUDA allocator stats every N steps (with a snapshot on OOM);
     snapshot_step: a CUDA memory snapshot on that step; comm_log_step: the
-    step whose collectives are logged one by one; say: a function taking one
+    step whose collectives are logged one by one, through comm (the
+    distributed hooks, trainperf._comm, handed in by the caller: None, no
+    communication log); say: a function taking one
     line for people (None: silent); out_dir: the run directory (default: the
     attached run's); device, dtype: for MFU; top_k_print: operators printed
     after each window (0: none)."""
 
     def __init__(self, profile=None, profile_kwargs=None, flops_step=None, memory_every=None,
                  snapshot_step=None, comm_log_step=None, say=None, out_dir=None, device=None,
-                 dtype=None, top_k_print=0, module_root=None, oom_snapshot=None):
+                 dtype=None, top_k_print=0, module_root=None, oom_snapshot=None, comm=None):
         self.profile = profile
+        self._comm_hooks = comm
         self.profile_kwargs = dict(profile_kwargs or {})
         if flops_step is None:
             self.flops_steps = frozenset()
@@ -443,7 +408,7 @@ class StepHooks:
                       "step_time_s": None, "tflops_per_s": None, "mfu": None,
                       "mfu_reason": None, "peak_flops_per_s": peak, "peak_source": peak_src}
         try:
-            trainperf.counter("flops", float(total))
+            _state.core.counter("flops", float(total))
         except Exception:
             pass
         _note("flops", float(total))
@@ -462,9 +427,9 @@ class StepHooks:
         else:
             f["mfu"], f["mfu_reason"] = None, f.get("peak_source") or "no peak FLOP/s"
         try:
-            trainperf.counter("tflops_per_s", f["tflops_per_s"])
+            _state.core.counter("tflops_per_s", f["tflops_per_s"])
             if f["mfu"] is not None:
-                trainperf.counter("mfu", f["mfu"])
+                _state.core.counter("mfu", f["mfu"])
         except Exception:
             pass
         if f["mfu"] is not None:
@@ -511,9 +476,8 @@ class StepHooks:
         if not on:
             self.skip("comm_log", "not a distributed run (torch.distributed is not initialised)")
             return
-        try:
-            from . import _comm
-        except ImportError:
+        _comm = self._comm_hooks
+        if _comm is None:
             self.skip("comm_log", "this trainperf has no communication hooks (trainperf._comm)")
             return
         try:
@@ -525,7 +489,7 @@ class StepHooks:
             self.skip("comm_log", str(exc))
 
     def _comm_end(self, i):
-        d = trainperf.run_dir() or os.environ.get("TRAINPERF_RUN_DIR") or "RUN"
+        d = _state.run_dir() or "RUN"
         self.say("trainperf: every collective of step %d is logged in %s (rank %d)"
                  % (i, os.path.join(d, "comm", "ops-rank%d.csv" % rank()), rank()))
 
@@ -551,9 +515,10 @@ def _stderr_rank0(line):
         sys.stderr.flush()
 
 
-def from_env():
+def from_env(comm=None):
     """StepHooks for the zero-code hook, or None when no setting is given (the
-    common case: then the hook costs nothing)."""
+    common case: then the hook costs nothing). comm: the distributed hooks
+    (trainperf._comm) that log one step's collectives."""
     if not any(os.environ.get(v) for v in ENV_VARS):
         return None
     profile = None
@@ -581,5 +546,5 @@ def from_env():
     return StepHooks(profile=profile, profile_kwargs=kw,
                      flops_step=_env_int("TRAINPERF_FLOPS_STEP", 0),
                      memory_every=_env_int("TRAINPERF_MEMORY_EVERY", 1),
-                     comm_log_step=_env_int("TRAINPERF_COMM_LOG_STEP", 0),
+                     comm_log_step=_env_int("TRAINPERF_COMM_LOG_STEP", 0), comm=comm,
                      say=_stderr_rank0)

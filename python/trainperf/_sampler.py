@@ -26,11 +26,13 @@ and what kind of work it is.
 Output in the run directory (docs/run-format.md):
   pyprof/stacks-<pid>.folded  flame-graph-ready folded stacks, the phase as
                               the root frame: "[other];main (train.py:30);..."
-  pyprof/events-<pid>.json    the profile's summary plus _evalhooks' figures
+  pyprof/events-<pid>.json    the profile's summary plus the figures of the
+                              snapshot given to start() (_evalhooks')
 Both are rewritten every few seconds and at exit, atomically.
 """
 import array
 import atexit
+import json
 import linecache
 import os
 import re
@@ -39,7 +41,7 @@ import sysconfig
 import threading
 import time
 
-from trainperf import _cuda, _evalhooks, _ondemand
+from trainperf import _cuda, _state
 
 MAX_STACKS = 5000      # distinct stacks kept; the rest are counted as truncated
 MAX_DEPTH = 48
@@ -49,6 +51,8 @@ READ_THREADS_EVERY_S = 0.5  # the threads' schedstat (a file read per thread)
 _pid = os.getpid()
 _started = False
 _stop = threading.Event()
+_ticks = ()             # called every half second once training began (start())
+_snapshot = [None]      # the events file's figures (start())
 _thread = [None]
 _tid = [None]
 _stacks = {}            # tuple of (code, line) outer->inner, phase -> count
@@ -223,7 +227,7 @@ def _sample_once(frames, tid, gc=False):
         f = f.f_back
         depth += 1
     phase = _account(_shape(stack), gc, lambda top: _tensor_line(leaf))
-    if len(frames) > 2 and _evalhooks.ev.training_started:
+    if len(frames) > 2 and _state.ev.training_started:
         _sample_others(frames, tid, phase == "other")
 
 
@@ -291,19 +295,19 @@ def _account(shape, gc, tensor_line, raw=None):
         # GIL), or the native reader's sample fell in one: the stack is where
         # the collection started, not where the time went
         phase = "gc"
-    elif _evalhooks.ev.active and phase in (None, "forward", "data"):
+    elif _state.ev.active and phase in (None, "forward", "data"):
         if phase is None and not (user_leaf and tensor_line(stack[0])):
             # outside the model and torch: the evaluation runs the script's
             # own Python (a simulator collecting a rollout, not a validation)
             _eval_host[0] += 1
         phase = "eval"
-    if phase is None and user_leaf and _evalhooks.ev.training_started and \
+    if phase is None and user_leaf and _state.ev.training_started and \
             tensor_line(stack[0]):
         # the innermost frame is the user's, on a line of tensor ops: the
         # thread is inside one of them (model compute written without nn.Module)
         phase = "compute"
     if phase is None:
-        phase = "other" if _evalhooks.ev.training_started else "startup"
+        phase = "other" if _state.ev.training_started else "startup"
     _nsamples[0] += 1
     _by_phase[phase] = _by_phase.get(phase, 0) + 1
     counts, key = (_ncount, (phase, raw)) if raw is not None else (_stacks, (phase, rev))
@@ -344,7 +348,7 @@ def _ncode(filename, name, firstlineno):
 
 
 def _in_gc(t):
-    for a, b in reversed(_evalhooks.gc_recent):
+    for a, b in reversed(_state.gc_recent):
         if a <= t <= b:
             return True
         if b < t:
@@ -357,8 +361,7 @@ def _take_native(frames, tid):
     last tick. They were taken when the reader woke, wherever the thread
     was, holding the GIL or not; the live frames only tell tensor lines
     apart and give the other threads' samples."""
-    from trainperf import _core
-    samples, codes, stats = _core.pystack_take()
+    samples, codes, stats = _state.core.pystack_take()
     for i, (fn, name, first) in codes.items():
         _ncodes[i] = _ncode(fn, name, first)
     _native_stats[:] = stats
@@ -402,7 +405,7 @@ def _take_native(frames, tid):
             else:
                 key = None  # counted by its stack
         phase = _account(shape, _in_gc(t), tensor_line, key)
-    if len(frames) > 2 and _evalhooks.ev.training_started:
+    if len(frames) > 2 and _state.ev.training_started:
         # each tick's look at the other threads stands for _NATIVE_X samples
         _sample_others(frames, tid, phase == "other", _NATIVE_X)
 
@@ -486,7 +489,7 @@ def _threads_cpu():
         span = e["t1"] - e["t0"]
         cpu = e["last"][0] - e["first"][0]
         runq = e["last"][1] - e["first"][1]
-        training = ident == _evalhooks.ev.thread
+        training = ident == _state.ev.thread
         if not training and not cpu >= 0.05 * span:
             continue
         d = {"name": e["name"], "training": training, "span_s": round(span, 4),
@@ -689,9 +692,7 @@ def _profiler_samples(stacks):
 
 
 def _write():
-    from trainperf import _core
-    rd = _core.run_dir() if hasattr(_core, "run_dir") else None
-    rd = rd or os.environ.get("TRAINPERF_RUN_DIR")
+    rd = _state.run_dir()
     if not rd or os.getpid() != _pid:
         return
     d = os.path.join(rd, "pyprof")
@@ -705,7 +706,7 @@ def _write():
     with open(tmp, "w") as f:
         f.writelines(lines)
     os.replace(tmp, os.path.join(d, "stacks-%d.folded" % _pid))
-    ev = _evalhooks.snapshot()
+    ev = _snapshot[0]() if _snapshot[0] is not None else {}
     ev["profile"] = {"hz": _hz[0],
                      "samples": _nsamples[0], "truncated": _truncated[0],
                      "sampler_cost_s": round(_cost_s[0], 6),
@@ -719,7 +720,14 @@ def _write():
                      "profiler_samples": _profiler_samples(stacks)}
     ev["cuda"] = _cuda.snapshot()
     ev["written_at"] = round(time.monotonic(), 6)
-    _evalhooks.write_json(os.path.join(d, "events-%d.json" % _pid), ev)
+    _write_json(os.path.join(d, "events-%d.json" % _pid), ev)
+
+
+def _write_json(path, obj):
+    tmp = "%s.tmp%d" % (path, _pid)
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
 
 
 _flush_lock = threading.Lock()
@@ -743,7 +751,7 @@ def _loop(tid):
     next_read = 0.0
     getframes = sys._current_frames
     perf = time.perf_counter
-    gc_end = _evalhooks.gc_last_end
+    gc_end = _state.gc_last_end
     native = _native[0]
     due = perf() + period
     while not _stop.wait(period):
@@ -760,12 +768,11 @@ def _loop(tid):
                 import traceback
                 traceback.print_exc()
         _cost_s[0] += perf() - t0
-        if _evalhooks.ev.training_started and (_thr_t0[0] is None or
+        if _state.ev.training_started and (_thr_t0[0] is None or
                                                time.monotonic() >= next_read):
             _read_threads()
-            _evalhooks.settings_tick()
-            _cuda.tick()
-            _ondemand.tick()  # `trainperf profile RUN`: a stat a second
+            for tick in _ticks:  # the installer's (_autohook._start_sampler)
+                tick()
             next_read = time.monotonic() + READ_THREADS_EVERY_S
         if time.monotonic() >= next_flush:
             _flush()
@@ -773,18 +780,23 @@ def _loop(tid):
         due = perf() + period
 
 
-def start():
-    """Start sampling the thread that calls this (the training thread)."""
-    global _started
+def start(ticks=(), snapshot=None):
+    """Start sampling the thread that calls this (the training thread).
+    ticks: functions called every half second once training began, in
+    order; snapshot: a function returning the dict the events file is made
+    of (the profile's figures are added to it)."""
+    global _started, _ticks
     if _started:
         return
     _started = True
+    _ticks = tuple(ticks)
+    _snapshot[0] = snapshot
     try:
         hz = float(os.environ.get("TRAINPERF_SAMPLE_HZ", "47"))
     except ValueError:
         hz = 47.0
     tid = threading.get_ident()
-    _evalhooks.ev.thread = tid
+    _state.ev.thread = tid
     _tid[0] = tid
     atexit.register(_at_exit)
     if hz <= 0:
@@ -792,8 +804,7 @@ def start():
     _hz[0] = _tick_hz[0] = min(hz, 1000.0)
     if os.environ.get("TRAINPERF_NATIVE_STACKS", "1") != "0":
         try:
-            from trainperf import _core
-            start_native = getattr(_core, "pystack_start", None)
+            start_native = getattr(_state.core, "pystack_start", None)
             rate = min(_hz[0] * _NATIVE_RATE, 1000.0)
             _native[0] = bool(start_native and start_native(rate))
             if _native[0]:
@@ -808,15 +819,14 @@ def start():
 
 
 def _at_exit():
-    _evalhooks.exit_info["ended"] = True  # the last write: the interpreter is shutting down
+    _state.exit_info["ended"] = True  # the last write: the interpreter is shutting down
     _stop.set()
     t = _thread[0]
     if t is not None and t.is_alive():
         t.join(2.0)
     if _native[0] and os.getpid() == _pid:
         try:
-            from trainperf import _core
-            _core.pystack_stop()
+            _state.core.pystack_stop()
             _take_native({}, _tid[0])
         except Exception:
             pass

@@ -29,7 +29,7 @@ from typing import Optional
 from transformers import TrainerCallback
 
 import trainperf
-from . import _autohook
+from . import _datahooks, _gradhooks, _modelhooks
 from ._figures import MetricsTail, StepWindow, Thresholds
 
 __all__ = ["TrainperfCallback", "TrainperfArguments", "attach", "FindGraphBreaks"]
@@ -133,10 +133,10 @@ class TrainperfCallback(TrainerCallback):
                                     module_root=type(model).__name__ if model is not None
                                     else None)
         trainperf._core.disable_auto_steps()
-        _autohook.patch_dataloader()
-        _autohook.patch_backward()
+        _datahooks.patch_dataloader()
+        _gradhooks.patch_backward()
         if model is not None:
-            _autohook.hook_forward(model)
+            _modelhooks.hook_forward(model)
             # Count what the model is fed in training mode: the DataLoader
             # side prefetches ahead, so its counts run one batch early.
             if not self._counting:
@@ -147,9 +147,9 @@ class TrainperfCallback(TrainerCallback):
         if not module.training:
             return None
         import torch
-        s, t = _autohook._batch_size(kwargs, torch.Tensor) if kwargs else (0, 0)
+        s, t = _datahooks._batch_size(kwargs, torch.Tensor) if kwargs else (0, 0)
         if not s:
-            s, t = _autohook._batch_size(args, torch.Tensor)
+            s, t = _datahooks._batch_size(args, torch.Tensor)
         self._samples += s
         self._tokens += t
         return None

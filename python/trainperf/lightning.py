@@ -32,7 +32,7 @@ import time
 import warnings
 
 import trainperf
-from . import _autohook, _evalhooks
+from . import _datahooks, _state
 from ._figures import MetricsTail, StepWindow, Thresholds
 
 __all__ = ["TrainperfCallback", "ThroughputMonitor", "ProfilerMonitor", "ResourceMonitor",
@@ -107,9 +107,9 @@ class TrainperfCallback(Callback):
             # model.eval(), closed by the next training forward: Lightning
             # restores train mode without model.train()) would stay open into
             # our step; both interleave with our ranges on one stack.
-            _autohook.set_opt_phase(False)
-            _evalhooks.ev.ranges = False
-        _autohook.patch_dataloader()
+            _state.set_opt_phase(False)
+            _state.ev.ranges = False
+        _datahooks.patch_dataloader()
         d = trainperf.run_dir()
         self._tail = MetricsTail(d)
         self._thresholds.run_dir = d
@@ -124,8 +124,8 @@ class TrainperfCallback(Callback):
     def _end(self):
         self._set_phase(0)
         if self._records:
-            _autohook.set_opt_phase(True)
-            _evalhooks.ev.ranges = True
+            _state.set_opt_phase(True)
+            _state.ev.ranges = True
         if self._hooks is not None:
             self._hooks.close()
             self._hooks = None
@@ -185,7 +185,7 @@ class TrainperfCallback(Callback):
                 self._t_step = now
             if self._hooks is not None:
                 self._hooks.begin(trainer.global_step)
-        s, t = _autohook._batch_size(batch, torch.Tensor)
+        s, t = _datahooks._batch_size(batch, torch.Tensor)
         self._samples += s
         self._tokens += t
         self._set_phase(_FORWARD)

@@ -11,7 +11,7 @@ import re
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
-import trainperf
+from trainperf import _exporters, _state
 
 __all__ = ["PEAK_FLOPS", "CUDA_MEM_COUNTERS", "device_key", "math_type", "peak_flops", "mfu",
            "count_flops", "ProfilerSchedule", "cuda_memory_stats", "CudaMemoryStats",
@@ -156,7 +156,7 @@ def count_flops(fn: Callable[..., Any], *args: Any, user_flops: Optional[int] = 
 
 
 def _default_dir(sub):
-    d = trainperf.run_dir() or os.environ.get("TRAINPERF_RUN_DIR")
+    d = _state.run_dir()
     base = d if d else os.path.join(os.getcwd(), "trainperf-profiler")
     return os.path.join(base, sub) if d else base
 
@@ -224,7 +224,7 @@ class ProfilerSchedule:
         return self
 
     def _ready(self, prof):
-        from ._profile_hooks import rank as _rank, unique_path
+        from ._state import rank as _rank, unique_path
         n = len(self.windows)
         r = self.rank if self.rank is not None else _rank()
         # on_trace_ready runs in the .step() that follows the last active step
@@ -233,7 +233,6 @@ class ProfilerSchedule:
         trace = unique_path(os.path.join(self.out_dir, "trace-%s.json" % stem))
         stem = os.path.basename(trace)[len("trace-"):-len(".json")]
         prof.export_chrome_trace(trace)
-        from . import _exporters
         _exporters.tensorboard_profile(trace)  # where TensorBoard's profiler plugin looks
         top_txt = os.path.join(self.out_dir, "top-%s.txt" % stem)
         avgs = prof.key_averages()
@@ -255,7 +254,7 @@ class ProfilerSchedule:
             json.dump({"window": n, "rank": r, "first_step": first, "sort_by": self._sort_by,
                        "ops": rows}, f, indent=1)
         self.windows.append((trace, top_txt))
-        trainperf.mark("profiler")
+        _state.core.mark("profiler")
         if self.on_window is not None:
             self.on_window(trace, avgs, self._sort_by)
 
@@ -326,7 +325,7 @@ class CudaMemoryStats:
             return None
         for k, v in stats.items():
             if v is not None:
-                trainperf.counter(k, float(v))
+                _state.core.counter(k, float(v))
         self.last = stats
         return stats
 
@@ -380,12 +379,12 @@ class MemorySnapshot:
         import torch
         if not self._on:
             return None
-        from ._profile_hooks import rank as _rank, unique_path
+        from ._state import rank as _rank, unique_path
         r = self.rank if self.rank is not None else _rank()
         path = unique_path(os.path.join(self.out_dir, "snapshot-rank%d-%s.pickle" % (r, tag)))
         torch.cuda.memory._dump_snapshot(path)
         self.paths.append(path)
-        trainperf.mark("memory_snapshot")
+        _state.core.mark("memory_snapshot")
         return path
 
     def stop(self):
@@ -446,7 +445,7 @@ def graph_break_report(fn: Callable[..., Any], *args: Any, out_path: Optional[st
         except Exception as exc:
             msg = "%s: %s" % (type(exc).__name__, exc)
             rep["fullgraph"] = {"ok": False, "error": msg, "fixes": suggest(str(exc))}
-    d = trainperf.run_dir() or os.environ.get("TRAINPERF_RUN_DIR")
+    d = _state.run_dir()
     if out_path is None and d:
         out_path = os.path.join(d, "compile.json")
     if log_path is None and d:
