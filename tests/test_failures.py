@@ -628,6 +628,12 @@ while True:
                 break
             time.sleep(0.1)
         assert pidf.exists()
+        # a step recorded first: the summary must count what ran before the signal
+        for _ in range(300):
+            sp = run / "steps.csv"
+            if sp.exists() and len(sp.read_text().splitlines()) > 1:
+                break
+            time.sleep(0.1)
         p.send_signal(sig)
         _, err = p.communicate(timeout=60)
     finally:

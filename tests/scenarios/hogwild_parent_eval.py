@@ -1,4 +1,4 @@
-# expect: primary=compute-bound|undetermined|cpu-contention|oversubscription
+# expect: primary=compute-bound|undetermined|cpu-contention|oversubscription|input-bound
 # must_not: unstable
 # alerts_not: hang
 """Hogwild training: two processes train one shared model, then the parent,

@@ -1,4 +1,4 @@
-# expect: primary=compute-bound|undetermined|cpu-contention
+# expect: primary=compute-bound|undetermined|cpu-contention|input-bound
 # must_not: unstable
 # exit: 1
 # alerts_not: hang
