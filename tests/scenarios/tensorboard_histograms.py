@@ -1,6 +1,6 @@
 # expect: primary=step-spikes
 # needs: tensorboard
-# must_not: unstable, gc-pauses, host-code, input-bound, memory-capacity, undetermined
+# must_not: unstable, gc-pauses, input-bound, memory-capacity, undetermined
 # script: tensorboard_logging.py
 # env: HIST_EVERY=10
 """tensorboard_logging.py with weight histograms every 10 steps: each such
