@@ -130,7 +130,8 @@ TPF_API uint64_t tpf_dropped(void);
  * the environment (RANK/SLURM_PROCID are read at attach): with
  * torch.multiprocessing.spawn, init_process_group(rank=r). Steps recorded
  * from now on carry it; local_rank and world_size may be -1 (unknown).
- * Returns 0, or TPF_EINVAL for a negative rank. Thread-safe. */
+ * Returns 0, or TPF_EINVAL for a negative rank, a local_rank or world_size
+ * below -1, a world_size of 0, or a rank not below world_size. Thread-safe. */
 TPF_API int tpf_set_rank(int rank, int local_rank, int world_size);
 
 /* ---- embedded mode ----------------------------------------------------- */

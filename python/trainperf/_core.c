@@ -1101,7 +1101,7 @@ static PyObject *core_set_rank(PyObject *self, PyObject *args)
     int rank, local_rank = -1, world_size = -1;
     if (!PyArg_ParseTuple(args, "i|ii:set_rank", &rank, &local_rank, &world_size)) return NULL;
     if (tpf_set_rank(rank, local_rank, world_size) < 0) {
-        PyErr_SetString(PyExc_ValueError, "rank must be >= 0");
+        PyErr_SetString(PyExc_ValueError, "rank must be >= 0 and below world_size; local_rank and world_size >= -1 (-1: unknown), world_size not 0");
         return NULL;
     }
     Py_RETURN_NONE;

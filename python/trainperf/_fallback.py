@@ -179,8 +179,9 @@ class CtypesCore:
         if int(rank) < 0:
             raise ValueError("rank must be >= 0")
         f = getattr(self._lib, "tpf_set_rank", None)
-        if f is not None:
-            f(int(rank), int(local_rank), int(world_size))
+        if f is not None and f(int(rank), int(local_rank), int(world_size)) < 0:
+            raise ValueError("rank must be >= 0 and below world_size; local_rank and world_size "
+                             ">= -1 (-1: unknown), world_size not 0")
 
     def dropped(self):
         return self._lib.tpf_dropped()

@@ -701,7 +701,11 @@ uint64_t tpf_dropped(void)
 
 int tpf_set_rank(int rank, int local_rank, int world_size)
 {
-    if (rank < 0) return TPF_EINVAL;
+    /* -1 is "unknown" for the other two; below it, or a rank past the world,
+     * is a caller's mistake that would put the steps under a rank no job has */
+    if (rank < 0 || local_rank < -1 || world_size < -1 || world_size == 0 ||
+        (world_size > 0 && rank >= world_size))
+        return TPF_EINVAL;
     pthread_mutex_lock(&g_lock);
     g_rank_set[0] = rank;
     g_rank_set[1] = local_rank >= 0 ? local_rank : -1;

@@ -339,6 +339,10 @@ TT_TEST(rank_given_in_code)
     TT_EQ_INT(seg_reader_info(r)->rank, -1);
     TT_EQ_INT(seg_reader_rank_changed(r), 0);
     TT_EQ_INT(tpf_set_rank(-1, 0, 2), TPF_EINVAL);
+    TT_EQ_INT(tpf_set_rank(1, 0, -2), TPF_EINVAL); /* a negative world size (issue 27) */
+    TT_EQ_INT(tpf_set_rank(1, -5, 2), TPF_EINVAL);
+    TT_EQ_INT(tpf_set_rank(1, 0, 0), TPF_EINVAL);
+    TT_EQ_INT(tpf_set_rank(2, 0, 2), TPF_EINVAL);  /* rank past the world */
     TT_EQ_INT(tpf_set_rank(5, -1, 8), 0);
     TT_EQ_INT(seg_reader_rank_changed(r), 1);
     TT_EQ_INT(seg_reader_info(r)->rank, 5);
