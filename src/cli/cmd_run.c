@@ -535,24 +535,11 @@ static void status_line(int tty, int color)
     fflush(stderr);
 }
 
-/* Reap the tree's orphans (they are ours as subreaper) without touching
- * the root, whose status the main loop takes. */
-static void reap_orphans(pid_t root)
-{
-    for (;;) {
-        siginfo_t si;
-        memset(&si, 0, sizeof(si));
-        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0 ||
-            si.si_pid == root)
-            return;
-        waitpid(si.si_pid, NULL, 0);
-    }
-}
 
 /* 1 while a process other than the (reaped) root is still our child. */
 static int orphans_left(pid_t root)
 {
-    reap_orphans(root);
+    sup_reap_others(root);
     siginfo_t si;
     memset(&si, 0, sizeof(si));
     return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0;
@@ -954,7 +941,7 @@ int cmd_run(int argc, char **argv)
             }
             if (w == child) break;
             if (w < 0 && errno != EINTR) break;
-            reap_orphans(child);
+            sup_reap_others(child);
             struct timespec nap = {0, 50 * 1000000L};
             nanosleep(&nap, NULL);
             pass_signals(sv, &sigs_passed);

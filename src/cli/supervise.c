@@ -799,7 +799,7 @@ static void group_signal(sup *s, int sig)
 
 /* Zombies of the tree that came to us; never the root, whose status the
  * caller takes (root 0: it is already reaped). */
-static void reap_others(pid_t root)
+void sup_reap_others(pid_t root)
 {
     for (;;) {
         siginfo_t si;
@@ -816,14 +816,14 @@ static void reap_others(pid_t root)
  * state). Returns the number still there (0: all gone). */
 static int end_tree(sup *s)
 {
-    reap_others(0);
+    sup_reap_others(0);
     if (tree_signal(SIGTERM, 0) <= 0) return 0;
     double t0 = mono_now();
     int killed = 0, left = 1;
     while (left > 0) {
         struct timespec nap = {0, 20 * 1000000L};
         nanosleep(&nap, NULL);
-        reap_others(0);
+        sup_reap_others(0);
         double el = mono_now() - t0;
         if (el >= s->o.kill_grace_s) {
             left = tree_signal(SIGKILL, 0);

@@ -95,4 +95,8 @@ void sup_finish(sup *s);
 /* Attempts started so far. */
 int sup_attempts(const sup *s);
 
+/* Reap the run's zombies that came to trainperf (as subreaper: setsid
+ * children, orphans), never root, whose status the caller takes (0: none). */
+void sup_reap_others(pid_t root);
+
 #endif
