@@ -11,6 +11,28 @@ the training loop.
 from trainperf import _state
 
 
+def _enter_forward(mod, args, grad_on, push):
+    """A timed forward begins: which phase it is (training, a frozen helper or
+    inference inside the step, or evaluation), for the module hooks and the
+    class wrapper alike."""
+    ev = _state.ev
+    if mod.training and grad_on():
+        if ev.active:
+            _state.training_forward(mod)
+        push(2)  # TPF_PHASE_FORWARD
+    elif getattr(mod, "_trainperf_frozen", False) or (
+            mod.training and getattr(mod, "_trainperf_instep", False)):
+        # a frozen helper inside the step (_state.step_in_eval), or
+        # inference inside the step (_state.training_forward)
+        push(2)
+    else:
+        if not ev.active:
+            _state.eval_enter(mod)
+        _state.eval_forward(args, grad_on())
+        push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
+    ev.in_fwd += 1
+
+
 def hook_forward(module):
     """Time module's forward calls as the "forward" phase (hooks on this one
     module, not its children); a call with grad off or the module in eval
@@ -23,25 +45,9 @@ def hook_forward(module):
     push, pop = core.range_push, core.range_pop
     grad_on = torch.is_grad_enabled
     ev = _state.ev
-    eval_enter, training_forward = _state.eval_enter, _state.training_forward
-    eval_forward = _state.eval_forward
 
     def fwd_pre(mod, args):
-        if mod.training and grad_on():
-            if ev.active:
-                training_forward(mod)
-            push(2)  # TPF_PHASE_FORWARD
-        elif getattr(mod, "_trainperf_frozen", False) or (
-                mod.training and getattr(mod, "_trainperf_instep", False)):
-            # a frozen helper inside the step (_state.step_in_eval), or
-            # inference inside the step (_state.training_forward)
-            push(2)
-        else:
-            if not ev.active:
-                eval_enter(mod)
-            eval_forward(args, grad_on())
-            push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
-        ev.in_fwd += 1
+        _enter_forward(mod, args, grad_on, push)
 
     def fwd_post(mod, args, output):
         ev.in_fwd -= 1
@@ -79,29 +85,13 @@ def hook_forward_fast(module):
     is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (
         lambda: False)
     ev = _state.ev
-    eval_enter, training_forward = _state.eval_enter, _state.training_forward
-    eval_forward = _state.eval_forward
     top = module
 
     @functools.wraps(orig)
     def forward(self, *args, **kwargs):
         if self is not top or is_compiling():
             return orig(self, *args, **kwargs)
-        if self.training and grad_on():
-            if ev.active:
-                training_forward(self)
-            push(2)  # TPF_PHASE_FORWARD
-        elif getattr(self, "_trainperf_frozen", False) or (
-                self.training and getattr(self, "_trainperf_instep", False)):
-            # a frozen helper inside the step (_state.step_in_eval), or
-            # inference inside the step (_state.training_forward)
-            push(2)
-        else:
-            if not ev.active:
-                eval_enter(self)
-            eval_forward(args, grad_on())
-            push(6)  # TPF_PHASE_EVAL (nested same-name ranges count once)
-        ev.in_fwd += 1
+        _enter_forward(self, args, grad_on, push)
         try:
             return orig(self, *args, **kwargs)
         finally:
