@@ -1,14 +1,9 @@
-"""GPU-bound with no synchronisation in the loop: the host runs ahead until
-the launch queue is full, then each host step lasts one GPU step. Truth: GPU
-busy >= 85%."""
-import torch
-from _common import DEV, Clock, mlp
+"""GPU-bound with no synchronisation in the loop: healthy_item.py without its
+loss.item(); the host runs ahead until the launch queue is full, then each
+host step lasts one GPU step. Truth: GPU busy >= 85%."""
+import os
+import runpy
 
-model = mlp(4096, 4)
-opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-x = torch.randn(4096, 4096, device=DEV)
-for step in Clock(max_steps=300):
-    loss = model(x).float().pow(2).mean()
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
+os.environ["SCEN_NO_ITEM"] = "1"
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "healthy_item.py"),
+               run_name="__main__")
