@@ -128,7 +128,7 @@ int dr_cand_oversub(const diag_run *r, const dctx *cx, dfinding *d)
     double busy_workers = isfinite(wcpu) && wcpu >= 40 ? workers : 0;
     /* other busy processes of the run count with the cores they used */
     double ocores;
-    int top;
+    int top = 0;
     double others = c->have_pyprof ? other_busy(r, &ocores, &top) : 0;
     if (!others) ocores = 0;
     want = isfinite(threads) ? threads * procs + busy_workers + round(ocores) : NAN;
