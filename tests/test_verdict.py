@@ -859,6 +859,19 @@ def test_input_bound_in_the_training_process_names_the_loading_line(run_cli, tmp
     assert e["value"] == pytest.approx(0.4) and "train.py:12" in e["text"], e
     first = dg["primary"]["recommendations"][0]
     assert first.startswith("Make train.py:12 cheaper") and "df.to_numpy()" in first, first
+    # a Dataset's item spends the wait on two lines, neither a quarter alone
+    # (the tensor made of the row leads): the function holds the wait, and
+    # the pandas row among its lines is what to change
+    ev["profile"]["lines_top"] = lines(
+        ("<module>", 40, 160, "data", "for x, y in loader:"),
+        ("<module>", 42, 60, "backward", "loss.backward()"),
+        ("__getitem__", 13, 70, "data", "return torch.tensor(row.values), int(row['y'])"),
+        ("__getitem__", 12, 50, "data", "row = df.iloc[i]"))
+    dg = diagnosis(run_cli, make_run(tmp_path / "twolines", st, quiet_metrics(8), ev))
+    [e] = [e for e in dg["primary"]["evidence"] if e["name"] == "input_line_share"]
+    assert e["value"] == pytest.approx(0.4) and "`row = df.iloc[i]` (train.py:12)" in e["text"], e
+    first = dg["primary"]["recommendations"][0]
+    assert first.startswith("Make train.py:13 (and line 12) cheaper") and "df.to_numpy()" in first, first
     # a collate function's line runs once per batch: build it from tensors
     ev["profile"]["lines_top"] = lines(
         ("collate", 15, 200, "data", "row = [t if keep(t) else 0 for t in row]"))

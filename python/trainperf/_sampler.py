@@ -649,7 +649,12 @@ def _lines_top(stacks):
                 e[0] += n
                 e[1][phase] = e[1].get(phase, 0) + n
                 break
-    top = sorted(lines.items(), key=lambda kv: -kv[1][0])[:6]
+    ranked = sorted(lines.items(), key=lambda kv: -kv[1][0])
+    # the six busiest, and the busiest lines of the data wait among the rest
+    # (a Dataset's lines, which the loading rule names, are not crowded out
+    # by the model's): still most first
+    top = ranked[:6] + [kv for kv in ranked[6:]
+                        if max(kv[1][1], key=kv[1][1].get) == "data"][:4]
     return {"samples": total,
             "lines": [{"func": fn, "file": f, "line": ln, "samples": n,
                        "phase": max(ph, key=ph.get),

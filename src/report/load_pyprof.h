@@ -34,7 +34,7 @@ typedef struct dc_func {
 /* One process's training thread as its samples saw it: its rank (-1 none)
  * and the user lines they fell in, most first (profile.lines_top) */
 #define DC_MAX_PROCS 32
-#define DC_PROC_LINES 6
+#define DC_PROC_LINES 10
 typedef struct dc_proc {
     int pid, rank;
     double samples;

@@ -371,27 +371,46 @@ double dc_work_corr(const diag_run *r, double *work_cv)
     return cxy / sqrt(vx * vy);
 }
 
-int dc_input_line(const dcause *c, const dc_func **f, const char **src, double *share)
+/* a line the training thread waits for data in, not the loop's own line
+ * (`for x, y in loader:`, next(it): where the DataLoader's code is entered) */
+static int data_work_line(const dc_func *l, const char *t)
 {
-    const dc_func *best = NULL;
-    const char *bsrc = NULL;
-    for (int p = 0; p < c->nproc; p++)
-        for (int i = 0; i < c->procs[p].nlines; i++) {
-            const dc_func *l = &c->procs[p].lines[i];
-            const char *t = c->procs[p].src[i];
-            /* the loop's own line (`for x, y in loader:`, next(it)) is
-             * where the DataLoader's code is entered, not the work */
-            if (strcmp(l->kind, "data") != 0 || (strncmp(t, "for ", 4) == 0 && strstr(t, " in ")) ||
-                strstr(t, "next("))
-                continue;
-            if (!best || l->samples > best->samples) best = l, bsrc = t;
+    return strcmp(l->kind, "data") == 0 && !(strncmp(t, "for ", 4) == 0 && strstr(t, " in ")) &&
+           !strstr(t, "next(");
+}
+
+int dc_input_line(const dcause *c, dc_input_fn *o)
+{
+    const dc_proc *bp = NULL;
+    const dc_func *bf = NULL;
+    double best = 0;
+    /* the function with most such samples, summed over its lines */
+    for (int p = 0; p < c->nproc; p++) {
+        const dc_proc *pr = &c->procs[p];
+        for (int i = 0; i < pr->nlines; i++) {
+            const dc_func *l = &pr->lines[i];
+            if (!data_work_line(l, pr->src[i])) continue;
+            double n = 0;
+            for (int j = 0; j < pr->nlines; j++)
+                if (data_work_line(&pr->lines[j], pr->src[j]) &&
+                    strcmp(pr->lines[j].func, l->func) == 0 &&
+                    strcmp(pr->lines[j].file, l->file) == 0)
+                    n += pr->lines[j].samples;
+            if (n > best) best = n, bp = pr, bf = l;
         }
-    if (!best || !(c->ph_data > 0) || !(best->samples >= INPUT_LINE_MIN_SAMPLES)) return 0;
-    *share = best->samples / c->ph_data;
-    if (*share > 1) *share = 1;
-    if (!(*share >= INPUT_LINE_SHARE)) return 0;
-    *f = best;
-    *src = bsrc;
+    }
+    if (!bp || !(c->ph_data > 0) || !(best >= INPUT_LINE_MIN_SAMPLES)) return 0;
+    o->share = best / c->ph_data;
+    if (o->share > 1) o->share = 1;
+    if (!(o->share >= INPUT_LINE_SHARE)) return 0;
+    /* its lines, most first (lines_top is sorted) */
+    o->n = 0;
+    for (int j = 0; j < bp->nlines && o->n < DC_INPUT_LINES; j++)
+        if (data_work_line(&bp->lines[j], bp->src[j]) && strcmp(bp->lines[j].func, bf->func) == 0 &&
+            strcmp(bp->lines[j].file, bf->file) == 0) {
+            o->line[o->n] = &bp->lines[j];
+            o->src[o->n++] = bp->src[j];
+        }
     return 1;
 }
 

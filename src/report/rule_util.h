@@ -186,10 +186,19 @@ extern const dsel dr_cpu_wait;
 
 /* ---- analyses of the loaded run that several rules use --------------------- */
 
-/* The user line (not the loop's own) where the training thread's samples
- * waiting for data fell most: loading in the main process (no workers):
- * 1 with *f, *src and its share of those samples when >= 25%, else 0. */
-int dc_input_line(const dcause *c, const dc_func **f, const char **src, double *share);
+/* The user function (not the loop's own line) where the training thread's
+ * samples waiting for data fell most, loading in the main process (no
+ * workers): its lines most first (a Dataset's __getitem__ spends the wait on
+ * a few lines: the pandas row and the tensor made of it) and the function's
+ * share of those samples. 1 when that share is >= 25%, else 0. */
+#define DC_INPUT_LINES 3
+typedef struct dc_input_fn {
+    const dc_func *line[DC_INPUT_LINES];
+    const char *src[DC_INPUT_LINES];
+    int n;
+    double share;
+} dc_input_fn;
+int dc_input_line(const dcause *c, dc_input_fn *o);
 /* The user line that rank's training thread spent a share of its samples in
  * that most exceeds the other ranks' mean share of it (work only it does):
  * 1 with *f, *src and the two shares set when it leads by >= 20 points and

@@ -369,14 +369,31 @@ int dr_cand_input(const diag_run *r, const dctx *c, dfinding *d)
     if (io) add_io_evidence(r, c, d);
     /* loading in the training process: the samples name the line it
      * spends the wait in (a pandas row, a decode, a parse, a tokenizer) */
-    const dc_func *lf = NULL;
-    const char *lsrc = NULL;
-    double lsh = 0;
-    if (r->python && c->workers <= 0 && dc_input_line(&r->cause, &lf, &lsrc, &lsh)) {
-        ev(d, "input_line_share", lsh, "%.0f%% of the samples waiting for data were in %s (%s:%d)%s%s%s", 100 * lsh,
-           lf->func, lf->file, lf->line, *lsrc ? ": `" : "", lsrc, *lsrc ? "`" : "");
-        rec(d, "Make %s:%d cheaper, the line the wait is spent in: %s", lf->file, lf->line,
-            input_line_hint(lsrc, strstr(lf->func, "collate") != NULL));
+    dc_input_fn in;
+    if (r->python && c->workers <= 0 && dc_input_line(&r->cause, &in)) {
+        /* the function's lines, most first: `src` (file:line), ... */
+        char q[400] = "", hint[DC_INPUT_LINES * 84 + 4] = "";
+        for (int i = 0; i < in.n; i++) {
+            size_t k = strlen(q), h = strlen(hint);
+            if (*in.src[i])
+                fmt(q + k, sizeof(q) - k, "%s`%s` (%s:%d)", i ? "; " : ": ", in.src[i],
+                    in.line[i]->file, in.line[i]->line);
+            else
+                fmt(q + k, sizeof(q) - k, "%s%s:%d", i ? "; " : ": ", in.line[i]->file,
+                    in.line[i]->line);
+            fmt(hint + h, sizeof(hint) - h, "%s\n", in.src[i]);
+        }
+        const dc_func *lf = in.line[0];
+        ev(d, "input_line_share", in.share, "%.0f%% of the samples waiting for data were in %s%s",
+           100 * in.share, lf->func, q);
+        char also[64] = "";
+        for (int i = 1; i < in.n; i++) {
+            size_t k = strlen(also);
+            fmt(also + k, sizeof(also) - k, "%s%d", i == 1 ? " (and line " : ", ", in.line[i]->line);
+        }
+        if (in.n > 1) fmt(also + strlen(also), sizeof(also) - strlen(also), ")");
+        rec(d, "Make %s:%d%s cheaper, where the wait is spent: %s", lf->file, lf->line, also,
+            input_line_hint(hint, strstr(lf->func, "collate") != NULL));
     }
 
     if (io) {
