@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -242,3 +243,71 @@ def test_a_cuda_program_without_steps_gets_windows(run_cli, tmp_path):
     assert 0.95 <= w["busy_share"] <= 1.0
     text = run_cli("report", d).stdout
     assert "No steps, but the GPU's kernel records: a kernel ran 9" in text
+
+
+def test_a_scripts_profiler_window_borrows_cupti_and_gives_it_back(run_cli, tmp_path):
+    """A script's torch.profiler takes CUPTI's activity callbacks over for its
+    window (Kineto registers its own) and, at its end, lets go. The hook
+    pauses trainperf's records before (what was still buffered comes to
+    trainperf, not to the profiler) and resumes after: the steps before and
+    after the window keep their GPU records, the profiler gets its window's.
+    The fake trainer plays Kineto's part (tests/progs/fake_gpu_trainer.c)."""
+    d = tmp_path / "run"
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "30", "profiler", env=gpu_env())
+    assert p.returncode == 0, p.stderr
+    got = {int(r["step"]): int(r["kernels"]) for r in rows(d)}
+    assert len(got) == 30
+    # 40 kernels a step, ours outside the window [10, 20), the profiler's in it
+    assert [s for s in range(30) if got[s] != 40] == list(range(10, 20)), got
+    prof = int(p.stdout.split("profiler records ")[1].split()[0])
+    assert prof > 0
+    m = marks(d)
+    assert any(x.startswith(" paused") for x in m) and any(x.startswith(" resumed") for x in m), m
+
+
+_HANDOVER = r'''
+import ctypes, os, sys, types
+inj = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])   # the driver's part
+assert inj.InitializeInjection() == 1
+fake = ctypes.CDLL(os.environ["TRAINPERF_CUPTI_LIB"])
+from trainperf import _evalhooks
+# torch.autograd.profiler as the hook sees it: a profile class whose
+# _prepare_trace readies Kineto, and the function torch calls at start/stop
+act = types.SimpleNamespace
+mod = types.ModuleType("torch.autograd.profiler")
+calls = []
+class profile:
+    def __init__(self, names):
+        self.kineto_activities = [act(name=n) for n in names]
+    def _prepare_trace(self):
+        calls.append(("prepare", fake.fake_cupti_calls(1)))
+mod.profile = profile
+mod._set_is_profiler_enabled = lambda on: calls.append(("enabled", on))
+sys.modules["torch.autograd.profiler"] = mod
+_evalhooks._patch_profiler(None)
+reg0 = fake.fake_cupti_calls(0)
+for names in (["CPU"], ["CPU", "CUDA"]):
+    p = mod.profile(names)
+    p._prepare_trace()
+    mod._set_is_profiler_enabled(True)
+    mod._set_is_profiler_enabled(False)
+print(calls, fake.fake_cupti_calls(1), fake.fake_cupti_calls(0) - reg0)
+'''
+
+
+def test_the_profiler_hook_hands_cupti_over_and_takes_it_back(tmp_path):
+    """The hook's half of the hand-over (python/trainperf/_evalhooks.py): a
+    profiler that records CUDA activity gets our buffers flushed before it
+    prepares, and our callbacks back after it stopped; one recording the CPU
+    only leaves CUPTI alone."""
+    from pyhelp import clean_env
+    env = clean_env(CUDA_INJECTION64_PATH=BUILD / "libtrainperf-cupti.so",
+                    TRAINPERF_CUPTI_LIB=FAKE, TRAINPERF_RUN_DIR=tmp_path)
+    p = subprocess.run([sys.executable, "-c", _HANDOVER], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    calls, forced, regs = p.stdout.strip().rsplit(" ", 2)
+    # CPU only: no flush before prepare; with CUDA: one forced flush before it
+    assert calls.startswith("[('prepare', 0), ('enabled', True), ('enabled', False), "
+                            "('prepare', 1), ('enabled', True), ('enabled', False)]"), calls
+    assert int(forced) == 1 and int(regs) == 1  # taken back once, after the CUDA window

@@ -11,6 +11,13 @@ attached: an OOM writes the allocator's snapshot (torch.cuda.memory._snapshot)
 to RUN/memory/oom-<pid>-<n>.pickle, as the memory profiler's snapshots are
 written, so the report can say what held the memory when it ran out.
 
+cupti_pause() / cupti_resume(): a script's torch.profiler borrows CUPTI for
+its window (Kineto registers its own activity callbacks, and at the end
+disables the kinds or tears CUPTI down); the profiler hook
+(_evalhooks._patch_profiler) calls these around it, so trainperf's kernel
+records (libtrainperf-cupti.so, loaded by the CUDA driver from
+CUDA_INJECTION64_PATH) are flushed to trainperf before and taken back after.
+
 Imports nothing of trainperf's: a leaf below the sampler."""
 import os
 import sys
@@ -120,3 +127,36 @@ def snapshot():
             "columns": ["t_mono_s", "allocated", "reserved", "active", "inactive_split",
                         "alloc_retries", "ooms"],
             "series": list(_series), "errors": _state["errors"]}
+
+
+_inject = [None]      # the injection library's two functions, or False
+
+
+def _injection():
+    """libtrainperf-cupti.so as the driver loaded it (the same path: dlopen
+    gives the same copy), or None when trainperf does not trace the GPU."""
+    if _inject[0] is None:
+        _inject[0] = False
+        path = os.environ.get("CUDA_INJECTION64_PATH", "")
+        if path.endswith("libtrainperf-cupti.so") and os.environ.get("TRAINPERF_RUN_DIR"):
+            try:
+                import ctypes
+                lib = ctypes.CDLL(path)
+                _inject[0] = (lib.trainperf_cupti_pause, lib.trainperf_cupti_resume)
+            except (OSError, AttributeError):
+                _state["errors"] += 1
+    return _inject[0] or None
+
+
+def cupti_pause():
+    """Before a torch.profiler that records CUDA activity takes CUPTI."""
+    f = _injection()
+    if f:
+        f[0]()
+
+
+def cupti_resume():
+    """After it let CUPTI go."""
+    f = _injection()
+    if f:
+        f[1]()

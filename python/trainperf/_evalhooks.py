@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 
-from trainperf import _state
+from trainperf import _cuda, _state
 
 _pid = os.getpid()
 _lock = threading.Lock()
@@ -595,6 +595,7 @@ def _patch_profiler(torch):
     orig = getattr(mod, "_set_is_profiler_enabled", None)
     if orig is None or getattr(orig, "_trainperf", False):
         return
+    _patch_profiler_cupti(mod)
 
     def _set_is_profiler_enabled(enable, *args, **kwargs):
         try:
@@ -609,10 +610,37 @@ def _patch_profiler(torch):
                     profiler["spans"].append([round(t0, 6), round(now - t0, 6), own])
         except Exception:
             pass
-        return orig(enable, *args, **kwargs)
+        out = orig(enable, *args, **kwargs)
+        if not enable:  # the profiler let CUPTI go (Kineto disabled it first)
+            _cuda.cupti_resume()
+        return out
     _set_is_profiler_enabled._trainperf = True
     _set_is_profiler_enabled.__wrapped__ = orig
     mod._set_is_profiler_enabled = _set_is_profiler_enabled
+
+
+def _patch_profiler_cupti(mod):
+    """Before the autograd profiler prepares Kineto with CUDA activity (the
+    warm-up of a torch.profiler schedule, or entering the profiler), hand
+    CUPTI over: trainperf's buffered kernel records are flushed to trainperf
+    first (docs/gpu.md). The resume is in _set_is_profiler_enabled(False),
+    which torch calls after Kineto stopped."""
+    cls = getattr(mod, "profile", None)
+    orig = getattr(cls, "_prepare_trace", None)
+    if orig is None or getattr(orig, "_trainperf", False):
+        return
+
+    def _prepare_trace(self, *args, **kwargs):
+        try:
+            acts = getattr(self, "kineto_activities", None) or ()
+            if any(getattr(a, "name", "") == "CUDA" for a in acts):
+                _cuda.cupti_pause()
+        except Exception:
+            pass
+        return orig(self, *args, **kwargs)
+    _prepare_trace._trainperf = True
+    _prepare_trace.__wrapped__ = orig
+    cls._prepare_trace = _prepare_trace
 
 
 def _profiler_spans():

@@ -41,7 +41,7 @@ static void on_gpu_step(void *ctx, const gpu_step *g)
 {
     agg *a = ctx;
     figs_add_gpu(&a->f, g);
-    if (a->sink.gpu_step) a->sink.gpu_step(a->sink.ctx, g);
+    if (a->sink.gpu_step && !g->drain) a->sink.gpu_step(a->sink.ctx, g);
 }
 
 int agg_create(agg **out, const agg_sink *sink)

@@ -17,6 +17,9 @@ typedef struct gj_proc {
     uint64_t first_ns;  /* the earliest record's start */
     uint64_t win_end;   /* windows made up to here (0: none yet) */
     uint64_t nwin;
+    uint64_t snap_t, snap_wm; /* the watermark as of a flush at snap_t */
+    uint64_t settled;   /* the watermark GJ_SETTLE_NS to twice that ago */
+    int drained;
 } gj_proc;
 
 struct gj {
@@ -255,6 +258,27 @@ static void windows(gj *j, gj_proc *p, int final)
     }
 }
 
+/* The GPU's work after the last step of a process with steps, while it
+ * stays busy: what the steps queued and the host did not wait for. */
+static void drain(gj *j, gj_proc *p)
+{
+    if (p->drained || !p->had_step || !p->done_ns) return;
+    p->drained = 1;
+    uint64_t end = p->done_ns, run = p->done_ns;
+    for (size_t i = 0; i < p->n; i++) {
+        const gj_rec *x = &p->r[i];
+        if (x->e <= p->done_ns) continue;
+        if (x->b > run + GJ_DRAIN_GAP_NS) break;
+        if (x->e > run) run = x->e;
+        end = run;
+    }
+    if (end <= p->done_ns) return;
+    gpu_step g = row(-1, p->pid, p->pid, 0, end, end - p->done_ns);
+    g.drain = 1;
+    gj_figures(p->r, p->n, p->max_dur, &g);
+    if (j->emit) j->emit(j->ctx, &g);
+}
+
 void gj_flush(gj *j, uint64_t now_ns, int final)
 {
     for (int i = 0; i < j->nprocs; i++) {
@@ -262,6 +286,12 @@ void gj_flush(gj *j, uint64_t now_ns, int final)
         if (!p->sorted) qsort(p->r, p->n, sizeof(*p->r), cmp_rec);
         p->sorted = 1;
         windows(j, p, final);
+        /* the watermark of a flush GJ_SETTLE_NS ago (or more, up to twice) */
+        if (now_ns != UINT64_MAX && (!p->snap_t || now_ns - p->snap_t >= GJ_SETTLE_NS)) {
+            if (p->snap_t) p->settled = p->snap_wm;
+            p->snap_t = now_ns;
+            p->snap_wm = p->watermark;
+        }
     }
     if (j->npend == 0) return;
     qsort(j->pend, j->npend, sizeof(*j->pend), cmp_pend);
@@ -271,7 +301,7 @@ void gj_flush(gj *j, uint64_t now_ns, int final)
         const agg_step *s = &j->pend[i];
         gj_proc *p = proc_of(j, s->pid, 0);
         int old = now_ns > s->end_ns && now_ns - s->end_ns >= GJ_LAG_NS;
-        int ready = p && (p->watermark >= s->end_ns || old || final || (full && i == 0));
+        int ready = p && (p->settled >= s->end_ns || old || final || (full && i == 0));
         if (!ready) {
             /* no GPU record from this process (yet): a CPU process, or CUDA
              * not started; let go once no record can come for it */
@@ -285,6 +315,8 @@ void gj_flush(gj *j, uint64_t now_ns, int final)
         if (s->end_ns > p->done_ns) p->done_ns = s->end_ns;
     }
     j->npend = k;
+    if (final)
+        for (int i = 0; i < j->nprocs; i++) drain(j, &j->procs[i]);
     /* A step still waiting keeps its process's records from its start on. */
     for (int i = 0; i < j->nprocs; i++) {
         gj_proc *p = &j->procs[i];

@@ -4,8 +4,8 @@
  * step and run during it or after it, and their records (gpu/cupti_inject.c)
  * reach the collector a flush period later, from another thread of the
  * process. So a finished step waits here until the GPU records of its
- * process have caught up with its end (or GJ_LAG_NS has passed, or the run
- * ended), and only then are its GPU figures made, over the step's host
+ * process have caught up with its end and settled (GJ_SETTLE_NS; or GJ_LAG_NS
+ * has passed, or the run ended), and only then are its GPU figures made, over the step's host
  * interval [end - interval, end]: what share of the wall time the step
  * took had a kernel running. That is the figure that says whether the GPU or
  * the host sets the pace; it needs no launch-to-step bookkeeping and adds
@@ -27,6 +27,15 @@
 #define GJ_MAX_RECS (1u << 19)
 #define GJ_MAX_PROCS 64
 #define GJ_LAG_NS 3000000000ull /* a step waits at most this long for its records */
+/* CUPTI hands buffers over out of time order (a stream's buffer, the host's
+ * synchronisation records), so a record past a step's end does not mean
+ * that all of the step's have come: a step goes once the watermark had
+ * passed its end GJ_SETTLE_NS ago (on an H200, 20% of a launch-bound run's
+ * records came after the watermark had passed them) */
+#define GJ_SETTLE_NS 600000000ull
+/* after the last step: the GPU's work while it stays busy (gaps under
+ * this) is the queue the steps left, counted in the run's per-step totals */
+#define GJ_DRAIN_GAP_NS 2000000ull
 #define GJ_WINDOW_NS 1000000000ull        /* a step-less process's figures: per second */
 #define GJ_WINDOW_AFTER_NS 5000000000ull  /* of GPU time with no step, before windows start */
 
@@ -47,7 +56,8 @@ void gj_record(gj *j, pid_t pid, const seg_event *ev);
  * row; they are let go after GJ_LAG_NS. A process with records and no step
  * gets its figures per window of GJ_WINDOW_NS (tid 0, step = the window's
  * index) once GJ_WINDOW_AFTER_NS of its GPU time passed without a step, and
- * at the end. */
+ * at the end. At the end, a process with steps also gets a drain row (drain
+ * set): what the GPU ran after its last step while it stayed busy. */
 void gj_flush(gj *j, uint64_t now_ns, int final);
 /* Records seen, and those that came after every step that could hold them
  * had gone (or past the caps). */

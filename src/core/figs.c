@@ -24,13 +24,17 @@ void figs_init(figs *f)
 void figs_add_gpu(figs *f, const gpu_step *g)
 {
     figs_gpu *x = g->tid == 0 ? &f->gpu_win : &f->gpu;
-    x->steps++;
+    if (!g->drain) x->steps++;
     /* a step's warm-up (allocation, autotuning, the first launch of each
      * kernel) is left out; a window of a step-less process is all there is */
-    if (g->step == 0 && g->tid != 0) return;
-    x->warm_steps++;
-    x->interval_ns += g->interval_ns;
-    x->busy_ns += g->busy_ns;
+    if (g->step == 0 && g->tid != 0 && !g->drain) return;
+    /* the drain: what the steps launched and the GPU ran after the last
+     * one, in the per-step counts; not host time, so not in the busy share */
+    if (!g->drain) {
+        x->warm_steps++;
+        x->interval_ns += g->interval_ns;
+        x->busy_ns += g->busy_ns;
+    }
     x->kernel_ns += g->kernel_ns;
     x->kernels += g->kernels;
     x->comm_kernel_ns += g->comm_kernel_ns;
@@ -42,7 +46,7 @@ void figs_add_gpu(figs *f, const gpu_step *g)
     x->h2d_pageable_bytes += g->h2d_pageable_bytes;
     x->d2h_bytes += g->d2h_bytes;
     x->d2h_pageable_bytes += g->d2h_pageable_bytes;
-    if (g->interval_ns) sketch_add(&x->busy_share, 1e6 * (double)g->busy_ns / (double)g->interval_ns);
+    if (g->interval_ns && !g->drain) sketch_add(&x->busy_share, 1e6 * (double)g->busy_ns / (double)g->interval_ns);
 }
 
 static void gpu_merge(figs_gpu *d, const figs_gpu *s)

@@ -41,6 +41,8 @@ typedef struct gpu_step {
     pid_t pid, tid;
     uint64_t step;
     uint64_t end_ns, interval_ns;
+    int drain;                 /* not a step: the work the GPU ran after the process's last
+                                * step (the queue the host left); counts in the run's totals */
     uint64_t busy_ns;          /* union of kernel intervals, clipped to the interval */
     uint64_t kernel_ns;        /* kernels started in the interval: summed durations */
     uint64_t kernels;          /* ... and their count */

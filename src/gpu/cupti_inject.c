@@ -281,6 +281,8 @@ static const char *load_cupti(void)
 
 #define SYM(field, name) (*(void **)&g_cu.field = dlsym(g_cu.lib, name))
 
+static const char *take_cupti(void);
+
 static const char *start(void)
 {
     const char *why = load_cupti();
@@ -295,8 +297,19 @@ static const char *start(void)
     SYM(dropped, "cuptiActivityGetNumDroppedRecords");
     SYM(get_version, "cuptiGetVersion");
     SYM(result_string, "cuptiGetResultString");
+    why = take_cupti();
+    if (why) return why;
+    atexit(at_exit);
+    return NULL;
+}
+
+/* The callbacks, our clock and our kinds: at the start, and again after a
+ * script's torch.profiler window (Kineto registers its own callbacks and,
+ * at the window's end, disables the kinds or tears CUPTI down). */
+static const char *take_cupti(void)
+{
     /* our clock before any kind is enabled (CUPTI's rule) */
-    if (g_cu.register_ts && g_cu.register_ts(mono_clock) == 0) g_own_clock = 1;
+    g_own_clock = g_cu.register_ts && g_cu.register_ts(mono_clock) == 0;
     measure_offset();
     cures rc = g_cu.register_callbacks(on_request, on_complete);
     if (rc != 0) return "cuptiActivityRegisterCallbacks failed";
@@ -308,8 +321,35 @@ static const char *start(void)
     if (!on) return "no CUPTI activity kind could be enabled";
     /* records reach the collector within a flush period */
     if (g_cu.flush_period) g_cu.flush_period(200);
-    atexit(at_exit);
     return NULL;
+}
+
+/* A script's torch.profiler is about to take CUPTI (the hook calls this
+ * through ctypes, python/trainperf/_cuda.py): our buffers, full or not, come
+ * to us now, not to the profiler's callbacks; the records of the window are
+ * the profiler's. */
+__attribute__((visibility("default"))) void trainperf_cupti_pause(void);
+__attribute__((visibility("default"))) void trainperf_cupti_resume(void);
+
+static _Atomic int g_state; /* 0 not started, 1 ours, 2 paused for a profiler */
+
+void trainperf_cupti_pause(void)
+{
+    int ours = 1;
+    if (!atomic_compare_exchange_strong(&g_state, &ours, 2)) return;
+    g_cu.flush_all(1);
+    mark("gpu.cupti paused: the script's torch.profiler records the GPU");
+}
+
+/* ... and has let it go: ours again. */
+void trainperf_cupti_resume(void)
+{
+    int paused = 2;
+    if (!atomic_compare_exchange_strong(&g_state, &paused, 1)) return;
+    const char *why = take_cupti();
+    char msg[120];
+    snprintf(msg, sizeof(msg), "gpu.cupti resumed%s%s", why ? ": " : "", why ? why : "");
+    mark(msg);
 }
 
 /* Called by the CUDA driver, once, at the program's CUDA initialisation. */
@@ -331,6 +371,7 @@ int InitializeInjection(void)
         snprintf(msg, sizeof(msg), "gpu.cupti unavailable: %s", why);
     else
         snprintf(msg, sizeof(msg), "gpu.cupti on: api %u%s", v, g_own_clock ? "" : ", clock offset");
+    if (!why) atomic_store(&g_state, 1);
     mark(msg);
     return 1;
 }

@@ -134,9 +134,17 @@ static void *flusher(void *arg)
     return arg;
 }
 
+static int g_registrations, g_forced_flushes;
+
+/* how often the callbacks were registered and a forced flush asked for
+ * (the hand-over to a script's profiler and back) */
+API int fake_cupti_calls(int which);
+API int fake_cupti_calls(int which) { return which ? g_forced_flushes : g_registrations; }
+
 API int cuptiActivityRegisterCallbacks(req_fn req, done_fn done);
 API int cuptiActivityRegisterCallbacks(req_fn req, done_fn done)
 {
+    g_registrations++;
     g_req = req;
     g_done = done;
     return 0;
@@ -164,6 +172,7 @@ API int cuptiActivityEnable(int kind) { return kind == 1 || kind == 2 || kind ==
 API int cuptiActivityFlushAll(uint32_t flag);
 API int cuptiActivityFlushAll(uint32_t flag)
 {
+    if (flag & 1) g_forced_flushes++;
     deliver();
     return 0;
 }

@@ -20,7 +20,11 @@
  *   input     a `data` phase (waiting for a batch) of 12 ms, then kernels
  *             for 7 ms
  *   nosteps   healthy's kernels, but no step markers at all (a CUDA program
- *             with no trainperf code) */
+ *             with no trainperf code)
+ *   profiler  healthy, with a torch.profiler window over the middle third of
+ *             the steps played as Kineto plays it: the hook's pause, the
+ *             profiler's own activity callbacks, then the hook's resume once
+ *             it let go; prints "profiler records N" (what its callbacks got) */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,6 +51,22 @@ static void sleep_until(uint64_t t)
     }
 }
 
+/* the profiler's activity callbacks: it counts what it was handed */
+static long g_prof_bytes;
+static void prof_req(uint8_t **buf, size_t *size, size_t *maxr)
+{
+    *buf = malloc(1 << 20);
+    *size = *buf ? 1 << 20 : 0;
+    *maxr = 0;
+}
+static void prof_done(void *ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
+{
+    g_prof_bytes += (long)valid;
+    free(buf);
+}
+typedef int (*reg_fn)(void (*)(uint8_t **, size_t *, size_t *),
+                      void (*)(void *, uint32_t, uint8_t *, size_t, size_t));
+
 static void kernels(add_fn add, uint64_t from, uint64_t to, int n)
 {
     uint64_t w = (to - from) / (uint64_t)n;
@@ -59,6 +79,9 @@ int main(int argc, char **argv)
     const char *mode = argc > 2 ? argv[2] : "mixed";
     const char *inj = getenv("CUDA_INJECTION64_PATH");
     add_fn add = NULL;
+    void (*pause)(void) = NULL, (*resume)(void) = NULL;
+    reg_fn reg = NULL;
+    int (*flush)(uint32_t) = NULL;
     if (inj && *inj) {
         void *h = dlopen(inj, RTLD_NOW | RTLD_LOCAL);
         int (*init)(void) = h ? (int (*)(void))dlsym(h, "InitializeInjection") : NULL;
@@ -69,12 +92,30 @@ int main(int argc, char **argv)
         const char *cupti = getenv("TRAINPERF_CUPTI_LIB");
         void *c = cupti ? dlopen(cupti, RTLD_NOW | RTLD_NOLOAD) : NULL;
         add = c ? (add_fn)dlsym(c, "fake_cupti_add") : NULL;
+        /* what the hook finds in the injection library (python/trainperf/_cuda.py) */
+        *(void **)&pause = dlsym(h, "trainperf_cupti_pause");
+        *(void **)&resume = dlsym(h, "trainperf_cupti_resume");
+        *(void **)&reg = c ? dlsym(c, "cuptiActivityRegisterCallbacks") : NULL;
+        *(void **)&flush = c ? dlsym(c, "cuptiActivityFlushAll") : NULL;
+    }
+    int prof = strcmp(mode, "profiler") == 0;
+    if (prof && (!pause || !resume || !reg || !flush)) {
+        fprintf(stderr, "fake_gpu_trainer: no CUPTI hand-over in %s\n", inj ? inj : "(none)");
+        return 3;
     }
     const uint64_t ms = 1000000, us = 1000;
     TPF_RANGE_PUSH("data"); /* name the phase once: its id is predefined */
     TPF_RANGE_POP();
     int marks = strcmp(mode, "nosteps") != 0;
     for (long i = 0; i < steps; i++) {
+        if (prof && i == steps / 3) { /* the window opens: the hook, then Kineto */
+            pause();
+            reg(prof_req, prof_done);
+        }
+        if (prof && i == 2 * steps / 3) { /* it closes: Kineto flushes, the hook resumes */
+            flush(1);
+            resume();
+        }
         if (marks) tpf_step_begin();
         uint64_t t0 = mono();
         if (strcmp(mode, "input") == 0) {
@@ -83,7 +124,7 @@ int main(int argc, char **argv)
             TPF_RANGE_POP();
             if (add) kernels(add, t0 + 12 * ms + 200 * us, t0 + 19 * ms + 200 * us, 10);
         } else if (!add) {
-        } else if (strcmp(mode, "healthy") == 0 || strcmp(mode, "pageable") == 0 || !marks) {
+        } else if (strcmp(mode, "healthy") == 0 || strcmp(mode, "pageable") == 0 || !marks || prof) {
             kernels(add, t0 + 200 * us, t0 + 19800 * us, 40);
             add(38, t0 + 18 * ms, t0 + 19800 * us, 0, 0, 0, 0);
             if (mode[0] == 'p') add(1, t0 + 200 * us, t0 + 5 * ms, 64u << 20, 1, 1, 3);
@@ -103,5 +144,6 @@ int main(int argc, char **argv)
         sleep_until(t0 + 20 * ms);
         if (marks) tpf_step_end(32, 0);
     }
+    if (prof) printf("profiler records %ld\n", g_prof_bytes);
     return 0;
 }

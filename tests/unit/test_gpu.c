@@ -167,6 +167,15 @@ static seg_event E(uint32_t kind, uint64_t b, uint64_t e)
     return ev;
 }
 
+/* Flushes GJ_SETTLE_NS apart until a record seen before *now has settled. */
+static void settle(gj *j, uint64_t *now)
+{
+    for (int i = 0; i < 2; i++) {
+        *now += GJ_SETTLE_NS;
+        gj_flush(j, *now, 0);
+    }
+}
+
 TT_TEST(join_waits_for_records_then_lets_go)
 {
     got x = {.n = 0};
@@ -179,20 +188,25 @@ TT_TEST(join_waits_for_records_then_lets_go)
     /* a CPU process's step: no GPU record ever comes for it */
     agg_step c0 = S(20, 0, 1500, 1500);
     gj_step(j, &c0);
-    gj_flush(j, 2100, 0);
+    uint64_t now = 2100;
+    gj_flush(j, now, 0);
     TT_EQ_INT(x.n, 0);
-    /* records arrive out of start order, up to 1800: step 0 can go, step 1 waits */
+    /* records arrive out of start order, up to 1800: step 0 can go once they
+     * settled (another buffer may still hold earlier ones), step 1 waits */
     seg_event e1 = E(SEG_EV_GPU_KERNEL, 1200, 1800), e0 = E(SEG_EV_GPU_KERNEL, 200, 900);
     gj_record(j, 10, &e1);
+    gj_flush(j, now + 100, 0);
+    TT_EQ_INT(x.n, 0);
+    /* the earlier record comes in a later buffer, before the step went */
     gj_record(j, 10, &e0);
-    gj_flush(j, 2200, 0);
+    settle(j, &now);
     TT_EQ_INT(x.n, 1);
     TT_EQ_INT((int)x.g[0].step, 0);
     TT_EQ_INT((int)x.g[0].busy_ns, 700);
     /* a record that ends past step 1: it goes too */
     seg_event e2 = E(SEG_EV_GPU_KERNEL, 1900, 2500);
     gj_record(j, 10, &e2);
-    gj_flush(j, 2600, 0);
+    settle(j, &now);
     TT_EQ_INT(x.n, 2);
     TT_EQ_INT((int)x.g[1].step, 1);
     TT_EQ_INT((int)x.g[1].busy_ns, 600 + 100);
@@ -206,13 +220,45 @@ TT_TEST(join_waits_for_records_then_lets_go)
     /* the CPU process's step is let go after GJ_LAG_NS, with no row */
     gj_flush(j, 1500 + GJ_LAG_NS, 0);
     TT_EQ_INT(x.n, 2);
-    /* at the end every step of a GPU process gets its row */
+    /* at the end every step of a GPU process gets its row; then the drain:
+     * the GPU still busy after the last step (the queue the host left,
+     * gaps under GJ_DRAIN_GAP_NS), not what it ran after an idle gap */
     agg_step s2 = S(10, 2, 3000, 1000);
     gj_step(j, &s2);
-    gj_flush(j, 3001, 1);
-    TT_EQ_INT(x.n, 3);
+    seg_event q1 = E(SEG_EV_GPU_KERNEL, 3000, 4000), q2 = E(SEG_EV_GPU_KERNEL, 4100, 5000),
+              idle = E(SEG_EV_GPU_KERNEL, 5000 + 2 * GJ_DRAIN_GAP_NS, 6000 + 2 * GJ_DRAIN_GAP_NS);
+    gj_record(j, 10, &q1);
+    gj_record(j, 10, &q2);
+    gj_record(j, 10, &idle);
+    gj_flush(j, now + 1, 1);
+    TT_EQ_INT(x.n, 4);
     TT_EQ_INT((int)x.g[2].busy_ns, 500); /* [2000, 2500] of e2 */
+    TT_EQ_INT(x.g[3].drain, 1);
+    TT_EQ_INT((int)x.g[3].kernels, 2);
+    TT_EQ_INT((int)x.g[3].kernel_ns, 1000 + 900);
+    TT_EQ_INT((int)x.g[3].interval_ns, 2000);
+    gj_flush(j, now + 2, 1); /* once */
+    TT_EQ_INT(x.n, 4);
     gj_free(j);
+}
+
+/* The drain counts in the run's per-step totals, not in its steps or its
+ * busy share. */
+TT_TEST(drain_counts_in_totals_not_steps)
+{
+    figs f;
+    figs_init(&f);
+    gpu_step a = {.tid = 7, .step = 1, .interval_ns = 1000, .busy_ns = 500, .kernels = 3, .h2d_bytes = 64};
+    gpu_step b = {.tid = 7, .step = 0, .drain = 1, .interval_ns = 4000, .busy_ns = 4000, .kernels = 5,
+                  .h2d_bytes = 128};
+    figs_add_gpu(&f, &a);
+    figs_add_gpu(&f, &b);
+    TT_EQ_INT((int)f.gpu.steps, 1);
+    TT_EQ_INT((int)f.gpu.warm_steps, 1);
+    TT_EQ_INT((int)f.gpu.interval_ns, 1000);
+    TT_EQ_INT((int)f.gpu.busy_ns, 500);
+    TT_EQ_INT((int)f.gpu.kernels, 8);
+    TT_EQ_INT((int)f.gpu.h2d_bytes, 192);
 }
 
 TT_TEST(agg_folds_gpu_steps_into_figures)
