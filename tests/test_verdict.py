@@ -1380,3 +1380,35 @@ def test_gpu_memory_growth_on_a_large_gpu(run_cli, tmp_path):
     slow = [(1.0 + 1800 * i, 500 * MiB + i * 180 * MiB) for i in range(9)]
     dg = diagnosis(run_cli, gpu_run(tmp_path / "slow", slow))
     assert "gpu-memory-growth" not in ids(dg), ids(dg)
+
+
+def test_gpu_utilisation_is_read_over_the_training(run_cli, tmp_path):
+    """NVML's utilisation while the run trained, not over its start-up: a
+    run importing and loading for 10 s (GPU idle) before 10 s of training at
+    95% is GPU-bound at 95%, not "busy only 47%" (an H200 run whose loop
+    lasted 1.3 s of 12 read 5%)."""
+    st = steady_steps(200, 50.0, t0=10.0)
+
+    def metrics():
+        rows = quiet_metrics(21)
+        for r in rows:
+            r["gpu0_util_pct"] = 95 if 10 <= r["t"] <= 20 else 0
+            r["gpu0_mem_used_bytes"], r["gpu0_mem_total_bytes"] = 20 << 30, 80 << 30
+        return rows
+    rows = metrics()
+    d = make_run(tmp_path / "r", st, rows)
+    cols = MET_COLS + ["gpu0_util_pct", "gpu0_mem_used_bytes", "gpu0_mem_total_bytes"]
+    with open(d / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, cols)
+        w.writeheader()
+        for m in rows:
+            w.writerow({k: m.get(k, "") for k in cols})
+    run = json.loads((d / "run.json").read_text())
+    run["gpus"] = [{"index": 0, "name": "NVIDIA H100", "uuid": "GPU-0"}]
+    run["sources"]["nvml"] = "ok"
+    (d / "run.json").write_text(json.dumps(run))
+    dg = diagnosis(run_cli, d)
+    [u] = [e["value"] for f in [dg["primary"]] + dg["secondary"] for e in f["evidence"]
+           if e["name"] == "gpu_util_pct"]
+    assert u == pytest.approx(95), dg["primary"]
+    assert dg["primary"]["title"].startswith("GPU-compute-bound"), dg["primary"]["title"]

@@ -586,6 +586,7 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
             if (csvr_num(&c, gcol[g][G_UTIL], &v)) {
                 dseries_add(&d->s_util, t, v);
                 d->samples++;
+                if (t >= r->first_start_s && t <= r->last_end_s) dstat_add(&d->util_train, v);
             }
             double tot = d->mem_total;
             if (csvr_num(&c, gcol[g][G_MEM_TOTAL], &v)) tot = d->mem_total = v;

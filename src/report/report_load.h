@@ -103,6 +103,7 @@ typedef struct dgpu {
     char name[96];
     double mem_total; /* bytes, NAN unknown */
     dstat util, mem_util, mem_used, temp, power, energy;
+    dstat util_train; /* util over the training window (first step's start to the last's end) */
     double throttle_samples, slowdown_samples, samples;
     char throttle_words[160];
     dseries s_util, s_mem;
