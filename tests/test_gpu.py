@@ -311,3 +311,19 @@ def test_the_profiler_hook_hands_cupti_over_and_takes_it_back(tmp_path):
     assert calls.startswith("[('prepare', 0), ('enabled', True), ('enabled', False), "
                             "('prepare', 1), ('enabled', True), ('enabled', False)]"), calls
     assert int(forced) == 1 and int(regs) == 1  # taken back once, after the CUDA window
+
+
+def test_fewer_kinds_and_cuptis_own_clock_on_request(run_cli, tmp_path):
+    """TRAINPERF_CUPTI_KINDS=kernel: kernel records only (no copies, no
+    host waits); TRAINPERF_CUPTI_CLOCK=offset: no timestamp callback, CUPTI's
+    clock put on ours. The GPU check times each against the default."""
+    d = tmp_path / "kern"
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "12",
+                env=gpu_env(TRAINPERF_CUPTI_KINDS="kernel", TRAINPERF_CUPTI_CLOCK="offset"))
+    assert p.returncode == 0, p.stderr
+    got = rows(d)
+    assert len(got) == 12
+    assert all(int(r["kernels"]) == 2 and int(r["h2d_bytes"]) == 0 and int(r["syncs"]) == 0
+               for r in got), got
+    assert all(abs(int(r["gpu_busy_ns"]) - 8 * MS) <= 50_000 for r in got)
+    assert any(m.startswith(" on") and "clock offset" in m for m in marks(d)), marks(d)

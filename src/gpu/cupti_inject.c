@@ -308,16 +308,28 @@ static const char *start(void)
  * at the window's end, disables the kinds or tears CUPTI down). */
 static const char *take_cupti(void)
 {
-    /* our clock before any kind is enabled (CUPTI's rule) */
-    g_own_clock = g_cu.register_ts && g_cu.register_ts(mono_clock) == 0;
+    /* our clock before any kind is enabled (CUPTI's rule);
+     * TRAINPERF_CUPTI_CLOCK=offset: CUPTI's own, put on ours by an offset
+     * (what each costs a launch is measured by the GPU check) */
+    const char *ck = getenv("TRAINPERF_CUPTI_CLOCK");
+    int want_own = !(ck && strcmp(ck, "offset") == 0);
+    g_own_clock = want_own && g_cu.register_ts && g_cu.register_ts(mono_clock) == 0;
     measure_offset();
     cures rc = g_cu.register_callbacks(on_request, on_complete);
     if (rc != 0) return "cuptiActivityRegisterCallbacks failed";
-    /* CONCURRENT_KERNEL, not KERNEL: KERNEL serialises the kernels */
-    static const int kinds[] = {CUPTI_KIND_CONCURRENT_KERNEL, CUPTI_KIND_MEMCPY, CUPTI_KIND_MEMSET,
-                                CUPTI_KIND_SYNCHRONIZATION};
+    /* CONCURRENT_KERNEL, not KERNEL: KERNEL serialises the kernels.
+     * TRAINPERF_CUPTI_KINDS (kernel,memcpy,memset,sync): fewer kinds */
+    static const struct {
+        int kind;
+        const char *name;
+    } kinds[] = {{CUPTI_KIND_CONCURRENT_KERNEL, "kernel"},
+                 {CUPTI_KIND_MEMCPY, "memcpy"},
+                 {CUPTI_KIND_MEMSET, "memset"},
+                 {CUPTI_KIND_SYNCHRONIZATION, "sync"}};
+    const char *only = getenv("TRAINPERF_CUPTI_KINDS");
     int on = 0;
-    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) on += g_cu.enable(kinds[i]) == 0;
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        if (!only || !*only || strstr(only, kinds[i].name)) on += g_cu.enable(kinds[i].kind) == 0;
     if (!on) return "no CUPTI activity kind could be enabled";
     /* records reach the collector within a flush period */
     if (g_cu.flush_period) g_cu.flush_period(200);

@@ -27,6 +27,7 @@ typedef struct fq {
 } fq;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_enabled; /* the kinds enabled: records of others are not made */
 static fq q[MAXQ];
 static int nq;
 static req_fn g_req;
@@ -56,7 +57,7 @@ API void fake_cupti_add(int kind, uint64_t start_mono, uint64_t end_mono, uint64
                         int src, int dst)
 {
     pthread_mutex_lock(&mu);
-    if (nq < MAXQ)
+    if (nq < MAXQ && kind < 64 && (g_enabled >> kind & 1))
         q[nq++] = (fq){kind, to_cupti(start_mono), to_cupti(end_mono), bytes, copy, src, dst};
     pthread_mutex_unlock(&mu);
 }
@@ -167,7 +168,12 @@ API int cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, void **rec)
 }
 
 API int cuptiActivityEnable(int kind);
-API int cuptiActivityEnable(int kind) { return kind == 1 || kind == 2 || kind == 10 || kind == 38 ? 0 : 1; }
+API int cuptiActivityEnable(int kind)
+{
+    if (!(kind == 1 || kind == 2 || kind == 10 || kind == 38)) return 1;
+    g_enabled |= 1ull << kind;
+    return 0;
+}
 
 API int cuptiActivityFlushAll(uint32_t flag);
 API int cuptiActivityFlushAll(uint32_t flag)

@@ -216,14 +216,18 @@ C_CHECKS = {
 
 
 def overhead(build, out, scripts=("healthy_noitem", "launch_bound")):
-    """Each script three ways, back to back: plain, under trainperf run, and
-    under trainperf run --no-gpu-trace; compared on the script's own step
-    times at p10 (the least disturbed steps)."""
+    """Each script several ways, back to back: plain, under trainperf run,
+    under trainperf run --no-gpu-trace, and with CUPTI's own clock (no
+    timestamp callback) or kernel records only (what each part of the
+    kernel records costs a launch); compared on the script's own step times
+    at p10 (the least disturbed steps)."""
     res = {}
+    extra = {"cupti_offset": {"TRAINPERF_CUPTI_CLOCK": "offset"},
+             "cupti_kernels": {"TRAINPERF_CUPTI_KINDS": "kernel"}}
     for script in scripts:
-        for mode in ("plain", "cupti", "nocupti"):
+        for mode in ("plain", "cupti", "nocupti", "cupti_offset", "cupti_kernels"):
             tf = os.path.join(out, "times-%s-%s.json" % (script, mode))
-            env = dict(os.environ, SCEN_TIMES=tf, GPU_SECONDS="4")
+            env = dict(os.environ, SCEN_TIMES=tf, GPU_SECONDS="4", **extra.get(mode, {}))
             cmd = [PY, os.path.join(HERE, script + ".py")]
             if mode != "plain":
                 cmd = [os.path.join(build, "trainperf"), "run", "--quiet", "--out",
@@ -234,7 +238,7 @@ def overhead(build, out, scripts=("healthy_noitem", "launch_bound")):
             if t:
                 res["%s_%s_p10_ms" % (script, mode)] = round(t[len(t) // 10] * 1e3, 4)
         base = res.get("%s_plain_p10_ms" % script)
-        for mode in ("cupti", "nocupti"):
+        for mode in ("cupti", "nocupti", "cupti_offset", "cupti_kernels"):
             v = res.get("%s_%s_p10_ms" % (script, mode))
             if base and v:
                 res["%s_%s_ratio" % (script, mode)] = round(v / base, 4)
