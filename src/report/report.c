@@ -389,10 +389,15 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
     for (int i = 0; i < r->ngpu; i++) {
         const dgpu *gp = &r->gpus[i];
         buf_printf(b, "  GPU %d %s\n", gp->index, gp->name[0] ? gp->name : "");
-        buf_printf(b, "    util mean %s%% (min %s%%, max %s%%)\n",
+        buf_printf(b, "    util mean %s%% (min %s%%, max %s%%)",
                    diag_fmt_num(a, sizeof(a), "%.0f", dstat_mean(&gp->util)),
                    diag_fmt_num(c, sizeof(c), "%.0f", gp->util.n ? gp->util.min : NAN),
                    diag_fmt_num(d, sizeof(d), "%.0f", gp->util.n ? gp->util.max : NAN));
+        /* the diagnosis reads the training window's (start-up is not training) */
+        if (gp->util_train.n >= 3 && gp->util_train.n < gp->util.n)
+            buf_printf(b, ", %s%% while training",
+                       diag_fmt_num(a, sizeof(a), "%.0f", dstat_mean(&gp->util_train)));
+        buf_puts(b, "\n");
         buf_printf(b, "    memory max %s of %s, temp max %s C, power mean %s W\n",
                    human_bytes(a, sizeof(a), gp->mem_used.n ? gp->mem_used.max : NAN),
                    human_bytes(c, sizeof(c), gp->mem_total),
