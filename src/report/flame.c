@@ -258,15 +258,17 @@ static void frame_split(const char *label, frame_parts *p)
         diag_fmt(p->name, sizeof(p->name), "[data wait]");
         return;
     }
+    /* the function's name has no " (" (a code object's co_name); the file's
+     * base name may hold anything, so the line is after the last ':' */
     size_t len = strlen(label);
-    const char *open = strrchr(label, '(');
-    const char *colon = open ? strrchr(open, ':') : NULL;
-    if (len > 3 && label[len - 1] == ')' && open && open > label && open[-1] == ' ' && colon) {
+    const char *open = strstr(label, " (");
+    const char *colon = strrchr(label, ':');
+    if (len > 4 && label[len - 1] == ')' && open && open > label && colon && colon > open + 1) {
         char *end;
         long ln = strtol(colon + 1, &end, 10);
-        if (end == label + len - 1 && ln >= 0 && ln <= INT_MAX) {
-            diag_fmt(p->name, sizeof(p->name), "%.*s", (int)(open - 1 - label), label);
-            diag_fmt(p->file, sizeof(p->file), "%.*s", (int)(colon - open - 1), open + 1);
+        if (end == label + len - 1 && end > colon + 1 && ln >= 0 && ln <= INT_MAX) {
+            diag_fmt(p->name, sizeof(p->name), "%.*s", (int)(open - label), label);
+            diag_fmt(p->file, sizeof(p->file), "%.*s", (int)(colon - open - 2), open + 2);
             p->line = (int)ln;
             return;
         }
