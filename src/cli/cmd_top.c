@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/top_gpus.h"
 #include "cli/top_ranks.h"
 #include "util/afile.h"
 #include "util/human.h"
@@ -209,7 +210,7 @@ static void command_words(buf *b, const jr_node *cmd, size_t room)
     }
 }
 
-static int render(const char *dir, top_row *r, int tty, int color)
+static int render(const char *dir, top_row *r, int tty, int color, nvml_top *nv)
 {
     jr_doc run;
     char err[256];
@@ -284,8 +285,12 @@ static int render(const char *dir, top_row *r, int tty, int color)
                    num(t3, sizeof(t3), col(r, "main_cpu_pct"), 0), t4);
             printf("  processes %s\n", num(t1, sizeof(t1), col(r, "tree_procs"), 0));
         }
-        top_ranks_print(dir, t, color);
-        for (int g = 0; g < TOP_GPUS_SHOWN; g++) {
+        static top_pids pids;
+        top_ranks_print(dir, t, color, &pids);
+        /* a running run on this node: its GPUs now, with every process on
+         * them (NVML); else the run's GPUs as its last sample has them */
+        int live = !ended && nv && top_gpus_print(nv, dir, &pids, color) > 0;
+        for (int g = 0; g < TOP_GPUS_SHOWN && !live; g++) {
             char k[64];
             snprintf(k, sizeof(k), "gpu%d_util_pct", g);
             int present = 0;
@@ -354,13 +359,22 @@ int cmd_top(int argc, char **argv)
     }
     static top_row row;
     int tty = isatty(1), color = cli_color(stdout);
+    /* NVML when this node has it: the GPUs' processes; without, the run's
+     * GPU lines from metrics.csv */
+    nvml_top *nv = NULL;
+    char nerr[320];
+    if (nvml_top_open(&nv, nerr, sizeof(nerr)) != 0) nv = NULL;
     for (;;) {
-        int ended = render(dir, &row, tty && !once, color);
+        int ended = render(dir, &row, tty && !once, color, nv);
         if (ended < 0) {
             cli_error("%s/run.json: unreadable or damaged", dir);
+            nvml_top_close(nv);
             return CLI_USAGE;
         }
-        if (ended || once) return CLI_OK;
+        if (ended || once) {
+            nvml_top_close(nv);
+            return CLI_OK;
+        }
         struct timespec ts = {(time_t)interval, (long)((interval - (double)(time_t)interval) * 1e9)};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
