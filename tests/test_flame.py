@@ -284,6 +284,11 @@ def test_speedscope_skips_damage_and_keeps_hostile_names(run_cli, tmp_path):
     doc = json.loads((run / "stacks.speedscope.json").read_text())
     import jsonschema
     jsonschema.validate(doc, SCHEMA)
+    # reported again: the same file, left as it was
+    before = (run / "stacks.speedscope.json").stat()
+    assert run_cli("report", run, "--format", "json").returncode == 0
+    after = (run / "stacks.speedscope.json").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     # ranked processes first; the empty file is no profile
     assert [p["name"] for p in doc["profiles"]] == ["rank 1 (pid 4242)", "pid 1087"]
     frames = doc["shared"]["frames"]

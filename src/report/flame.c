@@ -352,6 +352,25 @@ int flame_speedscope(const flame_set *fs, const char *title, buf *out)
     return out->err;
 }
 
+/* 1 when RUN/FLAME_FILE holds exactly b */
+static int same_file(const char *run_dir, const buf *b)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof(path), "%s/%s", run_dir, FLAME_FILE);
+    FILE *f = afile_fopen_read(path);
+    if (!f) return 0;
+    char chunk[65536];
+    size_t at = 0, n;
+    int same = 1;
+    while (same && (n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        same = at + n <= b->len && memcmp(chunk, b->data + at, n) == 0;
+        at += n;
+    }
+    same = same && !ferror(f) && at == b->len;
+    fclose(f);
+    return same;
+}
+
 int flame_write_speedscope(const char *run_dir, char *err, size_t errlen)
 {
     flame_set fs;
@@ -365,7 +384,10 @@ int flame_write_speedscope(const char *run_dir, char *err, size_t errlen)
         snprintf(title, sizeof(title), "%s: sampled Python stacks", base && base[1] ? base + 1 : run_dir);
         rc = flame_speedscope(&fs, title, &b);
     }
-    if (rc == 0) {
+    if (rc == 0 && same_file(run_dir, &b)) {
+        /* already there as it would be written: left alone (a run copied
+         * read-only, or reported twice, keeps its file and its time) */
+    } else if (rc == 0) {
         int dfd = afile_dir_open(run_dir);
         rc = dfd < 0 ? dfd : afile_write_at(dfd, FLAME_FILE, b.data ? b.data : "", b.len);
         if (dfd >= 0) close(dfd);
