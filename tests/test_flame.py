@@ -330,3 +330,43 @@ def test_no_stacks_no_file_and_no_script(run_cli, tmp_path):
     assert r.returncode == 0
     assert not (run / "stacks.speedscope.json").exists()
     assert "<script" not in r.stdout and "tpf-flame" not in r.stdout
+
+
+def test_report_flame_graph_keeps_to_its_caps(run_cli, tmp_path):
+    """Past 64 processes the picker shows the first 64 and says so; a process with more
+    call-tree nodes than its share keeps its heaviest, still a tree; the speedscope file
+    has everything."""
+    run = tmp_path / "run"
+    shutil.copytree(INPUT_BOUND, run)
+    (run / "stacks.speedscope.json").unlink(missing_ok=True)
+    pp = run / "pyprof"
+    for f in pp.glob("stacks-*.folded"):
+        f.unlink()
+    big = [f"[forward];m{i} (a.py:{i});n{i} (b.py:1);o{i} (c.py:2);p{i} (d.py:3) {1 + i % 7}"
+           for i in range(1500)]
+    (pp / "stacks-100.folded").write_text("\n".join(big) + "\n")
+    (pp / "events-100.json").write_text('{"rank": "0"}')
+    for k in range(1, 70):
+        (pp / f"stacks-{100 + k}.folded").write_text(f"[data];w (x.py:{k}) {k}\n")
+        (pp / f"events-{100 + k}.json").write_text(f'{{"rank": "{k}"}}')
+    r = run_cli("report", run, "--format", "html")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((run / "stacks.speedscope.json").read_text())
+    assert len(doc["profiles"]) == 70 and len(doc["profiles"][0]["samples"]) == 1500
+    html = r.stdout
+    assert "the first 64 of 70 processes" in html and "leaves out its lightest frames" in html
+    assert html.count('<option value="') == 64
+    d = flame_data(html)
+    assert len(d["procs"]) == 64
+    n = d["procs"][0]["nodes"]
+    assert 0 < len(n) // 3 <= 200000 // 64
+    # preorder: each node one deeper than some node before it, at most; every depth-0
+    # node is a phase
+    depth = [n[i + 1] for i in range(0, len(n), 3)]
+    assert depth[0] == 0 and all(b <= a + 1 for a, b in zip(depth, depth[1:]))
+    assert all(d["names"][n[i]] == "[forward]" for i in range(0, len(n), 3) if n[i + 1] == 0)
+    # kept are the heaviest: no kept node is lighter than a left-out one of the same depth
+    kept = {d["names"][n[i]] for i in range(0, len(n), 3) if n[i + 1] == 1}
+    weights = {f"m{i} (a.py:{i})": 1 + i % 7 for i in range(1500)}
+    lost = set(weights) - kept
+    assert lost and min(weights[k] for k in kept) >= max(weights[k] for k in lost)
