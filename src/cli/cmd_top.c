@@ -1,7 +1,8 @@
 /* trainperf top: a live view of a run directory being written (by `trainperf
- * run` or embedded mode, here or on a shared file system). It reads only the
- * run directory: run.json, the last row of metrics.csv, the tail of steps.csv
- * (per-rank rows, top_ranks.c) and alerts.jsonl. */
+ * run` or embedded mode, here or on a shared file system). It reads the run
+ * directory: run.json, the last row of metrics.csv, the tail of steps.csv
+ * (per-rank rows, top_ranks.c) and alerts.jsonl; and, where this node has
+ * NVML, its GPUs and their processes now (top_gpus.c). */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -41,8 +42,10 @@ typedef struct top_alerts {
 static void top_usage(FILE *f)
 {
     fprintf(f, "usage: trainperf top [RUN_DIR] [--interval SECONDS] [--once]\n\n"
-               "Live view of a run directory being written (default ./trainperf-runs/latest).\n"
-               "Ends when the run ends; --once prints the current state and exits.\n");
+               "Live view of a run directory being written (default ./trainperf-runs/latest):\n"
+               "throughput, CPU, memory, one row per rank, and on a node with NVML one row per\n"
+               "GPU with its processes (pid, rank, memory, SM %%). Ends when the run ends;\n"
+               "--once prints the current state and exits.\n");
 }
 
 /* Split a CSV record in place (quotes as RFC 4180). Returns the cell count. */
