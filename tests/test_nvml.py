@@ -5,6 +5,7 @@ The C unit tests (tests/unit/test_nvml.c) drive the source itself."""
 import csv
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -228,3 +229,127 @@ dev 2 procs -;-;-;pidfile={tmp_path}/root.pid:100
     summ = json.loads((out / "summary.json").read_text())
     idx = [g["index"] for g in summ["gpus"]]
     assert len(idx) == len(set(idx))
+
+
+# ---- trainperf top: the node's GPUs and their processes ------------------------------------
+
+# Two ranks (RANK set as a launcher sets it) stepping until told to stop; rank 0
+# starts a helper process (in the run's tree, no steps). Each writes its pid
+# where the fake's scenario reads it.
+RANKS = r"""
+import os, subprocess, sys, time
+d = sys.argv[1]
+if os.environ.get("RANK") is None:
+    kids = [subprocess.Popen([sys.executable, __file__, d],
+                             env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2"})
+            for r in range(2)]
+    sys.exit(max(k.wait() for k in kids))
+import trainperf
+
+def put(name, pid):
+    with open(os.path.join(d, name + ".tmp"), "w") as f:
+        f.write(str(pid))
+    os.rename(os.path.join(d, name + ".tmp"), os.path.join(d, name))
+
+r = os.environ["RANK"]
+if r == "0":
+    w = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    put("worker.pid", w.pid)
+put("rank%s.pid" % r, os.getpid())
+end = time.time() + 120
+while not os.path.exists(os.path.join(d, "stop")) and time.time() < end:
+    with trainperf.step():
+        time.sleep(0.02)
+if r == "0":
+    w.kill()
+"""
+
+
+def _wait_for(pred, what, timeout=60):
+    import time
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_top_lists_each_gpus_processes_with_their_ranks(cli, tmp_path):
+    import subprocess
+    import time
+    from pyhelp import clean_env
+    _need_fake()
+    d = tmp_path
+    outsider = os.getpid()  # on the GPU, not the run's
+    scenario = f"""
+gpus 2
+dev 0 name NVIDIA Test H100
+dev 0 util 97
+dev 0 mem_util 40
+dev 0 mem_total 85520809984
+dev 0 mem_used 30000000000
+dev 0 procs pidfile={d}/rank0.pid:12000000000,pidfile={d}/rank1.pid:11000000000,{outsider}:2000000000
+dev 0 gprocs pidfile={d}/rank0.pid:12000000000
+dev 0 putil pidfile={d}/rank0.pid:85,pidfile={d}/rank1.pid:41
+dev 1 name NVIDIA Test Idle
+dev 1 util 0
+dev 1 mem_util 0
+dev 1 mem_total 85520809984
+dev 1 mem_used 0
+dev 1 procs pidfile={d}/worker.pid:na
+"""
+    (d / "scn.txt").write_text(scenario)
+    (d / "ranks.py").write_text(RANKS)
+    run = d / "run"
+    p = subprocess.Popen([cli, "run", "--quiet", "--no-auto", "--out", str(run),
+                          "--interval", "0.2", "--", sys.executable, str(d / "ranks.py"), str(d)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean_env())
+    nvml = {"TRAINPERF_NVML_LIB": str(FAKE), "TRAINPERF_FAKE_NVML": str(d / "scn.txt")}
+    try:
+        def stepped():
+            s = run / "steps.csv"
+            return s.exists() and {l.split(",")[0] for l in s.read_text().splitlines()[1:]} \
+                and all((d / f).exists() for f in ("rank0.pid", "rank1.pid", "worker.pid"))
+        _wait_for(stepped, "both ranks' steps")
+        worker = int((d / "worker.pid").read_text())
+        _wait_for(lambda: (run / "procs.csv").exists()
+                  and f",{worker}," in (run / "procs.csv").read_text(), "the worker in procs.csv")
+        time.sleep(0.5)  # steps of both ranks in the tail
+        top = subprocess.run([cli, "top", str(run), "--once"], capture_output=True, text=True,
+                             timeout=60, env=clean_env(**nvml))
+        bare = subprocess.run([cli, "top", str(run), "--once"], capture_output=True, text=True,
+                              timeout=60, env=clean_env(TRAINPERF_NVML_LIB=str(d / "none.so")))
+        comm = {pid: open(f"/proc/{pid}/comm").read().strip() for pid in
+                (int((d / f).read_text()) for f in ("rank0.pid", "rank1.pid", "worker.pid"))}
+        comm[outsider] = open(f"/proc/{outsider}/comm").read().strip()
+    finally:
+        (d / "stop").write_text("")
+        try:
+            p.wait(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+    assert top.returncode == 0, top.stderr
+    out = top.stdout.splitlines()
+    r0, r1 = (int((d / f"rank{r}.pid").read_text()) for r in (0, 1))
+    ranks = [l for l in out if re.match(r"\s+rank \d", l)]
+    assert len(ranks) == 2  # the ranks table, then the GPUs beside it
+    g0 = next(i for i, l in enumerate(out) if l.lstrip().startswith("GPU0 "))
+    g1 = next(i for i, l in enumerate(out) if l.lstrip().startswith("GPU1 "))
+    assert g0 > out.index(ranks[-1])
+    assert out[g0].split()[1] == "97%" and "27.9 GiB / 79.6 GiB" in out[g0]
+    assert out[g0].endswith("NVIDIA Test H100")
+    procs0 = [l.split() for l in out[g0 + 1:g1]]
+    # one row per process (rank 0's compute and graphics contexts are one), nvitop's columns
+    assert procs0 == [
+        ["pid", str(r0), "rank", "0", "11.2", "GiB", "SM", "85%", comm[r0]],
+        ["pid", str(r1), "rank", "1", "10.2", "GiB", "SM", "41%", comm[r1]],
+        ["pid", str(outsider), "-", "1.9", "GiB", "SM", "0%", comm[outsider]],
+    ]
+    # the run's helper (no steps, in its tree); no process-utilisation support: SM unknown
+    assert out[g1].split()[1] == "0%" and out[g1].endswith("NVIDIA Test Idle")
+    assert out[g1 + 1].split() == ["pid", str(worker), "run", "?", "SM", "?", comm[worker]]
+    # without NVML: no GPU rows, the rest as before
+    assert bare.returncode == 0 and "rank 1" in bare.stdout
+    assert "GPU0" not in bare.stdout and "SM" not in bare.stdout

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "report/flame.h"
 #include "report/report.h"
 #include "cli/cli.h"
 #include "record/recover.h"
@@ -186,6 +187,12 @@ int cmd_report(int argc, char **argv)
                     frc == 0 ? "; summary.json and the reports written" : "");
             if (frc) cli_warn("%s", err[0] ? err : tpf_strerror(frc));
         }
+        err[0] = 0;
+        /* RUN/stacks.speedscope.json: the sampled stacks for speedscope and
+         * Perfetto; a run directory that cannot take it (read-only, a copy)
+         * is still reported */
+        if (rrc != 1 && flame_write_speedscope(dirs[i], err, sizeof(err)) < 0)
+            cli_warn("%s (the report goes on)", err);
         err[0] = 0;
     }
     buf b;

@@ -1,7 +1,8 @@
 /* trainperf top: a live view of a run directory being written (by `trainperf
- * run` or embedded mode, here or on a shared file system). It reads only the
- * run directory: run.json, the last row of metrics.csv, the tail of steps.csv
- * (per-rank rows, top_ranks.c) and alerts.jsonl. */
+ * run` or embedded mode, here or on a shared file system). It reads the run
+ * directory: run.json, the last row of metrics.csv, the tail of steps.csv
+ * (per-rank rows, top_ranks.c) and alerts.jsonl; and, where this node has
+ * NVML, its GPUs and their processes now (top_gpus.c). */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/top_gpus.h"
 #include "cli/top_ranks.h"
 #include "util/afile.h"
 #include "util/human.h"
@@ -40,8 +42,10 @@ typedef struct top_alerts {
 static void top_usage(FILE *f)
 {
     fprintf(f, "usage: trainperf top [RUN_DIR] [--interval SECONDS] [--once]\n\n"
-               "Live view of a run directory being written (default ./trainperf-runs/latest).\n"
-               "Ends when the run ends; --once prints the current state and exits.\n");
+               "Live view of a run directory being written (default ./trainperf-runs/latest):\n"
+               "throughput, CPU, memory, one row per rank, and on a node with NVML one row per\n"
+               "GPU with its processes (pid, rank, memory, SM %%). Ends when the run ends;\n"
+               "--once prints the current state and exits.\n");
 }
 
 /* Split a CSV record in place (quotes as RFC 4180). Returns the cell count. */
@@ -209,7 +213,7 @@ static void command_words(buf *b, const jr_node *cmd, size_t room)
     }
 }
 
-static int render(const char *dir, top_row *r, int tty, int color)
+static int render(const char *dir, top_row *r, int tty, int color, nvml_top *nv)
 {
     jr_doc run;
     char err[256];
@@ -284,8 +288,12 @@ static int render(const char *dir, top_row *r, int tty, int color)
                    num(t3, sizeof(t3), col(r, "main_cpu_pct"), 0), t4);
             printf("  processes %s\n", num(t1, sizeof(t1), col(r, "tree_procs"), 0));
         }
-        top_ranks_print(dir, t, color);
-        for (int g = 0; g < TOP_GPUS_SHOWN; g++) {
+        static top_pids pids;
+        top_ranks_print(dir, t, color, &pids);
+        /* a running run on this node: its GPUs now, with every process on
+         * them (NVML); else the run's GPUs as its last sample has them */
+        int live = !ended && nv && top_gpus_print(nv, dir, &pids, color) > 0;
+        for (int g = 0; g < TOP_GPUS_SHOWN && !live; g++) {
             char k[64];
             snprintf(k, sizeof(k), "gpu%d_util_pct", g);
             int present = 0;
@@ -354,13 +362,22 @@ int cmd_top(int argc, char **argv)
     }
     static top_row row;
     int tty = isatty(1), color = cli_color(stdout);
+    /* NVML when this node has it: the GPUs' processes; without, the run's
+     * GPU lines from metrics.csv */
+    nvml_top *nv = NULL;
+    char nerr[320];
+    if (nvml_top_open(&nv, nerr, sizeof(nerr)) != 0) nv = NULL;
     for (;;) {
-        int ended = render(dir, &row, tty && !once, color);
+        int ended = render(dir, &row, tty && !once, color, nv);
         if (ended < 0) {
             cli_error("%s/run.json: unreadable or damaged", dir);
+            nvml_top_close(nv);
             return CLI_USAGE;
         }
-        if (ended || once) return CLI_OK;
+        if (ended || once) {
+            nvml_top_close(nv);
+            return CLI_OK;
+        }
         struct timespec ts = {(time_t)interval, (long)((interval - (double)(time_t)interval) * 1e9)};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }

@@ -74,8 +74,23 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-void top_ranks_print(const char *dir, double now_t, int color)
+/* pid's rank into p (the last row of a pid wins) */
+static void note_pid(top_pids *p, long pid, int rank)
 {
+    int i = 0;
+    while (i < p->n && p->pid[i] != pid)
+        i++;
+    if (i == p->n) {
+        if (p->n == TOP_PIDS_MAX) return;
+        p->n++;
+    }
+    p->pid[i] = pid;
+    p->rank[i] = rank;
+}
+
+void top_ranks_print(const char *dir, double now_t, int color, top_pids *pids)
+{
+    if (pids) pids->n = 0;
     char path[PATH_MAX];
     if (snprintf(path, sizeof(path), "%s/steps.csv", dir) >= (int)sizeof(path)) return;
     FILE *f = afile_fopen_read(path);
@@ -123,6 +138,7 @@ void top_ranks_print(const char *dir, double now_t, int color)
         if (n <= c_iv || n <= c_rank || n <= c_pid || n <= c_step) continue;
         int rank = c[c_rank][0] ? (int)strtol(c[c_rank], NULL, 10) : -1;
         long pid = strtol(c[c_pid], NULL, 10);
+        if (pids && pid > 0) note_pid(pids, pid, rank);
         int i;
         for (i = 0; i < nrows; i++)
             if (rows[i].rank == rank && (rank >= 0 || rows[i].pid == pid)) break;

@@ -359,6 +359,7 @@ typedef struct nvml_state {
     uint8_t cvd_resolved;
     uint8_t any_used;
     uint8_t child_pidns; /* we run in a container's PID namespace */
+    uint8_t all_pids;    /* `trainperf top`: every process, not the tree's */
     pid_t root;
     /* per sample scratch */
     unsigned char procbuf[PROC_CAP * PROC_MAX_STRIDE];
@@ -572,7 +573,7 @@ static int read_procs(nvml_state *st, ndev *d, int kind, tree_proc *tp, int *ntp
             unsigned long long mem;
             memcpy(&pid, e, sizeof(pid));
             memcpy(&mem, e + 8, sizeof(mem));
-            pid_t owner = tree_owner(st, pid);
+            pid_t owner = st->all_pids ? (pid_t)pid : tree_owner(st, pid);
             if (!owner) {
                 /* In a container NVML reports host pids; one we cannot see
                  * might be ours, so the tree's share becomes unknown. */
@@ -635,35 +636,53 @@ static void scan_procs(nvml_state *st, ndev *d, int *used, fval *mem)
     if (all_ok) *mem = fv(sum);
 }
 
+/* The process-utilisation samples newer than the last read, into st->putil
+ * (*n of them). 1 read, 0 none new (nothing ran since), -1 not available. */
+static int putil_read(nvml_state *st, ndev *d, unsigned *n)
+{
+    *n = 0;
+    if (!st->api.putil || (d->unsup & UNSUP_PUTIL)) return -1;
+    unsigned got = PUTIL_CAP;
+    nvmlReturn_t r = st->api.putil(d->h, st->putil, &got, d->putil_last_ts);
+    if (r == NV_NOT_FOUND) return 0;
+    if (!ok_call(d, r, UNSUP_PUTIL) || got > PUTIL_CAP) return -1;
+    for (unsigned i = 0; i < got; i++)
+        if (st->putil[i].ts > d->putil_last_ts) d->putil_last_ts = st->putil[i].ts;
+    *n = got;
+    return 1;
+}
+
+/* 1 when sample i is its pid's newest of the n read (several per pid come
+ * back; the newest counts), and a share (SM above 100% is not one) */
+static int putil_newest(const nvml_state *st, unsigned n, unsigned i)
+{
+    const nv_putil *s = &st->putil[i];
+    if (s->sm > 100) return 0;
+    for (unsigned j = 0; j < n; j++)
+        if (j != i && st->putil[j].pid == s->pid &&
+            (st->putil[j].ts > s->ts || (st->putil[j].ts == s->ts && j > i)))
+            return 0;
+    return 1;
+}
+
 /* SM utilisation of the tree's processes since the previous sample. */
 static fval read_proc_sm(nvml_state *st, ndev *d)
 {
-    fval out = {0, 0};
-    if (!st->api.putil || (d->unsup & UNSUP_PUTIL)) return out;
-    unsigned n = PUTIL_CAP;
-    nvmlReturn_t r = st->api.putil(d->h, st->putil, &n, d->putil_last_ts);
-    if (r == NV_NOT_FOUND) return fv(0); /* no new samples: nothing ran */
-    if (!ok_call(d, r, UNSUP_PUTIL) || n > PUTIL_CAP) return out;
-    /* Several samples of one pid: keep its newest. */
+    unsigned n;
+    int r = putil_read(st, d, &n);
+    if (r <= 0) return r == 0 ? fv(0) : (fval){0, 0}; /* none new: nothing ran */
     double sum = 0;
     int unattributed = 0;
-    unsigned long long newest = d->putil_last_ts;
     for (unsigned i = 0; i < n; i++) {
         const nv_putil *s = &st->putil[i];
-        if (s->ts > newest) newest = s->ts;
         if (s->sm > 100) continue;
         if (!in_tree(st, s->pid)) {
             if (st->child_pidns && !pid_visible(s->pid)) unattributed = 1;
             continue;
         }
-        int later = 0;
-        for (unsigned j = 0; j < n && !later; j++)
-            later = j != i && st->putil[j].pid == s->pid &&
-                    (st->putil[j].ts > s->ts || (st->putil[j].ts == s->ts && j > i));
-        if (!later) sum += s->sm;
+        if (putil_newest(st, n, i)) sum += s->sm;
     }
-    d->putil_last_ts = newest;
-    return unattributed ? out : fv(sum);
+    return unattributed ? (fval){0, 0} : fv(sum);
 }
 
 static double field_value(const nv_field *v)
@@ -1181,4 +1200,90 @@ int nvml_query_system(nvml_sys_info *out)
     a.shutdown();
     api_unload(&a);
     return rc;
+}
+
+/* ---- trainperf top ----------------------------------------------------- */
+
+/* The node's GPUs, every process on them: an nvml_state that reads every
+ * device and takes every pid (all_pids), with no tree, no PCIe thread. */
+struct nvml_top {
+    nvml_state st;
+};
+
+int nvml_top_open(nvml_top **out, char *err, size_t errn)
+{
+    *out = NULL;
+    nvml_top *t = calloc(1, sizeof(*t));
+    if (!t) {
+        snprintf(err, errn, "out of memory");
+        return TPF_ENOMEM;
+    }
+    nvml_state *st = &t->st;
+    pthread_mutex_init(&st->mu, NULL);
+    st->all_pids = 1;
+    int rc = api_load(&st->api, err, errn);
+    if (rc) {
+        nvml_close(t);
+        return rc;
+    }
+    st->loaded = 1;
+    unsigned count = 0;
+    nvmlReturn_t r = st->api.get_count(&count);
+    if (r != NV_SUCCESS) {
+        snprintf(err, errn, "nvmlDeviceGetCount failed: %s", nvml_code_name(r));
+        nvml_close(t);
+        return TPF_ESYS;
+    }
+    for (unsigned i = 0; i < count && st->ndev < FRAME_MAX_GPUS; i++)
+        if (open_device(st, i, &st->dev[st->ndev]) == 0) st->ndev++;
+    *out = t;
+    return 0;
+}
+
+int nvml_top_read(nvml_top *t, nvml_top_gpu *gpus, int cap)
+{
+    if (!t) return 0;
+    nvml_state *st = &t->st;
+    int n = 0;
+    for (int i = 0; i < st->ndev && n < cap; i++) {
+        ndev *d = &st->dev[i];
+        nvml_top_gpu *g = &gpus[n++];
+        memset(g, 0, sizeof(*g));
+        g->index = d->index;
+        memcpy(g->name, d->name, sizeof(g->name));
+        if (!d->lost && st->api.util && !(d->unsup & UNSUP_UTIL)) {
+            nv_util u;
+            if (ok_call(d, st->api.util(d->h, &u), UNSUP_UTIL)) fv_set(&g->util_pct, u.gpu);
+        }
+        gpu_frame gf;
+        memset(&gf, 0, sizeof(gf));
+        if (!d->lost) read_memory(st, d, &gf);
+        g->mem_used_bytes = gf.mem_used_bytes;
+        g->mem_total_bytes = gf.mem_total_bytes;
+        /* compute and graphics contexts, one row per process */
+        tree_proc tp[NVML_TOP_PROCS];
+        int ntp = 0;
+        if (!d->lost) g->procs_ok = read_procs(st, d, 0, tp, &ntp, NVML_TOP_PROCS);
+        if (!d->lost) g->procs_ok |= read_procs(st, d, 1, tp, &ntp, NVML_TOP_PROCS);
+        unsigned nput = 0;
+        int pu = d->lost ? -1 : putil_read(st, d, &nput);
+        for (int k = 0; k < ntp; k++) {
+            nvml_top_proc *p = &g->proc[g->nproc++];
+            p->pid = tp[k].pid;
+            p->mem_bytes = tp[k].mem_ok ? fv((double)tp[k].mem) : (fval){0, 0};
+            /* none new: it ran nothing since the last read; not listed: the same */
+            p->sm_pct = pu < 0 ? (fval){0, 0} : fv(0);
+            for (unsigned j = 0; pu > 0 && j < nput; j++)
+                if (st->putil[j].pid == tp[k].pid && putil_newest(st, nput, j))
+                    p->sm_pct = fv(st->putil[j].sm);
+        }
+        g->lost = d->lost;
+    }
+    return n;
+}
+
+void nvml_top_close(nvml_top *t)
+{
+    /* the state is the struct's first member: nvml_close frees it all */
+    nvml_close(t);
 }

@@ -55,6 +55,35 @@ int nvml_query_system(nvml_sys_info *out);
  * slowdown of work. Returns the number of words written. */
 int nvml_reasons_str(unsigned long long mask, char *out, size_t n);
 
+/* `trainperf top`: every GPU of the node and the processes on it, as nvitop
+ * shows them. The reader keeps NVML loaded between reads, so each read's SM
+ * shares cover the time since the one before (the first, the driver's
+ * buffer). Not thread-safe; one reader per thread. */
+#define NVML_TOP_PROCS 64 /* processes kept per GPU */
+typedef struct nvml_top_proc {
+    unsigned pid;   /* as NVML gives it: the host's PID namespace */
+    fval mem_bytes; /* its memory on this GPU (unknown: the driver has no figure) */
+    fval sm_pct;    /* its SM share since the last read, % (unknown: not supported) */
+} nvml_top_proc;
+
+typedef struct nvml_top_gpu {
+    int index;
+    char name[96];
+    uint8_t lost;
+    fval util_pct, mem_used_bytes, mem_total_bytes;
+    int procs_ok; /* the process lists were read (else nproc 0 says nothing) */
+    int nproc;
+    nvml_top_proc proc[NVML_TOP_PROCS];
+} nvml_top_gpu;
+
+typedef struct nvml_top nvml_top;
+/* Load NVML and open every device. 0 with *out set, or an error with a one-line
+ * reason in err and nothing left loaded. Free with nvml_top_close. */
+int nvml_top_open(nvml_top **out, char *err, size_t errn);
+/* Fill gpus[0..cap) with the devices now; returns how many. */
+int nvml_top_read(nvml_top *t, nvml_top_gpu *gpus, int cap);
+void nvml_top_close(nvml_top *t);
+
 /* NVML return code as a short static name ("GPU_IS_LOST"). */
 const char *nvml_code_name(int code);
 

@@ -167,7 +167,7 @@ static void add_event(dc_event *arr, int *n, double t, double dur, const char *w
 
 /* An events file's rank: RANK as the environment had it, a string (a
  * number is taken too); -1 when none or not a rank. */
-static int events_rank(const jr_node *root)
+int dc_events_rank(const jr_node *root)
 {
     const char *rk = jr_pstr(root, "rank");
     char *end = NULL;
@@ -186,7 +186,7 @@ static void load_lines(dcause *c, const jr_node *root, const jr_node *p)
     dc_proc *pr = &c->procs[c->nproc];
     memset(pr, 0, sizeof(*pr));
     pr->pid = diag_int(jr_pnum(root, "pid"), 0, 1 << 30, -1);
-    pr->rank = events_rank(root);
+    pr->rank = dc_events_rank(root);
     pr->samples = total;
     for (const jr_node *e = ls->child; e && pr->nlines < DC_PROC_LINES; e = e->next) {
         const char *fn = jr_pstr(e, "func"), *file = jr_pstr(e, "file"), *ph = jr_pstr(e, "phase"),
@@ -298,7 +298,7 @@ static void load_setting_arrays(dcause *c, const jr_node *st)
 static void load_exit(dcause *c, const jr_node *root)
 {
     const jr_node *ex = jr_get(root, "exit");
-    int rank = events_rank(root);
+    int rank = dc_events_rank(root);
     if (!ex || ex->type != JR_OBJ) return;
     const jr_node *en = jr_get(ex, "ended");
     const char *err = jr_pstr(ex, "error");

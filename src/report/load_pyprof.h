@@ -237,6 +237,10 @@ void dc_metric(dcause *c, double first_end_s, double last_end_s, double t, const
                const int *ok);
 /* dst gets the two lowest of dst and src (a level's floor: lv[k][1..2]). */
 void dc_low2_merge(double *dst, const double *src);
+/* An events file's rank (pyprof/events-<pid>.json "rank": RANK as the
+ * environment had it); -1 when none or not a rank. */
+struct jr_node;
+int dc_events_rank(const struct jr_node *root);
 /* A warm step's work (tokens, else samples; 0: not counted) and training time. */
 void dc_work(dcause *c, double tokens, double samples, double train_ns);
 

@@ -13,6 +13,7 @@
 
 #include "report/diag.h"
 #include "report/failures.h"
+#include "report/flame.h"
 #include "report/report_html.h"
 #include "report/report_ranks.h"
 #include "util/table.h"
@@ -854,6 +855,9 @@ int report_finish_run(const char *run_dir, int color, buf *terminal, char *err, 
     if (rc == 0) rc = write_file(r->dir, "report.html", &b, err, errlen);
     if (rc && !first_err) first_err = rc;
     buf_free(&b);
+    /* the sampled stacks for speedscope and Perfetto (1: the run has none) */
+    rc = flame_write_speedscope(run_dir, err, errlen);
+    if (rc < 0 && !first_err) first_err = rc;
     if (terminal) {
         if (!terminal->max) terminal->max = REPORT_MAX;
         rc = render(r, &pf, REPORT_TEXT, color, terminal);

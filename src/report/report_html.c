@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "report/failures.h"
+#include "report/flame.h"
 #include "util/table.h"
 #include "trainperf.h"
 
@@ -501,6 +502,9 @@ static const char css[] =
     "4px;border-radius:8px;box-shadow:0 1px 3px rgba(0,0,0,.06)}"
     "figcaption{font-weight:600;font-size:14px;margin-bottom:4px}svg{width:100%;height:auto;"
     "display:block}"
+    ".flame{background:#fff;border-radius:8px;padding:10px 12px;box-shadow:0 1px 3px "
+    "rgba(0,0,0,.06)}.flame svg{margin-top:8px;cursor:pointer}"
+    ".flame text{font:11px ui-monospace,monospace;fill:#1d232b;pointer-events:none}"
     ".grid{stroke:#e6e9ee;stroke-width:1}.axis{stroke:#9aa3ae;stroke-width:1}"
     ".yl{font-size:11px;fill:#5b6573;text-anchor:end}.xl{font-size:11px;fill:#5b6573;text-anchor:"
     "middle}"
@@ -694,7 +698,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
     buf_puts(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
                 "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\n"
                 "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-                "style-src 'unsafe-inline'; img-src data:\">\n"
+                "style-src 'unsafe-inline'; img-src data:; script-src '" FLAME_JS_SHA256 "'\">\n"
                 "<title>trainperf report: ");
     report_html_esc(b, r->name);
     buf_printf(b, "</title>\n<style>%s</style></head><body><main>\n", css);

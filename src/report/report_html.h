@@ -1,4 +1,5 @@
-/* The self-contained HTML report (inline SVG, no scripts). */
+/* The self-contained HTML report (inline SVG; one inline script, the flame
+ * graph's, allowed by its hash: report/flame.h). */
 #ifndef TPF_ANALYZE_REPORT_HTML_H
 #define TPF_ANALYZE_REPORT_HTML_H
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "report/report_load.h"
+#include "report/flame.h"
 #include "report/report_html.h"
 #include "util/afile.h"
 
@@ -114,4 +115,13 @@ void report_html_profile(buf *b, const diag_run *r)
         buf_puts(b, "</table>\n");
     }
     free(top);
+    /* the flame graph of every node's stacks (one run directory, or a job's) */
+    const char *dirs[DIAG_MAX_NODES];
+    int nd = 0;
+    for (int i = 0; i < r->nnodes && nd < DIAG_MAX_NODES; i++)
+        dirs[nd++] = r->nodes[i].dir;
+    if (nd == 0) dirs[nd++] = r->dir;
+    flame_set fs;
+    if (flame_load(&fs, dirs, nd) == 0) flame_html(&fs, b);
+    flame_free(&fs);
 }

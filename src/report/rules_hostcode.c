@@ -311,8 +311,8 @@ int dr_cand_hostcode(const diag_run *r, const dctx *cx, dfinding *d)
                "steps, vectorise it, or wrap the step in torch.compile.",
             f->func, f->file, f->line);
     }
-    rec(d, "The sampled stacks are in pyprof/stacks-*.folded (flamegraph.pl or speedscope "
-           "open them).");
+    rec(d, "The sampled stacks: the report's flame graph (report.html), stacks.speedscope.json "
+           "(speedscope.app, Perfetto) and pyprof/stacks-*.folded (flamegraph.pl).");
     (void)kind;
     dr_gpu_side(r, d);
     return 1;
