@@ -330,3 +330,40 @@ print("others", others, "torch", "torch" in sys.modules, "same", before == after
         res = run_py(["-c", check, h, ",".join(PY_HOOKS)], timeout=120)
         assert res.returncode == 0, res.stderr
         assert "others [] torch False same True" in res.stdout, (h, res.stdout)
+
+
+# --- the report's files (issue 25): no two call or include each other in a loop ---
+
+def _c_call_graph(objdir):
+    """file -> files whose functions it calls, from the objects' symbols
+    (nm: what each defines, what it needs)."""
+    defs, needs = {}, {}
+    for o in sorted(objdir.glob("*.o")):
+        out = subprocess.run(["nm", str(o)], capture_output=True, text=True, check=True).stdout
+        needs[o.stem] = set()
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) == 3 and f[1] in "TDRB":
+                defs[f[2]] = o.stem
+            elif len(f) == 2 and f[0] == "U":
+                needs[o.stem].add(f[1])
+    return {n: {defs[s] for s in syms if s in defs and defs[s] != n} for n, syms in needs.items()}
+
+
+def _c_include_graph(d):
+    """header -> the folder's headers it includes (the .c files' relations
+    are their calls, above)."""
+    return {p.stem: set(re.findall(r'#include "%s/(\w+)\.h"' % d.name, p.read_text())) - {p.stem}
+            for p in sorted(d.glob("*.h"))}
+
+
+def test_report_files_call_and_include_no_loop():
+    objdir = BUILD / "obj" / "report"
+    if not list(objdir.glob("*.o")):
+        pytest.fail("%s has no objects: run `make`" % objdir)
+    calls = _c_call_graph(objdir)
+    # the reader: the diagnosis calls its rule files, a rule file does not call back
+    assert "rules_input" in calls["diag"] and "diag" not in calls["rules_input"], calls["diag"]
+    assert _cycles(calls) == [], "files of src/report whose functions call each other in a loop"
+    assert _cycles(_c_include_graph(ROOT / "src" / "report")) == [], \
+        "headers of src/report that include each other in a loop"

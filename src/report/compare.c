@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "report/diag.h"
-#include "report/report_html.h"
+#include "report/report_fmt.h"
 #include "report/report_ranks.h"
 #include "util/table.h"
 #include "trainperf.h"

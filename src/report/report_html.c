@@ -2,6 +2,7 @@
  * script at all and nothing loaded from anywhere. Every string that came
  * from the user or the program goes through report_html_esc. */
 #include "report/report_html.h"
+#include "report/report_profile.h"
 #include "report/report_ranks.h"
 
 #include <ctype.h>
@@ -27,7 +28,6 @@ static const char *const phase_color[PH_COUNT] = {"#e4572e", "#4e79a7", "#59a14f
 static const char *const line_color[] = {"#4e79a7", "#e4572e", "#59a14f", "#b07aa1",
                                          "#edc948", "#76b7b2", "#9c755f", "#ff9da7"};
 
-void report_html_esc(buf *b, const char *s) { tbl_esc(b, TBL_HTML, s); }
 
 /* A "nice" axis maximum: 1, 2, 2.5 or 5 times a power of ten. */
 static double nice_max(double v)

@@ -12,7 +12,7 @@
 
 #include "core/metrics.h"
 #include "report/report_load.h"
-#include "report/report_ranks.h"
+#include "report/load_ranks.h"
 #include "trainperf.h"
 #include "util/afile.h"
 #include "util/csvr.h"

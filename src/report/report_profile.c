@@ -10,7 +10,8 @@
 
 #include "report/report_load.h"
 #include "report/flame.h"
-#include "report/report_html.h"
+#include "report/report_fmt.h"
+#include "report/report_profile.h"
 #include "util/afile.h"
 
 #define PROF_MAX_LINES 12 /* heaviest stacks shown, over all processes */

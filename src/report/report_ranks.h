@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "report/report_load.h"
+#include "report/load_ranks.h"
 #include "report/report.h"
 #include "util/buf.h"
 #include "util/jsonw.h"
@@ -46,15 +47,7 @@ int rr_overlap(const diag_run *r, rr_overlap_t *o); /* 0: no comm log */
 /* The FSDP recommendation as one sentence ("" when not FSDP). */
 void rr_fsdp_advice(const diag_run *r, char *out, size_t n);
 
-/* Read run_dir/comm/ops-*.csv into r (per op kind totals, per rank bytes and
- * bus bandwidth). Missing or damaged files are skipped. */
-void rr_load_comm(diag_run *r, const char *run_dir);
 
-/* Read run_dir/flops/flops-rank<R>-*.json (counted by `run --flops-step`,
- * or declared with trainperf.declare_flops) into the ranks of r: FLOPs per
- * step and the peak FLOP/s. A declared count wins over a counted one; of
- * counted ones the latest step. Damaged files are skipped. */
-void rr_load_flops(diag_run *r, const char *run_dir);
 
 /* The job's figures: optimizer steps (not a sum over ranks), samples/s and
  * tokens/s summed over ranks, model FLOP/s summed over the ranks whose FLOPs
@@ -87,8 +80,6 @@ int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char
 int rr_job_offsets(const char *const *dirs, int n, double *offsets_s, double *errs_s, char *err,
                    size_t errlen);
 
-/* Optimizer steps of the job: most steps of any rank (not a sum over ranks). */
-double rr_global_steps(const diag_run *r);
 
 /* The rank/communication/node sections of each format; nothing for a run
  * of one rank on one node. */
