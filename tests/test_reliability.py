@@ -553,6 +553,85 @@ def test_dead_runs_segments_are_swept_after_recovering_them(cli, tmp_path):
     assert rec["steps_from_rings"] == 400 - on_disk
 
 
+def _top_rank_ages(out):
+    """The "last s" cells of `trainperf top`'s per-rank rows."""
+    lines = out.splitlines()
+    head = [i for i, l in enumerate(lines) if "last s" in l]
+    assert head, out
+    return [l.split()[-1] for l in lines[head[0] + 1:] if l.strip().startswith(("pid ", "rank "))]
+
+
+def test_a_run_recovered_either_way_gets_its_summary_and_reports(cli, tmp_path):
+    # Issue 27 item 5: the next run's sweep drained a killed run's segments
+    # into its steps.csv but wrote no summary.json or report, and `report`
+    # on it then wrote none either; `top` showed it as "running, 2 s".
+    base = _private_shm(tmp_path)
+    env = env_clean(TRAINPERF_SHM_DIR=str(base))
+    d = tmp_path / "killed"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps", "400",
+                           "--data-delay-ms", "10", "--quiet"], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    _wait_rows(d, 30, tp)
+    kids = _children(tp.pid)
+    tp.kill()
+    tp.wait()
+    _wait_gone(kids[0])
+    # Dead, not running: the collector's lock is gone and no end was written.
+    # top ends by itself (no --once) instead of watching a dead run forever.
+    p = subprocess.run([cli, "top", str(d)], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "dead" in p.stdout and "running" not in p.stdout, p.stdout
+    assert "`trainperf report` recovers it" in p.stdout
+    assert all(not a.startswith("-") for a in _top_rank_ages(p.stdout)), p.stdout
+    # The next run sweeps its segments: recovered, summary and reports too.
+    p = subprocess.run([cli, "run", "--out", str(tmp_path / "next"), "--", TRAINER, "--steps", "5",
+                        "--quiet"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert f"recovered an interrupted run in {d}" in p.stderr, p.stderr
+    assert os.listdir(base) == []
+    sm = json.loads((d / "summary.json").read_text())
+    assert sm["steps"]["count"] == 400 and len(steps_rows(d)) == 400
+    assert "recovered" in (d / "report.md").read_text() and (d / "report.html").exists()
+    p = subprocess.run([cli, "top", "--once", str(d)], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert "recovered (recovered.json)" in p.stdout and "steps 400" in p.stdout, p.stdout
+    # A run drained once but left without its summary (as the sweep left
+    # them before, or when writing it failed): `report` finishes it, once.
+    for n in ("summary.json", "report.md", "report.html"):
+        (d / n).unlink()
+    p = subprocess.run([cli, "report", str(d)], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert p.returncode == 0, p.stderr
+    assert "finished the interrupted run" in p.stderr, p.stderr
+    assert json.loads((d / "summary.json").read_text())["steps"]["count"] == 400
+    assert (d / "report.md").exists() and len(steps_rows(d)) == 400  # never drained twice
+    p = subprocess.run([cli, "report", str(d)], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert "interrupted" not in p.stderr
+
+
+def test_top_never_shows_a_negative_age(cli, tmp_path):
+    # A live run's "last s" was the last sample's time less the last step's
+    # end: -0.2 when a step had ended after the sample.
+    d = tmp_path / "r"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                           "100000000", "--quiet"], env=env_clean(), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    try:
+        _wait_rows(d, 5, tp)
+        _wait_file(d / "metrics.csv")
+        for _ in range(10):
+            p = subprocess.run([cli, "top", "--once", str(d)], capture_output=True, text=True,
+                               timeout=60)
+            assert "running" in p.stdout and "dead" not in p.stdout, p.stdout
+            ages = _top_rank_ages(p.stdout)
+            assert ages and all(not a.startswith("-") for a in ages), p.stdout
+            time.sleep(0.1)
+    finally:
+        tp.send_signal(signal.SIGINT)
+        tp.wait(timeout=120)
+
+
 def test_dead_runs_segments_are_swept_when_its_run_directory_is_gone(cli, tmp_path):
     # collector and trainee killed, run directory deleted: nothing to recover
     # into, but the 8 MiB of segments in /dev/shm must not stay forever

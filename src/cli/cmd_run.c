@@ -32,6 +32,7 @@
 #include "probe/probe.h"
 #include "probe/segment.h"
 #include "record/exporter.h"
+#include "record/recover.h"
 #include "record/rundir.h"
 #include "record/safeout.h"
 #include "record/segdir.h"
@@ -706,6 +707,12 @@ static int spawn(const char *exe, char **cmd, char **env, int tty_fd, pid_t *out
     return 0;
 }
 
+/* A dead run the sweep recovered: its summary and reports (ctx: quiet). */
+static void run_swept_run(const char *dir, const rec_recovery *rv, void *ctx)
+{
+    cli_finish_recovered(dir, rv, *(const int *)ctx);
+}
+
 int cmd_run(int argc, char **argv)
 {
     run_args a;
@@ -804,8 +811,9 @@ int cmd_run(int argc, char **argv)
         }
     }
     /* Segment directories of dead runs: recovered into their run
-     * directories, then removed (they hold memory). */
-    rec_segdir_sweep();
+     * directories (with their summaries and reports), then removed (they
+     * hold memory). */
+    rec_segdir_sweep(run_swept_run, &a.quiet);
     /* One run per directory, locked for the whole run (rundir.h). */
     int lock_fd = rc = rec_rundir_claim(run_dir, a.force ? REC_CLAIM_FORCE : 0);
     if (rc == TPF_EBUSY || rc == TPF_EEXIST) {
