@@ -1031,6 +1031,10 @@ int cmd_run(int argc, char **argv)
         char lost[400];
         rec_loss_text(&s.lost, lost, sizeof(lost));
         if (lost[0]) cli_warn("%s", lost);
+        /* An exporter's target could not be written: once each, the run
+         * went on without it. */
+        for (int i = 0; i < s.nwarnings; i++)
+            cli_warn("%s (the run went on without it)", s.warnings[i]);
         if (s.bad_segments)
             cli_warn("%s%s: not a readable trainperf segment (corrupt header); its events "
                      "were skipped",

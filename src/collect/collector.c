@@ -104,6 +104,8 @@ struct coll {
 
     int first_err;
     char err_text[200];
+    char warns[COLL_MAX_WARNINGS][COLL_WARNING_MAX]; /* sink_ctx.warn, in order */
+    int nwarns;
 
     /* run.json */
     run_meta meta;
@@ -141,6 +143,14 @@ static void note_err(coll *c, const char *what, int err)
 /* ---- sinks ---- */
 
 static void sink_error(void *arg, const char *what, int err) { note_err(arg, what, err); }
+
+static void sink_warn(void *arg, const char *what, int err)
+{
+    coll *c = arg;
+    if (c->nwarns == COLL_MAX_WARNINGS) return;
+    snprintf(c->warns[c->nwarns++], COLL_WARNING_MAX, "%s: %s", what,
+             tpf_strerror(err ? err : TPF_EIO));
+}
 
 /* The collector's figures as the sinks see them at this call. */
 static void run_view(coll *c, sink_run *r)
@@ -681,6 +691,7 @@ int coll_create(coll **out, const coll_opts *o)
         .config = c->o.sink_config,
         .error = sink_error,
         .error_arg = c,
+        .warn = sink_warn,
     };
     for (size_t i = 0; i < c->o.nsinks && c->nsinks < COLL_MAX_SINKS; i++) {
         const sink_ops *ops = c->o.sinks[i];
@@ -821,6 +832,8 @@ void coll_get_summary(const coll *c, coll_summary *out)
     out->events_dropped = c->events_dropped;
     out->trace_dropped = c->tally.trace_dropped;
     out->exporter_lost = c->tally.exporter_lost;
+    out->nwarnings = c->nwarns;
+    memcpy(out->warnings, c->warns, sizeof(out->warnings));
     out->nalerts = c->nnotes;
     snprintf(out->io_error, sizeof(out->io_error), "%s", c->err_text);
     out->lost = c->tally.lost;

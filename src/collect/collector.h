@@ -60,6 +60,9 @@ int coll_start(coll *c);
 int coll_finish(coll *c, const run_exit *ex);
 void coll_free(coll *c);
 
+#define COLL_MAX_WARNINGS 8
+#define COLL_WARNING_MAX (PATH_MAX + 96)
+
 /* End-of-run figures for the CLI (valid after coll_finish). NaN: unknown. */
 typedef struct coll_summary {
     double duration_s;
@@ -81,6 +84,8 @@ typedef struct coll_summary {
     int nsources;
     run_source sources[RUN_MAX_SOURCES];
     uint64_t exporter_lost;  /* updates Prometheus/TensorBoard dropped */
+    int nwarnings;           /* outputs the run did without (sink_ctx.warn) */
+    char warnings[COLL_MAX_WARNINGS][COLL_WARNING_MAX];
 } coll_summary;
 
 void coll_get_summary(const coll *c, coll_summary *out);

@@ -74,6 +74,11 @@ typedef struct sink_ctx {
      * run's first one shows in coll_summary.io_error. */
     void (*error)(void *arg, const char *what, int err);
     void *error_arg;
+    /* An output the run can do without (an exporter: TensorBoard's event
+     * file) cannot be written: what names it (the path), err the reason. Its
+     * sink calls this once and goes quiet; the caller says so once. Not a
+     * failure of the run directory's own files (error above). May be NULL. */
+    void (*warn)(void *arg, const char *what, int err);
 } sink_ctx;
 
 /* Counts sinks publish for others (written by the trace sink, read by the
