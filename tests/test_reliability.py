@@ -236,6 +236,41 @@ def test_whole_rows_when_the_disk_is_full_from_the_start(cli, tmp_path):
         assert json.loads((d / "run.json").read_text())["exit"]["code"] == 0
 
 
+def test_no_byte_free_loses_rows_not_the_readers(cli, tmp_path):
+    # Issue 27 item 6: with 0 bytes free the loss line counted each CSV's
+    # header as a lost row (3001 of 3000 steps), trace.json was left empty
+    # (no JSON), and `report` refused the empty steps.csv as damaged.
+    with small_fs(tmp_path / "m", "400k") as m:
+        fd = os.open(m / "fill", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        os.close(fd)
+        assert os.statvfs(m).f_bavail == 0
+        d = m / "r"
+        p = subprocess.run([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                            "3000", "--quiet"], capture_output=True, text=True, timeout=300,
+                           env=env_clean())
+        assert p.returncode == 0, p.stderr
+        lost = [l for l in p.stderr.splitlines() if "not written" in l]
+        assert len(lost) == 1 and "not written: 3000 steps.csv rows," in lost[0], p.stderr
+        # a full disk is said once: the TensorBoard file is in that line
+        assert "TensorBoard" not in p.stderr, p.stderr
+        tr = d / "trace.json"
+        assert not tr.exists() or json.loads(tr.read_text()) == [], tr.read_bytes()[:40]
+        for name in ("steps.csv", "metrics.csv", "procs.csv"):
+            assert (d / name).read_text() == ""
+        # nothing else fits either; once there is room, the report reads what
+        # is there (run.json written late by hand) instead of refusing it
+        (m / "fill").unlink()
+        (d / "run.json").write_text(json.dumps({"format_version": 1, "command": ["trainer"],
+                                                "start_mono_ns": 1, "exit": {"code": 0}}))
+        p = subprocess.run([cli, "report", str(d)], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "damaged" not in p.stderr, p.stderr
+
+
 # ---- 5. SIGKILL on `trainperf run`: nothing published is lost ----
 
 def _children(pid):

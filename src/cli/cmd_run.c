@@ -1034,7 +1034,8 @@ int cmd_run(int argc, char **argv)
         /* An exporter's target could not be written: once each, the run
          * went on without it. */
         for (int i = 0; i < s.nwarnings; i++)
-            cli_warn("%s (the run went on without it)", s.warnings[i]);
+            if (!(lost[0] && s.warning_err[i] == TPF_ENOSPC)) /* the line above says it */
+                cli_warn("%s (the run went on without it)", s.warnings[i]);
         if (s.bad_segments)
             cli_warn("%s%s: not a readable trainperf segment (corrupt header); its events "
                      "were skipped",

@@ -105,6 +105,7 @@ struct coll {
     int first_err;
     char err_text[200];
     char warns[COLL_MAX_WARNINGS][COLL_WARNING_MAX]; /* sink_ctx.warn, in order */
+    int warn_err[COLL_MAX_WARNINGS];
     int nwarns;
 
     /* run.json */
@@ -148,6 +149,7 @@ static void sink_warn(void *arg, const char *what, int err)
 {
     coll *c = arg;
     if (c->nwarns == COLL_MAX_WARNINGS) return;
+    c->warn_err[c->nwarns] = err ? err : TPF_EIO;
     snprintf(c->warns[c->nwarns++], COLL_WARNING_MAX, "%s: %s", what,
              tpf_strerror(err ? err : TPF_EIO));
 }
@@ -834,6 +836,7 @@ void coll_get_summary(const coll *c, coll_summary *out)
     out->exporter_lost = c->tally.exporter_lost;
     out->nwarnings = c->nwarns;
     memcpy(out->warnings, c->warns, sizeof(out->warnings));
+    memcpy(out->warning_err, c->warn_err, sizeof(out->warning_err));
     out->nalerts = c->nnotes;
     snprintf(out->io_error, sizeof(out->io_error), "%s", c->err_text);
     out->lost = c->tally.lost;

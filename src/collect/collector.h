@@ -86,6 +86,7 @@ typedef struct coll_summary {
     uint64_t exporter_lost;  /* updates Prometheus/TensorBoard dropped */
     int nwarnings;           /* outputs the run did without (sink_ctx.warn) */
     char warnings[COLL_MAX_WARNINGS][COLL_WARNING_MAX];
+    int warning_err[COLL_MAX_WARNINGS]; /* TPF_E* of each */
 } coll_summary;
 
 void coll_get_summary(const coll *c, coll_summary *out);
