@@ -236,6 +236,30 @@ def test_whole_rows_when_the_disk_is_full_from_the_start(cli, tmp_path):
         assert json.loads((d / "run.json").read_text())["exit"]["code"] == 0
 
 
+@pytest.mark.parametrize("size", ["200k", "300k"])
+def test_full_disk_under_the_segments_is_said_with_the_events_lost(cli, tmp_path, size):
+    # Issue 27 item 6: the segments on the full disk (no /dev/shm): 0 of the
+    # steps recorded and the report said "the program was not instrumented".
+    # 200k: not even the segment fits (the process leaves live/noroom-PID,
+    # its lost events as the size); 300k: the segment fits, no ring does.
+    with small_fs(tmp_path / "m", size) as m:
+        d = m / "r"
+        p = subprocess.run([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                            "400", "--quiet"], capture_output=True, text=True, timeout=120,
+                           env=env_clean(TRAINPERF_SHM_DIR=str(tmp_path / "none")))
+        assert p.returncode == 0, p.stderr
+        sm = json.loads((d / "summary.json").read_text())
+        nr = sm["steps"]["no_room"]
+        assert sm["steps"]["count"] == 0 and nr["processes"] == 1, sm["steps"]
+        # every step's events are counted (begin, end and the phases of each)
+        assert nr["events_dropped"] >= 2 * 400 and sm["steps"]["events_dropped"] >= nr["events_dropped"]
+        said = [l for l in p.stderr.splitlines() if "probes' segments" in l and "was full" in l]
+        assert len(said) == 1 and f"{nr['events_dropped']} events lost" in said[0], p.stderr
+        md = (d / "report.md").read_text()
+        assert "not instrumented" not in md
+        assert f"was full, so 1 process could not record and {nr['events_dropped']} events" in md
+
+
 def test_no_byte_free_loses_rows_not_the_readers(cli, tmp_path):
     # Issue 27 item 6: with 0 bytes free the loss line counted each CSV's
     # header as a lost row (3001 of 3000 steps), trace.json was left empty

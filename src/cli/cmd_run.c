@@ -1031,6 +1031,11 @@ int cmd_run(int argc, char **argv)
         char lost[400];
         rec_loss_text(&s.lost, lost, sizeof(lost));
         if (lost[0]) cli_warn("%s", lost);
+        if (s.noroom_procs)
+            cli_warn("the disk holding the probes' segments (%s/live) was full: %llu process%s "
+                     "could not record, %llu events lost",
+                     run_dir, (unsigned long long)s.noroom_procs, s.noroom_procs == 1 ? "" : "es",
+                     (unsigned long long)s.noroom_events);
         /* An exporter's target could not be written: once each, the run
          * went on without it. */
         for (int i = 0; i < s.nwarnings; i++)

@@ -76,6 +76,7 @@ typedef struct coll_summary {
     double gpu_util_mean_pct[FRAME_MAX_GPUS], gpu_mem_max_bytes[FRAME_MAX_GPUS];
     double gpu_mem_total_bytes[FRAME_MAX_GPUS];
     uint64_t events_dropped, trace_dropped;
+    uint64_t noroom_procs, noroom_events; /* probes without room (sink_run) */
     int nalerts;
     char io_error[200];      /* "" or the first file error of the run */
     sink_lost lost;          /* what a full disk cost (record/safeout.h) */

@@ -115,6 +115,10 @@ typedef struct sink_run {
     run_exit exit;
     double end_unix_s, duration_s;
     sink_tally *tally;
+    /* Probes that found no room for their segment or a ring (a full disk,
+     * probe/segment.h): how many processes, and the events they could not
+     * record (counted in events_dropped too). */
+    uint64_t noroom_procs, noroom_events;
 } sink_run;
 
 /* A probe event other than a step, for sinks that show them (the trace). */
