@@ -129,7 +129,7 @@ int cli_finish_recovered(const char *dir, const rec_recovery *rv, int quiet)
 {
     char err[512] = "";
     int frc = report_finish_run(dir, 0, NULL, err, sizeof(err));
-    if (!quiet || frc) {
+    if (!quiet) {
         if (rv->earlier)
             fprintf(stderr, "trainperf: finished the interrupted run in %s (recovered earlier)%s\n",
                     dir, frc == 0 ? ": summary.json and the reports written" : "");
@@ -140,7 +140,7 @@ int cli_finish_recovered(const char *dir, const rec_recovery *rv, int quiet)
                     dir, (unsigned long long)rv->steps, (unsigned long long)rv->steps_before,
                     frc == 0 ? "; summary.json and the reports written" : "");
     }
-    if (frc) cli_warn("%s", err[0] ? err : tpf_strerror(frc));
+    if (frc && !quiet) cli_warn("%s", err[0] ? err : tpf_strerror(frc));
     return frc;
 }
 

@@ -100,10 +100,16 @@ static void noroom_publish(uint64_t n, int always)
     }
 }
 
+/* The events counted without a segment (noroom_begin_locked). */
+static uint64_t noroom_count(void)
+{
+    return atomic_load_explicit(&g_noroom_hdr.drops_noring, memory_order_relaxed);
+}
+
 /* The marker's exact count (detach, exit). */
 static void noroom_final(void)
 {
-    noroom_publish(atomic_load_explicit(&g_noroom_hdr.drops_noring, memory_order_relaxed), 1);
+    noroom_publish(noroom_count(), 1);
 }
 
 
@@ -579,6 +585,18 @@ static int noroom_begin_locked(const char *run_dir)
     return 0;
 }
 
+/* The pending run dir's segment, made now: an unusable run dir leaves the
+ * probe off, silently; a full one leaves it counting what it cannot record
+ * (segment.h). */
+static void attach_pending_locked(void)
+{
+    int rc = attach_locked(g_run_dir);
+    if (rc != 0 && !(rc == TPF_ENOSPC && noroom_begin_locked(g_run_dir) == 0)) {
+        atomic_store_explicit(&g_state, 0, memory_order_release);
+        g_run_dir_pub[0] = 0;
+    }
+}
+
 /* First event of a thread in this generation (or the process's first
  * event with a pending run dir). Returns 1 when t_probe is usable. */
 static __attribute__((noinline)) int slow_path(uint32_t st)
@@ -595,13 +613,7 @@ static __attribute__((noinline)) int slow_path(uint32_t st)
     pthread_mutex_lock(&g_lock);
     st = atomic_load_explicit(&g_state, memory_order_relaxed);
     if (st == PROBE_PENDING) {
-        /* An unusable run dir leaves the probe off, silently; a full one
-         * leaves it counting what it cannot record (segment.h). */
-        int arc = attach_locked(g_run_dir);
-        if (arc != 0 && !(arc == TPF_ENOSPC && noroom_begin_locked(g_run_dir) == 0)) {
-            atomic_store_explicit(&g_state, 0, memory_order_release);
-            g_run_dir_pub[0] = 0;
-        }
+        attach_pending_locked();
         st = atomic_load_explicit(&g_state, memory_order_relaxed);
     }
     if (st >= PROBE_GEN0 && !g_seg.h && atomic_load_explicit(&g_noroom_fd, memory_order_relaxed) >= 0) {
@@ -738,11 +750,8 @@ static void resolve_pending(void)
 {
     if (atomic_load_explicit(&g_state, memory_order_acquire) != PROBE_PENDING) return;
     pthread_mutex_lock(&g_lock);
-    if (atomic_load_explicit(&g_state, memory_order_relaxed) == PROBE_PENDING &&
-        attach_locked(g_run_dir) != 0) {
-        atomic_store_explicit(&g_state, 0, memory_order_release);
-        g_run_dir_pub[0] = 0;
-    }
+    if (atomic_load_explicit(&g_state, memory_order_relaxed) == PROBE_PENDING)
+        attach_pending_locked();
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -755,7 +764,7 @@ int tpf_attached(void)
 uint64_t tpf_dropped(void)
 {
     pthread_mutex_lock(&g_lock);
-    uint64_t d = g_dropped_before + (g_seg.h ? seg_drops(g_seg.h) : 0);
+    uint64_t d = g_dropped_before + (g_seg.h ? seg_drops(g_seg.h) : 0) + noroom_count();
     pthread_mutex_unlock(&g_lock);
     return d;
 }
