@@ -232,7 +232,7 @@ int main(int argc, char **argv)
                                   "gpu_underused: gpu.util < 30 for 60s"};
     run_meta meta = {"run", NULL, "/", "benchnode", "6.1", 64, 1e12, 1, 1, 3, rules, NULL};
     rec_export_config cfg = {lfd, 1, NULL};
-    sink_ctx ctx = {dir, 1000000000ull, 1.7e9, 1.0, 0, &meta, &cfg, note_err, NULL};
+    sink_ctx ctx = {dir, 1000000000ull, 1.7e9, 1.0, 0, &meta, &cfg, note_err, NULL, note_err};
     sinkrun s[3] = {{&rec_sink_metrics, NULL, 0, 0}, {&rec_sink_prometheus, NULL, 0, 0},
                     {&rec_sink_tensorboard, NULL, 0, 0}};
     for (int i = 0; i < 3; i++) {

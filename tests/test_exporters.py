@@ -428,6 +428,31 @@ dist.destroy_process_group()
 
 @pytest.mark.torch
 @pytest.mark.once
+def test_tensorboard_unwritable_target_is_said_once_and_the_run_goes_on(cli, tmp_path):
+    # Issue 27 item 8: a directory where the event file goes (its name is
+    # the start second and the host: planted for the next two minutes).
+    run = tmp_path / "run"
+    run.mkdir()
+    host = socket.gethostname().replace("/", "_").replace(" ", "_")
+    now = int(time.time())
+    for t in range(now - 1, now + 120):
+        (run / f"events.out.tfevents.{t}.{host}").mkdir()
+    p = subprocess.run([cli, "run", "--quiet", "--force", "--out", str(run), "--", str(TRAINER),
+                        "--steps", "300", "--quiet"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    said = [l for l in p.stderr.splitlines() if "TensorBoard" in l]
+    assert len(said) == 1, p.stderr
+    assert said[0].startswith("trainperf: warning: TensorBoard event file " + str(run)), said
+    assert "the run went on without it" in said[0]
+    # the run's own files are whole and say nothing of a failed run directory
+    assert len((run / "steps.csv").read_text().splitlines()) == 301
+    sm = json.loads((run / "summary.json").read_text())
+    assert sm["steps"]["count"] == 300 and not (sm.get("io") or {}).get("error"), sm.get("io")
+    assert "Writing the run directory failed" not in (run / "report.md").read_text()
+    assert all(f.is_dir() for f in run.glob("events.out.tfevents.*"))  # never replaced
+
+
 def test_top_shows_per_rank_rows_of_a_live_torchrun_job(cli, tmp_path):
     """`trainperf top` on a terminal (tmux), against a real 2-rank torchrun job
     over gloo under `trainperf run`: one row per rank, updating while it runs."""

@@ -265,6 +265,35 @@ os.execv(%r, ["sleep", "60"])
     assert p["where"].endswith("(native)"), h
 
 
+def test_hang_verdict_names_the_trainee_not_its_sleeping_child(run_cli, tmp_path):
+    # Issue 27 item 8: with nothing announced (--no-auto), the verdict named
+    # the deepest process with a known place: a `sleep` child of the trainee,
+    # not the trainee that recorded the steps and then hung.
+    s = script(tmp_path, "parent.py", """
+import subprocess
+steps(20)
+child = subprocess.Popen(["sleep", "999"])
+def wait_for_peer():
+    while True:
+        time.sleep(0.1)
+wait_for_peer()
+""")
+    run = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--no-auto", "--out", run, "--hang-timeout", "2s",
+                *LATE_START, "--on-hang", "kill", "--", sys.executable, s, timeout=180,
+                env=py_env())
+    assert r.returncode == 128 + 15, r.stderr
+    h = jsonl(run, "hangs.jsonl")[0]
+    procs = {p["comm"]: p for p in h["processes"]}
+    assert "sleep" in procs, h  # the child was there, and dumped
+    trainee = [p for p in h["processes"] if p["stepped"]]
+    assert len(trainee) == 1 and trainee[0]["comm"].startswith("python"), h
+    assert h["verdict"].startswith("pid %d (python" % trainee[0]["pid"]), h
+    assert "sleep" not in h["verdict"], h
+    if shutil.which("py-spy"):
+        assert "in wait_for_peer (parent.py:" in h["verdict"], h
+
+
 def test_hang_before_the_first_step_with_a_given_bound(run_cli, tmp_path):
     # stuck before its loop: the given bound applies from the command's start
     s = script(tmp_path, "early.py", """

@@ -236,6 +236,65 @@ def test_whole_rows_when_the_disk_is_full_from_the_start(cli, tmp_path):
         assert json.loads((d / "run.json").read_text())["exit"]["code"] == 0
 
 
+@pytest.mark.parametrize("size", ["200k", "300k"])
+def test_full_disk_under_the_segments_is_said_with_the_events_lost(cli, tmp_path, size):
+    # Issue 27 item 6: the segments on the full disk (no /dev/shm): 0 of the
+    # steps recorded and the report said "the program was not instrumented".
+    # 200k: not even the segment fits (the process leaves live/noroom-PID,
+    # its lost events as the size); 300k: the segment fits, no ring does.
+    with small_fs(tmp_path / "m", size) as m:
+        d = m / "r"
+        p = subprocess.run([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                            "400", "--quiet"], capture_output=True, text=True, timeout=120,
+                           env=env_clean(TRAINPERF_SHM_DIR=str(tmp_path / "none")))
+        assert p.returncode == 0, p.stderr
+        sm = json.loads((d / "summary.json").read_text())
+        nr = sm["steps"]["no_room"]
+        assert sm["steps"]["count"] == 0 and nr["processes"] == 1, sm["steps"]
+        # every step's events are counted (begin, end and the phases of each)
+        assert nr["events_dropped"] >= 2 * 400 and sm["steps"]["events_dropped"] >= nr["events_dropped"]
+        said = [l for l in p.stderr.splitlines() if "probes' segments" in l and "was full" in l]
+        assert len(said) == 1 and f"{nr['events_dropped']} events lost" in said[0], p.stderr
+        md = (d / "report.md").read_text()
+        assert "not instrumented" not in md
+        assert f"was full, so 1 process could not record and {nr['events_dropped']} events" in md
+
+
+def test_no_byte_free_loses_rows_not_the_readers(cli, tmp_path):
+    # Issue 27 item 6: with 0 bytes free the loss line counted each CSV's
+    # header as a lost row (3001 of 3000 steps), trace.json was left empty
+    # (no JSON), and `report` refused the empty steps.csv as damaged.
+    with small_fs(tmp_path / "m", "400k") as m:
+        fd = os.open(m / "fill", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        os.close(fd)
+        assert os.statvfs(m).f_bavail == 0
+        d = m / "r"
+        p = subprocess.run([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                            "3000", "--quiet"], capture_output=True, text=True, timeout=300,
+                           env=env_clean())
+        assert p.returncode == 0, p.stderr
+        lost = [l for l in p.stderr.splitlines() if "not written" in l]
+        assert len(lost) == 1 and "not written: 3000 steps.csv rows," in lost[0], p.stderr
+        # a full disk is said once: the TensorBoard file is in that line
+        assert "TensorBoard" not in p.stderr, p.stderr
+        tr = d / "trace.json"
+        assert not tr.exists() or json.loads(tr.read_text()) == [], tr.read_bytes()[:40]
+        for name in ("steps.csv", "metrics.csv", "procs.csv"):
+            assert (d / name).read_text() == ""
+        # nothing else fits either; once there is room, the report reads what
+        # is there (run.json written late by hand) instead of refusing it
+        (m / "fill").unlink()
+        (d / "run.json").write_text(json.dumps({"format_version": 1, "command": ["trainer"],
+                                                "start_mono_ns": 1, "exit": {"code": 0}}))
+        p = subprocess.run([cli, "report", str(d)], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "damaged" not in p.stderr, p.stderr
+
+
 # ---- 5. SIGKILL on `trainperf run`: nothing published is lost ----
 
 def _children(pid):
@@ -551,6 +610,85 @@ def test_dead_runs_segments_are_swept_after_recovering_them(cli, tmp_path):
     assert len(steps_rows(d)) == 400
     rec = json.loads((d / "recovered.json").read_text())
     assert rec["steps_from_rings"] == 400 - on_disk
+
+
+def _top_rank_ages(out):
+    """The "last s" cells of `trainperf top`'s per-rank rows."""
+    lines = out.splitlines()
+    head = [i for i, l in enumerate(lines) if "last s" in l]
+    assert head, out
+    return [l.split()[-1] for l in lines[head[0] + 1:] if l.strip().startswith(("pid ", "rank "))]
+
+
+def test_a_run_recovered_either_way_gets_its_summary_and_reports(cli, tmp_path):
+    # Issue 27 item 5: the next run's sweep drained a killed run's segments
+    # into its steps.csv but wrote no summary.json or report, and `report`
+    # on it then wrote none either; `top` showed it as "running, 2 s".
+    base = _private_shm(tmp_path)
+    env = env_clean(TRAINPERF_SHM_DIR=str(base))
+    d = tmp_path / "killed"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps", "400",
+                           "--data-delay-ms", "10", "--quiet"], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    _wait_rows(d, 30, tp)
+    kids = _children(tp.pid)
+    tp.kill()
+    tp.wait()
+    _wait_gone(kids[0])
+    # Dead, not running: the collector's lock is gone and no end was written.
+    # top ends by itself (no --once) instead of watching a dead run forever.
+    p = subprocess.run([cli, "top", str(d)], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "dead" in p.stdout and "running" not in p.stdout, p.stdout
+    assert "`trainperf report` recovers it" in p.stdout
+    assert all(not a.startswith("-") for a in _top_rank_ages(p.stdout)), p.stdout
+    # The next run sweeps its segments: recovered, summary and reports too.
+    p = subprocess.run([cli, "run", "--out", str(tmp_path / "next"), "--", TRAINER, "--steps", "5",
+                        "--quiet"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert f"recovered an interrupted run in {d}" in p.stderr, p.stderr
+    assert os.listdir(base) == []
+    sm = json.loads((d / "summary.json").read_text())
+    assert sm["steps"]["count"] == 400 and len(steps_rows(d)) == 400
+    assert "recovered" in (d / "report.md").read_text() and (d / "report.html").exists()
+    p = subprocess.run([cli, "top", "--once", str(d)], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert "recovered (recovered.json)" in p.stdout and "steps 400" in p.stdout, p.stdout
+    # A run drained once but left without its summary (as the sweep left
+    # them before, or when writing it failed): `report` finishes it, once.
+    for n in ("summary.json", "report.md", "report.html"):
+        (d / n).unlink()
+    p = subprocess.run([cli, "report", str(d)], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert p.returncode == 0, p.stderr
+    assert "finished the interrupted run" in p.stderr, p.stderr
+    assert json.loads((d / "summary.json").read_text())["steps"]["count"] == 400
+    assert (d / "report.md").exists() and len(steps_rows(d)) == 400  # never drained twice
+    p = subprocess.run([cli, "report", str(d)], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert "interrupted" not in p.stderr
+
+
+def test_top_never_shows_a_negative_age(cli, tmp_path):
+    # A live run's "last s" was the last sample's time less the last step's
+    # end: -0.2 when a step had ended after the sample.
+    d = tmp_path / "r"
+    tp = subprocess.Popen([cli, "run", "--quiet", "--out", str(d), "--", TRAINER, "--steps",
+                           "100000000", "--quiet"], env=env_clean(), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    try:
+        _wait_rows(d, 5, tp)
+        _wait_file(d / "metrics.csv")
+        for _ in range(10):
+            p = subprocess.run([cli, "top", "--once", str(d)], capture_output=True, text=True,
+                               timeout=60)
+            assert "running" in p.stdout and "dead" not in p.stdout, p.stdout
+            ages = _top_rank_ages(p.stdout)
+            assert ages and all(not a.startswith("-") for a in ages), p.stdout
+            time.sleep(0.1)
+    finally:
+        tp.send_signal(signal.SIGINT)
+        tp.wait(timeout=120)
 
 
 def test_dead_runs_segments_are_swept_when_its_run_directory_is_gone(cli, tmp_path):

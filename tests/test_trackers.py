@@ -208,3 +208,60 @@ def test_no_tracker_no_import(cli, tmp_path):
     assert info["thread"] is True
     assert info["modules"] == []
     assert info["status"]["wandb"] == "unused" and info["status"]["mlflow"] == "unused"
+
+
+BROKEN_MLFLOW = r"""
+import json, os, sqlite3, sys, time
+import mlflow
+import trainperf
+out = sys.argv[1]
+db = os.path.join(out, "mlflow.db")
+mlflow.set_tracking_uri("sqlite:///" + db)
+mlflow.start_run()
+# The tracker's store stops taking metrics (as a full or broken database
+# would): every write to it fails from here on.
+with sqlite3.connect(db) as c:
+    c.execute("DROP TABLE metrics")
+    c.execute("DROP TABLE latest_metrics")
+steps = 0
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    with trainperf.step():
+        time.sleep(0.005)
+    steps += 1
+from trainperf import _exporters
+json.dump({"steps": steps, "status": _exporters.status()}, open(os.path.join(out, "info.json"), "w"))
+"""
+
+
+@pytest.mark.once
+def test_unwritable_tracker_is_said_once_and_the_run_goes_on(cli, tmp_path):
+    # Issue 27 item 8: a tracker whose store cannot be written is said once,
+    # on one line (SQLAlchemy's error runs over several), then left alone;
+    # the training and the run directory never notice.
+    pytest.importorskip("mlflow")
+    prog = tmp_path / "train.py"
+    prog.write_text(BROKEN_MLFLOW)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ)
+    env.pop("TRAINPERF_RUN_DIR", None)
+    env.update({"TRAINPERF_EXPORT_INTERVAL": "0.2", "MLFLOW_ENABLE_ASYNC_LOGGING": "false",
+                "PYTHONPATH": str(ROOT / "python")})
+    run = tmp_path / "run"
+    p = subprocess.run([cli, "run", "--quiet", "--interval", "0.2", "--out", str(run), "--",
+                        sys.executable, str(prog), str(out), "4"],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    info = json.loads((out / "info.json").read_text())
+    assert info["status"]["mlflow"].startswith("stopped: "), info
+    said = [l for l in p.stderr.splitlines() if l.startswith("trainperf") and "mlflow" in l]
+    assert len(said) == 1, p.stderr[-3000:]
+    assert said[0].startswith("trainperf: warning: not logging to mlflow any more"), said
+    # MLflow logged each failed write of ours with a 90-line traceback; what
+    # is left is its own atexit end_run on the broken store (the script's)
+    assert p.stderr.count("ERROR mlflow") <= 1, p.stderr[-3000:]
+    # the run itself: every step, its summary and report
+    sm = json.loads((run / "summary.json").read_text())
+    assert sm["steps"]["count"] == info["steps"] > 0
+    assert (run / "report.md").exists()

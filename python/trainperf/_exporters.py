@@ -214,12 +214,19 @@ class _Exporter:
         self.client_uri = None
 
     def _fail(self, tracker, exc):
-        self.errors[tracker] += 1
         with _lock:
+            self.errors[tracker] += 1
             _state["errors"] += 1
-            if self.errors[tracker] >= _MAX_ERRORS:
-                _state[tracker] = "stopped: %s" % (exc,)
-                sys.stderr.write("trainperf: not logging to %s any more: %s\n" % (tracker, exc))
+            # said once, on one line (the loop thread and flush() may both
+            # fail here), and the tracker is left alone from then on
+            if self.errors[tracker] == _MAX_ERRORS:
+                why = _one_line(exc)
+                _state[tracker] = "stopped: %s" % why
+                try:
+                    sys.stderr.write("trainperf: warning: not logging to %s any more (%d failures): "
+                                     "%s\n" % (tracker, _MAX_ERRORS, why))
+                except Exception:  # a closed or broken stderr: still the run's own
+                    pass
 
     def _to_wandb(self, wandb, step, d):
         run = getattr(wandb, "run", None)
@@ -279,7 +286,7 @@ class _Exporter:
             if (name == "wandb" and not use_w) or (name == "mlflow" and not use_m):
                 continue
             try:
-                if fn(mod, step, d):
+                if _call_quietly(name, fn, mod, step, d):
                     with _lock:
                         _state[name] = "on"
                         _state["logged"] += 1
@@ -294,6 +301,39 @@ class _Exporter:
                 with _lock:
                     _state["errors"] += 1
                     _state["last_error"] = repr(exc)
+
+
+_tls = threading.local()
+
+
+def _ours_quiet(record):
+    """A logging filter: a tracker's own log records made by our calls into
+    it are dropped (MLflow logs every failed write with its traceback, 90
+    lines each); our one line says what failed. Other threads' records pass."""
+    return not getattr(_tls, "calling", False)
+
+
+def _call_quietly(tracker, fn, *args):
+    """fn(*args) with the tracker's logging of it silenced (records are
+    handled on the calling thread, so a thread-local flag tells ours)."""
+    import logging
+    for lg in (logging.getLogger(tracker), logging.getLogger()):
+        for h in list(lg.handlers):
+            if _ours_quiet not in h.filters:
+                h.addFilter(_ours_quiet)
+    _tls.calling = True
+    try:
+        return fn(*args)
+    finally:
+        _tls.calling = False
+
+
+def _one_line(exc, limit=300):
+    """An exception as one line for a warning: its type and the first line
+    of its text (SQLAlchemy's and MLflow's run over several), capped."""
+    text = str(exc).strip().splitlines()
+    line = "%s: %s" % (type(exc).__name__, text[0].strip() if text else "")
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 def _wandb_rows_free(run, ours):

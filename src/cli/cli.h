@@ -79,4 +79,13 @@ void cli_wrap(const char *in, size_t len, int cols, struct buf *out);
  * to out (NULL: stdout). Frees b. Returns the exit code. */
 int cli_put_doc(int rc, struct buf *b, const char *err, const char *out);
 
+/* A run rec_recover found interrupted (by `report`, or the next run's sweep
+ * of dead segment directories): its summary.json and reports written
+ * (report_finish_run), one line on stderr saying so, and one more when they
+ * could not be written (none when quiet: a sweep's run is not the current
+ * run's business, and `report` on it finishes it later). Returns 0, or the
+ * TPF_E* code of the writing. */
+struct rec_recovery;
+int cli_finish_recovered(const char *dir, const struct rec_recovery *rv, int quiet);
+
 #endif

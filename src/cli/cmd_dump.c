@@ -138,7 +138,7 @@ int cmd_dump(int argc, char **argv)
     buf_init(&doc, DUMP_OUT_MAX);
     int rc = res ? 0 : TPF_ENOMEM;
     for (int i = 0; i < nroots && !rc; i++)
-        rc = hd_collect(run_dir, roots[i], req, flags, &res[i], &body);
+        rc = hd_collect(run_dir, roots[i], req, flags, NULL, 0, &res[i], &body);
     if (!rc && body.err) rc = body.err;
     if (rc) {
         cli_error("dump: %s", tpf_strerror(rc));

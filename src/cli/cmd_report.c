@@ -126,6 +126,25 @@ int cli_put_doc(int rc, buf *b, const char *err, const char *out)
     return rc;
 }
 
+int cli_finish_recovered(const char *dir, const rec_recovery *rv, int quiet)
+{
+    char err[512] = "";
+    int frc = report_finish_run(dir, 0, NULL, err, sizeof(err));
+    if (!quiet) {
+        if (rv->earlier)
+            fprintf(stderr, "trainperf: finished the interrupted run in %s (recovered earlier)%s\n",
+                    dir, frc == 0 ? ": summary.json and the reports written" : "");
+        else
+            fprintf(stderr,
+                    "trainperf: recovered an interrupted run in %s: %llu steps drained from its "
+                    "segments (%llu were on disk)%s\n",
+                    dir, (unsigned long long)rv->steps, (unsigned long long)rv->steps_before,
+                    frc == 0 ? "; summary.json and the reports written" : "");
+    }
+    if (frc && !quiet) cli_warn("%s", err[0] ? err : tpf_strerror(frc));
+    return frc;
+}
+
 int cmd_report(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL;
@@ -178,15 +197,7 @@ int cmd_report(int argc, char **argv)
             cli_error("recovering %s: %s", dirs[i], err[0] ? err : tpf_strerror(rrc));
             return CLI_FAIL;
         }
-        if (rrc == 1) {
-            int frc = report_finish_run(dirs[i], 0, NULL, err, sizeof(err));
-            fprintf(stderr,
-                    "trainperf: recovered an interrupted run in %s: %llu steps drained from live/ "
-                    "(%llu were on disk)%s\n",
-                    dirs[i], (unsigned long long)rv.steps, (unsigned long long)rv.steps_before,
-                    frc == 0 ? "; summary.json and the reports written" : "");
-            if (frc) cli_warn("%s", err[0] ? err : tpf_strerror(frc));
-        }
+        if (rrc == 1) cli_finish_recovered(dirs[i], &rv, 0);
         err[0] = 0;
         /* RUN/stacks.speedscope.json: the sampled stacks for speedscope and
          * Perfetto; a run directory that cannot take it (read-only, a copy)

@@ -32,6 +32,7 @@
 #include "probe/probe.h"
 #include "probe/segment.h"
 #include "record/exporter.h"
+#include "record/recover.h"
 #include "record/rundir.h"
 #include "record/safeout.h"
 #include "record/segdir.h"
@@ -706,6 +707,12 @@ static int spawn(const char *exe, char **cmd, char **env, int tty_fd, pid_t *out
     return 0;
 }
 
+/* A dead run the sweep recovered: its summary and reports (ctx: quiet). */
+static void run_swept_run(const char *dir, const rec_recovery *rv, void *ctx)
+{
+    cli_finish_recovered(dir, rv, *(const int *)ctx);
+}
+
 int cmd_run(int argc, char **argv)
 {
     run_args a;
@@ -804,8 +811,9 @@ int cmd_run(int argc, char **argv)
         }
     }
     /* Segment directories of dead runs: recovered into their run
-     * directories, then removed (they hold memory). */
-    rec_segdir_sweep();
+     * directories (with their summaries and reports), then removed (they
+     * hold memory). */
+    rec_segdir_sweep(run_swept_run, &a.quiet);
     /* One run per directory, locked for the whole run (rundir.h). */
     int lock_fd = rc = rec_rundir_claim(run_dir, a.force ? REC_CLAIM_FORCE : 0);
     if (rc == TPF_EBUSY || rc == TPF_EEXIST) {
@@ -1023,6 +1031,16 @@ int cmd_run(int argc, char **argv)
         char lost[400];
         rec_loss_text(&s.lost, lost, sizeof(lost));
         if (lost[0]) cli_warn("%s", lost);
+        if (s.noroom_procs)
+            cli_warn("the disk holding the probes' segments (%s/live) was full: %llu process%s "
+                     "could not record, %llu events lost",
+                     run_dir, (unsigned long long)s.noroom_procs, s.noroom_procs == 1 ? "" : "es",
+                     (unsigned long long)s.noroom_events);
+        /* An exporter's target could not be written: once each, the run
+         * went on without it. */
+        for (int i = 0; i < s.nwarnings; i++)
+            if (!(lost[0] && s.warning_err[i] == TPF_ENOSPC)) /* the line above says it */
+                cli_warn("%s (the run went on without it)", s.warnings[i]);
         if (s.bad_segments)
             cli_warn("%s%s: not a readable trainperf segment (corrupt header); its events "
                      "were skipped",

@@ -16,6 +16,7 @@
 #include "cli/cli.h"
 #include "cli/top_gpus.h"
 #include "cli/top_ranks.h"
+#include "record/rundir.h"
 #include "util/afile.h"
 #include "util/human.h"
 #include "trainperf.h"
@@ -213,11 +214,31 @@ static void command_words(buf *b, const jr_node *cmd, size_t room)
     }
 }
 
+/* Seconds since the run started, by this machine's clock: NAN when the run
+ * was made on another host (its clock may differ; the last sample's time is
+ * shown then). */
+static double run_age(const jr_node *run)
+{
+    char host[256];
+    const char *rh = jr_pstr(run, "host");
+    double start = jr_pnum(run, "start_unix_s");
+    if (!rh || !isfinite(start) || gethostname(host, sizeof(host)) != 0) return NAN;
+    host[sizeof(host) - 1] = 0;
+    if (strcmp(host, rh) != 0) return NAN;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double age = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - start;
+    return age >= 0 ? age : 0;
+}
+
 static int render(const char *dir, top_row *r, int tty, int color, nvml_top *nv)
 {
     jr_doc run;
     char err[256];
     char path[PATH_MAX];
+    /* Asked before run.json is read: a collector that finishes meanwhile has
+     * written its end there by the time its lock is gone. */
+    int collector_gone = rec_rundir_in_use(dir) == 0;
     snprintf(path, sizeof(path), "%s/run.json", dir);
     if (jr_load_file(&run, path, 1u << 20, err, sizeof(err)) != 0) return -1;
     const jr_node *cmd = jr_get(run.root, "command");
@@ -229,25 +250,43 @@ static int render(const char *dir, top_row *r, int tty, int color, nvml_top *nv)
     double dur = jr_pnum(run.root, "duration_s");
     const jr_node *ex = jr_get(run.root, "exit");
     int ended = isfinite(dur);
+    /* No end recorded and no collector holding the directory: the run was
+     * killed (SIGKILL, the OOM killer, a lost node). */
+    int dead = !ended && collector_gone;
     int have = read_metrics(dir, r) == 0;
     top_alerts al;
     read_alerts(dir, &al);
     const char *b = color ? CLI_BOLD : "", *z = color ? CLI_RESET : "";
     char t1[32], t2[32], t3[32], t4[32];
     double t = have ? col(r, "t") : NAN;
+    /* The run time "now" is for the steps' ages: a live run's clock (the
+     * last sample can be a second old, its steps newer), an ended run's
+     * end, a dead run's last sample. */
+    double now = ended ? dur : t;
+    if (!ended && !dead) {
+        double age = run_age(run.root);
+        if (isfinite(age) && !(age < now)) now = age;
+    }
     if (tty) fputs("\033[H\033[J", stdout);
     printf("%strainperf top%s %s  (%s)\n", b, z, dir, line.data ? line.data : "");
+    snprintf(path, sizeof(path), "%s/recovered.json", dir);
+    int recovered = access(path, F_OK) == 0;
     if (ended) {
         double code = jr_pnum(ex, "code");
         printf("  ended after %.1f s, exit %s\n", dur, num(t1, sizeof(t1), code, 0));
+    } else if (dead) {
+        printf("  dead: the collector is gone and no end was recorded (killed?), last sample at "
+               "%s s; %s\n",
+               num(t1, sizeof(t1), t, 0),
+               recovered ? "recovered (recovered.json)" : "`trainperf report` recovers it");
     } else {
-        printf("  running, %s s\n", num(t1, sizeof(t1), t, 0));
+        printf("  running, %s s\n", num(t1, sizeof(t1), now, 0));
     }
     /* A finished run: its summary, not the sample taken after the command
      * exited (which shows the tail, e.g. half the rate and unknown CPU). */
     jr_doc sum;
     int have_sum = 0;
-    if (ended) {
+    if (ended || dead) {
         snprintf(path, sizeof(path), "%s/summary.json", dir);
         have_sum = jr_load_file(&sum, path, 16u << 20, err, sizeof(err)) == 0;
     }
@@ -289,7 +328,7 @@ static int render(const char *dir, top_row *r, int tty, int color, nvml_top *nv)
             printf("  processes %s\n", num(t1, sizeof(t1), col(r, "tree_procs"), 0));
         }
         static top_pids pids;
-        top_ranks_print(dir, t, color, &pids);
+        top_ranks_print(dir, now, color, &pids);
         /* a running run on this node: its GPUs now, with every process on
          * them (NVML); else the run's GPUs as its last sample has them */
         int live = !ended && nv && top_gpus_print(nv, dir, &pids, color) > 0;
@@ -323,7 +362,7 @@ static int render(const char *dir, top_row *r, int tty, int color, nvml_top *nv)
     fflush(stdout);
     buf_free(&line);
     jr_free(&run);
-    return ended;
+    return ended || dead;
 }
 
 int cmd_top(int argc, char **argv)

@@ -900,7 +900,17 @@ static void fire_hang(sup *s, double t, double since, double bound, const char *
         pid_t pids[2];
         root = hd_tree(getpid(), pids, NULL, 2) == 2 ? pids[1] : 0;
     }
-    int rc = root > 0 ? hd_dump(s->run_dir, root, s->nhangs, headline, res) : TPF_EIO;
+    /* the processes that recorded steps: the verdict names them, not a
+     * child sleeping meanwhile */
+    pid_t stepped[SUP_MAX_STREAMS];
+    int nstepped = 0;
+    for (int k = 0; k < s->nstreams; k++) {
+        int j = 0;
+        while (j < nstepped && stepped[j] != s->streams[k].pid) j++;
+        if (j == nstepped && s->streams[k].pid > 0) stepped[nstepped++] = s->streams[k].pid;
+    }
+    int rc = root > 0 ? hd_dump(s->run_dir, root, s->nhangs, headline, stepped, nstepped, res)
+                      : TPF_EIO;
     snprintf(s->last_verdict, sizeof(s->last_verdict), "%s", res->verdict);
     snprintf(s->last_stacks, sizeof(s->last_stacks), "%s", rc ? "" : res->stacks);
     char msg[1024];

@@ -201,7 +201,10 @@ void top_ranks_print(const char *dir, double now_t, int color, top_pids *pids)
             snprintf(who, sizeof(who), "pid %ld", r->pid);
         snprintf(sps, sizeof(sps), have_s && sum_iv > 0 ? "%.1f" : "?", sum_s / (sum_iv / 1e3));
         snprintf(dw, sizeof(dw), have_data && sum_iv > 0 ? "%.0f" : "?", 100 * sum_data / sum_iv);
-        snprintf(age, sizeof(age), isfinite(now_t) ? "%.1f" : "?", now_t - r->last_end_s);
+        /* A step that ended after now_t (the clocks of run.json's start and
+         * of the steps differ by a little) ended just now, never -0.2 s ago. */
+        double ago = now_t - r->last_end_s;
+        snprintf(age, sizeof(age), isfinite(ago) ? "%.1f" : "?", ago > 0 ? ago : 0.0);
         /* A rank whose steps take 20% more than the job's median: a straggler
          * (in synchronous training the others wait for it). */
         int slow = nrows > 1 && isfinite(job_med) && med[i] > 1.2 * job_med;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -95,6 +96,7 @@ struct coll {
     int nnotes, nalert_rules;
     const char **alert_rules;
     uint64_t events_dropped;     /* by the probes, as of coll_finish */
+    uint64_t noroom_procs, noroom_events; /* probes without room (sink_run) */
 
     /* shared with other threads */
     pthread_mutex_t mu;
@@ -104,6 +106,9 @@ struct coll {
 
     int first_err;
     char err_text[200];
+    char warns[COLL_MAX_WARNINGS][COLL_WARNING_MAX]; /* sink_ctx.warn, in order */
+    int warn_err[COLL_MAX_WARNINGS];
+    int nwarns;
 
     /* run.json */
     run_meta meta;
@@ -142,6 +147,15 @@ static void note_err(coll *c, const char *what, int err)
 
 static void sink_error(void *arg, const char *what, int err) { note_err(arg, what, err); }
 
+static void sink_warn(void *arg, const char *what, int err)
+{
+    coll *c = arg;
+    if (c->nwarns == COLL_MAX_WARNINGS) return;
+    c->warn_err[c->nwarns] = err ? err : TPF_EIO;
+    snprintf(c->warns[c->nwarns++], COLL_WARNING_MAX, "%s: %s", what,
+             tpf_strerror(err ? err : TPF_EIO));
+}
+
 /* The collector's figures as the sinks see them at this call. */
 static void run_view(coll *c, sink_run *r)
 {
@@ -159,6 +173,8 @@ static void run_view(coll *c, sink_run *r)
     r->nsources = c->nsrc;
     r->sources = c->status;
     r->events_dropped = c->events_dropped;
+    r->noroom_procs = c->noroom_procs;
+    r->noroom_events = c->noroom_events;
     r->ended = c->ended;
     r->exit = c->exit;
     r->end_unix_s = c->end_unix_s;
@@ -289,7 +305,12 @@ static void seg_close(coll *c, coll_seg *s)
 {
     if (s->state != SEG_OPEN) return;
     seg_drain(c, s);
-    c->dropped_closed += seg_reader_dropped(s->r);
+    uint64_t d = seg_reader_dropped(s->r);
+    c->dropped_closed += d;
+    if (seg_reader_noroom(s->r)) {
+        c->noroom_procs++;
+        c->noroom_events += d;
+    }
     seg_reader_close(s->r);
     agg_proc_end(c->agg, s->p, mono_ns());
     agg_proc_free(s->p);
@@ -437,6 +458,31 @@ static void drain_all(coll *c, int check_dead)
         s->state = SEG_GONE;
         gone--;
     }
+}
+
+/* Processes that could not make their segment for want of space left
+ * RUN/live/noroom-<pid>, the events they could not record as its size
+ * (probe/segment.h). */
+static void noroom_markers(coll *c)
+{
+    char live[PATH_MAX + 8];
+    snprintf(live, sizeof(live), "%s/live", c->run_dir);
+    int dfd = open(live, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
+    if (!d) {
+        if (dfd >= 0) close(dfd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        struct stat st;
+        if (strncmp(de->d_name, "noroom-", 7) != 0 ||
+            fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        c->noroom_procs++;
+        c->noroom_events += (uint64_t)st.st_size;
+    }
+    closedir(d);
 }
 
 static uint64_t dropped_now(const coll *c)
@@ -681,6 +727,7 @@ int coll_create(coll **out, const coll_opts *o)
         .config = c->o.sink_config,
         .error = sink_error,
         .error_arg = c,
+        .warn = sink_warn,
     };
     for (size_t i = 0; i < c->o.nsinks && c->nsinks < COLL_MAX_SINKS; i++) {
         const sink_ops *ops = c->o.sinks[i];
@@ -776,6 +823,9 @@ int coll_finish(coll *c, const run_exit *ex)
     drain_all(c, 0);
     uint64_t dropped = dropped_now(c);
     for (int i = 0; i < c->nsegs; i++) seg_close(c, &c->segs[i]);
+    uint64_t marked = c->noroom_events;
+    noroom_markers(c);
+    dropped += c->noroom_events - marked;
     pend_flush(c);
     agg_gpu_flush(c->agg, mono_ns(), 1);
     uint64_t now = mono_ns();
@@ -819,8 +869,13 @@ void coll_get_summary(const coll *c, coll_summary *out)
         out->gpu_mem_total_bytes[g] = gr->mem_total;
     }
     out->events_dropped = c->events_dropped;
+    out->noroom_procs = c->noroom_procs;
+    out->noroom_events = c->noroom_events;
     out->trace_dropped = c->tally.trace_dropped;
     out->exporter_lost = c->tally.exporter_lost;
+    out->nwarnings = c->nwarns;
+    memcpy(out->warnings, c->warns, sizeof(out->warnings));
+    memcpy(out->warning_err, c->warn_err, sizeof(out->warning_err));
     out->nalerts = c->nnotes;
     snprintf(out->io_error, sizeof(out->io_error), "%s", c->err_text);
     out->lost = c->tally.lost;

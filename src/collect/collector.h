@@ -60,6 +60,9 @@ int coll_start(coll *c);
 int coll_finish(coll *c, const run_exit *ex);
 void coll_free(coll *c);
 
+#define COLL_MAX_WARNINGS 8
+#define COLL_WARNING_MAX (PATH_MAX + 96)
+
 /* End-of-run figures for the CLI (valid after coll_finish). NaN: unknown. */
 typedef struct coll_summary {
     double duration_s;
@@ -73,6 +76,7 @@ typedef struct coll_summary {
     double gpu_util_mean_pct[FRAME_MAX_GPUS], gpu_mem_max_bytes[FRAME_MAX_GPUS];
     double gpu_mem_total_bytes[FRAME_MAX_GPUS];
     uint64_t events_dropped, trace_dropped;
+    uint64_t noroom_procs, noroom_events; /* probes without room (sink_run) */
     int nalerts;
     char io_error[200];      /* "" or the first file error of the run */
     sink_lost lost;          /* what a full disk cost (record/safeout.h) */
@@ -81,6 +85,9 @@ typedef struct coll_summary {
     int nsources;
     run_source sources[RUN_MAX_SOURCES];
     uint64_t exporter_lost;  /* updates Prometheus/TensorBoard dropped */
+    int nwarnings;           /* outputs the run did without (sink_ctx.warn) */
+    char warnings[COLL_MAX_WARNINGS][COLL_WARNING_MAX];
+    int warning_err[COLL_MAX_WARNINGS]; /* TPF_E* of each */
 } coll_summary;
 
 void coll_get_summary(const coll *c, coll_summary *out);

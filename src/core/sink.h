@@ -74,6 +74,11 @@ typedef struct sink_ctx {
      * run's first one shows in coll_summary.io_error. */
     void (*error)(void *arg, const char *what, int err);
     void *error_arg;
+    /* An output the run can do without (an exporter: TensorBoard's event
+     * file) cannot be written: what names it (the path), err the reason. Its
+     * sink calls this once and goes quiet; the caller says so once. Not a
+     * failure of the run directory's own files (error above). May be NULL. */
+    void (*warn)(void *arg, const char *what, int err);
 } sink_ctx;
 
 /* Counts sinks publish for others (written by the trace sink, read by the
@@ -110,6 +115,10 @@ typedef struct sink_run {
     run_exit exit;
     double end_unix_s, duration_s;
     sink_tally *tally;
+    /* Probes that found no room for their segment or a ring (a full disk,
+     * probe/segment.h): how many processes, and the events they could not
+     * record (counted in events_dropped too). */
+    uint64_t noroom_procs, noroom_events;
 } sink_run;
 
 /* A probe event other than a step, for sinks that show them (the trace). */

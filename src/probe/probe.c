@@ -83,6 +83,35 @@ static char g_seg_tag[16];
 static probe_seg g_retired[PROBE_MAX_RETIRED];
 static int g_nretired;
 static uint64_t g_dropped_before; /* drops of earlier segments */
+/* No segment for want of space (segment.h): the events this process could
+ * not record are counted in a header of its own memory and published as the
+ * size of RUN/live/noroom-<pid> (g_noroom_fd; -1 none). */
+static seg_header g_noroom_hdr;
+static _Atomic int g_noroom_fd = -1;
+
+/* The count of unrecorded events as the marker's size: at powers of two and
+ * every 1024 (a syscall per 1024 events, only in a process with no room). */
+static void noroom_publish(uint64_t n, int always)
+{
+    int fd = atomic_load_explicit(&g_noroom_fd, memory_order_relaxed);
+    if (fd >= 0 && (always || (n & (n - 1)) == 0 || (n & 1023) == 0) &&
+        ftruncate(fd, (off_t)n) != 0) {
+        /* nothing to do: the count stays at its last size */
+    }
+}
+
+/* The events counted without a segment (noroom_begin_locked). */
+static uint64_t noroom_count(void)
+{
+    return atomic_load_explicit(&g_noroom_hdr.drops_noring, memory_order_relaxed);
+}
+
+/* The marker's exact count (detach, exit). */
+static void noroom_final(void)
+{
+    noroom_publish(noroom_count(), 1);
+}
+
 
 /* Name registry (process-local master copy; the segment gets a copy). */
 static char g_names[SEG_MAX_NAMES][SEG_NAME_MAX];
@@ -463,6 +492,7 @@ void probe_detach(void)
     pthread_mutex_lock(&g_lock);
     atomic_store_explicit(&g_state, 0, memory_order_release);
     retire_locked();
+    noroom_final();
     g_run_dir_pub[0] = 0;
     pthread_mutex_unlock(&g_lock);
 }
@@ -517,15 +547,54 @@ static seg_ring_hdr *claim_ring_locked(probe_seg *sg)
         /* Grown before rings_used says the ring exists (see segment.h), with
          * its blocks reserved: no space means no ring (the thread's events
          * are counted as dropped), never a SIGBUS in the training process. */
-        if (sg->fd < 0 || (sg->shm && !shm_room(sg->fd, need - sg->file_len)) ||
-            posix_fallocate(sg->fd, (off_t)sg->file_len, (off_t)(need - sg->file_len)) != 0)
+        if (sg->fd < 0) return NULL;
+        if ((sg->shm && !shm_room(sg->fd, need - sg->file_len)) ||
+            posix_fallocate(sg->fd, (off_t)sg->file_len, (off_t)(need - sg->file_len)) != 0) {
+            atomic_store_explicit(&h->noroom, 1, memory_order_relaxed);
             return NULL;
+        }
         sg->file_len = need;
     }
     atomic_store_explicit(&h->rings_used, n + 1, memory_order_release);
     seg_ring_hdr *r = seg_ring_at(h, h, n);
     atomic_store_explicit(&r->state, SEG_RING_OWNED, memory_order_relaxed);
     return r;
+}
+
+/* No room for a segment (run dir's file system full): the marker instead,
+ * and a generation with no segment whose events are counted. */
+static int noroom_begin_locked(const char *run_dir)
+{
+    char where[PATH_MAX], name[64];
+    int dfd = seg_place(run_dir, 0, where, sizeof(where));
+    if (dfd < 0) return dfd;
+    snprintf(name, sizeof(name), "noroom-%d%s%s", (int)getpid(), g_seg_tag[0] ? "." : "",
+             g_seg_tag);
+    unlinkat(dfd, name, 0); /* an earlier attach's, or a planted link: never followed */
+    int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int rc = fd < 0 ? err_from_errno(errno) : 0;
+    close(dfd);
+    if (rc) return rc;
+    /* An earlier marker's fd is never closed here: a thread may be about to
+     * ftruncate it, and a reused fd number would be someone else's file. */
+    atomic_store_explicit(&g_noroom_fd, fd, memory_order_relaxed);
+    atomic_store_explicit(&g_noroom_hdr.drops_noring, 0, memory_order_relaxed);
+    atomic_store_explicit(&g_noroom_hdr.noroom, 1, memory_order_relaxed);
+    if (++g_gen < PROBE_GEN0) g_gen = PROBE_GEN0;
+    atomic_store_explicit(&g_state, g_gen, memory_order_release);
+    return 0;
+}
+
+/* The pending run dir's segment, made now: an unusable run dir leaves the
+ * probe off, silently; a full one leaves it counting what it cannot record
+ * (segment.h). */
+static void attach_pending_locked(void)
+{
+    int rc = attach_locked(g_run_dir);
+    if (rc != 0 && !(rc == TPF_ENOSPC && noroom_begin_locked(g_run_dir) == 0)) {
+        atomic_store_explicit(&g_state, 0, memory_order_release);
+        g_run_dir_pub[0] = 0;
+    }
 }
 
 /* First event of a thread in this generation (or the process's first
@@ -535,19 +604,23 @@ static __attribute__((noinline)) int slow_path(uint32_t st)
     probe_tls *t = &t_probe;
     if (st != PROBE_PENDING && t->noring_gen == st) {
         /* Counted without the lock: this thread found no ring before. */
-        atomic_fetch_add_explicit(&t->noring_hdr->drops_noring, 1, memory_order_relaxed);
+        uint64_t n =
+            atomic_fetch_add_explicit(&t->noring_hdr->drops_noring, 1, memory_order_relaxed) + 1;
+        if (t->noring_hdr == &g_noroom_hdr) noroom_publish(n, 0);
         return 0;
     }
     int ok = 0;
     pthread_mutex_lock(&g_lock);
     st = atomic_load_explicit(&g_state, memory_order_relaxed);
     if (st == PROBE_PENDING) {
-        /* An unusable run dir leaves the probe off, silently. */
-        if (attach_locked(g_run_dir) != 0) {
-            atomic_store_explicit(&g_state, 0, memory_order_release);
-            g_run_dir_pub[0] = 0;
-        }
+        attach_pending_locked();
         st = atomic_load_explicit(&g_state, memory_order_relaxed);
+    }
+    if (st >= PROBE_GEN0 && !g_seg.h && atomic_load_explicit(&g_noroom_fd, memory_order_relaxed) >= 0) {
+        t->noring_gen = st;
+        t->noring_hdr = &g_noroom_hdr;
+        noroom_publish(
+            atomic_fetch_add_explicit(&g_noroom_hdr.drops_noring, 1, memory_order_relaxed) + 1, 0);
     }
     if (st >= PROBE_GEN0 && g_seg.h) {
         seg_ring_hdr *r = claim_ring_locked(&g_seg);
@@ -677,11 +750,8 @@ static void resolve_pending(void)
 {
     if (atomic_load_explicit(&g_state, memory_order_acquire) != PROBE_PENDING) return;
     pthread_mutex_lock(&g_lock);
-    if (atomic_load_explicit(&g_state, memory_order_relaxed) == PROBE_PENDING &&
-        attach_locked(g_run_dir) != 0) {
-        atomic_store_explicit(&g_state, 0, memory_order_release);
-        g_run_dir_pub[0] = 0;
-    }
+    if (atomic_load_explicit(&g_state, memory_order_relaxed) == PROBE_PENDING)
+        attach_pending_locked();
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -694,7 +764,7 @@ int tpf_attached(void)
 uint64_t tpf_dropped(void)
 {
     pthread_mutex_lock(&g_lock);
-    uint64_t d = g_dropped_before + (g_seg.h ? seg_drops(g_seg.h) : 0);
+    uint64_t d = g_dropped_before + (g_seg.h ? seg_drops(g_seg.h) : 0) + noroom_count();
     pthread_mutex_unlock(&g_lock);
     return d;
 }
@@ -762,10 +832,22 @@ static void atfork_child(void)
     g_nretired = 0;
     g_dropped_before = 0;
     g_run_dir_pub[0] = 0;
+    /* The parent's marker: its count is the parent's (one thread here: safe
+     * to close). The child makes its own on its first event. */
+    int nfd = atomic_exchange_explicit(&g_noroom_fd, -1, memory_order_relaxed);
+    if (nfd >= 0) close(nfd);
+    atomic_store_explicit(&g_noroom_hdr.drops_noring, 0, memory_order_relaxed);
     atomic_store_explicit(&g_state, st != 0 && g_run_dir[0] ? PROBE_PENDING : 0,
                           memory_order_relaxed);
     /* atfork_prepare locked it in this very thread. */
     pthread_mutex_unlock(&g_lock);
+}
+
+/* A process without room for its segment leaves its exact count at a
+ * normal exit (the marker had it at powers of two and every 1024). */
+__attribute__((destructor)) static void probe_fini(void)
+{
+    noroom_final();
 }
 
 /* Only reads the environment: no file is made in a process that never

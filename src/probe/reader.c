@@ -287,6 +287,11 @@ const char *seg_reader_name(seg_reader *r, tpf_name id)
     return r->names[id];
 }
 
+int seg_reader_noroom(const seg_reader *r)
+{
+    return r && atomic_load_explicit(&r->h->noroom, memory_order_relaxed) != 0;
+}
+
 uint64_t seg_reader_dropped(const seg_reader *r)
 {
     if (!r) return 0;

@@ -100,6 +100,8 @@ long seg_reader_drain(seg_reader *r, seg_event_cb cb, void *ctx);
 const char *seg_reader_name(seg_reader *r, tpf_name id);
 /* Events the producer dropped (full rings, no ring left). */
 uint64_t seg_reader_dropped(const seg_reader *r);
+/* 1 when a ring was refused for want of space (header.noroom). */
+int seg_reader_noroom(const seg_reader *r);
 
 /* ---- probe side (used by embedded mode and tests) ---- */
 

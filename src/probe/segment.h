@@ -31,7 +31,14 @@
  *    counts records consumed (reader only, release store after reading).
  *    A record at index i lives at recs[i & (ring_events - 1)]. The producer
  *    drops (and counts in ring.drops, producer-only) when head - tail ==
- *    ring_events. A thread that finds no ring adds to header.drops_noring.
+ *    ring_events. A thread that finds no ring adds to header.drops_noring;
+ *    header.noroom is set (to 1, never back) when a ring could not be had
+ *    for want of space (a full disk, /dev/shm short): those drops are a
+ *    full disk's, not a busy thread's.
+ *  - a process that could not make its segment at all for want of space
+ *    makes an empty file noroom-<pid> in RUN/live instead, and counts the
+ *    events it could not record in its size (ftruncate: no block is used);
+ *    a lower bound while it runs, exact once it exits normally.
  *  - a ring whose thread exited is marked FREE; another thread may take it
  *    over only when it is fully drained (tail == head), so the tid the
  *    reader sees always belongs to the records it reads.
@@ -93,6 +100,7 @@ typedef struct seg_header {
     _Atomic uint32_t rings_used; /* ring slots ever handed out (<= max) */
     _Atomic uint32_t name_count; /* slots 0..name_count-1 may be valid */
     _Atomic uint64_t drops_noring;
+    _Atomic uint32_t noroom; /* 1: a ring was refused for want of space */
 } seg_header;
 
 typedef struct seg_name_slot {

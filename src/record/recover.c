@@ -221,8 +221,7 @@ int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen)
     if (dfd < 0) return 0; /* the report says what is wrong with dir */
     struct stat st;
     if (fstatat(dfd, "run.json", &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        fstatat(dfd, "summary.json", &st, AT_SYMLINK_NOFOLLOW) == 0 ||
-        fstatat(dfd, "recovered.json", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        fstatat(dfd, "summary.json", &st, AT_SYMLINK_NOFOLLOW) == 0) {
         close(dfd);
         return 0;
     }
@@ -231,6 +230,13 @@ int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen)
     if (flock(dfd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
         close(dfd);
         return 0;
+    }
+    /* Drained once already (the next run's sweep does not write reports):
+     * never drained twice, but still owed its summary and reports. */
+    if (fstatat(dfd, "recovered.json", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        info->earlier = 1;
+        close(dfd);
+        return 1;
     }
     /* Only a run.json the collector wrote at its start (no end, no exit):
      * a damaged one is the report's to explain, and nothing is touched. */

@@ -16,13 +16,18 @@ typedef struct rec_recovery {
     uint64_t steps;        /* step rows added from the rings */
     uint64_t dropped;      /* events the probes dropped (full rings) */
     int trace_repaired;    /* trace.json cut back to whole events and closed */
+    int earlier;           /* recovered before (recovered.json there, by a sweep
+                            * or a report that could not finish it) but never
+                            * finished: nothing drained now, the rest is zero */
 } rec_recovery;
 
 /* Recover dir when it was left unfinished (run.json without summary.json,
  * and no live collector holds its lock). Returns 1 when it recovered (info
- * filled, DIR/recovered.json written), 0 when there was nothing to do (a
- * finished run, or one still being collected), or a TPF_E* code with a
- * reason in err. */
+ * filled, DIR/recovered.json written) or finds it recovered earlier and
+ * still without summary.json (info->earlier): either way the caller writes
+ * the summary and reports next (report_finish_run). 0 when there was nothing
+ * to do (a finished run, or one still being collected), or a TPF_E* code
+ * with a reason in err. */
 int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen);
 
 #endif

@@ -66,7 +66,8 @@ int rec_rundir_prepare(const char *dir)
     if (d) {
         struct dirent *de;
         while ((de = readdir(d)) != NULL) {
-            if (strncmp(de->d_name, "seg-", 4) != 0) continue;
+            if (strncmp(de->d_name, "seg-", 4) != 0 && strncmp(de->d_name, "noroom-", 7) != 0)
+                continue;
             char p[PATH_MAX + 300];
             if (snprintf(p, sizeof(p), "%s/%s", live, de->d_name) < (int)sizeof(p)) unlink(p);
         }

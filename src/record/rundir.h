@@ -27,7 +27,8 @@ int rec_rundir_claim(const char *dir, unsigned flags);
  * fd) and close fd. fd < 0 is ignored. */
 void rec_rundir_release(int fd);
 
-/* 1 when a live collector holds dir's lock, 0 when none does, or an error. */
+/* 1 when a live collector holds dir's lock, 0 when none does, or an error
+ * (a negative TPF_E* code: also where the file system has no flock). */
 int rec_rundir_in_use(const char *dir);
 
 /* Make a fresh run directory base/<YYYYmmdd-HHMMSS>-<label> (label: letters,

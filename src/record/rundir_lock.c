@@ -139,7 +139,7 @@ int rec_rundir_in_use(const char *dir)
     if (dfd < 0) return dfd;
     int busy = 0;
     if (flock(dfd, LOCK_SH | LOCK_NB) != 0)
-        busy = errno == EWOULDBLOCK;
+        busy = errno == EWOULDBLOCK ? 1 : err_from_errno(errno); /* no flock: unknown */
     else
         flock(dfd, LOCK_UN);
     close(dfd);

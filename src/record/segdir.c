@@ -292,7 +292,7 @@ int rec_segdir_busy(int dfd)
     return busy;
 }
 
-int rec_segdir_sweep(void)
+int rec_segdir_sweep(rec_recovered_fn recovered, void *ctx)
 {
     const char *base = rec_segdir_base();
     DIR *d = opendir(base);
@@ -327,7 +327,9 @@ int rec_segdir_sweep(void)
             if (stat(run_dir, &rs) == 0 && (uint64_t)rs.st_dev == dev &&
                 (uint64_t)rs.st_ino == ino) {
                 rec_recovery info;
-                keep = rec_recover(run_dir, &info, NULL, 0) < 0;
+                int rrc = rec_recover(run_dir, &info, NULL, 0);
+                keep = rrc < 0;
+                if (rrc == 1 && recovered) recovered(run_dir, &info, ctx);
             }
         }
         if (!keep) {

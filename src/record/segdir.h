@@ -72,8 +72,12 @@ void rec_segdir_remove_path(const char *path);
 /* Sweep BASE for segment directories of dead runs: ours, not locked by a
  * live collector, no live producer. A dead run whose run directory can still
  * be recovered is recovered first (its rings drained into its steps.csv,
- * rec_recover), then the directory goes. Returns how many were removed. */
-int rec_segdir_sweep(void);
+ * rec_recover), then the directory goes. recovered (may be NULL) is called
+ * with each run directory recovered, for its summary and reports (the
+ * report layer's, above this one). Returns how many were removed. */
+struct rec_recovery;
+typedef void (*rec_recovered_fn)(const char *run_dir, const struct rec_recovery *info, void *ctx);
+int rec_segdir_sweep(rec_recovered_fn recovered, void *ctx);
 
 /* BASE: TRAINPERF_SHM_DIR, or /dev/shm. */
 const char *rec_segdir_base(void);

@@ -68,6 +68,8 @@ static void stream_write(stream *o)
     if (o->fd >= 0 && o->b.len) {
         /* Disk full and the like: whole rows or none (record/safeout.h);
          * the lost rows are counted, the run goes on. */
+        uint64_t lost0 = o->lost;
+        int header = o->size == 0 && !o->dead; /* the batch opens with the header */
         int rc = o->dead ? TPF_EIO : rec_append_whole(o->fd, &o->size, o->b.data, o->b.len, &o->lost);
         if (o->dead) {
             for (size_t i = 0; i < o->b.len; i++) o->lost += o->b.data[i] == '\n';
@@ -76,6 +78,8 @@ static void stream_write(stream *o)
             note(o->ctx, o->name, rc);
             if (o->size == 0) o->dead = 1;
         }
+        /* A header that never got out is no row lost (it was counted as one). */
+        if (header && o->size == 0 && o->lost > lost0) o->lost--;
     }
     buf_reset(&o->b);
 }

@@ -6,7 +6,9 @@
  * Records gather in a capped buffer on the collector thread; a writer thread
  * of its own puts them on disk, so a slow disk (NFS, a full page cache) never
  * holds the collector. When the writer is that far behind, whole samples are
- * dropped and counted. */
+ * dropped and counted. A target that cannot be written (a directory or a
+ * full disk at its name) is said once (sink_ctx.warn) and the exporter goes
+ * quiet; the file keeps its whole records. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -24,6 +26,7 @@
 #include "core/metrics.h"
 #include "record/tfevents.h"
 #include "trainperf.h"
+#include "util/afile.h"
 #include "util/buf.h"
 #include "util/err.h"
 
@@ -218,6 +221,10 @@ int tfev_event(buf *out, double wall_time, int64_t step, const char *file_versio
 typedef struct tfev {
     exp_counters ctrs; /* first: on_probe is exp_counters_on_probe */
     int fd;
+    off_t size;             /* whole records on disk (writer side) */
+    const sink_ctx *ctx;
+    char path[PATH_MAX + 64];
+    int warned;             /* the failure was said (collector side) */
     double start_unix_s;
     uint64_t start_mono_ns;
     buf pending;            /* collector side */
@@ -244,19 +251,36 @@ _Static_assert(offsetof(tfev, ctrs) == 0, "ctrs comes first");
 
 static void write_fd(tfev *t, const buf *b)
 {
+    /* After a failure nothing more is written: the file keeps whole records. */
+    if (__atomic_load_n(&t->werr, __ATOMIC_ACQUIRE)) return;
     const char *p = b->data;
     size_t n = b->len;
     while (n > 0) {
         ssize_t w = write(t->fd, p, n);
         if (w < 0 && errno == EINTR) continue;
-        if (w < 0) {
-            /* Disk full: these records are lost; the run goes on. */
-            if (!t->werr) t->werr = err_from_errno(errno);
+        if (w <= 0) {
+            /* Disk full: these records are lost, cut back to the last whole
+             * one; the run goes on. */
+            int e = w < 0 ? errno : ENOSPC;
+            if (ftruncate(t->fd, t->size) != 0) {
+                /* a torn record stays at the end: TensorBoard stops there */
+            }
+            __atomic_store_n(&t->werr, err_from_errno(e), __ATOMIC_RELEASE);
             return;
         }
         p += w;
         n -= (size_t)w;
     }
+    t->size += (off_t)b->len;
+}
+
+/* Say once that the event file could not be written (collector thread). */
+static void tfev_said(tfev *t)
+{
+    int e = __atomic_load_n(&t->werr, __ATOMIC_ACQUIRE);
+    if (!e || t->warned) return;
+    t->warned = 1;
+    if (t->ctx->warn) t->ctx->warn(t->ctx->error_arg, t->path, e);
 }
 
 static void *tfev_writer(void *arg)
@@ -281,6 +305,8 @@ static void *tfev_writer(void *arg)
 static void tfev_flush(void *st, const sink_run *run)
 {
     tfev *t = st;
+    tfev_said(t);
+    if (t->warned) buf_reset(&t->pending); /* quiet from here on */
     if (!t->pending.len) return;
     if (!t->has_thread) {
         write_fd(t, &t->pending);
@@ -462,6 +488,7 @@ static void tfev_close(void *st, const sink_run *run)
     if (t->fd >= 0) {
         write_fd(t, &t->pending);
         close(t->fd);
+        if (run) tfev_said(t);
     }
     buf_free(&t->pending);
     buf_free(&t->inflight);
@@ -484,7 +511,7 @@ static int tfev_init(void **st, const sink_ctx *ctx)
     buf_init(&t->inflight, TFEV_PENDING_MAX);
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
-    char path[PATH_MAX + 64];
+    t->ctx = ctx;
     /* Host names may hold what a file name cannot. */
     char host[64];
     size_t k = 0;
@@ -492,12 +519,16 @@ static int tfev_init(void **st, const sink_ctx *ctx)
     for (const char *h = hn; *h && k + 1 < sizeof(host); h++)
         host[k++] = (*h == '/' || *h == ' ') ? '_' : *h;
     host[k] = 0;
-    snprintf(path, sizeof(path), "%s/events.out.tfevents.%.0f.%s", ctx->run_dir,
-             floor(ctx->start_unix_s), host);
-    t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    char name[160];
+    snprintf(name, sizeof(name), "events.out.tfevents.%.0f.%s", floor(ctx->start_unix_s), host);
+    snprintf(t->path, sizeof(t->path), "TensorBoard event file %s/%s", ctx->run_dir, name);
+    /* A fresh file, never through a planted link (util/afile.h). */
+    int dfd = afile_dir_open(ctx->run_dir);
+    t->fd = dfd < 0 ? dfd : afile_create_at(dfd, name, O_WRONLY | O_APPEND);
+    if (dfd >= 0) close(dfd);
     if (t->fd < 0) {
-        int e = errno;
-        if (ctx->error) ctx->error(ctx->error_arg, "TensorBoard event file", err_from_errno(e));
+        if (ctx->warn) ctx->warn(ctx->error_arg, t->path, t->fd);
+        t->fd = -1;
         tfev_close(t, NULL);
         return 1; /* the run goes on without it */
     }

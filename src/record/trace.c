@@ -64,6 +64,7 @@ int rec_trace_open(rec_trace *t, const char *path, uint64_t start_mono_ns, uint6
     t->max_events = max_events ? max_events : REC_TRACE_MAX_EVENTS;
     buf_init(&t->pending, TRACE_PENDING_MAX);
     buf_init(&t->inflight, TRACE_PENDING_MAX);
+    snprintf(t->path, sizeof(t->path), "%s", path);
     char base[256];
     int dfd = afile_dir_of(path, base, sizeof(base));
     int fd = dfd < 0 ? dfd : afile_create_at(dfd, base, O_WRONLY | O_APPEND);
@@ -474,6 +475,16 @@ int rec_trace_close(rec_trace *t)
         if (rc && !t->err) t->err = rc;
         if (close(t->fd) != 0 && !t->err) t->err = err_from_errno(errno);
         t->fd = -1;
+        /* Not even "[]" fitted (no byte free): an empty trace.json is no
+         * JSON, and no trace.json is "no trace" to every reader. */
+        if (rc && t->size == 0) {
+            char base[256];
+            int dfd = afile_dir_of(t->path, base, sizeof(base));
+            if (dfd >= 0) {
+                unlinkat(dfd, base, 0);
+                close(dfd);
+            }
+        }
     }
     buf_free(&t->pending);
     buf_free(&t->inflight);

@@ -48,6 +48,7 @@ typedef struct rec_trace {
         int32_t tid;
     } gpu_tracks[REC_TRACE_GPU_TRACKS];
     int ngpu_tracks;
+    char path[4096];         /* as opened: removed at close when not even "[]" fitted */
 } rec_trace;
 
 /* Create path and write the opening '['. max_events 0: REC_TRACE_MAX_EVENTS. */

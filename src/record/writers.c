@@ -483,6 +483,12 @@ static void put_steps(jw *w, const sink_run *s, uint64_t start_mono_ns)
     }
     jw_arr_end(w);
     jw_kuint(w, "events_dropped", s->events_dropped);
+    /* a full disk under the probes' segments (probe/segment.h) */
+    jw_key(w, "no_room");
+    jw_obj_begin(w);
+    jw_kuint(w, "processes", s->noroom_procs);
+    jw_kuint(w, "events_dropped", s->noroom_events);
+    jw_obj_end(w);
     put_gpu_steps(w, "gpu", &a->gpu);
     put_gpu_steps(w, "gpu_windows", &a->gpu_win);
     jw_obj_end(w);

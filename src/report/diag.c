@@ -472,6 +472,13 @@ void diag_compute(diag_run *r)
                 "passes under no_grad or eval(), no backward or optimizer step); the verdict is "
                 "about training steps",
                 r->cause.eval_s);
+        else if (r->steps == 0 && r->noroom_procs > 0)
+            /* the probes found the disk under their segments full */
+            fmt(g->insufficient_why, sizeof(g->insufficient_why),
+                "no training steps were recorded: the disk under the probes' segments (live/) was "
+                "full, so %.0f process%s could not record and %.0f events were lost",
+                r->noroom_procs, r->noroom_procs == 1 ? "" : "es",
+                isfinite(r->noroom_events) ? r->noroom_events : 0);
         else if (r->steps == 0)
             fmt(g->insufficient_why, sizeof(g->insufficient_why),
                 "no training steps were recorded (the program was not instrumented, or ended "
@@ -556,7 +563,14 @@ void diag_compute(diag_run *r)
     else if (!r->exit_known && r->have_run)
         note(g,
              "The run did not record how it ended (still running, or the collector was killed).");
-    if (isfinite(r->events_dropped) && r->events_dropped > 0)
+    if (isfinite(r->noroom_procs) && r->noroom_procs > 0 && r->steps > 0)
+        note(g,
+             "The disk holding the probes' segments was full: %.0f process%s found no room and "
+             "%.0f events were lost: step figures undercount (free space there, or give /dev/shm "
+             "room).",
+             r->noroom_procs, r->noroom_procs == 1 ? "" : "es",
+             isfinite(r->noroom_events) ? r->noroom_events : 0);
+    else if (isfinite(r->events_dropped) && r->events_dropped > 0)
         note(g, "%.0f probe events were dropped (rings full): step figures undercount.",
              r->events_dropped);
     if (r->io_error[0])

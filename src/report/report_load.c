@@ -814,6 +814,8 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
         if (!r->exit_known) load_exit(r, jr_get(r->summary.root, "exit"));
         if (isnan(r->duration_s)) r->duration_s = jr_pnum(r->summary.root, "duration_s");
         r->events_dropped = jr_pnum(r->summary.root, "steps.events_dropped");
+        r->noroom_procs = jr_pnum(r->summary.root, "steps.no_room.processes");
+        r->noroom_events = jr_pnum(r->summary.root, "steps.no_room.events_dropped");
         r->trace_events = jr_pnum(r->summary.root, "trace.events_written");
         r->lost_steps = jr_pnum(r->summary.root, "io.lost.steps");
         r->lost_trace = jr_pnum(r->summary.root, "io.lost.trace_events");

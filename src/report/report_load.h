@@ -185,6 +185,8 @@ typedef struct diag_run {
 
     /* summary.json extras */
     double events_dropped, trace_events;
+    /* summary.json steps.no_room: probes that found no room on a full disk */
+    double noroom_procs, noroom_events;
     /* summary.json "io": what a full disk cost; run.json "recovered" */
     double lost_steps, lost_rows, lost_trace;
     char io_error[200];

@@ -98,7 +98,14 @@ int csvr_open(csvr *r, const char *path, char *err, size_t errlen)
         return TPF_ENOMEM;
     }
     int rc = csvr_read(r);
-    if (rc <= 0 || (r->ncell == 1 && r->rec[0] == '\0')) {
+    if (rc == 0) {
+        /* Not a byte: what a full disk leaves of a streamed file whose
+         * header never got out (record/sinks.c). No rows, as if absent. */
+        if (err && errlen) snprintf(err, errlen, "%s: empty", path);
+        csvr_close(r);
+        return TPF_ENOENT;
+    }
+    if (rc < 0 || (r->ncell == 1 && r->rec[0] == '\0')) {
         if (err && errlen)
             snprintf(err, errlen, "%s: %s", path,
                      rc < 0 ? tpf_strerror(rc) : "empty, no header row");

@@ -24,8 +24,9 @@ typedef struct csvr {
     long rows; /* data records read so far */
 } csvr;
 
-/* Open path and read its header. TPF_ENOENT/TPF_EIO/TPF_EFORMAT (empty file,
- * no header) with a reason in err. Close with csvr_close. */
+/* Open path and read its header. TPF_ENOENT (absent, or not a byte in it:
+ * what a full disk leaves), TPF_EIO, TPF_EFORMAT (no header) with a reason
+ * in err. Close with csvr_close. */
 int csvr_open(csvr *r, const char *path, char *err, size_t errlen);
 void csvr_close(csvr *r);
 /* Read the next data record: 1, 0 at end, or a negative TPF_E* code

@@ -464,17 +464,22 @@ static const char *who(const hd_proc *p, char *o, size_t n)
     return o;
 }
 
-/* One clause per rank (or per announced process when there are no ranks):
- * those not in a collective first (the likely culprits: the others wait for
- * them), then those in one, lowest sequence number first. */
+/* One clause per rank (or, when there are no ranks, per process that
+ * recorded steps, else per announced process): those not in a collective
+ * first (the likely culprits: the others wait for them), then those in one,
+ * lowest sequence number first. */
 static void build_verdict(hd_result *r)
 {
-    int idx[HD_MAX_PROCS], k = 0, have_ranks = 0;
-    for (int i = 0; i < r->nprocs; i++)
+    int idx[HD_MAX_PROCS], k = 0, have_ranks = 0, have_stepped = 0;
+    for (int i = 0; i < r->nprocs; i++) {
         if (r->procs[i].rank >= 0 && r->procs[i].rank_root) have_ranks = 1;
+        if (r->procs[i].stepped) have_stepped = 1;
+    }
     for (int i = 0; i < r->nprocs; i++) {
         const hd_proc *p = &r->procs[i];
-        int pick = have_ranks ? (p->rank >= 0 && p->rank_root) : (p->python && p->answered);
+        int pick = have_ranks     ? (p->rank >= 0 && p->rank_root)
+                   : have_stepped ? p->stepped
+                                  : (p->python && p->answered);
         if (pick) idx[k++] = i;
     }
     if (!k) {
@@ -663,7 +668,8 @@ static int fh_answer(const char *path, off_t before, hd_proc *p, buf *b)
     return ok;
 }
 
-int hd_collect(const char *run_dir, pid_t root, int req, unsigned flags, hd_result *res, buf *b)
+int hd_collect(const char *run_dir, pid_t root, int req, unsigned flags, const pid_t *stepped,
+               int nstepped, hd_result *res, buf *b)
 {
     memset(res, 0, sizeof(*res));
     pid_t pids[HD_MAX_PROCS], ppids[HD_MAX_PROCS];
@@ -686,6 +692,8 @@ int hd_collect(const char *run_dir, pid_t root, int req, unsigned flags, hd_resu
         p->ppid = ppids[i];
         p->seq = -1;
         p->rank = env_rank(p->pid);
+        for (int j = 0; j < nstepped && !p->stepped; j++)
+            p->stepped = stepped[j] == p->pid;
         read_comm(p->pid, p->comm, sizeof(p->comm));
         if (!run_dir) continue; /* no hook to ask: everything from outside */
         live_path(path, sizeof(path), run_dir, "pystack", p->pid, ".txt");
@@ -785,11 +793,12 @@ int hd_collect(const char *run_dir, pid_t root, int req, unsigned flags, hd_resu
     return 0;
 }
 
-int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_result *res)
+int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, const pid_t *stepped,
+            int nstepped, hd_result *res)
 {
     buf b;
     buf_init(&b, HD_OUT_MAX);
-    int rc = hd_collect(run_dir, root, n, 0, res, &b);
+    int rc = hd_collect(run_dir, root, n, 0, stepped, nstepped, res, &b);
     if (!rc) rc = write_stacks(run_dir, n, headline, res, &b);
     buf_free(&b);
     return rc;
@@ -870,6 +879,7 @@ void hd_procs_json(jw *w, const hd_result *res)
         else
             jw_null(w);
         jw_kstr(w, "source", p->how);
+        jw_kbool(w, "stepped", p->stepped);
         jw_obj_end(w);
     }
     jw_arr_end(w);

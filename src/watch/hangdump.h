@@ -27,6 +27,7 @@ typedef struct hd_proc {
     int rank_root;     /* the rank's own process (not a DataLoader worker of it) */
     char comm[32];
     int python;        /* announced itself (auto hook) */
+    int stepped;       /* recorded steps: a process that was training */
     int answered;      /* its state file came back */
     char where[256];   /* "wait_for_peer (train.py:12)", "" unknown */
     char coll[48];     /* collective in progress ("all_reduce"), "" none */
@@ -43,10 +44,13 @@ typedef struct hd_result {
 } hd_result;
 
 /* Save the stacks of root's process tree as RUN/hangs/<n>.txt (headed by
- * `headline`) and fill *res. Waits at most a few seconds for the processes to
+ * `headline`) and fill *res. stepped (nstepped pids, may be NULL): the
+ * processes that recorded steps; without ranks the verdict names those (the
+ * hung trainee, never a child of it sleeping meanwhile). Waits at most a few seconds for the processes to
  * answer. Returns 0 or a negative TPF_E code (the file could not be written;
  * res is still filled as far as it got). */
-int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_result *res);
+int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, const pid_t *stepped,
+            int nstepped, hd_result *res);
 
 /* The same stacks into b (capped; b->err set past its cap), nothing written:
  * `trainperf dump`. run_dir: where the processes announced themselves
@@ -56,7 +60,8 @@ int hd_dump(const char *run_dir, pid_t root, int n, const char *headline, hd_res
  * the processes the hook answered for (each is stopped while gdb reads it).
  * Returns 0 or TPF_ENOMEM. */
 #define HD_NATIVE 0x1u
-int hd_collect(const char *run_dir, pid_t root, int req, unsigned flags, hd_result *res, buf *b);
+int hd_collect(const char *run_dir, pid_t root, int req, unsigned flags, const pid_t *stepped,
+               int nstepped, hd_result *res, buf *b);
 
 /* Embedded mode (no supervisor): the stacks of the calling process, from a
  * thread of its own that is no Python thread (the collector). Python

@@ -108,7 +108,7 @@ TT_TEST(prom_page_unknown_left_out_labels_escaped)
     static const char *rules[] = {"data_wait: data_wait.share > 0.3 for 60s", "gpu_hot: off"};
     run_meta meta = {"run", NULL, "/", "node\"1", "6.1", 2, 1e9, 1, 1, 2, rules, NULL};
     rec_export_config cfg = {fd, 0, NULL};
-    sink_ctx ctx = {"/nonexistent", 0, 1.7e9, 1.0, 0, &meta, &cfg, NULL, NULL};
+    sink_ctx ctx = {"/nonexistent", 0, 1.7e9, 1.0, 0, &meta, &cfg, NULL, NULL, NULL};
     void *st = NULL;
     TT_EQ_INT(rec_sink_prometheus.init(&st, &ctx), 0);
     static char page[1 << 16];
