@@ -22,11 +22,16 @@ echo "gpu-check: writing to $OUT"
     echo "libcupti:"; find / -xdev -name 'libcupti.so*' 2>/dev/null | head -20
 } >"$OUT/env.txt" 2>&1
 echo "gpu-check: building (make -j$(nproc))"
+# Warnings stay warnings here: another compiler (the GPU machine's gcc
+# flagged a maybe-uninitialized that Debian's gcc 12 did not) must not cost
+# a short loan of a GPU; they are counted in the log, and CI keeps -Werror.
+export CFLAGS="${CFLAGS:-} -Wno-error"
 if ! make -j"$(nproc)" BUILD="$BUILD" lib "$BUILD/trainperf" "$BUILD/libtrainperf-cupti.so" >"$OUT/build.log" 2>&1 ||
    ! make BUILD="$BUILD" PYTHON="$PY" python >>"$OUT/build.log" 2>&1; then
     tail -40 "$OUT/build.log"
     exit 2
 fi
+echo "gpu-check: $(grep -c 'warning:' "$OUT/build.log") compiler warnings (build.log)"
 "$BUILD/trainperf" doctor >>"$OUT/env.txt" 2>&1
 echo "gpu-check: running the scenarios"
 PYTHONUNBUFFERED=1 "$PY" tests/gpu/check.py --build "$BUILD" --out "$OUT" 2>&1 | tee "$OUT/gpu-check.log"

@@ -173,8 +173,22 @@ PYSCEN = {
              has_id("gpu-memory-growth")],
     "oom_caught": [("allocator OOMs", lambda r: r["cuda"].get("ooms"), at_least(1)),
                    ("OOM snapshot written", lambda r: r["oom_files"], at_least(1)), has_id("gpu-oom")],
-    "profiler_clash": [],
+    "profiler_clash": [("GPU records before the window (steps 5-39 with kernels)",
+                        lambda r: _steps_with_kernels(r, 5, 40), at_least(30)),
+                       ("GPU records after it (steps 60-299 with kernels)",
+                        lambda r: _steps_with_kernels(r, 60, 300), at_least(200))],
 }
+
+
+def _steps_with_kernels(r, lo, hi):
+    """Rows of gpu_steps.csv with step in [lo, hi) and kernels in them."""
+    import csv
+    try:
+        with open(os.path.join(r["dir"], "gpu_steps.csv")) as f:
+            return sum(1 for row in csv.DictReader(f)
+                       if row["tid"] != "0" and lo <= int(row["step"]) < hi and int(row["kernels"]) > 0)
+    except (OSError, ValueError, KeyError):
+        return 0
 
 
 def find_cupti():
