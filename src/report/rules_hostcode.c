@@ -375,8 +375,10 @@ int dr_cand_eval_often(const diag_run *r, const dctx *cx, dfinding *d)
 {
     const dcause *c = &r->cause;
     double share = dc_eval_share(r);
-    if (!(share >= EVAL_OFTEN_SHARE) || !(c->eval_entries >= EVAL_OFTEN_MIN) || !(r->steps > 0))
-        return 0;
+    /* with the run waiting for CPUs, its share with those waits left out */
+    double batch_ms, step_ms, q, floor = dc_eval_floor_share(r, &batch_ms, &step_ms, &q);
+    int held = share >= EVAL_OFTEN_SHARE || floor >= EVAL_OFTEN_SHARE;
+    if (!held || !(c->eval_entries >= EVAL_OFTEN_MIN) || !(r->steps > 0)) return 0;
     double every = r->steps / c->eval_entries;
     char how[64];
     if (every < 1.5)
@@ -405,6 +407,7 @@ int dr_cand_eval_often(const diag_run *r, const dctx *cx, dfinding *d)
               100 * share, c->eval_entries, seq ? "passes" : "evaluations", r->steps, how,
               seq ? ", each a run of forwards of one or two rows" : "");
     ev(d, "eval_share", share, "evaluation is %.0f%% of the run", 100 * share);
+    dc_eval_floor_ev(d, floor, batch_ms, step_ms, q);
     ev(d, "evaluations", c->eval_entries, "%.0f evaluations (model.eval() or forwards without "
        "grad), %.1f s in all", c->eval_entries, c->eval_s);
     if (seq) {
