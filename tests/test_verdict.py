@@ -392,11 +392,12 @@ def test_marginal_comm_on_a_contended_host_is_contention_evidence(run_cli, tmp_p
     assert "communication" in ids(dg), ids(dg)
 
 
-def ranks_comm(comms, runq_s, ms=20.0, n=60):
+def ranks_comm(comms, runq_s, ms=20.0, n=60, cpu_s=0.4):
     """Ranks on one host, rank r waiting comms[r] ms a step in collectives;
     the same forward on every rank, the rest of the step unlabelled; each
-    training thread waited runq_s s for a CPU (schedstat). The run
-    directory's steps and each rank's events."""
+    training thread used cpu_s and waited runq_s s for a CPU (schedstat;
+    a list: one a rank). The run directory's steps and each rank's events."""
+    each = lambda v, r: v[r] if isinstance(v, (list, tuple)) else v
     steps = []
     for r, comm in enumerate(comms):
         steps += steady_steps(n, ms, fwd=0.25, bwd=0.0, opt=0.0, extra=lambda i, r=r, c=comm: {
@@ -407,14 +408,14 @@ def ranks_comm(comms, runq_s, ms=20.0, n=60):
         e = events(by_phase={"forward": 100, "other": 20})
         e.update(pid=100 + r, rank=str(r))
         e["profile"]["threads_cpu"] = {"samples": 120, "threads": [
-            {"name": "MainThread", "training": True, "span_s": n * ms / 1e3, "cpu_s": 0.4,
-             "runq_s": runq_s}]}
+            {"name": "MainThread", "training": True, "span_s": n * ms / 1e3,
+             "cpu_s": each(cpu_s, r), "runq_s": each(runq_s, r)}]}
         evs.append(e)
     return steps, evs
 
 
-def comm_run(d, comms, runq_s):
-    steps, evs = ranks_comm(comms, runq_s)
+def comm_run(d, comms, runq_s, cpu_s=0.4):
+    steps, evs = ranks_comm(comms, runq_s, cpu_s=cpu_s)
     d = make_run(d, steps, busy_metrics(8), events=evs[0])
     for e in evs[1:]:
         (d / "pyprof" / ("events-%d.json" % e["pid"])).write_text(json.dumps(e))
@@ -446,6 +447,23 @@ def test_comm_that_the_waits_for_a_cpu_explain_follows_the_contention(run_cli, t
 def gap_bucket(s):
     """The hook's bucket of a gap between evaluation forwards (1 µs x 1.05^k)."""
     return int(math.log(s / 1e-6) / math.log(1.05))
+
+
+def test_a_straggler_starved_of_cpu_folds_into_the_contention(run_cli, tmp_path):
+    # rank 1 waits 9 ms a step for rank 0 (45% of the step), whose training
+    # thread computed no more than rank 1's but waited 9 ms a step longer for
+    # a CPU: the contention explains it (comm_bound_ddp on a busy box had
+    # read "straggler" so); the collectives' own 10% stays after it
+    d = comm_run(tmp_path / "starved", [2.0, 11.0], runq_s=[0.55, 0.01])
+    dg = diagnosis(run_cli, d)
+    assert "straggler" not in ids(dg), ids(dg)
+    assert dg["primary"]["id"] == "cpu-contention", ids(dg)
+    text = " ".join(e["text"] for e in dg["primary"]["evidence"])
+    assert "waited 9.0 ms a step longer for a CPU than the others'" in text, text
+    # the same waits with 2.5x the others' CPU: its own work, a straggler
+    d = comm_run(tmp_path / "work", [2.0, 11.0], runq_s=[0.55, 0.01], cpu_s=[1.0, 0.4])
+    dg = diagnosis(run_cli, d)
+    assert dg["primary"]["id"] == "straggler", ids(dg)
 
 
 def eval_every_10(gap_s, eval_ms=150.0, grad=0):

@@ -104,6 +104,13 @@ typedef struct dcause {
      * summed over processes) and the other Python thread with the most CPU
      * (its CPU share of its span, where it ran: the GIL's competitor) */
     double tt_span_s, tt_cpu_s, tt_runq_s;
+    /* each process's training thread alone: its rank (-1 none), span, CPU and
+     * run-queue seconds */
+    int ntt;
+    struct {
+        int rank;
+        double span_s, cpu_s, runq_s;
+    } tt[64];
     dc_func hog;
     double hog_cpu_share;
     char hog_name[64];

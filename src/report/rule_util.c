@@ -492,10 +492,7 @@ double dc_eval_floor_share(const diag_run *r, double *batch_ms, double *step_ms,
     if (!dc_waits_for_cpu(r, &wait, &used, &share) || !(c->eval_gaps >= EVAL_FLOOR_MIN_GAPS) ||
         !(c->eval_fwd > 0) || !(r->steps >= DC_MIN_STEPS) || !r->sf.step_ns.count)
         return NAN;
-    /* about that share of a unit of work runs without a wait: the
-     * quantile at half of it (at most EVAL_FLOOR_Q) is one that did */
-    *q = 0.5 * (1 - share);
-    if (*q > EVAL_FLOOR_Q) *q = EVAL_FLOOR_Q;
+    *q = EVAL_FLOOR_Q;
     double step = sketch_quantile(&r->sf.step_ns, *q) / 1e9, batch = eval_gap_quantile(c, *q);
     double e = batch * c->eval_fwd, t = step * r->steps;
     if (!(e > 0) || !(t > 0)) return NAN;

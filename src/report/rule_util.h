@@ -37,6 +37,7 @@
 #define HOST_MAIN_CPU 80.0
 #define HEALTHY_GPU_UTIL 80.0
 #define STRAGGLER_RATIO 1.20
+#define STRAGGLER_SAME_CPU 1.25 /* the straggler's CPU over the others': no extra work */
 #define UNSTABLE_CV 0.5
 #define UNSTABLE_TAIL 3.0 /* p99 / p50 */
 #define UNSTABLE_EXCESS 0.05 /* the slow steps' time over the median, of the run's */
@@ -73,7 +74,10 @@
  * 2-thread ops waited longer for their threads. Both sides at their floor
  * (the low quantile: the batches and steps no wait fell in) compare them
  * on the run's own work. */
-#define EVAL_FLOOR_Q 0.1 /* at most: 0.5 x (1 - the run-queue share), so one no wait fell in */
+/* the fastest 2% (at least the fastest one): at a 64% run-queue share 1 of
+ * 49 steps ran without a wait, the next 3.5x slower; the 10% quantile was
+ * still a stalled step and halved evaluation's share */
+#define EVAL_FLOOR_Q 0.02
 #define EVAL_FLOOR_MIN_GAPS 20
 #define PROF_MIN_SHARE 0.5   /* of the training the profiler recorded, at least */
 #define PROF_COST 0.5        /* score per unit recorded: its cost on small ops (1.8x measured) */
@@ -278,8 +282,7 @@ int dc_waits_for_cpu(const diag_run *r, double *wait, double *used, double *shar
  * both sides, on a run whose threads waited for one (dc_waits_for_cpu):
  * an evaluation batch at a low quantile of the gaps between evaluation
  * forwards, a training step at the same quantile of the warm steps, each
- * times its count; the quantile is half the share of time the threads did
- * not wait, at most EVAL_FLOOR_Q. NAN without contention or with fewer than
+ * times its count; the quantile is EVAL_FLOOR_Q. NAN without contention or with fewer than
  * EVAL_FLOOR_MIN_GAPS gaps or DC_MIN_STEPS steps. *batch_ms, *step_ms:
  * the two floors; *q the quantile. */
 double dc_eval_floor_share(const diag_run *r, double *batch_ms, double *step_ms, double *q);

@@ -472,16 +472,48 @@ static int comm_into_cpu_wait(const dfold_at *x, dfinding *from, dfinding *into)
     return DF_KEEP;
 }
 
+/* The straggler's training thread against the other ranks' (schedstat,
+ * a share of their time): 1 when it used no more CPU (at most
+ * STRAGGLER_SAME_CPU x their mean) but waited in the run queue at least
+ * half the gap longer a step, with *more_ms that extra wait a step. */
+static int starved_rank(const diag_run *r, const rr_strag *st, double *more_ms)
+{
+    const dcause *c = &r->cause;
+    double cpu = NAN, q = NAN, ocpu = 0, oq = 0, n = 0;
+    for (int i = 0; i < c->ntt; i++) {
+        if (!(c->tt[i].span_s > 0) || c->tt[i].rank < 0) continue;
+        double a = c->tt[i].cpu_s / c->tt[i].span_s, b = c->tt[i].runq_s / c->tt[i].span_s;
+        if (c->tt[i].rank == st->rank)
+            cpu = a, q = b;
+        else
+            ocpu += a, oq += b, n++;
+    }
+    if (!(n > 0) || !isfinite(cpu)) return 0;
+    *more_ms = (q - oq / n) * st->step_ms;
+    return cpu <= STRAGGLER_SAME_CPU * ocpu / n && *more_ms >= 0.5 * st->gap_ms;
+}
+
 /* On one host, a rank slowed in its own step by less than twice the
  * threshold (gap share < 20%, or < 1.4x the median rank: score < 0.5)
  * while the run's threads waited for a CPU: that rank got fewer cycles (a
- * slow loader, or a larger gap, stays a straggler finding). */
+ * slow loader, or a larger gap, stays a straggler finding) -- or, whatever
+ * the gap, when its training thread computed no more than the others' and
+ * waited for a CPU longer by half the gap or more (starved_rank). */
 static int straggler_into_cpu_wait(const dfold_at *x, dfinding *from, dfinding *into)
 {
-    if (!(x->r->nnodes <= 1 && from->score < 0.5 && !strstr(from->summary, "data loader")))
-        return DF_NO;
-    ev(into, "straggler_rank", from->ev[0].value, "%s: ranks on this host share its cores",
-       from->summary);
+    if (x->r->nnodes > 1 || strstr(from->summary, "data loader")) return DF_NO;
+    rr_strag st;
+    double more = NAN;
+    int starved = rr_straggler(x->r, &st) && starved_rank(x->r, &st, &more);
+    if (!(from->score < 0.5) && !starved) return DF_NO;
+    if (starved)
+        ev(into, "straggler_rank", from->ev[0].value,
+           "%s: its training thread waited %.1f ms a step longer for a CPU than the others', "
+           "computing no more",
+           from->summary, more);
+    else
+        ev(into, "straggler_rank", from->ev[0].value, "%s: ranks on this host share its cores",
+           from->summary);
     return DF_DROP;
 }
 
