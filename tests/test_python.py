@@ -286,6 +286,11 @@ def test_eval_forwards_time_their_gaps_within_a_phase(tmp_path):
                 e.eval_forward((), False)
                 time.sleep(0.02 if i % 5 == 4 else 0.002)
             time.sleep(0.3)                  # training between the phases: no gap
+        # a phase of one forward, closed: one gap, to the phase's end
+        e.ev.active, e.ev.pushed, e.ev.ep_fwd, e.ev.t_enter = True, False, 0, e.now()
+        e.eval_forward((), False)
+        time.sleep(0.05)
+        e.eval_leave()
         b = e.eval_gap_buckets()           # [k, count]: from 1 µs x 1.05^k
         print("gaps %d %d %.4f" % (sum(c for _, c in b),
                                    sum(c for k, c in b if 1e-6 * 1.05 ** k >= 0.015),
@@ -294,6 +299,6 @@ def test_eval_forwards_time_their_gaps_within_a_phase(tmp_path):
     res = run_py([script(tmp_path, body)], PYTHONPATH=str(PYDIR))
     assert res.returncode == 0, res.stderr
     n, slow, least = res.stdout.split()[1:4]
-    assert n == "18", res.stdout          # 9 a phase; none across the two
-    assert int(slow) >= 2, res.stdout     # the 20 ms ones
+    assert n == "19", res.stdout          # 9 a phase, none across two; 1 for the closed one
+    assert int(slow) >= 3, res.stdout     # the 20 ms ones and the 50 ms phase
     assert 0.0015 < float(least) < 0.01, res.stdout  # a 2 ms one

@@ -192,7 +192,7 @@ class _Ev:
     fwd_rows = 0            # rows (first dimension of the first tensor argument) of them
     fwd_sized = 0           # of them, those with a tensor argument
     t_fwd = 0.0             # when the open phase's last forward began
-    gaps = None             # counts by bucket of the time from one eval forward's start to the next's
+    gaps = None             # counts by bucket of the time from one eval forward's start to the next's (or the phase's end)
 
 
 ev = _Ev()
@@ -201,7 +201,8 @@ _push = _pop = None     # the eval range: set by the evaluation hooks (enable_ev
 rearm = None  # set by the model hooks: look again for the module being trained
 
 # The gaps between evaluation forwards of one phase (a batch's forward, its
-# metric and the next batch's loading), log-bucketed by 5% from 1 µs: their
+# metric and the next batch's loading; the last one's to the phase's end: a
+# pass of one forward is one gap), log-bucketed by 5% from 1 µs: their
 # low quantile is what a batch of evaluation costs when the process does not
 # wait for a CPU, as the steps' is for training (docs/diagnosis.md, eval-often;
 # events eval.forward_gaps).
@@ -280,7 +281,10 @@ def eval_leave():
         return
     ev.active = False
     ev.opener = None
-    ev.time_s += now() - ev.t_enter
+    t = now()
+    if ev.ep_fwd >= 1:  # the last forward's gap ends with the phase
+        ev.gaps[_gap_bucket(t - ev.t_fwd)] += 1
+    ev.time_s += t - ev.t_enter
     if ev.pushed:
         ev.pushed = False
         _pop()
