@@ -271,3 +271,34 @@ def test_an_eval_forward_counts_rows_whatever_its_argument(tmp_path):
     res = run_py([script(tmp_path, body)], PYTHONPATH=str(PYDIR))
     assert res.returncode == 0, res.stderr
     assert "rows 6 1 17 2" in res.stdout, res.stdout
+
+
+def test_eval_forwards_time_their_gaps_within_a_phase(tmp_path):
+    # from one evaluation forward's start to the next's, within a phase (not
+    # across two): their fastest tenth is an evaluation batch that no wait
+    # for a CPU fell in (eval-often under contention)
+    body = """
+        import time
+        from trainperf import _state as e
+        for phase in range(2):
+            e.ev.ep_fwd = 0                  # what opening a phase does
+            for i in range(10):
+                e.eval_forward((), False)
+                time.sleep(0.02 if i % 5 == 4 else 0.002)
+            time.sleep(0.3)                  # training between the phases: no gap
+        # a phase of one forward, closed: one gap, to the phase's end
+        e.ev.active, e.ev.pushed, e.ev.ep_fwd, e.ev.t_enter = True, False, 0, e.now()
+        e.eval_forward((), False)
+        time.sleep(0.05)
+        e.eval_leave()
+        b = e.eval_gap_buckets()           # [k, count]: from 1 µs x 1.05^k
+        print("gaps %d %d %.4f" % (sum(c for _, c in b),
+                                   sum(c for k, c in b if 1e-6 * 1.05 ** k >= 0.015),
+                                   1e-6 * 1.05 ** b[0][0]))
+    """
+    res = run_py([script(tmp_path, body)], PYTHONPATH=str(PYDIR))
+    assert res.returncode == 0, res.stderr
+    n, slow, least = res.stdout.split()[1:4]
+    assert n == "19", res.stdout          # 9 a phase, none across two; 1 for the closed one
+    assert int(slow) >= 3, res.stdout     # the 20 ms ones and the 50 ms phase
+    assert 0.0015 < float(least) < 0.01, res.stdout  # a 2 ms one

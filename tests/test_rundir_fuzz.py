@@ -22,7 +22,7 @@ FILES = ["run.json", "summary.json", "steps.csv", "metrics.csv", "procs.csv", "a
 # every part the diagnosis reads, for the seed of a real run.
 EVENTS = {
     "pid": 1, "rank": "1", "clock": "CLOCK_MONOTONIC seconds (time.monotonic)",
-    "eval": {"entries": 2, "time_s": 0.4},
+    "eval": {"entries": 2, "time_s": 0.4, "forwards": 40, "forward_gaps": [[150, 30], [160, 8]]},
     "gc": {"collections": [40, 3, 1], "pause_s": 0.05, "max_s": 0.02,
            "pauses": [[1.5, 0.02, 2], [2.5, 0.003, 0]]},
     "compile": {"frames": 1, "compile_s": 0.8, "recompiles": 1,

@@ -27,10 +27,7 @@ _spec.loader.exec_module(harness)
 
 # Known false verdicts (issue 12 tracks them): the test still runs and
 # reports; an unexpected pass is shown as XPASS.
-KNOWN_WRONG = {  # scenarios known to get a wrong verdict; name: symptom
-    "eval_often_contended": "under contention evaluation reads 28% of the loop (40% quiet): eval-often "
-                            "misses its threshold (issue 32 item 2, not fixed yet)",
-}
+KNOWN_WRONG = {}  # scenarios known to get a wrong verdict; name: symptom
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(

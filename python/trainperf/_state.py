@@ -22,6 +22,7 @@ owner fills when it is installed (`insert_backward`, `rearm`), never by
 importing it.
 """
 import collections
+import math
 import os
 import sys
 import threading
@@ -190,11 +191,33 @@ class _Ev:
     fwd_grad = 0            # of them, with grad enabled (building autograd graphs)
     fwd_rows = 0            # rows (first dimension of the first tensor argument) of them
     fwd_sized = 0           # of them, those with a tensor argument
+    t_fwd = 0.0             # when the open phase's last forward began
+    gaps = None             # counts by bucket of the time from one eval forward's start to the next's (or the phase's end)
 
 
 ev = _Ev()
+ev.gaps = [0] * 256
 _push = _pop = None     # the eval range: set by the evaluation hooks (enable_eval)
 rearm = None  # set by the model hooks: look again for the module being trained
+
+# The gaps between evaluation forwards of one phase (a batch's forward, its
+# metric and the next batch's loading; the last one's to the phase's end: a
+# pass of one forward is one gap), log-bucketed by 5% from 1 µs: their
+# low quantile is what a batch of evaluation costs when the process does not
+# wait for a CPU, as the steps' is for training (docs/diagnosis.md, eval-often;
+# events eval.forward_gaps).
+GAP_BASE = 1.05
+GAP_MIN_S = 1e-6
+
+
+def _gap_bucket(s):
+    k = int(math.log(s / GAP_MIN_S) / math.log(GAP_BASE)) if s > GAP_MIN_S else 0
+    return min(max(k, 0), len(ev.gaps) - 1)
+
+
+def eval_gap_buckets():
+    """The gaps as [bucket, count] pairs (bucket k: from 1 µs x 1.05^k)."""
+    return [[k, c] for k, c in enumerate(ev.gaps) if c]
 
 
 def enable_eval(push, pop):
@@ -213,6 +236,10 @@ def eval_forward(args, grad):
     not a pass over held-out batches)."""
     ev.ep_fwd += 1
     ev.fwd_n += 1
+    t = now()
+    if ev.ep_fwd > 1:
+        ev.gaps[_gap_bucket(t - ev.t_fwd)] += 1
+    ev.t_fwd = t
     if grad:
         ev.fwd_grad += 1  # evaluation that builds autograd graphs
     try:  # whatever the argument is, nothing here reaches the model's caller
@@ -254,7 +281,10 @@ def eval_leave():
         return
     ev.active = False
     ev.opener = None
-    ev.time_s += now() - ev.t_enter
+    t = now()
+    if ev.ep_fwd >= 1:  # the last forward's gap ends with the phase
+        ev.gaps[_gap_bucket(t - ev.t_fwd)] += 1
+    ev.time_s += t - ev.t_enter
     if ev.pushed:
         ev.pushed = False
         _pop()

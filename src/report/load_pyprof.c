@@ -434,6 +434,13 @@ static void load_one(dcause *c, const jr_node *root, double t0)
             c->tt_span_s += span;
             c->tt_cpu_s += cpu;
             c->tt_runq_s += isnan(rq) ? 0 : rq;
+            if (c->ntt < (int)(sizeof(c->tt) / sizeof(c->tt[0])) && rq >= 0) {
+                c->tt[c->ntt].rank = events_rank(root);
+                c->tt[c->ntt].span_s = span;
+                c->tt[c->ntt].cpu_s = cpu;
+                c->tt[c->ntt].runq_s = rq;
+                c->ntt++;
+            }
             continue;
         }
         const char *fn = jr_pstr(e, "func"), *file = jr_pstr(e, "file"), *nm = jr_pstr(e, "name");
@@ -516,6 +523,13 @@ static void load_one(dcause *c, const jr_node *root, double t0)
     if (ef >= 0 && eg >= 0 && eg <= ef) c->eval_fwd += ef, c->eval_fwd_grad += eg;
     double er = jr_pnum(root, "eval.forward_rows"), es = jr_pnum(root, "eval.forwards_sized");
     if (er >= 0 && es >= 0 && es <= ef) c->eval_rows += er, c->eval_sized += es;
+    const jr_node *eg_ = jr_get(jr_get(root, "eval"), "forward_gaps");
+    for (const jr_node *e = eg_ && eg_->type == JR_ARR ? eg_->child : NULL; e; e = e->next) {
+        double k = jr_num(jr_at(e, 0)), n = jr_num(jr_at(e, 1));
+        if (!(k >= 0 && k < EVAL_GAP_BUCKETS) || !(n > 0 && n < 1e15)) continue;
+        c->eval_gap_n[(int)k] += n;
+        c->eval_gaps += n;
+    }
     if (!isnan(v = jr_pnum(root, "torch_threads")) && v <= MAX_COUNT) c->torch_threads = v;
     if (!isnan(v = jr_pnum(root, "cpus_allowed"))) c->cpus_allowed = v;
     const jr_node *dbg = jr_get(root, "debug");

@@ -104,6 +104,13 @@ typedef struct dcause {
      * summed over processes) and the other Python thread with the most CPU
      * (its CPU share of its span, where it ran: the GIL's competitor) */
     double tt_span_s, tt_cpu_s, tt_runq_s;
+    /* each process's training thread alone: its rank (-1 none), span, CPU and
+     * run-queue seconds */
+    int ntt;
+    struct {
+        int rank;
+        double span_s, cpu_s, runq_s;
+    } tt[64];
     dc_func hog;
     double hog_cpu_share;
     char hog_name[64];
@@ -143,6 +150,12 @@ typedef struct dcause {
     double params_grad_unused, params_optimized, params_timed;
     double eval_fwd, eval_fwd_grad; /* forwards labelled evaluation; with grad on */
     double eval_rows, eval_sized;   /* their rows (first dimension), over those with a tensor */
+    /* the gaps from one evaluation forward's start to the next's in a
+     * phase, every process's (events eval.forward_gaps): counts by bucket,
+     * bucket k from 1 µs x 1.05^k (EVAL_GAP_BASE) */
+#define EVAL_GAP_BUCKETS 256
+#define EVAL_GAP_BASE 1.05
+    double eval_gaps, eval_gap_n[EVAL_GAP_BUCKETS];
     /* the optimizer that updates the most parameters (of nopt classes); the
      * parameters of the dense embeddings an optimizer updates (untied: a
      * shared weight's gradient is dense) and the largest of them */

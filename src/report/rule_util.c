@@ -486,6 +486,53 @@ double dc_eval_share(const diag_run *r)
     return share;
 }
 
+int dc_waits_for_cpu(const diag_run *r, double *wait, double *used, double *share)
+{
+    const dcause *c = &r->cause;
+    if (c->runq_n < 2 || !r->tree_cpu.n) return 0;
+    *wait = c->runq_sum / c->runq_n; /* % of one core */
+    *used = r->tree_cpu.sum / r->tree_cpu.n;
+    *share = *wait + *used > 0 ? *wait / (*wait + *used) : 0;
+    return *wait >= CONTEND_MIN_WAIT && *share >= CONTEND_WAIT_SHARE;
+}
+
+/* The quantile q of the evaluation gaps, in seconds (NAN when none). */
+static double eval_gap_quantile(const dcause *c, double q)
+{
+    double want = q * c->eval_gaps, seen = 0;
+    for (int k = 0; k < EVAL_GAP_BUCKETS; k++) {
+        seen += c->eval_gap_n[k];
+        if (c->eval_gap_n[k] > 0 && seen >= want) return 1e-6 * pow(EVAL_GAP_BASE, k + 0.5);
+    }
+    return NAN;
+}
+
+double dc_eval_floor_share(const diag_run *r, double *batch_ms, double *step_ms, double *q)
+{
+    const dcause *c = &r->cause;
+    double wait, used, share;
+    *batch_ms = *step_ms = *q = NAN;
+    if (!dc_waits_for_cpu(r, &wait, &used, &share) || !(c->eval_gaps >= EVAL_FLOOR_MIN_GAPS) ||
+        !(c->eval_fwd > 0) || !(r->steps >= DC_MIN_STEPS) || !r->sf.step_ns.count)
+        return NAN;
+    *q = EVAL_FLOOR_Q;
+    double step = sketch_quantile(&r->sf.step_ns, *q) / 1e9, batch = eval_gap_quantile(c, *q);
+    double e = batch * c->eval_fwd, t = step * r->steps;
+    if (!(e > 0) || !(t > 0)) return NAN;
+    *batch_ms = 1e3 * batch;
+    *step_ms = 1e3 * step;
+    return e / (e + t);
+}
+
+void dc_eval_floor_ev(dfinding *d, double floor, double batch_ms, double step_ms, double q)
+{
+    if (isfinite(floor))
+        ev(d, "eval_floor_share", floor,
+           "the run waited for CPUs: without those waits evaluation is %.0f%% of the loop (a "
+           "batch of evaluation %.2f ms, a training step %.2f ms: the fastest %.0f%% of each)",
+           100 * floor, batch_ms, step_ms, 100 * q);
+}
+
 static int by_value(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;

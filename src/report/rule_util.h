@@ -27,6 +27,7 @@
 #define ITER_PER_STEP_MAX 2  /* steps per iterator at most */
 #define COMM_SHARE 0.20
 #define COMM_TINY_BYTES (64.0 * 1024) /* collectives' bytes per rank and step: latency, not bandwidth */
+#define COMM_MINOR 0.05 /* collectives a wait for a CPU explains: minor, after the contention */
 #define CKPT_SHARE 0.15
 #define IO_IOWAIT_PCT 10.0
 #define IO_PSI_PCT 10.0
@@ -36,6 +37,7 @@
 #define HOST_MAIN_CPU 80.0
 #define HEALTHY_GPU_UTIL 80.0
 #define STRAGGLER_RATIO 1.20
+#define STRAGGLER_SAME_CPU 1.25 /* the straggler's CPU over the others': no extra work */
 #define UNSTABLE_CV 0.5
 #define UNSTABLE_TAIL 3.0 /* p99 / p50 */
 #define UNSTABLE_EXCESS 0.05 /* the slow steps' time over the median, of the run's */
@@ -66,6 +68,17 @@
 #define EVAL_OFTEN_MIN 3          /* evaluations, at least */
 #define EVAL_HOST_SHARE 0.3       /* of the eval samples in the script's Python: a simulator */
 #define EVAL_SEQ_FORWARDS 20      /* forwards a pass, at least, for inference one row at a time */
+/* Under CPU contention a wall-clock share is the scheduler's as much as the
+ * run's: the same script evaluating every 20 steps read 16-29% of the loop
+ * beside four CPU burners, 35-37% without (its own timers), as training's
+ * 2-thread ops waited longer for their threads. Both sides at their floor
+ * (the low quantile: the batches and steps no wait fell in) compare them
+ * on the run's own work. */
+/* the fastest 2% (at least the fastest one): at a 64% run-queue share 1 of
+ * 49 steps ran without a wait, the next 3.5x slower; the 10% quantile was
+ * still a stalled step and halved evaluation's share */
+#define EVAL_FLOOR_Q 0.02
+#define EVAL_FLOOR_MIN_GAPS 20
 #define PROF_MIN_SHARE 0.5   /* of the training the profiler recorded, at least */
 #define PROF_COST 0.5        /* score per unit recorded: its cost on small ops (1.8x measured) */
 #define TRACER_MIN_TICKS 2   /* 1 s of training checked: a hook is there or not */
@@ -269,6 +282,21 @@ double dc_loader_starved(const diag_run *r, double *wait, double *busy);
 /* The share of the run evaluating (of the steps' intervals; else the
  * hook's eval time over the run). */
 double dc_eval_share(const diag_run *r);
+/* The run's threads waited for a CPU (cpu-contention's test of the wait:
+ * run-queue wait >= CONTEND_MIN_WAIT % of a core and >= CONTEND_WAIT_SHARE
+ * of wait + CPU used): 1 with *wait (% of a core), *used and *share set
+ * (when known), else 0. */
+int dc_waits_for_cpu(const diag_run *r, double *wait, double *used, double *share);
+/* Evaluation's share of the loop with the waits for a CPU taken out of
+ * both sides, on a run whose threads waited for one (dc_waits_for_cpu):
+ * an evaluation batch at a low quantile of the gaps between evaluation
+ * forwards, a training step at the same quantile of the warm steps, each
+ * times its count; the quantile is EVAL_FLOOR_Q. NAN without contention or with fewer than
+ * EVAL_FLOOR_MIN_GAPS gaps or DC_MIN_STEPS steps. *batch_ms, *step_ms:
+ * the two floors; *q the quantile. */
+double dc_eval_floor_share(const diag_run *r, double *batch_ms, double *step_ms, double *q);
+/* Its evidence (eval_floor_share) into d; nothing when floor is NAN. */
+void dc_eval_floor_ev(dfinding *d, double floor, double batch_ms, double step_ms, double q);
 /* GC pauses while training (less those in a compile and after the last
  * step) over training time; *npause the pauses of >= 2 ms. */
 double dc_gc_pause(const diag_run *r, int *npause);

@@ -48,12 +48,8 @@ int dr_cand_throttle(const diag_run *r, const dctx *c, dfinding *d)
 int dr_cand_contention(const diag_run *r, const dctx *cx, dfinding *d)
 {
     const dcause *c = &r->cause;
-    if (c->runq_n < 2) return 0;
-    double wait = c->runq_sum / c->runq_n; /* % of one core */
-    double used = r->tree_cpu.n ? r->tree_cpu.sum / r->tree_cpu.n : NAN;
-    if (!isfinite(used)) return 0;
-    double share = wait + used > 0 ? wait / (wait + used) : 0;
-    if (!(wait >= CONTEND_MIN_WAIT && share >= CONTEND_WAIT_SHARE)) return 0;
+    double wait, used, share;
+    if (!dc_waits_for_cpu(r, &wait, &used, &share)) return 0;
     double cpus = c->usable_n ? round(c->usable_sum / c->usable_n) : (r->cpus > 0 ? r->cpus : NAN);
     double sys = r->cpu.n ? r->cpu.sum / r->cpu.n : NAN; /* % of all cores */
     double outside = isfinite(sys) && r->cpus > 0 ? sys / 100 * r->cpus - used / 100 : NAN;

@@ -407,39 +407,113 @@ static int comm_into_straggler(const dfold_at *x, dfinding *from, dfinding *into
     return DF_KEEP;
 }
 
-/* Collectives on one host whose share is within twice the threshold:
- * ranks that wait for a CPU also arrive late at every all-reduce and move
- * its bytes slowly (gloo reduces on the CPU), so the share is not the
- * run's own; it stays as contention's evidence. */
+/* What of the collectives' share a wait for a CPU can explain, on one host:
+ * only the ranks' late arrival (the others' wait beyond the least-waiting
+ * rank's, which is the collectives' own time), and of it no more than the
+ * training threads waited in the run queue a step (schedstat): a rank
+ * delayed that long reaches each collective that much later. NAN without
+ * per-rank comm waits or the threads' run-queue wait; *own_ms, *late_ms,
+ * *runq_ms: the figures a rank and step. */
+static double comm_cpu_explained(const diag_run *r, double *own_ms, double *late_ms,
+                                 double *runq_ms)
+{
+    rr_strag st;
+    const dcause *c = &r->cause;
+    rr_straggler(r, &st);
+    if (st.rank < 0 || !(st.step_ms > 0) || !(c->tt_span_s > 0) || !(r->steps > 0))
+        return NAN;
+    double ranks = r->sf.ngroups > 1 ? r->sf.ngroups : 2;
+    *own_ms = st.own_wait_ms;
+    *late_ms = st.gap_ms > 0 ? st.gap_ms * (ranks - 1) / ranks : 0; /* of the mean */
+    *runq_ms = 1e3 * c->tt_runq_s / r->steps;
+    return (*late_ms < *runq_ms ? *late_ms : *runq_ms) / st.step_ms;
+}
+
+/* Collectives on one host while the ranks waited for CPUs: a rank that
+ * waits for one arrives late at every collective (and gloo reduces on the
+ * CPU). The part of the share that wait can explain (comm_cpu_explained)
+ * is the contention's; the finding stays (its share is the run's own
+ * breakdown) with the rest, after the contention when the rest is under
+ * the threshold. Without per-rank figures, a share within twice the
+ * threshold is taken as the contention's. */
 static int comm_into_cpu_wait(const dfold_at *x, dfinding *from, dfinding *into)
 {
     if (x->r->nnodes > 1) return DF_NO;
-    if (!(from->score < 2 * COMM_SHARE)) {
-        /* a share of its own, but the ranks also waited for CPUs: part of
-         * every collective's time is a rank arriving late for want of one */
+    double own_ms = NAN, late_ms = NAN, runq_ms = NAN;
+    double share = x->c->share[PH_COMM];
+    double cpu = comm_cpu_explained(x->r, &own_ms, &late_ms, &runq_ms);
+    double own = isfinite(cpu) ? share - cpu : share < 2 * COMM_SHARE ? 0 : share;
+    /* a straggler's fold may have left only the collectives' own already */
+    if (own > from->score) own = from->score;
+    char why[120] = "";
+    if (isfinite(cpu))
+        fmt(why, sizeof(why),
+            "%.1f ms a step their own, %.1f ms waiting for later ranks; %.1f ms the training "
+            "threads' wait",
+            own_ms, late_ms, runq_ms);
+    if (own >= COMM_SHARE) {
+        /* a share of its own: the ranks also waited for CPUs, which can
+         * explain only part of it */
         ev(from, "cpu_wait", into->score,
-           "the ranks also waited for a CPU (%s): part of this is a rank arriving late at each "
-           "collective; measure again on free cores before tuning communication",
-           into->id);
+           "%.0f%% of the step is the collectives' own, though the ranks also waited for a CPU "
+           "(%s%s%s)",
+           100 * own, into->id, why[0] ? ": " : "", why);
         return DF_KEEP;
     }
-    ev(into, "comm_share", from->score,
-       "collectives took %.0f%% of step time while the ranks waited for CPUs (measure "
-       "again on free cores before tuning communication)",
-       100 * from->score);
-    return DF_DROP;
+    ev(into, "comm_share", share,
+       "collectives took %.0f%% of step time while the ranks waited for CPUs: ranks that wait "
+       "for one arrive late at each (measure again on free cores before tuning communication)",
+       100 * share);
+    /* it stays, after the contention that explains it */
+    ev(from, "cpu_wait", into->score, "the contention comes first: %s",
+       why[0] ? why : "the ranks waited for CPUs, and arrive late at each collective");
+    from->score = own > COMM_MINOR ? own : COMM_MINOR;
+    if (from->score >= into->score) from->score = 0.99 * into->score;
+    return DF_KEEP;
+}
+
+/* The straggler's training thread against the other ranks' (schedstat,
+ * a share of their time): 1 when it used no more CPU (at most
+ * STRAGGLER_SAME_CPU x their mean) but waited in the run queue at least
+ * half the gap longer a step, with *more_ms that extra wait a step. */
+static int starved_rank(const diag_run *r, const rr_strag *st, double *more_ms)
+{
+    const dcause *c = &r->cause;
+    double cpu = NAN, q = NAN, ocpu = 0, oq = 0, n = 0;
+    for (int i = 0; i < c->ntt; i++) {
+        if (!(c->tt[i].span_s > 0) || c->tt[i].rank < 0) continue;
+        double a = c->tt[i].cpu_s / c->tt[i].span_s, b = c->tt[i].runq_s / c->tt[i].span_s;
+        if (c->tt[i].rank == st->rank)
+            cpu = a, q = b;
+        else
+            ocpu += a, oq += b, n++;
+    }
+    if (!(n > 0) || !isfinite(cpu)) return 0;
+    *more_ms = (q - oq / n) * st->step_ms;
+    return cpu <= STRAGGLER_SAME_CPU * ocpu / n && *more_ms >= 0.5 * st->gap_ms;
 }
 
 /* On one host, a rank slowed in its own step by less than twice the
  * threshold (gap share < 20%, or < 1.4x the median rank: score < 0.5)
  * while the run's threads waited for a CPU: that rank got fewer cycles (a
- * slow loader, or a larger gap, stays a straggler finding). */
+ * slow loader, or a larger gap, stays a straggler finding) -- or, whatever
+ * the gap, when its training thread computed no more than the others' and
+ * waited for a CPU longer by half the gap or more (starved_rank). */
 static int straggler_into_cpu_wait(const dfold_at *x, dfinding *from, dfinding *into)
 {
-    if (!(x->r->nnodes <= 1 && from->score < 0.5 && !strstr(from->summary, "data loader")))
-        return DF_NO;
-    ev(into, "straggler_rank", from->ev[0].value, "%s: ranks on this host share its cores",
-       from->summary);
+    if (x->r->nnodes > 1 || strstr(from->summary, "data loader")) return DF_NO;
+    rr_strag st;
+    double more = NAN;
+    int starved = rr_straggler(x->r, &st) && starved_rank(x->r, &st, &more);
+    if (!(from->score < 0.5) && !starved) return DF_NO;
+    if (starved)
+        ev(into, "straggler_rank", from->ev[0].value,
+           "%s: its training thread waited %.1f ms a step longer for a CPU than the others', "
+           "computing no more",
+           from->summary, more);
+    else
+        ev(into, "straggler_rank", from->ev[0].value, "%s: ranks on this host share its cores",
+           from->summary);
     return DF_DROP;
 }
 

@@ -375,8 +375,10 @@ int dr_cand_eval_often(const diag_run *r, const dctx *cx, dfinding *d)
 {
     const dcause *c = &r->cause;
     double share = dc_eval_share(r);
-    if (!(share >= EVAL_OFTEN_SHARE) || !(c->eval_entries >= EVAL_OFTEN_MIN) || !(r->steps > 0))
-        return 0;
+    /* with the run waiting for CPUs, its share with those waits left out */
+    double batch_ms, step_ms, q, floor = dc_eval_floor_share(r, &batch_ms, &step_ms, &q);
+    int held = share >= EVAL_OFTEN_SHARE || floor >= EVAL_OFTEN_SHARE;
+    if (!held || !(c->eval_entries >= EVAL_OFTEN_MIN) || !(r->steps > 0)) return 0;
     double every = r->steps / c->eval_entries;
     char how[64];
     if (every < 1.5)
@@ -396,15 +398,26 @@ int dr_cand_eval_often(const diag_run *r, const dctx *cx, dfinding *d)
     double host = c->ph_eval > 0 ? c->eval_host / c->ph_eval : NAN;
     int seq = (per >= EVAL_SEQ_FORWARDS && rows <= 2 && !(batch < 8 * rows)) ||
               host >= EVAL_HOST_SHARE;
+    /* held at the floors alone: that share, after the contention (whose
+     * score is the threads' wait share) that hid it */
+    double score = share, wait, used, wshare;
+    char at[64] = "";
+    if (!(share >= EVAL_OFTEN_SHARE) && dc_waits_for_cpu(r, &wait, &used, &wshare)) {
+        double cap = 0.99 * (wshare > 0.9 ? 0.9 : wshare);
+        score = floor < cap ? floor : cap;
+        fmt(at, sizeof(at), " without the waits for a CPU (%.0f%% with them)", 100 * share);
+    }
     diag_head(d, "eval-often",
               seq ? "Inference between training steps takes much of the run"
                   : "Evaluation takes much of the run",
-              share > 0.9 ? 0.9 : share,
-              "%s is %.0f%% of the loop's time: %.0f %s in %.0f training steps (%s)%s",
+              score > 0.9 ? 0.9 : score,
+              "%s is %.0f%% of the loop's time%s: %.0f %s in %.0f training steps (%s)%s",
               seq ? "inference outside training (eval mode or no grad)" : "evaluation",
-              100 * share, c->eval_entries, seq ? "passes" : "evaluations", r->steps, how,
+              100 * (at[0] ? floor : share), at, c->eval_entries,
+              seq ? "passes" : "evaluations", r->steps, how,
               seq ? ", each a run of forwards of one or two rows" : "");
     ev(d, "eval_share", share, "evaluation is %.0f%% of the run", 100 * share);
+    dc_eval_floor_ev(d, floor, batch_ms, step_ms, q);
     ev(d, "evaluations", c->eval_entries, "%.0f evaluations (model.eval() or forwards without "
        "grad), %.1f s in all", c->eval_entries, c->eval_s);
     if (seq) {

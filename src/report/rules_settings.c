@@ -229,17 +229,21 @@ int dr_cand_eval_grad(const diag_run *r, const dctx *cx, dfinding *d)
     const dcause *c = &r->cause;
     if (!(c->eval_fwd >= EVAL_GRAD_MIN_FWD) || !(c->eval_fwd_grad >= 0.5 * c->eval_fwd)) return 0;
     double share = dc_eval_share(r);
-    if (!(share >= EVAL_GRAD_MIN_SHARE)) return 0;
+    /* with the run waiting for CPUs, its share with those waits left out
+     * (eval-often): what the fix saves once the run has its cores */
+    double batch_ms, step_ms, q, floor = dc_eval_floor_share(r, &batch_ms, &step_ms, &q);
+    if (!(share >= EVAL_GRAD_MIN_SHARE) && !(floor >= EVAL_GRAD_MIN_SHARE)) return 0;
     /* a forward that builds a graph saves activations and records every op:
      * on the CPU an MLP's evaluation ran 2.4x slower with grad on; half its
      * time is the saving taken */
-    double score = 0.5 * share;
+    double score = 0.5 * (floor > share ? floor : share);
     diag_head(d, "eval-grad", "Evaluation builds autograd graphs", score > 0.9 ? 0.9 : score,
               "%.0f%% of the evaluation forwards ran with grad enabled (model.eval() does not "
               "turn autograd off): evaluation is %.0f%% of the run, and each of its forwards "
               "records a graph and keeps activations that no backward uses",
               100 * c->eval_fwd_grad / c->eval_fwd, 100 * share);
     ev(d, "eval_share", share, "evaluation is %.0f%% of the run", 100 * share);
+    dc_eval_floor_ev(d, floor, batch_ms, step_ms, q);
     ev(d, "eval_forwards_grad", c->eval_fwd_grad, "%.0f of %.0f evaluation forwards with grad on",
        c->eval_fwd_grad, c->eval_fwd);
     rec(d, "Evaluate under torch.no_grad() (or torch.inference_mode()): `with torch.no_grad(): "

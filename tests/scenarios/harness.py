@@ -11,7 +11,8 @@ Each script's header says what it expects:
     # launch: torchrun=N                    run under torchrun (gloo) instead of python
     # needs: lightning, transformers        modules the script imports
     # says: text; text                      words the primary finding must contain
-                                            (title, summary, evidence or fixes)
+                                            (title, summary, evidence or fixes; the
+                                            finding compared: contention set aside)
     # steps: N                              steps.csv must hold exactly N steps
     # script: other.py                      run that scenario's script instead (a
                                             variant: other load, other settings)
@@ -172,7 +173,8 @@ def run(name, cli=None, out=None, timeout=300):
     for m in s["must_not"]:
         if m in compared:
             why.append("unwanted finding %s" % m)
-    p = d["primary"]
+    # the words are the compared finding's (contention set aside, as above)
+    p = next((f for f in [d["primary"]] + d.get("secondary", []) if f["id"] == got), d["primary"])
     text = " ".join([p.get("title", ""), p.get("summary", "")] +
                     [e.get("text", "") for e in p.get("evidence", [])] +
                     [str(x) for x in p.get("recommendations", p.get("fixes", []))])
