@@ -435,7 +435,7 @@ static void load_one(dcause *c, const jr_node *root, double t0)
             c->tt_cpu_s += cpu;
             c->tt_runq_s += isnan(rq) ? 0 : rq;
             if (c->ntt < (int)(sizeof(c->tt) / sizeof(c->tt[0])) && rq >= 0) {
-                c->tt[c->ntt].rank = events_rank(root);
+                c->tt[c->ntt].rank = dc_events_rank(root);
                 c->tt[c->ntt].span_s = span;
                 c->tt[c->ntt].cpu_s = cpu;
                 c->tt[c->ntt].runq_s = rq;
