@@ -952,6 +952,11 @@ void diag_figures(const diag_run *r, dfig *f)
     figs_headline(&r->sf, &f->v);
     const figs_view v = f->v;
     f->steps_per_s = v.steps_per_s;
+    if (r->attached) {
+        /* no hook recorded steps: those the stacks told, or unknown (never 0) */
+        f->steps = r->at.steps;
+        f->steps_per_s = isfinite(r->at.period_s) && r->at.period_s > 0 ? 1 / r->at.period_s : NAN;
+    }
     f->samples_per_s = v.samples_per_s;
     f->tokens_per_s = v.tokens_per_s;
     f->step_p50 = v.step_p50_ms;
