@@ -81,7 +81,7 @@ import torch
 
 class SlowSGD(torch.optim.SGD):
     def step(self, closure=None):
-        time.sleep(0.1)
+        time.sleep(0.25)
         return super().step(closure)
 
 model = torch.nn.Linear(8, 1)
@@ -92,7 +92,7 @@ with open(sys.argv[2], "w") as log:
         loss = model(torch.randn(4, 8)).sum()
         opt.zero_grad()
         loss.backward()
-        time.sleep(0.1)
+        time.sleep(0.25)
         opt.step()
         log.write("%.6f\n" % time.time())
         log.flush()
@@ -191,19 +191,19 @@ def test_attach_counts_steps_of_a_steady_period(run_cli, tmp_path):
     p = start(tmp_path, "steady", STEADY, 60, log)
     try:
         t0 = time.time()
-        a = attach(run_cli, p.pid, tmp_path / "att", "--duration", 8, "--rate", 50)
+        a = attach(run_cli, p.pid, tmp_path / "att", "--duration", 9, "--rate", 50)
         t1 = time.time()
     finally:
         stop(p)
     assert a.returncode == 0, a.stderr
     steps = load(tmp_path / "att", "pyprof/attach.json")["processes"][0]["steps"]
     assert steps["count"] is not None, steps["why_unknown"]
-    assert 0.17 <= steps["period_s"] <= 0.26
+    assert 0.4 <= steps["period_s"] <= 0.65
     # steps the script logged while attach could have seen them (the
     # samplers start after attach does and stop before it ends)
     ends = [float(x) for x in log.read_text().split()]
     upper = sum(t0 <= e <= t1 for e in ends)
-    assert upper - 6 <= steps["count"] <= upper + 1, (steps, upper)
+    assert upper - 3 <= steps["count"] <= upper + 1, (steps, upper)
     summary = load(tmp_path / "att", "summary.json")
     assert summary["diagnosis"]["attached"]["steps"] == steps["count"]
 
