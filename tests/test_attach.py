@@ -280,6 +280,27 @@ def test_attach_duration_ends_it_and_spares_the_process(run_cli, tmp_path):
     assert 1.5 <= run["duration_s"] < 60
     assert (d / "summary.json").exists() and (d / "report.md").exists()
     assert len((d / "metrics.csv").read_text().splitlines()) >= 3
+    # nothing recorded steps: unknown, not 0
+    steps = load(d, "summary.json")["steps"]
+    assert steps["count"] is None and steps["global_steps"] is None
+    rep = json.loads(run_cli("report", d, "--format", "json").stdout)
+    assert rep["diagnosis"]["attached"]["unavailable"]
+
+
+def test_attach_ends_with_the_process(run_cli, tmp_path):
+    p = subprocess.Popen([sys.executable, "-c",
+                          "import time\nend = time.time() + 3\n"
+                          "while time.time() < end:\n    sum(range(20000)); time.sleep(0.005)\n"])
+    time.sleep(0.5)
+    a = attach(run_cli, p.pid, tmp_path / "att", timeout=120)
+    p.wait(timeout=30)
+    assert a.returncode == 0, a.stderr
+    assert "the process exited" in a.stderr
+    d = tmp_path / "att"
+    assert load(d, "run.json")["duration_s"] < 60
+    assert (d / "report.md").exists()
+    # the samples taken before it exited are kept
+    assert load(d, "pyprof/attach.json")["processes"][0]["samples"] > 0
 
 
 def test_attach_sigint_leaves_the_directory_complete(cli, tmp_path):

@@ -229,6 +229,7 @@ int cmd_attach(int argc, char **argv)
     co.sink_config = &xc;
     co.extra_sources = src;
     co.nextra = 2;
+    co.no_steps = 1;
     coll *c = NULL;
     rc = coll_create(&c, &co);
     if (rc == 0) rc = coll_start(c);

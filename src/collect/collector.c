@@ -158,6 +158,7 @@ static void run_view(coll *c, sink_run *r)
     r->alerts = c->notes;
     r->nsources = c->nsrc;
     r->sources = c->status;
+    r->steps_unknown = c->o.no_steps;
     r->events_dropped = c->events_dropped;
     r->ended = c->ended;
     r->exit = c->exit;

@@ -48,6 +48,7 @@ typedef struct coll_opts {
      * run.json's sources with their status, never sampled here. Copied. */
     const run_source *extra_sources;
     int nextra;
+    int no_steps;            /* nothing records steps (attach): summary.json's counts are null */
 } coll_opts;
 
 typedef struct coll coll;

@@ -110,6 +110,9 @@ typedef struct sink_run {
     run_exit exit;
     double end_unix_s, duration_s;
     sink_tally *tally;
+    /* nothing in the processes records steps (`trainperf attach`): the step
+     * counts are unknown (null), not 0 */
+    int steps_unknown;
 } sink_run;
 
 /* A probe event other than a step, for sinks that show them (the trace). */
