@@ -160,8 +160,8 @@ def stop(p):
     p.wait(timeout=30)
 
 
-def attach(run_cli, pid, out, *args, timeout=180):
-    return run_cli("attach", pid, "--out", out, *args, timeout=timeout)
+def attach(run_cli, pid, out, *args, timeout=180, env=None):
+    return run_cli("attach", pid, "--out", out, *args, timeout=timeout, env=env)
 
 
 def load(d, name):
@@ -318,6 +318,29 @@ def test_attach_duration_ends_it_and_spares_the_process(run_cli, tmp_path):
     assert steps["count"] is None and steps["global_steps"] is None
     rep = json.loads(run_cli("report", d, "--format", "json").stdout)
     assert rep["diagnosis"]["attached"]["unavailable"]
+
+
+def test_attach_without_py_spy_records_resources_and_says_why(run_cli, tmp_path):
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
+                           if d and not os.path.exists(os.path.join(d, "py-spy")))
+    p = subprocess.Popen([sys.executable, "-c", CHILD])
+    try:
+        time.sleep(0.5)
+        a = attach(run_cli, p.pid, tmp_path / "att", "--duration", 2, env={"PATH": path})
+    finally:
+        stop(p)
+    assert a.returncode == 0, a.stderr
+    assert "no Python stacks (py-spy is not installed" in a.stderr
+    d = tmp_path / "att"
+    assert "not installed" in load(d, "run.json")["sources"]["pystacks"]
+    diag = load(d, "summary.json")["diagnosis"]
+    assert diag["attached"]["stack_samples"] is None
+    # no verdict from stacks; a resource finding (this box's contention) may stand
+    ids = [f["id"] for f in [diag["primary"]] + diag["secondary"]]
+    assert not {"input-bound", "host-code", "compute-bound", "undetermined"} & set(ids)
+    if diag["primary"]["id"] == "insufficient-data":
+        assert "py-spy is not installed" in diag["insufficient_reason"]
+    assert len((d / "metrics.csv").read_text().splitlines()) >= 2
 
 
 def test_attach_ends_with_the_process(run_cli, tmp_path):

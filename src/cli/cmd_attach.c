@@ -242,10 +242,9 @@ int cmd_attach(int argc, char **argv)
     }
     if (!quiet)
         fprintf(stderr,
-                "trainperf: attached to pid %ld (%s): resources every %g s, Python stacks %s; "
-                "%s ends it\n",
-                (long)pid, comm, interval,
-                stk && !why[0] ? "by py-spy" : why, duration > 0 ? "--duration or Ctrl-C" : "Ctrl-C");
+                "trainperf: attached to pid %ld (%s): resources every %g s, %s%s%s; %s ends it\n",
+                (long)pid, comm, interval, why[0] ? "no Python stacks (" : "Python stacks by py-spy",
+                why, why[0] ? ")" : "", duration > 0 ? "--duration or Ctrl-C" : "Ctrl-C");
     if (why[0]) {
         astk_free(stk);
         stk = NULL;

@@ -481,11 +481,12 @@ static void attached_compute(diag_run *r, const dctx *c)
         dr_att_healthy(r, c, &g->primary);
     } else {
         g->insufficient = 1;
+        const char *why = a->sampler_error[0]                              ? a->sampler_error
+                          : a->pystacks[0] && strcmp(a->pystacks, "ok") != 0 ? a->pystacks
+                                                                             : "";
         fmt(g->insufficient_why, sizeof(g->insufficient_why),
             "no training thread's Python stacks were sampled (%.0f samples%s%s)",
-            a->have && isfinite(a->samples) ? a->samples : 0, a->sampler_error[0] ? ": " : "",
-            a->sampler_error[0] ? a->sampler_error : a->pystacks[0] && strcmp(a->pystacks, "ok")
-                                                         ? a->pystacks : "");
+            a->have && isfinite(a->samples) ? a->samples : 0, why[0] ? "; " : "", why);
         fmt(g->primary.id, sizeof(g->primary.id), "insufficient-data");
         fmt(g->primary.title, sizeof(g->primary.title), "Not enough data");
         fmt(g->primary.summary, sizeof(g->primary.summary), "%s", g->insufficient_why);

@@ -266,7 +266,10 @@ static void load_attach(diag_run *r)
     char path[PATH_MAX + 32], e[200];
     snprintf(path, sizeof(path), "%s/pyprof/attach.json", r->dir);
     jr_doc d;
-    if (jr_load_file(&d, path, 0, e, sizeof(e)) != 0) return;
+    if (jr_load_file(&d, path, 0, e, sizeof(e)) != 0) {
+        copy_str(a->steps_why, sizeof(a->steps_why), "no Python stacks were sampled");
+        return;
+    }
     static const char *const ph[DA_N] = {"data", "forward", "backward", "optimizer", "other"};
     a->have = d.root->type == JR_OBJ;
     a->rate_hz = jr_pnum(d.root, "rate_hz");
@@ -1040,7 +1043,9 @@ const char *diag_fmt_exit(const diag_run *r, char *o, size_t n)
     static const char *const names[] = {
         NULL,     "SIGHUP",  "SIGINT",  "SIGQUIT", "SIGILL",  "SIGTRAP", "SIGABRT", "SIGBUS",
         "SIGFPE", "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM"};
-    if (!r->exit_known)
+    if (!r->exit_known && r->attached)
+        msg(o, n, "unknown (attached: the process is not trainperf's)");
+    else if (!r->exit_known)
         msg(o, n, "unknown");
     else if (r->exit_signal > 0)
         msg(o, n, "signal %d%s%s%s", r->exit_signal, r->exit_signal < 16 ? " (" : "",
