@@ -390,3 +390,53 @@ def test_attach_signal_leaves_the_directory_complete(cli, tmp_path, sig, said):
     assert (d / f"pyprof/stacks-{py[0]['pid']}.folded").read_text().strip()
     # no sampler's chunk left behind
     assert not list((d / "live").glob("pyspy-*"))
+
+
+def children(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except OSError:
+                pass
+    return out
+
+
+@pytest.mark.slow
+def test_attach_killed_keeps_what_it_folded_and_leaves_no_sampler(cli, run_cli, tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", CHILD])
+    try:
+        time.sleep(0.5)
+        a = subprocess.Popen([cli, "attach", str(p.pid), "--out", str(tmp_path / "att")],
+                             stderr=subprocess.DEVNULL)
+        d = tmp_path / "att"
+        # the first 10 s chunk folded into the run directory
+        for _ in range(300):
+            if (d / "pyprof/attach.json").exists():
+                break
+            time.sleep(0.1)
+        spies = children(a.pid)
+        assert spies, "no sampler running"
+        a.kill()
+        a.wait(timeout=30)
+        time.sleep(0.5)
+        alive = []
+        for s in spies:
+            try:
+                with open(f"/proc/{s}/cmdline") as f:
+                    if "py-spy" in f.read():
+                        alive.append(s)
+            except OSError:
+                pass  # gone
+        assert not alive, "a sampler outlived the attach"
+        assert p.poll() is None
+    finally:
+        stop(p)
+    assert load(d, "pyprof/attach.json")["processes"][0]["samples"] > 0
+    # the run directory reads as a run whose collector was killed
+    r = run_cli("report", d, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["diagnosis"]["attached"]["stack_samples"] is not None

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -455,6 +456,10 @@ static pid_t spawn_spy(const astk *s, as_proc *p, int chunk)
     /* its own group: a Ctrl-C meant for attach reaches it through us, after
      * the other samplers are told too */
     setpgid(0, 0);
+    /* a killed attach leaves no sampler behind (its chunk is lost, the
+     * chunks folded before are in the run directory) */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1) _exit(127);
     int devnull = open("/dev/null", O_RDWR);
     int lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (devnull >= 0) dup2(devnull, 0);
