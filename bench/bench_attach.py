@@ -10,7 +10,8 @@ watched for --seconds by
   B: py-spy record --pid PID --duration S --rate R --nonblocking --idle --format raw
      (py-spy alone, the baseline: what one would run by hand)
 
-interleaved, --rounds times. The CPU of each is its children's rusage after it
+interleaved, --rounds times. Then the other way to drive py-spy: `py-spy dump`
+once per sample (10 calls), its CPU per sample against record's. The CPU of each is its children's rusage after it
 exits (trainperf's includes its py-spy processes). Prints CPU seconds per
 wall second (share of one core) for each and the ratio A/B per round and
 median. The watched process pays nothing in its own threads either way (py-spy
@@ -87,6 +88,15 @@ def main():
                       f"({100 * ca / wa:.1f}% of a core), py-spy record {cb:.2f} s in {wb:.1f} s "
                       f"({100 * cb / wb:.1f}%), ratio {ratio:.2f}; watched process "
                       f"{100 * (w1 - w0) / (wa + wb):.0f}% of a core")
+        # py-spy dump per sample: what driving it periodically would cost
+        before = children_cpu()
+        for _ in range(10):
+            subprocess.run(["py-spy", "dump", "--nonblocking", "--pid", str(watched.pid)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        dump = (children_cpu() - before) / 10
+        per_record = cb / (a.rate * wb)
+        print(f"py-spy dump: {1e3 * dump:.1f} ms CPU a sample, record {1e3 * per_record:.2f} ms a "
+              f"sample ({dump / per_record:.0f}x): attach drives record")
     finally:
         watched.kill()
         watched.wait()
