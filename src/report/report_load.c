@@ -287,7 +287,9 @@ static void load_attach(diag_run *r)
         }
         if (!role || strcmp(role, "training") != 0) continue;
         a->train_procs++;
-        /* steps: summed where every training process could tell them */
+        /* steps: the most of any training process (a data-parallel step is
+         * one step of every rank, as global_steps), known only where every
+         * one could tell its own */
         double n = jr_pnum(p, "steps.count"), per = jr_pnum(p, "steps.period_s");
         const char *why = jr_pstr(p, "steps.why_unknown");
         if (first) {
@@ -301,7 +303,7 @@ static void load_attach(diag_run *r)
             a->top_line = diag_int(jr_pnum(l, "line"), 0, INT_MAX, 0);
             a->top_samples = jr_pnum(l, "samples");
         } else {
-            a->steps = isfinite(a->steps) && isfinite(n) ? a->steps + n : NAN;
+            a->steps = isfinite(a->steps) && isfinite(n) ? fmax(a->steps, n) : NAN;
         }
         if (why && !a->steps_why[0]) copy_str(a->steps_why, sizeof(a->steps_why), why);
         first = 0;
