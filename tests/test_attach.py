@@ -5,6 +5,7 @@ root is no Python, a dead pid, another user's process, --duration and Ctrl-C.
 """
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -132,6 +133,37 @@ with open(sys.argv[2], "w") as log:
             print("ready", flush=True)
 '''
 
+# Two DDP ranks over gloo under torchrun: the tree attach is given is the
+# agent's (a Python process that trains nothing) and its ranks.
+DDP = r'''
+import sys, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+torch.set_num_threads(1)
+ds = torch.utils.data.TensorDataset(torch.randn(8192, 256), torch.randint(0, 10, (8192,)))
+sampler = torch.utils.data.distributed.DistributedSampler(ds)
+dl = torch.utils.data.DataLoader(ds, batch_size=256, sampler=sampler)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+end = time.time() + float(sys.argv[1])
+first = True
+while time.time() < end:
+    for x, y in dl:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if first and dist.get_rank() == 0:
+            print("ready", flush=True)
+        first = False
+        if time.time() >= end:
+            break
+dist.destroy_process_group()
+'''
+
 # Not our contention: other people's jobs share this machine's two cores.
 ENV_FINDINGS = {"cpu-contention"}
 
@@ -144,13 +176,21 @@ def first_finding(summary):
     return d["primary"]["id"]
 
 
+def ready(p, timeout=240):
+    """The "ready" line of a script (after its first step), or fail: never hang."""
+    if select.select([p.stdout], [], [], timeout)[0]:
+        return p.stdout.readline().strip() == "ready"
+    return False
+
+
 def start(tmp_path, name, text, *args):
     script = tmp_path / (name + ".py")
     script.write_text(text)
     p = subprocess.Popen([sys.executable, str(script), *map(str, args)], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
-    line = p.stdout.readline()  # after its first step (or EOF if it died)
-    assert line.strip() == "ready", f"{name} did not start training"
+    if not ready(p):
+        stop(p)
+        pytest.fail(f"{name} did not start training")
     return p
 
 
@@ -219,6 +259,38 @@ def test_attach_verdict_matches_run(run_cli, tmp_path, name, text, expect):
 
 @pytest.mark.torch
 @pytest.mark.once
+def test_attach_torchrun_tree_finds_its_ranks(run_cli, tmp_path):
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP)
+    torchrun = shutil.which("torchrun")
+    if not torchrun:
+        pytest.skip("torchrun is not installed")
+    agent = subprocess.Popen([torchrun, "--standalone", "--nproc-per-node", "2", str(script), "120"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             cwd=tmp_path, start_new_session=True)
+    try:
+        assert ready(agent), "torchrun's ranks did not start training"
+        a = attach(run_cli, agent.pid, tmp_path / "att", "--duration", 12)
+        assert agent.poll() is None
+    finally:
+        os.killpg(agent.pid, signal.SIGKILL)  # the agent's group: it and its ranks
+        agent.wait(timeout=30)
+    assert a.returncode == 0, a.stderr
+    d = tmp_path / "att"
+    procs = load(d, "pyprof/attach.json")["processes"]
+    assert procs[0]["pid"] == agent.pid and procs[0]["role"] == "other"
+    ranks = [q for q in procs if q["role"] == "training"]
+    assert len(ranks) == 2 and all(q["ppid"] == agent.pid for q in ranks)
+    for q in ranks:
+        assert (d / f"pyprof/stacks-{q['pid']}.folded").stat().st_size > 0
+    assert load(d, "summary.json")["diagnosis"]["attached"]["training_processes"] == 2
+    # both ranks' resources, in the tree's rows
+    rows = (d / "procs.csv").read_text()
+    assert all(f",{q['pid']}," in rows for q in ranks)
+
+
+@pytest.mark.torch
+@pytest.mark.once
 def test_attach_counts_steps_of_a_steady_period(run_cli, tmp_path):
     log = tmp_path / "steps.log"
     p = start(tmp_path, "steady", STEADY, 60, log)
@@ -241,14 +313,13 @@ def test_attach_counts_steps_of_a_steady_period(run_cli, tmp_path):
     assert summary["diagnosis"]["attached"]["steps"] == steps["count"]
 
 
-@pytest.mark.torch
 def test_attach_says_unknown_steps_when_no_optimizer_runs(run_cli, tmp_path):
     p = subprocess.Popen([sys.executable, "-c",
                           "import time\nprint('ready', flush=True)\n"
                           "while True:\n    sum(range(10000)); time.sleep(0.01)\n"],
                          stdout=subprocess.PIPE, text=True)
-    p.stdout.readline()
     try:
+        assert ready(p)
         a = attach(run_cli, p.pid, tmp_path / "att", "--duration", 3)
     finally:
         stop(p)
