@@ -27,7 +27,7 @@ class Remote(torch.utils.data.Dataset):
     def __len__(self):
         return 640
     def __getitem__(self, i):
-        time.sleep(0.03)  # one sample from a slow store
+        time.sleep(0.05)  # one sample from a slow store
         return torch.randn(64), i % 10
 
 if __name__ == "__main__":
