@@ -21,6 +21,7 @@ enum {
     X(analyze, "analyse torch.profiler (Kineto/Chrome) traces")                     \
     X(merge, "merge per-rank traces into one timeline")                            \
     X(top, "live view of a run directory being written")                           \
+    X(attach, "watch a process tree trainperf did not start: resources, Python stacks, report") \
     X(dump, "every process's stacks now, of a running run or any process tree")     \
     X(profile, "a profiler window or a memory snapshot now, in a run already going") \
     X(tune, "try the fixes on the real script as short trials, ranked by measured speedup") \

@@ -172,6 +172,7 @@ static void run_view(coll *c, sink_run *r)
     r->alerts = c->notes;
     r->nsources = c->nsrc;
     r->sources = c->status;
+    r->steps_unknown = c->o.no_steps;
     r->events_dropped = c->events_dropped;
     r->noroom_procs = c->noroom_procs;
     r->noroom_events = c->noroom_events;
@@ -589,8 +590,14 @@ static void take_sample(coll *c, uint64_t now)
 
 static void read_cmdline(coll *c)
 {
-    /* Embedded mode has no argv from the caller: take this process's own. */
-    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    /* No argv from the caller: the root's own (this process in embedded
+     * mode, the process attached to by `trainperf attach`). */
+    char path[64];
+    if (c->o.root_pid > 0)
+        snprintf(path, sizeof(path), "/proc/%ld/cmdline", (long)c->o.root_pid);
+    else
+        snprintf(path, sizeof(path), "/proc/self/cmdline");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
     char tmp[8192];
     ssize_t n = read(fd, tmp, sizeof(tmp) - 1);
@@ -640,6 +647,11 @@ static void init_sources(coll *c)
         s->state = state;
         s->on = 1;
         snprintf(st->status, sizeof(st->status), "ok");
+    }
+    for (int i = 0; i < c->o.nextra && c->nsrc < RUN_MAX_SOURCES; i++) {
+        c->src[c->nsrc].on = 0; /* driven by the caller, listed only */
+        c->status[c->nsrc] = c->o.extra_sources[i];
+        c->nsrc++;
     }
 }
 

@@ -29,8 +29,8 @@ typedef struct coll_opts {
      * scanned with run_dir/live; NULL: live/ only. Segments of exited
      * processes are removed from it once drained (they hold memory). */
     const char *seg_dir;
-    const char *mode;        /* "run" | "embedded" */
-    char *const *argv;       /* the watched command, NULL-terminated; may be NULL */
+    const char *mode;        /* "run" | "embedded" | "attached" */
+    char *const *argv;       /* the watched command, NULL-terminated; NULL: root_pid's own */
     pid_t root_pid;          /* the watched process tree's root */
     double interval_s;       /* sampling interval; <= 0: 1.0 */
     double drain_s;          /* segment drain period; <= 0: 0.025 */
@@ -44,6 +44,11 @@ typedef struct coll_opts {
     const sink_ops *const *sinks;
     size_t nsinks;
     const void *sink_config; /* handed to the sinks as sink_ctx.config */
+    /* Sources the caller drives itself (attach's Python stacks): listed in
+     * run.json's sources with their status, never sampled here. Copied. */
+    const run_source *extra_sources;
+    int nextra;
+    int no_steps;            /* nothing records steps (attach): summary.json's counts are null */
 } coll_opts;
 
 typedef struct coll coll;

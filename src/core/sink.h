@@ -119,6 +119,9 @@ typedef struct sink_run {
      * probe/segment.h): how many processes, and the events they could not
      * record (counted in events_dropped too). */
     uint64_t noroom_procs, noroom_events;
+    /* nothing in the processes records steps (`trainperf attach`): the step
+     * counts are unknown (null), not 0 */
+    int steps_unknown;
 } sink_run;
 
 /* A probe event other than a step, for sinks that show them (the trace). */

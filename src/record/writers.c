@@ -450,8 +450,15 @@ static void put_steps(jw *w, const sink_run *s, uint64_t start_mono_ns)
     const figs *a = s->steps;
     jw_key(w, "steps");
     jw_obj_begin(w);
-    jw_kuint(w, "count", a->count);
-    rec_global_steps(w, a);
+    if (s->steps_unknown) {
+        jw_key(w, "count");
+        jw_null(w);
+        jw_key(w, "global_steps");
+        jw_null(w);
+    } else {
+        jw_kuint(w, "count", a->count);
+        rec_global_steps(w, a);
+    }
     jw_key(w, "ranks");
     jw_arr_begin(w);
     for (int i = 0; i < a->ngroups; i++)

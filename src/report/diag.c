@@ -416,6 +416,101 @@ static void fold_all(const diag_run *r, const dctx *c, dfinding *cand, int *who,
             }
 }
 
+/* rank by score; stable for equal scores (rule order = priority) */
+static void rank_by_score(dfinding *cand, int *who, int nc)
+{
+    for (int i = 1; i < nc; i++)
+        for (int j = i; j > 0 && cand[j].score > cand[j - 1].score; j--) {
+            dfinding t;
+            copy_finding(&t, &cand[j]);
+            copy_finding(&cand[j], &cand[j - 1]);
+            copy_finding(&cand[j - 1], &t);
+            int w = who[j];
+            who[j] = who[j - 1];
+            who[j - 1] = w;
+        }
+}
+
+/* ---- an attached run (`trainperf attach`) --------------------------------- */
+
+/* What a rule reads that only the zero-code hook records: attached, it is
+ * not run (diagnosis.attached.unavailable names it). */
+#define DN_HOOK (DN_STEPS | DN_EVENTS | DN_STACKS | DN_KERNELS | DN_RANKS)
+
+/* the attached run's own checks, from py-spy's stacks (rules_attached.c) */
+static const drule att_rules[] = {
+    {"input-bound", "", DN_STACKS, 0, dr_att_input, NULL},
+    {"host-code", "", DN_STACKS, 0, dr_att_hostcode, NULL},
+};
+#define NATT (int)(sizeof(att_rules) / sizeof(att_rules[0]))
+
+/* 1 when rule k needs the hook and no attached check stands for it */
+static int att_unavailable(int k)
+{
+    if (!(diag_rules[k].needs & DN_HOOK)) return 0;
+    for (int i = 0; i < NATT; i++)
+        if (strcmp(att_rules[i].id, diag_rules[k].id) == 0) return 0;
+    return 1;
+}
+
+/* The verdicts the stacks and the resources support, no more: the rules
+ * that read only resource samples and GPU metrics, and the stack checks. */
+static void attached_compute(diag_run *r, const dctx *c)
+{
+    diag_result *g = &r->diag;
+    dfinding cand[NRULES + NATT];
+    int who[NRULES + NATT], nc = 0;
+    for (int k = 0; k < NATT; k++) {
+        memset(&cand[nc], 0, sizeof(cand[nc]));
+        if (att_rules[k].check(r, c, &cand[nc])) who[nc] = k, nc++;
+    }
+    for (size_t k = 0; k < NRULES; k++) {
+        if ((diag_rules[k].needs & DN_HOOK) || ((diag_rules[k].needs & DN_SAMPLES) && !c->samples_ok))
+            continue;
+        memset(&cand[nc], 0, sizeof(cand[nc]));
+        if (diag_rules[k].check(r, c, &cand[nc])) who[nc] = NATT + (int)k, nc++;
+    }
+    rank_by_score(cand, who, nc);
+    const dattach *a = &r->at;
+    int stacks = a->have && a->samples >= ATT_MIN_SAMPLES;
+    int at = 0;
+    if (nc > 0 && cand[0].score >= 0.1) {
+        copy_finding(&g->primary, &cand[0]);
+        at = 1;
+    } else if (stacks) {
+        dr_att_healthy(r, c, &g->primary);
+    } else {
+        g->insufficient = 1;
+        const char *why = a->sampler_error[0]                              ? a->sampler_error
+                          : a->pystacks[0] && strcmp(a->pystacks, "ok") != 0 ? a->pystacks
+                                                                             : "";
+        fmt(g->insufficient_why, sizeof(g->insufficient_why),
+            "no training thread's Python stacks were sampled (%.0f samples%s%s)",
+            a->have && isfinite(a->samples) ? a->samples : 0, why[0] ? "; " : "", why);
+        fmt(g->primary.id, sizeof(g->primary.id), "insufficient-data");
+        fmt(g->primary.title, sizeof(g->primary.title), "Not enough data");
+        fmt(g->primary.summary, sizeof(g->primary.summary), "%s", g->insufficient_why);
+    }
+    /* contention is about the machine: what the stacks say of the run
+     * itself follows it, as in a run's diagnosis */
+    if (at && stacks && strcmp(cand[0].id, "cpu-contention") == 0 && (nc < 2 || cand[1].score < 0.1))
+        dr_att_healthy(r, c, &g->sec[g->nsec++]);
+    for (int i = at; i < nc && g->nsec < DIAG_MAX_FINDINGS; i++) copy_finding(&g->sec[g->nsec++], &cand[i]);
+
+    int nun = 0;
+    for (int k = 0; k < diag_nrules; k++) nun += att_unavailable(k);
+    note(g, "Attached: verdicts from %.0f Python stack samples of %d training process%s "
+            "(py-spy, from outside) and the resources; %d findings need the zero-code hook "
+            "(`trainperf run`): not available attached (diagnosis.attached.unavailable).",
+         a->have && isfinite(a->samples) ? a->samples : 0, a->train_procs,
+         a->train_procs == 1 ? "" : "es", nun);
+    if (isfinite(a->steps))
+        note(g, "Steps: %.0f, told from the stacks (the optimizer's step() entered every %.3f s).",
+             a->steps, a->period_s);
+    else
+        note(g, "Steps: unknown%s%s.", a->steps_why[0] ? ": " : "", a->steps_why);
+}
+
 void diag_compute(diag_run *r)
 {
     diag_result *g = &r->diag;
@@ -424,6 +519,10 @@ void diag_compute(diag_run *r)
     dr_ctx_make(r, &c);
     pthread_once(&folds_once, folds_check);
 
+    if (r->attached) {
+        attached_compute(r, &c);
+        goto notes;
+    }
     dfinding cand[NRULES]; /* one a rule, at most */
     int who[NRULES];       /* the rule of each */
     int nc = 0;
@@ -435,17 +534,7 @@ void diag_compute(diag_run *r)
     /* a cycle in the table would fold findings away for ever: none folds
      * then (test_diag.c holds the table acyclic) */
     if (folds_ok) fold_all(r, &c, cand, who, &nc);
-    /* rank by score; stable for equal scores (rule order = priority) */
-    for (int i = 1; i < nc; i++)
-        for (int j = i; j > 0 && cand[j].score > cand[j - 1].score; j--) {
-            dfinding t;
-            copy_finding(&t, &cand[j]);
-            copy_finding(&cand[j], &cand[j - 1]);
-            copy_finding(&cand[j - 1], &t);
-            int w = who[j];
-            who[j] = who[j - 1];
-            who[j - 1] = w;
-        }
+    rank_by_score(cand, who, nc);
 
     /* a short run: step evidence alone carries the step-level findings;
      * resource-based ones need samples (docs/diagnosis.md) */
@@ -527,6 +616,7 @@ void diag_compute(diag_run *r)
         healthy(r, &c, &g->primary);
     }
 
+notes:
     /* summaries are sentences */
     g->primary.summary[0] = (char)toupper((unsigned char)g->primary.summary[0]);
     for (int i = 0; i < g->nsec; i++)
@@ -560,7 +650,7 @@ void diag_compute(diag_run *r)
     } else if (r->exit_known && r->exit_code > 0)
         note(g, "The command exited with status %d: the figures cover the run until then.",
              r->exit_code);
-    else if (!r->exit_known && r->have_run)
+    else if (!r->exit_known && r->have_run && !r->attached)
         note(g,
              "The run did not record how it ended (still running, or the collector was killed).");
     if (isfinite(r->noroom_procs) && r->noroom_procs > 0 && r->steps > 0)
@@ -653,5 +743,22 @@ void diag_write_json(const diag_run *r, jw *w)
     for (int i = 0; i < g->nnotes; i++)
         jw_str(w, g->notes[i]);
     jw_arr_end(w);
+    if (r->attached) {
+        /* what the stacks told, and the findings only the hook can make */
+        const dattach *a = &r->at;
+        jw_key(w, "attached");
+        jw_obj_begin(w);
+        jw_knum(w, "stack_samples", a->have ? a->samples : NAN);
+        jw_kint(w, "training_processes", a->train_procs);
+        jw_knum(w, "steps", a->steps);
+        jw_knum(w, "step_period_s", a->period_s);
+        jw_kstr(w, "steps_unknown_why", isfinite(a->steps) ? NULL : a->steps_why);
+        jw_key(w, "unavailable");
+        jw_arr_begin(w);
+        for (int k = 0; k < diag_nrules; k++)
+            if (att_unavailable(k)) jw_str(w, diag_rules[k].id);
+        jw_arr_end(w);
+        jw_obj_end(w);
+    }
     jw_obj_end(w);
 }

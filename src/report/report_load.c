@@ -255,6 +255,66 @@ static void load_run_json(diag_run *r)
     snprintf(r->nvml_source, sizeof(r->nvml_source), "%s", nv ? nv : "");
 }
 
+/* pyprof/attach.json of `trainperf attach`: the training processes' stacks
+ * summed (a damaged file leaves at.have 0). */
+static void load_attach(diag_run *r)
+{
+    dattach *a = &r->at;
+    a->steps = a->period_s = NAN;
+    const char *ps = jr_pstr(r->run.root, "sources.pystacks");
+    copy_str(a->pystacks, sizeof(a->pystacks), ps ? ps : "");
+    char path[PATH_MAX + 32], e[200];
+    snprintf(path, sizeof(path), "%s/pyprof/attach.json", r->dir);
+    jr_doc d;
+    if (jr_load_file(&d, path, 0, e, sizeof(e)) != 0) {
+        copy_str(a->steps_why, sizeof(a->steps_why), "no Python stacks were sampled");
+        return;
+    }
+    static const char *const ph[DA_N] = {"data", "forward", "backward", "optimizer", "other"};
+    a->have = d.root->type == JR_OBJ;
+    a->rate_hz = jr_pnum(d.root, "rate_hz");
+    a->samples = jr_pnum(d.root, "training.samples");
+    const jr_node *bp = jr_path(d.root, "training.by_phase");
+    for (int k = 0; k < DA_N; k++) a->ph[k] = jr_pnum(bp, ph[k]);
+    const jr_node *procs = jr_get(d.root, "processes");
+    int first = 1;
+    for (const jr_node *p = procs && procs->type == JR_ARR ? procs->child : NULL; p; p = p->next) {
+        const char *role = jr_pstr(p, "role"), *err = jr_pstr(p, "error");
+        if (err && !a->sampler_error[0]) copy_str(a->sampler_error, sizeof(a->sampler_error), err);
+        if (role && strcmp(role, "not-python") != 0) {
+            if (jr_pnum(p, "samples") > 0) a->python_procs++;
+            else if (err) a->failed_procs++;
+        }
+        if (!role || strcmp(role, "training") != 0) continue;
+        a->train_procs++;
+        /* steps: the most of any training process (a data-parallel step is
+         * one step of every rank, as global_steps), known only where every
+         * one could tell its own */
+        double n = jr_pnum(p, "steps.count"), per = jr_pnum(p, "steps.period_s");
+        const char *why = jr_pstr(p, "steps.why_unknown");
+        if (first) {
+            a->steps = n;
+            a->period_s = per;
+            const jr_node *l = jr_at(jr_get(p, "lines_top"), 0);
+            const char *fn = jr_pstr(l, "func"), *file = jr_pstr(l, "file"), *lp = jr_pstr(l, "phase");
+            copy_str(a->top_func, sizeof(a->top_func), fn ? fn : "");
+            copy_str(a->top_file, sizeof(a->top_file), file ? file : "");
+            copy_str(a->top_phase, sizeof(a->top_phase), lp ? lp : "");
+            a->top_line = diag_int(jr_pnum(l, "line"), 0, INT_MAX, 0);
+            a->top_samples = jr_pnum(l, "samples");
+        } else {
+            a->steps = isfinite(a->steps) && isfinite(n) ? fmax(a->steps, n) : NAN;
+        }
+        if (why && !a->steps_why[0]) copy_str(a->steps_why, sizeof(a->steps_why), why);
+        first = 0;
+    }
+    if (!a->train_procs)
+        copy_str(a->steps_why, sizeof(a->steps_why),
+                 "no training thread was sampled (no DataLoader, module forward, backward or "
+                 "optimizer frame in the stacks)");
+    jr_free(&d);
+}
+
 static void load_exit(diag_run *r, const jr_node *ex)
 {
     if (!ex || ex->type != JR_OBJ) return;
@@ -802,6 +862,9 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
         }
         load_run_json(r);
         load_exit(r, jr_get(r->run.root, "exit"));
+        const char *mode = jr_pstr(r->run.root, "mode");
+        r->attached = mode && strcmp(mode, "attached") == 0;
+        if (r->attached) load_attach(r);
     } else if (rc != TPF_ENOENT) {
         msg(err, errlen, "damaged run directory: %s", e);
         diag_free(r);
@@ -897,6 +960,11 @@ void diag_figures(const diag_run *r, dfig *f)
     figs_headline(&r->sf, &f->v);
     const figs_view v = f->v;
     f->steps_per_s = v.steps_per_s;
+    if (r->attached) {
+        /* no hook recorded steps: those the stacks told, or unknown (never 0) */
+        f->steps = r->at.steps;
+        f->steps_per_s = isfinite(r->at.period_s) && r->at.period_s > 0 ? 1 / r->at.period_s : NAN;
+    }
     f->samples_per_s = v.samples_per_s;
     f->tokens_per_s = v.tokens_per_s;
     f->step_p50 = v.step_p50_ms;
@@ -980,7 +1048,9 @@ const char *diag_fmt_exit(const diag_run *r, char *o, size_t n)
     static const char *const names[] = {
         NULL,     "SIGHUP",  "SIGINT",  "SIGQUIT", "SIGILL",  "SIGTRAP", "SIGABRT", "SIGBUS",
         "SIGFPE", "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM"};
-    if (!r->exit_known)
+    if (!r->exit_known && r->attached)
+        msg(o, n, "unknown (attached: the process is not trainperf's)");
+    else if (!r->exit_known)
         msg(o, n, "unknown");
     else if (r->exit_signal > 0)
         msg(o, n, "signal %d%s%s%s", r->exit_signal, r->exit_signal < 16 ? " (" : "",

@@ -118,6 +118,26 @@ typedef struct dalert {
 } dalert;
 
 
+/* `trainperf attach` (run.json mode "attached"): the Python stacks py-spy
+ * read from outside, as pyprof/attach.json sums them (docs/run-format.md). */
+enum { DA_DATA, DA_FORWARD, DA_BACKWARD, DA_OPTIMIZER, DA_OTHER, DA_N };
+typedef struct dattach {
+    int have;                /* pyprof/attach.json read */
+    double rate_hz;
+    int train_procs, python_procs, failed_procs;
+    double samples;          /* the training threads' samples, all training processes */
+    double ph[DA_N];         /* of them, by phase */
+    double steps, period_s;  /* told from the stacks; NAN unknown */
+    char steps_why[240];     /* why unknown, of the first training process */
+    char sampler_error[160]; /* py-spy's first failure */
+    char pystacks[160];      /* run.json sources.pystacks */
+    /* the user's line the first training thread was in most */
+    char top_func[96], top_file[200];
+    int top_line;
+    double top_samples;
+    char top_phase[16];
+} dattach;
+
 typedef struct diag_run {
     char dir[PATH_MAX]; /* a run dir path of any legal length */
     char name[256]; /* last path component, for titles */
@@ -204,6 +224,9 @@ typedef struct diag_run {
     dnode nodes[DIAG_MAX_NODES];
     int cur_node;          /* node being loaded */
     double cur_offset_s;   /* its clock offset */
+
+    int attached; /* run.json mode "attached" */
+    dattach at;
 
     diag_result diag;
 } diag_run;

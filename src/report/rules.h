@@ -98,6 +98,15 @@ int dr_cand_gpu_oom(const diag_run *r, const dctx *c, dfinding *d);
 int dr_cand_alloc_retries(const diag_run *r, const dctx *c, dfinding *d);
 int dr_cand_gpu_mem_growth(const diag_run *r, const dctx *c, dfinding *d);
 extern const dfold dr_hostcode_gpu_folds[];
+/* rules_attached.c: an attached run's verdicts from py-spy's stacks
+ * (pyprof/attach.json), not in diag_rules[]: diag.c runs them beside the
+ * rules that need no hook */
+#define ATT_MIN_SAMPLES 50      /* training-thread samples for a verdict */
+#define ATT_HOSTCODE_SHARE 0.50 /* outside every phase: user lines calling tensor ops count too */
+#define ATT_MODEL_SHARE 0.50    /* forward + backward + optimizer: compute-bound */
+int dr_att_input(const diag_run *r, const dctx *c, dfinding *d);
+int dr_att_hostcode(const diag_run *r, const dctx *c, dfinding *d);
+void dr_att_healthy(const diag_run *r, const dctx *c, dfinding *d);
 /* the GPU's busy share as evidence of a host-time finding (GPU runs only) */
 void dr_gpu_side(const diag_run *r, dfinding *d);
 

@@ -535,7 +535,7 @@ static void build_verdict(hd_result *r)
 
 /* A CPython interpreter: its executable is python* or it maps libpython
  * (an embedding program). */
-static int is_python_proc(pid_t pid)
+int hd_is_python(pid_t pid)
 {
     char path[64], exe[PATH_MAX];
     snprintf(path, sizeof(path), "/proc/%ld/exe", (long)pid);
@@ -561,7 +561,7 @@ static void from_outside(hd_proc *p, buf *b, int have_pyspy, int have_gdb, int *
 {
     char pidtxt[24];
     snprintf(pidtxt, sizeof(pidtxt), "%ld", (long)p->pid);
-    int python = python_too && is_python_proc(p->pid);
+    int python = python_too && hd_is_python(p->pid);
     if (python_too) p->how[0] = 0;
     if (python && have_pyspy && *npyspy < HD_PYSPY_MAX) {
         /* full paths: the library's frames are told from the user's by them */

@@ -79,6 +79,10 @@ void hd_procs_json(jw *w, const hd_result *res);
 /* 1 when an executable of that name is on PATH (py-spy, gdb). */
 int hd_in_path(const char *name);
 
+/* 1 when pid is a CPython interpreter: its executable is python* or it maps
+ * libpython (an embedding program). */
+int hd_is_python(pid_t pid);
+
 /* The processes of root's tree (root first), at most max. */
 int hd_tree(pid_t root, pid_t *out, pid_t *ppid, int max);
 
