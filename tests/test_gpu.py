@@ -301,8 +301,13 @@ def test_the_profiler_hook_hands_cupti_over_and_takes_it_back(tmp_path):
     prepares, and our callbacks back after it stopped; one recording the CPU
     only leaves CUPTI alone."""
     from pyhelp import clean_env
+    from conftest import SANITIZE
     env = clean_env(CUDA_INJECTION64_PATH=BUILD / "libtrainperf-cupti.so",
                     TRAINPERF_CUPTI_LIB=FAKE, TRAINPERF_RUN_DIR=tmp_path)
+    if SANITIZE:  # the ASan build's library in an uninstrumented interpreter
+        asan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
+                              text=True).stdout.strip()
+        env.update(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0")
     p = subprocess.run([sys.executable, "-c", _HANDOVER], capture_output=True, text=True, env=env,
                        timeout=120)
     assert p.returncode == 0, p.stderr

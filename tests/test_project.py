@@ -111,7 +111,7 @@ def test_install_deps_check_names_what_is_missing(tmp_path):
     reqs = line[0].split("pip install ", 1)[1].split()
     # torch first and pinned, then every other package, in one pip call
     assert reqs == ["torch==2.13.0", "pytest", "psutil", "lightning", "transformers",
-                    "accelerate", "tensorboard", "wandb", "mlflow", "py-spy"]
+                    "accelerate", "tensorboard", "wandb", "mlflow", "jsonschema", "py-spy"]
 
 
 def test_install_deps_reads_metadata_without_importing(tmp_path):
@@ -121,7 +121,7 @@ def test_install_deps_reads_metadata_without_importing(tmp_path):
     mark = tmp_path / "imported"
     dists = {"torch": "2.5.1", "pytest": "8.0", "psutil": "7.0", "lightning": "2.5",
              "transformers": "4.50", "accelerate": "1.0", "tensorboard": "2.19",
-             "wandb": "0.19", "mlflow": "2.20"}
+             "wandb": "0.19", "mlflow": "2.20", "jsonschema": "4.26"}
     for name, ver in dists.items():
         info = site / f"{name}-{ver}.dist-info"
         info.mkdir()
