@@ -1538,3 +1538,23 @@ def test_gpu_utilisation_is_read_over_the_training(run_cli, tmp_path):
            if e["name"] == "gpu_util_pct"]
     assert u == pytest.approx(95), dg["primary"]
     assert dg["primary"]["title"].startswith("GPU-compute-bound"), dg["primary"]["title"]
+
+
+def test_low_main_cpu_under_contention_is_not_called_a_wait(run_cli, tmp_path):
+    """Loading in the training process at 30% CPU: on a quiet machine that
+    says the loader waits rather than computes; while the run's threads
+    queue for a core it says nothing of the kind (issue 29 item 4)."""
+    st = steady_steps(100, 50.0, data_ms=30.0)
+    ev = events(by_phase={"data": 300, "forward": 60, "backward": 60, "optimizer": 20})
+    ev["loader"] = {"iterators": 1, "workers": 0, "persistent": False,
+                    "epochs": [{"t": 1.0, "workers": 0, "start_s": 0.01, "eval": False}]}
+    quiet = [dict(m, tree_cpu_pct=30, main_cpu_pct=30) for m in quiet_metrics(8)]
+    dg = diagnosis(run_cli, make_run(tmp_path / "q", st, quiet, ev))
+    f = [f for f in [dg["primary"]] + dg["secondary"] if f["id"] == "input-bound"][0]
+    assert any("so the wait is not computation" in r for r in f["recommendations"]), f
+    busy = [dict(m, cpu_pct=100, psi_cpu_some_pct=90, tree_cpu_pct=30, main_cpu_pct=30,
+                 tree_runq_pct=80, tree_runnable=2) for m in quiet_metrics(8)]
+    dg = diagnosis(run_cli, make_run(tmp_path / "b", st, busy, ev))
+    f = [f for f in [dg["primary"]] + dg["secondary"] if f["id"] == "input-bound"][0]
+    recs = " ".join(f["recommendations"])
+    assert "not computation" not in recs and "starved of a core" in recs, recs

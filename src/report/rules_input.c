@@ -140,7 +140,21 @@ static void input_recs(const diag_run *r, const dctx *c, dfinding *d)
             "its own (pickled, sent, unpacked: about a millisecond). A larger batch_size (or a "
             "batch_sampler that groups samples) pays that once for many samples.",
             per, per < 1.5 ? "" : "s");
-    if (c->workers <= 0 && isfinite(c->main_cpu) && c->main_cpu < MAIN_WAITS_CPU) {
+    double rq_wait, rq_used, rq_share;
+    if (c->workers <= 0 && isfinite(c->main_cpu) && c->main_cpu < MAIN_WAITS_CPU &&
+        dc_waits_for_cpu(r, &rq_wait, &rq_used, &rq_share)) {
+        /* a low CPU share while the run's threads queue for a core says
+         * nothing of waiting on I/O: the loading may be computation that
+         * could not get a CPU (issue 29 item 4) */
+        rec(d,
+            "Load batches in parallel: %s, once the run has cores of its own. The main "
+            "process used %.0f%% CPU while waiting for data, but the run's threads also "
+            "waited for a CPU (%.0f%% of a core in the run queue, %.0f%% of the time they "
+            "wanted one): the loading may be computation starved of a core rather than a "
+            "wait on storage, and parallel loaders help only with cores to run on.",
+            loaders(r, 4, 1, l, sizeof(l)), c->main_cpu, rq_wait, 100 * rq_share);
+        loaders_on = 1;
+    } else if (c->workers <= 0 && isfinite(c->main_cpu) && c->main_cpu < MAIN_WAITS_CPU) {
         /* the loader waits (network, remote storage, locks, sleeps) rather
          * than computes: parallel loaders overlap the waits without cores */
         rec(d,
