@@ -75,6 +75,9 @@ int cli_term_cols(int fd);
  * column, a UTF-8 character one; a word wider than the row stays whole.
  * cols < 20: copied as is. */
 void cli_wrap(const char *in, size_t len, int cols, struct buf *out);
+/* The report's text on stderr after a blank line, wrapped to the terminal's
+ * width when stderr is one. */
+void cli_print_report(const struct buf *text);
 /* End of a command that builds a document: rc != 0 prints err (or the code's
  * text) and gives exit 2 for a missing/damaged run, else 1; rc == 0 writes b
  * to out (NULL: stdout). Frees b. Returns the exit code. */

@@ -288,14 +288,7 @@ int cmd_attach(int argc, char **argv)
     if (info.failed && info.error[0])
         cli_warn("py-spy could not read %d Python process%s: %s", info.failed,
                  info.failed == 1 ? "" : "es", info.error);
-    if (!quiet && term.len) {
-        buf w;
-        buf_init(&w, 0);
-        int cols = cli_term_cols(STDERR_FILENO);
-        if (cols) cli_wrap(term.data, term.len, cols, &w);
-        fprintf(stderr, "\n%s", cols && !w.err && w.data ? w.data : term.data);
-        buf_free(&w);
-    }
+    if (!quiet && term.len) cli_print_report(&term);
     buf_free(&term);
     fprintf(stderr, "trainperf: run directory %s\n", run_dir);
     rec_rundir_release(lock_fd);

@@ -1051,15 +1051,8 @@ int cmd_run(int argc, char **argv)
             print_summary(&s, run_dir, &ex, color, !have_report);
         if (r2 < 0)
             cli_warn("report: %s", err[0] ? err : tpf_strerror(r2));
-        else if (have_report) {
-            /* on a terminal, wrapped to its width */
-            buf w;
-            buf_init(&w, 0);
-            int cols = cli_term_cols(STDERR_FILENO);
-            if (cols) cli_wrap(term.data, term.len, cols, &w);
-            fprintf(stderr, "\n%s", cols && !w.err && w.data ? w.data : term.data);
-            buf_free(&w);
-        }
+        else if (have_report)
+            cli_print_report(&term); /* on a terminal, wrapped to its width */
         buf_free(&term);
     }
     rec_segdir_remove(&sd); /* no collector: nothing to drain */

@@ -1,6 +1,8 @@
 /* Terminal helpers of the CLI: the terminal's width, and text wrapped to it. */
 #include <string.h>
 #include <sys/ioctl.h>
+#include <unistd.h>
+#include <stdio.h>
 
 #include "cli/cli.h"
 #include "util/buf.h"
@@ -119,4 +121,14 @@ void cli_wrap(const char *in, size_t len, int cols, buf *out)
         }
         i += n + (nl ? 1 : 0);
     }
+}
+
+void cli_print_report(const struct buf *text)
+{
+    buf w;
+    buf_init(&w, 0);
+    int cols = cli_term_cols(STDERR_FILENO);
+    if (cols) cli_wrap(text->data, text->len, cols, &w);
+    fprintf(stderr, "\n%s", cols && !w.err && w.data ? w.data : text->data);
+    buf_free(&w);
 }
