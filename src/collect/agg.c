@@ -373,6 +373,7 @@ void agg_live(agg *a, coll_frame *f, double dt, uint64_t now_ns)
         fv_set(&f->step_time_ms, (double)a->live_interval_ns / (double)a->live_count / 1e6);
     if (a->f.count > 0) {
         fv_set(&f->step_time_median_ms, sketch_quantile(&a->f.step_ns, 0.5) / 1e6);
+        fv_set(&f->step_time_p90_ms, sketch_quantile(&a->f.step_ns, 0.9) / 1e6);
         fv_set(&f->since_last_step_s, (double)span(a->f.last_end_ns, now_ns) / 1e9);
         if (a->loops_open == 0 && a->loop_end_ns)
             fv_set(&f->loop_ended_s, (double)span(a->loop_end_ns, now_ns) / 1e9);

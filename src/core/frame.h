@@ -88,6 +88,7 @@ typedef struct coll_frame {
     fval data_wait_share;  /* data share of step interval time over the interval, 0-1 */
     fval step_time_ms;     /* mean step interval over this sample interval */
     fval step_time_median_ms; /* running median over the run */
+    fval step_time_p90_ms;    /* running 90th percentile over the run */
     fval since_last_step_s; /* time since the last step ended (any rank) */
     /* time since every training loop ended (collect/agg.h): unknown while
      * one runs; time since a process still shutting down began to */

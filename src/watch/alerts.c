@@ -66,6 +66,7 @@ typedef struct alert_rule {
     int active;  /* fired and not yet cleared */
     int holding; /* condition true since hold_t */
     double hold_t;
+    double hold_steps; /* steps when holding began (stall measures: one stall) */
     int clearing;
     double clear_t;
 } alert_rule;
@@ -170,15 +171,21 @@ static fval m_stall_s(const coll_frame *f, const alert_set *s)
     return f->since_last_step_s;
 }
 
-/* Only meaningful once steps have started: before the first step there is
- * no median and since_last_step_s is unknown. */
+/* Time without a step over the run's usual gap between steps: the larger of
+ * the median and the 90th percentile, so that a loop whose steps come in
+ * bursts (a loader's workers each finishing a batch at once, a long step
+ * every few) is measured against its long gaps, not its short ones. Only
+ * meaningful once steps have started: before the first step there is no
+ * median and since_last_step_s is unknown. */
 static fval m_stall_ratio(const coll_frame *f, const alert_set *s)
 {
     (void)s;
     if (!f->since_last_step_s.ok || !f->step_time_median_ms.ok || f->step_time_median_ms.v <= 0 ||
         !f->steps.ok || f->steps.v < 1 || f->loop_ended_s.ok)
         return nofv();
-    return fv(f->since_last_step_s.v * 1000.0 / f->step_time_median_ms.v);
+    double usual = f->step_time_median_ms.v;
+    if (f->step_time_p90_ms.ok && f->step_time_p90_ms.v > usual) usual = f->step_time_p90_ms.v;
+    return fv(f->since_last_step_s.v * 1000.0 / usual);
 }
 
 static fval m_oom_eta(const coll_frame *f, const alert_set *s)
@@ -308,7 +315,7 @@ static const metric metrics[] = {
     {"loop.ended_s", MK_HOST, MU_S, m_loop_ended_s, NULL, "time since the training loop ended"},
     {"shutdown.s", MK_HOST, MU_S, m_shutdown_s, NULL, "time the process has been shutting down"},
     {"step.stall_ratio", MK_HOST, MU_RATIO, m_stall_ratio, NULL,
-     "time since the last step in median step times"},
+     "time since the last step in usual step times (the larger of median and p90)"},
     {"data_wait.share", MK_HOST, MU_SHARE, m_data_wait, NULL, "data-wait share of step time"},
     {"rank.straggler_pct", MK_HOST, MU_PCT, m_straggler, NULL,
      "step time the other ranks wait for the slowest"},
@@ -947,8 +954,10 @@ static void make_message(const alert_set *s, const alert_rule *r, const coll_fra
         snprintf(o, n, "%smemory grows %s; projected to run out of GPU memory in %s", who, rate,
                  val);
     } else if (strcmp(nm, "step.stall_ratio") == 0) {
-        snprintf(o, n, "no step for %.0f s (%.0fx the median step time %.0f ms): possible hang",
-                 f->since_last_step_s.v, v, f->step_time_median_ms.v);
+        double usual = f->step_time_median_ms.v;
+        if (f->step_time_p90_ms.ok && f->step_time_p90_ms.v > usual) usual = f->step_time_p90_ms.v;
+        snprintf(o, n, "no step for %.0f s (%.0fx the usual step time %.0f ms): possible hang",
+                 f->since_last_step_s.v, v, usual);
     } else if (strcmp(nm, "shutdown.s") == 0) {
         snprintf(o, n,
                  "the training loop ended and the process has been shutting down for %.0f s "
@@ -978,6 +987,12 @@ static void make_message(const alert_set *s, const alert_rule *r, const coll_fra
     }
 }
 
+static int is_stall(const alert_rule *r)
+{
+    host_get g = metrics[r->cond.metric].host;
+    return g == m_stall_s || g == m_stall_ratio;
+}
+
 int alerts_eval(alert_set *s, const coll_frame *f, alert_event *out, int max)
 {
     if (!s || !f) return 0;
@@ -994,9 +1009,14 @@ int alerts_eval(alert_set *s, const coll_frame *f, alert_event *out, int max)
         if (!r->active) {
             /* unknown is not a value: it neither fires nor counts as held */
             if (v.ok && cmp(r->cond.op, v.v, r->cond.thr)) {
+                /* a stall held "for 10s" is one stall: a step completed
+                 * since it began (between two frames) begins another */
+                if (r->holding && is_stall(r) && f->steps.ok && f->steps.v != r->hold_steps)
+                    r->holding = 0;
                 if (!r->holding) {
                     r->holding = 1;
                     r->hold_t = f->t;
+                    r->hold_steps = f->steps.ok ? f->steps.v : -1;
                 }
                 if (f->t - r->hold_t >= r->cond.dur_s - 1e-9) {
                     r->active = 1;

@@ -427,6 +427,41 @@ TT_TEST(hang_only_after_steps_started)
     alerts_free(s);
 }
 
+/* A loop whose steps come in bursts (two loader workers each finishing a
+ * batch of slow samples at once: half the steps 2 ms, half 800 ms): the
+ * gaps between bursts are its usual gaps, not a hang (CI, an input-bound
+ * run read "Unstable: steps stopped"). Then a real stall is still caught. */
+TT_TEST(no_hang_for_bursty_steps)
+{
+    for (int with_p90 = 0; with_p90 <= 1; with_p90++) {
+        alert_set *s = NULL;
+        TT_EQ_INT(alerts_create(&s, 1), 0);
+        seen sn = {0};
+        alert_event ev[16];
+        /* frames each second; a burst of steps ends 0.3-0.9 s before each
+         * frame until t=100, then none */
+        for (int t = 0; t <= 200; t++) {
+            coll_frame *f = at(t);
+            double last = t < 100 ? t - 0.3 - 0.6 * ((t * 7) % 10) / 10.0 : 99.9;
+            fv_set(&f->steps, 2 * (t < 100 ? t : 100));
+            fv_set(&f->step_time_median_ms, 2);
+            /* without the p90 the stall's reset alone keeps it quiet */
+            if (with_p90) fv_set(&f->step_time_p90_ms, 800);
+            fv_set(&f->since_last_step_s, t - last);
+            int n = alerts_eval(s, f, ev, 16);
+            for (int i = 0; i < n; i++)
+                if (strcmp(ev[i].rule, "hang") == 0) note(&sn, &ev[i], 1);
+        }
+        TT_EQ_INT(sn.fired, 1);
+        /* the stall from 99.9 s: 50 x the usual gap, then held 10 s */
+        double usual = with_p90 ? 0.8 : 0.002;
+        TT_ASSERT(sn.fired_t >= 99.9 + 50 * usual + 10 - 1);
+        TT_ASSERT(sn.fired_t <= 99.9 + 50 * usual + 10 + 1);
+        if (with_p90) TT_ASSERT(strstr(sn.msg, "usual step time 800 ms") != NULL);
+        alerts_free(s);
+    }
+}
+
 TT_TEST(malformed_rules_give_positions)
 {
     alert_set *s = NULL;
