@@ -415,10 +415,11 @@ def test_lightning_callback_records_each_optimizer_step(tmp_path, accum):
               "checkpoint_ns")
     for r in rows:  # phases nest: never more than the step (issue 12)
         assert sum(int(r[c]) for c in phases) <= int(r["interval_ns"]), r
+    assert_steps_begin_at_their_data_wait(rows)
 
 
 HF = """
-    import sys, torch
+    import sys, time, torch
     from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
     from trainperf.hf import TrainperfCallback
     out, max_steps, accum, tmp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -430,6 +431,7 @@ HF = """
             self.lab = torch.randint(0, 2, (n,), generator=g)
         def __len__(self): return len(self.ids)
         def __getitem__(self, i):
+            time.sleep(0.003)  # a data wait the steps must hold
             return {"input_ids": self.ids[i], "labels": self.lab[i]}
 
     cfg = BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -458,6 +460,21 @@ def test_hf_trainer_callback_records_each_optimizer_step(tmp_path, accum):
     assert all(int(r["tokens"]) == 4 * accum * 12 for r in rows)
     for col in ("forward_ns", "backward_ns", "optimizer_ns", "data_ns"):
         assert all(int(r[col]) > 0 for r in rows), col
+    assert_steps_begin_at_their_data_wait(rows)
+
+
+def assert_steps_begin_at_their_data_wait(rows):
+    """A callback's step begins where its data wait begins, as the zero-code
+    hook's (issue 32 item 4): the phases, data included, fit duration_ns,
+    and duration_ns is interval_ns but for the callback's own instants
+    between a step's end and the next one's begin."""
+    phases = ("data_ns", "forward_ns", "backward_ns", "optimizer_ns", "comm_ns", "eval_ns",
+              "checkpoint_ns")
+    for r in rows:
+        dur, iv = int(r["duration_ns"]), int(r["interval_ns"])
+        assert sum(int(r[c]) for c in phases) <= dur, r
+        if int(r["step"]) > 0:
+            assert iv - dur <= max(2e6, 0.05 * iv), r
 
 
 COMPILED = """

@@ -154,16 +154,31 @@ class TrainperfCallback(TrainerCallback):
         self._tokens += t
         return None
 
-    def on_step_begin(self, args, state, control, **kwargs):
-        now = time.perf_counter()
-        if self._t_end is not None:
-            self._win.add_load(now - self._t_end)
+    # A step begins where its data wait begins, as the zero-code hook's does
+    # at the loader's next(): at the end of the step before it (the Trainer
+    # fetches the next batches between on_step_end and on_step_begin) and,
+    # for the first of an epoch, at the epoch's start. So steps.csv's phases
+    # add up to duration_ns in every mode (issue 32). What runs between two
+    # steps (evaluation, a save) is inside the next step; the step open when
+    # training ends never ends and is not counted.
+    def _begin(self, state):
+        if self._open:
+            return
         if self._t_step is None:
-            self._t_step = now
+            self._t_step = time.perf_counter()
         trainperf.step_begin()
         self._open = True
         if self._hooks is not None:
             self._hooks.begin(state.global_step)
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self._begin(state)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        now = time.perf_counter()
+        if self._t_end is not None:
+            self._win.add_load(now - self._t_end)
+        self._begin(state)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         trainperf.range_push(_OPTIMIZER)
@@ -191,6 +206,7 @@ class TrainperfCallback(TrainerCallback):
                               "recorded (run under `trainperf run`, call trainperf.start(), or "
                               "pass TrainperfCallback(start=True)); only the callback's own "
                               "figures are logged", trainperf.TrainperfWarning, stacklevel=2)
+            self._begin(state)
         self._t_end = time.perf_counter()
 
     def on_log(self, args, state, control, logs=None, **kwargs):

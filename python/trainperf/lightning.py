@@ -170,21 +170,36 @@ class TrainperfCallback(Callback):
                     self._say("trainperf: logging to %s failed: %s" % (type(lg).__name__, exc))
 
     # -- training steps ------------------------------------------------
+    # A step begins where its data wait begins, as the zero-code hook's does
+    # at the loader's next(): at the end of the step before it (Lightning
+    # fetches the next batch, prefetched or not, between on_train_batch_end
+    # and on_train_batch_start) and, for the first, at the epoch's start. So
+    # steps.csv's phases add up to duration_ns in every mode (issue 32).
+    # What runs between two batches (validation, a checkpoint) is inside the
+    # next step, as its phases say; the step open when training ends never
+    # ends and is not counted.
+    def _begin(self, trainer):
+        if self._open:
+            return
+        if self._records:
+            trainperf.step_begin()
+        self._open = True
+        self._gs0 = trainer.global_step
+        if self._t_step is None:
+            self._t_step = time.perf_counter()
+        if self._hooks is not None:
+            self._hooks.begin(trainer.global_step)
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._begin(trainer)
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         import torch
         now = time.perf_counter()
         if self._t_batch_end is not None:
             # from the end of the last batch: waiting for this one
             self._win.add_load(now - self._t_batch_end)
-        if not self._open:
-            if self._records:
-                trainperf.step_begin()
-            self._open = True
-            self._gs0 = trainer.global_step
-            if self._t_step is None:
-                self._t_step = now
-            if self._hooks is not None:
-                self._hooks.begin(trainer.global_step)
+        self._begin(trainer)
         s, t = _datahooks._batch_size(batch, torch.Tensor)
         self._samples += s
         self._tokens += t
@@ -217,6 +232,7 @@ class TrainperfCallback(Callback):
                 self._check_collecting()
             if trainer.global_step % self._every == 0:
                 self._log_interval(trainer)
+            self._begin(trainer)
         self._t_batch_end = time.perf_counter()
 
     # -- validation ----------------------------------------------------
