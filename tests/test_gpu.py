@@ -332,3 +332,48 @@ def test_fewer_kinds_and_cuptis_own_clock_on_request(run_cli, tmp_path):
                for r in got), got
     assert all(abs(int(r["gpu_busy_ns"]) - 8 * MS) <= 50_000 for r in got)
     assert any(m.startswith(" on") and "clock offset" in m for m in marks(d)), marks(d)
+
+
+def test_a_killed_collector_leaves_the_gpu_rows_to_the_report(cli, tmp_path):
+    """The collector killed mid-run (SIGKILL, the OOM killer): `report`
+    drains what was left in the rings, and the GPU segment's records become
+    the rows of the steps recovered with them, numbered as steps.csv's."""
+    import signal
+    import time
+    d = tmp_path / "r"
+    tp = subprocess.Popen([str(cli), "run", "--quiet", "--out", str(d), "--", str(PROG), "300"],
+                          env=dict(os.environ, **gpu_env()), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(3000):
+        if (d / "gpu_steps.csv").exists() and len((d / "gpu_steps.csv").read_text().splitlines()) > 30:
+            break
+        time.sleep(0.01)
+    kids = subprocess.run(["pgrep", "-P", str(tp.pid)], capture_output=True, text=True).stdout.split()
+    tp.send_signal(signal.SIGKILL)
+    tp.wait()
+    assert kids, "the trainee was not found"
+    for _ in range(1200):  # the trainee goes on alone and finishes its 300 steps
+        if subprocess.run(["kill", "-0", kids[0]], capture_output=True).returncode != 0:
+            break
+        time.sleep(0.05)
+    before = len(rows(d))
+    assert 30 <= before < 250 and not (d / "summary.json").exists()
+    p = subprocess.run([str(cli), "report", str(d)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads((d / "recovered.json").read_text())
+    got = rows(d)
+    assert rec["gpu_steps_from_rings"] == len(got) - before > 0
+    steps = {int(r["step"]) for r in got}
+    assert len(steps) == len(got)  # no step twice
+    # the rows the dead collector had not written: every step after them, each
+    # with what the fake GPU ran in it (the steps it held, waiting for their
+    # records to settle, died with it)
+    assert set(range(max(steps) - rec["gpu_steps_from_rings"] + 1, 300)) <= steps
+    assert max(steps) == 299
+    for r in got[before:]:
+        assert int(r["kernels"]) == 2 and int(r["gpu_busy_ns"]) == 8 * MS, r
+        assert int(r["h2d_pageable_bytes"]) == 1 << 20 and int(r["syncs"]) == 1, r
+    with open(d / "steps.csv") as f:
+        assert len(list(csv.DictReader(f))) == 300
+    # with no summary of its own, the report reads the GPU figures from the rows
+    assert "GPU busy 40% of step time" in (d / "report.md").read_text()

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "collect/agg.h"
+#include "collect/gpujoin.h"
 #include "probe/reader.h"
 #include "record/recover.h"
 #include "record/safeout.h"
@@ -34,12 +35,22 @@ typedef struct rcv_thread {
     uint64_t next; /* first step number not yet on disk */
 } rcv_thread;
 
+#define RECOVER_MAX_GPU_PROCS 256
+
 typedef struct rcv {
-    buf rows;
+    buf rows, gpu_rows;
+    /* per process, the earliest GPU record left in its ring: the dead
+     * collector drained those before (CUPTI's buffers come out of time
+     * order, so up to GJ_SETTLE_NS after it too) */
+    struct {
+        pid_t pid;
+        uint64_t first_ns;
+    } gpu_first[RECOVER_MAX_GPU_PROCS];
+    int ngpu;
     uint64_t start_mono_ns;
     rcv_thread th[RECOVER_MAX_THREADS];
     int nth;
-    uint64_t steps;
+    uint64_t steps, gpu_steps;
 } rcv;
 
 /* Cut a streamed file back to its last whole line (a collector killed in
@@ -125,29 +136,65 @@ static uint64_t read_steps(rcv *v, const char *dir)
     return rows;
 }
 
+/* The first step number not yet on disk of a thread (0 for one not seen). */
+static uint64_t next_of(const rcv *v, pid_t pid, pid_t tid)
+{
+    for (int k = 0; k < v->nth; k++)
+        if (v->th[k].pid == (int)pid && v->th[k].tid == (int)tid) return v->th[k].next;
+    return 0;
+}
+
 static void on_step(void *ctx, const agg_step *s)
 {
     rcv *v = ctx;
     agg_step t = *s;
-    for (int k = 0; k < v->nth; k++)
-        if (v->th[k].pid == (int)s->pid && v->th[k].tid == (int)s->tid) {
-            t.step += v->th[k].next;
-            break;
-        }
+    t.step += next_of(v, s->pid, s->tid);
     rec_steps_row(&v->rows, &t, v->start_mono_ns);
     v->steps++;
 }
 
-static const agg_sink rcv_sink_proto = {NULL, on_step, NULL, NULL, NULL, NULL, NULL};
+/* A recovered step's GPU figures (its records were still in the GPU
+ * segment's ring), numbered as its steps.csv row; a window of a process
+ * with no steps (tid 0) as it came. */
+static void on_gpu_step(void *ctx, const gpu_step *g)
+{
+    rcv *v = ctx;
+    /* a step whose records the dead collector may have drained in part:
+     * no row rather than one that misses them */
+    int k = 0;
+    while (k < v->ngpu && v->gpu_first[k].pid != g->pid) k++;
+    if (k == v->ngpu || g->end_ns - g->interval_ns < v->gpu_first[k].first_ns + GJ_SETTLE_NS)
+        return;
+    gpu_step t = *g;
+    if (t.tid != 0) t.step += next_of(v, t.pid, t.tid);
+    rec_gpu_steps_row(&v->gpu_rows, &t);
+    v->gpu_steps++;
+}
+
+static const agg_sink rcv_sink_proto = {NULL, on_step, NULL, NULL, NULL, on_gpu_step, NULL};
 
 typedef struct rcv_ev {
+    rcv *v;
     agg *a;
     agg_proc *p;
+    pid_t pid;
 } rcv_ev;
 
 static void on_event(void *ctx, const seg_event *ev)
 {
     rcv_ev *x = ctx;
+    if (ev->kind >= SEG_EV_GPU_KERNEL && ev->kind <= SEG_EV_GPU_SYNC) {
+        rcv *v = x->v;
+        int k = 0;
+        while (k < v->ngpu && v->gpu_first[k].pid != x->pid) k++;
+        if (k == v->ngpu && k < RECOVER_MAX_GPU_PROCS) {
+            v->gpu_first[k].pid = x->pid;
+            v->gpu_first[k].first_ns = ev->ts_ns;
+            v->ngpu++;
+        } else if (k < v->ngpu && ev->ts_ns < v->gpu_first[k].first_ns) {
+            v->gpu_first[k].first_ns = ev->ts_ns;
+        }
+    }
     agg_event(x->a, x->p, ev);
 }
 
@@ -163,29 +210,38 @@ static int drain_dir(rcv *v, const char *live, rec_recovery *info)
         closedir(d);
         return TPF_ENOMEM;
     }
-    struct dirent *de;
+    /* The GPU segments first: a step joins the records that came before
+     * it, and the last steps' rows go at the final flush below. */
     int nseg = 0;
-    while ((de = readdir(d)) != NULL && nseg < RECOVER_MAX_SEGS) {
-        size_t n = strlen(de->d_name);
-        if (n < 9 || strncmp(de->d_name, "seg-", 4) != 0 || strcmp(de->d_name + n - 4, ".tpf") != 0)
-            continue;
-        char path[4500];
-        snprintf(path, sizeof(path), "%s/%s", live, de->d_name);
-        seg_reader *r = NULL;
-        if (seg_reader_open(&r, path) != 0) continue;
-        const seg_proc_info *pi = seg_reader_info(r);
-        agg_proc *p = NULL;
-        if (agg_proc_create(&p, pi->pid, pi->rank, pi->local_rank) == 0) {
-            rcv_ev x = {a, p};
-            seg_reader_drain(r, on_event, &x);
-            agg_proc_free(p);
-            info->segments++;
-            info->dropped += seg_reader_dropped(r);
+    for (int gpu_pass = 1; gpu_pass >= 0; gpu_pass--) {
+        rewinddir(d);
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL && nseg < RECOVER_MAX_SEGS) {
+            size_t n = strlen(de->d_name);
+            if (n < 9 || strncmp(de->d_name, "seg-", 4) != 0 ||
+                strcmp(de->d_name + n - 4, ".tpf") != 0)
+                continue;
+            int is_gpu = n >= 8 && strcmp(de->d_name + n - 8, ".gpu.tpf") == 0;
+            if (is_gpu != gpu_pass) continue;
+            char path[4500];
+            snprintf(path, sizeof(path), "%s/%s", live, de->d_name);
+            seg_reader *r = NULL;
+            if (seg_reader_open(&r, path) != 0) continue;
+            const seg_proc_info *pi = seg_reader_info(r);
+            agg_proc *p = NULL;
+            if (agg_proc_create(&p, pi->pid, pi->rank, pi->local_rank) == 0) {
+                rcv_ev x = {v, a, p, (pid_t)pi->pid};
+                seg_reader_drain(r, on_event, &x);
+                agg_proc_free(p);
+                info->segments++;
+                info->dropped += seg_reader_dropped(r);
+            }
+            seg_reader_close(r);
+            nseg++;
         }
-        seg_reader_close(r);
-        nseg++;
     }
     closedir(d);
+    agg_gpu_flush(a, UINT64_MAX, 1);
     agg_free(a);
     return 0;
 }
@@ -204,12 +260,38 @@ static int write_marker(int dfd, const rec_recovery *info)
     jw_kint(&w, "segments", info->segments);
     jw_kuint(&w, "steps_on_disk", info->steps_before);
     jw_kuint(&w, "steps_from_rings", info->steps);
+    jw_kuint(&w, "gpu_steps_from_rings", info->gpu_steps);
     jw_kuint(&w, "events_dropped", info->dropped);
     jw_kbool(&w, "trace_repaired", info->trace_repaired);
     jw_obj_end(&w);
     buf_putc(&b, '\n');
     int rc = b.err ? b.err : afile_write_at(dfd, "recovered.json", b.data, b.len);
     buf_free(&b);
+    return rc;
+}
+
+/* The recovered rows after those on disk; the header first when the
+ * collector died before its first write of the file. */
+static int append_rows(int dfd, const char *dir, const char *name, const buf *rows,
+                       int (*header)(buf *), char *err, size_t errlen)
+{
+    if (!rows->len) return 0;
+    int rc = 0;
+    int fd = afile_append_at(dfd, name);
+    if (fd == TPF_ENOENT) {
+        fd = afile_create_at(dfd, name, O_WRONLY | O_APPEND);
+        if (fd >= 0) {
+            buf h;
+            buf_init(&h, 4096);
+            header(&h);
+            rc = h.err ? h.err : afile_write_all(fd, h.data, h.len, NULL);
+            buf_free(&h);
+        }
+    }
+    if (fd < 0) rc = fd;
+    if (rc == 0) rc = rows->err ? rows->err : afile_write_all(fd, rows->data, rows->len, NULL);
+    if (fd >= 0) close(fd);
+    if (rc && err && errlen) snprintf(err, errlen, "%s/%s: %s", dir, name, tpf_strerror(rc));
     return rc;
 }
 
@@ -268,11 +350,12 @@ int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen)
         return TPF_ENOMEM;
     }
     buf_init(&v->rows, 256u << 20);
+    buf_init(&v->gpu_rows, 64u << 20);
     v->start_mono_ns = start_ns;
     /* The space kept for the last words goes to them now. */
     unlinkat(dfd, REC_RESERVE_NAME, 0);
     for (const char *const *n = (const char *const[]){"steps.csv", "metrics.csv", "procs.csv",
-                                                       "alerts.jsonl", NULL};
+                                                       "alerts.jsonl", "gpu_steps.csv", NULL};
          *n; n++)
         cut_to_line(dfd, *n);
     info->trace_repaired = close_trace(dfd);
@@ -282,27 +365,14 @@ int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen)
     int rc = drain_dir(v, live, info);
     if (rc == 0 && segdir[0]) rc = drain_dir(v, segdir, info);
     info->steps = v->steps;
-    if (rc == 0 && v->rows.len) {
-        int fd = afile_append_at(dfd, "steps.csv");
-        if (fd == TPF_ENOENT) {
-            /* The collector died before its first write: header first. */
-            fd = afile_create_at(dfd, "steps.csv", O_WRONLY | O_APPEND);
-            if (fd >= 0) {
-                buf h;
-                buf_init(&h, 4096);
-                rec_steps_header(&h);
-                rc = afile_write_all(fd, h.data, h.len, NULL);
-                buf_free(&h);
-            }
-        }
-        if (fd < 0) rc = fd;
-        if (rc == 0) rc = v->rows.err ? v->rows.err : afile_write_all(fd, v->rows.data, v->rows.len, NULL);
-        if (fd >= 0) close(fd);
-        if (rc && err && errlen) snprintf(err, errlen, "%s/steps.csv: %s", dir, tpf_strerror(rc));
-    }
+    info->gpu_steps = v->gpu_steps;
+    if (rc == 0) rc = append_rows(dfd, dir, "steps.csv", &v->rows, rec_steps_header, err, errlen);
+    if (rc == 0)
+        rc = append_rows(dfd, dir, "gpu_steps.csv", &v->gpu_rows, rec_gpu_steps_header, err, errlen);
     if (rc == 0 && (rc = write_marker(dfd, info)) != 0 && err && errlen)
         snprintf(err, errlen, "%s/recovered.json: %s", dir, tpf_strerror(rc));
     buf_free(&v->rows);
+    buf_free(&v->gpu_rows);
     free(v);
     /* Drained and on disk: the segments' memory goes back, unless a process
      * of the run still writes to them. */

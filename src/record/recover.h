@@ -14,6 +14,7 @@ typedef struct rec_recovery {
     int segments;          /* segments drained */
     uint64_t steps_before; /* step rows the collector had written */
     uint64_t steps;        /* step rows added from the rings */
+    uint64_t gpu_steps;    /* gpu_steps.csv rows added from the rings */
     uint64_t dropped;      /* events the probes dropped (full rings) */
     int trace_repaired;    /* trace.json cut back to whole events and closed */
     int earlier;           /* recovered before (recovered.json there, by a sweep

@@ -42,7 +42,8 @@ static void from_csv(dgpu_steps *g, const char *dir)
     if (csvr_open(&c, path, e, sizeof(e)) != 0) return;
     static const char *const cols[] = {"step", "interval_ns", "gpu_busy_ns", "kernel_ns", "kernels",
                                        "copy_ns", "h2d_bytes", "h2d_pageable_bytes", "d2h_bytes",
-                                       "d2h_pageable_bytes", "sync_ns", "syncs", "comm_kernel_ns", "sync_idle_ns"};
+                                       "d2h_pageable_bytes", "sync_ns", "syncs", "comm_kernel_ns", "sync_idle_ns",
+                                       "tid"};
     enum { NC = sizeof(cols) / sizeof(cols[0]) };
     int ix[NC];
     for (int i = 0; i < NC; i++) ix[i] = csvr_col(&c, cols[i]);
@@ -51,14 +52,17 @@ static void from_csv(dgpu_steps *g, const char *dir)
     while (csvr_next(&c) == 1) {
         double v[NC];
         for (int i = 0; i < NC; i++)
-            if (ix[i] < 0 || csvr_num(&c, ix[i], &v[i]) != 0 || !(v[i] >= 0) || v[i] > 1e19) v[i] = 0;
+            if (ix[i] < 0 || !csvr_num(&c, ix[i], &v[i]) || !(v[i] >= 0) || v[i] > 1e19) v[i] = 0;
         gpu_step s = {.step = (uint64_t)v[0], .interval_ns = (uint64_t)v[1], .busy_ns = (uint64_t)v[2],
                       .kernel_ns = (uint64_t)v[3], .kernels = (uint64_t)v[4], .copy_ns = (uint64_t)v[5],
                       .h2d_bytes = (uint64_t)v[6], .h2d_pageable_bytes = (uint64_t)v[7],
                       .d2h_bytes = (uint64_t)v[8], .d2h_pageable_bytes = (uint64_t)v[9],
                       .sync_ns = (uint64_t)v[10], .syncs = (uint64_t)v[11], .comm_kernel_ns = (uint64_t)v[12],
                       .sync_idle_ns = (uint64_t)v[13]};
-        figs_add_gpu(&f, &s);
+        /* tid 0: a window of a process with no steps (the summary's
+         * gpu_windows), not a step */
+        s.tid = ix[14] < 0 || v[14] > 0 ? 1 : 0;
+        if (s.tid) figs_add_gpu(&f, &s);
     }
     csvr_close(&c);
     const figs_gpu *x = &f.gpu;
