@@ -61,7 +61,7 @@ int agg_create(agg **out, const agg_sink *sink)
 void agg_gpu_flush(agg *a, uint64_t now_ns, int final)
 {
     gj_flush(a->gpu, now_ns, final);
-    gj_counts(a->gpu, &a->f.gpu.records, &a->f.gpu.records_late);
+    gj_counts(a->gpu, &a->f.gpu.records, &a->f.gpu.records_late, &a->f.gpu.steps_paused);
 }
 
 void agg_free(agg *a)
@@ -317,6 +317,14 @@ void agg_event(agg *a, agg_proc *p, const seg_event *ev)
     }
     if (ev->kind == SEG_EV_MARK && ev->name == SEG_NAME_EXIT) {
         on_exit_mark(a, p, ev->ts_ns);
+        return;
+    }
+    if (ev->kind == SEG_EV_MARK && ev->name == SEG_NAME_GPU_PAUSED) {
+        gj_pause(a->gpu, p->pid, ev->ts_ns);
+        return;
+    }
+    if (ev->kind == SEG_EV_MARK && ev->name == SEG_NAME_GPU_RESUMED) {
+        gj_resume(a->gpu, p->pid, ev->ts_ns);
         return;
     }
     if (ev->kind == SEG_EV_MARK) {

@@ -20,6 +20,10 @@ typedef struct gj_proc {
     uint64_t snap_t, snap_wm; /* the watermark as of a flush at snap_t */
     uint64_t settled;   /* the watermark GJ_SETTLE_NS to twice that ago */
     int drained;
+    struct {
+        uint64_t b, e; /* e: UINT64_MAX while the profiler holds CUPTI */
+    } pz[GJ_MAX_PAUSES];
+    int npz;
 } gj_proc;
 
 struct gj {
@@ -29,7 +33,7 @@ struct gj {
     int nprocs;
     agg_step *pend;
     size_t npend;
-    uint64_t records, late;
+    uint64_t records, late, paused;
 };
 
 int gj_create(gj **out, gj_emit_fn emit, void *ctx)
@@ -109,10 +113,44 @@ void gj_record(gj *j, pid_t pid, const seg_event *ev)
     if (r->e > p->watermark) p->watermark = r->e;
 }
 
-void gj_counts(const gj *j, uint64_t *records, uint64_t *late)
+void gj_counts(const gj *j, uint64_t *records, uint64_t *late, uint64_t *paused)
 {
     *records = j->records;
     *late = j->late;
+    *paused = j->paused;
+}
+
+void gj_pause(gj *j, pid_t pid, uint64_t ts_ns)
+{
+    gj_proc *p = proc_of(j, pid, 1);
+    if (!p) return;
+    if (p->npz == GJ_MAX_PAUSES) {
+        memmove(&p->pz[0], &p->pz[1], sizeof(p->pz[0]) * (GJ_MAX_PAUSES - 1));
+        p->npz--;
+    }
+    p->pz[p->npz].b = ts_ns;
+    p->pz[p->npz].e = UINT64_MAX;
+    p->npz++;
+    /* the library flushed CUPTI's buffers before it marked the pause, into
+     * the same ring: every record that ended before it is in */
+    if (ts_ns > p->watermark) p->watermark = ts_ns;
+    if (ts_ns > p->settled) p->settled = ts_ns;
+}
+
+void gj_resume(gj *j, pid_t pid, uint64_t ts_ns)
+{
+    gj_proc *p = proc_of(j, pid, 0);
+    if (p && p->npz && p->pz[p->npz - 1].e == UINT64_MAX) p->pz[p->npz - 1].e = ts_ns;
+}
+
+/* The interval [b, e] overlaps a window a profiler held CUPTI in: 1; 2
+ * when it ends inside it (no record of ours can come for it). */
+static int paused_in(const gj_proc *p, uint64_t b, uint64_t e)
+{
+    int in = 0;
+    for (int i = 0; i < p->npz; i++)
+        if (b < p->pz[i].e && e > p->pz[i].b) in = e <= p->pz[i].e ? 2 : in ? in : 1;
+    return in;
 }
 
 static int cmp_rec(const void *a, const void *b)
@@ -288,7 +326,7 @@ void gj_flush(gj *j, uint64_t now_ns, int final)
         windows(j, p, final);
         /* the watermark of a flush GJ_SETTLE_NS ago (or more, up to twice) */
         if (now_ns != UINT64_MAX && (!p->snap_t || now_ns - p->snap_t >= GJ_SETTLE_NS)) {
-            if (p->snap_t) p->settled = p->snap_wm;
+            if (p->snap_t && p->snap_wm > p->settled) p->settled = p->snap_wm;
             p->snap_t = now_ns;
             p->snap_wm = p->watermark;
         }
@@ -301,7 +339,11 @@ void gj_flush(gj *j, uint64_t now_ns, int final)
         const agg_step *s = &j->pend[i];
         gj_proc *p = proc_of(j, s->pid, 0);
         int old = now_ns > s->end_ns && now_ns - s->end_ns >= GJ_LAG_NS;
-        int ready = p && (p->settled >= s->end_ns || old || final || (full && i == 0));
+        /* in a profiler's window: no row, and when it ends inside the
+         * window, no records to wait for (one the window's end falls in
+         * waits for its own, so that they are not counted late) */
+        int paused = p ? paused_in(p, s->end_ns - s->interval_ns, s->end_ns) : 0;
+        int ready = p && (paused == 2 || p->settled >= s->end_ns || old || final || (full && i == 0));
         if (!ready) {
             /* no GPU record from this process (yet): a CPU process, or CUDA
              * not started; let go once no record can come for it */
@@ -309,9 +351,13 @@ void gj_flush(gj *j, uint64_t now_ns, int final)
             j->pend[k++] = *s;
             continue;
         }
-        gpu_step g = row(s->rank, s->pid, s->tid, s->step, s->end_ns, s->interval_ns);
-        gj_figures(p->r, p->n, p->max_dur, &g);
-        if (j->emit) j->emit(j->ctx, &g);
+        if (paused) {
+            j->paused++;
+        } else {
+            gpu_step g = row(s->rank, s->pid, s->tid, s->step, s->end_ns, s->interval_ns);
+            gj_figures(p->r, p->n, p->max_dur, &g);
+            if (j->emit) j->emit(j->ctx, &g);
+        }
         if (s->end_ns > p->done_ns) p->done_ns = s->end_ns;
     }
     j->npend = k;

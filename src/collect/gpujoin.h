@@ -59,9 +59,17 @@ void gj_record(gj *j, pid_t pid, const seg_event *ev);
  * at the end. At the end, a process with steps also gets a drain row (drain
  * set): what the GPU ran after its last step while it stayed busy. */
 void gj_flush(gj *j, uint64_t now_ns, int final);
-/* Records seen, and those that came after every step that could hold them
- * had gone (or past the caps). */
-void gj_counts(const gj *j, uint64_t *records, uint64_t *late);
+/* Process pid's script took CUPTI over for its torch.profiler at ts_ns
+ * (SEG_NAME_GPU_PAUSED), and gave it back (SEG_NAME_GPU_RESUMED): a step
+ * of it that overlaps such a window gets no row (its records are the
+ * profiler's), counted in gj_counts' paused. At most GJ_MAX_PAUSES windows
+ * a process are kept (the oldest go: steps are joined within seconds). */
+#define GJ_MAX_PAUSES 16
+void gj_pause(gj *j, pid_t pid, uint64_t ts_ns);
+void gj_resume(gj *j, pid_t pid, uint64_t ts_ns);
+/* Records seen; those that came after every step that could hold them had
+ * gone (or past the caps); steps with no row because a profiler held CUPTI. */
+void gj_counts(const gj *j, uint64_t *records, uint64_t *late, uint64_t *paused);
 
 /* The figures of one step from records (sorted by start), for tests too. */
 typedef struct gj_rec {

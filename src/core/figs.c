@@ -54,11 +54,13 @@ static void gpu_merge(figs_gpu *d, const figs_gpu *s)
     uint64_t *dn[] = {&d->steps, &d->warm_steps, &d->interval_ns, &d->busy_ns, &d->kernel_ns,
                       &d->kernels, &d->copy_ns, &d->sync_ns, &d->syncs, &d->h2d_bytes,
                       &d->h2d_pageable_bytes, &d->d2h_bytes, &d->d2h_pageable_bytes,
-                      &d->records, &d->records_late, &d->comm_kernel_ns, &d->sync_idle_ns};
+                      &d->records, &d->records_late, &d->comm_kernel_ns, &d->sync_idle_ns,
+                      &d->steps_paused};
     const uint64_t sn[] = {s->steps, s->warm_steps, s->interval_ns, s->busy_ns, s->kernel_ns,
                            s->kernels, s->copy_ns, s->sync_ns, s->syncs, s->h2d_bytes,
                            s->h2d_pageable_bytes, s->d2h_bytes, s->d2h_pageable_bytes,
-                           s->records, s->records_late, s->comm_kernel_ns, s->sync_idle_ns};
+                           s->records, s->records_late, s->comm_kernel_ns, s->sync_idle_ns,
+                           s->steps_paused};
     for (size_t i = 0; i < sizeof(sn) / sizeof(sn[0]); i++) *dn[i] += sn[i];
     sketch_merge(&d->kernel_dur_ns, &s->kernel_dur_ns);
     sketch_merge(&d->busy_share, &s->busy_share);

@@ -63,6 +63,7 @@ typedef struct figs_gpu {
     uint64_t comm_kernel_ns, sync_idle_ns;                                     /* warm */
     uint64_t h2d_bytes, h2d_pageable_bytes, d2h_bytes, d2h_pageable_bytes;   /* warm */
     uint64_t records, records_late;   /* GPU records seen; those no step could take */
+    uint64_t steps_paused;            /* steps in a script's profiler window: no row */
     sketch kernel_dur_ns;             /* every kernel's duration */
     sketch busy_share;                /* per warm step, busy / interval (0..1, x1e6) */
 } figs_gpu;

@@ -351,6 +351,7 @@ void trainperf_cupti_pause(void)
     if (!atomic_compare_exchange_strong(&g_state, &ours, 2)) return;
     g_cu.flush_all(1);
     mark("gpu.cupti paused: the script's torch.profiler records the GPU");
+    tpf_mark(SEG_NAME_GPU_PAUSED); /* for the join, after what the flush gave us */
 }
 
 /* ... and has let it go: ours again. */
@@ -362,6 +363,7 @@ void trainperf_cupti_resume(void)
     char msg[120];
     snprintf(msg, sizeof(msg), "gpu.cupti resumed%s%s", why ? ": " : "", why ? why : "");
     mark(msg);
+    tpf_mark(SEG_NAME_GPU_RESUMED);
 }
 
 /* Called by the CUDA driver, once, at the program's CUDA initialisation. */

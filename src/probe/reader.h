@@ -56,6 +56,11 @@ enum { GPU_MEM_PAGEABLE = 1, GPU_MEM_PINNED = 2, GPU_MEM_DEVICE = 3 };
  * (tpf_loop_end): it left the loop, or it is shutting down. */
 #define SEG_NAME_LOOP_END 9
 #define SEG_NAME_EXIT 10
+/* Marks of the CUPTI library's (gpu/cupti_inject.c): the script's
+ * torch.profiler took CUPTI over here, and gave it back here. The steps in
+ * between have no GPU records of ours (collect/gpujoin.h). */
+#define SEG_NAME_GPU_PAUSED 11
+#define SEG_NAME_GPU_RESUMED 12
 
 /* An event as the reader hands it out (converted from the 32-byte record). */
 typedef struct seg_event {

@@ -442,6 +442,7 @@ static void put_gpu_steps(jw *w, const char *key, const figs_gpu *g)
     jw_knum(w, "d2h_pageable_bytes_per_step", (double)g->d2h_pageable_bytes / n);
     jw_kuint(w, "records", g->records);
     jw_kuint(w, "records_late", g->records_late);
+    jw_kuint(w, "steps_in_profiler", g->steps_paused);
     jw_obj_end(w);
 }
 

@@ -13,6 +13,7 @@ static void from_summary(dgpu_steps *g, const jr_node *s)
     g->steps = jr_pnum(s, "steps");
     g->warm_steps = jr_pnum(s, "warm_steps");
     g->records = jr_pnum(s, "records");
+    g->steps_in_profiler = jr_pnum(s, "steps_in_profiler");
     g->busy_share = jr_pnum(s, "busy_share");
     g->busy_p10 = jr_pnum(s, "busy_share_p10");
     g->busy_ms = jr_pnum(s, "busy_ms_mean");
@@ -93,7 +94,7 @@ static void from_csv(dgpu_steps *g, const char *dir)
 void lg_load(dgpu_steps *g, const jr_node *summary, const char *dir)
 {
     memset(g, 0, sizeof(*g));
-    double *nan_fields[] = {&g->steps, &g->warm_steps, &g->records, &g->busy_share, &g->busy_p10,
+    double *nan_fields[] = {&g->steps, &g->warm_steps, &g->records, &g->steps_in_profiler, &g->busy_share, &g->busy_p10,
                             &g->busy_ms, &g->step_ms, &g->kernels_per_step, &g->kernel_us_p50,
                             &g->kernel_ms, &g->comm_kernel_ms, &g->sync_share, &g->syncs_per_step,
                             &g->copy_ms, &g->sync_idle_share, &g->h2d, &g->h2d_pageable, &g->d2h,

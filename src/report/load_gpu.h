@@ -10,6 +10,7 @@
 typedef struct dgpu_steps {
     int have; /* GPU records joined to enough warm steps */
     double steps, warm_steps, records;
+    double steps_in_profiler; /* steps with no row: the script's profiler held CUPTI */
     double busy_share, busy_p10, busy_ms, step_ms; /* step_ms: mean warm interval */
     double kernels_per_step, kernel_us_p50, kernel_ms, comm_kernel_ms;
     double sync_share, syncs_per_step, sync_idle_share, copy_ms;

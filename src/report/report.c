@@ -330,6 +330,9 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
                           "GPU idle after them %.0f%% of the step\n",
                        gs->kernels_per_step, gs->kernel_us_p50, 100 * gs->sync_share,
                        isfinite(gs->sync_idle_share) ? 100 * gs->sync_idle_share : 0.0);
+            char note[200];
+            if (*report_gpu_window_note(note, sizeof(note), gs))
+                buf_printf(b, "              %s\n", note);
         }
     }
     rr_text(r, b, c_(s, BOLD), c_(s, RESET));
@@ -499,6 +502,9 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
                           "of the step.\n",
                        100 * r->gs.busy_share, r->gs.kernels_per_step, r->gs.kernel_us_p50,
                        100 * r->gs.sync_share);
+        char note[200];
+        if (r->gs.have && *report_gpu_window_note(note, sizeof(note), &r->gs))
+            buf_printf(b, "%s\n", note);
     }
     rr_md(r, b);
     buf_puts(b, "\n## Resources\n\n");

@@ -1,4 +1,6 @@
 /* What every format of the report shares (report_fmt.h). */
+#include <stdio.h>
+
 #include "report/report_fmt.h"
 #include "util/table.h"
 
@@ -25,4 +27,17 @@ void report_quantiles(buf *b, report_format fmt, const dfig *f)
         tbl_row(&t, cells, TBL_PLAIN);
     }
     if (fmt != REPORT_TEXT) tbl_end(&t);
+}
+
+const char *report_gpu_window_note(char *o, size_t n, const dgpu_steps *g)
+{
+    if (!(g->steps_in_profiler > 0)) {
+        if (n) o[0] = 0;
+        return o;
+    }
+    snprintf(o, n,
+             "%.0f steps inside the script's torch.profiler window are not in these figures: "
+             "their GPU records are in its trace.",
+             g->steps_in_profiler);
+    return o;
 }

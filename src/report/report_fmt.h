@@ -14,5 +14,8 @@ void report_html_esc(buf *b, const char *s);
  * description for every format: aligned lines in text, a table in md and
  * html. */
 void report_quantiles(buf *b, report_format fmt, const dfig *f);
+/* The sentence that says some steps have no GPU figures because the
+ * script's own torch.profiler held CUPTI over them ("" when none). */
+const char *report_gpu_window_note(char *o, size_t n, const dgpu_steps *g);
 
 #endif

@@ -776,6 +776,9 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
                       "of the step.</p>\n",
                    100 * r->gs.busy_share, r->gs.kernels_per_step, r->gs.kernel_us_p50,
                    100 * r->gs.sync_share);
+    char note[200];
+    if (r->gs.have && *report_gpu_window_note(note, sizeof(note), &r->gs))
+        buf_printf(b, "<p>%s</p>\n", note);
     chart_data_hist(b, r);
     rr_html(r, b);
     report_quantiles(b, REPORT_HTML, &f);

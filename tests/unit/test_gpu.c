@@ -213,8 +213,9 @@ TT_TEST(join_waits_for_records_then_lets_go)
     /* a late record (before every step still to come) is counted, not kept */
     seg_event late = E(SEG_EV_GPU_KERNEL, 100, 150);
     gj_record(j, 10, &late);
-    uint64_t recs, nlate;
-    gj_counts(j, &recs, &nlate);
+    uint64_t recs, nlate, paused;
+    gj_counts(j, &recs, &nlate, &paused);
+    TT_EQ_INT((int)paused, 0);
     TT_EQ_INT((int)recs, 4);
     TT_EQ_INT((int)nlate, 1);
     /* the CPU process's step is let go after GJ_LAG_NS, with no row */
@@ -244,6 +245,46 @@ TT_TEST(join_waits_for_records_then_lets_go)
 
 /* The drain counts in the run's per-step totals, not in its steps or its
  * busy share. */
+/* A script's torch.profiler held CUPTI over [2500, 4500): the steps that
+ * overlap it get no row (their records are the profiler's), the ones around
+ * it theirs; they do not wait for records that cannot come. */
+TT_TEST(steps_in_a_profilers_window_get_no_row)
+{
+    got x = {.n = 0};
+    gj *j = NULL;
+    TT_ASSERT(gj_create(&j, take, &x) == 0);
+    seg_event k0 = E(SEG_EV_GPU_KERNEL, 100, 900), k1 = E(SEG_EV_GPU_KERNEL, 1100, 1900);
+    gj_record(j, 10, &k0);
+    gj_record(j, 10, &k1);
+    gj_pause(j, 10, 2500);
+    for (int i = 0; i < 5; i++) {
+        agg_step s = S(10, (uint64_t)i, 1000 * (uint64_t)(i + 1), 1000);
+        gj_step(j, &s);
+    }
+    uint64_t now = 5000;
+    gj_flush(j, now, 0);
+    /* CUPTI's buffers were flushed before the pause was marked: steps 0
+     * and 1 have all their records and go; steps 2-4 lie in the window
+     * (still open) and go at once, with no row */
+    TT_EQ_INT(x.n, 2);
+    TT_EQ_INT((int)x.g[1].step, 1);
+    TT_EQ_INT((int)x.g[1].kernels, 1);
+    gj_resume(j, 10, 4500);
+    seg_event k5 = E(SEG_EV_GPU_KERNEL, 5100, 5900);
+    gj_record(j, 10, &k5);
+    agg_step s5 = S(10, 5, 6000, 1000);
+    gj_step(j, &s5);
+    gj_flush(j, now, 1);
+    TT_EQ_INT(x.n, 3);
+    TT_EQ_INT((int)x.g[2].step, 5);
+    TT_EQ_INT((int)x.g[2].kernels, 1);
+    uint64_t recs, late, paused;
+    gj_counts(j, &recs, &late, &paused);
+    TT_EQ_INT((int)paused, 3);
+    TT_EQ_INT((int)late, 0);
+    gj_free(j);
+}
+
 TT_TEST(drain_counts_in_totals_not_steps)
 {
     figs f;
