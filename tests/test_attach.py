@@ -511,3 +511,36 @@ def test_attach_killed_keeps_what_it_folded_and_leaves_no_sampler(cli, run_cli, 
     r = run_cli("report", d, "--format", "json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["diagnosis"]["attached"]["stack_samples"] is not None
+
+
+def test_dump_of_an_attached_runs_directory(cli, tmp_path):
+    """`trainperf dump RUN_DIR` on the directory an attach is writing: the
+    attached tree's stacks now (heartbeat.json names it, as `run`'s does);
+    once attach has ended, the directory is not going (exit 2)."""
+    p = subprocess.Popen([sys.executable, "-c", CHILD])
+    d = tmp_path / "att"
+    try:
+        time.sleep(1)
+        a = subprocess.Popen([cli, "attach", str(p.pid), "--out", str(d), "--quiet"],
+                             stderr=subprocess.PIPE, text=True)
+        for _ in range(200):
+            if (d / "heartbeat.json").exists():
+                break
+            time.sleep(0.05)
+        hb = load(d, "heartbeat.json")
+        assert hb["state"] == "running" and hb["pid"] == p.pid and hb["mode"] == "attached"
+        assert hb["supervisor_pid"] == a.pid and hb["steps"] is None
+        r = subprocess.run([cli, "dump", str(d), "--json"], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["kind"] == "run"
+        pids = [q["pid"] for t in doc["trees"] for q in t["processes"]]
+        assert p.pid in pids, doc
+        a.send_signal(signal.SIGINT)
+        assert a.wait(timeout=60) == 0, a.stderr.read()
+    finally:
+        stop(p)
+    assert load(d, "heartbeat.json")["state"] == "finished"
+    r = subprocess.run([cli, "dump", str(d)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "is not running" in r.stderr

@@ -24,9 +24,11 @@
 #include "record/rundir.h"
 #include "record/exporter.h"
 #include "record/sinks.h"
+#include "record/writers.h"
 #include "report/report.h"
 #include "trainperf.h"
 #include "util/buf.h"
+#include "util/jsonw.h"
 #include "util/pstat.h"
 
 #define ATTACH_RATE_MAX 1000.0
@@ -36,6 +38,39 @@ static volatile sig_atomic_t attach_sig;
 static void on_signal(int sig)
 {
     attach_sig = sig;
+}
+
+/* heartbeat.json as `run`'s supervisor writes it (docs/failures.md), so
+ * that `trainperf dump RUN_DIR` finds the attached tree; no steps are
+ * known attached, so their keys are null. */
+static void attach_heartbeat(const char *dir, pid_t pid, const char *state, double t)
+{
+    buf b;
+    buf_init(&b, 4096);
+    jw w;
+    jw_doc_begin(&w, &b, "format", 1);
+    jw_kstr(&w, "state", state);
+    jw_kstr(&w, "mode", "attached");
+    jw_kint(&w, "supervisor_pid", getpid());
+    jw_kint(&w, "pid", pid);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    jw_key(&w, "updated_unix_s");
+    jw_numf(&w, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9, 3);
+    jw_key(&w, "t");
+    jw_numf(&w, t, 3);
+    static const char *const unknown[] = {"steps", "last_step_t", "last_step_unix_s",
+                                          "since_last_step_s", "hang_bound_s"};
+    for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
+        jw_key(&w, unknown[i]);
+        jw_null(&w);
+    }
+    jw_obj_end(&w);
+    buf_putc(&b, '\n');
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/heartbeat.json", dir);
+    if (!b.err) rec_write_atomic(path, &b);
+    buf_free(&b);
 }
 
 static void attach_usage(FILE *f)
@@ -250,8 +285,9 @@ int cmd_attach(int argc, char **argv)
         stk = NULL;
     }
 
-    double t0 = mono_s(), next_tick = t0;
+    double t0 = mono_s(), next_tick = t0, next_beat = t0 + 5.0;
     const char *ended = "the process exited";
+    attach_heartbeat(absdir, pid, "running", 0);
     for (;;) {
         double now = mono_s();
         if (attach_sig) {
@@ -267,6 +303,10 @@ int cmd_attach(int argc, char **argv)
             astk_tick(stk);
             next_tick = now + 1.0;
         }
+        if (now >= next_beat) {
+            attach_heartbeat(absdir, pid, "running", now - t0);
+            next_beat = now + 5.0;
+        }
         struct timespec nap = {0, 50 * 1000000L};
         nanosleep(&nap, NULL);
     }
@@ -277,6 +317,7 @@ int cmd_attach(int argc, char **argv)
     astk_get_info(stk, &info);
     astk_free(stk);
 
+    attach_heartbeat(absdir, pid, "finished", mono_s() - t0);
     run_exit ex = {0, 0, 0}; /* not ours: how it ends is not known here */
     coll_finish(c, &ex);
     coll_free(c);
