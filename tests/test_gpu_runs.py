@@ -21,13 +21,7 @@ DIRS = sorted(p for p in RUNS.glob("*") if (p / "check.json").is_file()) if RUNS
 
 # Checks that failed when the run was captured, and why the kept files
 # cannot pass them: the next GPU session's capture settles them.
-CAPTURED_WRONG = {
-    "nonzero_sync": "captured on an H200 2026-11-28 with the watermark settle: still 20% of the "
-                    "records late, and the rows fall in two regimes (steps 5-190: 45 kernels, one "
-                    "9 us CUPTI sync, GPU busy 61%; steps 191-300: 69 kernels, 5 ms of sync), "
-                    "while 58% of the host's samples sit in the mask index line; the next "
-                    "capture dumps its raw records (cupti-nonzero_sync.dump) to tell why",
-}
+CAPTURED_WRONG = {}
 
 
 def _holds(label, ids):

@@ -26,6 +26,7 @@
 #define LAUNCH_KERNEL_US 50.0  /* ... of this median duration or less: launch-bound */
 #define PAGEABLE_MIN_BYTES (1024.0 * 1024.0) /* per step */
 #define SYNC_IDLE_SHARE 0.05   /* of the step, GPU idle after host waits */
+#define READBACK_LINE_SHARE 0.25 /* of the training thread's samples, on a read-back line */
 #define MEM_GROWTH_MIN (256.0 * 1024 * 1024)
 #define MEM_GROWTH_STEP (64.0 * 1024 * 1024)
 
@@ -113,21 +114,109 @@ static const dc_func *sync_line(const diag_run *r)
     return f;
 }
 
+/* A source line that reads a result back from the GPU: the host waits
+ * there for every kernel queued before it (.item(), .cpu(), .tolist(),
+ * .numpy(), nonzero, masked_select, unique, or a boolean-mask index such
+ * as x[x > 0] or x[mask], which must count the selected elements first). */
+/* The code of a source line: its comment and trailing blanks cut (a '#'
+ * outside quotes). */
+static void code_of(char *o, size_t n, const char *s)
+{
+    size_t k = 0;
+    char q = 0;
+    for (; *s && k + 1 < n; s++) {
+        if (q) {
+            if (*s == q) q = 0;
+        } else if (*s == '\'' || *s == '"') {
+            q = *s;
+        } else if (*s == '#') {
+            break;
+        }
+        o[k++] = *s;
+    }
+    while (k > 0 && (o[k - 1] == ' ' || o[k - 1] == '\t')) k--;
+    o[k] = 0;
+}
+
+static int readback_src(const char *line)
+{
+    char s[96];
+    code_of(s, sizeof(s), line);
+    static const char *const calls[] = {".item(", ".cpu(", ".tolist(", ".numpy(", "nonzero(",
+                                         "masked_select(", ".unique(", "torch.unique("};
+    for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++)
+        if (strstr(s, calls[i])) return 1;
+    for (const char *b = strchr(s, '['); b; b = strchr(b + 1, '[')) {
+        const char *e = strchr(b, ']');
+        if (!e) break;
+        char in[84];
+        size_t n = (size_t)(e - b - 1) < sizeof(in) - 1 ? (size_t)(e - b - 1) : sizeof(in) - 1;
+        memcpy(in, b + 1, n);
+        in[n] = 0;
+        if (strstr(in, " > ") || strstr(in, " < ") || strstr(in, "==") || strstr(in, "!=") ||
+            strstr(in, ">=") || strstr(in, "<=") || strstr(in, "mask"))
+            return 1;
+    }
+    return 0;
+}
+
+/* The training threads' busiest read-back line (readback_src) and its
+ * share of their samples, or NULL. */
+static const dc_func *readback_line(const diag_run *r, double *share, char *src, size_t n)
+{
+    const dcause *c = &r->cause;
+    const dc_func *best = NULL;
+    *share = 0;
+    for (int p = 0; p < c->nproc; p++) {
+        const dc_proc *pr = &c->procs[p];
+        for (int i = 0; i < pr->nlines && pr->samples > 0; i++) {
+            double sh = pr->lines[i].samples / pr->samples;
+            if (sh > *share && readback_src(pr->src[i])) {
+                *share = sh;
+                best = &pr->lines[i];
+                code_of(src, n, pr->src[i]);
+            }
+        }
+    }
+    return best;
+}
+
 int dr_cand_gpu_sync(const diag_run *r, const dctx *c, dfinding *d)
 {
     const dgpu_steps *g = &r->gs;
     if (!g->have) return 0;
-    if (!(g->syncs_per_step >= 0.9) || !(g->busy_share < GPU_BOUND_SHARE) ||
-        !(g->sync_idle_share >= SYNC_IDLE_SHARE))
-        return 0;
-    double idle = g->sync_idle_share;
-    const dc_func *f = sync_line(r);
-    char where[200] = "";
-    if (f) fmt(where, sizeof(where), " at %s (%s:%d)", f->func, f->file, f->line);
-    diag_head(d, "gpu-sync", "Synchronisation inside the step", idle,
-              "the host waits for the GPU %.1f times per step%s; the queue drains, and the GPU "
-              "is idle %.0f%% of the step after those waits until the host launches again",
-              g->syncs_per_step, where, 100 * idle);
+    if (!(g->syncs_per_step >= 0.9) || !(g->busy_share < GPU_BOUND_SHARE)) return 0;
+    double idle = g->sync_idle_share, line_share = 0;
+    char src[96] = "";
+    const dc_func *rb = readback_line(r, &line_share, src, sizeof(src));
+    if (!(idle >= SYNC_IDLE_SHARE)) {
+        /* The synchronisation records may not show the wait where it
+         * happens (on an H200 a boolean-mask index's wait read 9 us while
+         * 58% of the host's samples sat on its line, the GPU 40% idle):
+         * the host's time on a read-back line is the same cost, measured
+         * from the host's side. */
+        if (!rb || !(line_share >= READBACK_LINE_SHARE)) return 0;
+        double gpu_idle = 1 - g->busy_share;
+        diag_head(d, "gpu-sync", "Synchronisation inside the step",
+                  line_share < gpu_idle ? line_share : gpu_idle,
+                  "the host spends %.0f%% of its time at %s:%d, a read-back that waits for "
+                  "every kernel queued before it; the GPU is idle %.0f%% of the step",
+                  100 * line_share, rb->file, rb->line, 100 * gpu_idle);
+        ev(d, "readback_line_share", line_share,
+           "%.0f%% of the training thread's samples at %s:%d `%s`", 100 * line_share, rb->file,
+           rb->line, src);
+    } else {
+        const dc_func *f = sync_line(r);
+        char where[200] = "";
+        if (f)
+            fmt(where, sizeof(where), " at %s (%s:%d)", f->func, f->file, f->line);
+        else if (rb && line_share >= READBACK_LINE_SHARE)
+            fmt(where, sizeof(where), " at `%s` (%s:%d)", src, rb->file, rb->line);
+        diag_head(d, "gpu-sync", "Synchronisation inside the step", idle,
+                  "the host waits for the GPU %.1f times per step%s; the queue drains, and the "
+                  "GPU is idle %.0f%% of the step after those waits until the host launches again",
+                  g->syncs_per_step, where, 100 * idle);
+    }
     ev(d, "syncs_per_step", g->syncs_per_step, "%.1f host waits for the GPU per step",
        g->syncs_per_step);
     ev(d, "sync_share", g->sync_share, "the host waited %.0f%% of the step", 100 * g->sync_share);
