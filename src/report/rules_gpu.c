@@ -44,16 +44,37 @@ int dr_cand_gpu_bound(const diag_run *r, const dctx *c, dfinding *d)
     if (!g->have) return 0;
     double compute = g->busy_share;
     if (isfinite(g->comm_kernel_ms) && g->step_ms > 0) compute -= g->comm_kernel_ms / g->step_ms;
-    if (!(compute >= GPU_BOUND_SHARE)) return 0;
-    diag_head(d, "gpu-bound", "GPU-bound (healthy)", compute,
-              "a kernel ran %.0f%% of each step's time: the GPU sets the pace, the host keeps up",
-              100 * g->busy_share);
+    /* Copies from pinned memory are the GPU's work too (its copy engines):
+     * kernels and copies that fill the step leave the host nothing to
+     * speed up. Their sum bounds the union from above (a copy on a side
+     * stream may overlap kernels); pageable copies are the host's cost
+     * (pageable-copies), not counted here. */
+    double pb = (isfinite(g->h2d_pageable) ? g->h2d_pageable : 0) +
+                (isfinite(g->d2h_pageable) ? g->d2h_pageable : 0);
+    double copy = g->step_ms > 0 && isfinite(g->copy_ms) && pb < PAGEABLE_MIN_BYTES
+                      ? g->copy_ms / g->step_ms
+                      : 0;
+    double occupied = compute + copy < 1 ? compute + copy : 1;
+    if (!(compute >= GPU_BOUND_SHARE) && !(occupied >= GPU_BOUND_SHARE)) return 0;
+    if (compute >= GPU_BOUND_SHARE || !(copy >= 0.01))
+        diag_head(d, "gpu-bound", "GPU-bound (healthy)", compute,
+                  "a kernel ran %.0f%% of each step's time: the GPU sets the pace, the host keeps "
+                  "up",
+                  100 * g->busy_share);
+    else
+        diag_head(d, "gpu-bound", "GPU-bound (healthy)", occupied,
+                  "kernels ran %.0f%% of each step's time and copies from pinned memory %.0f%% "
+                  "more: the GPU sets the pace, the host keeps up",
+                  100 * g->busy_share, 100 * copy);
     ev(d, "gpu_busy_share", g->busy_share,
        "GPU busy %.0f%% of step time (the union of kernel intervals over the warm steps; p10 "
        "step %.0f%%)",
        100 * g->busy_share, 100 * g->busy_p10);
     ev(d, "kernels_per_step", g->kernels_per_step, "%.0f kernels per step, median %.1f us",
        g->kernels_per_step, g->kernel_us_p50);
+    if (copy >= 0.01)
+        ev(d, "copy_share", copy, "copies between host and GPU %.0f%% of the step (%.2f ms)",
+           100 * copy, g->copy_ms);
     if (g->syncs_per_step >= 0.5)
         ev(d, "sync_share", g->sync_share,
            "the host waited for the GPU %.0f%% of the step (%.1f waits per step): that wait is "

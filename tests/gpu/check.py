@@ -163,7 +163,7 @@ PYSCEN = {
                        at_least(60)), has_id("pageable-copies")],
     "pinned_copy": [("HtoD MiB/step", lambda r: (r["gpu"].get("h2d_bytes_per_step") or 0) / MiB, at_least(60)),
                     ("pageable HtoD MiB/step", lambda r: (r["gpu"].get("h2d_pageable_bytes_per_step") or 0) / MiB,
-                     at_most(1)), lacks_id("pageable-copies")],
+                     at_most(1)), lacks_id("pageable-copies"), has_id("gpu-bound")],
     "nonzero_sync": [("host waits per step", g("syncs_per_step"), at_least(0.9)), has_id("gpu-sync")],
     "matmul_fp32": [("busy share", g("busy_share"), at_least(0.8))],
     "matmul_bf16": [("busy share", g("busy_share"), at_least(0.5))],
