@@ -290,7 +290,9 @@ def test_speedscope_skips_damage_and_keeps_hostile_names(run_cli, tmp_path):
     after = (run / "stacks.speedscope.json").stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     # ranked processes first; the empty file is no profile
-    assert [p["name"] for p in doc["profiles"]] == ["rank 1 (pid 4242)", "pid 1087"]
+    own = sorted(int(f.stem.split("-")[1]) for f in (INPUT_BOUND / "pyprof").glob("stacks-*.folded"))
+    assert own, "the kept GPU run has no stacks"
+    assert [p["name"] for p in doc["profiles"]] == ["rank 1 (pid 4242)"] + ["pid %d" % x for x in own]
     frames = doc["shared"]["frames"]
     p = doc["profiles"][0]
     got = {";".join(label(frames[i]) for i in s): w for s, w in zip(p["samples"], p["weights"])}
