@@ -136,6 +136,14 @@ static uint64_t read_steps(rcv *v, const char *dir)
     return rows;
 }
 
+/* The index of pid in gpu_first, or v->ngpu when it has none. */
+static int gpu_first_of(const rcv *v, pid_t pid)
+{
+    int k = 0;
+    while (k < v->ngpu && v->gpu_first[k].pid != pid) k++;
+    return k;
+}
+
 /* The first step number not yet on disk of a thread (0 for one not seen). */
 static uint64_t next_of(const rcv *v, pid_t pid, pid_t tid)
 {
@@ -161,8 +169,7 @@ static void on_gpu_step(void *ctx, const gpu_step *g)
     rcv *v = ctx;
     /* a step whose records the dead collector may have drained in part:
      * no row rather than one that misses them */
-    int k = 0;
-    while (k < v->ngpu && v->gpu_first[k].pid != g->pid) k++;
+    int k = gpu_first_of(v, g->pid);
     if (k == v->ngpu || g->end_ns - g->interval_ns < v->gpu_first[k].first_ns + GJ_SETTLE_NS)
         return;
     gpu_step t = *g;
@@ -185,8 +192,7 @@ static void on_event(void *ctx, const seg_event *ev)
     rcv_ev *x = ctx;
     if (ev->kind >= SEG_EV_GPU_KERNEL && ev->kind <= SEG_EV_GPU_SYNC) {
         rcv *v = x->v;
-        int k = 0;
-        while (k < v->ngpu && v->gpu_first[k].pid != x->pid) k++;
+        int k = gpu_first_of(v, x->pid);
         if (k == v->ngpu && k < RECOVER_MAX_GPU_PROCS) {
             v->gpu_first[k].pid = x->pid;
             v->gpu_first[k].first_ns = ev->ts_ns;

@@ -32,6 +32,13 @@
 
 /* ---- rules ---- */
 
+/* Bytes a warm step copies from or to pageable host memory. */
+static double pageable_bytes(const dgpu_steps *g)
+{
+    return (isfinite(g->h2d_pageable) ? g->h2d_pageable : 0) +
+           (isfinite(g->d2h_pageable) ? g->d2h_pageable : 0);
+}
+
 static const char *mib(char *o, size_t n, double b)
 {
     human_bytes(o, n, b);
@@ -49,9 +56,7 @@ int dr_cand_gpu_bound(const diag_run *r, const dctx *c, dfinding *d)
      * speed up. Their sum bounds the union from above (a copy on a side
      * stream may overlap kernels); pageable copies are the host's cost
      * (pageable-copies), not counted here. */
-    double pb = (isfinite(g->h2d_pageable) ? g->h2d_pageable : 0) +
-                (isfinite(g->d2h_pageable) ? g->d2h_pageable : 0);
-    double copy = g->step_ms > 0 && isfinite(g->copy_ms) && pb < PAGEABLE_MIN_BYTES
+    double copy = g->step_ms > 0 && isfinite(g->copy_ms) && pageable_bytes(g) < PAGEABLE_MIN_BYTES
                       ? g->copy_ms / g->step_ms
                       : 0;
     double occupied = compute + copy < 1 ? compute + copy : 1;
@@ -259,8 +264,7 @@ int dr_cand_pageable(const diag_run *r, const dctx *c, dfinding *d)
 {
     const dgpu_steps *g = &r->gs;
     if (!g->have) return 0;
-    double pb = (isfinite(g->h2d_pageable) ? g->h2d_pageable : 0) +
-                (isfinite(g->d2h_pageable) ? g->d2h_pageable : 0);
+    double pb = pageable_bytes(g);
     double all = (isfinite(g->h2d) ? g->h2d : 0) + (isfinite(g->d2h) ? g->d2h : 0);
     if (!(pb >= PAGEABLE_MIN_BYTES) || !(all > 0)) return 0;
     double share = g->step_ms > 0 && isfinite(g->copy_ms) ? g->copy_ms * (pb / all) / g->step_ms : NAN;

@@ -177,15 +177,20 @@ static fval m_stall_s(const coll_frame *f, const alert_set *s)
  * every few) is measured against its long gaps, not its short ones. Only
  * meaningful once steps have started: before the first step there is no
  * median and since_last_step_s is unknown. */
+static double usual_step_ms(const coll_frame *f)
+{
+    double usual = f->step_time_median_ms.v;
+    if (f->step_time_p90_ms.ok && f->step_time_p90_ms.v > usual) usual = f->step_time_p90_ms.v;
+    return usual;
+}
+
 static fval m_stall_ratio(const coll_frame *f, const alert_set *s)
 {
     (void)s;
     if (!f->since_last_step_s.ok || !f->step_time_median_ms.ok || f->step_time_median_ms.v <= 0 ||
         !f->steps.ok || f->steps.v < 1 || f->loop_ended_s.ok)
         return nofv();
-    double usual = f->step_time_median_ms.v;
-    if (f->step_time_p90_ms.ok && f->step_time_p90_ms.v > usual) usual = f->step_time_p90_ms.v;
-    return fv(f->since_last_step_s.v * 1000.0 / usual);
+    return fv(f->since_last_step_s.v * 1000.0 / usual_step_ms(f));
 }
 
 static fval m_oom_eta(const coll_frame *f, const alert_set *s)
@@ -954,10 +959,8 @@ static void make_message(const alert_set *s, const alert_rule *r, const coll_fra
         snprintf(o, n, "%smemory grows %s; projected to run out of GPU memory in %s", who, rate,
                  val);
     } else if (strcmp(nm, "step.stall_ratio") == 0) {
-        double usual = f->step_time_median_ms.v;
-        if (f->step_time_p90_ms.ok && f->step_time_p90_ms.v > usual) usual = f->step_time_p90_ms.v;
         snprintf(o, n, "no step for %.0f s (%.0fx the usual step time %.0f ms): possible hang",
-                 f->since_last_step_s.v, v, usual);
+                 f->since_last_step_s.v, v, usual_step_ms(f));
     } else if (strcmp(nm, "shutdown.s") == 0) {
         snprintf(o, n,
                  "the training loop ended and the process has been shutting down for %.0f s "
