@@ -133,6 +133,33 @@ with open(sys.argv[2], "w") as log:
             print("ready", flush=True)
 '''
 
+# step() at two periods: two steps 0.15 s apart, then one a second later.
+# Its entries are counted right, but no steady period says that none fell
+# between two samples: the count must be unknown, not a guess.
+UNSTEADY = r'''
+import sys, time
+import torch
+
+class SlowSGD(torch.optim.SGD):
+    def step(self, closure=None):
+        time.sleep(0.1)
+        return super().step(closure)
+
+model = torch.nn.Linear(8, 1)
+opt = SlowSGD(model.parameters(), lr=0.01)
+end = time.time() + float(sys.argv[1])
+i = 0
+while time.time() < end:
+    loss = model(torch.randn(4, 8)).sum()
+    opt.zero_grad()
+    loss.backward()
+    time.sleep(0.9 if i % 3 == 2 else 0.05)
+    opt.step()
+    i += 1
+    if i == 1:
+        print("ready", flush=True)
+'''
+
 # Two DDP ranks over gloo under torchrun: the tree attach is given is the
 # agent's (a Python process that trains nothing) and its ranks.
 DDP = r'''
@@ -311,6 +338,22 @@ def test_attach_counts_steps_of_a_steady_period(run_cli, tmp_path):
     assert upper - 3 <= steps["count"] <= upper + 1, (steps, upper)
     summary = load(tmp_path / "att", "summary.json")
     assert summary["diagnosis"]["attached"]["steps"] == steps["count"]
+
+
+@pytest.mark.torch
+@pytest.mark.once
+def test_attach_says_unknown_steps_at_an_unsteady_period(run_cli, tmp_path):
+    p = start(tmp_path, "unsteady", UNSTEADY, 60)
+    try:
+        a = attach(run_cli, p.pid, tmp_path / "att", "--duration", 8, "--rate", 50)
+    finally:
+        stop(p)
+    assert a.returncode == 0, a.stderr
+    steps = load(tmp_path / "att", "pyprof/attach.json")["processes"][0]["steps"]
+    assert steps["optimizer_entries"] >= 6
+    assert steps["count"] is None and steps["period_s"] is None
+    assert "unsteady period" in steps["why_unknown"], steps["why_unknown"]
+    assert load(tmp_path / "att", "summary.json")["diagnosis"]["attached"]["steps"] is None
 
 
 def test_attach_says_unknown_steps_when_no_optimizer_runs(run_cli, tmp_path):
