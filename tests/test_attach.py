@@ -106,58 +106,40 @@ while time.time() < end:
     it += 1
 '''
 
-# A step of a fixed length (sleeps: the same on a loaded machine), half of
-# it in the optimizer's step(); the script logs when each step ended.
-STEADY = r'''
+# Steps made of sleeps (the same on a loaded machine): STEP_S in the
+# optimizer's step(), and before it the gaps of GAPS_S in turn; the script
+# logs when each step ended. Steady: 0.25 s and 0.25 s. Unsteady: step() at
+# two periods, two steps 0.15 s apart then one a second later; its entries
+# are counted right, but no steady period says that none fell between two
+# samples, so the count must be unknown, not a guess.
+STEPS = r'''
 import sys, time
 import torch
 
+duration, log_path, step_s = float(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+gaps = [float(g) for g in sys.argv[4].split(",")]
+
 class SlowSGD(torch.optim.SGD):
     def step(self, closure=None):
-        time.sleep(0.25)
+        time.sleep(step_s)
         return super().step(closure)
 
 model = torch.nn.Linear(8, 1)
 opt = SlowSGD(model.parameters(), lr=0.01)
-end = time.time() + float(sys.argv[1])
-with open(sys.argv[2], "w") as log:
+end = time.time() + duration
+i = 0
+with open(log_path, "w") as log:
     while time.time() < end:
         loss = model(torch.randn(4, 8)).sum()
         opt.zero_grad()
         loss.backward()
-        time.sleep(0.25)
+        time.sleep(gaps[i % len(gaps)])
         opt.step()
+        i += 1
         log.write("%.6f\n" % time.time())
         log.flush()
-        if log.tell() < 20:
+        if i == 1:
             print("ready", flush=True)
-'''
-
-# step() at two periods: two steps 0.15 s apart, then one a second later.
-# Its entries are counted right, but no steady period says that none fell
-# between two samples: the count must be unknown, not a guess.
-UNSTEADY = r'''
-import sys, time
-import torch
-
-class SlowSGD(torch.optim.SGD):
-    def step(self, closure=None):
-        time.sleep(0.1)
-        return super().step(closure)
-
-model = torch.nn.Linear(8, 1)
-opt = SlowSGD(model.parameters(), lr=0.01)
-end = time.time() + float(sys.argv[1])
-i = 0
-while time.time() < end:
-    loss = model(torch.randn(4, 8)).sum()
-    opt.zero_grad()
-    loss.backward()
-    time.sleep(0.9 if i % 3 == 2 else 0.05)
-    opt.step()
-    i += 1
-    if i == 1:
-        print("ready", flush=True)
 '''
 
 # Two DDP ranks over gloo under torchrun: the tree attach is given is the
@@ -320,7 +302,7 @@ def test_attach_torchrun_tree_finds_its_ranks(run_cli, tmp_path):
 @pytest.mark.once
 def test_attach_counts_steps_of_a_steady_period(run_cli, tmp_path):
     log = tmp_path / "steps.log"
-    p = start(tmp_path, "steady", STEADY, 60, log)
+    p = start(tmp_path, "steady", STEPS, 60, log, 0.25, "0.25")
     try:
         t0 = time.time()
         a = attach(run_cli, p.pid, tmp_path / "att", "--duration", 9, "--rate", 50)
@@ -343,7 +325,7 @@ def test_attach_counts_steps_of_a_steady_period(run_cli, tmp_path):
 @pytest.mark.torch
 @pytest.mark.once
 def test_attach_says_unknown_steps_at_an_unsteady_period(run_cli, tmp_path):
-    p = start(tmp_path, "unsteady", UNSTEADY, 60)
+    p = start(tmp_path, "unsteady", STEPS, 60, tmp_path / "steps.log", 0.1, "0.05,0.05,0.9")
     try:
         a = attach(run_cli, p.pid, tmp_path / "att", "--duration", 8, "--rate", 50)
     finally:
