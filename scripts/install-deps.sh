@@ -5,7 +5,7 @@
 #           prometheus (promtool and a real scraper for the exporter tests);
 #           tmux (`trainperf top` checked on a terminal against a live job);
 #           gdb (native stacks of hung processes without the Python hook, docs/failures.md)
-#   PyPI:   torch==2.13.0 (CPU), pytest, psutil, lightning, transformers, accelerate,
+#   PyPI:   torch==2.13.0 (CPU), pytest, pytest-xdist (the suite on every core), psutil, lightning, transformers, accelerate,
 #           tensorboard (its reader checks our event files), wandb and mlflow (offline/sqlite tests),
 #           jsonschema (the speedscope file checked against its schema),
 #           py-spy (Python stacks of hung processes without the Python hook, docs/failures.md)
@@ -81,7 +81,7 @@ torch = have("torch")
 want = []
 if not (torch and torch.startswith("2.")):
     want.append("torch==2.13.0")
-want += [d for d in ("pytest", "psutil", "lightning", "transformers", "accelerate",
+want += [d for d in ("pytest", "pytest-xdist", "psutil", "lightning", "transformers", "accelerate",
                      "tensorboard", "wandb", "mlflow", "jsonschema") if not have(d)]
 # py-spy is a program: looked for on PATH and beside the interpreter (where pip puts it)
 if not (shutil.which("py-spy") or os.access(os.path.join(os.path.dirname(sys.executable), "py-spy"), os.X_OK)):

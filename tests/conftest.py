@@ -17,10 +17,23 @@ TRACES = ROOT / "tests" / "data" / "traces"
 SANITIZE = os.environ.get("TRAINPERF_SANITIZE") == "1"
 
 
+# Files whose tests judge timing (scenario verdicts, tune's measured speedups, attach's
+# py-spy step counts): they run in the serial pass, alone on the machine, after the
+# parallel pass (Makefile `test`, tests/README.md). Everything else is independent.
+SERIAL_FILES = {"test_scenarios.py", "test_tune.py", "test_attach.py"}
+
+
 def pytest_configure(config):
+    config.addinivalue_line("markers", "serial: judges timing; runs alone, after the parallel pass (tests/README.md)")
     config.addinivalue_line("markers", "torch: needs PyTorch (skipped in the sanitizer pass)")
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
     config.addinivalue_line("markers", "once: a real-workload scenario (torchrun, servers, exporters' readers): run in the normal pass only, not again under the sanitizers")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(scope="session")

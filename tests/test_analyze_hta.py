@@ -7,6 +7,7 @@ launch statistics, queue length, memory-copy bandwidth and the critical path
 of the first ProfilerStep must match ours. Skipped only when PyPI is
 unreachable.
 """
+import fcntl
 import gzip
 import json
 import os
@@ -30,6 +31,14 @@ def _has_hta():
 
 @pytest.fixture(scope="session")
 def hta_python():
+    # pytest-xdist's workers each open this session fixture: one installs, the others wait
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(VENV) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _hta_python()
+
+
+def _hta_python():
     if _has_hta():
         return PY
     subprocess.run(["python3", "-m", "venv", str(VENV)], check=True, timeout=300)
