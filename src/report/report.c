@@ -731,7 +731,7 @@ int report_build(const char *run_dir, report_format fmt, int color, buf *out, ch
     return report_build_job(&run_dir, 1, 0, fmt, color, out, err, errlen);
 }
 
-int report_build_job(const char *const *dirs, int ndirs, int as_job, report_format fmt, int color,
+int report_build_job(const char *const *dirs, int ndirs, int flags, report_format fmt, int color,
                      buf *out, char *err, size_t errlen)
 {
     diag_run *r;
@@ -740,10 +740,11 @@ int report_build_job(const char *const *dirs, int ndirs, int as_job, report_form
     int n;
     int rc = rr_expand_dirs(dirs, ndirs, &v, &n, err, errlen);
     if (rc) return rc;
-    rc = rr_load_job((const char *const *)v, n, as_job, &r, err, errlen);
+    rc = rr_load_job((const char *const *)v, n, flags & REPORT_AS_JOB, &r, err, errlen);
     for (int i = 0; i < n; i++) free(v[i]);
     free(v);
     if (rc) return rc;
+    r->all_ranks = (flags & REPORT_ALL_RANKS) != 0;
     const char *run_dir = r->dir;
     diag_compute(r);
     if (!out->max) out->max = REPORT_MAX;

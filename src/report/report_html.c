@@ -379,11 +379,16 @@ static void chart_gpu(buf *b, const diag_run *r)
         any |= r->gpus[i].s_util.n > 0;
     if (!any) return;
     chart c = {xmax_of(r), 100, "%", 0};
-    chart_begin(b, &c, "GPU utilisation (solid) and memory used (dashed), %",
-                "GPU utilisation and memory over time");
-    const char *names[DIAG_MAX_GPUS], *cols[DIAG_MAX_GPUS];
-    char nm[DIAG_MAX_GPUS][16];
-    for (int i = 0; i < r->ngpu; i++) {
+    /* a job's GPUs are many: the first DIAG_CHART_GPUS drawn, the rest said */
+    int nd = r->ngpu < DIAG_CHART_GPUS ? r->ngpu : DIAG_CHART_GPUS;
+    char title[160] = "GPU utilisation (solid) and memory used (dashed), %";
+    if (nd < r->ngpu)
+        snprintf(title + strlen(title), sizeof(title) - strlen(title),
+                 ": %d of %d GPUs drawn (the nodes table has every node's)", nd, r->ngpu);
+    chart_begin(b, &c, title, "GPU utilisation and memory over time");
+    const char *names[DIAG_CHART_GPUS], *cols[DIAG_CHART_GPUS];
+    char nm[DIAG_CHART_GPUS][16];
+    for (int i = 0; i < nd; i++) {
         const char *col = line_color[i % 8];
         polyline(b, &c, &r->gpus[i].s_util, 1, col, NULL);
         polyline(b, &c, &r->gpus[i].s_mem, 1, col, "6 4");
@@ -394,7 +399,7 @@ static void chart_gpu(buf *b, const diag_run *r)
     alert_marks(b, r, &c);
     time_axis(b, &c);
     chart_end(b);
-    legend(b, names, cols, r->ngpu);
+    legend(b, names, cols, nd);
 }
 
 static void chart_cpu_mem(buf *b, const diag_run *r)

@@ -21,10 +21,9 @@
 
 #define DIAG_SERIES_CAP 240 /* points per chart series */
 #define DIAG_HIST_BINS 1200 /* log-spaced, 2% apart: 1 us .. ~3e4 s */
-#define DIAG_MAX_RANKS 64
-#define DIAG_MAX_OPROCS 32
-#define DIAG_MAX_GPUS 16
 #define DIAG_MAX_ALERTS 200
+#define DIAG_GPU_INDEX_MAX 256 /* metrics.csv gpu<N>_ columns looked for, N below this */
+#define DIAG_CHART_GPUS 16 /* GPUs drawn in one html chart (the rest said, not drawn) */
 
 /* Streaming statistics of one value; n == 0 means unknown. */
 typedef struct dstat {
@@ -65,6 +64,7 @@ typedef struct drank {
     int rank; /* -1: none */
     int pid, tid;
     int node;              /* index of its run directory in a many-node report */
+    int group;             /* its step figures: index in sf.groups, -1 none (diag_index_ranks) */
     char top_op[32];       /* its most frequent collective (comm/), "" unknown */
     double comm_bytes, comm_ops, comm_busbw_sum, comm_busbw_n;
     double comm_busy_ns;   /* time with a collective in flight (union of ops), warm steps */
@@ -77,8 +77,7 @@ typedef struct drank {
     dseries s_step;        /* step time (ms) over time: the html heatmap */
 } drank;
 
-#define DIAG_MAX_NODES 16
-#define DIAG_MAX_COMM_OPS 16
+#define DIAG_MAX_COMM_OPS 64 /* kinds of collective (the hooks know about 20) */
 
 /* One kind of collective over the run (comm/ops-*.csv). */
 typedef struct dcommop {
@@ -177,8 +176,8 @@ typedef struct diag_run {
     double swap_first;
     dseries s_cpu, s_tree_cpu, s_main_cpu, s_mem_used_pct, s_tree_rss, s_data_wait_share,
         s_metric_sample_rate;
-    int ngpu;
-    dgpu gpus[DIAG_MAX_GPUS];
+    int ngpu, capgpu;
+    dgpu *gpus; /* grown as GPUs appear (run.json, metrics.csv, each node's) */
 
     /* procs.csv */
     int root_pid;
@@ -192,12 +191,12 @@ typedef struct diag_run {
     /* the non-root processes: their CPU (% of one core) summed over their
      * samples, the sample count, and whether any sample named the process
      * a DataLoader worker */
-    int noproc;
-    struct {
+    int noproc, capoproc;
+    struct doproc {
         int pid, loader;
         char name[32];
         double cpu_sum, n;
-    } oproc[DIAG_MAX_OPROCS];
+    } *oproc; /* grown as processes appear */
 
     /* alerts.jsonl */
     int nalerts, nalerts_fired;
@@ -215,13 +214,17 @@ typedef struct diag_run {
     dgpu_steps gs; /* GPU records joined to the steps (load_gpu.h) */
     dcause cause; /* pyprof/ and the sched columns (load_pyprof.h) */
     /* ranks, comm/ and many nodes (report_ranks.c) */
-    int nranks;
-    drank ranks[DIAG_MAX_RANKS];
+    int nranks, capranks;
+    drank *ranks;          /* grown as ranks appear: one summary each, no step table */
+    int last_rank;         /* the slot the last steps.csv row went to */
+    int ranks_indexed;     /* ranks sorted by rank, groups found (diag_index_ranks) */
+    int all_ranks;         /* every rank's row in text/md/html (report --all-ranks) */
     int have_comm;
     int ncommops;
+    double commops_dropped; /* rows of collectives past DIAG_MAX_COMM_OPS kinds */
     dcommop commops[DIAG_MAX_COMM_OPS];
-    int nnodes;            /* 0 or 1: one run directory */
-    dnode nodes[DIAG_MAX_NODES];
+    int nnodes, capnodes;  /* 0 or 1: one run directory */
+    dnode *nodes;          /* grown as run directories are added */
     int cur_node;          /* node being loaded */
     double cur_offset_s;   /* its clock offset */
 
@@ -266,7 +269,19 @@ void diag_free(diag_run *r);
 int diag_load_node_steps(diag_run *r, const char *run_dir, double offset_s, char *err,
                          size_t errlen);
 
+/* Make room for need elements of size sz in *arr (capacity *cap, doubled):
+ * 0, or TPF_ENOMEM with *arr untouched. New room is zeroed. */
+int diag_grow(void **arr, int *cap, int need, size_t sz);
+
+/* Sort r->ranks by rank (rank-less ones last) and link each to its step
+ * figures, for diag_find_rank and diag_rank_group; done by diag_load and
+ * again once a job's nodes are added. */
+void diag_index_ranks(diag_run *r);
+const drank *diag_find_rank(const diag_run *r, int rank);      /* NULL: none */
+const agg_group *diag_rank_group(const diag_run *r, int rank); /* NULL: none */
+
 /* Helpers shared with the report and compare. */
+double diag_median(double *v, int n); /* sorts v; NAN when n < 1 */
 double dstat_mean(const dstat *s);
 double dhist_quantile(const dhist *h, double q);
 int dseries_value(const dseries *s, int k, double *t, double *v); /* 1 when bucket k has data */

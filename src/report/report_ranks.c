@@ -36,14 +36,17 @@ static int by_rank(const void *a, const void *b)
     return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
-/* The ranked entries in rank order; returns how many. */
-static int sorted_ranks(const diag_run *r, const drank **out)
+/* The ranked entries in rank order (malloc'd, freed by the caller; NULL
+ * only when out of memory, *n 0 then). */
+static const drank **sorted_ranks(const diag_run *r, int *n)
 {
-    int n = 0;
+    *n = 0;
+    const drank **out = malloc((size_t)(r->nranks > 0 ? r->nranks : 1) * sizeof(*out));
+    if (!out) return NULL;
     for (int i = 0; i < r->nranks; i++)
-        if (r->ranks[i].rank >= 0) out[n++] = &r->ranks[i];
-    qsort(out, (size_t)n, sizeof(*out), by_rank);
-    return n;
+        if (r->ranks[i].rank >= 0) out[(*n)++] = &r->ranks[i];
+    qsort(out, (size_t)*n, sizeof(*out), by_rank);
+    return out;
 }
 
 typedef struct rrow {
@@ -72,16 +75,12 @@ static const cmp_col cmp_cols[] = {
  * NULL when the run has none. */
 static const agg_group *group_of_rank(const diag_run *r, int rank)
 {
-    for (int i = 0; i < r->sf.ngroups; i++)
-        if (r->sf.groups[i]->rank == rank) return r->sf.groups[i];
-    return NULL;
+    return diag_rank_group(r, rank);
 }
 
 static const drank *find_rank(const diag_run *x, int rank)
 {
-    for (int i = 0; i < x->nranks; i++)
-        if (x->ranks[i].rank == rank) return &x->ranks[i];
-    return NULL;
+    return diag_find_rank(x, rank);
 }
 
 /* The step figures of a group (a rank's, or a node's ranks merged): per
@@ -354,14 +353,23 @@ static const char *tflops_or_dash(char *o, size_t n, double v)
 
 /* ---- the straggler ----------------------------------------------------------- */
 
+static int straggler_of(const diag_run *r, const drank *const *k, int n, rrow *row, rr_strag *s);
+
 int rr_straggler(const diag_run *r, rr_strag *s)
 {
     memset(s, 0, sizeof(*s));
     s->rank = -1;
-    const drank *k[DIAG_MAX_RANKS];
-    int n = sorted_ranks(r, k);
-    if (n < 2) return 0;
-    rrow row[DIAG_MAX_RANKS];
+    int n;
+    const drank **k = sorted_ranks(r, &n);
+    rrow *row = n >= 2 ? malloc((size_t)n * sizeof(*row)) : NULL;
+    int rc = row ? straggler_of(r, k, n, row, s) : 0;
+    free(row);
+    free(k);
+    return rc;
+}
+
+static int straggler_of(const diag_run *r, const drank *const *k, int n, rrow *row, rr_strag *s)
+{
     int least = -1;
     double any_comm = 0;
     for (int i = 0; i < n; i++) {
@@ -599,14 +607,13 @@ int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char 
 {
     *out = NULL;
     *nout = 0;
-    char **v = calloc(DIAG_MAX_NODES, sizeof(*v));
-    if (!v) return TPF_ENOMEM;
-    int n = 0;
+    char **v = NULL;
+    int n = 0, cap = 0;
     for (int i = 0; i < nin; i++) {
         int run = has_file(in[i], "run.json") || has_file(in[i], "steps.csv");
         DIR *d = run ? NULL : opendir(in[i]);
         if (!d) {
-            if (n >= DIAG_MAX_NODES) goto too_many;
+            if (diag_grow((void **)&v, &cap, n + 1, sizeof(*v))) goto nomem;
             v[n] = strdup(in[i]);
             if (!v[n++]) goto nomem;
             continue;
@@ -619,9 +626,9 @@ int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char 
             char p[1200];
             snprintf(p, sizeof(p), "%.900s/%.255s", in[i], de->d_name);
             if (!has_file(p, "run.json") && !has_file(p, "steps.csv")) continue;
-            if (n >= DIAG_MAX_NODES) {
+            if (diag_grow((void **)&v, &cap, n + 1, sizeof(*v))) {
                 closedir(d);
-                goto too_many;
+                goto nomem;
             }
             v[n] = strdup(p);
             if (!v[n++]) {
@@ -631,6 +638,7 @@ int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char 
         }
         closedir(d);
         if (n == first) { /* neither: let the loader say what is wrong */
+            if (diag_grow((void **)&v, &cap, n + 1, sizeof(*v))) goto nomem;
             v[n] = strdup(in[i]);
             if (!v[n++]) goto nomem;
         }
@@ -639,13 +647,6 @@ int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char 
     *out = v;
     *nout = n;
     return 0;
-too_many:
-    if (err && errlen)
-        snprintf(err, errlen, "more than %d run directories: report at most %d nodes at once",
-                 DIAG_MAX_NODES, DIAG_MAX_NODES);
-    for (int i = 0; i < n; i++) free(v[i]);
-    free(v);
-    return TPF_EINVAL;
 nomem:
     for (int i = 0; i < n; i++) free(v[i]);
     free(v);
@@ -774,13 +775,17 @@ int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char
         *out = r;
         return 0;
     }
+    if (diag_grow((void **)&r->nodes, &r->capnodes, n, sizeof(*r->nodes))) {
+        diag_free(r);
+        return TPF_ENOMEM;
+    }
     r->nnodes = 1;
     node_from(&r->nodes[0], r, dirs[0]);
     r->nodes[0].align_err_s = 0;
     aend *a0;
     int n0 = node_ends(dirs[0], &a0);
     double start0 = r->start_unix_s, dur0 = r->duration_s;
-    for (int i = 1; i < n && r->nnodes < DIAG_MAX_NODES; i++) {
+    for (int i = 1; i < n; i++) {
         diag_run *x;
         rc = diag_load(dirs[i], &x, err, errlen);
         char why[700];
@@ -806,7 +811,8 @@ int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char
         align(nd, a0, n0, dirs[i]);
         if (isfinite(x->duration_s) && x->duration_s + nd->offset_s > r->duration_s)
             r->duration_s = x->duration_s + nd->offset_s;
-        for (int g = 0; g < x->ngpu && r->ngpu < DIAG_MAX_GPUS; g++) r->gpus[r->ngpu++] = x->gpus[g];
+        if (x->ngpu && !diag_grow((void **)&r->gpus, &r->capgpu, r->ngpu + x->ngpu, sizeof(*r->gpus)))
+            for (int g = 0; g < x->ngpu; g++) r->gpus[r->ngpu++] = x->gpus[g];
         diag_free(x);
         r->cur_node = r->nnodes++;
         r->cur_offset_s = nd->offset_s;
@@ -824,6 +830,7 @@ int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char
     free(a0);
     r->cur_node = 0;
     r->cur_offset_s = 0;
+    diag_index_ranks(r);
     snprintf(r->name, sizeof(r->name), "job of %d nodes (%s, ...)", r->nnodes, r->nodes[0].host);
     *out = r;
     return 0;
@@ -1074,10 +1081,18 @@ static void nodes_json(const diag_run *r, jw *w)
     jw_arr_end(w);
 }
 
+static void ranks_text(const diag_run *r, const drank *const *k, int n, buf *b, const char *bold, const char *reset);
+
 void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
 {
-    const drank *k[DIAG_MAX_RANKS];
-    int n = sorted_ranks(r, k);
+    int n;
+    const drank **k = sorted_ranks(r, &n);
+    ranks_text(r, k, n, b, bold, reset);
+    free(k);
+}
+
+static void ranks_text(const diag_run *r, const drank *const *k, int n, buf *b, const char *bold, const char *reset)
+{
     if (n < 2 && r->nnodes < 2) {
         rr_job j;
         rr_job_figures(r, &j);
@@ -1116,10 +1131,18 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
 
 /* ---- markdown ---------------------------------------------------------------- */
 
+static void ranks_md(const diag_run *r, const drank *const *k, int n, buf *b);
+
 void rr_md(const diag_run *r, buf *b)
 {
-    const drank *k[DIAG_MAX_RANKS];
-    int n = sorted_ranks(r, k);
+    int n;
+    const drank **k = sorted_ranks(r, &n);
+    ranks_md(r, k, n, b);
+    free(k);
+}
+
+static void ranks_md(const diag_run *r, const drank *const *k, int n, buf *b)
+{
     if (n < 2 && r->nnodes < 2) {
         rr_job j;
         rr_job_figures(r, &j);
@@ -1158,10 +1181,18 @@ void rr_md(const diag_run *r, buf *b)
 
 static void rr_html_heatmap(const drank *const *k, int n, buf *b);
 
+static void ranks_html(const diag_run *r, const drank *const *k, int n, buf *b);
+
 void rr_html(const diag_run *r, buf *b)
 {
-    const drank *k[DIAG_MAX_RANKS];
-    int n = sorted_ranks(r, k);
+    int n;
+    const drank **k = sorted_ranks(r, &n);
+    ranks_html(r, k, n, b);
+    free(k);
+}
+
+static void ranks_html(const diag_run *r, const drank *const *k, int n, buf *b)
+{
     if (n < 2) {
         rr_job j;
         rr_job_figures(r, &j);
@@ -1247,8 +1278,8 @@ static void rr_html_heatmap(const drank *const *k, int n, buf *b)
 
 void rr_json(const diag_run *r, jw *w)
 {
-    const drank *k[DIAG_MAX_RANKS];
-    int n = sorted_ranks(r, k);
+    int n;
+    const drank **k = sorted_ranks(r, &n);
     jw_key(w, "ranks");
     jw_arr_begin(w);
     for (int i = 0; i < n; i++) {
@@ -1259,6 +1290,7 @@ void rr_json(const diag_run *r, jw *w)
         jw_obj_end(w);
     }
     jw_arr_end(w);
+    free(k);
     rr_job j;
     rr_job_figures(r, &j);
     jw_key(w, "job");
@@ -1315,26 +1347,29 @@ void rr_json(const diag_run *r, jw *w)
 
 /* ---- compare ---------------------------------------------------------------- */
 
-/* The ranks of a and b, merged in rank order. */
-static int union_ranks(const diag_run *a, const diag_run *b, int *out)
+static int cmp_int(const void *a, const void *b)
 {
-    int n = 0;
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The ranks of a and b, merged in rank order (malloc'd, freed by the
+ * caller; NULL with *n 0 when out of memory). */
+static int *union_ranks(const diag_run *a, const diag_run *b, int *n)
+{
+    *n = 0;
+    int *out = malloc((size_t)(a->nranks + b->nranks + 1) * sizeof(*out));
+    if (!out) return NULL;
     const diag_run *xs[2] = {a, b};
     for (int x = 0; x < 2; x++)
-        for (int i = 0; i < xs[x]->nranks; i++) {
-            int rk = xs[x]->ranks[i].rank, j;
-            if (rk < 0) continue;
-            for (j = 0; j < n; j++)
-                if (out[j] == rk) break;
-            if (j == n && n < DIAG_MAX_RANKS) out[n++] = rk;
-        }
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && out[j] < out[j - 1]; j--) {
-            int t = out[j];
-            out[j] = out[j - 1];
-            out[j - 1] = t;
-        }
-    return n;
+        for (int i = 0; i < xs[x]->nranks; i++)
+            if (xs[x]->ranks[i].rank >= 0) out[(*n)++] = xs[x]->ranks[i].rank;
+    qsort(out, (size_t)*n, sizeof(*out), cmp_int);
+    int m = 0;
+    for (int i = 0; i < *n; i++)
+        if (!m || out[m - 1] != out[i]) out[m++] = out[i];
+    *n = m;
+    return out;
 }
 
 static void cmp_row(const diag_run *x, int rank, rrow *w)
@@ -1342,11 +1377,20 @@ static void cmp_row(const diag_run *x, int rank, rrow *w)
     rank_row(x, rank, w);
 }
 
+static void compare_table(const diag_run *a, const diag_run *b, const int *ranks, int n,
+                          report_format fmt, int color, buf *o);
+
 void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int color, buf *o)
 {
-    int ranks[DIAG_MAX_RANKS];
-    int n = union_ranks(a, b, ranks);
-    if (n < 2) return;
+    int n;
+    int *ranks = union_ranks(a, b, &n);
+    if (n >= 2) compare_table(a, b, ranks, n, fmt, color, o);
+    free(ranks);
+}
+
+static void compare_table(const diag_run *a, const diag_run *b, const int *ranks, int n,
+                          report_format fmt, int color, buf *o)
+{
     tbl_col cols[CMP_NCOLS + 1] = {{"rank", 6, 0}};
     int nc = 1;
     for (int k = 0; k < CMP_NCOLS; k++)
@@ -1395,8 +1439,8 @@ void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int col
 
 void rr_compare_json(const diag_run *a, const diag_run *b, jw *w)
 {
-    int ranks[DIAG_MAX_RANKS];
-    int n = union_ranks(a, b, ranks);
+    int n;
+    int *ranks = union_ranks(a, b, &n);
     jw_key(w, "ranks");
     jw_arr_begin(w);
     for (int i = 0; i < n; i++) {
@@ -1414,6 +1458,7 @@ void rr_compare_json(const diag_run *a, const diag_run *b, jw *w)
         jw_obj_end(w);
     }
     jw_arr_end(w);
+    free(ranks);
     rr_strag s;
     jw_key(w, "straggler_a");
     if (rr_straggler(a, &s))

@@ -238,23 +238,19 @@ static int dr_cand_waited_for(const diag_run *r, dfinding *d)
 int dr_cand_straggler(const diag_run *r, const dctx *c, dfinding *d)
 {
     if (dr_cand_waited_for(r, d)) return 1;
-    double p[DIAG_MAX_RANKS];
+    double *p = malloc((size_t)(r->sf.ngroups > 0 ? r->sf.ngroups : 1) * sizeof(*p));
+    if (!p) return 0;
     int n = 0, slow = -1;
     double worst = 0;
-    for (int i = 0; i < r->sf.ngroups && n < DIAG_MAX_RANKS; i++) {
+    for (int i = 0; i < r->sf.ngroups; i++) {
         const agg_group *g = r->sf.groups[i];
         if (g->rank < 0 || g->step_ns.count < MIN_STEPS) continue;
         p[n++] = sketch_quantile(&g->step_ns, 0.5) / 1e6;
     }
-    if (n < 2) return 0;
     /* median of the ranks' medians */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && p[j] < p[j - 1]; j--) {
-            double t = p[j];
-            p[j] = p[j - 1];
-            p[j - 1] = t;
-        }
-    double med = n % 2 ? p[n / 2] : (p[n / 2 - 1] + p[n / 2]) / 2;
+    double med = n >= 2 ? diag_median(p, n) : NAN;
+    free(p);
+    if (n < 2) return 0;
     for (int i = 0; i < r->sf.ngroups; i++) {
         const agg_group *g = r->sf.groups[i];
         if (g->rank < 0 || g->step_ns.count < MIN_STEPS) continue;
