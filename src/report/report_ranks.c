@@ -602,6 +602,31 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* 1 with why in err when one run directory is among dirs twice (its ranks
+ * would count twice); 0 otherwise, or when that cannot be told. */
+static int same_dir_twice(char *const *dirs, int n, char *err, size_t errlen)
+{
+    char **real = calloc((size_t)(n > 0 ? n : 1), sizeof(*real));
+    int twice = 0;
+    for (int i = 0; real && i < n; i++) real[i] = realpath(dirs[i], NULL);
+    if (real) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (real[i]) real[m++] = real[i];
+        qsort(real, (size_t)m, sizeof(*real), cmp_str);
+        for (int i = 1; i < m && !twice; i++)
+            if (strcmp(real[i - 1], real[i]) == 0) {
+                twice = 1;
+                if (err && errlen)
+                    snprintf(err, errlen, "%s is given twice: each node's run directory once",
+                             real[i]);
+            }
+        for (int i = 0; i < m; i++) free(real[i]);
+    }
+    free(real);
+    return twice;
+}
+
 int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char *err,
                    size_t errlen)
 {
@@ -643,6 +668,11 @@ int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char 
             if (!v[n++]) goto nomem;
         }
         qsort(v + first, (size_t)(n - first), sizeof(*v), cmp_str);
+    }
+    if (same_dir_twice(v, n, err, errlen)) {
+        for (int i = 0; i < n; i++) free(v[i]);
+        free(v);
+        return TPF_EINVAL;
     }
     *out = v;
     *nout = n;
