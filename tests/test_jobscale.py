@@ -1,0 +1,108 @@
+"""Jobs as large as users run (issue 37): one report over 1,024 ranks on 128
+nodes, generated (tests/jobgen.py) from one real 2-rank gloo DDP run recorded
+here by `trainperf run` under torchrun. The generated data lives in tmp only.
+Speed and memory at 8, 32 and 128 nodes: bench/bench_jobscale.py."""
+import json
+import subprocess
+
+import pytest
+
+import jobgen
+from conftest import BUILD
+from test_dist import torchrun, trainperf_run
+
+pytestmark = [pytest.mark.torch, pytest.mark.once]
+
+NODES, RPN = 128, 8
+SLOW_RANK, SLOW_NODE = 613, 37
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """One real DDP run of 2 ranks: the rows every generated rank is made of."""
+    out = tmp_path_factory.mktemp("jobscale") / "base"
+    trainperf_run(out, torchrun(2, "--steps", 20))
+    return out
+
+
+def report(*args):
+    p = subprocess.run([str(BUILD / "trainperf"), "report", *map(str, args)],
+                       capture_output=True, text=True, timeout=600, env={"NO_COLOR": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
+
+
+@pytest.fixture(scope="module")
+def slow_rank_job(base, tmp_path_factory):
+    out = tmp_path_factory.mktemp("job_rank")
+    # each node's wall clock 0.25 s further off than the one before: the
+    # collectives must put them back
+    jobgen.generate(base, out, NODES, RPN, slow_rank=SLOW_RANK, slow_ms=60, clock_skew_s=0.25)
+    return out
+
+
+@pytest.fixture(scope="module")
+def slow_node_job(base, tmp_path_factory):
+    out = tmp_path_factory.mktemp("job_node")
+    jobgen.generate(base, out, NODES, RPN, slow_node=SLOW_NODE, slow_node_ms=60)
+    return out
+
+
+def test_a_job_of_1024_ranks_on_128_nodes_reports_whole(slow_rank_job):
+    r = json.loads(report(slow_rank_job, "--format", "json"))
+    assert len(r["ranks"]) == NODES * RPN and r["job"]["ranks"] == NODES * RPN
+    assert len(r["nodes"]) == NODES and r["job"]["nodes"] == NODES
+    assert [x["rank"] for x in r["ranks"]] == list(range(NODES * RPN))
+    assert all(x["node"] == x["rank"] // RPN for x in r["ranks"])
+    assert r["steps"]["count"] == 20  # the job's optimizer steps, not a sum over 1,024 ranks
+    # the injected straggler, found among 1,024 ranks and named with its node
+    assert r["straggler"]["rank"] == SLOW_RANK and r["straggler"]["where"] == "step"
+    assert r["diagnosis"]["primary"]["id"] == "straggler"
+    assert "rank %d" % SLOW_RANK in r["diagnosis"]["primary"]["summary"]
+    # clocks 0.25 s x node apart by the wall clock, aligned on the collectives
+    last = r["nodes"][-1]
+    assert abs(last["wall_clock_offset_s"] - 0.25 * (NODES - 1)) < 1e-6
+    assert abs(last["clock_offset_s"]) < last["alignment_error_s"] + 0.01
+    assert r["slow_node"] is None
+
+
+def test_a_slow_node_is_named_as_a_node(slow_node_job):
+    r = json.loads(report(slow_node_job, "--format", "json"))
+    assert len(r["ranks"]) == NODES * RPN
+    s = r["slow_node"]
+    assert s["node"] == SLOW_NODE and s["host"] == "node%03d" % SLOW_NODE and s["ranks"] == RPN
+    assert 50 < s["gap_ms"] < 70 and s["where"] == "step"
+    # eight ranks waiting as little as each other: no one rank is the straggler
+    assert r["straggler"] is None
+    text = report(slow_node_job)
+    assert "slow node: node %d (node%03d)" % (SLOW_NODE, SLOW_NODE) in text
+
+
+def test_1024_ranks_read_as_a_distribution_and_the_worst(slow_rank_job):
+    text = report(slow_rank_job)
+    ranks = text.split("RANKS")[1].split("\n\n")[0]
+    # not 1,024 rows: p50/p90/max over the ranks, then the worst ranks with their node
+    assert len(ranks.splitlines()) < 40, ranks
+    lines = ranks.splitlines()
+    assert any(l.split()[:1] == ["p50"] for l in lines) and any(l.split()[:1] == ["max"] for l in lines)
+    worst = [l for l in lines if l.split()[:2] == [str(SLOW_RANK), str(SLOW_RANK // RPN)]]
+    assert worst and "straggler" in worst[0], ranks
+    assert "--all-ranks" in ranks
+    nodes = text.split("NODES")[1]
+    assert len(nodes.splitlines()) < 40
+    # every rank on request
+    full = report(slow_rank_job, "--all-ranks").split("RANKS")[1].split("\n\n")[0]
+    assert len(full.splitlines()) > NODES * RPN
+    md = report(slow_rank_job, "--format", "md")
+    assert "## Ranks" in md and md.count("\n|") < 200
+    html = report(slow_rank_job, "--format", "html")
+    # the heatmap: one row per node (its ranks' mean), the slow one stands out
+    assert "heatmap of step time" in html and html.count("<rect") < 128 * 260
+
+
+def test_the_same_node_twice_is_refused_in_one_line(slow_rank_job):
+    d = slow_rank_job / "node000"
+    p = subprocess.run([str(BUILD / "trainperf"), "report", str(d), str(slow_rank_job / "node001"),
+                        str(d)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "given twice" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
