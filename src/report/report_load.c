@@ -506,7 +506,11 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         }
         /* the rank view's own extras (report_ranks.c): node, heatmap series */
         int k = rank_slot(r, (int)rank, (int)pid, (int)tid);
-        if (k >= 0) dseries_add(&r->ranks[k].s_step, end, iv / 1e6);
+        /* its own time: the step less its data and comm waits (synchronous
+         * training evens step times out; a straggler shows in its own time) */
+        double cw = 0, own = iv - (data > 0 ? data : 0);
+        if (csvr_num(&c, c_ph[PH_COMM], &cw) && cw > 0) own -= cw;
+        if (k >= 0) dseries_add(&r->ranks[k].s_step, end, (own > 0 ? own : 0) / 1e6);
     }
     r->nstreams += nstreams;
     free(streams);

@@ -74,7 +74,7 @@ typedef struct drank {
     double flops_at_ns;    /* that step's interval (slowed by counting), 0 unknown */
     char flops_src[16];    /* "counted" or "declared" */
     char peak_src[160];    /* where the peak comes from, or why there is none */
-    dseries s_step;        /* step time (ms) over time: the html heatmap */
+    dseries s_step;        /* own time (ms: step less data and comm waits) over time: the html heatmap */
 } drank;
 
 #define DIAG_MAX_COMM_OPS 64 /* kinds of collective (the hooks know about 20) */
