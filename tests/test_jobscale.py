@@ -14,7 +14,7 @@ from test_dist import torchrun, trainperf_run
 pytestmark = [pytest.mark.torch, pytest.mark.once]
 
 NODES, RPN = 128, 8
-SLOW_RANK, SLOW_NODE = 613, 37
+SLOW_RANK, SLOW_NODE, SLOW_LINK = 613, 37, 91
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +48,13 @@ def slow_node_job(base, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def slow_link_job(base, tmp_path_factory):
+    out = tmp_path_factory.mktemp("job_link")
+    jobgen.generate(base, out, NODES, RPN, slow_link=SLOW_LINK, slow_link_ms=40)
+    return out
+
+
 def test_a_job_of_1024_ranks_on_128_nodes_reports_whole(slow_rank_job):
     r = json.loads(report(slow_rank_job, "--format", "json"))
     assert len(r["ranks"]) == NODES * RPN and r["job"]["ranks"] == NODES * RPN
@@ -73,9 +80,25 @@ def test_a_slow_node_is_named_as_a_node(slow_node_job):
     assert s["node"] == SLOW_NODE and s["host"] == "node%03d" % SLOW_NODE and s["ranks"] == RPN
     assert 50 < s["gap_ms"] < 70 and s["where"] == "step"
     # eight ranks waiting as little as each other: no one rank is the straggler
-    assert r["straggler"] is None
+    assert r["straggler"] is None and r["slow_link"] is None
+    p = r["diagnosis"]["primary"]
+    assert p["id"] == "straggler" and p["title"] == "Slow node"
+    assert "node %d (node%03d)" % (SLOW_NODE, SLOW_NODE) in p["summary"]
     text = report(slow_node_job)
     assert "slow node: node %d (node%03d)" % (SLOW_NODE, SLOW_NODE) in text
+
+
+def test_a_slow_link_is_named_as_a_link(slow_link_job):
+    r = json.loads(report(slow_link_job, "--format", "json"))
+    s = r["slow_link"]
+    assert s["node"] == SLOW_LINK and s["host"] == "node%03d" % SLOW_LINK and s["ratio"] > 1.5
+    # every rank waits for the slow link alike: neither a straggler nor a slow node
+    assert r["straggler"] is None and r["slow_node"] is None
+    comm = [f for f in [r["diagnosis"]["primary"]] + r["diagnosis"]["secondary"]
+            if f["id"] == "communication"]
+    assert comm and any("slow link: node %d" % SLOW_LINK in e["text"]
+                        for e in comm[0]["evidence"]), comm
+    assert "slow link: node %d (node%03d)" % (SLOW_LINK, SLOW_LINK) in report(slow_link_job)
 
 
 def test_1024_ranks_read_as_a_distribution_and_the_worst(slow_rank_job):
