@@ -4,7 +4,9 @@ the report of a generated job of 8, 32 and 128 nodes x 8 ranks (tests/jobgen.py,
 from one real 2-rank gloo DDP run recorded here under `trainperf run`, or
 --base RUN_DIR). Baseline (same run): the report of the base run alone, so
 the ratios say what a node costs beyond one run. Target at 128 nodes (1,024
-ranks): < 30 s and < 1 GiB peak RSS. Exit 1 on a miss, 2 when it cannot run.
+ranks): < 30 s and < 1 GiB peak RSS. Then `trainperf merge` of 16 and 256
+rank traces: peak RSS must not grow with the count (< 1.5x). Exit 1 on a
+miss, 2 when it cannot run.
 
     python3 bench/bench_jobscale.py [--base RUN_DIR] [--nodes 8,32,128] [--steps 30]
 """
@@ -44,20 +46,48 @@ def record_base(out, steps):
         raise SystemExit("recording the base run failed: %s" % p.stderr[-2000:])
 
 
-def timed_report(*dirs):
-    """Wall seconds and peak RSS (bytes) of one `trainperf report --format json`."""
+def timed(*args):
+    """Wall seconds and peak RSS (bytes) of one `trainperf ARGS...` (stdout dropped)."""
     t = time.perf_counter()
     pid = os.fork()
     if pid == 0:
         fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(fd, 1)
-        os.execv(str(BUILD / "trainperf"), ["trainperf", "report", *map(str, dirs),
-                                            "--format", "json"])
+        os.dup2(fd, 2)
+        os.execv(str(BUILD / "trainperf"), ["trainperf", *map(str, args)])
     _, status, ru = os.wait4(pid, 0)
     wall = time.perf_counter() - t
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit("report of %s failed" % dirs[0])
+        raise SystemExit("trainperf %s failed" % " ".join(map(str, args[:2])))
     return wall, ru.ru_maxrss * 1024
+
+
+def timed_report(*dirs):
+    return timed("report", *dirs, "--format", "json")
+
+
+def bench_merge(tmp, counts):
+    """`trainperf merge` of N rank traces (a real Kineto trace of HTA's test
+    data, told its rank): peak RSS must not grow with N (streaming)."""
+    import gzip
+    import json
+    src = json.load(gzip.open(ROOT / "tests" / "data" / "traces" /
+                              "trace_filter_sampled_rank-0.json.gz"))
+    rss = {}
+    for n in counts:
+        d = tmp / ("traces%d" % n)
+        d.mkdir()
+        for k in range(n):
+            src["distributedInfo"]["rank"] = k
+            (d / ("rank-%d.json" % k)).write_text(json.dumps(src))
+        wall, rss[n] = timed("merge", d, "-o", tmp / "merged.json")
+        size = (tmp / "merged.json").stat().st_size
+        print("merge of %3d rank traces (%d events each, %.0f MiB out): %6.2f s, peak RSS %.1f MiB"
+              % (n, len(src["traceEvents"]), size / 2**20, wall, rss[n] / 2**20))
+        shutil.rmtree(d)
+    lo, hi = min(counts), max(counts)
+    print("merge peak RSS %d vs %d traces: %.2fx" % (hi, lo, rss[hi] / rss[lo]))
+    return 0 if rss[hi] < 1.5 * rss[lo] else 1
 
 
 def main():
@@ -65,6 +95,7 @@ def main():
     ap.add_argument("--base")
     ap.add_argument("--nodes", default="8,32,128")
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--no-merge", dest="merge", action="store_false")
     a = ap.parse_args()
     if not (BUILD / "trainperf").exists():
         print("cannot run: %s/trainperf not built" % BUILD)
@@ -91,6 +122,8 @@ def main():
                 miss = 1
             shutil.rmtree(out)
             del dirs
+        if a.merge:
+            miss |= bench_merge(tmp, [16, 256])
         return miss
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -2,18 +2,20 @@
 nodes, generated (tests/jobgen.py) from one real 2-rank gloo DDP run recorded
 here by `trainperf run` under torchrun. The generated data lives in tmp only.
 Speed and memory at 8, 32 and 128 nodes: bench/bench_jobscale.py."""
+import gzip
 import json
 import subprocess
 
 import pytest
 
 import jobgen
-from conftest import BUILD
+from conftest import BUILD, ROOT
 from test_dist import torchrun, trainperf_run
 
 pytestmark = [pytest.mark.torch, pytest.mark.once]
 
 NODES, RPN = 128, 8
+TRACES = ROOT / "tests" / "data" / "traces"
 SLOW_RANK, SLOW_NODE, SLOW_LINK = 613, 37, 91
 
 
@@ -129,3 +131,47 @@ def test_the_same_node_twice_is_refused_in_one_line(slow_rank_job):
                         str(d)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "given twice" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def _rank_traces(dst, n, extra_pids=0):
+    """n copies of a real Kineto trace (HTA's test data), each told its rank."""
+    src = json.load(gzip.open(TRACES / "trace_filter_sampled_rank-0.json.gz"))
+    # its process names and first 300 events: 256 of them stay cheap to merge
+    evs = src["traceEvents"]
+    src["traceEvents"] = [e for e in evs if e.get("ph") == "M"] + \
+        [e for e in evs if e.get("ph") != "M"][:300]
+    paths = []
+    for k in range(n):
+        src["distributedInfo"]["rank"] = k
+        src["distributedInfo"]["world_size"] = n
+        if extra_pids and k == 0:
+            ev = dict(next(e for e in src["traceEvents"] if e.get("ph") == "X"))
+            src = dict(src, traceEvents=src["traceEvents"] + [
+                dict(ev, pid=900000 + p) for p in range(extra_pids)])
+        p = dst / ("rank-%d.json" % k)
+        p.write_text(json.dumps(src))
+        paths.append(p)
+    return paths
+
+
+def test_merge_of_256_rank_traces(tmp_path):
+    """Streaming: every rank on its own process tracks, on one timeline."""
+    paths = _rank_traces(tmp_path, 256)
+    out = tmp_path / "merged.json"
+    p = subprocess.run([str(BUILD / "trainperf"), "merge", *map(str, paths), "-o", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "merged 256 traces" in p.stderr and "share" not in p.stderr
+    names = {e["args"]["name"].split(":")[0] for e in json.load(open(out))["traceEvents"]
+             if e.get("name") == "process_name"}
+    assert names == {"rank %d" % k for k in range(256)}
+
+
+def test_merge_says_what_it_could_not_keep_apart(tmp_path):
+    # a trace of more than 64 processes: the ones past the 64th share a track, said in one line
+    paths = _rank_traces(tmp_path, 2, extra_pids=70)
+    p = subprocess.run([str(BUILD / "trainperf"), "merge", *map(str, paths), "-o",
+                        str(tmp_path / "m.json")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    warn = [l for l in p.stderr.splitlines() if "more than 64 processes" in l]
+    assert len(warn) == 1 and "rank-0.json" in warn[0] and "share its track" in warn[0], p.stderr

@@ -139,6 +139,8 @@ int cmd_merge(int argc, char **argv)
     int nf = 0;
     int e = trace_expand_args(paths, np, &files, &nf, err, sizeof(err));
     if (!e) e = trace_merge((const char *const *)files, nf, out, align_start, err, sizeof(err));
+    if (!e && err[0]) cli_warn("%s", err); /* merged; what was not kept apart */
+    if (!e) fprintf(stderr, "trainperf: merged %d traces into %s\n", nf, out);
     trace_paths_free(files, nf);
     if (e) {
         cli_error("%s", err);
