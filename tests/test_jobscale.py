@@ -4,6 +4,7 @@ here by `trainperf run` under torchrun. The generated data lives in tmp only.
 Speed and memory at 8, 32 and 128 nodes: bench/bench_jobscale.py."""
 import gzip
 import json
+import re
 import subprocess
 
 import pytest
@@ -175,3 +176,16 @@ def test_merge_says_what_it_could_not_keep_apart(tmp_path):
     assert p.returncode == 0, p.stderr
     warn = [l for l in p.stderr.splitlines() if "more than 64 processes" in l]
     assert len(warn) == 1 and "rank-0.json" in warn[0] and "share its track" in warn[0], p.stderr
+
+
+def test_top_over_many_ranks_shows_the_slowest_and_says_so(base, tmp_path):
+    # one node of 100 ranks (a run directory of many ranks): 64 rows, the rest said
+    d, = jobgen.generate(base, tmp_path, 1, 100)
+    p = subprocess.run([str(BUILD / "trainperf"), "top", d, "--once"], capture_output=True,
+                       text=True, timeout=120, env={"NO_COLOR": "1"})
+    assert p.returncode == 0, p.stderr
+    rows = [l for l in p.stdout.splitlines() if re.match(r"\s*rank \d+ ", l)]
+    assert len(rows) == 64
+    assert "(100 ranks: the 64 slowest by p50 shown, 36 not;" in p.stdout
+    nums = [int(l.split()[1]) for l in rows]
+    assert nums == sorted(nums)
