@@ -189,3 +189,26 @@ def test_top_over_many_ranks_shows_the_slowest_and_says_so(base, tmp_path):
     assert "(100 ranks: the 64 slowest by p50 shown, 36 not;" in p.stdout
     nums = [int(l.split()[1]) for l in rows]
     assert nums == sorted(nums)
+
+
+def test_limits_that_remain_are_said_with_the_number_dropped(base, tmp_path):
+    d0, d1 = jobgen.generate(base, tmp_path, 2, 8)
+    # 70 kinds of collective (past the 64 the table holds) on one rank
+    with open(d1 + "/comm/ops-rank8.csv") as f:
+        head, row = f.readline(), f.readline().split(",")
+    with open(d1 + "/comm/ops-rank8.csv", "a") as f:
+        for k in range(70):
+            f.write(",".join(row[:3] + ["custom_op_%d" % k] + row[4:]))
+    # 250 alert events (past the 200 listed)
+    with open(d0 + "/alerts.jsonl", "w") as f:
+        for k in range(250):
+            f.write(json.dumps({"t": k, "rule": "r%d" % k, "expr": "x > 1", "state": "fired",
+                                "severity": "warning", "value": 2, "message": "m"}) + "\n")
+    text = report(tmp_path)
+    assert "RANKS  16 ranks on 2 nodes" in text
+    kinds = {"all_reduce"} | {"custom_op_%d" % k for k in range(70)}
+    # 64 kinds listed; the other 7 kinds' rows (one each) counted, not silently gone
+    assert "(7 collectives of kinds past the first 64 not in this table)" in text
+    assert sum(1 for k in kinds if "  %s " % k in text.split("COMMUNICATION")[1]) == 64
+    assert "(50 more alert events not listed: at most 200 are)" in text
+    assert "(250 fired)" in text

@@ -406,6 +406,9 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
                        c_(s, strcmp(al->state, "fired") == 0 ? (crit ? RED : YELLOW) : DIM),
                        al->severity, c_(s, RESET), al->state, al->rule, al->message);
         }
+        if (r->nalerts_dropped)
+            buf_printf(b, "  (%d more alert events not listed: at most %d are)\n",
+                       r->nalerts_dropped, DIAG_MAX_ALERTS);
     }
     fail_sections(b, r->dir, FAIL_TEXT, s->color);
     buf_printf(b, "\n%sPROFILER TRACES%s\n", c_(s, BOLD), c_(s, RESET));
@@ -572,6 +575,9 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
             md_esc(b, al->message);
             buf_puts(b, " |\n");
         }
+        if (r->nalerts_dropped)
+            buf_printf(b, "\n%d more alert events not listed: at most %d are.\n",
+                       r->nalerts_dropped, DIAG_MAX_ALERTS);
     }
     fail_sections(b, r->dir, FAIL_MD, 0);
     prof_markdown(pf, b);

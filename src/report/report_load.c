@@ -832,6 +832,7 @@ static int load_alerts(diag_run *r, const char *path, char *err, size_t errlen)
         }
         const char *st = jr_pstr(d.root, "state");
         if (st && strcmp(st, "fired") == 0) r->nalerts_fired++;
+        if (r->nalerts == DIAG_MAX_ALERTS) r->nalerts_dropped++; /* said in ALERTS */
         if (r->nalerts < DIAG_MAX_ALERTS) {
             dalert *a = &r->alerts[r->nalerts++];
             a->t = jr_pnum(d.root, "t");

@@ -199,7 +199,7 @@ typedef struct diag_run {
     } *oproc; /* grown as processes appear */
 
     /* alerts.jsonl */
-    int nalerts, nalerts_fired;
+    int nalerts, nalerts_fired, nalerts_dropped;
     dalert alerts[DIAG_MAX_ALERTS];
 
     /* summary.json extras */

@@ -1086,8 +1086,13 @@ static void comm_section(const diag_run *r, buf *b, int fmt, int color)
         tbl_row(&t, cells, TBL_PLAIN);
     }
     tbl_end(&t);
-    rr_overlap_t ov;
     int html = fmt == TBL_HTML;
+    if (r->commops_dropped > 0)
+        buf_printf(b, html ? "<p>%.0f collectives of kinds past the first %d not in this table.</p>\n"
+                   : md ? "\n%.0f collectives of kinds past the first %d not in this table.\n"
+                        : "  (%.0f collectives of kinds past the first %d not in this table)\n",
+                   r->commops_dropped, DIAG_MAX_COMM_OPS);
+    rr_overlap_t ov;
     if (rr_overlap(r, &ov))
         buf_printf(b, html ? "<p>Per rank and step: collectives in flight %.1f ms, exposed (waited "
                              "on) %.1f ms, overlapped with compute %.1f ms.</p>\n"
