@@ -212,3 +212,20 @@ def test_limits_that_remain_are_said_with_the_number_dropped(base, tmp_path):
     assert sum(1 for k in kinds if "  %s " % k in text.split("COMMUNICATION")[1]) == 64
     assert "(50 more alert events not listed: at most 200 are)" in text
     assert "(250 fired)" in text
+
+
+def test_a_jobs_gpus_are_all_kept_and_the_sections_list_16(base, tmp_path):
+    dirs = jobgen.generate(base, tmp_path, 3, 8)
+    for n, d in enumerate(dirs):  # 8 GPUs a node, as run.json lists a GPU node's
+        rj = json.load(open(d + "/run.json"))
+        rj["gpus"] = [{"index": g, "name": "GPU-%d-%d" % (n, g), "mem_total_bytes": 8 << 30}
+                      for g in range(8)]
+        json.dump(rj, open(d + "/run.json", "w"))
+    r = json.loads(report(tmp_path, "--format", "json"))
+    assert sorted(g["name"] for g in r["gpus"]) == sorted(
+        "GPU-%d-%d" % (n, g) for n in range(3) for g in range(8))
+    gpu = report(tmp_path).split("\nGPU\n")[1].split("\n\n")[0]
+    assert len(re.findall(r"^  GPU \d+ GPU-\d-\d \(node \d\)$", gpu, re.M)) == 16
+    assert "(8 more GPUs not listed: --all-ranks lists them" in gpu
+    every = report(tmp_path, "--all-ranks").split("\nGPU\n")[1].split("\n\n")[0]
+    assert "GPU 7 GPU-2-7 (node 2)" in every and "more GPUs" not in every

@@ -799,9 +799,11 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
         buf_puts(b, "<table><tr><th>GPU</th><th>name</th><th class=\"n\">util mean</th><th "
                     "class=\"n\">memory max</th><th class=\"n\">temp max</th><th class=\"n\">power "
                     "mean</th><th>clock events</th></tr>\n");
-        for (int i = 0; i < r->ngpu; i++) {
+        int listed = diag_gpus_listed(r);
+        for (int i = 0; i < listed; i++) {
             const dgpu *gp = &r->gpus[i];
-            buf_printf(b, "<tr><td>%d</td><td>", gp->index);
+            buf_printf(b, r->nnodes > 1 ? "<tr><td>%d (node %d)</td><td>" : "<tr><td>%d</td><td>",
+                       gp->index, gp->node);
             report_html_esc(b, gp->name);
             buf_printf(b,
                        "</td><td class=\"n\">%s%%</td><td class=\"n\">%s</td><td class=\"n\">%s "
@@ -814,6 +816,10 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
             buf_puts(b, "</td></tr>\n");
         }
         buf_puts(b, "</table>\n");
+        if (listed < r->ngpu)
+            buf_printf(b, "<p>%d more GPUs not listed (<code>--all-ranks</code> lists them; the "
+                          "JSON report has every GPU).</p>\n",
+                       r->ngpu - listed);
     }
 
     buf_puts(b, "<h2>CPU and memory</h2>\n");

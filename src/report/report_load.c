@@ -1033,6 +1033,11 @@ const agg_group *diag_rank_group(const diag_run *r, int rank)
     return NULL;
 }
 
+int diag_gpus_listed(const diag_run *r)
+{
+    return r->all_ranks || r->ngpu <= DIAG_LIST_GPUS ? r->ngpu : DIAG_LIST_GPUS;
+}
+
 int diag_load_node_steps(diag_run *r, const char *run_dir, double offset_s, char *err,
                          size_t errlen)
 {

@@ -23,7 +23,8 @@
 #define DIAG_HIST_BINS 1200 /* log-spaced, 2% apart: 1 us .. ~3e4 s */
 #define DIAG_MAX_ALERTS 200
 #define DIAG_GPU_INDEX_MAX 256 /* metrics.csv gpu<N>_ columns looked for, N below this */
-#define DIAG_CHART_GPUS 16 /* GPUs drawn in one html chart (the rest said, not drawn) */
+#define DIAG_CHART_GPUS 16
+#define DIAG_LIST_GPUS 16  /* GPUs listed in the GPU sections unless --all-ranks (the rest said) */ /* GPUs drawn in one html chart (the rest said, not drawn) */
 
 /* Streaming statistics of one value; n == 0 means unknown. */
 typedef struct dstat {
@@ -99,6 +100,7 @@ typedef struct dnode {
 
 typedef struct dgpu {
     int index;
+    int node; /* its run directory in a many-node report */
     char name[96];
     double mem_total; /* bytes, NAN unknown */
     dstat util, mem_util, mem_used, temp, power, energy;
@@ -279,6 +281,9 @@ int diag_grow(void **arr, int *cap, int need, size_t sz);
 void diag_index_ranks(diag_run *r);
 const drank *diag_find_rank(const diag_run *r, int rank);      /* NULL: none */
 const agg_group *diag_rank_group(const diag_run *r, int rank); /* NULL: none */
+
+/* How many GPUs the GPU sections list (DIAG_LIST_GPUS unless all_ranks). */
+int diag_gpus_listed(const diag_run *r);
 
 /* Helpers shared with the report and compare. */
 double diag_median(double *v, int n); /* sorts v; NAN when n < 1 */

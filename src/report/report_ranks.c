@@ -846,7 +846,10 @@ int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char
         if (isfinite(x->duration_s) && x->duration_s + nd->offset_s > r->duration_s)
             r->duration_s = x->duration_s + nd->offset_s;
         if (x->ngpu && !diag_grow((void **)&r->gpus, &r->capgpu, r->ngpu + x->ngpu, sizeof(*r->gpus)))
-            for (int g = 0; g < x->ngpu; g++) r->gpus[r->ngpu++] = x->gpus[g];
+            for (int g = 0; g < x->ngpu; g++) {
+                r->gpus[r->ngpu] = x->gpus[g];
+                r->gpus[r->ngpu++].node = r->nnodes;
+            }
         diag_free(x);
         r->cur_node = r->nnodes++;
         r->cur_offset_s = nd->offset_s;
