@@ -1005,8 +1005,7 @@ void diag_index_ranks(diag_run *r)
 
 const drank *diag_find_rank(const diag_run *r, int rank)
 {
-    if (rank < 0) return NULL;
-    if (!r->ranks_indexed) {
+    if (rank < 0 || !r->ranks_indexed) { /* rank-less entries: the first (sorted last) */
         for (int i = 0; i < r->nranks; i++)
             if (r->ranks[i].rank == rank) return &r->ranks[i];
         return NULL;
@@ -1027,7 +1026,7 @@ const drank *diag_find_rank(const diag_run *r, int rank)
 const agg_group *diag_rank_group(const diag_run *r, int rank)
 {
     const drank *k = diag_find_rank(r, rank);
-    if (k && r->ranks_indexed) return k->group >= 0 ? r->sf.groups[k->group] : NULL;
+    if (rank >= 0 && k && r->ranks_indexed) return k->group >= 0 ? r->sf.groups[k->group] : NULL;
     for (int i = 0; i < r->sf.ngroups; i++)
         if (r->sf.groups[i]->rank == rank) return r->sf.groups[i];
     return NULL;
