@@ -1625,18 +1625,30 @@ static void ranks_html(const diag_run *r, const drank *const *k, int n, buf *b)
 #define RR_HEATMAP_RANKS 64
 #define RR_HEATMAP_COLS 120
 
-static void heatmap_cells(const drank *const *k, int n, int by_node, int rows, double *sum,
-                          double *cnt, double *t0, double *t1)
+/* The time the buckets with data cover, over the ranks, and how many
+ * columns (at most RR_HEATMAP_COLS, none narrower than a rank's bucket). */
+static int heatmap_span(const drank *const *k, int n, double *t0, double *t1)
 {
+    double w = 0;
     *t0 = INFINITY;
     *t1 = -INFINITY;
     for (int i = 0; i < n; i++) {
         const dseries *sr = &k[i]->s_step;
-        if (sr->n < 1) continue;
-        if (sr->t0 < *t0) *t0 = sr->t0;
-        if (sr->t0 + sr->width * sr->n > *t1) *t1 = sr->t0 + sr->width * sr->n;
+        for (int j = 0; j < sr->n; j++) {
+            if (!(sr->cnt[j] > 0)) continue;
+            if (sr->t0 + sr->width * j < *t0) *t0 = sr->t0 + sr->width * j;
+            if (sr->t0 + sr->width * (j + 1) > *t1) *t1 = sr->t0 + sr->width * (j + 1);
+        }
+        if (sr->width > w) w = sr->width;
     }
-    if (!(*t1 > *t0)) return;
+    if (!(*t1 > *t0) || !(w > 0)) return 0;
+    double c = (*t1 - *t0) / w;
+    return c >= RR_HEATMAP_COLS ? RR_HEATMAP_COLS : c < 1 ? 1 : (int)c;
+}
+
+static void heatmap_cells(const drank *const *k, int n, int by_node, int rows, int ncol,
+                          double *sum, double *cnt, double t0, double t1)
+{
     for (int i = 0; i < n; i++) {
         const dseries *sr = &k[i]->s_step;
         int row = by_node ? k[i]->node : i;
@@ -1644,10 +1656,10 @@ static void heatmap_cells(const drank *const *k, int n, int by_node, int rows, d
         for (int j = 0; j < sr->n; j++) {
             if (!(sr->cnt[j] > 0)) continue;
             double t = sr->t0 + (j + 0.5) * sr->width;
-            int c = (int)((t - *t0) / (*t1 - *t0) * RR_HEATMAP_COLS);
-            if (c < 0 || c >= RR_HEATMAP_COLS) continue;
-            sum[row * RR_HEATMAP_COLS + c] += sr->sum[j] / sr->cnt[j];
-            cnt[row * RR_HEATMAP_COLS + c] += 1;
+            int c = (int)((t - t0) / (t1 - t0) * ncol);
+            if (c < 0 || c >= ncol) continue;
+            sum[row * ncol + c] += sr->sum[j] / sr->cnt[j];
+            cnt[row * ncol + c] += 1;
         }
     }
 }
@@ -1659,12 +1671,13 @@ static void rr_html_heatmap(const diag_run *r, const drank *const *k, int n, buf
     double *sum = calloc((size_t)rows * RR_HEATMAP_COLS, sizeof(*sum));
     double *cnt = calloc((size_t)rows * RR_HEATMAP_COLS, sizeof(*cnt));
     double t0 = 0, t1 = 0, mx = 0;
-    if (sum && cnt) heatmap_cells(k, n, by_node, rows, sum, cnt, &t0, &t1);
-    for (int i = 0; sum && cnt && i < rows * RR_HEATMAP_COLS; i++)
+    int ncol = heatmap_span(k, n, &t0, &t1);
+    if (sum && cnt && ncol) heatmap_cells(k, n, by_node, rows, ncol, sum, cnt, t0, t1);
+    for (int i = 0; sum && cnt && i < rows * ncol; i++)
         if (cnt[i] > 0 && sum[i] / cnt[i] > mx) mx = sum[i] / cnt[i];
     if (mx > 0) {
         const char *what = by_node ? "node" : "rank";
-        double cw = 760.0 / RR_HEATMAP_COLS, rh = rows > 32 ? (rows > 64 ? 4 : 8) : 18;
+        double cw = 760.0 / ncol, rh = rows > 32 ? (rows > 64 ? 4 : 8) : 18;
         double W = 60 + 760 + 10, H = 20 + rh * rows + 24;
         buf_printf(b, "<figure class=\"chart\"><figcaption>Own time a step by %s over time (the step "
                       "less its data and comm waits; darker = slower; slowest %.1f ms%s)</figcaption>\n<svg viewBox=\"0 0 %.0f %.0f\" "
@@ -1676,16 +1689,16 @@ static void rr_html_heatmap(const diag_run *r, const drank *const *k, int n, buf
             if (rh >= 8 || i % 8 == 0)
                 buf_printf(b, "<text class=\"yl\" x=\"54\" y=\"%.1f\">%s %d</text>\n",
                            y + (rh >= 8 ? rh * 0.7 : rh), what, id);
-            for (int c = 0; c < RR_HEATMAP_COLS; c++) {
-                double q = cnt[i * RR_HEATMAP_COLS + c];
+            for (int c = 0; c < ncol; c++) {
+                double q = cnt[i * ncol + c];
                 if (!(q > 0)) continue;
-                double ms = sum[i * RR_HEATMAP_COLS + c] / q, v = ms / mx;
+                double ms = sum[i * ncol + c] / q, v = ms / mx;
                 int shade = (int)(235 - 200 * (v > 1 ? 1 : v > 0 ? v : 0));
                 buf_printf(b,
                            "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
                            "fill=\"rgb(%d,%d,255)\"><title>%s %d, %.1f s: %.1f ms</title></rect>\n",
                            60 + cw * c, y, cw + 0.3, rh > 1 ? rh - (rh >= 8) : rh, shade, shade,
-                           what, id, t0 + (t1 - t0) * c / RR_HEATMAP_COLS, ms);
+                           what, id, t0 + (t1 - t0) * c / ncol, ms);
             }
         }
         buf_printf(b, "<text class=\"xl\" x=\"60\" y=\"%.1f\">%.0f s</text>"
