@@ -229,3 +229,18 @@ def test_a_jobs_gpus_are_all_kept_and_the_sections_list_16(base, tmp_path):
     assert "(8 more GPUs not listed: --all-ranks lists them" in gpu
     every = report(tmp_path, "--all-ranks").split("\nGPU\n")[1].split("\n\n")[0]
     assert "GPU 7 GPU-2-7 (node 2)" in every and "more GPUs" not in every
+
+
+def test_every_nodes_alerts_are_in_the_jobs_report(base, tmp_path):
+    dirs = jobgen.generate(base, tmp_path, 3, 8, clock_skew_s=2.0)
+    with open(dirs[2] + "/alerts.jsonl", "w") as f:
+        f.write(json.dumps({"t": 9.0, "rule": "data_wait", "expr": "x > 1", "state": "fired",
+                            "severity": "warning", "value": 2, "message": "loader slow"}) + "\n")
+    r = json.loads(report(tmp_path, "--format", "json"))
+    (a,) = r["alerts"]
+    assert a["rule"] == "data_wait" and a["message"] == "node 2 (node002): loader slow"
+    # on node 0's clock: the collectives took node 2's 4 s of wall-clock skew back out
+    assert abs(a["t"] - (9.0 + r["nodes"][2]["clock_offset_s"])) < 1e-6
+    assert abs(r["nodes"][2]["clock_offset_s"]) < 0.1
+    text = report(tmp_path).split("\nALERTS")[1]
+    assert "(1 fired)" in text and "node 2 (node002): loader slow" in text

@@ -112,6 +112,7 @@ typedef struct dgpu {
 
 typedef struct dalert {
     double t;
+    int node; /* its run directory in a many-node report */
     char rule[48];
     char state[12];
     char severity[12];

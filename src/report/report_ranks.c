@@ -798,6 +798,43 @@ static void node_from(dnode *nd, const diag_run *x, const char *dir)
     nd->align_err_s = NAN;
 }
 
+/* Node x's alerts into the job's r, on node 0's clock (at most
+ * DIAG_MAX_ALERTS in all; the rest counted, said in ALERTS). */
+static void add_alerts(diag_run *r, const diag_run *x, double offset_s)
+{
+    for (int a = 0; a < x->nalerts; a++) {
+        if (r->nalerts == DIAG_MAX_ALERTS) {
+            r->nalerts_dropped++;
+            continue;
+        }
+        r->alerts[r->nalerts] = x->alerts[a];
+        r->alerts[r->nalerts].t += offset_s;
+        r->alerts[r->nalerts++].node = r->nnodes;
+    }
+    r->nalerts_dropped += x->nalerts_dropped;
+    r->nalerts_fired += x->nalerts_fired;
+}
+
+static int by_time(const void *a, const void *b)
+{
+    const dalert *x = a, *y = b;
+    return (x->t > y->t) - (x->t < y->t);
+}
+
+/* A job's alerts in time order, each saying its node. */
+static void job_alerts(diag_run *r)
+{
+    qsort(r->alerts, (size_t)r->nalerts, sizeof(*r->alerts), by_time);
+    for (int i = 0; i < r->nalerts; i++) {
+        dalert *a = &r->alerts[i];
+        char m[sizeof(a->message)];
+        const dnode *nd = &r->nodes[a->node];
+        snprintf(m, sizeof(m), "node %d (%s): %s", a->node, nd->host[0] ? nd->host : "?",
+                 a->message);
+        memcpy(a->message, m, sizeof(m));
+    }
+}
+
 int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char *err,
                 size_t errlen)
 {
@@ -845,6 +882,7 @@ int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char
         align(nd, a0, n0, dirs[i]);
         if (isfinite(x->duration_s) && x->duration_s + nd->offset_s > r->duration_s)
             r->duration_s = x->duration_s + nd->offset_s;
+        add_alerts(r, x, nd->offset_s);
         if (x->ngpu && !diag_grow((void **)&r->gpus, &r->capgpu, r->ngpu + x->ngpu, sizeof(*r->gpus)))
             for (int g = 0; g < x->ngpu; g++) {
                 r->gpus[r->ngpu] = x->gpus[g];
@@ -868,6 +906,7 @@ int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char
     r->cur_node = 0;
     r->cur_offset_s = 0;
     diag_index_ranks(r);
+    job_alerts(r);
     snprintf(r->name, sizeof(r->name), "job of %d nodes (%s, ...)", r->nnodes, r->nodes[0].host);
     *out = r;
     return 0;
