@@ -1313,7 +1313,7 @@ static void ranks_summary(const diag_run *r, const drank *const *k, int n, buf *
     for (int i = 0; i < n; i++) rank_line(r, k[i], &x[i]);
     dist_table(b, fmt, rank_cols, FIG_NCOLS(rank_cols), x, sizeof(*x), n, "ranks");
     buf_puts(b, fmt == TBL_HTML ? "<p>The worst ranks:</p>\n"
-                : fmt == TBL_MD ? "\nThe worst ranks:\n\n"
+                : fmt == TBL_MD ? "\nThe worst ranks:\n"
                                 : "  the worst ranks:\n");
     worst_ranks(r, k, n, x, b, fmt);
     buf_printf(b, fmt == TBL_HTML ? "<p>Every rank: <code>trainperf report --all-ranks</code>, or "
@@ -1455,7 +1455,7 @@ static void nodes_summary(const diag_run *r, buf *b, int fmt, const rr_strag *st
     worst_add(pick, why, wb, &np, extreme(x, sz, r->nnodes, offsetof(nrow, align_err_s), 1),
               "worst clock alignment");
     buf_puts(b, fmt == TBL_HTML ? "<p>The worst nodes:</p>\n"
-                : fmt == TBL_MD ? "\nThe worst nodes:\n\n"
+                : fmt == TBL_MD ? "\nThe worst nodes:\n"
                                 : "  the worst nodes:\n");
     tbl_col cols[FIG_MAX_COLS];
     int nc = fig_heads(node_cols, FIG_NCOLS(node_cols), cols);
