@@ -865,7 +865,21 @@ void diag_free(diag_run *r)
     free(r);
 }
 
+static int load_dir(const char *run_dir, int node_only, diag_run **out, char *err,
+                    size_t errlen);
+
 int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
+{
+    return load_dir(run_dir, 0, out, err, errlen);
+}
+
+int diag_load_node(const char *run_dir, diag_run **out, char *err, size_t errlen)
+{
+    return load_dir(run_dir, 1, out, err, errlen);
+}
+
+static int load_dir(const char *run_dir, int node_only, diag_run **out, char *err,
+                    size_t errlen)
 {
     char path[PATH_MAX + 32], e[400];
     *out = NULL;
@@ -949,7 +963,10 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     snprintf(path, sizeof(path), "%s/recovered.json", r->dir);
     r->recovered = access(path, F_OK) == 0; /* written by a recovery (record/recover.c) */
     snprintf(path, sizeof(path), "%s/steps.csv", r->dir);
-    if ((rc = load_steps(r, path, e, sizeof(e))) != 0) goto damaged;
+    if (node_only) /* the job's loader reads it into the job's run */
+        r->have_steps = access(path, F_OK) == 0;
+    else if ((rc = load_steps(r, path, e, sizeof(e))) != 0)
+        goto damaged;
     snprintf(path, sizeof(path), "%s/metrics.csv", r->dir);
     if ((rc = load_metrics(r, path, e, sizeof(e))) != 0) goto damaged;
     snprintf(path, sizeof(path), "%s/procs.csv", r->dir);
@@ -965,10 +982,12 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s))
         r->duration_s = r->last_end_s;
     double t0 = r->have_run ? jr_pnum(r->run.root, "start_mono_ns") / 1e9 : NAN;
-    dc_load_pyprof(&r->cause, r->dir, isnan(t0) ? 0 : t0);
-    lg_load(&r->gs, r->have_summary ? r->summary.root : NULL, r->dir);
-    rr_load_comm(r, r->dir);
-    rr_load_flops(r, r->dir);
+    if (!node_only) {
+        dc_load_pyprof(&r->cause, r->dir, isnan(t0) ? 0 : t0);
+        lg_load(&r->gs, r->have_summary ? r->summary.root : NULL, r->dir);
+        rr_load_comm(r, r->dir);
+        rr_load_flops(r, r->dir);
+    }
     unctrl_run(r);
     diag_index_ranks(r);
     *out = r;

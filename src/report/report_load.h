@@ -267,6 +267,10 @@ const char *diag_fmt_exit(const diag_run *r, char *o, size_t n);
  * diag_free. */
 int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen);
 void diag_free(diag_run *r);
+/* As diag_load, for a further node of a job: run.json, summary.json,
+ * metrics.csv, procs.csv and alerts.jsonl only (its steps.csv, comm/ and
+ * flops/ are read into the job's run by rr_load_job). */
+int diag_load_node(const char *run_dir, diag_run **out, char *err, size_t errlen);
 /* Add another node's run directory to r (a many-node job): its steps.csv,
  * with its clock shifted by offset_s, as node r->cur_node. */
 int diag_load_node_steps(diag_run *r, const char *run_dir, double offset_s, char *err,

@@ -858,7 +858,7 @@ int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char
     double start0 = r->start_unix_s, dur0 = r->duration_s;
     for (int i = 1; i < n; i++) {
         diag_run *x;
-        rc = diag_load(dirs[i], &x, err, errlen);
+        rc = diag_load_node(dirs[i], &x, err, errlen);
         char why[700];
         if (!rc && !as_job && !same_job(r, start0, dur0, dirs[0], x, dirs[i], why, sizeof(why))) {
             if (err && errlen)
@@ -901,6 +901,9 @@ int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char
         }
         rr_load_comm(r, dirs[i]);
         rr_load_flops(r, dirs[i]);
+        nd->nranks = 0; /* its ranks, as read into the job */
+        for (int k = 0; k < r->nranks; k++)
+            nd->nranks += r->ranks[k].node == r->cur_node && r->ranks[k].rank >= 0;
     }
     free(a0);
     r->cur_node = 0;
