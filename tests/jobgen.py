@@ -16,7 +16,9 @@ same instant on every node, as the report's clock alignment expects; a node's
 wall clock (run.json start_unix_s) may be skewed by --clock-skew-s x node
 index, which alignment must take back out.
 
-Injections, each as synchronous data-parallel training shows it:
+Injections, each as synchronous data-parallel training shows it (the job's
+step is its slowest rank's: every other rank waits the difference in its
+collectives; --jitter-ms gives every rank up to that much noise a step):
 - --slow-rank R: rank R computes M ms more a step (forward); every other
   rank waits those M ms in its collectives (comm), so every step is M ms
   longer and only R's own comm wait stays as it was.
@@ -31,6 +33,7 @@ import argparse
 import csv
 import json
 import os
+import random
 import sys
 
 
@@ -63,34 +66,47 @@ class Base:
 
 
 class Plan:
-    """Per global rank and step: extra compute (ms), extra comm wait (ms),
-    extra collective time (ms) of its own; the job's extra per step (ms)."""
+    """Per global rank g and step k: its extra compute (ms: the injection
+    plus --jitter-ms of noise, seeded), its extra comm wait (what the job's
+    step gained beyond its own compute: synchronous training waits for the
+    slowest), its link's extra time; the job's extra per step and the time
+    the steps before k gained (s)."""
 
-    def __init__(self, a):
+    def __init__(self, a, world, steps):
         self.a = a
         self.rpn = a.ranks_per_node
-        self.step_extra = a.slow_ms * (a.slow_rank >= 0)
-        self.step_extra = max(self.step_extra, a.slow_node_ms * (a.slow_node >= 0))
-        self.step_extra += a.slow_link_ms * (a.slow_link >= 0)
+        rnd = random.Random(a.seed)
+        self.noise = [[rnd.uniform(0, a.jitter_ms) if a.jitter_ms > 0 else 0.0
+                       for _ in range(steps)] for _ in range(world)]
+        link = a.slow_link_ms * (a.slow_link >= 0)
+        self.extra = [max(self.compute(g, k) for g in range(world)) + link for k in range(steps)]
+        self.before = [0.0]
+        for e in self.extra:
+            self.before.append(self.before[-1] + e / 1e3)
 
     def node(self, g):
         return g // self.rpn
 
-    def compute(self, g):
+    def compute(self, g, k):
         a = self.a
         ms = a.slow_ms if g == a.slow_rank else 0.0
         if a.slow_node >= 0 and self.node(g) == a.slow_node:
             ms = max(ms, a.slow_node_ms)
-        return ms
+        return ms + self.noise[g][k if k < len(self.noise[g]) else -1]
 
     def link(self, g):
         a = self.a
         return a.slow_link_ms if a.slow_link >= 0 and self.node(g) == a.slow_link else 0.0
 
-    def comm(self, g):
-        """The extra comm wait of rank g a step: what the job's step gained
-        beyond its own compute."""
-        return self.step_extra - self.compute(g)
+    def comm(self, g, k):
+        return self.step_extra(k) - self.compute(g, k)
+
+    def step_extra(self, k):
+        return self.extra[k if k < len(self.extra) else -1]
+
+    def shift(self, k):
+        """Seconds the steps before step k gained."""
+        return self.before[k if k < len(self.before) else -1]
 
 
 def _set(row, head, col, v):
@@ -111,9 +127,7 @@ def write_node(base, plan, out, node, world, skew):
     run["start_unix_s"] = base.run["start_unix_s"] + skew * node
     run["root_pid"] = 1000000 + node
     run.pop("segments_dir", None)
-    extra_s = plan.step_extra / 1e3
-    nsteps = max(len(v) for v in base.steps.values())
-    run["duration_s"] = base.run.get("duration_s", 0) + extra_s * nsteps
+    run["duration_s"] = base.run.get("duration_s", 0) + plan.before[-1]
     with open(os.path.join(d, "run.json"), "w") as f:
         json.dump(run, f)
     if base.metrics is not None:
@@ -141,12 +155,12 @@ def write_node(base, plan, out, node, world, skew):
 def _step_row(r, h, plan, g, l):
     r = list(r)
     step = int(r[h.index("step")] or 0)
-    comp, comm = plan.compute(g), plan.comm(g)
+    comp, comm = plan.compute(g, step), plan.comm(g, step)
     _set(r, h, "rank", str(g))
     _set(r, h, "local_rank", str(l))
     _set(r, h, "pid", str(100000 + g))
     _set(r, h, "tid", str(100000 + g))
-    _set(r, h, "start_s", "%.6f" % (_num(r, h, "start_s") + step * plan.step_extra / 1e3))
+    _set(r, h, "start_s", "%.6f" % (_num(r, h, "start_s") + plan.shift(step)))
     for col, ms in (("duration_ns", comp + comm), ("interval_ns", comp + comm),
                     ("forward_ns", comp), ("comm_ns", comm)):
         _set(r, h, col, "%d" % (_num(r, h, col) + ms * 1e6))
@@ -155,17 +169,17 @@ def _step_row(r, h, plan, g, l):
 
 def _write_ops(base, plan, d, g, src, world):
     h = base.ops_head
-    comp, comm, link = plan.compute(g), plan.comm(g), plan.link(g)
+    link = plan.link(g)
     with open(os.path.join(d, "comm", "ops-rank%d.csv" % g), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(h)
         for r in base.ops[src]:
             r = list(r)
             step = int(r[h.index("step")] or 0)
-            shift = step * plan.step_extra / 1e3
+            comp, comm = plan.compute(g, step), plan.comm(g, step)
             # its own compute delays its issue; the completion is the job's
-            issue_s = shift + comp / 1e3
-            end_s = shift + plan.step_extra / 1e3
+            issue_s = plan.shift(step) + comp / 1e3
+            end_s = plan.shift(step) + plan.step_extra(step) / 1e3
             _set(r, h, "rank", str(g))
             _set(r, h, "group_size", str(world))
             _set(r, h, "start_s", "%.6f" % (_num(r, h, "start_s") + issue_s))
@@ -188,12 +202,12 @@ def _write_ops(base, plan, d, g, src, world):
 
 def _write_csteps(base, plan, d, g, src):
     h = base.csteps_head
-    comm = plan.comm(g)
     with open(os.path.join(d, "comm", "steps-rank%d.csv" % g), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(h)
         for r in base.csteps[src]:
             r = list(r)
+            comm = plan.comm(g, int(r[h.index("step")] or 0))
             _set(r, h, "rank", str(g))
             for col in ("comm_ns", "wait_ns", "exposed_ns"):
                 _set(r, h, col, "%d" % (_num(r, h, col) + comm * 1e6))
@@ -201,15 +215,18 @@ def _write_csteps(base, plan, d, g, src):
 
 
 def generate(base_dir, out, nodes, ranks_per_node=8, slow_rank=-1, slow_ms=0.0, slow_node=-1,
-             slow_node_ms=0.0, slow_link=-1, slow_link_ms=0.0, clock_skew_s=0.0):
+             slow_node_ms=0.0, slow_link=-1, slow_link_ms=0.0, clock_skew_s=0.0, jitter_ms=0.0,
+             seed=37):
     """Write the job; returns the node directories in order."""
     a = argparse.Namespace(nodes=nodes, ranks_per_node=ranks_per_node, slow_rank=slow_rank,
                            slow_ms=slow_ms, slow_node=slow_node, slow_node_ms=slow_node_ms,
                            slow_link=slow_link, slow_link_ms=slow_link_ms,
-                           clock_skew_s=clock_skew_s)
+                           clock_skew_s=clock_skew_s, jitter_ms=jitter_ms, seed=seed)
     base = Base(str(base_dir))
-    plan = Plan(a)
     world = nodes * ranks_per_node
+    si = base.steps_head.index("step")
+    steps = 1 + max(int(x[si] or 0) for v in base.steps.values() for x in v)
+    plan = Plan(a, world, steps)
     for n in range(nodes):
         write_node(base, plan, str(out), n, world, clock_skew_s)
     return [os.path.join(str(out), "node%03d" % n) for n in range(nodes)]
@@ -228,6 +245,9 @@ def main(argv=None):
     ap.add_argument("--slow-link", type=int, default=-1)
     ap.add_argument("--slow-link-ms", type=float, default=30.0)
     ap.add_argument("--clock-skew-s", type=float, default=0.0)
+    ap.add_argument("--jitter-ms", type=float, default=0.0,
+                    help="each rank's compute varies by up to this much a step (seeded)")
+    ap.add_argument("--seed", type=int, default=37)
     a = ap.parse_args(argv)
     if a.nodes < 1 or a.ranks_per_node < 1:
         ap.error("--nodes and --ranks-per-node want at least 1")
@@ -236,7 +256,7 @@ def main(argv=None):
         ap.error("the slow rank or node is not in a job of %d nodes x %d ranks"
                  % (a.nodes, a.ranks_per_node))
     generate(a.base, a.out, a.nodes, a.ranks_per_node, a.slow_rank, a.slow_ms, a.slow_node,
-             a.slow_node_ms, a.slow_link, a.slow_link_ms, a.clock_skew_s)
+             a.slow_node_ms, a.slow_link, a.slow_link_ms, a.clock_skew_s, a.jitter_ms, a.seed)
     print("%s: %d nodes x %d ranks" % (a.out, a.nodes, a.ranks_per_node))
 
 

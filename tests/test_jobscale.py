@@ -16,6 +16,7 @@ from test_dist import torchrun, trainperf_run
 pytestmark = [pytest.mark.torch, pytest.mark.once]
 
 NODES, RPN = 128, 8
+JITTER = 5.0  # ms of noise a step in every rank's compute: no two ranks alike
 TRACES = ROOT / "tests" / "data" / "traces"
 SLOW_RANK, SLOW_NODE, SLOW_LINK = 613, 37, 91
 
@@ -40,21 +41,22 @@ def slow_rank_job(base, tmp_path_factory):
     out = tmp_path_factory.mktemp("job_rank")
     # each node's wall clock 0.25 s further off than the one before: the
     # collectives must put them back
-    jobgen.generate(base, out, NODES, RPN, slow_rank=SLOW_RANK, slow_ms=60, clock_skew_s=0.25)
+    jobgen.generate(base, out, NODES, RPN, slow_rank=SLOW_RANK, slow_ms=60, clock_skew_s=0.25,
+                    jitter_ms=JITTER)
     return out
 
 
 @pytest.fixture(scope="module")
 def slow_node_job(base, tmp_path_factory):
     out = tmp_path_factory.mktemp("job_node")
-    jobgen.generate(base, out, NODES, RPN, slow_node=SLOW_NODE, slow_node_ms=60)
+    jobgen.generate(base, out, NODES, RPN, slow_node=SLOW_NODE, slow_node_ms=60, jitter_ms=JITTER)
     return out
 
 
 @pytest.fixture(scope="module")
 def slow_link_job(base, tmp_path_factory):
     out = tmp_path_factory.mktemp("job_link")
-    jobgen.generate(base, out, NODES, RPN, slow_link=SLOW_LINK, slow_link_ms=40)
+    jobgen.generate(base, out, NODES, RPN, slow_link=SLOW_LINK, slow_link_ms=40, jitter_ms=JITTER)
     return out
 
 
@@ -102,6 +104,13 @@ def test_a_slow_link_is_named_as_a_link(slow_link_job):
     assert comm and any("slow link: node %d" % SLOW_LINK in e["text"]
                         for e in comm[0]["evidence"]), comm
     assert "slow link: node %d (node%03d)" % (SLOW_LINK, SLOW_LINK) in report(slow_link_job)
+
+
+def test_noise_alone_names_no_straggler_node_or_link(base, tmp_path):
+    jobgen.generate(base, tmp_path, 32, RPN, jitter_ms=JITTER)
+    r = json.loads(report(tmp_path, "--format", "json"))
+    assert len(r["ranks"]) == 32 * RPN
+    assert r["straggler"] is None and r["slow_node"] is None and r["slow_link"] is None
 
 
 def test_1024_ranks_read_as_a_distribution_and_the_worst(slow_rank_job):
