@@ -253,3 +253,22 @@ def test_every_nodes_alerts_are_in_the_jobs_report(base, tmp_path):
     assert abs(r["nodes"][2]["clock_offset_s"]) < 0.1
     text = report(tmp_path).split("\nALERTS")[1]
     assert "(1 fired)" in text and "node 2 (node002): loader slow" in text
+
+
+def test_compare_of_many_ranks_shows_those_that_changed_most(base, tmp_path):
+    (a,) = jobgen.generate(base, tmp_path / "a", 1, 100, jitter_ms=JITTER)
+    (b,) = jobgen.generate(base, tmp_path / "b", 1, 100, jitter_ms=JITTER, slow_rank=42,
+                           slow_ms=60)
+    p = subprocess.run([str(BUILD / "trainperf"), "compare", a, b], capture_output=True,
+                       text=True, timeout=120, env={"NO_COLOR": "1"})
+    assert p.returncode == 0, p.stderr
+    table = p.stdout.split("Ranks (A → B, per step)")[1].split("  A: ")[0]
+    rows = [l.split()[0] for l in table.splitlines() if re.match(r"\s+\d+\s", l)]
+    # the one rank whose compute changed (not only its wait) is among them
+    assert len(rows) == 16 and "42" in rows and rows == sorted(rows, key=int)
+    assert "(100 ranks: the 16 whose figures changed most shown; --format json has every rank)" \
+        in table
+    assert "for rank 42" in p.stdout
+    j = json.loads(subprocess.run([str(BUILD / "trainperf"), "compare", a, b, "--format", "json"],
+                                  capture_output=True, text=True, timeout=120).stdout)
+    assert len(j["ranks"]) == 100 and j["straggler_b"] == 42 and j["straggler_a"] is None

@@ -1885,18 +1885,62 @@ static void cmp_row(const diag_run *x, int rank, rrow *w)
 }
 
 static void compare_table(const diag_run *a, const diag_run *b, const int *ranks, int n,
-                          report_format fmt, int color, buf *o);
+                          int total, report_format fmt, int color, buf *o);
+
+/* How much rank's figures changed from a to b: the largest |log(B/A)| over
+ * the compare columns with a heading (a rank only one run has: the most). */
+static double rank_change(const diag_run *a, const diag_run *b, int rank)
+{
+    rrow x[2];
+    cmp_row(a, rank, &x[0]);
+    cmp_row(b, rank, &x[1]);
+    if (!(x[0].steps > 0) || !(x[1].steps > 0)) return INFINITY;
+    double most = 0;
+    for (int k = 0; k < CMP_NCOLS; k++) {
+        if (!cmp_cols[k].head) continue;
+        double va = *(const double *)((const char *)&x[0] + cmp_cols[k].f.off);
+        double vb = *(const double *)((const char *)&x[1] + cmp_cols[k].f.off);
+        if (va > 0 && vb > 0 && fabs(log(vb / va)) > most) most = fabs(log(vb / va));
+    }
+    return most;
+}
+
+typedef struct rchange {
+    int rank;
+    double change;
+} rchange;
+
+static int by_change(const void *p, const void *q)
+{
+    const rchange *x = p, *y = q;
+    return (x->change < y->change) - (x->change > y->change);
+}
+
+/* More than RR_TABLE_ROWS ranks: the RR_TABLE_ROWS that changed most, in
+ * rank order, into ranks (returns how many). */
+static int most_changed(const diag_run *a, const diag_run *b, int *ranks, int n)
+{
+    rchange *c = malloc((size_t)n * sizeof(*c));
+    if (!c) return n;
+    for (int i = 0; i < n; i++) c[i] = (rchange){ranks[i], rank_change(a, b, ranks[i])};
+    qsort(c, (size_t)n, sizeof(*c), by_change);
+    for (int i = 0; i < RR_TABLE_ROWS; i++) ranks[i] = c[i].rank;
+    free(c);
+    qsort(ranks, RR_TABLE_ROWS, sizeof(*ranks), cmp_int);
+    return RR_TABLE_ROWS;
+}
 
 void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int color, buf *o)
 {
     int n;
     int *ranks = union_ranks(a, b, &n);
-    if (n >= 2) compare_table(a, b, ranks, n, fmt, color, o);
+    int shown = n > RR_TABLE_ROWS ? most_changed(a, b, ranks, n) : n;
+    if (n >= 2) compare_table(a, b, ranks, shown, n, fmt, color, o);
     free(ranks);
 }
 
 static void compare_table(const diag_run *a, const diag_run *b, const int *ranks, int n,
-                          report_format fmt, int color, buf *o)
+                          int total, report_format fmt, int color, buf *o)
 {
     tbl_col cols[CMP_NCOLS + 1] = {{"rank", 6, 0}};
     int nc = 1;
@@ -1925,6 +1969,14 @@ static void compare_table(const diag_run *a, const diag_run *b, const int *ranks
         tbl_row(&t, cells, TBL_PLAIN);
     }
     tbl_end(&t);
+    if (n < total)
+        buf_printf(o, fmt == REPORT_HTML ? "<p>%d ranks: the %d whose figures changed most shown; "
+                                           "the JSON has every rank.</p>\n"
+                      : fmt == REPORT_MD ? "\n%d ranks: the %d whose figures changed most shown; "
+                                           "the JSON has every rank.\n"
+                                         : "  (%d ranks: the %d whose figures changed most shown; "
+                                           "--format json has every rank)\n",
+                   total, n);
     const diag_run *xs[2] = {a, b};
     buf line;
     buf_init(&line, 2048);
