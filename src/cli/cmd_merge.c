@@ -37,21 +37,33 @@ static int merge_is_job(const char *const *paths, int n)
     return n > 0;
 }
 
+static int merge_job_into(const char *const *dirs, int n, const char *out, double *off,
+                          double *aerr, char (*traces)[4200], const char **tp);
+
 static int merge_job(const char *const *dirs, int n, const char *out)
 {
-    double off[16], aerr[16];
+    /* as many run directories as the job has nodes */
+    double *off = calloc((size_t)n, sizeof(*off)), *aerr = calloc((size_t)n, sizeof(*aerr));
+    char (*traces)[4200] = calloc((size_t)n, sizeof(*traces));
+    const char **tp = calloc((size_t)n, sizeof(*tp));
+    int rc = off && aerr && traces && tp ? merge_job_into(dirs, n, out, off, aerr, traces, tp)
+                                         : (cli_error("merge: out of memory"), CLI_FAIL);
+    free(off);
+    free(aerr);
+    free(traces);
+    free(tp);
+    return rc;
+}
+
+static int merge_job_into(const char *const *dirs, int n, const char *out, double *off,
+                          double *aerr, char (*traces)[4200], const char **tp)
+{
     char err[1024];
-    if (n > 16) {
-        cli_error("merge: at most 16 run directories");
-        return CLI_USAGE;
-    }
     int e = rr_job_offsets(dirs, n, off, aerr, err, sizeof(err));
     if (e) {
         cli_error("%s", err[0] ? err : tpf_strerror(e));
         return e == TPF_ENOMEM ? CLI_FAIL : CLI_USAGE;
     }
-    char traces[16][4200];
-    const char *tp[16];
     for (int i = 0; i < n; i++) {
         snprintf(traces[i], sizeof(traces[i]), "%s/trace.json", dirs[i]);
         tp[i] = traces[i];
@@ -127,6 +139,8 @@ int cmd_merge(int argc, char **argv)
     int nf = 0;
     int e = trace_expand_args(paths, np, &files, &nf, err, sizeof(err));
     if (!e) e = trace_merge((const char *const *)files, nf, out, align_start, err, sizeof(err));
+    if (!e && err[0]) cli_warn("%s", err); /* merged; what was not kept apart */
+    if (!e) fprintf(stderr, "trainperf: merged %d traces into %s\n", nf, out);
     trace_paths_free(files, nf);
     if (e) {
         cli_error("%s", err);

@@ -13,12 +13,10 @@
 #include "trainperf.h"
 #include "util/afile.h"
 
-#define REPORT_MAX_DIRS 16
-
 static void report_usage(FILE *f)
 {
     fprintf(f, "usage: trainperf report RUN_DIR... [--format text|md|html|json] [--json] [--out FILE]\n"
-               "                           [--color] [--job]\n\n"
+               "                           [--color] [--job] [--all-ranks]\n\n"
                "Diagnosis and report from a run directory (works on old runs and runs copied\n"
                "from other machines). Several run directories (or their parent) are the nodes\n"
                "of one job: reported as one, clocks aligned on their collectives. They are taken\n"
@@ -30,7 +28,9 @@ static void report_usage(FILE *f)
                "  -o, --out FILE   write to FILE instead of stdout\n"
                "  --color          ANSI colour in text even when stdout is not a terminal;\n"
                "                   NO_COLOR still turns it off (text on a terminal is coloured)\n"
-               "  --job            the run directories are one job whatever their commands and times\n\n"
+               "  --job            the run directories are one job whatever their commands and times\n"
+               "  --all-ranks      every rank's row in the RANKS and NODES tables (more than 16\n"
+               "                   ranks show their distribution and the worst ranks; JSON has all)\n\n"
                "Exit status: 0 written; 1 the report could not be built or written (a cap,\n"
                "out of memory); 2 bad usage, a missing/unreadable run directory, or runs that\n"
                "are not one job.\n");
@@ -145,12 +145,26 @@ int cli_finish_recovered(const char *dir, const rec_recovery *rv, int quiet)
     return frc;
 }
 
+static int report_cmd(int argc, char **argv, const char **dirs);
+
 int cmd_report(int argc, char **argv)
 {
+    /* as many run directories as the job has nodes */
+    const char **dirs = malloc((size_t)(argc > 1 ? argc : 1) * sizeof(*dirs));
+    if (!dirs) {
+        cli_error("report: out of memory");
+        return CLI_FAIL;
+    }
+    int rc = report_cmd(argc, argv, dirs);
+    free(dirs);
+    return rc;
+}
+
+static int report_cmd(int argc, char **argv, const char **dirs)
+{
     const char *dir = NULL, *out = NULL;
-    const char *dirs[REPORT_MAX_DIRS];
     int ndirs = 0;
-    int fmt = REPORT_TEXT, force_color = 0, as_job = 0;
+    int fmt = REPORT_TEXT, force_color = 0, flags = 0;
     int k;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -162,18 +176,15 @@ int cmd_report(int argc, char **argv)
         } else if (strcmp(a, "--color") == 0) {
             force_color = 1;
         } else if (strcmp(a, "--job") == 0) {
-            as_job = 1;
+            flags |= REPORT_AS_JOB;
+        } else if (strcmp(a, "--all-ranks") == 0) {
+            flags |= REPORT_ALL_RANKS;
         } else if (a[0] == '-' && a[1]) {
             cli_error("report: unknown option '%s' (see `trainperf report --help`)", a);
             return CLI_USAGE;
-        } else if (ndirs < REPORT_MAX_DIRS) {
-            /* several: the run directories of one job's nodes */
+        } else { /* several: the run directories of one job's nodes */
             dirs[ndirs++] = a;
             dir = dirs[0];
-        } else {
-            cli_error("report: at most %d run directories (one per node of a job)",
-                      REPORT_MAX_DIRS);
-            return CLI_USAGE;
         }
     }
     if (!dir) {
@@ -208,7 +219,7 @@ int cmd_report(int argc, char **argv)
     }
     buf b;
     buf_init(&b, 0);
-    int rc = report_build_job(dirs, ndirs, as_job, (report_format)fmt, color, &b, err, sizeof(err));
+    int rc = report_build_job(dirs, ndirs, flags, (report_format)fmt, color, &b, err, sizeof(err));
     /* text on a terminal: wrapped to its width */
     int cols = !rc && fmt == REPORT_TEXT && !out ? cli_term_cols(STDOUT_FILENO) : 0;
     if (cols && b.len) {

@@ -12,7 +12,7 @@
 #include "util/afile.h"
 
 #define TOP_STEPS_TAIL (512 * 1024)
-#define TOP_MAX_RANKS 64       /* rows shown; more are summed up in one line */
+#define TOP_MAX_RANKS 64       /* rows shown; more: the slowest, said in one line */
 #define TOP_RECENT 64          /* steps per rank the recent figures cover */
 
 typedef struct rank_row {
@@ -24,7 +24,15 @@ typedef struct rank_row {
     double data_ms[TOP_RECENT];
     double samples[TOP_RECENT];
     int n, head;
+    double med;                /* median of the recent intervals */
 } rank_row;
+
+/* slowest first (by the median of recent steps) */
+static int cmp_slow(const void *a, const void *b)
+{
+    const rank_row *x = a, *y = b;
+    return (x->med < y->med) - (x->med > y->med);
+}
 
 static int cmp_rank(const void *a, const void *b)
 {
@@ -88,6 +96,8 @@ static void note_pid(top_pids *p, long pid, int rank)
     p->rank[i] = rank;
 }
 
+static void print_rows(rank_row *rows, int nrows, double *all, double now_t, int color);
+
 void top_ranks_print(const char *dir, double now_t, int color, top_pids *pids)
 {
     if (pids) pids->n = 0;
@@ -113,8 +123,9 @@ void top_ranks_print(const char *dir, double now_t, int color, top_pids *pids)
     long from = st.st_size > TOP_STEPS_TAIL ? (long)st.st_size - TOP_STEPS_TAIL : hlen;
     if (from < hlen) from = hlen;
     char *tail = malloc(TOP_STEPS_TAIL + 1);
-    static rank_row rows[TOP_MAX_RANKS];
-    int nrows = 0, more = 0;
+    /* every rank in the tail (bounded by TOP_STEPS_TAIL: a row is one step) */
+    rank_row *rows = NULL;
+    int nrows = 0, cap = 0;
     if (!tail || fseek(f, from, SEEK_SET) != 0) {
         free(tail);
         fclose(f);
@@ -143,9 +154,12 @@ void top_ranks_print(const char *dir, double now_t, int color, top_pids *pids)
         for (i = 0; i < nrows; i++)
             if (rows[i].rank == rank && (rank >= 0 || rows[i].pid == pid)) break;
         if (i == nrows) {
-            if (nrows == TOP_MAX_RANKS) {
-                more = 1;
-                continue;
+            if (nrows == cap) {
+                int nc = cap ? cap * 2 : 16;
+                rank_row *nr = realloc(rows, (size_t)nc * sizeof(*nr));
+                if (!nr) continue;
+                rows = nr;
+                cap = nc;
             }
             memset(&rows[nrows], 0, sizeof(rows[0]));
             rows[nrows].rank = rank;
@@ -162,24 +176,33 @@ void top_ranks_print(const char *dir, double now_t, int color, top_pids *pids)
         if (r->n < TOP_RECENT) r->n++;
     }
     free(tail);
-    if (nrows == 0) return;
-    qsort(rows, (size_t)nrows, sizeof(rows[0]), cmp_rank);
+    double *all = nrows ? malloc((size_t)nrows * sizeof(*all)) : NULL;
+    if (all) print_rows(rows, nrows, all, now_t, color);
+    free(all);
+    free(rows);
+}
+
+static void print_rows(rank_row *rows, int nrows, double *all, double now_t, int color)
+{
     unsigned long long lead = 0;
-    double med[TOP_MAX_RANKS];
-    int nmed = 0;
     for (int i = 0; i < nrows; i++) {
         if (rows[i].steps > lead) lead = rows[i].steps;
         double tmp[TOP_RECENT];
         memcpy(tmp, rows[i].iv_ms, sizeof(double) * (size_t)rows[i].n);
-        med[nmed++] = median(tmp, rows[i].n);
+        all[i] = rows[i].med = median(tmp, rows[i].n);
     }
-    double all[TOP_MAX_RANKS];
-    memcpy(all, med, sizeof(double) * (size_t)nmed);
-    double job_med = median(all, nmed);
+    double job_med = median(all, nrows);
+    /* more ranks than rows: the slowest shown (the ones to look at) */
+    int shown = nrows;
+    if (nrows > TOP_MAX_RANKS) {
+        qsort(rows, (size_t)nrows, sizeof(rows[0]), cmp_slow);
+        shown = TOP_MAX_RANKS;
+    }
+    qsort(rows, (size_t)shown, sizeof(rows[0]), cmp_rank);
     const char *b = color ? CLI_BOLD : "", *z = color ? CLI_RESET : "", *y = color ? CLI_YELLOW : "";
     printf("  %s%-10s %9s %9s %9s %7s %11s %7s %8s%s\n", b, "rank", "steps", "behind", "step ms",
            "p50 ms", "samples/s", "data %", "last s", z);
-    for (int i = 0; i < nrows; i++) {
+    for (int i = 0; i < shown; i++) {
         rank_row *r = &rows[i];
         double sum_iv = 0, sum_data = 0, sum_s = 0;
         int have_data = 0, have_s = 0;
@@ -207,10 +230,12 @@ void top_ranks_print(const char *dir, double now_t, int color, top_pids *pids)
         snprintf(age, sizeof(age), isfinite(ago) ? "%.1f" : "?", ago > 0 ? ago : 0.0);
         /* A rank whose steps take 20% more than the job's median: a straggler
          * (in synchronous training the others wait for it). */
-        int slow = nrows > 1 && isfinite(job_med) && med[i] > 1.2 * job_med;
+        int slow = nrows > 1 && isfinite(job_med) && r->med > 1.2 * job_med;
         printf("  %-10s %9llu %9llu %9.2f %7.2f %11s %7s %8s%s%s%s\n", who, r->steps, lead - r->steps,
-               r->n ? sum_iv / r->n : NAN, med[i], sps, dw, age, slow ? y : "", slow ? "  slow" : "",
+               r->n ? sum_iv / r->n : NAN, r->med, sps, dw, age, slow ? y : "", slow ? "  slow" : "",
                slow ? z : "");
     }
-    if (more) printf("  (more than %d ranks: the first %d shown)\n", TOP_MAX_RANKS, TOP_MAX_RANKS);
+    if (shown < nrows)
+        printf("  (%d ranks: the %d slowest by p50 shown, %d not; job p50 %.2f ms)\n", nrows, shown,
+               nrows - shown, job_med);
 }

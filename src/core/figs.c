@@ -13,6 +13,7 @@ const char *const agg_phase_names[AGG_NPHASES] = {
 void figs_init(figs *f)
 {
     memset(f, 0, sizeof(*f));
+    f->max_groups = AGG_MAX_GROUPS;
     sketch_init(&f->step_ns);
     sketch_init(&f->data_ns);
     sketch_init(&f->gpu.kernel_dur_ns);
@@ -69,21 +70,36 @@ static void gpu_merge(figs_gpu *d, const figs_gpu *s)
 void figs_free(figs *f)
 {
     for (int i = 0; i < f->ngroups; i++) free(f->groups[i]);
-    f->ngroups = 0;
+    free(f->groups);
+    f->groups = NULL;
+    f->ngroups = f->capgroups = f->last_group = 0;
+}
+
+static int group_is(const agg_group *g, int rank, pid_t pid)
+{
+    return rank >= 0 ? g->rank == rank : (g->rank < 0 && g->pid == pid);
 }
 
 static agg_group *group_of(figs *f, int rank, pid_t pid)
 {
-    for (int i = 0; i < f->ngroups; i++) {
-        agg_group *g = f->groups[i];
-        if (rank >= 0 ? g->rank == rank : (g->rank < 0 && g->pid == pid)) return g;
+    if (f->last_group < f->ngroups && group_is(f->groups[f->last_group], rank, pid))
+        return f->groups[f->last_group];
+    for (int i = 0; i < f->ngroups; i++)
+        if (group_is(f->groups[i], rank, pid)) return f->groups[f->last_group = i];
+    if (f->max_groups > 0 && f->ngroups >= f->max_groups) return NULL;
+    if (f->ngroups == f->capgroups) {
+        int nc = f->capgroups ? f->capgroups * 2 : 16;
+        agg_group **ng = realloc(f->groups, (size_t)nc * sizeof(*ng));
+        if (!ng) return NULL;
+        f->groups = ng;
+        f->capgroups = nc;
     }
-    if (f->ngroups >= AGG_MAX_GROUPS) return NULL;
     agg_group *g = calloc(1, sizeof(*g));
     if (!g) return NULL;
     g->rank = rank;
     g->pid = pid;
     sketch_init(&g->step_ns);
+    f->last_group = f->ngroups;
     f->groups[f->ngroups++] = g;
     return g;
 }

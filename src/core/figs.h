@@ -4,7 +4,7 @@
  * one code path (figs_add), so a figure has one owner.
  *
  * Streaming and bounded: totals, mergeable quantile sketches and per-rank
- * groups (at most AGG_MAX_GROUPS); nothing is kept per step. Not
+ * groups (at most max_groups, AGG_MAX_GROUPS unless set); nothing is kept per step. Not
  * thread-safe. */
 #ifndef TPF_CORE_FIGS_H
 #define TPF_CORE_FIGS_H
@@ -19,7 +19,8 @@
 #define AGG_NPHASES 7
 extern const char *const agg_phase_names[AGG_NPHASES];
 
-#define AGG_MAX_GROUPS 256    /* ranks (or rank-less processes) with own figures */
+#define AGG_MAX_GROUPS 256    /* ranks (or rank-less processes) with own figures, in the
+                               * collector (one node's); a report's figs have no cap */
 
 /* One finished step (a row of steps.csv). Times are CLOCK_MONOTONIC ns. */
 typedef struct agg_step {
@@ -102,8 +103,10 @@ typedef struct figs {
     uint64_t unmatched_pops, untracked_threads, untracked_groups;
     sketch step_ns;       /* step interval (what throughput sees), warm steps */
     sketch data_ns;       /* data wait per step, warm steps */
-    agg_group *groups[AGG_MAX_GROUPS]; /* owned; figs_free frees them */
-    int ngroups;
+    agg_group **groups;   /* owned, grown as ranks appear; figs_free frees them */
+    int ngroups, capgroups;
+    int max_groups;       /* AGG_MAX_GROUPS after figs_init; 0: no cap (a report's job) */
+    int last_group;       /* the group the last step went to (consecutive rows share one) */
     figs_gpu gpu;         /* steps.gpu: all zero on a run without GPU records */
     figs_gpu gpu_win;     /* steps.gpu_windows: step-less processes' windows (tid 0) */
 } figs;

@@ -147,6 +147,7 @@ static void load_ops_file(diag_run *r, const char *path)
         dcommop *o = commop(r, op);
         double bytes = 0, bus;
         csvr_num(&c, c_bytes, &bytes);
+        if (!o) r->commops_dropped++;
         if (o) {
             o->n++;
             o->bytes += bytes;

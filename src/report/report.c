@@ -367,10 +367,12 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
                    diag_fmt_num(c, sizeof(c), "%.1f", f.psi_mem));
     }
     buf_printf(b, "\n%sGPU%s\n", c_(s, BOLD), c_(s, RESET));
-    int shown = 0;
-    for (int i = 0; i < r->ngpu; i++) {
+    int shown = 0, listed = diag_gpus_listed(r);
+    for (int i = 0; i < listed; i++) {
         const dgpu *gp = &r->gpus[i];
-        buf_printf(b, "  GPU %d %s\n", gp->index, gp->name[0] ? gp->name : "");
+        buf_printf(b, "  GPU %d %s", gp->index, gp->name[0] ? gp->name : "");
+        if (r->nnodes > 1) buf_printf(b, " (node %d)", gp->node);
+        buf_puts(b, "\n");
         buf_printf(b, "    util mean %s%% (min %s%%, max %s%%)",
                    diag_fmt_num(a, sizeof(a), "%.0f", dstat_mean(&gp->util)),
                    diag_fmt_num(c, sizeof(c), "%.0f", gp->util.n ? gp->util.min : NAN),
@@ -390,6 +392,9 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
                        gp->samples > 0 ? 100 * gp->throttle_samples / gp->samples : 0.0);
         shown++;
     }
+    if (listed < r->ngpu)
+        buf_printf(b, "  (%d more GPUs not listed: --all-ranks lists them, --format json has every GPU)\n",
+                   r->ngpu - listed);
     if (!shown)
         buf_printf(b, "  none (%s)\n",
                    r->nvml_source[0] ? r->nvml_source : "no GPU metrics in this run");
@@ -406,6 +411,9 @@ static void text_report(const diag_run *r, const prof *pf, const sty *s, buf *b)
                        c_(s, strcmp(al->state, "fired") == 0 ? (crit ? RED : YELLOW) : DIM),
                        al->severity, c_(s, RESET), al->state, al->rule, al->message);
         }
+        if (r->nalerts_dropped)
+            buf_printf(b, "  (%d more alert events not listed: at most %d are)\n",
+                       r->nalerts_dropped, DIAG_MAX_ALERTS);
     }
     fail_sections(b, r->dir, FAIL_TEXT, s->color);
     buf_printf(b, "\n%sPROFILER TRACES%s\n", c_(s, BOLD), c_(s, RESET));
@@ -546,9 +554,10 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
             b,
             "| GPU | name | util mean % | memory max | temp max C | power mean W | clock events |\n"
             "|---|---|---|---|---|---|---|\n");
-        for (int i = 0; i < r->ngpu; i++) {
+        int listed = diag_gpus_listed(r);
+        for (int i = 0; i < listed; i++) {
             const dgpu *gp = &r->gpus[i];
-            buf_printf(b, "| %d | ", gp->index);
+            buf_printf(b, r->nnodes > 1 ? "| %d (node %d) | " : "| %d | ", gp->index, gp->node);
             md_esc(b, gp->name);
             buf_printf(b, " | %s | %s | %s | %s | ",
                        diag_fmt_num(a, sizeof(a), "%.0f", dstat_mean(&gp->util)),
@@ -558,6 +567,10 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
             md_esc(b, gp->throttle_words[0] ? gp->throttle_words : "none");
             buf_puts(b, " |\n");
         }
+        if (listed < r->ngpu)
+            buf_printf(b, "\n%d more GPUs not listed (`--all-ranks` lists them; the JSON report has "
+                          "every GPU).\n",
+                       r->ngpu - listed);
     }
     buf_puts(b, "\n## Alerts\n\n");
     if (!r->nalerts)
@@ -572,6 +585,9 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
             md_esc(b, al->message);
             buf_puts(b, " |\n");
         }
+        if (r->nalerts_dropped)
+            buf_printf(b, "\n%d more alert events not listed: at most %d are.\n",
+                       r->nalerts_dropped, DIAG_MAX_ALERTS);
     }
     fail_sections(b, r->dir, FAIL_MD, 0);
     prof_markdown(pf, b);
@@ -731,7 +747,7 @@ int report_build(const char *run_dir, report_format fmt, int color, buf *out, ch
     return report_build_job(&run_dir, 1, 0, fmt, color, out, err, errlen);
 }
 
-int report_build_job(const char *const *dirs, int ndirs, int as_job, report_format fmt, int color,
+int report_build_job(const char *const *dirs, int ndirs, int flags, report_format fmt, int color,
                      buf *out, char *err, size_t errlen)
 {
     diag_run *r;
@@ -740,10 +756,11 @@ int report_build_job(const char *const *dirs, int ndirs, int as_job, report_form
     int n;
     int rc = rr_expand_dirs(dirs, ndirs, &v, &n, err, errlen);
     if (rc) return rc;
-    rc = rr_load_job((const char *const *)v, n, as_job, &r, err, errlen);
+    rc = rr_load_job((const char *const *)v, n, flags & REPORT_AS_JOB, &r, err, errlen);
     for (int i = 0; i < n; i++) free(v[i]);
     free(v);
     if (rc) return rc;
+    r->all_ranks = (flags & REPORT_ALL_RANKS) != 0;
     const char *run_dir = r->dir;
     diag_compute(r);
     if (!out->max) out->max = REPORT_MAX;

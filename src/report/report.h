@@ -21,8 +21,13 @@ int report_build(const char *run_dir, report_format fmt, int color, buf *out,
 /* The report of one job from several run directories (one per node, or a
  * parent holding them): all ranks, clocks aligned (report_ranks.c). One
  * directory that is a run reports that run as report_build does. Runs that
- * are not one job (rr_load_job) are refused with TPF_EINVAL unless as_job. */
-int report_build_job(const char *const *dirs, int ndirs, int as_job, report_format fmt, int color,
+ * are not one job (rr_load_job) are refused with TPF_EINVAL unless
+ * REPORT_AS_JOB is in flags. */
+enum {
+    REPORT_AS_JOB = 1,    /* the directories are one job whatever their commands and times */
+    REPORT_ALL_RANKS = 2, /* text/md/html: every rank's row, not the distribution and the worst */
+};
+int report_build_job(const char *const *dirs, int ndirs, int flags, report_format fmt, int color,
                      buf *out, char *err, size_t errlen);
 
 /* At the end of a run: compute the diagnosis, add it to summary.json, write

@@ -379,11 +379,16 @@ static void chart_gpu(buf *b, const diag_run *r)
         any |= r->gpus[i].s_util.n > 0;
     if (!any) return;
     chart c = {xmax_of(r), 100, "%", 0};
-    chart_begin(b, &c, "GPU utilisation (solid) and memory used (dashed), %",
-                "GPU utilisation and memory over time");
-    const char *names[DIAG_MAX_GPUS], *cols[DIAG_MAX_GPUS];
-    char nm[DIAG_MAX_GPUS][16];
-    for (int i = 0; i < r->ngpu; i++) {
+    /* a job's GPUs are many: the first DIAG_CHART_GPUS drawn, the rest said */
+    int nd = r->ngpu < DIAG_CHART_GPUS ? r->ngpu : DIAG_CHART_GPUS;
+    char title[160] = "GPU utilisation (solid) and memory used (dashed), %";
+    if (nd < r->ngpu)
+        snprintf(title + strlen(title), sizeof(title) - strlen(title),
+                 ": %d of %d GPUs drawn (the nodes table has every node's)", nd, r->ngpu);
+    chart_begin(b, &c, title, "GPU utilisation and memory over time");
+    const char *names[DIAG_CHART_GPUS], *cols[DIAG_CHART_GPUS];
+    char nm[DIAG_CHART_GPUS][16];
+    for (int i = 0; i < nd; i++) {
         const char *col = line_color[i % 8];
         polyline(b, &c, &r->gpus[i].s_util, 1, col, NULL);
         polyline(b, &c, &r->gpus[i].s_mem, 1, col, "6 4");
@@ -394,7 +399,7 @@ static void chart_gpu(buf *b, const diag_run *r)
     alert_marks(b, r, &c);
     time_axis(b, &c);
     chart_end(b);
-    legend(b, names, cols, r->ngpu);
+    legend(b, names, cols, nd);
 }
 
 static void chart_cpu_mem(buf *b, const diag_run *r)
@@ -794,9 +799,11 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
         buf_puts(b, "<table><tr><th>GPU</th><th>name</th><th class=\"n\">util mean</th><th "
                     "class=\"n\">memory max</th><th class=\"n\">temp max</th><th class=\"n\">power "
                     "mean</th><th>clock events</th></tr>\n");
-        for (int i = 0; i < r->ngpu; i++) {
+        int listed = diag_gpus_listed(r);
+        for (int i = 0; i < listed; i++) {
             const dgpu *gp = &r->gpus[i];
-            buf_printf(b, "<tr><td>%d</td><td>", gp->index);
+            buf_printf(b, r->nnodes > 1 ? "<tr><td>%d (node %d)</td><td>" : "<tr><td>%d</td><td>",
+                       gp->index, gp->node);
             report_html_esc(b, gp->name);
             buf_printf(b,
                        "</td><td class=\"n\">%s%%</td><td class=\"n\">%s</td><td class=\"n\">%s "
@@ -809,6 +816,10 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
             buf_puts(b, "</td></tr>\n");
         }
         buf_puts(b, "</table>\n");
+        if (listed < r->ngpu)
+            buf_printf(b, "<p>%d more GPUs not listed (<code>--all-ranks</code> lists them; the "
+                          "JSON report has every GPU).</p>\n",
+                       r->ngpu - listed);
     }
 
     buf_puts(b, "<h2>CPU and memory</h2>\n");

@@ -27,6 +27,32 @@ const char *const diag_phase_names[PH_COUNT] = {"data", "forward", "backward",  
 /* Bounded message into err (paths may be long; truncation is fine here). */
 static void msg(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+int diag_grow(void **arr, int *cap, int need, size_t sz)
+{
+    if (need <= *cap) return 0;
+    int nc = *cap ? *cap : 8;
+    while (nc < need) nc *= 2;
+    char *na = realloc(*arr, (size_t)nc * sz);
+    if (!na) return TPF_ENOMEM;
+    memset(na + (size_t)*cap * sz, 0, (size_t)(nc - *cap) * sz);
+    *arr = na;
+    *cap = nc;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double diag_median(double *v, int n)
+{
+    if (n < 1) return NAN;
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static void msg(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || !errlen) return;
@@ -65,7 +91,7 @@ static void unctrl_run(diag_run *r)
     unctrl(r->host);
     unctrl(r->nvml_source);
     unctrl(r->io_error);
-    for (int i = 0; i < r->ngpu && i < DIAG_MAX_GPUS; i++) {
+    for (int i = 0; i < r->ngpu; i++) {
         unctrl(r->gpus[i].name);
         unctrl(r->gpus[i].throttle_words);
     }
@@ -240,7 +266,8 @@ static void load_run_json(diag_run *r)
     }
     const jr_node *g = jr_get(root, "gpus");
     r->ngpu_run = g && g->type == JR_ARR ? g->count : 0;
-    for (int i = 0; i < r->ngpu_run && i < DIAG_MAX_GPUS; i++) {
+    if (diag_grow((void **)&r->gpus, &r->capgpu, r->ngpu_run, sizeof(*r->gpus))) r->ngpu_run = 0;
+    for (int i = 0; i < r->ngpu_run; i++) {
         const jr_node *gi = jr_at(g, i);
         dgpu *d = &r->gpus[i];
         double idx = jr_pnum(gi, "index");
@@ -249,7 +276,6 @@ static void load_run_json(diag_run *r)
         snprintf(d->name, sizeof(d->name), "%s", nm ? nm : "");
         d->mem_total = jr_pnum(gi, "mem_total_bytes");
     }
-    if (r->ngpu_run > DIAG_MAX_GPUS) r->ngpu_run = DIAG_MAX_GPUS;
     r->ngpu = r->ngpu_run;
     const char *nv = jr_pstr(root, "sources.nvml");
     snprintf(r->nvml_source, sizeof(r->nvml_source), "%s", nv ? nv : "");
@@ -326,13 +352,18 @@ static void load_exit(diag_run *r, const jr_node *ex)
 
 /* ---- steps.csv ------------------------------------------------------------ */
 
+static int rank_is(const drank *k, int rank, int pid, int tid)
+{
+    return rank >= 0 ? k->rank == rank : (k->rank < 0 && k->pid == pid && k->tid == tid);
+}
+
 static int rank_slot(diag_run *r, int rank, int pid, int tid)
 {
-    for (int i = 0; i < r->nranks; i++) {
-        drank *k = &r->ranks[i];
-        if (rank >= 0 ? k->rank == rank : (k->rank < 0 && k->pid == pid && k->tid == tid)) return i;
-    }
-    if (r->nranks >= DIAG_MAX_RANKS) return -1;
+    if (r->last_rank < r->nranks && rank_is(&r->ranks[r->last_rank], rank, pid, tid))
+        return r->last_rank;
+    for (int i = 0; i < r->nranks; i++)
+        if (rank_is(&r->ranks[i], rank, pid, tid)) return r->last_rank = i;
+    if (diag_grow((void **)&r->ranks, &r->capranks, r->nranks + 1, sizeof(*r->ranks))) return -1;
     drank *k = &r->ranks[r->nranks];
     memset(k, 0, sizeof(*k));
     k->rank = rank;
@@ -340,7 +371,22 @@ static int rank_slot(diag_run *r, int rank, int pid, int tid)
     k->tid = tid;
     k->node = r->cur_node;
     dseries_init(&k->s_step, r->s_step_rate.width > 0 ? r->s_step_rate.width : 1.0);
+    r->last_rank = r->nranks;
+    r->ranks_indexed = 0; /* appended out of order until diag_index_ranks */
     return r->nranks++;
+}
+
+/* The index of stream (pid, tid) in *s (n of them), added when new; last:
+ * the previous row's (consecutive rows are often one stream's). */
+static int stream_of(int (**s)[2], int *cap, int *n, int last, int pid, int tid)
+{
+    if (last < *n && (*s)[last][0] == pid && (*s)[last][1] == tid) return last;
+    for (int i = 0; i < *n; i++)
+        if ((*s)[i][0] == pid && (*s)[i][1] == tid) return i;
+    if (diag_grow((void **)s, cap, *n + 1, sizeof(**s))) return last;
+    (*s)[*n][0] = pid;
+    (*s)[*n][1] = tid;
+    return (*n)++;
 }
 
 static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
@@ -374,8 +420,7 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
             dseries_init(&r->s_phase[p], width);
         r->first_end_s = r->last_end_s = r->first_start_s = NAN;
     }
-    int streams[DIAG_MAX_RANKS * 4][2];
-    int nstreams = 0;
+    int (*streams)[2] = NULL, capstreams = 0, nstreams = 0, last_stream = 0;
     while ((rc = csvr_next(&c)) == 1) {
         double start, dur, iv, v;
         if (!csvr_num(&c, c_start, &start) || !csvr_num(&c, c_dur, &dur)) continue;
@@ -426,14 +471,7 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         if (csvr_num(&c, c_tokens, &v)) r->tokens += v;
         dseries_add(&r->s_sample_rate, end, sm);
         dseries_add(&r->s_step_rate, end, 1);
-        int known_stream = 0;
-        for (int i = 0; i < nstreams; i++)
-            if (streams[i][0] == (int)pid && streams[i][1] == (int)tid) known_stream = 1;
-        if (!known_stream && nstreams < DIAG_MAX_RANKS * 4) {
-            streams[nstreams][0] = (int)pid;
-            streams[nstreams][1] = (int)tid;
-            nstreams++;
-        }
+        last_stream = stream_of(&streams, &capstreams, &nstreams, last_stream, (int)pid, (int)tid);
         /* The row through the collector's own aggregation: the report's
          * step figures are those summary.json has (one owner per figure). */
         agg_step s;
@@ -468,9 +506,14 @@ static int load_steps(diag_run *r, const char *path, char *err, size_t errlen)
         }
         /* the rank view's own extras (report_ranks.c): node, heatmap series */
         int k = rank_slot(r, (int)rank, (int)pid, (int)tid);
-        if (k >= 0) dseries_add(&r->ranks[k].s_step, end, iv / 1e6);
+        /* its own time: the step less its data and comm waits (synchronous
+         * training evens step times out; a straggler shows in its own time) */
+        double cw = 0, own = iv - (data > 0 ? data : 0);
+        if (csvr_num(&c, c_ph[PH_COMM], &cw) && cw > 0) own -= cw;
+        if (k >= 0) dseries_add(&r->ranks[k].s_step, end, (own > 0 ? own : 0) / 1e6);
     }
-    r->nstreams = nstreams;
+    r->nstreams += nstreams;
+    free(streams);
     csvr_close(&c);
     if (rc < 0) {
         msg(err, errlen, "%s: %s", path, tpf_strerror(rc));
@@ -554,10 +597,10 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
     /* per-GPU columns (core/metrics.c metric_gpu_table names): gpu<N>_util_pct
      * defines which GPUs exist; the dstat order below is G_UTIL .. G_ENERGY */
     enum { G_UTIL, G_MEM_UTIL, G_MEM_USED, G_TEMP, G_POWER, G_ENERGY, G_THROTTLE, G_MEM_TOTAL };
-    int gcol[DIAG_MAX_GPUS][8];
-    int gslot[DIAG_MAX_GPUS];
+    int gcol[DIAG_GPU_INDEX_MAX][8];
+    int gslot[DIAG_GPU_INDEX_MAX];
     int ng = 0;
-    for (int n = 0; n < 64 && ng < DIAG_MAX_GPUS; n++) {
+    for (int n = 0; n < DIAG_GPU_INDEX_MAX; n++) {
         char nm[48];
         snprintf(nm, sizeof(nm), "gpu%d_util_pct", n);
         int cu = csvr_col(&c, nm);
@@ -579,7 +622,7 @@ static int load_metrics(diag_run *r, const char *path, char *err, size_t errlen)
         int slot = -1;
         for (int i = 0; i < r->ngpu; i++)
             if (r->gpus[i].index == n) slot = i;
-        if (slot < 0 && r->ngpu < DIAG_MAX_GPUS) {
+        if (slot < 0 && !diag_grow((void **)&r->gpus, &r->capgpu, r->ngpu + 1, sizeof(*r->gpus))) {
             slot = r->ngpu++;
             r->gpus[slot].index = n;
             r->gpus[slot].mem_total = NAN;
@@ -681,7 +724,7 @@ static void other_proc(diag_run *r, int pid, const char *name, double cpu, int l
     while (i < r->noproc && r->oproc[i].pid != pid)
         i++;
     if (i == r->noproc) {
-        if (r->noproc == DIAG_MAX_OPROCS) return;
+        if (diag_grow((void **)&r->oproc, &r->capoproc, r->noproc + 1, sizeof(*r->oproc))) return;
         r->noproc++;
         r->oproc[i].pid = pid;
         snprintf(r->oproc[i].name, sizeof(r->oproc[i].name), "%s", name ? name : "");
@@ -789,6 +832,7 @@ static int load_alerts(diag_run *r, const char *path, char *err, size_t errlen)
         }
         const char *st = jr_pstr(d.root, "state");
         if (st && strcmp(st, "fired") == 0) r->nalerts_fired++;
+        if (r->nalerts == DIAG_MAX_ALERTS) r->nalerts_dropped++; /* said in ALERTS */
         if (r->nalerts < DIAG_MAX_ALERTS) {
             dalert *a = &r->alerts[r->nalerts++];
             a->t = jr_pnum(d.root, "t");
@@ -814,10 +858,28 @@ void diag_free(diag_run *r)
     jr_free(&r->run);
     jr_free(&r->summary);
     figs_free(&r->sf);
+    free(r->gpus);
+    free(r->oproc);
+    free(r->ranks);
+    free(r->nodes);
     free(r);
 }
 
+static int load_dir(const char *run_dir, int node_only, diag_run **out, char *err,
+                    size_t errlen);
+
 int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
+{
+    return load_dir(run_dir, 0, out, err, errlen);
+}
+
+int diag_load_node(const char *run_dir, diag_run **out, char *err, size_t errlen)
+{
+    return load_dir(run_dir, 1, out, err, errlen);
+}
+
+static int load_dir(const char *run_dir, int node_only, diag_run **out, char *err,
+                    size_t errlen)
 {
     char path[PATH_MAX + 32], e[400];
     *out = NULL;
@@ -849,6 +911,7 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     r->duration_s = r->start_unix_s = r->interval_s = NAN;
     r->events_dropped = r->trace_events = NAN;
     figs_init(&r->sf);
+    r->sf.max_groups = 0; /* a report's ranks: as many as the job has */
 
     int rc;
     snprintf(path, sizeof(path), "%s/run.json", r->dir);
@@ -900,7 +963,10 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     snprintf(path, sizeof(path), "%s/recovered.json", r->dir);
     r->recovered = access(path, F_OK) == 0; /* written by a recovery (record/recover.c) */
     snprintf(path, sizeof(path), "%s/steps.csv", r->dir);
-    if ((rc = load_steps(r, path, e, sizeof(e))) != 0) goto damaged;
+    if (node_only) /* the job's loader reads it into the job's run */
+        r->have_steps = access(path, F_OK) == 0;
+    else if ((rc = load_steps(r, path, e, sizeof(e))) != 0)
+        goto damaged;
     snprintf(path, sizeof(path), "%s/metrics.csv", r->dir);
     if ((rc = load_metrics(r, path, e, sizeof(e))) != 0) goto damaged;
     snprintf(path, sizeof(path), "%s/procs.csv", r->dir);
@@ -916,17 +982,78 @@ int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen)
     if (isnan(r->duration_s) && r->have_steps && !isnan(r->last_end_s))
         r->duration_s = r->last_end_s;
     double t0 = r->have_run ? jr_pnum(r->run.root, "start_mono_ns") / 1e9 : NAN;
-    dc_load_pyprof(&r->cause, r->dir, isnan(t0) ? 0 : t0);
-    lg_load(&r->gs, r->have_summary ? r->summary.root : NULL, r->dir);
-    rr_load_comm(r, r->dir);
-    rr_load_flops(r, r->dir);
+    if (!node_only) {
+        dc_load_pyprof(&r->cause, r->dir, isnan(t0) ? 0 : t0);
+        lg_load(&r->gs, r->have_summary ? r->summary.root : NULL, r->dir);
+        rr_load_comm(r, r->dir);
+        rr_load_flops(r, r->dir);
+    }
     unctrl_run(r);
+    diag_index_ranks(r);
     *out = r;
     return 0;
 damaged:
     msg(err, errlen, "damaged run directory: %s", e);
     diag_free(r);
     return rc == TPF_ENOMEM ? rc : TPF_EFORMAT;
+}
+
+/* rank order, rank-less entries last (in pid, tid order) */
+static int rank_order(const void *a, const void *b)
+{
+    const drank *x = a, *y = b;
+    unsigned rx = (unsigned)x->rank, ry = (unsigned)y->rank; /* -1 sorts last */
+    if (rx != ry) return (rx > ry) - (rx < ry);
+    if (x->pid != y->pid) return (x->pid > y->pid) - (x->pid < y->pid);
+    return (x->tid > y->tid) - (x->tid < y->tid);
+}
+
+void diag_index_ranks(diag_run *r)
+{
+    if (r->nranks > 1) qsort(r->ranks, (size_t)r->nranks, sizeof(*r->ranks), rank_order);
+    r->last_rank = 0;
+    r->ranks_indexed = 1;
+    for (int i = 0; i < r->nranks; i++) r->ranks[i].group = -1;
+    for (int g = 0; g < r->sf.ngroups; g++) {
+        drank *k = r->sf.groups[g]->rank >= 0
+                       ? (drank *)diag_find_rank(r, r->sf.groups[g]->rank)
+                       : NULL;
+        if (k) k->group = g;
+    }
+}
+
+const drank *diag_find_rank(const diag_run *r, int rank)
+{
+    if (rank < 0 || !r->ranks_indexed) { /* rank-less entries: the first (sorted last) */
+        for (int i = 0; i < r->nranks; i++)
+            if (r->ranks[i].rank == rank) return &r->ranks[i];
+        return NULL;
+    }
+    int lo = 0, hi = r->nranks - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        unsigned m = (unsigned)r->ranks[mid].rank;
+        if (m == (unsigned)rank) return &r->ranks[mid];
+        if (m < (unsigned)rank)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return NULL;
+}
+
+const agg_group *diag_rank_group(const diag_run *r, int rank)
+{
+    const drank *k = diag_find_rank(r, rank);
+    if (rank >= 0 && k && r->ranks_indexed) return k->group >= 0 ? r->sf.groups[k->group] : NULL;
+    for (int i = 0; i < r->sf.ngroups; i++)
+        if (r->sf.groups[i]->rank == rank) return r->sf.groups[i];
+    return NULL;
+}
+
+int diag_gpus_listed(const diag_run *r)
+{
+    return r->all_ranks || r->ngpu <= DIAG_LIST_GPUS ? r->ngpu : DIAG_LIST_GPUS;
 }
 
 int diag_load_node_steps(diag_run *r, const char *run_dir, double offset_s, char *err,

@@ -21,10 +21,10 @@
 
 #define DIAG_SERIES_CAP 240 /* points per chart series */
 #define DIAG_HIST_BINS 1200 /* log-spaced, 2% apart: 1 us .. ~3e4 s */
-#define DIAG_MAX_RANKS 64
-#define DIAG_MAX_OPROCS 32
-#define DIAG_MAX_GPUS 16
 #define DIAG_MAX_ALERTS 200
+#define DIAG_GPU_INDEX_MAX 256 /* metrics.csv gpu<N>_ columns looked for, N below this */
+#define DIAG_CHART_GPUS 16
+#define DIAG_LIST_GPUS 16  /* GPUs listed in the GPU sections unless --all-ranks (the rest said) */ /* GPUs drawn in one html chart (the rest said, not drawn) */
 
 /* Streaming statistics of one value; n == 0 means unknown. */
 typedef struct dstat {
@@ -65,6 +65,7 @@ typedef struct drank {
     int rank; /* -1: none */
     int pid, tid;
     int node;              /* index of its run directory in a many-node report */
+    int group;             /* its step figures: index in sf.groups, -1 none (diag_index_ranks) */
     char top_op[32];       /* its most frequent collective (comm/), "" unknown */
     double comm_bytes, comm_ops, comm_busbw_sum, comm_busbw_n;
     double comm_busy_ns;   /* time with a collective in flight (union of ops), warm steps */
@@ -74,11 +75,10 @@ typedef struct drank {
     double flops_at_ns;    /* that step's interval (slowed by counting), 0 unknown */
     char flops_src[16];    /* "counted" or "declared" */
     char peak_src[160];    /* where the peak comes from, or why there is none */
-    dseries s_step;        /* step time (ms) over time: the html heatmap */
+    dseries s_step;        /* own time (ms: step less data and comm waits) over time: the html heatmap */
 } drank;
 
-#define DIAG_MAX_NODES 16
-#define DIAG_MAX_COMM_OPS 16
+#define DIAG_MAX_COMM_OPS 64 /* kinds of collective (the hooks know about 20) */
 
 /* One kind of collective over the run (comm/ops-*.csv). */
 typedef struct dcommop {
@@ -100,6 +100,7 @@ typedef struct dnode {
 
 typedef struct dgpu {
     int index;
+    int node; /* its run directory in a many-node report */
     char name[96];
     double mem_total; /* bytes, NAN unknown */
     dstat util, mem_util, mem_used, temp, power, energy;
@@ -111,6 +112,7 @@ typedef struct dgpu {
 
 typedef struct dalert {
     double t;
+    int node; /* its run directory in a many-node report */
     char rule[48];
     char state[12];
     char severity[12];
@@ -177,8 +179,8 @@ typedef struct diag_run {
     double swap_first;
     dseries s_cpu, s_tree_cpu, s_main_cpu, s_mem_used_pct, s_tree_rss, s_data_wait_share,
         s_metric_sample_rate;
-    int ngpu;
-    dgpu gpus[DIAG_MAX_GPUS];
+    int ngpu, capgpu;
+    dgpu *gpus; /* grown as GPUs appear (run.json, metrics.csv, each node's) */
 
     /* procs.csv */
     int root_pid;
@@ -192,15 +194,15 @@ typedef struct diag_run {
     /* the non-root processes: their CPU (% of one core) summed over their
      * samples, the sample count, and whether any sample named the process
      * a DataLoader worker */
-    int noproc;
-    struct {
+    int noproc, capoproc;
+    struct doproc {
         int pid, loader;
         char name[32];
         double cpu_sum, n;
-    } oproc[DIAG_MAX_OPROCS];
+    } *oproc; /* grown as processes appear */
 
     /* alerts.jsonl */
-    int nalerts, nalerts_fired;
+    int nalerts, nalerts_fired, nalerts_dropped;
     dalert alerts[DIAG_MAX_ALERTS];
 
     /* summary.json extras */
@@ -215,13 +217,17 @@ typedef struct diag_run {
     dgpu_steps gs; /* GPU records joined to the steps (load_gpu.h) */
     dcause cause; /* pyprof/ and the sched columns (load_pyprof.h) */
     /* ranks, comm/ and many nodes (report_ranks.c) */
-    int nranks;
-    drank ranks[DIAG_MAX_RANKS];
+    int nranks, capranks;
+    drank *ranks;          /* grown as ranks appear: one summary each, no step table */
+    int last_rank;         /* the slot the last steps.csv row went to */
+    int ranks_indexed;     /* ranks sorted by rank, groups found (diag_index_ranks) */
+    int all_ranks;         /* every rank's row in text/md/html (report --all-ranks) */
     int have_comm;
     int ncommops;
+    double commops_dropped; /* rows of collectives past DIAG_MAX_COMM_OPS kinds */
     dcommop commops[DIAG_MAX_COMM_OPS];
-    int nnodes;            /* 0 or 1: one run directory */
-    dnode nodes[DIAG_MAX_NODES];
+    int nnodes, capnodes;  /* 0 or 1: one run directory */
+    dnode *nodes;          /* grown as run directories are added */
     int cur_node;          /* node being loaded */
     double cur_offset_s;   /* its clock offset */
 
@@ -261,12 +267,31 @@ const char *diag_fmt_exit(const diag_run *r, char *o, size_t n);
  * diag_free. */
 int diag_load(const char *run_dir, diag_run **out, char *err, size_t errlen);
 void diag_free(diag_run *r);
+/* As diag_load, for a further node of a job: run.json, summary.json,
+ * metrics.csv, procs.csv and alerts.jsonl only (its steps.csv, comm/ and
+ * flops/ are read into the job's run by rr_load_job). */
+int diag_load_node(const char *run_dir, diag_run **out, char *err, size_t errlen);
 /* Add another node's run directory to r (a many-node job): its steps.csv,
  * with its clock shifted by offset_s, as node r->cur_node. */
 int diag_load_node_steps(diag_run *r, const char *run_dir, double offset_s, char *err,
                          size_t errlen);
 
+/* Make room for need elements of size sz in *arr (capacity *cap, doubled):
+ * 0, or TPF_ENOMEM with *arr untouched. New room is zeroed. */
+int diag_grow(void **arr, int *cap, int need, size_t sz);
+
+/* Sort r->ranks by rank (rank-less ones last) and link each to its step
+ * figures, for diag_find_rank and diag_rank_group; done by diag_load and
+ * again once a job's nodes are added. */
+void diag_index_ranks(diag_run *r);
+const drank *diag_find_rank(const diag_run *r, int rank);      /* NULL: none */
+const agg_group *diag_rank_group(const diag_run *r, int rank); /* NULL: none */
+
+/* How many GPUs the GPU sections list (DIAG_LIST_GPUS unless all_ranks). */
+int diag_gpus_listed(const diag_run *r);
+
 /* Helpers shared with the report and compare. */
+double diag_median(double *v, int n); /* sorts v; NAN when n < 1 */
 double dstat_mean(const dstat *s);
 double dhist_quantile(const dhist *h, double q);
 int dseries_value(const dseries *s, int k, double *t, double *v); /* 1 when bucket k has data */

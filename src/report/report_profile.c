@@ -117,12 +117,14 @@ void report_html_profile(buf *b, const diag_run *r)
     }
     free(top);
     /* the flame graph of every node's stacks (one run directory, or a job's) */
-    const char *dirs[DIAG_MAX_NODES];
+    const char **dirs = malloc((size_t)(r->nnodes > 1 ? r->nnodes : 1) * sizeof(*dirs));
+    if (!dirs) return;
     int nd = 0;
-    for (int i = 0; i < r->nnodes && nd < DIAG_MAX_NODES; i++)
+    for (int i = 0; i < r->nnodes; i++)
         dirs[nd++] = r->nodes[i].dir;
     if (nd == 0) dirs[nd++] = r->dir;
     flame_set fs;
     if (flame_load(&fs, dirs, nd) == 0) flame_html(&fs, b);
     flame_free(&fs);
+    free(dirs);
 }

@@ -4,6 +4,7 @@
  * reported as one, their clocks aligned on the completion of the same
  * collectives). The writers call in here with one line each. */
 #include <dirent.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,14 +37,17 @@ static int by_rank(const void *a, const void *b)
     return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
-/* The ranked entries in rank order; returns how many. */
-static int sorted_ranks(const diag_run *r, const drank **out)
+/* The ranked entries in rank order (malloc'd, freed by the caller; NULL
+ * only when out of memory, *n 0 then). */
+static const drank **sorted_ranks(const diag_run *r, int *n)
 {
-    int n = 0;
+    *n = 0;
+    const drank **out = malloc((size_t)(r->nranks > 0 ? r->nranks : 1) * sizeof(*out));
+    if (!out) return NULL;
     for (int i = 0; i < r->nranks; i++)
-        if (r->ranks[i].rank >= 0) out[n++] = &r->ranks[i];
-    qsort(out, (size_t)n, sizeof(*out), by_rank);
-    return n;
+        if (r->ranks[i].rank >= 0) out[(*n)++] = &r->ranks[i];
+    qsort(out, (size_t)*n, sizeof(*out), by_rank);
+    return out;
 }
 
 typedef struct rrow {
@@ -72,16 +76,12 @@ static const cmp_col cmp_cols[] = {
  * NULL when the run has none. */
 static const agg_group *group_of_rank(const diag_run *r, int rank)
 {
-    for (int i = 0; i < r->sf.ngroups; i++)
-        if (r->sf.groups[i]->rank == rank) return r->sf.groups[i];
-    return NULL;
+    return diag_rank_group(r, rank);
 }
 
 static const drank *find_rank(const diag_run *x, int rank)
 {
-    for (int i = 0; i < x->nranks; i++)
-        if (x->ranks[i].rank == rank) return &x->ranks[i];
-    return NULL;
+    return diag_find_rank(x, rank);
 }
 
 /* The step figures of a group (a rank's, or a node's ranks merged): per
@@ -154,6 +154,7 @@ void rr_job_figures(const diag_run *r, rr_job *j)
             peak += k->peak_flops;
         }
     }
+    j->nodes = r->nnodes > 1 ? r->nnodes : 1;
     j->flops_per_s = j->flops_ranks ? fps : NAN;
     j->mfu = peak > 0 ? used / peak : NAN;
 }
@@ -171,6 +172,7 @@ static const jw_field job_fields[] = {
     JW_FIELD(INT, "flops_ranks", rr_job, flops_ranks), /* JOB_FLOPS_COUNTS */
     JW_FIELD(INT, "mfu_ranks", rr_job, mfu_ranks),
     JW_FIELD(STRZ, "peak_source", rr_job, peak_src),
+    JW_FIELD(INT, "nodes", rr_job, nodes),
 };
 #define JOB_FLOPS (job_fields + 3), 2
 #define JOB_FLOPS_COUNTS (job_fields + 6), 3
@@ -253,6 +255,7 @@ static void fig_begin(tbl *t, buf *b, int fmt, const tbl_col *cols, int n)
 /* A rank's line: its figures (rank_row), where it ran, what it sent and its
  * model FLOPs. */
 typedef struct rline {
+    const char *label; /* the distribution table's row name; the worst table's why */
     int rank, node;
     rrow x;
     double comm_bytes;
@@ -354,14 +357,23 @@ static const char *tflops_or_dash(char *o, size_t n, double v)
 
 /* ---- the straggler ----------------------------------------------------------- */
 
+static int straggler_of(const diag_run *r, const drank *const *k, int n, rrow *row, rr_strag *s);
+
 int rr_straggler(const diag_run *r, rr_strag *s)
 {
     memset(s, 0, sizeof(*s));
     s->rank = -1;
-    const drank *k[DIAG_MAX_RANKS];
-    int n = sorted_ranks(r, k);
-    if (n < 2) return 0;
-    rrow row[DIAG_MAX_RANKS];
+    int n;
+    const drank **k = sorted_ranks(r, &n);
+    rrow *row = n >= 2 ? malloc((size_t)n * sizeof(*row)) : NULL;
+    int rc = row ? straggler_of(r, k, n, row, s) : 0;
+    free(row);
+    free(k);
+    return rc;
+}
+
+static int straggler_of(const diag_run *r, const drank *const *k, int n, rrow *row, rr_strag *s)
+{
     int least = -1;
     double any_comm = 0;
     for (int i = 0; i < n; i++) {
@@ -594,19 +606,43 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* 1 with why in err when one run directory is among dirs twice (its ranks
+ * would count twice); 0 otherwise, or when that cannot be told. */
+static int same_dir_twice(char *const *dirs, int n, char *err, size_t errlen)
+{
+    char **real = calloc((size_t)(n > 0 ? n : 1), sizeof(*real));
+    int twice = 0;
+    for (int i = 0; real && i < n; i++) real[i] = realpath(dirs[i], NULL);
+    if (real) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (real[i]) real[m++] = real[i];
+        qsort(real, (size_t)m, sizeof(*real), cmp_str);
+        for (int i = 1; i < m && !twice; i++)
+            if (strcmp(real[i - 1], real[i]) == 0) {
+                twice = 1;
+                if (err && errlen)
+                    snprintf(err, errlen, "%s is given twice: each node's run directory once",
+                             real[i]);
+            }
+        for (int i = 0; i < m; i++) free(real[i]);
+    }
+    free(real);
+    return twice;
+}
+
 int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char *err,
                    size_t errlen)
 {
     *out = NULL;
     *nout = 0;
-    char **v = calloc(DIAG_MAX_NODES, sizeof(*v));
-    if (!v) return TPF_ENOMEM;
-    int n = 0;
+    char **v = NULL;
+    int n = 0, cap = 0;
     for (int i = 0; i < nin; i++) {
         int run = has_file(in[i], "run.json") || has_file(in[i], "steps.csv");
         DIR *d = run ? NULL : opendir(in[i]);
         if (!d) {
-            if (n >= DIAG_MAX_NODES) goto too_many;
+            if (diag_grow((void **)&v, &cap, n + 1, sizeof(*v))) goto nomem;
             v[n] = strdup(in[i]);
             if (!v[n++]) goto nomem;
             continue;
@@ -619,9 +655,9 @@ int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char 
             char p[1200];
             snprintf(p, sizeof(p), "%.900s/%.255s", in[i], de->d_name);
             if (!has_file(p, "run.json") && !has_file(p, "steps.csv")) continue;
-            if (n >= DIAG_MAX_NODES) {
+            if (diag_grow((void **)&v, &cap, n + 1, sizeof(*v))) {
                 closedir(d);
-                goto too_many;
+                goto nomem;
             }
             v[n] = strdup(p);
             if (!v[n++]) {
@@ -631,21 +667,20 @@ int rr_expand_dirs(const char *const *in, int nin, char ***out, int *nout, char 
         }
         closedir(d);
         if (n == first) { /* neither: let the loader say what is wrong */
+            if (diag_grow((void **)&v, &cap, n + 1, sizeof(*v))) goto nomem;
             v[n] = strdup(in[i]);
             if (!v[n++]) goto nomem;
         }
         qsort(v + first, (size_t)(n - first), sizeof(*v), cmp_str);
     }
+    if (same_dir_twice(v, n, err, errlen)) {
+        for (int i = 0; i < n; i++) free(v[i]);
+        free(v);
+        return TPF_EINVAL;
+    }
     *out = v;
     *nout = n;
     return 0;
-too_many:
-    if (err && errlen)
-        snprintf(err, errlen, "more than %d run directories: report at most %d nodes at once",
-                 DIAG_MAX_NODES, DIAG_MAX_NODES);
-    for (int i = 0; i < n; i++) free(v[i]);
-    free(v);
-    return TPF_EINVAL;
 nomem:
     for (int i = 0; i < n; i++) free(v[i]);
     free(v);
@@ -763,6 +798,43 @@ static void node_from(dnode *nd, const diag_run *x, const char *dir)
     nd->align_err_s = NAN;
 }
 
+/* Node x's alerts into the job's r, on node 0's clock (at most
+ * DIAG_MAX_ALERTS in all; the rest counted, said in ALERTS). */
+static void add_alerts(diag_run *r, const diag_run *x, double offset_s)
+{
+    for (int a = 0; a < x->nalerts; a++) {
+        if (r->nalerts == DIAG_MAX_ALERTS) {
+            r->nalerts_dropped++;
+            continue;
+        }
+        r->alerts[r->nalerts] = x->alerts[a];
+        r->alerts[r->nalerts].t += offset_s;
+        r->alerts[r->nalerts++].node = r->nnodes;
+    }
+    r->nalerts_dropped += x->nalerts_dropped;
+    r->nalerts_fired += x->nalerts_fired;
+}
+
+static int by_time(const void *a, const void *b)
+{
+    const dalert *x = a, *y = b;
+    return (x->t > y->t) - (x->t < y->t);
+}
+
+/* A job's alerts in time order, each saying its node. */
+static void job_alerts(diag_run *r)
+{
+    qsort(r->alerts, (size_t)r->nalerts, sizeof(*r->alerts), by_time);
+    for (int i = 0; i < r->nalerts; i++) {
+        dalert *a = &r->alerts[i];
+        char m[sizeof(a->message)];
+        const dnode *nd = &r->nodes[a->node];
+        snprintf(m, sizeof(m), "node %d (%s): %s", a->node, nd->host[0] ? nd->host : "?",
+                 a->message);
+        memcpy(a->message, m, sizeof(m));
+    }
+}
+
 int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char *err,
                 size_t errlen)
 {
@@ -774,15 +846,19 @@ int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char
         *out = r;
         return 0;
     }
+    if (diag_grow((void **)&r->nodes, &r->capnodes, n, sizeof(*r->nodes))) {
+        diag_free(r);
+        return TPF_ENOMEM;
+    }
     r->nnodes = 1;
     node_from(&r->nodes[0], r, dirs[0]);
     r->nodes[0].align_err_s = 0;
     aend *a0;
     int n0 = node_ends(dirs[0], &a0);
     double start0 = r->start_unix_s, dur0 = r->duration_s;
-    for (int i = 1; i < n && r->nnodes < DIAG_MAX_NODES; i++) {
+    for (int i = 1; i < n; i++) {
         diag_run *x;
-        rc = diag_load(dirs[i], &x, err, errlen);
+        rc = diag_load_node(dirs[i], &x, err, errlen);
         char why[700];
         if (!rc && !as_job && !same_job(r, start0, dur0, dirs[0], x, dirs[i], why, sizeof(why))) {
             if (err && errlen)
@@ -806,7 +882,12 @@ int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char
         align(nd, a0, n0, dirs[i]);
         if (isfinite(x->duration_s) && x->duration_s + nd->offset_s > r->duration_s)
             r->duration_s = x->duration_s + nd->offset_s;
-        for (int g = 0; g < x->ngpu && r->ngpu < DIAG_MAX_GPUS; g++) r->gpus[r->ngpu++] = x->gpus[g];
+        add_alerts(r, x, nd->offset_s);
+        if (x->ngpu && !diag_grow((void **)&r->gpus, &r->capgpu, r->ngpu + x->ngpu, sizeof(*r->gpus)))
+            for (int g = 0; g < x->ngpu; g++) {
+                r->gpus[r->ngpu] = x->gpus[g];
+                r->gpus[r->ngpu++].node = r->nnodes;
+            }
         diag_free(x);
         r->cur_node = r->nnodes++;
         r->cur_offset_s = nd->offset_s;
@@ -820,13 +901,182 @@ int rr_load_job(const char *const *dirs, int n, int as_job, diag_run **out, char
         }
         rr_load_comm(r, dirs[i]);
         rr_load_flops(r, dirs[i]);
+        nd->nranks = 0; /* its ranks, as read into the job */
+        for (int k = 0; k < r->nranks; k++)
+            nd->nranks += r->ranks[k].node == r->cur_node && r->ranks[k].rank >= 0;
     }
     free(a0);
     r->cur_node = 0;
     r->cur_offset_s = 0;
+    diag_index_ranks(r);
+    job_alerts(r);
     snprintf(r->name, sizeof(r->name), "job of %d nodes (%s, ...)", r->nnodes, r->nodes[0].host);
     *out = r;
     return 0;
+}
+
+/* ---- slow nodes and links ---------------------------------------------------- */
+
+/* Per node: the mean over its ranks (with warm steps) of their comm wait,
+ * data wait and compute a step, the least and most comm wait of a rank on
+ * it, and how many ranks; malloc'd, r->nnodes of them. */
+typedef struct nodeagg {
+    int ranks;
+    double comm, data, compute, comm_min, comm_max, busbw_sum, busbw_n;
+} nodeagg;
+
+static nodeagg *node_aggs(const diag_run *r)
+{
+    if (r->nnodes < 2) return NULL;
+    nodeagg *a = calloc((size_t)r->nnodes, sizeof(*a));
+    for (int i = 0; a && i < r->nranks; i++) {
+        const drank *k = &r->ranks[i];
+        if (k->rank < 0 || k->node < 0 || k->node >= r->nnodes) continue;
+        nodeagg *x = &a[k->node];
+        if (k->comm_busbw_n > 0) x->busbw_sum += k->comm_busbw_sum / k->comm_busbw_n, x->busbw_n++;
+        rrow w;
+        rank_row(r, k->rank, &w);
+        if (!(w.warm >= 3) || !isfinite(w.comm)) continue;
+        if (!x->ranks || w.comm < x->comm_min) x->comm_min = w.comm;
+        if (!x->ranks || w.comm > x->comm_max) x->comm_max = w.comm;
+        x->ranks++;
+        x->comm += w.comm;
+        x->data += w.data;
+        x->compute += w.compute;
+    }
+    for (int i = 0; a && i < r->nnodes; i++)
+        if (a[i].ranks) a[i].comm /= a[i].ranks, a[i].data /= a[i].ranks, a[i].compute /= a[i].ranks;
+    return a;
+}
+
+int rr_slow_node(const diag_run *r, rr_slow_node_t *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->node = -1;
+    nodeagg *a = node_aggs(r);
+    if (!a) return 0;
+    int least = -1, n = 0;
+    double ow = 0, od = 0, oc = 0, step = 0;
+    for (int i = 0; i < r->nnodes; i++) {
+        if (!a[i].ranks) continue;
+        n++;
+        if (least < 0 || a[i].comm < a[least].comm) least = i;
+    }
+    for (int i = 0; n >= 2 && i < r->nnodes; i++) {
+        if (!a[i].ranks) continue;
+        step += (a[i].comm + a[i].data + a[i].compute) / n;
+        if (i == least) continue;
+        ow += a[i].comm / (n - 1), od += a[i].data / (n - 1), oc += a[i].compute / (n - 1);
+    }
+    int found = 0;
+    if (n >= 2 && a[least].ranks >= 2) {
+        const nodeagg *l = &a[least];
+        s->node = least;
+        s->ranks = l->ranks;
+        s->host = r->nodes[least].host[0] ? r->nodes[least].host : NULL;
+        s->gap_ms = ow - l->comm;
+        s->others_wait_ms = ow;
+        s->own_wait_ms = l->comm;
+        s->step_ms = step;
+        s->share = step > 0 ? s->gap_ms / step : NAN;
+        s->extra_data_ms = l->data - od;
+        s->extra_compute_ms = l->compute - oc;
+        s->where = s->extra_data_ms >= 0.5 * s->gap_ms ? "data loader" : "step";
+        /* as for a rank: the gap is the node's own time, it stands alone
+         * among the nodes, and every rank of it waits little (one slow rank
+         * on a node is that rank's straggling, not the node's) */
+        double next = INFINITY;
+        for (int i = 0; i < r->nnodes; i++)
+            if (i != least && a[i].ranks && a[i].comm < next) next = a[i].comm;
+        found = s->share >= RR_STRAGGLER_SHARE &&
+                s->extra_data_ms + s->extra_compute_ms >= 0.5 * s->gap_ms &&
+                next - l->comm >= 0.5 * s->gap_ms && l->comm_max <= ow - 0.5 * s->gap_ms;
+    }
+    free(a);
+    return found;
+}
+
+int rr_slow_link(const diag_run *r, rr_slow_link_t *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->node = -1;
+    nodeagg *a = node_aggs(r);
+    if (!a) return 0;
+    double *bw = malloc((size_t)r->nnodes * sizeof(*bw));
+    int n = 0, low = -1;
+    for (int i = 0; bw && i < r->nnodes; i++) {
+        if (!(a[i].busbw_n > 0)) continue;
+        double v = a[i].busbw_sum / a[i].busbw_n;
+        bw[n++] = v;
+        if (low < 0 || v < a[low].busbw_sum / a[low].busbw_n) low = i;
+    }
+    int found = 0;
+    if (n >= 3) {
+        double lv = a[low].busbw_sum / a[low].busbw_n;
+        double med = diag_median(bw, n); /* sorted: bw[1] is the next lowest */
+        s->node = low;
+        s->host = r->nodes[low].host[0] ? r->nodes[low].host : NULL;
+        s->busbw_bps = lv;
+        s->median_busbw_bps = med;
+        s->ratio = lv > 0 ? med / lv : NAN;
+        /* far below the median, and alone there (the next node is not as slow) */
+        found = s->ratio >= RR_SLOW_LINK_RATIO && bw[1] >= lv * (1 + (s->ratio - 1) / 2);
+    }
+    free(bw);
+    free(a);
+    return found;
+}
+
+static void slow_node_words(const rr_slow_node_t *s, buf *b)
+{
+    buf_printf(b, "node %d (%s) holds the others back: the other nodes' ranks wait %.1f ms a step "
+                  "in collectives, its %d ranks %.1f ms; they spend it in their own %s (%s +%.1f "
+                  "ms a step)",
+               s->node, s->host ? s->host : "?", s->others_wait_ms, s->ranks, s->own_wait_ms,
+               s->where, s->extra_data_ms >= 0.5 * s->gap_ms ? "data wait" : "compute",
+               s->extra_data_ms >= 0.5 * s->gap_ms ? s->extra_data_ms : s->extra_compute_ms);
+}
+
+static void slow_link_words(const rr_slow_link_t *s, buf *b)
+{
+    char x[32], y[32];
+    human_bytes(x, sizeof(x), s->busbw_bps);
+    human_bytes(y, sizeof(y), s->median_busbw_bps);
+    buf_printf(b, "node %d (%s): its ranks' collectives move %s/s bus bandwidth, the nodes' median "
+                  "%s/s (%.1fx slower): look at its network link",
+               s->node, s->host ? s->host : "?", x, y, s->ratio);
+}
+
+/* The slow node and slow link lines of text, md or html (nothing when none). */
+static void slow_lines(const diag_run *r, buf *b, int fmt)
+{
+    rr_slow_node_t sn;
+    rr_slow_link_t sl;
+    buf w;
+    buf_init(&w, 1024);
+    for (int which = 0; which < 2; which++) {
+        buf_reset(&w);
+        if (which == 0 && rr_slow_node(r, &sn))
+            slow_node_words(&sn, &w);
+        else if (which == 1 && rr_slow_link(r, &sl))
+            slow_link_words(&sl, &w);
+        else
+            continue;
+        const char *what = which ? "slow link" : "slow node";
+        if (fmt == TBL_HTML) {
+            buf_printf(b, "<p><b>%c%s</b>: ", what[0] - 32, what + 1);
+            report_html_esc(b, w.data ? w.data : "");
+            buf_puts(b, ".</p>\n");
+        } else if (fmt == TBL_MD) {
+            buf_printf(b, "\n**%c%s**: ", what[0] - 32, what + 1);
+            const char *cell[] = {w.data ? w.data : ""};
+            tbl_cells(b, TBL_MD, cell, 1);
+            buf_puts(b, ".\n");
+        } else {
+            buf_printf(b, "  %s: %s\n", what, w.data ? w.data : "");
+        }
+    }
+    buf_free(&w);
 }
 
 /* ---- text ------------------------------------------------------------------- */
@@ -881,8 +1131,13 @@ static void comm_section(const diag_run *r, buf *b, int fmt, int color)
         tbl_row(&t, cells, TBL_PLAIN);
     }
     tbl_end(&t);
-    rr_overlap_t ov;
     int html = fmt == TBL_HTML;
+    if (r->commops_dropped > 0)
+        buf_printf(b, html ? "<p>%.0f collectives of kinds past the first %d not in this table.</p>\n"
+                   : md ? "\n%.0f collectives of kinds past the first %d not in this table.\n"
+                        : "  (%.0f collectives of kinds past the first %d not in this table)\n",
+                   r->commops_dropped, DIAG_MAX_COMM_OPS);
+    rr_overlap_t ov;
     if (rr_overlap(r, &ov))
         buf_printf(b, html ? "<p>Per rank and step: collectives in flight %.1f ms, exposed (waited "
                              "on) %.1f ms, overlapped with compute %.1f ms.</p>\n"
@@ -943,8 +1198,143 @@ static void job_words_esc(const diag_run *r, buf *b, int fmt)
     buf_free(&w);
 }
 
+/* The distribution of the rows' figures over ranks or nodes: p50, p90 and
+ * max of every numeric column with a heading, as rows of the same table
+ * (n rows of sz bytes; label_off: the row's label member). */
+static void dist_table(buf *b, int fmt, const fig_col *cols, int nc, const void *rows, size_t sz,
+                       int n, const char *what)
+{
+    fig_col dc[FIG_MAX_COLS];
+    int ndc = 0;
+    dc[ndc++] = (fig_col)FIG_COL(what, 6, 0, TEXT, NULL, 1, PSTR, NULL, rline, label);
+    for (int i = 0; i < nc && ndc < FIG_MAX_COLS; i++)
+        if (cols[i].c.head && cols[i].f.type == JWF_DBL && cols[i].kind != FC_TEXT)
+            dc[ndc++] = cols[i];
+    tbl_col tc[FIG_MAX_COLS];
+    int ntc = fig_heads(dc, ndc, tc);
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(*v));
+    char *row = calloc(1, sz);
+    if (!v || !row) goto out;
+    tbl t;
+    fig_begin(&t, b, fmt, tc, ntc);
+    static const struct {
+        const char *name;
+        double q;
+    } qs[] = {{"p50", 0.5}, {"p90", 0.9}, {"max", 1.0}};
+    for (size_t q = 0; q < sizeof(qs) / sizeof(qs[0]); q++) {
+        *(const char **)row = qs[q].name; /* label: the first member of rline and nrow */
+        for (int c = 1; c < ndc; c++) {
+            int m = 0;
+            for (int i = 0; i < n; i++) {
+                double x = *(const double *)((const char *)rows + (size_t)i * sz + dc[c].f.off);
+                if (isfinite(x)) v[m++] = x;
+            }
+            double *dst = (double *)(row + dc[c].f.off);
+            diag_median(v, m); /* sorts */
+            int at = m ? (int)ceil(qs[q].q * m) - 1 : 0;
+            *dst = m ? v[at < 0 ? 0 : at] : NAN;
+        }
+        fig_row(&t, dc, ndc, row);
+    }
+    tbl_end(&t);
+out:
+    free(v);
+    free(row);
+}
+
+/* The worst ranks, each once with every reason it is among them. */
+#define RR_WORST 6
+static void worst_add(int *pick, const char **why, char (*wb)[96], int *n, int i, const char *w)
+{
+    for (int j = 0; j < *n; j++)
+        if (pick[j] == i) {
+            size_t l = strlen(wb[j]);
+            snprintf(wb[j] + l, sizeof(wb[j]) - l, "; %s", w);
+            return;
+        }
+    if (*n >= RR_WORST || i < 0) return;
+    pick[*n] = i;
+    snprintf(wb[*n], sizeof(wb[*n]), "%s", w);
+    why[*n] = wb[*n];
+    (*n)++;
+}
+
+/* The index in rows (n of them) of the highest (sign 1) or lowest (-1)
+ * double at off; -1 when none is known. */
+static int extreme(const void *rows, size_t sz, int n, size_t off, int sign)
+{
+    int best = -1;
+    double bv = 0;
+    for (int i = 0; i < n; i++) {
+        double x = *(const double *)((const char *)rows + (size_t)i * sz + off);
+        if (isfinite(x) && (best < 0 || sign * x > sign * bv)) best = i, bv = x;
+    }
+    return best;
+}
+
+static const fig_col why_col[] = {
+    FIG_COL("why among the worst", 0, TBL_GAP, TEXT, NULL, 1, PSTR, NULL, rline, label),
+};
+
+static void worst_ranks(const diag_run *r, const drank *const *k, int n, const rline *x, buf *b,
+                        int fmt)
+{
+    int pick[RR_WORST], np = 0;
+    const char *why[RR_WORST];
+    char wb[RR_WORST][96];
+    rr_strag st;
+    if (rr_straggler(r, &st))
+        for (int i = 0; i < n; i++)
+            if (k[i]->rank == st.rank) worst_add(pick, why, wb, &np, i, "straggler");
+    size_t sz = sizeof(*x);
+    worst_add(pick, why, wb, &np, extreme(x, sz, n, offsetof(rline, x.comm), -1), "least comm wait");
+    worst_add(pick, why, wb, &np, extreme(x, sz, n, offsetof(rline, x.compute), 1), "most compute");
+    worst_add(pick, why, wb, &np, extreme(x, sz, n, offsetof(rline, x.data), 1), "slowest data");
+    worst_add(pick, why, wb, &np, extreme(x, sz, n, offsetof(rline, x.comm), 1), "most exposed comm");
+    worst_add(pick, why, wb, &np, extreme(x, sz, n, offsetof(rline, x.p95), 1), "slowest steps (p95)");
+    fig_col c[FIG_MAX_COLS];
+    int nc = 0;
+    for (int i = 0; i < FIG_NCOLS(rank_cols) && nc < FIG_MAX_COLS - 1; i++) c[nc++] = rank_cols[i];
+    c[nc++] = why_col[0];
+    tbl_col tc[FIG_MAX_COLS];
+    int ntc = fig_heads(c, nc, tc);
+    tbl t;
+    fig_begin(&t, b, fmt, tc, ntc);
+    for (int j = 0; j < np; j++) {
+        rline y = x[pick[j]];
+        y.label = why[j];
+        fig_row(&t, c, nc, &y);
+    }
+    tbl_end(&t);
+}
+
+/* More ranks than RR_TABLE_ROWS: their distribution, then the worst. */
+static void ranks_summary(const diag_run *r, const drank *const *k, int n, buf *b, int fmt)
+{
+    rline *x = calloc((size_t)(n > 0 ? n : 1), sizeof(*x));
+    if (!x) return;
+    for (int i = 0; i < n; i++) rank_line(r, k[i], &x[i]);
+    dist_table(b, fmt, rank_cols, FIG_NCOLS(rank_cols), x, sizeof(*x), n, "ranks");
+    buf_puts(b, fmt == TBL_HTML ? "<p>The worst ranks:</p>\n"
+                : fmt == TBL_MD ? "\nThe worst ranks:\n"
+                                : "  the worst ranks:\n");
+    worst_ranks(r, k, n, x, b, fmt);
+    buf_printf(b, fmt == TBL_HTML ? "<p>Every rank: <code>trainperf report --all-ranks</code>, or "
+                                    "the JSON report.</p>\n"
+                  : fmt == TBL_MD ? "\nEvery rank: `trainperf report --all-ranks`, or the JSON "
+                                    "report.\n"
+                                  : "  (p50/p90/max over the %d ranks; every rank: --all-ranks, or "
+                                    "--format json)\n",
+               n);
+    free(x);
+}
+
 static void ranks_table(const diag_run *r, const drank *const *k, int n, buf *b, int fmt)
 {
+    if (n > RR_TABLE_ROWS && !r->all_ranks) {
+        ranks_summary(r, k, n, b, fmt);
+        return;
+    }
     tbl_col cols[FIG_MAX_COLS];
     int nc = fig_heads(rank_cols, FIG_NCOLS(rank_cols), cols);
     if (fmt == TBL_TEXT) cols[RANK_COMPUTE].head = "compute";
@@ -961,12 +1351,13 @@ static void ranks_table(const diag_run *r, const drank *const *k, int n, buf *b,
 /* A node's figures: its ranks' step figures merged (figs groups, as the job's
  * are), its run's resources and where its clock sits on node 0's. */
 typedef struct nrow {
+    const char *label; /* the distribution table's row name */
     int node, ranks, cpus;
     const char *host, *dir; /* NULL: unknown */
     double steps_per_s, p50, p95, data, comm;
     double cpu_mean, tree_cpu_mean, rss_max;
     double offset_s, wall_offset_s, align_err_s, align_n;
-    char note[64]; /* the reference clock, the straggler's node, no alignment */
+    char note[160]; /* the reference clock, the straggler's node, no alignment, why among the worst */
 } nrow;
 
 static const fig_col node_cols[] = {
@@ -1042,6 +1433,47 @@ static void node_row(const diag_run *r, int i, const rr_strag *strag, nrow *o)
                      "%sstraggler: rank %d", o->note[0] ? "; " : "", strag->rank);
 }
 
+/* More nodes than RR_TABLE_ROWS: their distribution, then the worst nodes
+ * (the slow node, the slow link, the most and least comm wait, the slowest
+ * data, the worst clock alignment), each once with its reasons. */
+static void nodes_summary(const diag_run *r, buf *b, int fmt, const rr_strag *strag)
+{
+    nrow *x = calloc((size_t)r->nnodes, sizeof(*x));
+    if (!x) return;
+    for (int i = 0; i < r->nnodes; i++) node_row(r, i, strag, &x[i]);
+    dist_table(b, fmt, node_cols, FIG_NCOLS(node_cols), x, sizeof(*x), r->nnodes, "nodes");
+    int pick[RR_WORST], np = 0;
+    const char *why[RR_WORST];
+    char wb[RR_WORST][96];
+    rr_slow_node_t sn;
+    rr_slow_link_t sl;
+    if (rr_slow_node(r, &sn)) worst_add(pick, why, wb, &np, sn.node, "slow node");
+    if (rr_slow_link(r, &sl)) worst_add(pick, why, wb, &np, sl.node, "slow link");
+    for (int i = 0; strag && i < r->nnodes; i++)
+        if (strstr(x[i].note, "straggler")) worst_add(pick, why, wb, &np, i, "its rank");
+    size_t sz = sizeof(*x);
+    worst_add(pick, why, wb, &np, extreme(x, sz, r->nnodes, offsetof(nrow, comm), -1), "least comm wait");
+    worst_add(pick, why, wb, &np, extreme(x, sz, r->nnodes, offsetof(nrow, comm), 1), "most comm wait");
+    worst_add(pick, why, wb, &np, extreme(x, sz, r->nnodes, offsetof(nrow, data), 1), "slowest data");
+    worst_add(pick, why, wb, &np, extreme(x, sz, r->nnodes, offsetof(nrow, align_err_s), 1),
+              "worst clock alignment");
+    buf_puts(b, fmt == TBL_HTML ? "<p>The worst nodes:</p>\n"
+                : fmt == TBL_MD ? "\nThe worst nodes:\n"
+                                : "  the worst nodes:\n");
+    tbl_col cols[FIG_MAX_COLS];
+    int nc = fig_heads(node_cols, FIG_NCOLS(node_cols), cols);
+    tbl t;
+    fig_begin(&t, b, fmt, cols, nc);
+    for (int j = 0; j < np; j++) {
+        nrow *y = &x[pick[j]];
+        size_t l = strlen(y->note);
+        snprintf(y->note + l, sizeof(y->note) - l, "%s%s", l ? "; " : "", why[j]);
+        fig_row(&t, node_cols, FIG_NCOLS(node_cols), y);
+    }
+    tbl_end(&t);
+    free(x);
+}
+
 /* The nodes of a job, one row each, in text, md and html. */
 static void nodes_table(const diag_run *r, buf *b, int fmt)
 {
@@ -1049,6 +1481,10 @@ static void nodes_table(const diag_run *r, buf *b, int fmt)
     int nc = fig_heads(node_cols, FIG_NCOLS(node_cols), cols);
     rr_strag st;
     int strag = rr_straggler(r, &st);
+    if (r->nnodes > RR_TABLE_ROWS && !r->all_ranks) {
+        nodes_summary(r, b, fmt, strag ? &st : NULL);
+        return;
+    }
     tbl t;
     fig_begin(&t, b, fmt, cols, nc);
     for (int i = 0; i < r->nnodes; i++) {
@@ -1074,10 +1510,18 @@ static void nodes_json(const diag_run *r, jw *w)
     jw_arr_end(w);
 }
 
+static void ranks_text(const diag_run *r, const drank *const *k, int n, buf *b, const char *bold, const char *reset);
+
 void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
 {
-    const drank *k[DIAG_MAX_RANKS];
-    int n = sorted_ranks(r, k);
+    int n;
+    const drank **k = sorted_ranks(r, &n);
+    ranks_text(r, k, n, b, bold, reset);
+    free(k);
+}
+
+static void ranks_text(const diag_run *r, const drank *const *k, int n, buf *b, const char *bold, const char *reset)
+{
     if (n < 2 && r->nnodes < 2) {
         rr_job j;
         rr_job_figures(r, &j);
@@ -1102,6 +1546,7 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
         strag_words(&s, b);
         buf_puts(b, "\n");
     }
+    slow_lines(r, b, TBL_TEXT);
     if (r->ncommops) {
         buf_printf(b, "\n%sCOMMUNICATION%s (comm/: every collective, all ranks)\n", bold, reset);
         comm_section(r, b, TBL_TEXT, bold[0] != 0);
@@ -1116,10 +1561,18 @@ void rr_text(const diag_run *r, buf *b, const char *bold, const char *reset)
 
 /* ---- markdown ---------------------------------------------------------------- */
 
+static void ranks_md(const diag_run *r, const drank *const *k, int n, buf *b);
+
 void rr_md(const diag_run *r, buf *b)
 {
-    const drank *k[DIAG_MAX_RANKS];
-    int n = sorted_ranks(r, k);
+    int n;
+    const drank **k = sorted_ranks(r, &n);
+    ranks_md(r, k, n, b);
+    free(k);
+}
+
+static void ranks_md(const diag_run *r, const drank *const *k, int n, buf *b)
+{
     if (n < 2 && r->nnodes < 2) {
         rr_job j;
         rr_job_figures(r, &j);
@@ -1144,6 +1597,7 @@ void rr_md(const diag_run *r, buf *b)
         strag_words(&s, b);
         buf_puts(b, ".\n");
     }
+    slow_lines(r, b, TBL_MD);
     if (r->ncommops) {
         tbl_heading(b, TBL_MD, 0, "Communication");
         comm_section(r, b, TBL_MD, 0);
@@ -1156,12 +1610,20 @@ void rr_md(const diag_run *r, buf *b)
 
 /* ---- html: table and heatmap -------------------------------------------------- */
 
-static void rr_html_heatmap(const drank *const *k, int n, buf *b);
+static void rr_html_heatmap(const diag_run *r, const drank *const *k, int n, buf *b);
+
+static void ranks_html(const diag_run *r, const drank *const *k, int n, buf *b);
 
 void rr_html(const diag_run *r, buf *b)
 {
-    const drank *k[DIAG_MAX_RANKS];
-    int n = sorted_ranks(r, k);
+    int n;
+    const drank **k = sorted_ranks(r, &n);
+    ranks_html(r, k, n, b);
+    free(k);
+}
+
+static void ranks_html(const diag_run *r, const drank *const *k, int n, buf *b)
+{
     if (n < 2) {
         rr_job j;
         rr_job_figures(r, &j);
@@ -1187,7 +1649,8 @@ void rr_html(const diag_run *r, buf *b)
         buf_puts(b, ".</p>\n");
         buf_free(&b2);
     }
-    rr_html_heatmap(k, n, b);
+    slow_lines(r, b, TBL_HTML);
+    rr_html_heatmap(r, k, n, b);
     if (r->ncommops) {
         buf_puts(b, "<h2>Communication</h2>\n");
         comm_section(r, b, TBL_HTML, 0);
@@ -1198,57 +1661,103 @@ void rr_html(const diag_run *r, buf *b)
     }
 }
 
-/* The rank x time heatmap of step time (n ranks in rank order). */
-static void rr_html_heatmap(const drank *const *k, int n, buf *b)
+/* The heatmap of step time, rows x time: one row per rank, or with more
+ * than RR_HEATMAP_RANKS ranks one per node (its ranks' mean), so that a slow
+ * node, or the node of a slow rank, stands out among 128 of them. */
+#define RR_HEATMAP_RANKS 64
+#define RR_HEATMAP_COLS 120
+
+/* The time the buckets with data cover, over the ranks, and how many
+ * columns (at most RR_HEATMAP_COLS, none narrower than a rank's bucket). */
+static int heatmap_span(const drank *const *k, int n, double *t0, double *t1)
 {
-    /* heatmap: one row per rank, one cell per time bucket, colour = step time
-     * relative to the slowest bucket */
-    int cols = 0;
-    double mx = 0, t0 = INFINITY, w = 0;
+    double w = 0;
+    *t0 = INFINITY;
+    *t1 = -INFINITY;
     for (int i = 0; i < n; i++) {
         const dseries *sr = &k[i]->s_step;
-        if (sr->n > cols) cols = sr->n;
-        if (sr->width > w) w = sr->width;
-        if (sr->t0 < t0) t0 = sr->t0;
-        for (int j = 0; j < sr->n; j++)
-            if (sr->cnt[j] > 0 && sr->sum[j] / sr->cnt[j] > mx) mx = sr->sum[j] / sr->cnt[j];
-    }
-    if (cols < 1 || !(mx > 0)) return;
-    double cw = 760.0 / cols, rh = n > 32 ? 8 : 18, W = 60 + 760 + 10, H = 20 + rh * n + 24;
-    buf_printf(b, "<figure class=\"chart\"><figcaption>Step time by rank over time (darker = "
-                  "slower; slowest %.1f ms)</figcaption>\n<svg viewBox=\"0 0 %.0f %.0f\" "
-                  "role=\"img\" aria-label=\"heatmap of step time, rank by time\">\n",
-               mx, W, H);
-    for (int i = 0; i < n; i++) {
-        const dseries *sr = &k[i]->s_step;
-        double y = 20 + rh * i;
-        buf_printf(b, "<text class=\"yl\" x=\"54\" y=\"%.1f\">rank %d</text>\n", y + rh * 0.7,
-                   k[i]->rank);
-        /* series of different widths (a rank that ran longer) are drawn at their own scale */
-        double scale = w > 0 ? sr->width / w : 1;
         for (int j = 0; j < sr->n; j++) {
             if (!(sr->cnt[j] > 0)) continue;
-            double v = sr->sum[j] / sr->cnt[j] / mx;
-            int shade = (int)(235 - 200 * (v > 1 ? 1 : v > 0 ? v : 0));
-            buf_printf(b,
-                       "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-                       "fill=\"rgb(%d,%d,255)\"><title>rank %d, %.1f s: %.1f ms</title></rect>\n",
-                       60 + cw * j * scale, y, cw * scale + 0.3, rh - 1, shade, shade, k[i]->rank,
-                       t0 + sr->width * j, sr->sum[j] / sr->cnt[j]);
+            if (sr->t0 + sr->width * j < *t0) *t0 = sr->t0 + sr->width * j;
+            if (sr->t0 + sr->width * (j + 1) > *t1) *t1 = sr->t0 + sr->width * (j + 1);
+        }
+        if (sr->width > w) w = sr->width;
+    }
+    if (!(*t1 > *t0) || !(w > 0)) return 0;
+    double c = (*t1 - *t0) / w;
+    return c >= RR_HEATMAP_COLS ? RR_HEATMAP_COLS : c < 1 ? 1 : (int)c;
+}
+
+static void heatmap_cells(const drank *const *k, int n, int by_node, int rows, int ncol,
+                          double *sum, double *cnt, double t0, double t1)
+{
+    for (int i = 0; i < n; i++) {
+        const dseries *sr = &k[i]->s_step;
+        int row = by_node ? k[i]->node : i;
+        if (row < 0 || row >= rows) continue;
+        for (int j = 0; j < sr->n; j++) {
+            if (!(sr->cnt[j] > 0)) continue;
+            double t = sr->t0 + (j + 0.5) * sr->width;
+            int c = (int)((t - t0) / (t1 - t0) * ncol);
+            if (c < 0 || c >= ncol) continue;
+            sum[row * ncol + c] += sr->sum[j] / sr->cnt[j];
+            cnt[row * ncol + c] += 1;
         }
     }
-    buf_printf(b, "<text class=\"xl\" x=\"60\" y=\"%.1f\">%.0f s</text>"
-                  "<text class=\"xl\" x=\"%.0f\" y=\"%.1f\">%.0f s</text>\n",
-               H - 6, t0 > 0 ? t0 : 0, W - 30, H - 6, t0 + w * cols);
-    buf_puts(b, "</svg></figure>\n");
+}
+
+static void rr_html_heatmap(const diag_run *r, const drank *const *k, int n, buf *b)
+{
+    int by_node = n > RR_HEATMAP_RANKS && r->nnodes > 1;
+    int rows = by_node ? r->nnodes : n;
+    double *sum = calloc((size_t)rows * RR_HEATMAP_COLS, sizeof(*sum));
+    double *cnt = calloc((size_t)rows * RR_HEATMAP_COLS, sizeof(*cnt));
+    double t0 = 0, t1 = 0, mx = 0;
+    int ncol = heatmap_span(k, n, &t0, &t1);
+    if (sum && cnt && ncol) heatmap_cells(k, n, by_node, rows, ncol, sum, cnt, t0, t1);
+    for (int i = 0; sum && cnt && i < rows * ncol; i++)
+        if (cnt[i] > 0 && sum[i] / cnt[i] > mx) mx = sum[i] / cnt[i];
+    if (mx > 0) {
+        const char *what = by_node ? "node" : "rank";
+        double cw = 760.0 / ncol, rh = rows > 32 ? (rows > 64 ? 4 : 8) : 18;
+        double W = 60 + 760 + 10, H = 20 + rh * rows + 24;
+        buf_printf(b, "<figure class=\"chart\"><figcaption>Own time a step by %s over time (the step "
+                      "less its data and comm waits; darker = slower; slowest %.1f ms%s)</figcaption>\n<svg viewBox=\"0 0 %.0f %.0f\" "
+                      "role=\"img\" aria-label=\"heatmap of step time, %s by time\">\n",
+                   what, mx, by_node ? "; a node's row is its ranks' mean" : "", W, H, what);
+        for (int i = 0; i < rows; i++) {
+            double y = 20 + rh * i;
+            int id = by_node ? i : k[i]->rank;
+            if (rh >= 8 || i % 8 == 0)
+                buf_printf(b, "<text class=\"yl\" x=\"54\" y=\"%.1f\">%s %d</text>\n",
+                           y + (rh >= 8 ? rh * 0.7 : rh), what, id);
+            for (int c = 0; c < ncol; c++) {
+                double q = cnt[i * ncol + c];
+                if (!(q > 0)) continue;
+                double ms = sum[i * ncol + c] / q, v = ms / mx;
+                int shade = (int)(235 - 200 * (v > 1 ? 1 : v > 0 ? v : 0));
+                buf_printf(b,
+                           "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                           "fill=\"rgb(%d,%d,255)\"><title>%s %d, %.1f s: %.1f ms</title></rect>\n",
+                           60 + cw * c, y, cw + 0.3, rh > 1 ? rh - (rh >= 8) : rh, shade, shade,
+                           what, id, t0 + (t1 - t0) * c / ncol, ms);
+            }
+        }
+        buf_printf(b, "<text class=\"xl\" x=\"60\" y=\"%.1f\">%.0f s</text>"
+                      "<text class=\"xl\" x=\"%.0f\" y=\"%.1f\">%.0f s</text>\n",
+                   H - 6, t0 > 0 ? t0 : 0, W - 30, H - 6, t1);
+        buf_puts(b, "</svg></figure>\n");
+    }
+    free(sum);
+    free(cnt);
 }
 
 /* ---- json ------------------------------------------------------------------- */
 
 void rr_json(const diag_run *r, jw *w)
 {
-    const drank *k[DIAG_MAX_RANKS];
-    int n = sorted_ranks(r, k);
+    int n;
+    const drank **k = sorted_ranks(r, &n);
     jw_key(w, "ranks");
     jw_arr_begin(w);
     for (int i = 0; i < n; i++) {
@@ -1259,6 +1768,7 @@ void rr_json(const diag_run *r, jw *w)
         jw_obj_end(w);
     }
     jw_arr_end(w);
+    free(k);
     rr_job j;
     rr_job_figures(r, &j);
     jw_key(w, "job");
@@ -1278,6 +1788,35 @@ void rr_json(const diag_run *r, jw *w)
         jw_null(w);
     else
         jw_fields_obj(w, &s, strag_fields, JW_NFIELDS(strag_fields));
+    static const jw_field slow_node_fields[] = {
+        JW_FIELD(INT, "node", rr_slow_node_t, node),
+        JW_FIELD(PSTR, "host", rr_slow_node_t, host),
+        JW_FIELD(INT, "ranks", rr_slow_node_t, ranks),
+        JW_FIELD(DBL, "others_wait_ms", rr_slow_node_t, others_wait_ms),
+        JW_FIELD(DBL, "own_wait_ms", rr_slow_node_t, own_wait_ms),
+        JW_FIELD(DBL, "gap_ms", rr_slow_node_t, gap_ms),
+        JW_FIELD(DBL, "share", rr_slow_node_t, share),
+        JW_FIELD(PSTR, "where", rr_slow_node_t, where),
+    };
+    static const jw_field slow_link_fields[] = {
+        JW_FIELD(INT, "node", rr_slow_link_t, node),
+        JW_FIELD(PSTR, "host", rr_slow_link_t, host),
+        JW_FIELD(DBL, "busbw_bps", rr_slow_link_t, busbw_bps),
+        JW_FIELD(DBL, "median_busbw_bps", rr_slow_link_t, median_busbw_bps),
+        JW_FIELD(DBL, "ratio", rr_slow_link_t, ratio),
+    };
+    rr_slow_node_t sn;
+    rr_slow_link_t sl;
+    jw_key(w, "slow_node");
+    if (!rr_slow_node(r, &sn))
+        jw_null(w);
+    else
+        jw_fields_obj(w, &sn, slow_node_fields, JW_NFIELDS(slow_node_fields));
+    jw_key(w, "slow_link");
+    if (!rr_slow_link(r, &sl))
+        jw_null(w);
+    else
+        jw_fields_obj(w, &sl, slow_link_fields, JW_NFIELDS(slow_link_fields));
     jw_key(w, "collectives");
     jw_arr_begin(w);
     for (int i = 0; i < r->ncommops; i++) {
@@ -1315,26 +1854,29 @@ void rr_json(const diag_run *r, jw *w)
 
 /* ---- compare ---------------------------------------------------------------- */
 
-/* The ranks of a and b, merged in rank order. */
-static int union_ranks(const diag_run *a, const diag_run *b, int *out)
+static int cmp_int(const void *a, const void *b)
 {
-    int n = 0;
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The ranks of a and b, merged in rank order (malloc'd, freed by the
+ * caller; NULL with *n 0 when out of memory). */
+static int *union_ranks(const diag_run *a, const diag_run *b, int *n)
+{
+    *n = 0;
+    int *out = malloc((size_t)(a->nranks + b->nranks + 1) * sizeof(*out));
+    if (!out) return NULL;
     const diag_run *xs[2] = {a, b};
     for (int x = 0; x < 2; x++)
-        for (int i = 0; i < xs[x]->nranks; i++) {
-            int rk = xs[x]->ranks[i].rank, j;
-            if (rk < 0) continue;
-            for (j = 0; j < n; j++)
-                if (out[j] == rk) break;
-            if (j == n && n < DIAG_MAX_RANKS) out[n++] = rk;
-        }
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && out[j] < out[j - 1]; j--) {
-            int t = out[j];
-            out[j] = out[j - 1];
-            out[j - 1] = t;
-        }
-    return n;
+        for (int i = 0; i < xs[x]->nranks; i++)
+            if (xs[x]->ranks[i].rank >= 0) out[(*n)++] = xs[x]->ranks[i].rank;
+    qsort(out, (size_t)*n, sizeof(*out), cmp_int);
+    int m = 0;
+    for (int i = 0; i < *n; i++)
+        if (!m || out[m - 1] != out[i]) out[m++] = out[i];
+    *n = m;
+    return out;
 }
 
 static void cmp_row(const diag_run *x, int rank, rrow *w)
@@ -1342,11 +1884,64 @@ static void cmp_row(const diag_run *x, int rank, rrow *w)
     rank_row(x, rank, w);
 }
 
+static void compare_table(const diag_run *a, const diag_run *b, const int *ranks, int n,
+                          int total, report_format fmt, int color, buf *o);
+
+/* How much rank's figures changed from a to b: the largest |log(B/A)| over
+ * the compare columns with a heading (a rank only one run has: the most). */
+static double rank_change(const diag_run *a, const diag_run *b, int rank)
+{
+    rrow x[2];
+    cmp_row(a, rank, &x[0]);
+    cmp_row(b, rank, &x[1]);
+    if (!(x[0].steps > 0) || !(x[1].steps > 0)) return INFINITY;
+    double most = 0;
+    for (int k = 0; k < CMP_NCOLS; k++) {
+        if (!cmp_cols[k].head) continue;
+        double va = *(const double *)((const char *)&x[0] + cmp_cols[k].f.off);
+        double vb = *(const double *)((const char *)&x[1] + cmp_cols[k].f.off);
+        if (va > 0 && vb > 0 && fabs(log(vb / va)) > most) most = fabs(log(vb / va));
+    }
+    return most;
+}
+
+typedef struct rchange {
+    int rank;
+    double change;
+} rchange;
+
+static int by_change(const void *p, const void *q)
+{
+    const rchange *x = p, *y = q;
+    return (x->change < y->change) - (x->change > y->change);
+}
+
+/* More than RR_TABLE_ROWS ranks: the RR_TABLE_ROWS that changed most, in
+ * rank order, into ranks (returns how many). */
+static int most_changed(const diag_run *a, const diag_run *b, int *ranks, int n)
+{
+    rchange *c = malloc((size_t)n * sizeof(*c));
+    if (!c) return n;
+    for (int i = 0; i < n; i++) c[i] = (rchange){ranks[i], rank_change(a, b, ranks[i])};
+    qsort(c, (size_t)n, sizeof(*c), by_change);
+    for (int i = 0; i < RR_TABLE_ROWS; i++) ranks[i] = c[i].rank;
+    free(c);
+    qsort(ranks, RR_TABLE_ROWS, sizeof(*ranks), cmp_int);
+    return RR_TABLE_ROWS;
+}
+
 void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int color, buf *o)
 {
-    int ranks[DIAG_MAX_RANKS];
-    int n = union_ranks(a, b, ranks);
-    if (n < 2) return;
+    int n;
+    int *ranks = union_ranks(a, b, &n);
+    int shown = n > RR_TABLE_ROWS ? most_changed(a, b, ranks, n) : n;
+    if (n >= 2) compare_table(a, b, ranks, shown, n, fmt, color, o);
+    free(ranks);
+}
+
+static void compare_table(const diag_run *a, const diag_run *b, const int *ranks, int n,
+                          int total, report_format fmt, int color, buf *o)
+{
     tbl_col cols[CMP_NCOLS + 1] = {{"rank", 6, 0}};
     int nc = 1;
     for (int k = 0; k < CMP_NCOLS; k++)
@@ -1374,6 +1969,14 @@ void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int col
         tbl_row(&t, cells, TBL_PLAIN);
     }
     tbl_end(&t);
+    if (n < total)
+        buf_printf(o, fmt == REPORT_HTML ? "<p>%d ranks: the %d whose figures changed most shown; "
+                                           "the JSON has every rank.</p>\n"
+                      : fmt == REPORT_MD ? "\n%d ranks: the %d whose figures changed most shown; "
+                                           "the JSON has every rank.\n"
+                                         : "  (%d ranks: the %d whose figures changed most shown; "
+                                           "--format json has every rank)\n",
+                   total, n);
     const diag_run *xs[2] = {a, b};
     buf line;
     buf_init(&line, 2048);
@@ -1395,8 +1998,8 @@ void rr_compare(const diag_run *a, const diag_run *b, report_format fmt, int col
 
 void rr_compare_json(const diag_run *a, const diag_run *b, jw *w)
 {
-    int ranks[DIAG_MAX_RANKS];
-    int n = union_ranks(a, b, ranks);
+    int n;
+    int *ranks = union_ranks(a, b, &n);
     jw_key(w, "ranks");
     jw_arr_begin(w);
     for (int i = 0; i < n; i++) {
@@ -1414,6 +2017,7 @@ void rr_compare_json(const diag_run *a, const diag_run *b, jw *w)
         jw_obj_end(w);
     }
     jw_arr_end(w);
+    free(ranks);
     rr_strag s;
     jw_key(w, "straggler_a");
     if (rr_straggler(a, &s))

@@ -34,6 +34,32 @@ int rr_straggler(const diag_run *r, rr_strag *s);
 /* The straggler as one sentence of evidence into o ("" when none). */
 void rr_evidence(const diag_run *r, char *o, size_t n);
 
+/* A node whose ranks all hold the others back (a slow node: its ranks wait
+ * the least in collectives, by as much as they spend in their own step): the
+ * straggler rule over nodes instead of ranks (docs/distributed.md). */
+typedef struct rr_slow_node_t {
+    int node, ranks;
+    const char *host;
+    double gap_ms, others_wait_ms, own_wait_ms, step_ms, share;
+    double extra_data_ms, extra_compute_ms;
+    const char *where; /* "data loader" or "step" */
+} rr_slow_node_t;
+int rr_slow_node(const diag_run *r, rr_slow_node_t *s);
+
+/* A node whose collectives move data far slower than the other nodes' (the
+ * ranks' bus bandwidth, comm/): a slow link (RR_SLOW_LINK_RATIO). */
+#define RR_SLOW_LINK_RATIO 1.5
+typedef struct rr_slow_link_t {
+    int node;
+    const char *host;
+    double busbw_bps, median_busbw_bps, ratio;
+} rr_slow_link_t;
+int rr_slow_link(const diag_run *r, rr_slow_link_t *s);
+
+/* More ranks (or nodes) than this: the tables show their distribution and
+ * the worst, unless the report was asked for every rank (--all-ranks). */
+#define RR_TABLE_ROWS 16
+
 /* Communication per rank and step (mean over ranks with a comm log): in
  * flight (union of the collectives' issue-to-completion spans), exposed
  * (the comm wait of steps.csv) and overlapped (the rest); for FSDP (all-gathers
@@ -54,7 +80,7 @@ void rr_fsdp_advice(const diag_run *r, char *out, size_t n);
  * are known and MFU = their FLOP/s over their peaks (NAN unknown). */
 typedef struct rr_job {
     double steps, samples_per_s, tokens_per_s, flops_per_s, mfu;
-    int ranks, flops_ranks, mfu_ranks;
+    int ranks, nodes, flops_ranks, mfu_ranks;
     char peak_src[160]; /* the first rank's peak source (or why none) */
 } rr_job;
 void rr_job_figures(const diag_run *r, rr_job *j);

@@ -59,6 +59,19 @@ int dr_cand_comm(const diag_run *r, const dctx *c, dfinding *d)
                     "collective communication", "step time"))
         return 0;
     if (r->sf.ngroups > 1) ev(d, "ranks", r->sf.ngroups, "%d ranks", r->sf.ngroups);
+    rr_slow_link_t sl;
+    if (rr_slow_link(r, &sl)) {
+        char a[32], b[32];
+        human_bytes(a, sizeof(a), sl.busbw_bps);
+        human_bytes(b, sizeof(b), sl.median_busbw_bps);
+        ev(d, "slow_link_node", sl.node,
+           "slow link: node %d (%s)'s collectives move %s/s bus bandwidth, the nodes' median %s/s",
+           sl.node, sl.host ? sl.host : "?", a, b);
+        rec(d,
+            "Check node %d (%s)'s network link: its NIC's speed and errors (ethtool, ibstat), "
+            "its cable and switch port; NCCL_DEBUG=INFO shows the transport it uses.",
+            sl.node, sl.host ? sl.host : "?");
+    }
     rr_overlap_t ov;
     if (rr_overlap(r, &ov))
         ev(d, "comm_exposed_ms", ov.exposed_ms,
@@ -235,26 +248,54 @@ static int dr_cand_waited_for(const diag_run *r, dfinding *d)
     return 1;
 }
 
+/* A node whose ranks all hold the others back (rr_slow_node): the straggler
+ * finding, said of the node. */
+static int dr_cand_slow_node(const diag_run *r, dfinding *d)
+{
+    rr_slow_node_t s;
+    if (!rr_slow_node(r, &s)) return 0;
+    const char *host = s.host ? s.host : "?";
+    fmt(d->id, sizeof(d->id), "straggler");
+    fmt(d->title, sizeof(d->title), "Slow node");
+    fmt(d->summary, sizeof(d->summary),
+        "the other nodes' ranks wait %.1f ms a step (%.0f%% of step time) for node %d (%s), "
+        "whose %d ranks spend it in their own %s",
+        s.gap_ms, 100 * s.share, s.node, host, s.ranks, s.where);
+    d->score = s.share + 0.3 > 0.9 ? 0.9 : s.share + 0.3;
+    ev(d, "slow_node", s.node,
+       "the other nodes' ranks wait %.1f ms a step in collectives, node %d's %d ranks %.1f ms",
+       s.others_wait_ms, s.node, s.ranks, s.own_wait_ms);
+    if (s.extra_data_ms >= 0.5 * s.gap_ms)
+        ev(d, "extra_data_wait_ms", s.extra_data_ms,
+           "node %d's ranks wait %.1f ms a step more for data", s.node, s.extra_data_ms);
+    else
+        ev(d, "extra_compute_ms", s.extra_compute_ms,
+           "node %d's ranks compute %.1f ms a step more", s.node, s.extra_compute_ms);
+    rec(d,
+        "Look at node %d (%s) as a whole: its GPUs' clocks and temperature (throttling), other "
+        "jobs on it, its CPU and memory bandwidth, its local storage for the data; drain it "
+        "from the job if it stays slow.",
+        s.node, host);
+    return 1;
+}
+
 int dr_cand_straggler(const diag_run *r, const dctx *c, dfinding *d)
 {
     if (dr_cand_waited_for(r, d)) return 1;
-    double p[DIAG_MAX_RANKS];
+    if (dr_cand_slow_node(r, d)) return 1;
+    double *p = malloc((size_t)(r->sf.ngroups > 0 ? r->sf.ngroups : 1) * sizeof(*p));
+    if (!p) return 0;
     int n = 0, slow = -1;
     double worst = 0;
-    for (int i = 0; i < r->sf.ngroups && n < DIAG_MAX_RANKS; i++) {
+    for (int i = 0; i < r->sf.ngroups; i++) {
         const agg_group *g = r->sf.groups[i];
         if (g->rank < 0 || g->step_ns.count < MIN_STEPS) continue;
         p[n++] = sketch_quantile(&g->step_ns, 0.5) / 1e6;
     }
-    if (n < 2) return 0;
     /* median of the ranks' medians */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && p[j] < p[j - 1]; j--) {
-            double t = p[j];
-            p[j] = p[j - 1];
-            p[j - 1] = t;
-        }
-    double med = n % 2 ? p[n / 2] : (p[n / 2 - 1] + p[n / 2]) / 2;
+    double med = n >= 2 ? diag_median(p, n) : NAN;
+    free(p);
+    if (n < 2) return 0;
     for (int i = 0; i < r->sf.ngroups; i++) {
         const agg_group *g = r->sf.groups[i];
         if (g->rank < 0 || g->step_ns.count < MIN_STEPS) continue;
@@ -386,7 +427,7 @@ int dr_cand_uneven_end(const diag_run *r, const dctx *cx, dfinding *d)
 
 static int waits_in_collectives(const dfinding *d)
 {
-    return dr_has_ev(d, "others_comm_wait_ms");
+    return dr_has_ev(d, "others_comm_wait_ms") || dr_has_ev(d, "slow_node");
 }
 
 /* The other ranks' wait for a straggler is not communication: what the
@@ -396,12 +437,22 @@ static int waits_in_collectives(const dfinding *d)
 static int comm_into_straggler(const dfold_at *x, dfinding *from, dfinding *into)
 {
     rr_strag st;
-    if (!rr_straggler(x->r, &st) || !(st.step_ms > 0)) return DF_NO;
-    double own = st.own_wait_ms / st.step_ms;
+    rr_slow_node_t sn;
+    char who[48];
+    double own;
+    if (rr_straggler(x->r, &st) && st.step_ms > 0) {
+        own = st.own_wait_ms / st.step_ms;
+        snprintf(who, sizeof(who), "rank %d", st.rank);
+    } else if (rr_slow_node(x->r, &sn) && sn.step_ms > 0) {
+        own = sn.own_wait_ms / sn.step_ms;
+        snprintf(who, sizeof(who), "node %d", sn.node);
+    } else {
+        return DF_NO;
+    }
     ev(into, "comm_share", from->score,
        "collectives take %.0f%% of step time on average over the ranks; the transfers "
-       "themselves %.0f%% (rank %d's own wait), the rest is waiting for rank %d",
-       100 * from->score, 100 * own, st.rank, st.rank);
+       "themselves %.0f%% (%s's own wait), the rest is waiting for %s",
+       100 * from->score, 100 * own, who, who);
     if (!(own >= COMM_SHARE)) return DF_DROP;
     from->score = own;
     return DF_KEEP;

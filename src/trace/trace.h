@@ -53,7 +53,8 @@ int trace_result_json(const trace_result *r, buf *out);
 int trace_result_text(const trace_result *r, buf *out, int color);
 int trace_result_markdown(const trace_result *r, buf *out);
 
-/* Merge n per-rank traces into one Chrome trace at out_path: every rank gets
+/* Merge n per-rank traces into one Chrome trace at out_path (on success err
+ * may hold a note of what was not kept apart: say it): every rank gets
  * its own processes (pids remapped so ranks never collide, named "rank R"),
  * flow ids are kept apart per rank, and all times are put on one clock
  * (baseTimeNanoseconds when present) starting at 0. align_start: start every

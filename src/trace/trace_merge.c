@@ -26,6 +26,7 @@ typedef struct pidmap {
     char text[64][32];      /* raw pid text, first 64 distinct ones kept by text */
     int named[MAX_PIDS_PER_RANK];
     int n;
+    uint64_t shared;        /* events of processes past the 64th, put on the 64th's track */
 } pidmap;
 
 typedef struct merge_st {
@@ -55,7 +56,10 @@ static int pid_index(pidmap *pm, const char *t, size_t n)
     int lim = pm->n < 64 ? pm->n : 64;
     for (int i = 0; i < lim; i++)
         if (strlen(pm->text[i]) == n && memcmp(pm->text[i], t, n) == 0) return i;
-    if (pm->n >= 64) return 63; /* more than 64 processes in one trace: share the last */
+    if (pm->n >= 64) { /* more than 64 processes in one trace: share the last (said) */
+        pm->shared++;
+        return 63;
+    }
     memcpy(pm->text[pm->n], t, n);
     pm->text[pm->n][n] = '\0';
     return pm->n++;
@@ -211,6 +215,9 @@ static int merge(const char *const *paths, int n, const char *out_path, int alig
         rc = afile_out_open(&o, out_path, err, errlen);
         f = rc ? NULL : o.f;
     }
+    uint64_t shared_events = 0;
+    int shared_files = 0;
+    char first_shared[300] = "";
     if (!rc) {
         fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"merged_by\":\"trainperf\"},\"traceEvents\":[", f);
         int first = 1;
@@ -232,7 +239,13 @@ static int merge(const char *const *paths, int n, const char *out_path, int alig
             if (rc == TPF_EIO && !e2[0]) snprintf(e2, sizeof(e2), "write error: %s", strerror(errno));
             if (rc) {
                 snprintf(err, errlen, "%s: %s", paths[i], e2);
-            } else {
+            } else if (m->pm.shared) {
+                shared_files++;
+                shared_events += m->pm.shared;
+                if (shared_files == 1)
+                    snprintf(first_shared, sizeof(first_shared), "%s", paths[i]);
+            }
+            if (!rc) {
                 for (int p = 0; p < m->pm.n && p < MAX_PIDS_PER_RANK; p++)
                     if (!m->pm.named[p]) put_meta(m, p, NULL);
             }
@@ -245,6 +258,12 @@ static int merge(const char *const *paths, int n, const char *out_path, int alig
         else
             rc = afile_out_commit(&o, err, errlen);
     }
+    /* merged, with a note: what was not kept apart */
+    if (!rc && shared_files && err && errlen)
+        snprintf(err, errlen,
+                 "%d trace(s) have more than 64 processes (first %s): %llu events of the "
+                 "processes past the 64th share its track",
+                 shared_files, first_shared, (unsigned long long)shared_events);
     free(mins);
     free(ranks);
     free(bases);
