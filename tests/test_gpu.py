@@ -22,7 +22,9 @@ MS = 1_000_000
 
 
 def gpu_env(**kw):
-    e = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE)}
+    # kernel records on every step: these tests hold the join to the truth
+    # of each step (the windows of the default are tested below)
+    e = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE), "TRAINPERF_GPU_TRACE_MODE": "full"}
     e.update(kw)
     return e
 

@@ -48,9 +48,13 @@ static void from_csv(dgpu_steps *g, const char *dir)
     enum { NC = sizeof(cols) / sizeof(cols[0]) };
     int ix[NC];
     for (int i = 0; i < NC; i++) ix[i] = csvr_col(&c, cols[i]);
+    int src = csvr_col(&c, "source"); /* absent before the windows: every row is CUPTI's */
     figs f;
     figs_init(&f);
     while (csvr_next(&c) == 1) {
+        /* a row from CUDA events (outside the kernel-detail windows) has no kernel figures */
+        const char *sv = src >= 0 ? csvr_str(&c, src) : NULL;
+        if (sv && *sv && strcmp(sv, "cupti") != 0) continue;
         double v[NC];
         for (int i = 0; i < NC; i++)
             if (ix[i] < 0 || !csvr_num(&c, ix[i], &v[i]) || !(v[i] >= 0) || v[i] > 1e19) v[i] = 0;

@@ -2,7 +2,8 @@
  * with trainperf's step markers (as an llm.c-style trainer would add), the
  * CUDA driver's part played here (it loads CUDA_INJECTION64_PATH and calls
  * InitializeInjection at "CUDA initialisation"), and the GPU's part played by
- * the fake libcupti (tests/fakes/fake_cupti.c), told what "ran".
+ * the fake libcupti (tests/fakes/fake_cupti.c), told what "ran", and the
+ * fake driver's events (tests/fakes/fake_cuda.c), told until when.
  *
  *   fake_gpu_trainer STEPS [MODE]
  *
@@ -51,6 +52,17 @@ static void sleep_until(uint64_t t)
     }
 }
 
+/* What the "GPU" ran goes to the fake CUPTI (which keeps it only while a
+ * kind is enabled) and, as the time the GPU is busy until, to the fake
+ * driver's events (TRAINPERF_CUDA_LIB), which complete when it gets there. */
+static add_fn g_cupti_add;
+static void (*g_busy_until)(uint64_t);
+static void gpu_ran(int kind, uint64_t s, uint64_t e, uint64_t bytes, int copy, int src, int dst)
+{
+    g_cupti_add(kind, s, e, bytes, copy, src, dst);
+    if (g_busy_until && kind != 38) g_busy_until(e);
+}
+
 /* the profiler's activity callbacks: it counts what it was handed */
 static long g_prof_bytes;
 static void prof_req(uint8_t **buf, size_t *size, size_t *maxr)
@@ -91,7 +103,11 @@ int main(int argc, char **argv)
         }
         const char *cupti = getenv("TRAINPERF_CUPTI_LIB");
         void *c = cupti ? dlopen(cupti, RTLD_NOW | RTLD_NOLOAD) : NULL;
-        add = c ? (add_fn)dlsym(c, "fake_cupti_add") : NULL;
+        g_cupti_add = c ? (add_fn)dlsym(c, "fake_cupti_add") : NULL;
+        add = g_cupti_add ? gpu_ran : NULL;
+        const char *cuda = getenv("TRAINPERF_CUDA_LIB");
+        void *d = cuda && *cuda ? dlopen(cuda, RTLD_NOW | RTLD_LOCAL) : NULL;
+        *(void **)&g_busy_until = d ? dlsym(d, "fake_cuda_busy_until") : NULL;
         /* what the hook finds in the injection library (python/trainperf/_cuda.py) */
         *(void **)&pause = dlsym(h, "trainperf_cupti_pause");
         *(void **)&resume = dlsym(h, "trainperf_cupti_resume");
