@@ -206,8 +206,39 @@ static void on_complete(void *ctx, uint32_t stream, uint8_t *buf, size_t size, s
     free(buf);
 }
 
+static struct {
+    void *lib;
+    int (*ctx_current)(void **ctx);
+    int (*create)(void **ev, unsigned flags);
+    int (*record)(void *ev, void *stream);
+    int (*query)(void *ev);
+    int (*elapsed)(float *ms, void *a, void *b);
+    int state; /* 0 not tried, 1 ready, -1 none (no driver, no context) */
+    int tries;
+} g_cuda;
+
+#define NEV 64u /* events in flight: a GPU this many boundaries behind skips some */
+static struct {
+    void *ev;
+    uint64_t host_ns;
+    int end;      /* a step's end (its begin is the slot before, if begin_ok) */
+    int begin_ok; /* the step's begin event is the previous slot */
+} g_evs[NEV];
+static uint64_t g_ev_head, g_ev_tail; /* recorded, read back */
+static uint64_t g_step_begin_ns, g_last_span_ns, g_last_span_host_ns;
+static int g_began; /* the last boundary recorded was a begin, in slot g_ev_head - 1 */
+static pthread_mutex_t g_step_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void events_read(void);
+
 static void at_exit(void)
 {
+    /* the last steps' events, where the GPU has reached them (a query:
+     * never a wait; a driver already torn down answers an error) */
+    if (g_cuda.state > 0 && pthread_mutex_trylock(&g_step_lock) == 0) {
+        events_read();
+        pthread_mutex_unlock(&g_step_lock);
+    }
     if (g_cu.flush_all) g_cu.flush_all(1); /* forced: records still open too */
     if (g_dump) {
         pthread_mutex_lock(&g_dump_lock);
@@ -402,29 +433,6 @@ void trainperf_cupti_resume(void)
  * completed gets its GPU time (cuEventElapsedTime) as a SEG_EV_GPU_STEP
  * record. The driver is reached with dlsym at run time, never linked. At
  * each step end the window schedule says whether to switch the kinds. */
-static struct {
-    void *lib;
-    int (*ctx_current)(void **ctx);
-    int (*create)(void **ev, unsigned flags);
-    int (*record)(void *ev, void *stream);
-    int (*query)(void *ev);
-    int (*elapsed)(float *ms, void *a, void *b);
-    int state; /* 0 not tried, 1 ready, -1 none (no driver, no context) */
-    int tries;
-} g_cuda;
-
-#define NEV 64u /* events in flight: a GPU this many boundaries behind skips some */
-static struct {
-    void *ev;
-    uint64_t host_ns;
-    int end;      /* a step's end (its begin is the slot before, if begin_ok) */
-    int begin_ok; /* the step's begin event is the previous slot */
-} g_evs[NEV];
-static uint64_t g_ev_head, g_ev_tail; /* recorded, read back */
-static uint64_t g_step_begin_ns, g_last_span_ns, g_last_span_host_ns;
-static int g_began; /* the last boundary recorded was a begin, in slot g_ev_head - 1 */
-static pthread_mutex_t g_step_lock = PTHREAD_MUTEX_INITIALIZER;
-
 #define CUSYM(field, name) (*(void **)&g_cuda.field = dlsym(g_cuda.lib, name))
 
 /* The driver's event calls, and NEV events, on the first boundary with a
