@@ -502,3 +502,18 @@ def test_gpu_trace_option_is_checked(run_cli, tmp_path):
                 env={"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE)})
     assert p.returncode == 0, p.stderr
     assert not (d / "gpu_steps.csv").exists()
+
+
+def test_events_without_cupti_give_event_rows_only(run_cli, tmp_path):
+    """The injection loaded, CUPTI not found: every step's GPU time from its
+    events, and no row pretends to have kernel records."""
+    d = tmp_path / "run"
+    env = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(tmp_path / "missing.so"),
+           "TRAINPERF_CUDA_LIB": str(CUDA)}
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "30", "healthy", env=env)
+    assert p.returncode == 0, p.stderr
+    got = rows(d)
+    assert len(got) == 30 and {r["source"] for r in got} == {"events"}
+    assert all(r["kernels"] == "" for r in got)
+    g = summary(d)["steps"]["gpu"]
+    assert g["event_steps"] == 30 and g["warm_steps"] == 0

@@ -362,10 +362,7 @@ static const char *start(void)
     SYM(dropped, "cuptiActivityGetNumDroppedRecords");
     SYM(get_version, "cuptiGetVersion");
     SYM(result_string, "cuptiGetResultString");
-    why = take_cupti();
-    if (why) return why;
-    atexit(at_exit);
-    return NULL;
+    return take_cupti();
 }
 
 /* The callbacks, our clock and our kinds: at the start, and again after a
@@ -560,6 +557,7 @@ int InitializeInjection(void)
     g_windows = !(mode && strcmp(mode, "full") == 0);
     gw_init(&g_win, NULL);
     const char *why = start();
+    atexit(at_exit); /* the last events; CUPTI's last records */
     if (!why && g_windows && !g_cu.disable) g_windows = 0; /* an old CUPTI: no windows, full */
     char msg[120];
     uint32_t v = 0;
@@ -572,5 +570,9 @@ int InitializeInjection(void)
     if (!why) atomic_store(&g_state, 1);
     mark(msg);
     if (!why && g_windows) tpf_mark(SEG_NAME_GPU_DETAIL_ON); /* the first window, open from here */
+    if (why) { /* no kernel detail at all: the events' rows only, never a row of zeros */
+        g_windows = 0;
+        tpf_mark(SEG_NAME_GPU_DETAIL_OFF);
+    }
     return 1;
 }
