@@ -517,3 +517,28 @@ def test_events_without_cupti_give_event_rows_only(run_cli, tmp_path):
     assert all(r["kernels"] == "" for r in got)
     g = summary(d)["steps"]["gpu"]
     assert g["event_steps"] == 30 and g["warm_steps"] == 0
+
+
+def test_events_give_the_gpus_time_when_it_runs_behind(run_cli, tmp_path):
+    """GPU-bound with no read-back: each 20 ms host step queues 30 ms of
+    kernels, so the GPU falls 10 ms further behind every step. The events
+    say what the host cannot see: each step took the GPU 30 ms. Nothing
+    waits for them: the steps the GPU had not reached when the program
+    ended have no events read, hence no row outside the windows."""
+    d = tmp_path / "run"
+    env = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE), "TRAINPERF_CUDA_LIB": str(CUDA)}
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "60", "behind", env=env)
+    assert p.returncode == 0, p.stderr
+    ev = [r for r in rows(d) if r["source"] == "events"]
+    assert ev
+    for r in ev:
+        # the GPU's time between the step's boundary events: its 30 ms of
+        # kernels (the begin event completes when the GPU finished the last
+        # step's work, the end event when it finished this step's)
+        assert int(r["gpu_span_ns"]) == pytest.approx(30 * MS, abs=0.1 * MS), r
+    g = summary(d)["steps"]["gpu"]
+    # at the end the GPU was ~600 ms (about 30 steps) behind: those steps'
+    # events were never reached while the program lived
+    assert g["undetailed_steps"] >= 10
+    assert g["event_steps"] + g["steps"] + g["undetailed_steps"] == 60
+    assert g["gpu_ms_mean"] == pytest.approx(30, abs=0.1)

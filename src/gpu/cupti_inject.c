@@ -411,7 +411,9 @@ void trainperf_cupti_resume(void)
 {
     int paused = 2;
     if (!atomic_compare_exchange_strong(&g_state, &paused, 1)) return;
+    pthread_mutex_lock(&g_step_lock); /* the schedule's state, as the step hook leaves it */
     const char *why = take_cupti();
+    pthread_mutex_unlock(&g_step_lock);
     char msg[120];
     snprintf(msg, sizeof(msg), "gpu.cupti resumed%s%s", why ? ": " : "", why ? why : "");
     mark(msg);
@@ -490,7 +492,8 @@ static void events_read(void)
 static void events_record(int end, uint64_t now)
 {
     events_read();
-    if (g_ev_head - g_ev_tail >= NEV || (end && !g_began)) {
+    /* NEV - 1: the slot before the oldest unread one may be the begin its end needs */
+    if (g_ev_head - g_ev_tail >= NEV - 1 || (end && !g_began)) {
         g_began = 0;
         return;
     }

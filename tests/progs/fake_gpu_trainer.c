@@ -20,6 +20,8 @@
  *   pageable  healthy, plus a 64 MiB pageable copy at [0.2, 5] ms
  *   input     a `data` phase (waiting for a batch) of 12 ms, then kernels
  *             for 7 ms
+ *   behind    30 ms of kernels a step, queued behind the last step's (the
+ *             host never waits): the GPU falls 10 ms further behind each step
  *   nosteps   healthy's kernels, but no step markers at all (a CUDA program
  *             with no trainperf code)
  *   profiler  healthy, with a torch.profiler window over the middle third of
@@ -144,6 +146,11 @@ int main(int argc, char **argv)
             kernels(add, t0 + 200 * us, t0 + 19800 * us, 40);
             add(38, t0 + 18 * ms, t0 + 19800 * us, 0, 0, 0, 0);
             if (mode[0] == 'p') add(1, t0 + 200 * us, t0 + 5 * ms, 64u << 20, 1, 1, 3);
+        } else if (strcmp(mode, "behind") == 0) {
+            static uint64_t gpu_free;
+            uint64_t b = gpu_free > t0 ? gpu_free : t0;
+            kernels(add, b, b + 30 * ms, 10);
+            gpu_free = b + 30 * ms;
         } else if (strcmp(mode, "launch") == 0) {
             for (int k = 0; k < 250; k++)
                 add(10, t0 + (uint64_t)k * 78 * us, t0 + (uint64_t)k * 78 * us + 4 * us, 0, 0, 0, 0);
