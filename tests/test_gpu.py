@@ -477,19 +477,24 @@ def test_windows_keep_the_summarys_gpu_figures(trace_modes, run_cli):
                for n in diag["notes"]), diag["notes"]
 
 
-def test_windows_without_a_driver_give_rows_only_in_windows(run_cli, tmp_path):
-    """No event calls to be had (no libcuda): the steps outside the windows
-    get no row rather than a row of zeros, counted in the summary."""
+@pytest.mark.parametrize("why", ["no driver", "events off"])
+def test_windows_without_events_give_rows_only_in_windows(run_cli, tmp_path, why):
+    """No event calls to be had (no libcuda), or TRAINPERF_GPU_EVENTS=0: the
+    steps outside the windows get no row rather than a row of zeros,
+    counted in the summary."""
     d = tmp_path / "run"
     env = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE),
-           "TRAINPERF_CUDA_LIB": str(tmp_path / "no-libcuda.so")}
+           "TRAINPERF_CUDA_LIB": str(tmp_path / "no-libcuda.so") if why == "no driver" else str(CUDA)}
+    if why == "events off":
+        env["TRAINPERF_GPU_EVENTS"] = "0"
     p = run_cli("run", "--quiet", "--out", d, "--", PROG, "40", "healthy", env=env)
     assert p.returncode == 0, p.stderr
     got = rows(d)
     assert sorted(int(r["step"]) for r in got) == list(range(15))
     assert {r["source"] for r in got} == {"cupti"}
     assert summary(d)["steps"]["gpu"]["undetailed_steps"] == 25
-    assert any("gpu.events unavailable" in t for t in [(d / "trace.json").read_text()])
+    told = "gpu.events unavailable" in (d / "trace.json").read_text()
+    assert told == (why == "no driver")
 
 
 def test_gpu_trace_option_is_checked(run_cli, tmp_path):
