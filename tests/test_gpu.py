@@ -547,3 +547,22 @@ def test_events_give_the_gpus_time_when_it_runs_behind(run_cli, tmp_path):
     assert g["undetailed_steps"] >= 10
     assert g["event_steps"] + g["steps"] + g["undetailed_steps"] == 60
     assert g["gpu_ms_mean"] == pytest.approx(30, abs=0.1)
+
+
+def test_a_scripts_profiler_between_windows(run_cli, tmp_path):
+    """As shipped, a script's torch.profiler window (played as Kineto plays
+    it: its own callbacks, its kinds enabled, then disabled) after the
+    start's window: the profiler gets its records, and after it our kinds
+    stay off as the schedule says (no kernel rows, no records late), each
+    step outside the profiler's window with its events' GPU time."""
+    d = tmp_path / "run"
+    env = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE), "TRAINPERF_CUDA_LIB": str(CUDA)}
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "90", "profiler", env=env)
+    assert p.returncode == 0, p.stderr
+    assert int(re.search(r"profiler records (\d+)", p.stdout).group(1)) > 0
+    got = rows(d)
+    assert sorted(int(r["step"]) for r in got if r["source"] == "cupti") == list(range(15))
+    g = summary(d)["steps"]["gpu"]
+    assert g["records_late"] == 0 and g["undetailed_steps"] == 0
+    assert g["steps_in_profiler"] >= 30
+    assert g["event_steps"] + g["steps"] + g["steps_in_profiler"] == 90

@@ -381,7 +381,10 @@ static const char *take_cupti(void)
     if (rc != 0) return "cuptiActivityRegisterCallbacks failed";
     /* windows: the kinds are on only in the schedule's windows; a resume
      * after a profiler's window finds them as the schedule left them */
-    if (g_windows && !g_win.open) return NULL;
+    if (g_windows && !g_win.open) {
+        kinds_set(0); /* as a profiler may have left them on */
+        return NULL;
+    }
     if (!kinds_set(1)) return "no CUPTI activity kind could be enabled";
     /* records reach the collector within a flush period */
     if (g_cu.flush_period) g_cu.flush_period(200);

@@ -81,6 +81,14 @@ static void prof_done(void *ctx, uint32_t stream, uint8_t *buf, size_t size, siz
 typedef int (*reg_fn)(void (*)(uint8_t **, size_t *, size_t *),
                       void (*)(void *, uint32_t, uint8_t *, size_t, size_t));
 
+/* Kineto enables the kinds it records at its window's start and disables
+ * them at its end */
+static void kineto_kinds(int (*fn)(int))
+{
+    static const int kinds[] = {1, 2, 10, 38};
+    for (size_t i = 0; fn && i < sizeof(kinds) / sizeof(kinds[0]); i++) fn(kinds[i]);
+}
+
 static void kernels(add_fn add, uint64_t from, uint64_t to, int n)
 {
     uint64_t w = (to - from) / (uint64_t)n;
@@ -95,6 +103,7 @@ int main(int argc, char **argv)
     add_fn add = NULL;
     void (*pause)(void) = NULL, (*resume)(void) = NULL;
     reg_fn reg = NULL;
+    int (*enable)(int) = NULL, (*disable)(int) = NULL;
     int (*flush)(uint32_t) = NULL;
     if (inj && *inj) {
         void *h = dlopen(inj, RTLD_NOW | RTLD_LOCAL);
@@ -115,9 +124,11 @@ int main(int argc, char **argv)
         *(void **)&resume = dlsym(h, "trainperf_cupti_resume");
         *(void **)&reg = c ? dlsym(c, "cuptiActivityRegisterCallbacks") : NULL;
         *(void **)&flush = c ? dlsym(c, "cuptiActivityFlushAll") : NULL;
+        *(void **)&enable = c ? dlsym(c, "cuptiActivityEnable") : NULL;
+        *(void **)&disable = c ? dlsym(c, "cuptiActivityDisable") : NULL;
     }
     int prof = strcmp(mode, "profiler") == 0;
-    if (prof && (!pause || !resume || !reg || !flush)) {
+    if (prof && (!pause || !resume || !reg || !flush || !enable || !disable)) {
         fprintf(stderr, "fake_gpu_trainer: no CUPTI hand-over in %s\n", inj ? inj : "(none)");
         return 3;
     }
@@ -129,9 +140,11 @@ int main(int argc, char **argv)
         if (prof && i == steps / 3) { /* the window opens: the hook, then Kineto */
             pause();
             reg(prof_req, prof_done);
+            kineto_kinds(enable);
         }
-        if (prof && i == 2 * steps / 3) { /* it closes: Kineto flushes, the hook resumes */
+        if (prof && i == 2 * steps / 3) { /* it closes: Kineto flushes and disables its kinds, the hook resumes */
             flush(1);
+            kineto_kinds(disable);
             resume();
         }
         if (marks) tpf_step_begin();
