@@ -22,7 +22,9 @@ MS = 1_000_000
 
 
 def gpu_env(**kw):
-    e = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE)}
+    # kernel records on every step: these tests hold the join to the truth
+    # of each step (the windows of the default are tested below)
+    e = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE), "TRAINPERF_GPU_TRACE_MODE": "full"}
     e.update(kw)
     return e
 
@@ -388,3 +390,179 @@ def test_a_killed_collector_leaves_the_gpu_rows_to_the_report(cli, tmp_path):
     # with no summary of its own, the report reads the GPU figures from the rows
     busy = re.search(r"GPU busy (\d+)% of step time", (d / "report.md").read_text())
     assert busy and 30 <= int(busy.group(1)) <= 40  # 8 ms of >= 20 ms
+
+
+# ---- --gpu-trace windows (the default) against full: one 600-step run each ----
+
+CUDA = BUILD / "fakes" / "libcuda.so.1"
+WIN_STEPS = 600
+
+
+def _run_cli(cli, *args, env):
+    e = dict(os.environ)
+    e.pop("TRAINPERF_RUN_DIR", None)
+    e.update(env)
+    return subprocess.run([cli, *map(str, args)], capture_output=True, text=True, timeout=300, env=e)
+
+
+@pytest.fixture(scope="module")
+def trace_modes(cli, tmp_path_factory):
+    """The healthy loop (40 kernels over 19.6 ms of each 20 ms step, the
+    host waiting for the last ones), 600 steps, with the fake driver's
+    events: as shipped (no --gpu-trace), and with --gpu-trace full."""
+    base = tmp_path_factory.mktemp("modes")
+    env = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE), "TRAINPERF_CUDA_LIB": str(CUDA)}
+    out = {}
+    for mode, opts in (("windows", []), ("full", ["--gpu-trace", "full"])):
+        d = base / mode
+        p = _run_cli(cli, "run", "--quiet", *opts, "--out", d, "--", PROG, WIN_STEPS, "healthy", env=env)
+        assert p.returncode == 0, p.stderr
+        out[mode] = d
+    return out
+
+
+def test_default_trace_has_kernel_records_in_windows_only(trace_modes):
+    got = rows(trace_modes["windows"])
+    assert len(got) == WIN_STEPS  # every step has a row: from kernel records or from events
+    by = {}
+    for r in got:
+        by.setdefault(r["source"], []).append(r)
+    assert set(by) == {"cupti", "events"}
+    cupti = sorted(int(r["step"]) for r in by["cupti"])
+    # the start's window: CUDA's start until the loop is warm (10 + 5 steps),
+    # nothing after it in 12 s (the next is 5 minutes on, or on a change)
+    assert cupti == list(range(15)), cupti
+    assert len(cupti) < WIN_STEPS / 2
+    for r in by["cupti"]:
+        assert int(r["kernels"]) == 40
+    for r in by["events"]:
+        # no kernel records: their figures are unknown (empty), not 0
+        assert r["kernels"] == "" and r["gpu_busy_ns"] == ""
+        # the GPU's span from the step's begin event to its end event:
+        # the last kernel ends 19.8 ms after the step began, and the end
+        # event cannot complete before the host recorded it
+        span, interval = int(r["gpu_span_ns"]), int(r["interval_ns"])
+        assert 19.7 * MS <= span <= interval + MS, (span, interval)
+
+
+def test_full_trace_has_kernel_records_on_every_step(trace_modes):
+    got = rows(trace_modes["full"])
+    assert len(got) == WIN_STEPS
+    assert {r["source"] for r in got} == {"cupti"}
+    assert all(int(r["kernels"]) == 40 for r in got)
+    # events ride along in full mode too: every row has its span
+    assert all(r["gpu_span_ns"] != "" for r in got)
+    assert any('gpu.cupti on: api 27, full' in t for t in [(trace_modes["full"] / "trace.json").read_text()])
+
+
+def test_windows_keep_the_summarys_gpu_figures(trace_modes, run_cli):
+    w = summary(trace_modes["windows"])["steps"]["gpu"]
+    f = summary(trace_modes["full"])["steps"]["gpu"]
+    # kernel figures from the window's 14 warm steps: the same as full's
+    assert w["warm_steps"] == 14 and f["warm_steps"] == WIN_STEPS - 1
+    # the truth of every step: 40 kernels, 19.6 ms of them, 19.6 ms busy
+    for g in (w, f):
+        assert g["kernels_per_step"] == pytest.approx(40)
+        assert g["kernel_ms_mean"] == pytest.approx(19.6, rel=1e-3)
+        assert g["busy_ms_mean"] == pytest.approx(19.6, rel=1e-3)
+        assert 0 < g["busy_share"] <= 1
+    assert w["event_steps"] == WIN_STEPS - 15 and f["event_steps"] == 0
+    assert w["undetailed_steps"] == 0
+    assert 19.7 <= w["gpu_ms_mean"] and w["gpu_share"] <= 1.0
+    # the verdict stands on the windows, and the report says what they cover
+    rep = run_cli("report", "--format", "json", trace_modes["windows"])
+    diag = json.loads(rep.stdout)["diagnosis"]
+    assert diag["primary"]["id"] == "gpu-bound"
+    assert any("from 14 warm steps in CUPTI's windows" in n and "other 585 steps" in n
+               for n in diag["notes"]), diag["notes"]
+
+
+@pytest.mark.parametrize("why", ["no driver", "events off"])
+def test_windows_without_events_give_rows_only_in_windows(run_cli, tmp_path, why):
+    """No event calls to be had (no libcuda), or TRAINPERF_GPU_EVENTS=0: the
+    steps outside the windows get no row rather than a row of zeros,
+    counted in the summary."""
+    d = tmp_path / "run"
+    env = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE),
+           "TRAINPERF_CUDA_LIB": str(tmp_path / "no-libcuda.so") if why == "no driver" else str(CUDA)}
+    if why == "events off":
+        env["TRAINPERF_GPU_EVENTS"] = "0"
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "40", "healthy", env=env)
+    assert p.returncode == 0, p.stderr
+    got = rows(d)
+    assert sorted(int(r["step"]) for r in got) == list(range(15))
+    assert {r["source"] for r in got} == {"cupti"}
+    assert summary(d)["steps"]["gpu"]["undetailed_steps"] == 25
+    told = "gpu.events unavailable" in (d / "trace.json").read_text()
+    assert told == (why == "no driver")
+
+
+def test_gpu_trace_option_is_checked(run_cli, tmp_path):
+    p = run_cli("run", "--gpu-trace", "some", "--out", tmp_path / "r", "--", "true")
+    assert p.returncode == 2
+    assert "--gpu-trace takes windows, full or off, not 'some'" in p.stderr
+    # off: no injection at all, as --no-gpu-trace
+    d = tmp_path / "off"
+    p = run_cli("run", "--quiet", "--gpu-trace", "off", "--out", d, "--", PROG, "5", "healthy",
+                env={"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE)})
+    assert p.returncode == 0, p.stderr
+    assert not (d / "gpu_steps.csv").exists()
+
+
+def test_events_without_cupti_give_event_rows_only(run_cli, tmp_path):
+    """The injection loaded, CUPTI not found: every step's GPU time from its
+    events, and no row pretends to have kernel records."""
+    d = tmp_path / "run"
+    env = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(tmp_path / "missing.so"),
+           "TRAINPERF_CUDA_LIB": str(CUDA)}
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "30", "healthy", env=env)
+    assert p.returncode == 0, p.stderr
+    got = rows(d)
+    assert len(got) == 30 and {r["source"] for r in got} == {"events"}
+    assert all(r["kernels"] == "" for r in got)
+    g = summary(d)["steps"]["gpu"]
+    assert g["event_steps"] == 30 and g["warm_steps"] == 0
+
+
+def test_events_give_the_gpus_time_when_it_runs_behind(run_cli, tmp_path):
+    """GPU-bound with no read-back: each 20 ms host step queues 30 ms of
+    kernels, so the GPU falls 10 ms further behind every step. The events
+    say what the host cannot see: each step took the GPU 30 ms. Nothing
+    waits for them: the steps the GPU had not reached when the program
+    ended have no events read, hence no row outside the windows."""
+    d = tmp_path / "run"
+    env = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE), "TRAINPERF_CUDA_LIB": str(CUDA)}
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "60", "behind", env=env)
+    assert p.returncode == 0, p.stderr
+    ev = [r for r in rows(d) if r["source"] == "events"]
+    assert ev
+    for r in ev:
+        # the GPU's time between the step's boundary events: its 30 ms of
+        # kernels (the begin event completes when the GPU finished the last
+        # step's work, the end event when it finished this step's)
+        assert int(r["gpu_span_ns"]) == pytest.approx(30 * MS, abs=0.1 * MS), r
+    g = summary(d)["steps"]["gpu"]
+    # at the end the GPU was ~600 ms (about 30 steps) behind: those steps'
+    # events were never reached while the program lived
+    assert g["undetailed_steps"] >= 10
+    assert g["event_steps"] + g["steps"] + g["undetailed_steps"] == 60
+    assert g["gpu_ms_mean"] == pytest.approx(30, abs=0.1)
+
+
+def test_a_scripts_profiler_between_windows(run_cli, tmp_path):
+    """As shipped, a script's torch.profiler window (played as Kineto plays
+    it: its own callbacks, its kinds enabled, then disabled) after the
+    start's window: the profiler gets its records, and after it our kinds
+    stay off as the schedule says (no kernel rows, no records late), each
+    step outside the profiler's window with its events' GPU time."""
+    d = tmp_path / "run"
+    env = {"TRAINPERF_GPU_TRACE": "1", "TRAINPERF_CUPTI_LIB": str(FAKE), "TRAINPERF_CUDA_LIB": str(CUDA)}
+    p = run_cli("run", "--quiet", "--out", d, "--", PROG, "90", "profiler", env=env)
+    assert p.returncode == 0, p.stderr
+    assert int(re.search(r"profiler records (\d+)", p.stdout).group(1)) > 0
+    got = rows(d)
+    assert sorted(int(r["step"]) for r in got if r["source"] == "cupti") == list(range(15))
+    g = summary(d)["steps"]["gpu"]
+    assert g["records_late"] == 0 and g["undetailed_steps"] == 0
+    assert g["steps_in_profiler"] >= 30
+    assert g["event_steps"] + g["steps"] + g["steps_in_profiler"] == 90

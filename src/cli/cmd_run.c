@@ -57,6 +57,7 @@ typedef struct run_args {
     const char *prometheus; /* [HOST:]PORT or NULL */
     int no_tensorboard;
     int no_gpu_trace;
+    const char *gpu_trace; /* --gpu-trace: "windows", "full" (off: no_gpu_trace); NULL: not given */
     char **cmd;
     sup_opts sup; /* hang watch, restarts (supervise.c) */
 } run_args;
@@ -83,8 +84,10 @@ static void run_usage(FILE *f)
             "  --prometheus [HOST:]PORT  serve /metrics for Prometheus while the run lasts\n"
             "                        (HOST defaults to 127.0.0.1; docs/exporters.md)\n"
             "  --no-tensorboard      no TensorBoard event file in the run directory\n"
-            "  --no-gpu-trace        no CUPTI GPU records (kernels, copies, syncs) on an\n"
-            "                        NVIDIA machine (docs/gpu.md)\n\n");
+            "  --gpu-trace MODE      CUPTI GPU records (kernels, copies, syncs) on an NVIDIA\n"
+            "                        machine: windows (default: a few steps at a time, CUDA\n"
+            "                        events for every step), full (every step), off\n"
+            "  --no-gpu-trace        the same as --gpu-trace off (docs/gpu.md)\n\n");
     runprof_usage(f);
     sup_usage(f);
     fprintf(f,
@@ -131,7 +134,8 @@ static int parse_args(int argc, char **argv, run_args *a)
         }
         int takes = strcmp(opt, "--out") == 0 || strcmp(opt, "--interval") == 0 ||
                     strcmp(opt, "--alert") == 0 || strcmp(opt, "--alerts") == 0 ||
-                    strcmp(opt, "--prometheus") == 0 || runprof_takes_value(opt) == 1 ||
+                    strcmp(opt, "--prometheus") == 0 || strcmp(opt, "--gpu-trace") == 0 ||
+                    runprof_takes_value(opt) == 1 ||
                     sup_opt_takes_value(opt);
         const char *val = NULL;
         if (takes) {
@@ -183,6 +187,15 @@ static int parse_args(int argc, char **argv, run_args *a)
             a->no_tensorboard = 1;
         } else if (strcmp(opt, "--no-gpu-trace") == 0) {
             a->no_gpu_trace = 1;
+        } else if (strcmp(opt, "--gpu-trace") == 0) {
+            if (strcmp(val, "off") == 0) {
+                a->no_gpu_trace = 1;
+            } else if (strcmp(val, "windows") == 0 || strcmp(val, "full") == 0) {
+                a->gpu_trace = val;
+            } else {
+                cli_error("--gpu-trace takes windows, full or off, not '%s'", val);
+                return -1;
+            }
         } else {
             int r = runprof_option(&a->prof, opt, val);
             if (r == 0) r = sup_parse_opt(&a->sup, opt, val);
@@ -334,12 +347,12 @@ static void env_free(child_envp *e)
 }
 
 static int child_env(child_envp *e, const char *run_dir, const char *seg_dir, const char *pydir,
-                     const char *cupti, int no_auto, const run_prof *prof)
+                     const char *cupti, const char *gpu_mode, int no_auto, const run_prof *prof)
 {
     memset(e, 0, sizeof(*e));
     size_t n = 0;
     while (environ[n]) n++;
-    e->env = calloc(n + 7 + RUNPROF_MAX_ENV, sizeof(char *));
+    e->env = calloc(n + 8 + RUNPROF_MAX_ENV, sizeof(char *));
     if (!e->env) return -1;
     size_t k = 0;
     const char *oldpp = getenv("PYTHONPATH");
@@ -350,6 +363,8 @@ static int child_env(child_envp *e, const char *run_dir, const char *seg_dir, co
             (!no_auto && has_key(environ[i], "TRAINPERF_AUTO")))
             continue;
         if (set_pp && has_key(environ[i], "PYTHONPATH")) continue;
+        /* --gpu-trace given: it wins over the user's TRAINPERF_GPU_TRACE_MODE */
+        if (gpu_mode && has_key(environ[i], "TRAINPERF_GPU_TRACE_MODE")) continue;
         if (runprof_overrides(prof, environ[i])) continue;
         e->env[k++] = environ[i];
     }
@@ -377,6 +392,10 @@ static int child_env(child_envp *e, const char *run_dir, const char *seg_dir, co
             return -1;
         }
         e->env[k++] = e->own[3];
+        /* the CUPTI library's mode (gpu/cupti_inject.c); unset: windows */
+        if (gpu_mode)
+            e->env[k++] = strcmp(gpu_mode, "full") == 0 ? "TRAINPERF_GPU_TRACE_MODE=full"
+                                                        : "TRAINPERF_GPU_TRACE_MODE=windows";
     }
     for (int i = 0; i < prof->nenv; i++)
         e->env[k++] = (char *)prof->env[i];
@@ -857,7 +876,7 @@ int cmd_run(int argc, char **argv)
     char cupti[PATH_MAX];
     cupti_lib_path(cupti, sizeof(cupti), a.no_gpu_trace);
     child_envp cenv;
-    if (child_env(&cenv, absdir, sd.path, pydir, cupti, a.no_auto, &a.prof) != 0) {
+    if (child_env(&cenv, absdir, sd.path, pydir, cupti, a.gpu_trace, a.no_auto, &a.prof) != 0) {
         cli_error("out of memory");
         rec_segdir_remove(&sd);
         alerts_free(alerts);

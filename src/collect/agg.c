@@ -62,6 +62,7 @@ void agg_gpu_flush(agg *a, uint64_t now_ns, int final)
 {
     gj_flush(a->gpu, now_ns, final);
     gj_counts(a->gpu, &a->f.gpu.records, &a->f.gpu.records_late, &a->f.gpu.steps_paused);
+    a->f.gpu.steps_undetailed = gj_undetailed(a->gpu);
 }
 
 void agg_free(agg *a)
@@ -327,6 +328,10 @@ void agg_event(agg *a, agg_proc *p, const seg_event *ev)
         gj_resume(a->gpu, p->pid, ev->ts_ns);
         return;
     }
+    if (ev->kind == SEG_EV_MARK && (ev->name == SEG_NAME_GPU_DETAIL_ON || ev->name == SEG_NAME_GPU_DETAIL_OFF)) {
+        gj_detail(a->gpu, p->pid, ev->ts_ns, ev->name == SEG_NAME_GPU_DETAIL_ON);
+        return;
+    }
     if (ev->kind == SEG_EV_MARK) {
         if (a->sink.mark) a->sink.mark(a->sink.ctx, p->pid, ev->tid, ev->name, ev->ts_ns);
         return;
@@ -335,7 +340,7 @@ void agg_event(agg *a, agg_proc *p, const seg_event *ev)
         if (ev->kind == SEG_EV_GPU_KERNEL)
             sketch_add(&a->f.gpu.kernel_dur_ns, (double)(ev->end_ns - ev->ts_ns));
         gj_record(a->gpu, p->pid, ev);
-        if (a->sink.gpu_record) a->sink.gpu_record(a->sink.ctx, p->pid, ev);
+        if (a->sink.gpu_record && ev->kind != SEG_EV_GPU_STEP) a->sink.gpu_record(a->sink.ctx, p->pid, ev);
         return;
     }
     agg_thread *t = thread_of(a, p, ev->tid);

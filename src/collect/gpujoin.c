@@ -24,6 +24,15 @@ typedef struct gj_proc {
         uint64_t b, e; /* e: UINT64_MAX while the profiler holds CUPTI */
     } pz[GJ_MAX_PAUSES];
     int npz;
+    struct {
+        uint64_t b, e; /* e: UINT64_MAX while the window is open */
+    } dz[GJ_MAX_PAUSES];
+    int ndz;
+    int has_detail;     /* windows: kernel records only inside dz */
+    struct {
+        uint64_t b, e, gpu_ns;
+    } *ev;              /* CUDA-event spans, in order of end (GJ_MAX_EVS) */
+    size_t nev;
 } gj_proc;
 
 struct gj {
@@ -33,7 +42,7 @@ struct gj {
     int nprocs;
     agg_step *pend;
     size_t npend;
-    uint64_t records, late, paused;
+    uint64_t records, late, paused, undetailed;
 };
 
 int gj_create(gj **out, gj_emit_fn emit, void *ctx)
@@ -49,7 +58,10 @@ int gj_create(gj **out, gj_emit_fn emit, void *ctx)
 void gj_free(gj *j)
 {
     if (!j) return;
-    for (int i = 0; i < j->nprocs; i++) free(j->procs[i].r);
+    for (int i = 0; i < j->nprocs; i++) {
+        free(j->procs[i].r);
+        free(j->procs[i].ev);
+    }
     free(j->pend);
     free(j);
 }
@@ -80,8 +92,30 @@ void gj_step(gj *j, const agg_step *s)
     if (p) p->had_step = 1;
 }
 
+/* A step's CUDA-event span: kept in order of end (the library reads the
+ * events back in order), the oldest going when full. It also says the
+ * process's GPU is done up to the step's end: the watermark. */
+static void event_span(gj_proc *p, const seg_event *ev)
+{
+    if (!p->ev && !(p->ev = malloc(GJ_MAX_EVS * sizeof(*p->ev)))) return;
+    if (p->nev == GJ_MAX_EVS) {
+        memmove(&p->ev[0], &p->ev[1], sizeof(p->ev[0]) * (GJ_MAX_EVS - 1));
+        p->nev--;
+    }
+    p->ev[p->nev].b = ev->ts_ns;
+    p->ev[p->nev].e = ev->end_ns;
+    p->ev[p->nev].gpu_ns = ev->arg;
+    p->nev++;
+    if (ev->end_ns > p->watermark) p->watermark = ev->end_ns;
+}
+
 void gj_record(gj *j, pid_t pid, const seg_event *ev)
 {
+    if (ev->kind == SEG_EV_GPU_STEP) {
+        gj_proc *p = proc_of(j, pid, 1);
+        if (p) event_span(p, ev);
+        return;
+    }
     j->records++;
     gj_proc *p = proc_of(j, pid, 1);
     if (!p || ev->end_ns <= p->done_ns) {
@@ -118,6 +152,51 @@ void gj_counts(const gj *j, uint64_t *records, uint64_t *late, uint64_t *paused)
     *records = j->records;
     *late = j->late;
     *paused = j->paused;
+}
+
+uint64_t gj_undetailed(const gj *j) { return j->undetailed; }
+
+void gj_detail(gj *j, pid_t pid, uint64_t ts_ns, int on)
+{
+    gj_proc *p = proc_of(j, pid, 1);
+    if (!p) return;
+    p->has_detail = 1;
+    int open = p->ndz && p->dz[p->ndz - 1].e == UINT64_MAX;
+    if (!on) {
+        if (open) p->dz[p->ndz - 1].e = ts_ns;
+        return;
+    }
+    if (open) return;
+    if (p->ndz == GJ_MAX_PAUSES) {
+        memmove(&p->dz[0], &p->dz[1], sizeof(p->dz[0]) * (GJ_MAX_PAUSES - 1));
+        p->ndz--;
+    }
+    p->dz[p->ndz].b = ts_ns;
+    p->dz[p->ndz].e = UINT64_MAX;
+    p->ndz++;
+}
+
+/* [b, e] lies in a kernel-detail window (or the process has no windows:
+ * `--gpu-trace full`, or a library from before them) */
+static int detailed(const gj_proc *p, uint64_t b, uint64_t e)
+{
+    if (!p->has_detail) return 1;
+    for (int i = 0; i < p->ndz; i++)
+        if (b >= p->dz[i].b && e <= p->dz[i].e) return 1;
+    return 0;
+}
+
+/* The CUDA-event span of the host step that ended at end (0: none). */
+static int span_of(gj_proc *p, uint64_t end, uint64_t *gpu_ns)
+{
+    for (size_t i = p->nev; i-- > 0;) {
+        if (p->ev[i].e < end) break;
+        if (p->ev[i].e - end <= GJ_EV_MATCH_NS) {
+            *gpu_ns = p->ev[i].gpu_ns;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 void gj_pause(gj *j, pid_t pid, uint64_t ts_ns)
@@ -317,6 +396,34 @@ static void drain(gj *j, gj_proc *p)
     if (j->emit) j->emit(j->ctx, &g);
 }
 
+/* A ready step's row: from kernel records inside a window, from its CUDA
+ * events outside one, or none. */
+static void step_row(gj *j, gj_proc *p, const agg_step *s)
+{
+    gpu_step g = row(s->rank, s->pid, s->tid, s->step, s->end_ns, s->interval_ns);
+    g.span_ok = p->nev && span_of(p, s->end_ns, &g.span_ns);
+    if (detailed(p, s->end_ns - s->interval_ns, s->end_ns)) {
+        g.source = GPU_SRC_CUPTI;
+        gj_figures(p->r, p->n, p->max_dur, &g);
+    } else if (g.span_ok) {
+        g.source = GPU_SRC_EVENTS;
+    } else {
+        j->undetailed++;
+        return;
+    }
+    if (j->emit) j->emit(j->ctx, &g);
+}
+
+/* Event spans of steps that have their rows are no use any more. */
+static void prune_events(gj_proc *p)
+{
+    size_t k = 0;
+    while (k < p->nev && p->ev[k].e + GJ_EV_MATCH_NS < p->done_ns) k++;
+    if (!k) return;
+    memmove(&p->ev[0], &p->ev[k], sizeof(p->ev[0]) * (p->nev - k));
+    p->nev -= k;
+}
+
 void gj_flush(gj *j, uint64_t now_ns, int final)
 {
     for (int i = 0; i < j->nprocs; i++) {
@@ -351,13 +458,10 @@ void gj_flush(gj *j, uint64_t now_ns, int final)
             j->pend[k++] = *s;
             continue;
         }
-        if (paused) {
+        if (paused)
             j->paused++;
-        } else {
-            gpu_step g = row(s->rank, s->pid, s->tid, s->step, s->end_ns, s->interval_ns);
-            gj_figures(p->r, p->n, p->max_dur, &g);
-            if (j->emit) j->emit(j->ctx, &g);
-        }
+        else
+            step_row(j, p, s);
         if (s->end_ns > p->done_ns) p->done_ns = s->end_ns;
     }
     j->npend = k;
@@ -375,6 +479,7 @@ void gj_flush(gj *j, uint64_t now_ns, int final)
         uint64_t saved = p->done_ns;
         p->done_ns = keep;
         prune(p);
+        prune_events(p);
         p->done_ns = saved;
     }
 }

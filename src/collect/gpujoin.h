@@ -67,9 +67,23 @@ void gj_flush(gj *j, uint64_t now_ns, int final);
 #define GJ_MAX_PAUSES 16
 void gj_pause(gj *j, pid_t pid, uint64_t ts_ns);
 void gj_resume(gj *j, pid_t pid, uint64_t ts_ns);
+/* Process pid's CUPTI library enabled its activity kinds at ts_ns (on) or
+ * disabled them (SEG_NAME_GPU_DETAIL_ON/OFF, `--gpu-trace windows`). Once a
+ * process sent such a mark, only its steps wholly inside a window get a
+ * row from kernel records (source cupti); a step outside gets one from its
+ * CUDA events (source events: span_ns, no kernel figures) or none
+ * (counted in gj_undetailed). At most GJ_MAX_PAUSES windows a process are
+ * kept, the oldest going first. */
+void gj_detail(gj *j, pid_t pid, uint64_t ts_ns, int on);
 /* Records seen; those that came after every step that could hold them had
  * gone (or past the caps); steps with no row because a profiler held CUPTI. */
 void gj_counts(const gj *j, uint64_t *records, uint64_t *late, uint64_t *paused);
+/* Steps outside the kernel-detail windows that had no CUDA events either. */
+uint64_t gj_undetailed(const gj *j);
+/* A step's CUDA-event record (SEG_EV_GPU_STEP) belongs to the host step
+ * that ended at most this long before the library's hook saw its end */
+#define GJ_EV_MATCH_NS 2000000ull
+#define GJ_MAX_EVS 8192 /* event records kept a process (the oldest go) */
 
 /* The figures of one step from records (sorted by start), for tests too. */
 typedef struct gj_rec {

@@ -25,6 +25,17 @@ void figs_init(figs *f)
 void figs_add_gpu(figs *f, const gpu_step *g)
 {
     figs_gpu *x = g->tid == 0 ? &f->gpu_win : &f->gpu;
+    /* the GPU's time from CUDA events: every warm step that has it */
+    if (g->span_ok && !g->drain && !(g->step == 0 && g->tid != 0)) {
+        x->span_steps++;
+        x->span_ns += g->span_ns;
+        x->span_interval_ns += g->interval_ns;
+    }
+    /* kernel figures: only the steps with kernel records (the windows) */
+    if (g->source == GPU_SRC_EVENTS) {
+        x->event_steps++;
+        return;
+    }
     if (!g->drain) x->steps++;
     /* a step's warm-up (allocation, autotuning, the first launch of each
      * kernel) is left out; a window of a step-less process is all there is */
@@ -56,12 +67,14 @@ static void gpu_merge(figs_gpu *d, const figs_gpu *s)
                       &d->kernels, &d->copy_ns, &d->sync_ns, &d->syncs, &d->h2d_bytes,
                       &d->h2d_pageable_bytes, &d->d2h_bytes, &d->d2h_pageable_bytes,
                       &d->records, &d->records_late, &d->comm_kernel_ns, &d->sync_idle_ns,
-                      &d->steps_paused};
+                      &d->steps_paused, &d->event_steps, &d->span_steps, &d->span_ns,
+                      &d->span_interval_ns, &d->steps_undetailed};
     const uint64_t sn[] = {s->steps, s->warm_steps, s->interval_ns, s->busy_ns, s->kernel_ns,
                            s->kernels, s->copy_ns, s->sync_ns, s->syncs, s->h2d_bytes,
                            s->h2d_pageable_bytes, s->d2h_bytes, s->d2h_pageable_bytes,
                            s->records, s->records_late, s->comm_kernel_ns, s->sync_idle_ns,
-                           s->steps_paused};
+                           s->steps_paused, s->event_steps, s->span_steps, s->span_ns,
+                           s->span_interval_ns, s->steps_undetailed};
     for (size_t i = 0; i < sizeof(sn) / sizeof(sn[0]); i++) *dn[i] += sn[i];
     sketch_merge(&d->kernel_dur_ns, &s->kernel_dur_ns);
     sketch_merge(&d->busy_share, &s->busy_share);

@@ -54,7 +54,15 @@ typedef struct gpu_step {
     uint64_t sync_ns;          /* host waits for the GPU (CUPTI synchronization records) */
     uint64_t syncs;
     uint64_t sync_idle_ns;     /* GPU idle after those waits until the next kernel: the queue drained */
+    int source;                /* GPU_SRC_*: where the figures came from */
+    uint64_t span_ns;          /* the GPU's time between the step's boundary events (CUDA
+                                * events); valid when span_ok */
+    int span_ok;
 } gpu_step;
+
+/* gpu_step.source: kernel records (CUPTI; every figure above), CUDA events
+ * at the step boundaries (span_ns only: outside the kernel-detail windows) */
+enum { GPU_SRC_CUPTI = 0, GPU_SRC_EVENTS = 1, GPU_SRC_NVML = 2 };
 
 /* Run totals of the GPU steps (every step, and warm ones: each thread's first
  * left out) and the kernel-duration distribution. */
@@ -65,6 +73,9 @@ typedef struct figs_gpu {
     uint64_t h2d_bytes, h2d_pageable_bytes, d2h_bytes, d2h_pageable_bytes;   /* warm */
     uint64_t records, records_late;   /* GPU records seen; those no step could take */
     uint64_t steps_paused;            /* steps in a script's profiler window: no row */
+    uint64_t event_steps;             /* rows from CUDA events only (outside the windows) */
+    uint64_t span_steps, span_ns, span_interval_ns; /* warm steps with an event span: sums */
+    uint64_t steps_undetailed;        /* steps outside the windows with no events: no row */
     sketch kernel_dur_ns;             /* every kernel's duration */
     sketch busy_share;                /* per warm step, busy / interval (0..1, x1e6) */
 } figs_gpu;

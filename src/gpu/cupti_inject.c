@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "collect/cupti_rec.h"
+#include "collect/gpuwin.h"
 #include "probe/clock.h"
 #include "probe/probe.h"
 #include "probe/reader.h"
@@ -46,6 +47,7 @@ static struct {
     cures (*register_callbacks)(req_fn, done_fn);
     cures (*get_next)(uint8_t *buf, size_t valid, void **rec);
     cures (*enable)(int kind);
+    cures (*disable)(int kind);
     cures (*flush_all)(uint32_t flag);
     cures (*flush_period)(uint32_t ms);
     cures (*get_timestamp)(uint64_t *ns);
@@ -204,8 +206,39 @@ static void on_complete(void *ctx, uint32_t stream, uint8_t *buf, size_t size, s
     free(buf);
 }
 
+static struct {
+    void *lib;
+    int (*ctx_current)(void **ctx);
+    int (*create)(void **ev, unsigned flags);
+    int (*record)(void *ev, void *stream);
+    int (*query)(void *ev);
+    int (*elapsed)(float *ms, void *a, void *b);
+    int state; /* 0 not tried, 1 ready, -1 none (no driver, no context) */
+    int tries;
+} g_cuda;
+
+#define NEV 64u /* events in flight: a GPU this many boundaries behind skips some */
+static struct {
+    void *ev;
+    uint64_t host_ns;
+    int end;      /* a step's end (its begin is the slot before, if begin_ok) */
+    int begin_ok; /* the step's begin event is the previous slot */
+} g_evs[NEV];
+static uint64_t g_ev_head, g_ev_tail; /* recorded, read back */
+static uint64_t g_step_begin_ns, g_last_span_ns, g_last_span_host_ns;
+static int g_began; /* the last boundary recorded was a begin, in slot g_ev_head - 1 */
+static pthread_mutex_t g_step_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void events_read(void);
+
 static void at_exit(void)
 {
+    /* the last steps' events, where the GPU has reached them (a query:
+     * never a wait; a driver already torn down answers an error) */
+    if (g_cuda.state > 0 && pthread_mutex_trylock(&g_step_lock) == 0) {
+        events_read();
+        pthread_mutex_unlock(&g_step_lock);
+    }
     if (g_cu.flush_all) g_cu.flush_all(1); /* forced: records still open too */
     if (g_dump) {
         pthread_mutex_lock(&g_dump_lock);
@@ -283,6 +316,37 @@ static const char *load_cupti(void)
 
 static const char *take_cupti(void);
 
+/* CONCURRENT_KERNEL, not KERNEL: KERNEL serialises the kernels.
+ * TRAINPERF_CUPTI_KINDS (kernel,memcpy,memset,sync): fewer kinds */
+static const struct {
+    int kind;
+    const char *name;
+} kinds[] = {{CUPTI_KIND_CONCURRENT_KERNEL, "kernel"},
+             {CUPTI_KIND_MEMCPY, "memcpy"},
+             {CUPTI_KIND_MEMSET, "memset"},
+             {CUPTI_KIND_SYNCHRONIZATION, "sync"}};
+
+/* `--gpu-trace windows` (TRAINPERF_GPU_TRACE_MODE, set by `trainperf run`;
+ * anything but "full" is windows): the kinds on only in the schedule's
+ * windows (collect/gpuwin.h), driven by the probe's step hook below */
+static int g_windows;
+static gw g_win;
+
+/* The kinds on (1) or off (0); how many calls CUPTI took. */
+static int kinds_set(int on)
+{
+    const char *only = getenv("TRAINPERF_CUPTI_KINDS");
+    int n = 0;
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        if (only && *only && !strstr(only, kinds[i].name)) continue;
+        if (on)
+            n += g_cu.enable(kinds[i].kind) == 0;
+        else if (g_cu.disable)
+            n += g_cu.disable(kinds[i].kind) == 0;
+    }
+    return n;
+}
+
 static const char *start(void)
 {
     const char *why = load_cupti();
@@ -291,16 +355,14 @@ static const char *start(void)
         !SYM(get_next, "cuptiActivityGetNextRecord") || !SYM(enable, "cuptiActivityEnable") ||
         !SYM(flush_all, "cuptiActivityFlushAll"))
         return "libcupti lacks the activity API";
+    SYM(disable, "cuptiActivityDisable");
     SYM(flush_period, "cuptiActivityFlushPeriod");
     SYM(get_timestamp, "cuptiGetTimestamp");
     SYM(register_ts, "cuptiActivityRegisterTimestampCallback");
     SYM(dropped, "cuptiActivityGetNumDroppedRecords");
     SYM(get_version, "cuptiGetVersion");
     SYM(result_string, "cuptiGetResultString");
-    why = take_cupti();
-    if (why) return why;
-    atexit(at_exit);
-    return NULL;
+    return take_cupti();
 }
 
 /* The callbacks, our clock and our kinds: at the start, and again after a
@@ -317,20 +379,13 @@ static const char *take_cupti(void)
     measure_offset();
     cures rc = g_cu.register_callbacks(on_request, on_complete);
     if (rc != 0) return "cuptiActivityRegisterCallbacks failed";
-    /* CONCURRENT_KERNEL, not KERNEL: KERNEL serialises the kernels.
-     * TRAINPERF_CUPTI_KINDS (kernel,memcpy,memset,sync): fewer kinds */
-    static const struct {
-        int kind;
-        const char *name;
-    } kinds[] = {{CUPTI_KIND_CONCURRENT_KERNEL, "kernel"},
-                 {CUPTI_KIND_MEMCPY, "memcpy"},
-                 {CUPTI_KIND_MEMSET, "memset"},
-                 {CUPTI_KIND_SYNCHRONIZATION, "sync"}};
-    const char *only = getenv("TRAINPERF_CUPTI_KINDS");
-    int on = 0;
-    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-        if (!only || !*only || strstr(only, kinds[i].name)) on += g_cu.enable(kinds[i].kind) == 0;
-    if (!on) return "no CUPTI activity kind could be enabled";
+    /* windows: the kinds are on only in the schedule's windows; a resume
+     * after a profiler's window finds them as the schedule left them */
+    if (g_windows && !g_win.open) {
+        kinds_set(0); /* as a profiler may have left them on */
+        return NULL;
+    }
+    if (!kinds_set(1)) return "no CUPTI activity kind could be enabled";
     /* records reach the collector within a flush period */
     if (g_cu.flush_period) g_cu.flush_period(200);
     return NULL;
@@ -359,11 +414,143 @@ void trainperf_cupti_resume(void)
 {
     int paused = 2;
     if (!atomic_compare_exchange_strong(&g_state, &paused, 1)) return;
+    pthread_mutex_lock(&g_step_lock); /* the schedule's state, as the step hook leaves it */
     const char *why = take_cupti();
+    pthread_mutex_unlock(&g_step_lock);
     char msg[120];
     snprintf(msg, sizeof(msg), "gpu.cupti resumed%s%s", why ? ": " : "", why ? why : "");
     mark(msg);
     tpf_mark(SEG_NAME_GPU_RESUMED);
+}
+
+/* ---- step boundaries: CUDA events, and the kernel-detail windows ----
+ *
+ * The probe (libtrainperf or the Python extension in this process) calls
+ * trainperf_gpu_step at each step's begin and end, on the training thread,
+ * once it found this library (probe.c). Each call records one CUDA event on
+ * the NULL stream (never a synchronisation: cuEventRecord only queues it;
+ * on the legacy NULL stream it completes once the work of every blocking
+ * stream queued before it ran) and reads back, with cuEventQuery, the
+ * events the GPU has reached since: a step whose begin and end events both
+ * completed gets its GPU time (cuEventElapsedTime) as a SEG_EV_GPU_STEP
+ * record. The driver is reached with dlsym at run time, never linked. At
+ * each step end the window schedule says whether to switch the kinds. */
+#define CUSYM(field, name) (*(void **)&g_cuda.field = dlsym(g_cuda.lib, name))
+
+/* The driver's event calls, and NEV events, on the first boundary with a
+ * current context (a step before CUDA started has none: tried again, up to
+ * 1000 boundaries). TRAINPERF_CUDA_LIB: another driver library (tests). */
+static int cuda_ready(void)
+{
+    if (g_cuda.state) return g_cuda.state > 0;
+    const char *off = getenv("TRAINPERF_GPU_EVENTS"); /* 0: no events (an escape hatch) */
+    if (off && strcmp(off, "0") == 0) {
+        g_cuda.state = -1;
+        return 0;
+    }
+    if (!g_cuda.lib) {
+        const char *want = getenv("TRAINPERF_CUDA_LIB");
+        g_cuda.lib = dlopen(want && *want ? want : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (!g_cuda.lib || !CUSYM(ctx_current, "cuCtxGetCurrent") || !CUSYM(create, "cuEventCreate") ||
+            !CUSYM(record, "cuEventRecord") || !CUSYM(query, "cuEventQuery") ||
+            !(CUSYM(elapsed, "cuEventElapsedTime_v2") || CUSYM(elapsed, "cuEventElapsedTime"))) {
+            g_cuda.state = -1;
+            mark("gpu.events unavailable: no CUDA driver event calls");
+            return 0;
+        }
+    }
+    void *ctx = NULL;
+    if (g_cuda.ctx_current(&ctx) != 0 || !ctx) {
+        if (++g_cuda.tries >= 1000) g_cuda.state = -1;
+        return 0;
+    }
+    for (unsigned i = 0; i < NEV; i++)
+        if (g_cuda.create(&g_evs[i].ev, 0) != 0) { /* CU_EVENT_DEFAULT: timed */
+            g_cuda.state = -1;
+            mark("gpu.events unavailable: cuEventCreate failed");
+            return 0;
+        }
+    g_cuda.state = 1;
+    mark("gpu.events on");
+    return 1;
+}
+
+/* The events the GPU has reached, in order; stops at the first it has not
+ * (CUDA_ERROR_NOT_READY). A step's end with its begin: a GPU_STEP record. */
+static void events_read(void)
+{
+    while (g_ev_tail < g_ev_head) {
+        unsigned k = (unsigned)(g_ev_tail % NEV);
+        if (g_cuda.query(g_evs[k].ev) != 0) return;
+        if (g_evs[k].end && g_evs[k].begin_ok) {
+            unsigned b = (unsigned)((g_ev_tail - 1) % NEV);
+            float ms = 0;
+            if (g_cuda.elapsed(&ms, g_evs[b].ev, g_evs[k].ev) == 0 && ms >= 0) {
+                uint64_t ns = (uint64_t)((double)ms * 1e6);
+                probe_emit_record(g_evs[b].host_ns, SEG_EV_GPU_STEP, 0, g_evs[k].host_ns, ns);
+                g_last_span_ns = ns;
+                g_last_span_host_ns = g_evs[k].host_ns - g_evs[b].host_ns;
+            }
+        }
+        g_ev_tail++;
+    }
+}
+
+/* One boundary's event: none when NEV are still in flight. */
+static void events_record(int end, uint64_t now)
+{
+    events_read();
+    /* NEV - 1: the slot before the oldest unread one may be the begin its end needs */
+    if (g_ev_head - g_ev_tail >= NEV - 1 || (end && !g_began)) {
+        g_began = 0;
+        return;
+    }
+    unsigned k = (unsigned)(g_ev_head % NEV);
+    if (g_cuda.record(g_evs[k].ev, NULL) != 0) {
+        g_began = 0;
+        return;
+    }
+    g_evs[k].host_ns = now;
+    g_evs[k].end = end;
+    g_evs[k].begin_ok = end && g_began;
+    g_ev_head++;
+    g_began = !end;
+}
+
+/* The schedule at a step's end: the kinds switched, and the switch marked
+ * for the join (its time: after the switch on, before the switch off, so
+ * that a step inside a window had the kinds on all through). */
+static void window_step(uint64_t now)
+{
+    uint64_t step = g_step_begin_ns && now > g_step_begin_ns ? now - g_step_begin_ns : 0;
+    double share = g_last_span_host_ns ? (double)g_last_span_ns / (double)g_last_span_host_ns : -1;
+    int a = gw_step(&g_win, now, step, share);
+    if (a == GW_NONE) return;
+    /* while a script's profiler holds CUPTI the kinds are its own: the
+     * resume sets ours as the schedule says then (take_cupti) */
+    int ours = atomic_load(&g_state) == 1;
+    if (a == GW_CLOSE && ours && !kinds_set(0)) {
+        /* CUPTI would not disable them: the window stays open, the run is traced in full */
+        g_windows = 0;
+        mark("gpu.cupti: the kinds cannot be disabled; full trace");
+        return;
+    }
+    if (a == GW_CLOSE) tpf_mark(SEG_NAME_GPU_DETAIL_OFF);
+    if (a == GW_OPEN && ours) kinds_set(1);
+    if (a == GW_OPEN) tpf_mark(SEG_NAME_GPU_DETAIL_ON);
+}
+
+__attribute__((visibility("default"))) void trainperf_gpu_step(int end);
+
+void trainperf_gpu_step(int end)
+{
+    /* never waits: a second training thread's boundary is skipped */
+    if (pthread_mutex_trylock(&g_step_lock) != 0) return;
+    uint64_t now = clk_mono_ns();
+    if (cuda_ready()) events_record(end, now);
+    if (end && g_windows) window_step(now);
+    if (!end) g_step_begin_ns = now;
+    pthread_mutex_unlock(&g_step_lock);
 }
 
 /* Called by the CUDA driver, once, at the program's CUDA initialisation. */
@@ -377,15 +564,26 @@ int InitializeInjection(void)
     probe_set_seg_tag("gpu");
     const char *dump = getenv("TRAINPERF_CUPTI_DUMP");
     if (dump && *dump) g_dump = fopen(dump, "we");
+    const char *mode = getenv("TRAINPERF_GPU_TRACE_MODE");
+    g_windows = !(mode && strcmp(mode, "full") == 0);
+    gw_init(&g_win, NULL);
     const char *why = start();
+    atexit(at_exit); /* the last events; CUPTI's last records */
+    if (!why && g_windows && !g_cu.disable) g_windows = 0; /* an old CUPTI: no windows, full */
     char msg[120];
     uint32_t v = 0;
     if (!why && g_cu.get_version) g_cu.get_version(&v);
     if (why)
         snprintf(msg, sizeof(msg), "gpu.cupti unavailable: %s", why);
     else
-        snprintf(msg, sizeof(msg), "gpu.cupti on: api %u%s", v, g_own_clock ? "" : ", clock offset");
+        snprintf(msg, sizeof(msg), "gpu.cupti on: api %u%s, %s", v, g_own_clock ? "" : ", clock offset",
+                 g_windows ? "windows" : "full");
     if (!why) atomic_store(&g_state, 1);
     mark(msg);
+    if (!why && g_windows) tpf_mark(SEG_NAME_GPU_DETAIL_ON); /* the first window, open from here */
+    if (why) { /* no kernel detail at all: the events' rows only, never a row of zeros */
+        g_windows = 0;
+        tpf_mark(SEG_NAME_GPU_DETAIL_OFF);
+    }
     return 1;
 }

@@ -10,6 +10,7 @@
  *                  whose cached ring carries another generation takes the
  *                  slow path (claims a ring in the current segment).
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -699,16 +700,56 @@ int probe_emit_record(uint64_t ts, uint32_t kind, uint32_t name, uint64_t a, uin
     uint32_t st = atomic_load_explicit(&g_state, memory_order_relaxed);                            \
     if (__builtin_expect(st == 0, 1)) return
 
+/* The CUPTI injection library's step hook (gpu/cupti_inject.c: CUDA events
+ * at the step boundaries, and the kernel-detail windows), once CUDA loaded it
+ * into this process. Looked up at steps 1, 2, 4, 8... (dlopen RTLD_NOLOAD
+ * takes the loader's lock: never on every step) until found or 2^20 steps;
+ * a process not under a GPU trace (no CUDA_INJECTION64_PATH) never looks. */
+typedef void (*gpu_step_fn)(int end);
+static _Atomic(gpu_step_fn) g_gpu_step;
+static _Atomic uint64_t g_gpu_seen, g_gpu_next = 1; /* steps; the step of the next look */
+static _Atomic int g_gpu_never;                     /* no hook will come: stop looking */
+
+static __attribute__((noinline)) void gpu_step_look(int end)
+{
+    uint64_t seen = atomic_fetch_add_explicit(&g_gpu_seen, 1, memory_order_relaxed) + 1;
+    if (seen < atomic_load_explicit(&g_gpu_next, memory_order_relaxed)) return;
+    const char *inj = getenv("CUDA_INJECTION64_PATH");
+    void *h = inj && *inj ? dlopen(inj, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+    gpu_step_fn f = NULL;
+    if (h) *(void **)&f = dlsym(h, "trainperf_gpu_step");
+    if (h) dlclose(h); /* NOLOAD took a reference: the library stays, CUDA holds it */
+    if (f) {
+        atomic_store_explicit(&g_gpu_step, f, memory_order_release);
+        f(end);
+    } else if (!inj || !*inj || seen >= (1u << 20)) {
+        atomic_store_explicit(&g_gpu_never, 1, memory_order_relaxed);
+    } else {
+        atomic_store_explicit(&g_gpu_next, seen * 2, memory_order_relaxed);
+    }
+}
+
+static inline void gpu_step(int end)
+{
+    gpu_step_fn f = atomic_load_explicit(&g_gpu_step, memory_order_acquire);
+    if (__builtin_expect(f != NULL, 1))
+        f(end);
+    else if (!atomic_load_explicit(&g_gpu_never, memory_order_relaxed))
+        gpu_step_look(end);
+}
+
 void tpf_step_begin(void)
 {
     PROBE_STATE_OR_RETURN(st);
     emit(st, SEG_EV_STEP_BEGIN, 0, 0, 0);
+    gpu_step(0);
 }
 
 void tpf_step_end(uint64_t samples, uint64_t tokens)
 {
     PROBE_STATE_OR_RETURN(st);
     emit(st, SEG_EV_STEP_END, 0, samples, tokens);
+    gpu_step(1);
 }
 
 void tpf_range_push(tpf_name name)
@@ -820,6 +861,9 @@ static void atfork_child(void)
      * mappings; with a run dir known, the child makes its own segment on its
      * first event (names carried over: ids stay valid). */
     memset(&t_probe, 0, sizeof(t_probe));
+    /* CUDA cannot be used in a child forked after it started: no events */
+    atomic_store_explicit(&g_gpu_step, NULL, memory_order_relaxed);
+    atomic_store_explicit(&g_gpu_never, 1, memory_order_relaxed);
     uint32_t st = atomic_load_explicit(&g_state, memory_order_relaxed);
     if (g_seg.h) {
         munmap(g_seg.base, g_seg.size);

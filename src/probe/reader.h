@@ -26,7 +26,11 @@ enum seg_ev_kind {
     SEG_EV_GPU_COPY = 8,   /* name: GPU_CN(); b: bytes */
     SEG_EV_GPU_MEMSET = 9, /* name: device; b: bytes */
     SEG_EV_GPU_SYNC = 10,  /* host waited for the GPU: name: sync type; b: stream */
-    SEG_EV_LAST = 10,
+    /* a step's GPU time from CUDA events at its boundaries (no CUPTI):
+     * ts, a: the host's times of the step's begin and end hooks; b: the
+     * GPU's time between the two events (ns); name: 0 */
+    SEG_EV_GPU_STEP = 11,
+    SEG_EV_LAST = 11,
 };
 
 /* SEG_EV_GPU_KERNEL's b: stream (32 bits), device (16 bits) and, bit 48, a
@@ -61,6 +65,11 @@ enum { GPU_MEM_PAGEABLE = 1, GPU_MEM_PINNED = 2, GPU_MEM_DEVICE = 3 };
  * between have no GPU records of ours (collect/gpujoin.h). */
 #define SEG_NAME_GPU_PAUSED 11
 #define SEG_NAME_GPU_RESUMED 12
+/* ... and the kernel-detail windows of `--gpu-trace windows`: CUPTI's kinds
+ * enabled here, disabled here. A process with such marks has kernel records
+ * only for the host time inside its windows (collect/gpujoin.h). */
+#define SEG_NAME_GPU_DETAIL_ON 13
+#define SEG_NAME_GPU_DETAIL_OFF 14
 
 /* An event as the reader hands it out (converted from the 32-byte record). */
 typedef struct seg_event {

@@ -157,12 +157,15 @@ int rec_gpu_steps_header(buf *b)
 {
     return buf_puts(b, "rank,pid,tid,step,interval_ns,gpu_busy_ns,kernel_ns,kernels,"
                        "gpu_idle_max_ns,copy_ns,h2d_bytes,h2d_pageable_bytes,d2h_bytes,"
-                       "d2h_pageable_bytes,memset_bytes,sync_ns,syncs,comm_kernel_ns,sync_idle_ns\n");
+                       "d2h_pageable_bytes,memset_bytes,sync_ns,syncs,comm_kernel_ns,sync_idle_ns,"
+                       "source,gpu_span_ns\n");
 }
+
+static const char *const gpu_source_names[] = {"cupti", "events", "nvml"};
 
 int rec_gpu_steps_row(buf *b, const gpu_step *g)
 {
-    char line[512]; /* 19 columns of at most 20 digits */
+    char line[512]; /* 21 columns of at most 20 digits */
     fmt_line l = {line};
     if (g->rank >= 0) fmt_i64(&l, g->rank);
     *l.p++ = ',';
@@ -175,10 +178,18 @@ int rec_gpu_steps_row(buf *b, const gpu_step *g)
                              g->d2h_bytes,   g->d2h_pageable_bytes, g->memset_bytes,
                              g->sync_ns,     g->syncs,              g->comm_kernel_ns,
                              g->sync_idle_ns};
+    /* a row from events has only its span: the kernel figures are unknown */
+    int kernels = g->source == GPU_SRC_CUPTI;
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++) {
         *l.p++ = ',';
-        fmt_u64(&l, rest[i]);
+        if (i < 2 || kernels) fmt_u64(&l, rest[i]);
     }
+    const char *src = g->source >= 0 && g->source < 3 ? gpu_source_names[g->source] : "";
+    *l.p++ = ',';
+    memcpy(l.p, src, strlen(src));
+    l.p += strlen(src);
+    *l.p++ = ',';
+    if (g->span_ok) fmt_u64(&l, g->span_ns);
     *l.p++ = '\n';
     return buf_append(b, line, (size_t)(l.p - line));
 }
@@ -416,7 +427,7 @@ static double ms(double ns) { return ns / 1e6; }
  * absent on a run without GPU records (a CPU run's summary is as before). */
 static void put_gpu_steps(jw *w, const char *key, const figs_gpu *g)
 {
-    if (!g->steps && !g->records) return;
+    if (!g->steps && !g->records && !g->event_steps) return;
     jw_key(w, key);
     double n = g->warm_steps ? (double)g->warm_steps : NAN;
     double iv = g->interval_ns ? (double)g->interval_ns : NAN;
@@ -443,6 +454,12 @@ static void put_gpu_steps(jw *w, const char *key, const figs_gpu *g)
     jw_kuint(w, "records", g->records);
     jw_kuint(w, "records_late", g->records_late);
     jw_kuint(w, "steps_in_profiler", g->steps_paused);
+    /* outside the kernel-detail windows: the GPU's time from CUDA events */
+    jw_kuint(w, "event_steps", g->event_steps);
+    jw_kuint(w, "undetailed_steps", g->steps_undetailed);
+    double sn = g->span_steps ? (double)g->span_steps : NAN;
+    jw_knum(w, "gpu_ms_mean", ms((double)g->span_ns) / sn);
+    jw_knum(w, "gpu_share", g->span_interval_ns ? (double)g->span_ns / (double)g->span_interval_ns : NAN);
     jw_obj_end(w);
 }
 

@@ -629,6 +629,13 @@ notes:
                            : "GPU metrics were not available, so this diagnosis makes no GPU "
                              "findings (%s).",
              r->nvml_source[0] ? r->nvml_source : (r->ngpu_run ? "no samples" : "no GPU used"));
+    /* the kernel figures cover the windows only: say so, and what the rest had */
+    if (r->gs.have && r->gs.event_steps > 0)
+        note(g,
+             "The kernel figures (GPU busy, kernels, copies, waits) come from %.0f warm steps "
+             "in CUPTI's windows (`--gpu-trace windows`); the other %.0f steps have their GPU "
+             "time from CUDA events only: %.2f ms a step, %.0f%% of their host time.",
+             r->gs.warm_steps, r->gs.event_steps, r->gs.gpu_ms, 100 * r->gs.gpu_share);
     if (!r->gs.have && isfinite(r->gs.win_busy_share) && isfinite(r->gs.win_s))
         note(g,
              "No steps, but the GPU's kernel records: a kernel ran %.0f%% of the time over %.0f "

@@ -30,6 +30,9 @@ static void from_summary(dgpu_steps *g, const jr_node *s)
     g->d2h = jr_pnum(s, "d2h_bytes_per_step");
     g->d2h_pageable = jr_pnum(s, "d2h_pageable_bytes_per_step");
     if (g->busy_ms > 0 && g->busy_share > 0) g->step_ms = g->busy_ms / g->busy_share;
+    g->event_steps = jr_pnum(s, "event_steps");
+    g->gpu_ms = jr_pnum(s, "gpu_ms_mean");
+    g->gpu_share = jr_pnum(s, "gpu_share");
 }
 
 /* An interrupted run has gpu_steps.csv but no summary: the same figures
@@ -48,9 +51,17 @@ static void from_csv(dgpu_steps *g, const char *dir)
     enum { NC = sizeof(cols) / sizeof(cols[0]) };
     int ix[NC];
     for (int i = 0; i < NC; i++) ix[i] = csvr_col(&c, cols[i]);
+    int src = csvr_col(&c, "source"); /* absent before the windows: every row is CUPTI's */
+    double events = 0;
     figs f;
     figs_init(&f);
     while (csvr_next(&c) == 1) {
+        /* a row from CUDA events (outside the kernel-detail windows) has no kernel figures */
+        const char *sv = src >= 0 ? csvr_str(&c, src) : NULL;
+        if (sv && *sv && strcmp(sv, "cupti") != 0) {
+            events++;
+            continue;
+        }
         double v[NC];
         for (int i = 0; i < NC; i++)
             if (ix[i] < 0 || !csvr_num(&c, ix[i], &v[i]) || !(v[i] >= 0) || v[i] > 1e19) v[i] = 0;
@@ -66,6 +77,7 @@ static void from_csv(dgpu_steps *g, const char *dir)
         if (s.tid) figs_add_gpu(&f, &s);
     }
     csvr_close(&c);
+    g->event_steps = events;
     const figs_gpu *x = &f.gpu;
     double n = (double)x->warm_steps, iv = (double)x->interval_ns;
     g->steps = (double)x->steps;
@@ -98,7 +110,7 @@ void lg_load(dgpu_steps *g, const jr_node *summary, const char *dir)
                             &g->busy_ms, &g->step_ms, &g->kernels_per_step, &g->kernel_us_p50,
                             &g->kernel_ms, &g->comm_kernel_ms, &g->sync_share, &g->syncs_per_step,
                             &g->copy_ms, &g->sync_idle_share, &g->h2d, &g->h2d_pageable, &g->d2h,
-                            &g->d2h_pageable};
+                            &g->d2h_pageable, &g->event_steps, &g->gpu_ms, &g->gpu_share};
     for (size_t i = 0; i < sizeof(nan_fields) / sizeof(nan_fields[0]); i++) *nan_fields[i] = NAN;
     const jr_node *s = summary ? jr_path(summary, "steps.gpu") : NULL;
     if (s && s->type == JR_OBJ)

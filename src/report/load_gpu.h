@@ -15,6 +15,10 @@ typedef struct dgpu_steps {
     double kernels_per_step, kernel_us_p50, kernel_ms, comm_kernel_ms;
     double sync_share, syncs_per_step, sync_idle_share, copy_ms;
     double h2d, h2d_pageable, d2h, d2h_pageable; /* bytes per step */
+    /* outside the kernel-detail windows (`--gpu-trace windows`): steps with
+     * only their GPU time from CUDA events, that time per step and over
+     * their host time (every step with events, windows' included) */
+    double event_steps, gpu_ms, gpu_share;
     /* a process with records and no steps: its windows (steps.gpu_windows) */
     double win_busy_share, win_s;
 } dgpu_steps;

@@ -135,12 +135,12 @@ static void *flusher(void *arg)
     return arg;
 }
 
-static int g_registrations, g_forced_flushes;
+static int g_registrations, g_forced_flushes, g_switches;
 
-/* how often the callbacks were registered and a forced flush asked for
- * (the hand-over to a script's profiler and back) */
+/* how often the callbacks were registered (0), a forced flush asked for (1:
+ * the hand-over to a script's profiler and back), a kind disabled (2) */
 API int fake_cupti_calls(int which);
-API int fake_cupti_calls(int which) { return which ? g_forced_flushes : g_registrations; }
+API int fake_cupti_calls(int which) { return which == 2 ? g_switches : which ? g_forced_flushes : g_registrations; }
 
 API int cuptiActivityRegisterCallbacks(req_fn req, done_fn done);
 API int cuptiActivityRegisterCallbacks(req_fn req, done_fn done)
@@ -172,6 +172,20 @@ API int cuptiActivityEnable(int kind)
 {
     if (!(kind == 1 || kind == 2 || kind == 10 || kind == 38)) return 1;
     g_enabled |= 1ull << kind;
+    return 0;
+}
+
+/* FAKE_CUPTI_NO_DISABLE=1: no cuptiActivityDisable (played by failing) */
+API int cuptiActivityDisable(int kind);
+API int cuptiActivityDisable(int kind)
+{
+    const char *no = getenv("FAKE_CUPTI_NO_DISABLE");
+    if (no && *no == '1') return 1;
+    if (!(kind == 1 || kind == 2 || kind == 10 || kind == 38)) return 1;
+    pthread_mutex_lock(&mu);
+    g_enabled &= ~(1ull << kind);
+    g_switches++;
+    pthread_mutex_unlock(&mu);
     return 0;
 }
 

@@ -87,6 +87,17 @@ def gather(build, run_dir, rc, wall_s):
     except OSError:
         pass
     r["gpu_rows"] = len(rows)
+    # --gpu-trace windows: rows from kernel records (the windows), from CUDA
+    # events (the rest), and how many have the events' GPU span
+    src = {}
+    for row in rows:
+        if row.get("tid") != "0":
+            src[row.get("source") or "cupti"] = src.get(row.get("source") or "cupti", 0) + 1
+    r["gpu_sources"] = src
+    steps_rows = [row for row in rows if row.get("tid") != "0"]
+    r["span_share"] = (sum(1 for row in steps_rows if row.get("gpu_span_ns")) / len(steps_rows)
+                       if steps_rows else None)
+    r["event_gpu_ms"] = r["gpu"].get("gpu_ms_mean")
     marks = []
     try:
         with open(os.path.join(run_dir, "trace.json")) as f:
@@ -144,7 +155,17 @@ def lacks_id(i):
 
 BASE = [("exit 0", lambda r: r["rc"], lambda v: v == 0),
         ("GPU records joined to steps", lambda r: r["gpu_rows"], at_least(10)),
-        ("CUPTI on", lambda r: any(m.startswith("gpu.cupti on") for m in r["cupti"]), lambda v: v)]
+        ("CUPTI on", lambda r: any(m.startswith("gpu.cupti on") for m in r["cupti"]), lambda v: v),
+        # the CUDA events at the step boundaries, on a real driver: every
+        # step read back (the last few may not be, if the GPU lagged at exit)
+        ("steps with their GPU time from events (share of rows)", lambda r: r["span_share"], at_least(0.9))]
+
+# Scenarios run with --gpu-trace full (TRAINPERF_GPU_TRACE_MODE): the
+# profiler hand-over is checked on every step's records, and nonzero_sync's
+# raw records are dumped for the whole run (why its CUPTI waits read 9 us).
+# Every other scenario runs as shipped (windows): its kernel figures come
+# from the windows' steps.
+FULL_TRACE = ("profiler_clash", "nonzero_sync")
 
 PYSCEN = {
     "healthy_item": [("busy share", g("busy_share"), at_least(0.85)),
@@ -186,7 +207,8 @@ def _steps_with_kernels(r, lo, hi):
     try:
         with open(os.path.join(r["dir"], "gpu_steps.csv")) as f:
             return sum(1 for row in csv.DictReader(f)
-                       if row["tid"] != "0" and lo <= int(row["step"]) < hi and int(row["kernels"]) > 0)
+                       if row["tid"] != "0" and lo <= int(row["step"]) < hi and row["kernels"]
+                       and int(row["kernels"]) > 0)
     except (OSError, ValueError, KeyError):
         return 0
 
@@ -233,21 +255,35 @@ C_CHECKS = {
 # timestamp callback was measured on an H200 (2026-11-28: CUPTI's own clock
 # was no cheaper); the kinds were not: kernel records alone cost 1.8 us a
 # kernel on launch_bound, all four kinds 5.2 us. Which kind costs the rest:
-# each beside kernel, on launch_bound.
+# each beside kernel, on launch_bound, in full mode. `default` is trainperf
+# run as shipped (--gpu-trace windows: the kinds on only in windows, CUDA
+# events at every step boundary); its ratio against `nocupti` says whether
+# disabling the kinds between windows removes their cost (CONCURRENT_KERNEL's
+# instrumentation included).
 OVH_MODES = {
-    "healthy_noitem": ("plain", "cupti", "nocupti", "cupti_kernels"),
-    "launch_bound": ("plain", "cupti", "nocupti", "cupti_kernels", "cupti_k_memcpy",
-                     "cupti_k_memset", "cupti_k_sync"),
+    "healthy_noitem": ("plain", "default", "full", "nocupti", "full_kernels"),
+    "launch_bound": ("plain", "default", "full", "nocupti", "full_kernels", "full_k_memcpy",
+                     "full_k_memset", "full_k_sync"),
 }
-OVH_ENV = {"cupti_kernels": {"TRAINPERF_CUPTI_KINDS": "kernel"},
-           "cupti_k_memcpy": {"TRAINPERF_CUPTI_KINDS": "kernel,memcpy"},
-           "cupti_k_memset": {"TRAINPERF_CUPTI_KINDS": "kernel,memset"},
-           "cupti_k_sync": {"TRAINPERF_CUPTI_KINDS": "kernel,sync"}}
+OVH_ENV = {"full_kernels": {"TRAINPERF_CUPTI_KINDS": "kernel"},
+           "full_k_memcpy": {"TRAINPERF_CUPTI_KINDS": "kernel,memcpy"},
+           "full_k_memset": {"TRAINPERF_CUPTI_KINDS": "kernel,memset"},
+           "full_k_sync": {"TRAINPERF_CUPTI_KINDS": "kernel,sync"}}
+
+
+def ovh_flags(mode):
+    """trainperf run's options for an overhead mode."""
+    if mode == "nocupti":
+        return ["--gpu-trace", "off"]
+    if mode.startswith("full"):
+        return ["--gpu-trace", "full"]
+    return []
 
 
 def overhead(build, out, scripts=("healthy_noitem", "launch_bound")):
-    """Each script several ways, back to back: plain, under trainperf run,
-    under trainperf run --no-gpu-trace, and with fewer kinds of CUPTI
+    """Each script several ways, back to back: plain, under trainperf run as
+    shipped (windows), with --gpu-trace full, with --gpu-trace off, and
+    in full mode with fewer kinds of CUPTI
     records (what each kind costs a launch); compared on the script's own
     step times at p10 (the least disturbed steps)."""
     res = {}
@@ -259,7 +295,7 @@ def overhead(build, out, scripts=("healthy_noitem", "launch_bound")):
             if mode != "plain":
                 cmd = [os.path.join(build, "trainperf"), "run", "--quiet", "--out",
                        os.path.join(out, "ovh", "%s-%s" % (script, mode))] + \
-                      (["--no-gpu-trace"] if mode == "nocupti" else []) + ["--"] + cmd
+                      ovh_flags(mode) + ["--"] + cmd
             subprocess.run(cmd, env=env, capture_output=True, timeout=120, cwd=HERE)
             t = sorted((load_json(tf) or [])[5:])
             if t:
@@ -300,6 +336,8 @@ def main():
             else:
                 fallback = ""
         env = {"GPU_SECONDS": "6"}
+        if name in FULL_TRACE:
+            env["TRAINPERF_GPU_TRACE_MODE"] = "full"
         if name in ("healthy_item", "nonzero_sync"):
             # raw records: the decoder's fixture; nonzero_sync's, to see why its rows
             # split in two regimes and 20% of its records came late (2026-11-28 H200)
@@ -328,7 +366,8 @@ def main():
         # report to it once the run is in tests/data/gpu-runs/
         with open(os.path.join(r["dir"], "check.json"), "w") as f:
             json.dump({"scenario": name, "primary": r["primary"], "ids": r["ids"],
-                       "gpu": r["gpu"], "checks": mine}, f, indent=1, default=str)
+                       "gpu": r["gpu"], "gpu_sources": r.get("gpu_sources"),
+                       "span_share": r.get("span_share"), "checks": mine}, f, indent=1, default=str)
     if "matmul_fp32" in results and "matmul_bf16" in results:
         # the GPU's time per step: the host runs ahead of it (a read-back
         # every tenth step), so its own step times say nothing of the kernels

@@ -2,7 +2,8 @@
  * with trainperf's step markers (as an llm.c-style trainer would add), the
  * CUDA driver's part played here (it loads CUDA_INJECTION64_PATH and calls
  * InitializeInjection at "CUDA initialisation"), and the GPU's part played by
- * the fake libcupti (tests/fakes/fake_cupti.c), told what "ran".
+ * the fake libcupti (tests/fakes/fake_cupti.c), told what "ran", and the
+ * fake driver's events (tests/fakes/fake_cuda.c), told until when.
  *
  *   fake_gpu_trainer STEPS [MODE]
  *
@@ -19,6 +20,8 @@
  *   pageable  healthy, plus a 64 MiB pageable copy at [0.2, 5] ms
  *   input     a `data` phase (waiting for a batch) of 12 ms, then kernels
  *             for 7 ms
+ *   behind    30 ms of kernels a step, queued behind the last step's (the
+ *             host never waits): the GPU falls 10 ms further behind each step
  *   nosteps   healthy's kernels, but no step markers at all (a CUDA program
  *             with no trainperf code)
  *   profiler  healthy, with a torch.profiler window over the middle third of
@@ -51,6 +54,17 @@ static void sleep_until(uint64_t t)
     }
 }
 
+/* What the "GPU" ran goes to the fake CUPTI (which keeps it only while a
+ * kind is enabled) and, as the time the GPU is busy until, to the fake
+ * driver's events (TRAINPERF_CUDA_LIB), which complete when it gets there. */
+static add_fn g_cupti_add;
+static void (*g_busy_until)(uint64_t);
+static void gpu_ran(int kind, uint64_t s, uint64_t e, uint64_t bytes, int copy, int src, int dst)
+{
+    g_cupti_add(kind, s, e, bytes, copy, src, dst);
+    if (g_busy_until && kind != 38) g_busy_until(e);
+}
+
 /* the profiler's activity callbacks: it counts what it was handed */
 static long g_prof_bytes;
 static void prof_req(uint8_t **buf, size_t *size, size_t *maxr)
@@ -67,6 +81,14 @@ static void prof_done(void *ctx, uint32_t stream, uint8_t *buf, size_t size, siz
 typedef int (*reg_fn)(void (*)(uint8_t **, size_t *, size_t *),
                       void (*)(void *, uint32_t, uint8_t *, size_t, size_t));
 
+/* Kineto enables the kinds it records at its window's start and disables
+ * them at its end */
+static void kineto_kinds(int (*fn)(int))
+{
+    static const int kinds[] = {1, 2, 10, 38};
+    for (size_t i = 0; fn && i < sizeof(kinds) / sizeof(kinds[0]); i++) fn(kinds[i]);
+}
+
 static void kernels(add_fn add, uint64_t from, uint64_t to, int n)
 {
     uint64_t w = (to - from) / (uint64_t)n;
@@ -81,6 +103,7 @@ int main(int argc, char **argv)
     add_fn add = NULL;
     void (*pause)(void) = NULL, (*resume)(void) = NULL;
     reg_fn reg = NULL;
+    int (*enable)(int) = NULL, (*disable)(int) = NULL;
     int (*flush)(uint32_t) = NULL;
     if (inj && *inj) {
         void *h = dlopen(inj, RTLD_NOW | RTLD_LOCAL);
@@ -91,15 +114,21 @@ int main(int argc, char **argv)
         }
         const char *cupti = getenv("TRAINPERF_CUPTI_LIB");
         void *c = cupti ? dlopen(cupti, RTLD_NOW | RTLD_NOLOAD) : NULL;
-        add = c ? (add_fn)dlsym(c, "fake_cupti_add") : NULL;
+        g_cupti_add = c ? (add_fn)dlsym(c, "fake_cupti_add") : NULL;
+        add = g_cupti_add ? gpu_ran : NULL;
+        const char *cuda = getenv("TRAINPERF_CUDA_LIB");
+        void *d = cuda && *cuda ? dlopen(cuda, RTLD_NOW | RTLD_LOCAL) : NULL;
+        *(void **)&g_busy_until = d ? dlsym(d, "fake_cuda_busy_until") : NULL;
         /* what the hook finds in the injection library (python/trainperf/_cuda.py) */
         *(void **)&pause = dlsym(h, "trainperf_cupti_pause");
         *(void **)&resume = dlsym(h, "trainperf_cupti_resume");
         *(void **)&reg = c ? dlsym(c, "cuptiActivityRegisterCallbacks") : NULL;
         *(void **)&flush = c ? dlsym(c, "cuptiActivityFlushAll") : NULL;
+        *(void **)&enable = c ? dlsym(c, "cuptiActivityEnable") : NULL;
+        *(void **)&disable = c ? dlsym(c, "cuptiActivityDisable") : NULL;
     }
     int prof = strcmp(mode, "profiler") == 0;
-    if (prof && (!pause || !resume || !reg || !flush)) {
+    if (prof && (!pause || !resume || !reg || !flush || !enable || !disable)) {
         fprintf(stderr, "fake_gpu_trainer: no CUPTI hand-over in %s\n", inj ? inj : "(none)");
         return 3;
     }
@@ -111,9 +140,11 @@ int main(int argc, char **argv)
         if (prof && i == steps / 3) { /* the window opens: the hook, then Kineto */
             pause();
             reg(prof_req, prof_done);
+            kineto_kinds(enable);
         }
-        if (prof && i == 2 * steps / 3) { /* it closes: Kineto flushes, the hook resumes */
+        if (prof && i == 2 * steps / 3) { /* it closes: Kineto flushes and disables its kinds, the hook resumes */
             flush(1);
+            kineto_kinds(disable);
             resume();
         }
         if (marks) tpf_step_begin();
@@ -128,6 +159,11 @@ int main(int argc, char **argv)
             kernels(add, t0 + 200 * us, t0 + 19800 * us, 40);
             add(38, t0 + 18 * ms, t0 + 19800 * us, 0, 0, 0, 0);
             if (mode[0] == 'p') add(1, t0 + 200 * us, t0 + 5 * ms, 64u << 20, 1, 1, 3);
+        } else if (strcmp(mode, "behind") == 0) {
+            static uint64_t gpu_free;
+            uint64_t b = gpu_free > t0 ? gpu_free : t0;
+            kernels(add, b, b + 30 * ms, 10);
+            gpu_free = b + 30 * ms;
         } else if (strcmp(mode, "launch") == 0) {
             for (int k = 0; k < 250; k++)
                 add(10, t0 + (uint64_t)k * 78 * us, t0 + (uint64_t)k * 78 * us + 4 * us, 0, 0, 0, 0);

@@ -243,6 +243,67 @@ TT_TEST(join_waits_for_records_then_lets_go)
     gj_free(j);
 }
 
+/* `--gpu-trace windows`: kernel records only in [0, 2.5) and [6.5, ...) steps.
+ * Steps wholly inside a window get rows from their records (and their event
+ * span), steps outside get rows from their CUDA events alone (no kernel
+ * figures), or none when they have no events either; the figures fold the
+ * two apart. */
+TT_TEST(windows_rows_from_records_inside_events_outside)
+{
+    const uint64_t U = 10000000; /* a step: 10 ms */
+    got x = {.n = 0};
+    gj *j = NULL;
+    TT_ASSERT(gj_create(&j, take, &x) == 0);
+    gj_detail(j, 10, 0, 1);
+    gj_detail(j, 10, 0, 1); /* an open window is not opened twice */
+    for (int i = 0; i < 8; i++) {
+        agg_step s = S(10, (uint64_t)i, U * (uint64_t)(i + 1), U);
+        gj_step(j, &s);
+        if (i < 2) { /* the records of the window's steps */
+            seg_event k = E(SEG_EV_GPU_KERNEL, U * (uint64_t)i + U / 10, U * (uint64_t)i + 9 * U / 10);
+            gj_record(j, 10, &k);
+        }
+        /* every step's events but step 4's (in flight when the next came) */
+        if (i == 4) continue;
+        seg_event sp = E(SEG_EV_GPU_STEP, U * (uint64_t)i + 5000, U * (uint64_t)(i + 1) + 5000);
+        sp.arg = 950 - (uint64_t)i;
+        gj_record(j, 10, &sp);
+    }
+    gj_detail(j, 10, 25 * U / 10, 0); /* closed during step 2: step 2 is outside */
+    gj_detail(j, 10, 65 * U / 10, 1); /* opened during step 6: step 7 is inside */
+    uint64_t now = 9 * U;
+    settle(j, &now);
+    gj_flush(j, now, 1);
+    TT_EQ_INT(x.n, 7);
+    int src[8] = {0}, have[8] = {0};
+    for (int i = 0; i < x.n; i++) {
+        int st = (int)x.g[i].step;
+        have[st] = 1;
+        src[st] = x.g[i].source;
+        TT_ASSERT(x.g[i].span_ok);
+        TT_EQ_INT((int)x.g[i].span_ns, 950 - st);
+        if (st < 2) TT_EQ_INT(x.g[i].busy_ns, 8 * U / 10);
+    }
+    TT_EQ_INT(src[0], GPU_SRC_CUPTI);
+    TT_EQ_INT(src[1], GPU_SRC_CUPTI);
+    TT_EQ_INT(src[2], GPU_SRC_EVENTS);
+    TT_EQ_INT(src[6], GPU_SRC_EVENTS);
+    TT_EQ_INT(src[7], GPU_SRC_CUPTI); /* inside, no kernel: an idle GPU, known as such */
+    TT_EQ_INT(have[4], 0);
+    TT_EQ_INT((int)gj_undetailed(j), 1);
+    /* the figures: kernel totals over the window steps, spans over all */
+    figs f;
+    figs_init(&f);
+    for (int i = 0; i < x.n; i++) figs_add_gpu(&f, &x.g[i]);
+    TT_EQ_INT((int)f.gpu.steps, 3);      /* 0, 1, 7 */
+    TT_EQ_INT((int)f.gpu.warm_steps, 2); /* step 0 is warm-up */
+    TT_EQ_INT(f.gpu.busy_ns, 8 * U / 10);
+    TT_EQ_INT((int)f.gpu.event_steps, 4); /* 2, 3, 5, 6 */
+    TT_EQ_INT((int)f.gpu.span_steps, 6);  /* all but step 0 and 4 */
+    figs_free(&f);
+    gj_free(j);
+}
+
 /* The drain counts in the run's per-step totals, not in its steps or its
  * busy share. */
 /* A script's torch.profiler held CUPTI over [2500, 4500): the steps that
