@@ -36,6 +36,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.serial)
 
 
+def make_fuzz():
+    """`make fuzz` for this build, one at a time: the two fuzz tests may run at once on two
+    pytest-xdist workers, and two makes writing one binary would race."""
+    import fcntl
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with open(BUILD / "fuzz.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return subprocess.run(["make", "-s", f"BUILD={BUILD.name}", "fuzz"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=900)
+
+
 @pytest.fixture(scope="session")
 def build():
     if not (BUILD / "trainperf").exists():

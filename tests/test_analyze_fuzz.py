@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import BUILD, ROOT
+from conftest import BUILD, ROOT, make_fuzz
 
 FUZZ_SECONDS = 30
 
@@ -16,8 +16,7 @@ FUZZ_SECONDS = 30
 def test_fuzz_trace_parser(traces_dir, tmp_path):
     if not shutil.which("clang"):
         pytest.skip("clang is not installed (Debian package `clang`): libFuzzer unavailable")
-    p = subprocess.run(["make", "-s", f"BUILD={BUILD.name}", "fuzz"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=900)
+    p = make_fuzz()
     assert p.returncode == 0, p.stderr[-3000:]
     exe = BUILD / "fuzz" / "fuzz_trace"
     corpus = tmp_path / "corpus"

@@ -110,7 +110,7 @@ def test_install_deps_check_names_what_is_missing(tmp_path):
     assert len(line) == 1, p.stdout
     reqs = line[0].split("pip install ", 1)[1].split()
     # torch first and pinned, then every other package, in one pip call
-    assert reqs == ["torch==2.13.0", "pytest", "psutil", "lightning", "transformers",
+    assert reqs == ["torch==2.13.0", "pytest", "pytest-xdist", "psutil", "lightning", "transformers",
                     "accelerate", "tensorboard", "wandb", "mlflow", "jsonschema", "py-spy"]
 
 
@@ -119,14 +119,14 @@ def test_install_deps_reads_metadata_without_importing(tmp_path):
     check finds them all present and imports none of them."""
     venv, site = _venv(tmp_path)
     mark = tmp_path / "imported"
-    dists = {"torch": "2.5.1", "pytest": "8.0", "psutil": "7.0", "lightning": "2.5",
+    dists = {"torch": "2.5.1", "pytest": "8.0", "pytest-xdist": "3.8", "psutil": "7.0", "lightning": "2.5",
              "transformers": "4.50", "accelerate": "1.0", "tensorboard": "2.19",
              "wandb": "0.19", "mlflow": "2.20", "jsonschema": "4.26"}
     for name, ver in dists.items():
-        info = site / f"{name}-{ver}.dist-info"
+        info = site / f"{name.replace('-', '_')}-{ver}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {ver}\n")
-        (site / f"{name}.py").write_text(f"open({str(mark)!r}, 'a').write('{name}\\n')\n")
+        (site / f"{name.replace('-', '_')}.py").write_text(f"open({str(mark)!r}, 'a').write('{name}\\n')\n")
     spy = venv / "bin" / "py-spy"
     spy.write_text("#!/bin/sh\nexit 0\n")
     spy.chmod(0o755)

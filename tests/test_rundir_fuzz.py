@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, ROOT
+from conftest import BUILD, ROOT, make_fuzz
 
 FUZZ_SECONDS = 30
 SEP = b"\n--TPF-FILE--\n"
@@ -74,8 +74,7 @@ def _seed(d):
 def test_fuzz_rundir_readers(tmp_path):
     if not shutil.which("clang"):
         pytest.skip("clang is not installed (Debian package `clang`): libFuzzer unavailable")
-    p = subprocess.run(["make", "-s", f"BUILD={BUILD.name}", "fuzz"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=1200)
+    p = make_fuzz()
     assert p.returncode == 0, p.stderr[-3000:]
     corpus = tmp_path / "corpus"
     corpus.mkdir()
