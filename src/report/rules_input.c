@@ -93,6 +93,59 @@ static const char *input_line_hint(const char *src, int collate)
 }
 
 #define HANDOVER_MS 1.0 /* a DataLoader worker's cost to hand a batch over, about */
+/* What a DataLoader worker adds per batch on this kind of machine: a
+ * TensorDataset batch that costs 0.08-0.6 ms in the training process (batch
+ * 8-128) took 1.2-2.5 ms through one or two workers (bench/bench_loader.py,
+ * 2 shared cores, torch 2.13). A figure from a bench, not a start-up
+ * calibration: measuring it means starting worker processes and importing
+ * torch in them, on the cores the run starts on. */
+#define WORKER_BATCH_MS 1.2
+
+/* Batches cheaper to make than a worker costs to hand over (issue 41): with
+ * no workers, the data wait per batch is the whole cost of making it; with
+ * workers, their CPU per batch (handover included) is. 1: cheaper. */
+static int batch_cheaper_than_worker(const diag_run *r, const dctx *c, double *cost)
+{
+    if (!r->python || !isfinite(c->f.data_p50) || !isfinite(c->f.step_p50)) return 0;
+    if (c->workers <= 0) {
+        *cost = c->f.data_p50;
+        return *cost < WORKER_BATCH_MS;
+    }
+    if (!isfinite(c->worker_cpu)) return 0;
+    *cost = c->worker_cpu / 100 * c->workers * c->f.step_p50;
+    return *cost < 2 * WORKER_BATCH_MS;
+}
+
+/* The fixes for a batch cheaper to make than to hand over: no workers,
+ * then indexing once per batch, then a larger batch. */
+static void cheap_batch_recs(const diag_run *r, const dctx *c, dfinding *d, double cost)
+{
+    double step = c->f.step_p50, data = c->f.data_p50;
+    if (c->workers > 0)
+        rec(d,
+            "num_workers=0: the %d workers spend about %.1f ms of CPU per batch (%.0f%% each "
+            "over a %.1f ms step), no more than a worker costs to hand a batch over (~%.1f ms "
+            "measured on 2 cores, bench/bench_loader.py): made in the training process the "
+            "batch costs that work without the transfer, so the %.1f ms wait per step should "
+            "fall, not rise.",
+            c->workers, cost, c->worker_cpu, step, WORKER_BATCH_MS, data);
+    double gain = step / (step - data + data / 4);
+    rec(d,
+        "Index the dataset once per batch: DataLoader(ds, sampler=BatchSampler(RandomSampler(ds), "
+        "batch_size, drop_last=False), batch_size=None) with a dataset whose __getitem__ takes "
+        "the list of indices (a TensorDataset does: ds[idx] slices each tensor once), instead of "
+        "one __getitem__ per sample and a collate that stacks them. Making a batch costs %.2f "
+        "ms of the %.2f ms step now; one slice per tensor instead of per sample should remove "
+        "most of it: up to about %.1fx the steps a second.",
+        data, step, gain);
+    rec(d,
+        "Not more DataLoader workers: a batch costs %.2f ms to make here, less than a worker "
+        "costs to hand one over (~%.1f ms), so workers would make the step slower. A larger "
+        "batch_size makes the per-batch costs (the loader's and the model's per-step overhead) "
+        "a smaller share of each sample (it changes the optimisation: scale the learning "
+        "rate).",
+        cost, WORKER_BATCH_MS);
+}
 
 /* Loading in the training process (no workers) with no whole idle core:
  * loaders would still gain when the loading itself holds a core, since in
@@ -140,7 +193,14 @@ static void input_recs(const diag_run *r, const dctx *c, dfinding *d)
             "its own (pickled, sent, unpacked: about a millisecond). A larger batch_size (or a "
             "batch_sampler that groups samples) pays that once for many samples.",
             per, per < 1.5 ? "" : "s");
-    double rq_wait, rq_used, rq_share;
+    double rq_wait, rq_used, rq_share, cost;
+    if (!tiny && batch_cheaper_than_worker(r, c, &cost)) {
+        cheap_batch_recs(r, c, d, cost);
+        if (c->has_gpu) rec(d, "%s", "pin_memory=True in the DataLoader, and "
+                                     ".to(device, non_blocking=True): page-locked batches "
+                                     "copy to the GPU asynchronously.");
+        return;
+    }
     if (c->workers <= 0 && isfinite(c->main_cpu) && c->main_cpu < MAIN_WAITS_CPU &&
         dc_waits_for_cpu(r, &rq_wait, &rq_used, &rq_share)) {
         /* a low CPU share while the run's threads queue for a core says
