@@ -524,6 +524,8 @@ def candidates(base, only):
         if cuda:
             add("pin_memory", {"pin_memory": True}, "pin_memory")
         if workers > 0:
+            # batches cheaper to make than to send run faster without workers
+            add("num_workers=0", {"num_workers": 0}, "num_workers")
             add("prefetch_factor=4", {"prefetch_factor": 4}, "prefetch_factor")
             add("persistent_workers", {"persistent_workers": True}, "persistent_workers")
     # a debugging aid left on slows every step, whatever bounds it

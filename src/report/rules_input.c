@@ -94,9 +94,9 @@ static const char *input_line_hint(const char *src, int collate)
 
 #define HANDOVER_MS 1.0 /* a DataLoader worker's cost to hand a batch over, about */
 /* What a DataLoader worker adds per batch on this kind of machine: a
- * TensorDataset batch that costs 0.08-0.6 ms in the training process (batch
- * 8-128) took 1.2-2.5 ms through one or two workers (bench/bench_loader.py,
- * 2 shared cores, torch 2.13). A figure from a bench, not a start-up
+ * TensorDataset batch that costs 0.1-0.6 ms in the training process (batch
+ * 8-128) took 1.5-2.3 ms through one or two workers, +1.37 to +1.49 ms
+ * (bench/bench_loader.py, 2 shared cores, torch 2.13); the lower side kept. A figure from a bench, not a start-up
  * calibration: measuring it means starting worker processes and importing
  * torch in them, on the cores the run starts on. */
 #define WORKER_BATCH_MS 1.2
