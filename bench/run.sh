@@ -51,5 +51,6 @@ py bench/bench_comm.py
 py bench/bench_exporters_e2e.py
 py bench/bench_prom_flood.py
 py bench/bench_attach.py
+py bench/bench_loader.py
 
 exit $status

@@ -399,6 +399,20 @@ static int dr_cand_iter_per_step(const diag_run *r, const dctx *c, dfinding *d, 
     return 1;
 }
 
+/* A wait near the line (issue 41): the same script read input-bound 24%
+ * on one run and compute-bound 82% on the next. The verdict names both
+ * sides and what would move it, so a run on either side says the same. */
+static void name_both(const dctx *c, dfinding *d, double share)
+{
+    double comp = c->share[PH_FORWARD] + c->share[PH_BACKWARD] + c->share[PH_OPTIMIZER];
+    diag_fmt(d->title, sizeof(d->title), "%s", "Input-bound, close to compute-bound");
+    diag_fmt(d->summary, sizeof(d->summary),
+             "input wait %.0f%% beside model compute %.0f%%: near the %.0f%% line, so another "
+             "run can read compute-bound; the loader limits the steps only while it waits "
+             "that much, and a cheaper batch moves the run to its model",
+             100 * share, 100 * comp, 100 * INPUT_SHARE);
+}
+
 int dr_cand_input(const diag_run *r, const dctx *c, dfinding *d)
 {
     double s = c->share[PH_DATA], per = steps_per_iter(r);
@@ -416,6 +430,7 @@ int dr_cand_input(const diag_run *r, const dctx *c, dfinding *d)
     diag_head(d, io ? "storage-io" : "input-bound", io ? "Storage I/O" : "Input-bound", score,
                  "%s takes %.0f%% of step time%s", "waiting for the next batch", 100 * s,
                  io ? ", and the data comes slowly off storage" : "");
+    if (!io && score < INPUT_SHARE + INPUT_CLOSE) name_both(c, d, score);
     ev(d, "data_wait_share", s, "data wait is %.0f%% of step time", 100 * s);
     if (isfinite(steady) && ntrim > 0)
         ev(d, "steady_data_wait_share", steady,
