@@ -52,5 +52,6 @@ py bench/bench_exporters_e2e.py
 py bench/bench_prom_flood.py
 py bench/bench_attach.py
 py bench/bench_jobscale.py
+py bench/bench_loader.py
 
 exit $status

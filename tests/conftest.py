@@ -20,7 +20,7 @@ SANITIZE = os.environ.get("TRAINPERF_SANITIZE") == "1"
 # Files whose tests judge timing (scenario verdicts, tune's measured speedups, attach's
 # py-spy step counts): they run in the serial pass, alone on the machine, after the
 # parallel pass (Makefile `test`, tests/README.md). Everything else is independent.
-SERIAL_FILES = {"test_scenarios.py", "test_tune.py", "test_attach.py"}
+SERIAL_FILES = {"test_scenarios.py", "test_tune.py", "test_attach.py", "test_scenario_fixes.py"}
 
 
 def pytest_configure(config):

@@ -47,6 +47,8 @@ KNOBS = {
     "persistent_workers": (_bool, "DataLoader(persistent_workers=...) (only with workers)"),
     "prefetch_factor": (_pos_int, "DataLoader(prefetch_factor=N) (only with workers)"),
     "batch_size": (_pos_int, "DataLoader(batch_size=N): changes the optimisation"),
+    "batched_index": (_bool, "a TensorDataset indexed once per batch (sampler=BatchSampler(...), "
+                             "batch_size=None) instead of once per sample"),
     "threads": (_pos_int, "torch.set_num_threads(N) (intra-op threads)"),
     "interop_threads": (_pos_int, "torch.set_num_interop_threads(N)"),
     "amp": (_amp, "torch.autocast around the model's forward (bf16 on CPU; fp16/bf16 on GPU)"),
@@ -194,6 +196,27 @@ def _patch_optimizers(torch, mode):
         cls.__init__ = init
 
 
+def _batched_index(torch, dataset, kwargs):
+    """Index a dataset of tensors once per batch: the sampler yields index
+    lists (BatchSampler) and `dataset[list]` slices every tensor, so no
+    per-sample __getitem__ and no collate stack (batch_size=None). The same
+    batches in the same order as the script's sampler gives them."""
+    data = torch.utils.data
+    bs = kwargs.get("batch_size", 1)
+    if not isinstance(dataset, data.TensorDataset) or kwargs.get("batch_sampler") is not None \
+            or bs is None or kwargs.get("collate_fn") is not None:
+        _note("batched_index not applied: only a TensorDataset with batch_size and the "
+              "default collate_fn")
+        return
+    sampler = kwargs.pop("sampler", None)
+    if sampler is None:
+        sampler = (data.RandomSampler(dataset) if kwargs.get("shuffle")
+                   else data.SequentialSampler(dataset))
+    kwargs.pop("shuffle", None)
+    kwargs["sampler"] = data.BatchSampler(sampler, bs, kwargs.pop("drop_last", False))
+    kwargs["batch_size"] = None
+
+
 def _patch_dataloader_init(torch):
     DL = torch.utils.data.DataLoader
     if getattr(DL.__init__, "_trainperf_knob", False):
@@ -212,6 +235,8 @@ def _patch_dataloader_init(torch):
                 kwargs["batch_size"] = knobs["batch_size"]
             else:
                 _note("batch_size not applied: this DataLoader has a batch_sampler")
+        if knobs.get("batched_index"):
+            _batched_index(torch, dataset, kwargs)
         if "num_workers" in knobs:
             kwargs["num_workers"] = knobs["num_workers"]
         if "pin_memory" in knobs:

@@ -46,7 +46,7 @@ rank them by measured speedup with its confidence interval.
 
 Knobs: num_workers, pin_memory, persistent_workers, prefetch_factor, threads,
 interop_threads, amp, compile, optimizer, channels_last, cudnn_benchmark,
-batch_size.
+batch_size, batched_index.
 Exit status: 0 when the trials ran (whatever they found); 1 when the baseline
 itself failed; 2 for bad usage.
 """
@@ -59,7 +59,7 @@ OUTPUT_NAMES = {"trainperf-runs", "trainperf-tune", "lightning_logs", "wandb", "
 
 KNOWN = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "threads",
          "interop_threads", "amp", "compile", "optimizer", "channels_last", "cudnn_benchmark",
-         "anomaly", "freeze", "batch_size")
+         "anomaly", "freeze", "batch_size", "batched_index")
 
 # The change to make for a knob that won, per framework.
 CHANGES = {
@@ -101,6 +101,9 @@ CHANGES = {
                 "guard it behind a debug flag)",) * 3,
     "freeze": ("p.requires_grad_(False) for the parameters no optimizer updates (e.g. "
                "`for p in model.backbone.parameters(): p.requires_grad_(False)`)",) * 3,
+    "batched_index": ("DataLoader(ds, sampler=BatchSampler(RandomSampler(ds), BATCH, "
+                      "drop_last=False), batch_size=None): ds[index_list] slices each tensor "
+                      "once per batch",) * 3,
     "batch_size": ("DataLoader(..., batch_size={v}) and scale the learning rate "
                    "(linear: lr x {k:g}; Adam often sqrt: lr x {sk:.2f})",
                    "batch_size={v} in your LightningDataModule (scale the learning rate)",
@@ -521,6 +524,8 @@ def candidates(base, only):
         if cuda:
             add("pin_memory", {"pin_memory": True}, "pin_memory")
         if workers > 0:
+            # batches cheaper to make than to send run faster without workers
+            add("num_workers=0", {"num_workers": 0}, "num_workers")
             add("prefetch_factor=4", {"prefetch_factor": 4}, "prefetch_factor")
             add("persistent_workers", {"persistent_workers": True}, "persistent_workers")
     # a debugging aid left on slows every step, whatever bounds it
@@ -564,7 +569,7 @@ def candidates(base, only):
                        "channels_last": True, "cudnn_benchmark": True,
                        "num_workers": min(2, cores), "threads": max(1, cores // 2),
                        "amp": "bf16", "optimizer": "foreach", "anomaly": False,
-                       "freeze": True}[k]
+                       "freeze": True, "batched_index": True}[k]
             out.append(("%s=%s" % (k, default), {k: default}))
     return out
 

@@ -71,6 +71,26 @@ static void level_add(dcause *c, double ms)
     low2_add(c->lv[c->lv_nb - 1], ms);
 }
 
+/* One step's data wait into the windows: a new window when the last is
+ * full, and when all are, neighbours merged so the windows double. */
+static void dwin_add(dcause *c, double dw, double train_ns)
+{
+    if (c->dwin_width < 1) c->dwin_width = 1;
+    if (c->dwin_nb == 0 || c->dwin[c->dwin_nb - 1][2] >= (double)c->dwin_width) {
+        if (c->dwin_nb == DC_DWIN) {
+            for (int i = 0; i < DC_DWIN / 2; i++)
+                for (int k = 0; k < 3; k++)
+                    c->dwin[i][k] = c->dwin[2 * i][k] + c->dwin[2 * i + 1][k];
+            c->dwin_nb = DC_DWIN / 2;
+            c->dwin_width *= 2;
+        }
+        if (c->dwin_nb == 0 || c->dwin[c->dwin_nb - 1][2] >= (double)c->dwin_width)
+            memset(c->dwin[c->dwin_nb++], 0, sizeof(c->dwin[0]));
+    }
+    double *w = c->dwin[c->dwin_nb - 1];
+    w[0] += dw, w[1] += train_ns, w[2] += 1;
+}
+
 void dc_step(dcause *c, long long step, double start, double end, double train_ns,
              double eval_ns, double ckpt_ns, double data_ns)
 {
@@ -80,6 +100,7 @@ void dc_step(dcause *c, long long step, double start, double end, double train_n
     c->dw_n++;
     c->dw_sum += dw;
     c->dw_iv_sum += train_ns;
+    dwin_add(c, dw, train_ns);
     if (c->ndwtop < DC_MAX_SLOW || dw > c->dwtop[c->ndwtop - 1][0]) {
         int j = c->ndwtop < DC_MAX_SLOW ? c->ndwtop++ : c->ndwtop - 1;
         while (j > 0 && c->dwtop[j - 1][0] < dw) {

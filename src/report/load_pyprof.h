@@ -17,6 +17,7 @@
 #define DC_WARM_STEPS 5
 #define DC_MIN_STEPS 5 /* steps a verdict on them needs */
 #define DC_LEVELS 32      /* buckets of the step-time level over the run */
+#define DC_DWIN 16        /* windows of the data-wait share over the run */
 
 #include <stddef.h>
 
@@ -224,6 +225,12 @@ typedef struct dcause {
     double dw_n, dw_sum, dw_iv_sum;
     int ndwtop;
     double dwtop[DC_MAX_SLOW][2];
+    /* the same in DC_DWIN windows of dwin_width steps (data, training
+     * time, steps), neighbours merged when full: the share's spread over
+     * the run (dc_window_data_share) */
+    double dwin[DC_DWIN][3];
+    int dwin_nb;
+    long long dwin_width;
 
     /* metrics.csv, sched source */
     double runq_n, runq_sum, runnable_n, runnable_sum, runnable_max, usable_n, usable_sum,

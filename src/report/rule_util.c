@@ -313,6 +313,29 @@ double dc_steady_data_share(const diag_run *r, int *ntrim)
     return iv > 0 ? (d > 0 ? d / iv : 0) : NAN;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double dc_window_data_share(const diag_run *r, double *lo, double *hi)
+{
+    const dcause *c = &r->cause;
+    double v[DC_DWIN];
+    int n = 0;
+    /* the last window is used only when it is at least half full */
+    for (int i = 1; i < c->dwin_nb; i++) {
+        const double *w = c->dwin[i];
+        if (i == c->dwin_nb - 1 && w[2] < c->dwin_width / 2.0) break;
+        if (w[1] > 0) v[n++] = w[0] / w[1];
+    }
+    if (n < 4) return NAN;
+    qsort(v, (size_t)n, sizeof(v[0]), cmp_double);
+    *lo = v[0], *hi = v[n - 1];
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 double dc_trimmed_cv(const diag_run *r)
 {
     const dcause *c = &r->cause;

@@ -21,6 +21,7 @@
 #define MIN_STEPS DC_MIN_STEPS
 #define MIN_SAMPLES 3
 #define INPUT_SHARE 0.20 /* data wait share of step time */
+#define INPUT_CLOSE 0.08 /* within this of INPUT_SHARE a run reads either way: both named */
 #define FSDP_FITS_SHARE 0.05 /* training state over a rank's memory: DDP would do */
 #define STRAGGLER_LOAD 1.2   /* the straggler's samples (tokens) a step over the others' */
 #define ITER_PER_STEP_MIN 10 /* training iterators before one per step counts */
@@ -272,6 +273,10 @@ double dc_trimmed_cv(const diag_run *r);
  * the wait a run has on every step. *ntrim gets how many were left out.
  * NAN with fewer than 5 steps. */
 double dc_steady_data_share(const diag_run *r, int *ntrim);
+/* The median of the data-wait share over the run's windows of steps, the
+ * first (start-up: workers starting, the first batches) left out; NAN with
+ * fewer than 4 such windows. *lo, *hi: the lowest and highest. */
+double dc_window_data_share(const diag_run *r, double *lo, double *hi);
 /* The loader workers' run-queue wait as a share of their wait + CPU (0..1)
  * when they were starved of CPU, else NAN: the share ≥ LOADER_STARVED_SHARE,
  * the wait ≥ LOADER_STARVED_WAIT % of a core per worker, and the workers

@@ -93,6 +93,59 @@ static const char *input_line_hint(const char *src, int collate)
 }
 
 #define HANDOVER_MS 1.0 /* a DataLoader worker's cost to hand a batch over, about */
+/* What a DataLoader worker adds per batch on this kind of machine: a
+ * TensorDataset batch that costs 0.1-0.6 ms in the training process (batch
+ * 8-128) took 1.5-2.3 ms through one or two workers, +1.37 to +1.49 ms
+ * (bench/bench_loader.py, 2 shared cores, torch 2.13); the lower side kept. A figure from a bench, not a start-up
+ * calibration: measuring it means starting worker processes and importing
+ * torch in them, on the cores the run starts on. */
+#define WORKER_BATCH_MS 1.2
+
+/* Batches cheaper to make than a worker costs to hand over (issue 41): with
+ * no workers, the data wait per batch is the whole cost of making it; with
+ * workers, their CPU per batch (handover included) is. 1: cheaper. */
+static int batch_cheaper_than_worker(const diag_run *r, const dctx *c, double *cost)
+{
+    if (!r->python || !isfinite(c->f.data_p50) || !isfinite(c->f.step_p50)) return 0;
+    if (c->workers <= 0) {
+        *cost = c->f.data_p50;
+        return *cost < WORKER_BATCH_MS;
+    }
+    if (!isfinite(c->worker_cpu)) return 0;
+    *cost = c->worker_cpu / 100 * c->workers * c->f.step_p50;
+    return *cost < 2 * WORKER_BATCH_MS;
+}
+
+/* The fixes for a batch cheaper to make than to hand over: no workers,
+ * then indexing once per batch, then a larger batch. */
+static void cheap_batch_recs(const diag_run *r, const dctx *c, dfinding *d, double cost)
+{
+    double step = c->f.step_p50, data = c->f.data_p50;
+    if (c->workers > 0)
+        rec(d,
+            "num_workers=0: the %d workers spend about %.1f ms of CPU per batch (%.0f%% each "
+            "over a %.1f ms step), no more than a worker costs to hand a batch over (~%.1f ms "
+            "measured on 2 cores, bench/bench_loader.py): made in the training process the "
+            "batch costs that work without the transfer, so the %.1f ms wait per step should "
+            "fall, not rise.",
+            c->workers, cost, c->worker_cpu, step, WORKER_BATCH_MS, data);
+    double gain = step / (step - data + data / 4);
+    rec(d,
+        "Index the dataset once per batch: DataLoader(ds, sampler=BatchSampler(RandomSampler(ds), "
+        "batch_size, drop_last=False), batch_size=None) with a dataset whose __getitem__ takes "
+        "the list of indices (a TensorDataset does: ds[idx] slices each tensor once), instead of "
+        "one __getitem__ per sample and a collate that stacks them. Making a batch costs %.2f "
+        "ms of the %.2f ms step now; one slice per tensor instead of per sample should remove "
+        "most of it: up to about %.1fx the steps a second.",
+        data, step, gain);
+    rec(d,
+        "Not more DataLoader workers: a batch costs %.2f ms to make here, less than a worker "
+        "costs to hand one over (~%.1f ms), so workers would make the step slower. A larger "
+        "batch_size makes the per-batch costs (the loader's and the model's per-step overhead) "
+        "a smaller share of each sample (it changes the optimisation: scale the learning "
+        "rate).",
+        cost, WORKER_BATCH_MS);
+}
 
 /* Loading in the training process (no workers) with no whole idle core:
  * loaders would still gain when the loading itself holds a core, since in
@@ -140,7 +193,14 @@ static void input_recs(const diag_run *r, const dctx *c, dfinding *d)
             "its own (pickled, sent, unpacked: about a millisecond). A larger batch_size (or a "
             "batch_sampler that groups samples) pays that once for many samples.",
             per, per < 1.5 ? "" : "s");
-    double rq_wait, rq_used, rq_share;
+    double rq_wait, rq_used, rq_share, cost;
+    if (!tiny && batch_cheaper_than_worker(r, c, &cost)) {
+        cheap_batch_recs(r, c, d, cost);
+        if (c->has_gpu) rec(d, "%s", "pin_memory=True in the DataLoader, and "
+                                     ".to(device, non_blocking=True): page-locked batches "
+                                     "copy to the GPU asynchronously.");
+        return;
+    }
     if (c->workers <= 0 && isfinite(c->main_cpu) && c->main_cpu < MAIN_WAITS_CPU &&
         dc_waits_for_cpu(r, &rq_wait, &rq_used, &rq_share)) {
         /* a low CPU share while the run's threads queue for a core says
@@ -339,6 +399,20 @@ static int dr_cand_iter_per_step(const diag_run *r, const dctx *c, dfinding *d, 
     return 1;
 }
 
+/* A wait near the line (issue 41): the same script read input-bound 24%
+ * on one run and compute-bound 82% on the next. The verdict names both
+ * sides and what would move it, so a run on either side says the same. */
+static void name_both(const dctx *c, dfinding *d, double share)
+{
+    double comp = c->share[PH_FORWARD] + c->share[PH_BACKWARD] + c->share[PH_OPTIMIZER];
+    diag_fmt(d->title, sizeof(d->title), "%s", "Input-bound, close to compute-bound");
+    diag_fmt(d->summary, sizeof(d->summary),
+             "input wait %.0f%% beside model compute %.0f%%: near the %.0f%% line, so another "
+             "run can read compute-bound; the loader limits the steps only while it waits "
+             "that much, and a cheaper batch moves the run to its model",
+             100 * share, 100 * comp, 100 * INPUT_SHARE);
+}
+
 int dr_cand_input(const diag_run *r, const dctx *c, dfinding *d)
 {
     double s = c->share[PH_DATA], per = steps_per_iter(r);
@@ -350,17 +424,29 @@ int dr_cand_input(const diag_run *r, const dctx *c, dfinding *d)
      * or steps.csv replay measured it per step) */
     int ntrim = 0;
     double steady = dc_steady_data_share(r, &ntrim);
-    if (isfinite(steady) && !(steady >= INPUT_SHARE)) return dr_cand_epoch_starts(r, c, d);
-    double score = isfinite(steady) && steady < s ? steady : s;
+    /* the share a typical stretch of the run waits (the median of its
+     * windows, start-up's left out) decides: one run's contended seconds
+     * move it less than the mean (issue 41: the same script read 24% and
+     * 17% on two runs) */
+    double wlo = NAN, whi = NAN, win = dc_window_data_share(r, &wlo, &whi);
+    double held = isfinite(win) ? win : steady;
+    if (isfinite(held) && !(held >= INPUT_SHARE)) return dr_cand_epoch_starts(r, c, d);
+    double score = isfinite(held) && held < s ? held : s;
     int io = io_evidence(r, c);
     diag_head(d, io ? "storage-io" : "input-bound", io ? "Storage I/O" : "Input-bound", score,
                  "%s takes %.0f%% of step time%s", "waiting for the next batch", 100 * s,
                  io ? ", and the data comes slowly off storage" : "");
+    if (!io && score < INPUT_SHARE + INPUT_CLOSE) name_both(c, d, score);
     ev(d, "data_wait_share", s, "data wait is %.0f%% of step time", 100 * s);
     if (isfinite(steady) && ntrim > 0)
         ev(d, "steady_data_wait_share", steady,
            "%.0f%% without the %d steps that waited longest: every step waits, not a few", 100 * steady,
            ntrim);
+    if (isfinite(win))
+        ev(d, "window_data_wait_share", win,
+           "%.0f%% in the median stretch of the run (%.0f-%.0f%% over its windows of steps, "
+           "start-up left out)",
+           100 * win, 100 * wlo, 100 * whi);
     if (isfinite(c->f.data_p50) && isfinite(c->f.step_p50))
         ev(d, "data_wait_p50_ms", c->f.data_p50, "median data wait %.1f ms per step of %.1f ms",
            c->f.data_p50, c->f.step_p50);
