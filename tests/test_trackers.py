@@ -265,3 +265,64 @@ def test_unwritable_tracker_is_said_once_and_the_run_goes_on(cli, tmp_path):
     sm = json.loads((run / "summary.json").read_text())
     assert sm["steps"]["count"] == info["steps"] > 0
     assert (run / "report.md").exists()
+
+
+SHORT = r"""
+import json, os, sys, time
+import trainperf
+out, how = sys.argv[1], sys.argv[2]
+import wandb, mlflow
+wandb.init(mode="offline", dir=out, project="trainperf-test")
+mlflow.set_tracking_uri("sqlite:///" + os.path.join(out, "mlflow.db"))
+mlflow.start_run()
+steps = 0
+end = time.monotonic() + 2
+while time.monotonic() < end:
+    with trainperf.step():
+        time.sleep(0.01)
+    steps += 1
+info = {"steps": steps, "wandb_dir": wandb.run.dir, "mlflow_run": mlflow.active_run().info.run_id}
+json.dump(info, open(os.path.join(out, "info.json"), "w"))
+if how == "finish":  # the script ends its tracker runs itself
+    mlflow.end_run()
+    wandb.finish()
+"""
+
+
+@pytest.fixture(scope="module")
+def short(cli, tmp_path_factory):
+    """Issue 40 item 1: two short runs, shorter than the export interval (an
+    hour here, so the first periodic update never comes whatever the machine's
+    load): one ends its tracker runs itself, one leaves them to exit."""
+    pytest.importorskip("wandb")
+    pytest.importorskip("mlflow")
+    res = {}
+    for how in ("finish", "exit"):
+        tmp = tmp_path_factory.mktemp("short-" + how)
+        (tmp / "train.py").write_text(SHORT)
+        out = tmp / "out"
+        out.mkdir()
+        env = dict(os.environ)
+        env.pop("TRAINPERF_RUN_DIR", None)
+        env.update({"TRAINPERF_EXPORT_INTERVAL": "3600", "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true",
+                    "MLFLOW_ENABLE_ASYNC_LOGGING": "false", "PYTHONPATH": str(ROOT / "python")})
+        p = subprocess.run([cli, "run", "--quiet", "--interval", "0.2", "--out", str(tmp / "run"), "--",
+                            sys.executable, str(tmp / "train.py"), str(out), how],
+                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
+        assert p.returncode == 0, p.stderr[-3000:]
+        res[how] = (json.loads((out / "info.json").read_text()), out)
+    return res
+
+
+@pytest.mark.once
+@pytest.mark.parametrize("how", ["finish", "exit"])
+def test_short_run_gets_one_final_update(short, how):
+    import mlflow
+    info, out = short[how]
+    rows = _wandb_history(os.path.dirname(info["wandb_dir"].rstrip("/")))
+    tp = [r for r in rows if "trainperf/step" in r]
+    assert len(tp) == 1, rows
+    assert 0 < tp[0]["trainperf/step"] <= info["steps"] and tp[0]["trainperf/step_time_ms"] > 0
+    client = mlflow.tracking.MlflowClient("sqlite:///" + str(out / "mlflow.db"))
+    hist = client.get_metric_history(info["mlflow_run"], "trainperf/step_time_ms")
+    assert len(hist) == 1 and hist[0].value > 0 and 0 < hist[0].step <= info["steps"], hist

@@ -3,7 +3,9 @@
 When the training script has an active Weights & Biases run or MLflow run,
 a daemon thread logs trainperf's figures into it, namespaced ``trainperf/``
 (and ``prof/`` for the top operators of each profiler window), at a bounded
-rate (every TRAINPERF_EXPORT_INTERVAL seconds, default 10). Nothing is
+rate (every TRAINPERF_EXPORT_INTERVAL seconds, default 10), and once more
+when the script ends its tracker run (``wandb.finish()``, ``mlflow.end_run()``)
+or exits, whichever comes first, so a short run carries them too. Nothing is
 imported: the thread only looks at ``sys.modules`` for ``wandb`` and
 ``mlflow``, so a script that uses neither pays a wake-up every interval and
 nothing more. docs/python.md#experiment-trackers.
@@ -212,6 +214,7 @@ class _Exporter:
         self.errors = {"wandb": 0, "mlflow": 0}
         self.client = None
         self.client_uri = None
+        self.once_lock = threading.Lock()
 
     def _fail(self, tracker, exc):
         with _lock:
@@ -294,13 +297,107 @@ class _Exporter:
                 self._fail(name, exc)
 
     def loop(self):
-        while not _stop.wait(self.interval):
-            try:
+        # wakes every _HOOK_TICK to hook a tracker as soon as the script
+        # imports it (a dict lookup); exports every interval
+        due = time.monotonic() + self.interval
+        while not _stop.wait(min(self.interval, _HOOK_TICK)):
+            _hook_trackers()
+            if time.monotonic() < due:
+                continue
+            due = time.monotonic() + self.interval
+            self.locked_once()
+
+    def locked_once(self):
+        """once() from either thread (the loop, or the script's at its
+        tracker's end); never raises."""
+        try:
+            with self.once_lock:
                 self.once()
-            except Exception as exc:
-                with _lock:
-                    _state["errors"] += 1
-                    _state["last_error"] = repr(exc)
+        except Exception as exc:
+            with _lock:
+                _state["errors"] += 1
+                _state["last_error"] = repr(exc)
+
+
+_HOOK_TICK = 0.25
+_hooked = set()
+_at_exit = False
+
+
+def _final_update(*_args, **_kw):
+    """The last update before a tracker run ends (its finish/end_run, or the
+    interpreter's exit): a short run, over before the first interval, still
+    carries trainperf's figures. Logs only a step not logged yet, so the rows
+    stay whole and in order."""
+    ex = _exporter
+    if ex is not None and not _at_exit:  # at exit: one update, already made
+        ex.locked_once()
+
+
+def _exit_update():
+    """At exit, the first of these handlers to run (the last registered: after
+    every tracker's own, so before they close their runs) logs the update."""
+    global _at_exit
+    if _at_exit:
+        return
+    _at_exit = True
+    ex = _exporter
+    if ex is not None:
+        ex.locked_once()
+
+
+def _run_started(name, mod):
+    """The tracker's run has begun, so its own exit handler is registered."""
+    if name == "wandb":
+        return getattr(mod, "run", None) is not None
+    return _find_mlflow_run(mod) is not None
+
+
+def _wrap_before(owner, name):
+    """owner.name becomes a function that logs the final update first."""
+    orig = getattr(owner, name, None)
+    if orig is None or getattr(orig, "_trainperf_wrapped", False):
+        return
+    import functools
+
+    @functools.wraps(orig)
+    def wrapped(*a, **kw):
+        _final_update()
+        return orig(*a, **kw)
+    wrapped._trainperf_wrapped = True
+    setattr(owner, name, wrapped)
+
+
+def _importing(mod):
+    """Whether the script's thread is still importing the module (it is in
+    sys.modules from the start): importing its parts from here then would
+    interleave the two imports."""
+    spec = getattr(mod, "__spec__", None)
+    return spec is None or getattr(spec, "_initializing", False) or not hasattr(mod, "init" if
+                                                                                   mod.__name__ == "wandb" else "end_run")
+
+
+def _hook_trackers():
+    """Once the script has imported wandb or mlflow: their run's end logs a
+    final update, and so does exit (this atexit handler is registered after
+    the tracker's own, so it runs before the tracker closes its run)."""
+    for name in ("wandb", "mlflow"):
+        mod = sys.modules.get(name)
+        if mod is None or name in _hooked or _importing(mod) or not _run_started(name, mod):
+            continue
+        try:
+            if name == "wandb":
+                from wandb.sdk.wandb_run import Run
+                _wrap_before(Run, "finish")
+            else:
+                from mlflow.tracking import fluent
+                _wrap_before(fluent, "end_run")
+                _wrap_before(mod, "end_run")
+        except Exception:  # another version: the periodic updates still come
+            pass
+        import atexit
+        atexit.register(_exit_update)
+        _hooked.add(name)
 
 
 _tls = threading.local()
@@ -359,8 +456,9 @@ def flush():
     if ex is None:
         return False
     before = status()["logged"]
-    ex.fig.last_steps = None
-    ex.once()
+    with ex.once_lock:
+        ex.fig.last_steps = None
+    ex.locked_once()
     return status()["logged"] > before
 
 
