@@ -8,7 +8,8 @@
 #   make check                install test dependencies, then the suite, then again under ASan+UBSan
 #   make demo                 builds only the CLI, library and bundled C trainer (in parallel),
 #                             then runs the trainer under `trainperf run`, ending with its report
-#   make gpu-check OUT=DIR    on one NVIDIA GPU: short GPU runs with a known truth (docs/gpu.md)
+#   make gpu-check OUT=DIR    on one NVIDIA GPU: short GPU runs with a known truth (docs/gpu.md);
+#                             without one, a line that says so and the script exits 77
 #   make bench                benchmarks (figures and ratios against baselines in the same run)
 #   make install PREFIX=/usr/local
 

@@ -8,11 +8,19 @@
 #   gpu-runs.tar.gz the run directories, trimmed (tests/data/gpu-runs/ takes them)
 #   env.txt         nvidia-smi, torch, libcupti, `trainperf doctor`
 #   build.log
-# Exit 0 when every check passed, 1 when one failed, 2 when the build failed.
+# Exit 0 when every check passed, 1 when one failed, 2 when the build failed, 77 when there
+# is no NVIDIA GPU.
+# Exit 77 (skipped) at once on a machine without an NVIDIA GPU, saying so in one line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=$(mkdir -p "${1:-gpu-check-out}" && cd "${1:-gpu-check-out}" && pwd)
 BUILD=${BUILD:-build}
+if ! ls /dev/nvidia[0-9]* >/dev/null 2>&1 && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    doc=""
+    [ -x "$BUILD/trainperf" ] && doc=$("$BUILD/trainperf" doctor 2>/dev/null | sed -n 's/^NVML  *[a-z]*  *//p' | head -1)
+    echo "gpu-check: no NVIDIA GPU on this machine (no /dev/nvidia0, nvidia-smi lists none${doc:+; trainperf doctor: NVML $doc}): nothing checked, exit 77" >&2
+    exit 77
+fi
+OUT=$(mkdir -p "${1:-gpu-check-out}" && cd "${1:-gpu-check-out}" && pwd)
 PY=${PYTHON:-python3}
 echo "gpu-check: writing to $OUT"
 {

@@ -18,9 +18,10 @@ SANITIZE = os.environ.get("TRAINPERF_SANITIZE") == "1"
 
 
 # Files whose tests judge timing (scenario verdicts, tune's measured speedups, attach's
-# py-spy step counts): they run in the serial pass, alone on the machine, after the
+# py-spy step counts, the fake GPU's busy shares, which its host clock makes): they run in the serial pass, alone on the machine, after the
 # parallel pass (Makefile `test`, tests/README.md). Everything else is independent.
-SERIAL_FILES = {"test_scenarios.py", "test_tune.py", "test_attach.py", "test_scenario_fixes.py"}
+SERIAL_FILES = {"test_scenarios.py", "test_tune.py", "test_attach.py", "test_scenario_fixes.py",
+                "test_gpu.py"}
 
 
 def pytest_configure(config):

@@ -1,6 +1,7 @@
 """Project-wide checks: the exported symbols, banned functions, the public
 header on its own, `make install` with pkg-config, and the layers of the
 Python package."""
+import glob
 import os
 import re
 import shutil
@@ -367,3 +368,17 @@ def test_report_files_call_and_include_no_loop():
     assert _cycles(calls) == [], "files of src/report whose functions call each other in a loop"
     assert _cycles(_c_include_graph(ROOT / "src" / "report")) == [], \
         "headers of src/report that include each other in a loop"
+
+
+@pytest.mark.skipif(bool(glob.glob("/dev/nvidia[0-9]*")), reason="this machine has an NVIDIA GPU")
+def test_gpu_check_without_a_gpu_says_so_and_skips(tmp_path):
+    """`make gpu-check` on a machine without an NVIDIA GPU: one line that says so (with
+    doctor's NVML line), exit 77 from the script, nothing built or run."""
+    out = tmp_path / "out"
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh"), str(out)], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, BUILD=str(BUILD)))
+    assert p.returncode == 77, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no NVIDIA GPU" in lines[0], p.stderr
+    assert "trainperf doctor: NVML" in lines[0], p.stderr
+    assert p.stdout == "" and not out.exists()
