@@ -231,3 +231,27 @@ def test_runs_of_different_rendezvous_are_not_one_job(run_cli, tmp_path):
     p = run_cli("report", JOB / "node0", n1b, "--format", "json")
     assert p.returncode == 0, p.stderr
     assert len(json.loads(p.stdout)["nodes"]) == 2
+
+
+def test_two_runs_one_after_the_other_on_one_host_are_not_a_job(run_cli, build, tmp_path):
+    """Two real runs of different commands on this host, the second started after the first
+    ended: one host has one clock, so the slack allowed for other nodes' clocks does not make
+    them two nodes of a job; the line says so and points to `trainperf compare`."""
+    trainer = str(build / "examples" / "trainer")
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, steps in ((a, 20), (b, 30)):
+        p = run_cli("run", "--quiet", "--out", d, "--", trainer, "--steps", steps, "--quiet")
+        assert p.returncode == 0, p.stderr
+    ja, jb = (json.loads((d / "run.json").read_text()) for d in (a, b))
+    assert jb["start_unix_s"] >= ja["start_unix_s"] + ja["duration_s"]
+    for dirs in ([a, b], [b, a]):
+        p = run_cli("report", *dirs)
+        assert p.returncode == 2 and p.stdout == "", p.stdout[-500:]
+        line = p.stderr.strip()
+        assert "\n" not in line and "are not one job" in line, line
+        assert f"both ran on host {ja['host']}, one after the other ({b} started" in line, line
+        assert "trainperf compare" in line and "--job" in line, line
+    assert run_cli("compare", a, b).returncode == 0
+    p = run_cli("report", a, b, "--job", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    assert len(json.loads(p.stdout)["nodes"]) == 2

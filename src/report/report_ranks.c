@@ -770,6 +770,18 @@ static int same_job(const diag_run *a, double a_start, double a_dur, const char 
     }
     double a_end = a_start + (isfinite(a_dur) ? a_dur : 0);
     double x_end = x->start_unix_s + (isfinite(x->duration_s) ? x->duration_s : 0);
+    /* One host has one clock: the slack for other nodes' clocks does not apply, and
+     * two runs there one after the other are two runs, not two nodes of a job. */
+    if (a->host[0] && strcmp(a->host, x->host) == 0 &&
+        (x->start_unix_s >= a_end || a_start >= x_end)) {
+        int x_later = x->start_unix_s >= a_end;
+        snprintf(why, n, "both ran on host %s, one after the other (%s started %s after %s "
+                 "ended): `trainperf compare` sets two runs side by side", a->host,
+                 x_later ? dir : dir0,
+                 minutes(t, sizeof(t), x_later ? x->start_unix_s - a_end : a_start - x_end),
+                 x_later ? dir0 : dir);
+        return 0;
+    }
     if (x->start_unix_s > a_end + RR_JOB_SLACK_S) {
         snprintf(why, n, "%s started %s after %s ended", dir,
                  minutes(t, sizeof(t), x->start_unix_s - a_end), dir0);
