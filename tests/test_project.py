@@ -382,3 +382,12 @@ def test_gpu_check_without_a_gpu_says_so_and_skips(tmp_path):
     assert len(lines) == 1 and "no NVIDIA GPU" in lines[0], p.stderr
     assert "trainperf doctor: NVML" in lines[0], p.stderr
     assert p.stdout == "" and not out.exists()
+
+
+def test_diagnosis_doc_tables_stay_readable():
+    """docs/diagnosis.md's tables are read on a screen: no row past 600 characters (a long
+    list of scenarios is split over rows of the same verdict)."""
+    long_rows = [(n, len(l)) for n, l in enumerate((ROOT / "docs" / "diagnosis.md").read_text()
+                                                  .splitlines(), 1)
+                 if l.startswith("|") and len(l) > 600]
+    assert not long_rows, long_rows
