@@ -30,6 +30,7 @@
 #define COMM_TINY_BYTES (64.0 * 1024) /* collectives' bytes per rank and step: latency, not bandwidth */
 #define COMM_MINOR 0.05 /* collectives a wait for a CPU explains: minor, after the contention */
 #define CKPT_SHARE 0.15
+#define CKPT_COST_SHARE 0.05 /* checkpoint time that is a finding of its own */
 #define IO_IOWAIT_PCT 10.0
 #define IO_PSI_PCT 10.0
 #define IO_TREE_READ_BPS (1024.0 * 1024.0) /* the tree reads at least 1 MiB/s */

@@ -4,6 +4,7 @@
  * Entries of diag_rules[] (diag.c); thresholds in rule_util.h and
  * docs/diagnosis.md. */
 #include "report/rules.h"
+#include "report/failures.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -524,6 +525,36 @@ int dr_cand_storage_ckpt(const diag_run *r, const dctx *c, dfinding *d)
     rec(d, "Checkpoint less often, or asynchronously (torch.distributed.checkpoint async_save, "
            "or copy the state to host memory and write it from a thread).");
     rec(d, "Write checkpoints to local disk first and copy them off the node in the background.");
+    return 1;
+}
+
+/* Checkpoint time under storage-io's threshold still costs the run: from
+ * CKPT_COST_SHARE of step time it is a finding with its share, its period
+ * (steps and seconds between saves) and the fixes. */
+int dr_cand_ckpt_cost(const diag_run *r, const dctx *c, dfinding *d)
+{
+    double s = c->share[PH_CHECKPOINT];
+    if (s >= CKPT_SHARE) return 0; /* storage-io says it, with the I/O evidence */
+    if (!dr_phase_rule(c, d, PH_CHECKPOINT, CKPT_COST_SHARE, "checkpoint-cost",
+                       "Checkpoints cost step time", "checkpointing", "the run's step time"))
+        return 0;
+    fail_ckpt k;
+    if (fail_ckpt_load(r->dir, &k) == 0 && k.n > 0) {
+        ev(d, "checkpoints", k.n, "%d checkpoint%s, %.2f s each on average (longest %.2f s)", k.n,
+           k.n == 1 ? "" : "s", k.cost_s, k.max_s);
+        if (r->steps >= k.n && k.n >= 2)
+            ev(d, "steps_per_checkpoint", r->steps / k.n, "one checkpoint every %.0f steps",
+               r->steps / k.n);
+        if (isfinite(k.interval_s))
+            ev(d, "checkpoint_interval_s", k.interval_s, "one checkpoint every %.1f s",
+               k.interval_s);
+    }
+    rec(d, "Checkpoint less often: each save stops training for its whole duration.");
+    rec(d, "Save asynchronously: copy the state to host memory and write it from a background "
+           "thread or process (torch.distributed.checkpoint.async_save), so training goes on "
+           "while the file is written.");
+    rec(d, "Save less state: the model's state_dict without the optimizer's between full "
+           "checkpoints, or in a smaller dtype (bf16) when resuming exactly is not needed.");
     return 1;
 }
 
