@@ -1594,3 +1594,24 @@ def test_input_wait_in_one_stretch_is_not_the_runs(run_cli, tmp_path):
     assert dg["primary"]["id"] == "input-bound", ids(dg)
     w = [e for e in dg["primary"]["evidence"] if e["name"] == "window_data_wait_share"]
     assert w and abs(w[0]["value"] - 4.6 / 14) < 0.01, dg["primary"]["evidence"]
+
+
+@pytest.mark.parametrize("every,share,found", [(10, 0.08, True), (5, 0.12, True), (20, 0.03, False)])
+def test_checkpoint_time_past_5pct_is_found_beside_the_verdict(run_cli, tmp_path, every, share, found):
+    """torch.save every few steps under storage-io's 15%: from 5% of step time it is an
+    "also found" with its share and fixes; the verdict on the loop (compute) stays primary."""
+    save_ns = int(5e6 * share / (1 - share) * every)
+
+    def ckpt(i):
+        if i % every != every - 1:
+            return {}
+        return {"checkpoint_ns": save_ns, "duration_ns": int(5e6) + save_ns,
+                "interval_ns": int(5e6) + save_ns}
+    st = steady_steps(200, 5.0, fwd=0.4, bwd=0.4, opt=0.1, extra=ckpt)
+    dg = diagnosis(run_cli, make_run(tmp_path / "r", st, quiet_metrics(8)))
+    assert dg["primary"]["id"] == "compute-bound", ids(dg)
+    assert ("checkpoint-cost" in ids(dg)) == found, ids(dg)
+    if found:
+        f = [x for x in dg["secondary"] if x["id"] == "checkpoint-cost"][0]
+        assert "Checkpointing takes %d%%" % round(share * 100) in f["summary"], f
+        assert any("less often" in r for r in f.get("recommendations", f.get("fixes", []))), f
