@@ -27,7 +27,13 @@ _spec.loader.exec_module(harness)
 
 # Known false verdicts (issue 12 tracks them): the test still runs and
 # reports; an unexpected pass is shown as XPASS.
-KNOWN_WRONG = {}  # scenarios known to get a wrong verdict; name: symptom
+KNOWN_WRONG = {  # scenarios known to get a wrong verdict; name: symptom
+    "batch_of_one": "the 'too small' advice rests on absolute us per backward node (13.2) and per "
+                    "step and node (45): on a quiet 2-core run of 2026-11-29 the script measured "
+                    "13.5-14.2 and 51-54, just past both; the cheap_loader_b8 scenario, which "
+                    "must not get it, measured 18.9 and 56.5. Needs the machine's own per-op "
+                    "cost as the unit (issue 39 item 6)",
+}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
