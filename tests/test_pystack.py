@@ -100,7 +100,11 @@ print(json.dumps({"ok": ok, "n": len(inner), "sim": inner.count("simulate"),
 """
 
 
+@pytest.mark.serial
 def test_reader_samples_python_between_gil_releases():
+    # judges the reader's timing against the process's own clock: it needs a core to
+    # wake on time, so it runs in the serial pass (CI failed it in the parallel pass,
+    # 0.26 against 0.55, with both cores taken by other tests)
     core()
     r = run_py(SHORT_STRETCHES)
     if not r["ok"]:
