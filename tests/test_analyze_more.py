@@ -2,8 +2,11 @@
 and on small hand-made ones: what the default mode says where device work
 overlaps on a stream, what happens to numbers out of range, two files of one
 rank, a --steps range outside the trace."""
+import decimal
 import gzip
 import json
+import pathlib
+import re
 
 import pytest
 
@@ -450,6 +453,83 @@ def test_critical_path_cuda_graph_kernels(run_cli, tmp_path):
     assert hta["by_type"]["kernel"]["edges"] == 1 and hta["by_type"]["kernel"]["ns"] == 10_000
     assert full["path_ns"] == 5_000 + 10_000 + 30_000  # the operator to the launch, its delay, the kernels
     assert hta["path_ns"] == 10_000  # HTA: cudaGraphLaunch is no launch of its; the kernel has no edge in
+
+
+def test_critical_path_blocking_sync_without_cuda_sync_events(run_cli, tmp_path):
+    """A trace without `cuda_sync` events: the default lets cudaStreamSynchronize stand
+    for its sync (the CPU after it cannot run before the stream's last kernel ends); HTA
+    draws no edge from the GPU to the call, so the CPU after the wait looks free. The
+    path, by hand (us): aten::a's start to its launch 5, the launch delay 10, the kernel
+    60, the sync edge 0, the end of the wait to aten::item's end 1, then aten::b 10 = 86;
+    without the edge, the longest path ends with the kernel: 5 + 10 + 60 = 75."""
+    sync = {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 1,
+            "ts": 120, "dur": 62, "args": {}}
+    ev = [_step(100, 100), _op(105, 10, "aten::a"), launch(110, 2, 1), kernel(120, 60, corr=1),
+          _op(118, 65, "aten::item"), sync, _op(185, 10, "aten::b")]
+    t = write(tmp_path / "sync.json", ev)
+    full, _ = analyze(run_cli, "--critical-path", "--steps", "1", t)
+    hta, _ = analyze(run_cli, "--critical-path", "--steps", "1", "--compat", "hta", t)
+    assert full["path_ns"] == 86_000, full
+    assert full["by_type"]["sync"]["edges"] == 1 and full["by_type"]["kernel"]["ns"] == 60_000
+    assert full["by_type"]["launch_delay"]["ns"] == 10_000 and full["by_type"]["cpu"]["ns"] == 16_000
+    assert hta["path_ns"] == 75_000 and hta["by_type"]["sync"]["edges"] == 0, hta
+    # the path runs from aten::a's start (105) to aten::b's end (195); the events, 105 to 195
+    assert full["path_span_ns"] == 90_000 and full["span_ns"] == 90_000
+    # with the trace's own cuda_sync event for the call, both modes draw the edge
+    ev[5]["args"] = {"correlation": 9}
+    ev.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 7, "ts": 120,
+               "dur": 60, "args": {"correlation": 9, "stream": 7}})
+    t = write(tmp_path / "sync2.json", ev)
+    for mode in ([], ["--compat", "hta"]):
+        out, _ = analyze(run_cli, "--critical-path", "--steps", "1", *mode, t)
+        assert out["path_ns"] == 86_000, (mode, out)
+
+
+def _all_traces():
+    return sorted(p for d in (ROOT / "tests" / "data" / "traces", HTA) for p in d.glob("*.json.gz"))
+
+
+@pytest.mark.parametrize("trace", _all_traces(), ids=lambda p: p.name[:40])
+def test_critical_path_never_longer_than_its_events(run_cli, tmp_path, trace):
+    """On every trace of the suite, both modes: the path's edges, read back from the
+    overlay (one X event per edge with time), follow one another in time without
+    overlapping, sum to the path's length, and fit between the path's first and last
+    node, which lie among the window's events: a path cannot last longer than the
+    span of the events on it."""
+    for mode in ([], ["--compat", "hta"]):
+        ov = tmp_path / ("ov%d.json" % len(mode))
+        c, _ = analyze(run_cli, "--critical-path", "--overlay", ov, *mode, trace)
+        # the overlay's times are microseconds with 3 decimals: read exactly, in ns
+        ns = lambda v: int(decimal.Decimal(v) * 1000)
+        xs = sorted(((ns(e["ts"]), ns(e["dur"])) for e in json.loads(ov.read_text(), parse_float=str)["traceEvents"]
+                     if e.get("ph") == "X" and e.get("cat") == "critical_path"))
+        assert sum(d for _, d in xs) == c["path_ns"], mode
+        for a, b in zip(xs, xs[1:]):  # in order: no time counted twice
+            assert a[0] + a[1] <= b[0], (mode, a, b)
+        assert c["path_ns"] <= c["path_span_ns"] <= c["span_ns"], (mode, c)
+        if xs:
+            assert xs[-1][0] + xs[-1][1] - xs[0][0] <= c["path_span_ns"], (mode, c)
+
+
+def _docs_cp_rows():
+    text = (ROOT / "docs" / "analyze.md").read_text()
+    rows = re.findall(r"^\| `[^`]+`; `([^`]+)` \| ([\d,]+) \| ([\d,]+) \| ([+−][\d,]+) µs \|", text, re.M)
+    assert len(rows) >= 9, "docs/analyze.md: the table of the default against HTA is gone"
+    return rows
+
+
+@pytest.mark.parametrize("row", _docs_cp_rows(), ids=lambda r: pathlib.Path(r[0]).name[:32])
+def test_docs_critical_path_table_is_what_the_tool_prints(run_cli, row):
+    """docs/analyze.md's table of the default against HTA: each row's figures are
+    what the tool prints for the first ProfilerStep of the file it names."""
+    path, default, hta, diff = row
+    num = lambda v: int(v.replace(",", "").replace("−", "-"))
+    got = {}
+    for mode in ([], ["--compat", "hta"]):
+        c, _ = analyze(run_cli, "--critical-path", "--cp-range", "ProfilerStep#0", *mode, ROOT / path)
+        got[bool(mode)] = round(c["path_ns"] / 1000)
+    assert (got[False], got[True]) == (num(default), num(hta)), (path, got)
+    assert abs(got[False] - got[True] - num(diff)) <= 1, (path, got)
 
 
 def test_gpu_copy_of_a_step_is_not_a_step(run_cli, tmp_path):
