@@ -392,6 +392,7 @@ static void seg_try_open(coll *c, coll_seg *s)
         seg_reader_close(r);
         return; /* out of memory: try again at the next scan */
     }
+    seg_reader_hold(r); /* released once what it gives is on disk: drain_all */
     s->r = r;
     s->pid = pi->pid;
     s->state = SEG_OPEN;
@@ -447,6 +448,11 @@ static void drain_all(coll *c, int check_dead)
      * loses only what it had not drained (that stays in the rings). */
     for (int k = 0; k < c->nsinks; k++)
         if (c->sinks[k].ops->on_drain) c->sinks[k].ops->on_drain(c->sinks[k].state);
+    /* Only now may the producers reuse the slots: a collector killed before
+     * this line leaves the round's events in the rings, and the recovery
+     * writes what is not on disk yet (record/recover.c skips what is). */
+    for (int i = 0; i < c->nsegs; i++)
+        if (c->segs[i].state == SEG_OPEN) seg_reader_release(c->segs[i].r);
     /* An exited producer's segment in the segment directory is memory
      * (tmpfs): once its last events are out, it goes. A month of DataLoader
      * workers must not pile up there. */

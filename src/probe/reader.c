@@ -34,6 +34,10 @@ struct seg_reader {
      * thread's time run backwards across drains. */
     uint64_t last_ts[SEG_MAX_RINGS];
     char (*names)[SEG_NAME_MAX]; /* copies handed out by seg_reader_name */
+    /* seg_reader_hold: how far each ring has been read (0: not read yet); the
+     * producer's tail moves there only at seg_reader_release */
+    int hold;
+    uint64_t read_to[SEG_MAX_RINGS];
 };
 
 static int is_pow2(uint32_t v)
@@ -217,13 +221,15 @@ long seg_reader_drain(seg_reader *r, seg_event_cb cb, void *ctx)
             (seg_ring_hdr *)((char *)r->base + r->rings_off + (uint64_t)i * r->ring_stride);
         uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
         uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
-        if (head == tail) continue;
         if (head < tail || head - tail > r->ring_events) {
             /* Impossible for a live producer: give up on this ring. */
             damaged = 1;
             atomic_store_explicit(&ring->tail, head, memory_order_release);
+            r->read_to[i] = head;
             continue;
         }
+        if (r->hold && r->read_to[i] > tail && r->read_to[i] <= head) tail = r->read_to[i];
+        if (head == tail) continue;
         pid_t tid = atomic_load_explicit(&ring->tid, memory_order_relaxed);
         const seg_rec *recs = seg_ring_recs(ring);
         for (uint64_t k = tail; k != head; k++) {
@@ -259,9 +265,27 @@ long seg_reader_drain(seg_reader *r, seg_event_cb cb, void *ctx)
             if (cb) cb(ctx, &ev);
             total++;
         }
-        atomic_store_explicit(&ring->tail, head, memory_order_release);
+        if (r->hold) r->read_to[i] = head;
+        else atomic_store_explicit(&ring->tail, head, memory_order_release);
     }
     return damaged ? TPF_EFORMAT : total;
+}
+
+void seg_reader_hold(seg_reader *r)
+{
+    if (r) r->hold = 1;
+}
+
+void seg_reader_release(seg_reader *r)
+{
+    if (!r || !r->hold) return;
+    uint32_t n = rings_readable(r, NULL);
+    for (uint32_t i = 0; i < n; i++) {
+        seg_ring_hdr *ring =
+            (seg_ring_hdr *)((char *)r->base + r->rings_off + (uint64_t)i * r->ring_stride);
+        uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+        if (r->read_to[i] > tail) atomic_store_explicit(&ring->tail, r->read_to[i], memory_order_release);
+    }
 }
 
 const char *seg_reader_name(seg_reader *r, tpf_name id)

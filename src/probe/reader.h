@@ -109,6 +109,13 @@ typedef void (*seg_event_cb)(void *ctx, const seg_event *ev);
  * publication order within each thread. Returns the number of events (>= 0)
  * or an error. Not thread-safe for one reader; different readers are fine. */
 long seg_reader_drain(seg_reader *r, seg_event_cb cb, void *ctx);
+/* From now on a drain leaves what it read in the rings (the producer cannot
+ * overwrite it) until seg_reader_release: a collector releases only what it
+ * has put on disk, so one killed in between leaves every step it had not
+ * written to the recovery (record/recover.c). The next drain goes on from
+ * where the last one stopped. */
+void seg_reader_hold(seg_reader *r);
+void seg_reader_release(seg_reader *r);
 /* The string of a name id ("data" for TPF_PHASE_DATA), or NULL when unknown.
  * Valid until seg_reader_close. */
 const char *seg_reader_name(seg_reader *r, tpf_name id);

@@ -32,7 +32,9 @@
 
 typedef struct rcv_thread {
     int pid, tid;
-    uint64_t next; /* first step number not yet on disk */
+    uint64_t next;   /* first step number not yet on disk */
+    double end_us;   /* the end of its last step on disk, us after the run's start (-1: none) */
+    uint64_t dup;    /* steps from the rings that were on disk already */
 } rcv_thread;
 
 #define RECOVER_MAX_GPU_PROCS 256
@@ -115,11 +117,12 @@ static uint64_t read_steps(rcv *v, const char *dir)
     snprintf(path, sizeof(path), "%s/steps.csv", dir);
     csvr r;
     if (csvr_open(&r, path, e, sizeof(e)) != 0) return 0;
-    int cp = csvr_col(&r, "pid"), ct = csvr_col(&r, "tid"), cs = csvr_col(&r, "step");
+    int cp = csvr_col(&r, "pid"), ct = csvr_col(&r, "tid"), cs = csvr_col(&r, "step"),
+        c0 = csvr_col(&r, "start_s"), cd = csvr_col(&r, "duration_ns");
     uint64_t rows = 0;
     while (csvr_next(&r) == 1) {
         rows++;
-        double pid, tid, step;
+        double pid, tid, step, t0, dur;
         if (!csvr_num(&r, cp, &pid) || !csvr_num(&r, ct, &tid) || !csvr_num(&r, cs, &step) ||
             !(step >= 0 && step < 1e18))
             continue;
@@ -128,9 +131,11 @@ static uint64_t read_steps(rcv *v, const char *dir)
             if (v->th[k].pid == (int)pid && v->th[k].tid == (int)tid) break;
         if (k == v->nth) {
             if (v->nth == RECOVER_MAX_THREADS) continue;
-            v->th[v->nth++] = (rcv_thread){(int)pid, (int)tid, 0};
+            v->th[v->nth++] = (rcv_thread){(int)pid, (int)tid, 0, -1.0, 0};
         }
         if ((uint64_t)step + 1 > v->th[k].next) v->th[k].next = (uint64_t)step + 1;
+        if (csvr_num(&r, c0, &t0) && csvr_num(&r, cd, &dur) && t0 * 1e6 + dur / 1e3 > v->th[k].end_us)
+            v->th[k].end_us = t0 * 1e6 + dur / 1e3;
     }
     csvr_close(&r);
     return rows;
@@ -144,19 +149,37 @@ static int gpu_first_of(const rcv *v, pid_t pid)
     return k;
 }
 
-/* The first step number not yet on disk of a thread (0 for one not seen). */
-static uint64_t next_of(const rcv *v, pid_t pid, pid_t tid)
+static rcv_thread *thread_of(rcv *v, pid_t pid, pid_t tid)
 {
     for (int k = 0; k < v->nth; k++)
-        if (v->th[k].pid == (int)pid && v->th[k].tid == (int)tid) return v->th[k].next;
-    return 0;
+        if (v->th[k].pid == (int)pid && v->th[k].tid == (int)tid) return &v->th[k];
+    return NULL;
+}
+
+/* The row number of a thread's step as the recovery's aggregate counted it
+ * (from 0 at the first step in the rings): numbered on from steps.csv, less
+ * the steps of the rings that were on disk already. */
+static uint64_t number_of(rcv *v, pid_t pid, pid_t tid, uint64_t step)
+{
+    const rcv_thread *t = thread_of(v, pid, tid);
+    return t ? t->next + step - t->dup : step;
 }
 
 static void on_step(void *ctx, const agg_step *s)
 {
     rcv *v = ctx;
+    rcv_thread *th = thread_of(v, s->pid, s->tid);
+    /* The collector releases the ring slots of a drain round only once its rows
+     * are on disk (collect/collector.c): killed in between, it leaves steps
+     * that steps.csv has. Those end no later than the thread's last row (its
+     * start is rounded to the microsecond: 1 us of slack; steps are longer). */
+    if (th && th->end_us >= 0 && s->step == th->dup &&
+        (double)(int64_t)(s->end_ns - v->start_mono_ns) / 1e3 <= th->end_us + 1.0) {
+        th->dup++;
+        return;
+    }
     agg_step t = *s;
-    t.step += next_of(v, s->pid, s->tid);
+    t.step = number_of(v, s->pid, s->tid, s->step);
     rec_steps_row(&v->rows, &t, v->start_mono_ns);
     v->steps++;
 }
@@ -173,7 +196,11 @@ static void on_gpu_step(void *ctx, const gpu_step *g)
     if (k == v->ngpu || g->end_ns - g->interval_ns < v->gpu_first[k].first_ns + GJ_SETTLE_NS)
         return;
     gpu_step t = *g;
-    if (t.tid != 0) t.step += next_of(v, t.pid, t.tid);
+    if (t.tid != 0) {
+        const rcv_thread *th = thread_of(v, t.pid, t.tid);
+        if (th && g->step < th->dup) return; /* its step was on disk: so is its row */
+        t.step = number_of(v, t.pid, t.tid, g->step);
+    }
     rec_gpu_steps_row(&v->gpu_rows, &t);
     v->gpu_steps++;
 }

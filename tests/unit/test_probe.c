@@ -17,10 +17,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collect/agg.h"
 #include "probe/clock.h"
 #include "probe/probe.h"
 #include "probe/reader.h"
 #include "probe/segment.h"
+#include "record/recover.h"
+#include "record/writers.h"
 #include "trainperf.h"
 #include "tt.h"
 
@@ -225,6 +228,168 @@ TT_TEST(detached_probe_records_nothing)
     TT_EQ_INT(seg_reader_dropped(r), 0);
     seg_reader_close(r);
     rm_run_dir(dir);
+}
+
+/* A held reader (the collector's) leaves what it read in the rings until it
+ * releases it: another reader (a recovery after the collector was killed)
+ * still finds it there, the held one goes on from where it stopped. */
+TT_TEST(held_events_stay_in_the_rings_until_released)
+{
+    char dir[64], seg[256];
+    tmp_run_dir(dir, sizeof(dir));
+    TT_ASSERT(dir[0]);
+    TT_EQ_INT(probe_attach(dir), 0);
+    seg_path_of(seg, sizeof(seg), dir, getpid());
+    for (int i = 0; i < 10; i++)
+        tpf_mark(TPF_PHASE_EVAL);
+    seg_reader *a, *b, *c;
+    TT_EQ_INT(seg_reader_open(&a, seg), 0);
+    seg_reader_hold(a);
+    long n = 0;
+    TT_EQ_INT(seg_reader_drain(a, count_cb, &n), 10);
+    TT_EQ_INT(seg_reader_drain(a, count_cb, &n), 0); /* read once by its reader */
+    TT_EQ_INT(seg_reader_open(&b, seg), 0);
+    seg_reader_hold(b);
+    TT_EQ_INT(seg_reader_drain(b, count_cb, &n), 10); /* still in the rings */
+    seg_reader_close(b);
+    for (int i = 0; i < 3; i++)
+        tpf_mark(TPF_PHASE_EVAL);
+    TT_EQ_INT(seg_reader_drain(a, count_cb, &n), 3);
+    seg_reader_release(a);
+    TT_EQ_INT(seg_reader_open(&c, seg), 0);
+    TT_EQ_INT(seg_reader_drain(c, count_cb, &n), 0); /* released: gone */
+    seg_reader_close(c);
+    tpf_mark(TPF_PHASE_EVAL);
+    TT_EQ_INT(seg_reader_drain(a, count_cb, &n), 1);
+    TT_EQ_INT(n, 24);
+    TT_EQ_INT(seg_reader_dropped(a), 0);
+    seg_reader_close(a);
+    probe_detach();
+    rm_run_dir(dir);
+}
+
+/* ---- a collector killed between its drain and the release ---- */
+
+typedef struct kill_sim {
+    agg *a;
+    agg_proc *p;
+    buf rows;
+    uint64_t t0;
+} kill_sim;
+
+static void sim_step(void *ctx, const agg_step *s)
+{
+    kill_sim *k = ctx;
+    rec_steps_row(&k->rows, s, k->t0);
+}
+
+static void sim_event(void *ctx, const seg_event *ev)
+{
+    kill_sim *k = ctx;
+    agg_event(k->a, k->p, ev);
+}
+
+static void sim_steps(int n)
+{
+    for (int i = 0; i < n; i++) {
+        tpf_step_begin();
+        usleep(300);
+        tpf_step_end(1, 0);
+    }
+}
+
+/* The collector drains 6 steps (held), writes `written` of their rows, and
+ * dies before it releases them; the trainee runs 3 more steps. The recovery
+ * must give steps.csv the 9 steps, each once, numbered 0..8. */
+static void killed_collector_case(int written)
+{
+    char dir[64], seg[256], path[320];
+    tmp_run_dir(dir, sizeof(dir));
+    TT_ASSERT(dir[0]);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    kill_sim k = {.t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec};
+    snprintf(path, sizeof(path), "%s/run.json", dir);
+    FILE *f = fopen(path, "w");
+    TT_ASSERT(f);
+    fprintf(f, "{\"start_mono_ns\": %llu}\n", (unsigned long long)k.t0);
+    fclose(f);
+    TT_EQ_INT(probe_attach(dir), 0);
+    seg_path_of(seg, sizeof(seg), dir, getpid());
+    sim_steps(6);
+    agg_sink sink = {&k, sim_step, NULL, NULL, NULL, NULL, NULL};
+    TT_EQ_INT(agg_create(&k.a, &sink), 0);
+    TT_EQ_INT(agg_proc_create(&k.p, getpid(), -1, -1), 0);
+    buf_init(&k.rows, 1 << 20);
+    seg_reader *r;
+    TT_EQ_INT(seg_reader_open(&r, seg), 0);
+    seg_reader_hold(r);
+    TT_ASSERT(seg_reader_drain(r, sim_event, &k) >= 12);
+    /* steps.csv: the header and the first `written` rows of the round */
+    buf out;
+    buf_init(&out, 1 << 20);
+    rec_steps_header(&out);
+    size_t at = 0;
+    for (int i = 0; i < written; i++) {
+        const char *nl = memchr(k.rows.data + at, '\n', k.rows.len - at);
+        TT_ASSERT(nl);
+        at = (size_t)(nl - k.rows.data) + 1;
+    }
+    buf_append(&out, k.rows.data, at);
+    snprintf(path, sizeof(path), "%s/steps.csv", dir);
+    f = fopen(path, "w");
+    TT_ASSERT(f);
+    fwrite(out.data, 1, out.len, f);
+    fclose(f);
+    seg_reader_close(r); /* killed: never released */
+    sim_steps(3);
+    probe_detach();
+    rec_recovery info;
+    char err[256];
+    TT_EQ_INT(rec_recover(dir, &info, err, sizeof(err)), 1);
+    TT_EQ_INT((int)info.steps_before, written);
+    TT_EQ_INT((int)info.steps, 9 - written);
+    /* every step once, in order: column 5 is the step */
+    f = fopen(path, "r");
+    TT_ASSERT(f);
+    char line[1024];
+    int n = 0;
+    TT_ASSERT(fgets(line, sizeof(line), f)); /* header */
+    while (fgets(line, sizeof(line), f)) {
+        const char *c = line;
+        for (int col = 0; col < 4; col++) {
+            c = strchr(c, ',');
+            TT_ASSERT(c);
+            c++;
+        }
+        TT_EQ_INT(atoi(c), n);
+        n++;
+    }
+    fclose(f);
+    TT_EQ_INT(n, 9);
+    buf_free(&out);
+    buf_free(&k.rows);
+    agg_proc_free(k.p);
+    agg_free(k.a);
+    for (const char *const *nm = (const char *const[]){"run.json", "steps.csv", "gpu_steps.csv",
+                                                       "recovered.json", NULL}; *nm; nm++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, *nm);
+        unlink(path);
+    }
+    rm_run_dir(dir);
+}
+
+/* Killed after its rows were on disk: the rings still hold those steps. */
+TT_TEST(recovery_skips_steps_on_disk_that_the_rings_still_hold)
+{
+    killed_collector_case(6);
+}
+
+/* Killed before it wrote the round (or in the middle of it): nothing lost. */
+TT_TEST(recovery_keeps_steps_drained_but_not_written)
+{
+    killed_collector_case(0);
+    killed_collector_case(3);
 }
 
 TT_TEST(events_round_trip)
