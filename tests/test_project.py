@@ -371,6 +371,35 @@ def test_report_files_call_and_include_no_loop():
 
 
 @pytest.mark.skipif(bool(glob.glob("/dev/nvidia[0-9]*")), reason="this machine has an NVIDIA GPU")
+def test_no_two_files_of_src_call_each_other_in_a_loop():
+    """Every file of src/, by its object's symbols (issue 40: record/recover.c and
+    record/segdir.c, trace/trace_extra.c and trace/trace_out.c called each other):
+    a lower file takes a visitor or a shared helper file, never a call back up."""
+    objdir = BUILD / "obj"
+    objs = sorted(objdir.glob("*/*.o"))
+    if not objs:
+        pytest.fail("%s has no objects: run `make`" % objdir)
+    defs, needs = {}, {}
+    for o in objs:
+        key = "%s/%s" % (o.parent.name, o.stem)
+        out = subprocess.run(["nm", str(o)], capture_output=True, text=True, check=True).stdout
+        needs[key] = set()
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) == 3 and f[1] in "TDRB":
+                defs[f[2]] = key
+            elif len(f) == 2 and f[0] == "U":
+                needs[key].add(f[1])
+    calls = {n: {defs[s] for s in syms if s in defs and defs[s] != n} for n, syms in needs.items()}
+    assert "record/segdir" in calls["record/recover"] and "trace/trace_tbl" in calls["trace/trace_out"]
+    assert _cycles(calls) == [], "files of src that call each other in a loop"
+    heads = {}
+    for h in sorted((ROOT / "src").glob("*/*.h")):
+        key = "%s/%s" % (h.parent.name, h.stem)
+        heads[key] = set(re.findall(r'#include "(\w+/\w+)\.h"', h.read_text())) - {key}
+    assert _cycles(heads) == [], "headers of src that include each other in a loop"
+
+
 def test_gpu_check_without_a_gpu_says_so_and_skips(tmp_path):
     """`make gpu-check` on a machine without an NVIDIA GPU: one line that says so (with
     doctor's NVML line), exit 77 from the script, nothing built or run."""

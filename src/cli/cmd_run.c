@@ -832,7 +832,7 @@ int cmd_run(int argc, char **argv)
     /* Segment directories of dead runs: recovered into their run
      * directories (with their summaries and reports), then removed (they
      * hold memory). */
-    rec_segdir_sweep(run_swept_run, &a.quiet);
+    rec_sweep_dead_runs(run_swept_run, &a.quiet);
     /* One run per directory, locked for the whole run (rundir.h). */
     int lock_fd = rc = rec_rundir_claim(run_dir, a.force ? REC_CLAIM_FORCE : 0);
     if (rc == TPF_EBUSY || rc == TPF_EEXIST) {

@@ -418,3 +418,25 @@ int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen)
     close(dfd); /* drops the lock */
     return rc ? rc : 1;
 }
+
+typedef struct sweep_ctx {
+    rec_recovered_fn recovered;
+    void *ctx;
+} sweep_ctx;
+
+/* A dead run's segments: finish its run as `trainperf report` would, so
+ * nothing published is lost; keep them when that fails. */
+static int sweep_visit(const char *run_dir, void *ud)
+{
+    sweep_ctx *x = ud;
+    rec_recovery info;
+    int rc = rec_recover(run_dir, &info, NULL, 0);
+    if (rc == 1 && x->recovered) x->recovered(run_dir, &info, x->ctx);
+    return rc < 0;
+}
+
+int rec_sweep_dead_runs(rec_recovered_fn recovered, void *ctx)
+{
+    sweep_ctx x = {recovered, ctx};
+    return rec_segdir_sweep(sweep_visit, &x);
+}

@@ -31,4 +31,13 @@ typedef struct rec_recovery {
  * with a reason in err. */
 int rec_recover(const char *dir, rec_recovery *info, char *err, size_t errlen);
 
+/* The segment directories of dead runs (record/segdir.h, rec_segdir_sweep):
+ * each run that can still be recovered is (its rings drained into its
+ * steps.csv), then its segments go; one whose recovery fails keeps them for a
+ * later try. recovered (may be NULL) is called with each run directory
+ * recovered, for its summary and reports (the report layer's, above this
+ * one). Returns how many directories were removed. */
+typedef void (*rec_recovered_fn)(const char *run_dir, const rec_recovery *info, void *ctx);
+int rec_sweep_dead_runs(rec_recovered_fn recovered, void *ctx);
+
 #endif

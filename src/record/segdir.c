@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "probe/segment.h"
-#include "record/recover.h"
 #include "record/segdir.h"
 #include "trainperf.h"
 #include "util/afile.h"
@@ -292,7 +291,7 @@ int rec_segdir_busy(int dfd)
     return busy;
 }
 
-int rec_segdir_sweep(rec_recovered_fn recovered, void *ctx)
+int rec_segdir_sweep(rec_segdir_visit_fn visit, void *ctx)
 {
     const char *base = rec_segdir_base();
     DIR *d = opendir(base);
@@ -320,20 +319,16 @@ int rec_segdir_sweep(rec_recovered_fn recovered, void *ctx)
              * its lock), or one whose maker died there. Only the old go. */
             keep = fstat(dfd, &ds) != 0 || ds.st_mtime > time(NULL) - 60;
         } else {
-            /* Its run was never finished (collector killed): finish it now,
-             * as `trainperf report` would, so nothing published is lost.
-             * A recovery that fails keeps the segments for a later try. */
+            /* Its run was never finished (collector killed): the visitor
+             * finishes it (record/recover.c), and keeps the segments when
+             * that fails, for a later try. */
             struct stat rs;
             if (stat(run_dir, &rs) == 0 && (uint64_t)rs.st_dev == dev &&
-                (uint64_t)rs.st_ino == ino) {
-                rec_recovery info;
-                int rrc = rec_recover(run_dir, &info, NULL, 0);
-                keep = rrc < 0;
-                if (rrc == 1 && recovered) recovered(run_dir, &info, ctx);
-            }
+                (uint64_t)rs.st_ino == ino && visit)
+                keep = visit(run_dir, ctx);
         }
         if (!keep) {
-            /* rec_recover may have removed it already */
+            /* the visitor may have removed it already */
             if (empty_dir(dfd)) rmdir(path);
             if (lstat(path, &ds) != 0) removed++;
         }

@@ -70,14 +70,13 @@ int rec_segdir_busy(int dfd);
 void rec_segdir_remove_path(const char *path);
 
 /* Sweep BASE for segment directories of dead runs: ours, not locked by a
- * live collector, no live producer. A dead run whose run directory can still
- * be recovered is recovered first (its rings drained into its steps.csv,
- * rec_recover), then the directory goes. recovered (may be NULL) is called
- * with each run directory recovered, for its summary and reports (the
- * report layer's, above this one). Returns how many were removed. */
-struct rec_recovery;
-typedef void (*rec_recovered_fn)(const char *run_dir, const struct rec_recovery *info, void *ctx);
-int rec_segdir_sweep(rec_recovered_fn recovered, void *ctx);
+ * live collector, no live producer. visit (may be NULL) is called with the
+ * run directory of each one whose run directory is still there, and returns
+ * 1 to keep the segments (its run could not be finished: a later sweep tries
+ * again); the others go. Returns how many were removed. The recovery's sweep
+ * is rec_sweep_dead_runs (record/recover.h). */
+typedef int (*rec_segdir_visit_fn)(const char *run_dir, void *ctx);
+int rec_segdir_sweep(rec_segdir_visit_fn visit, void *ctx);
 
 /* BASE: TRAINPERF_SHM_DIR, or /dev/shm. */
 const char *rec_segdir_base(void);
