@@ -69,6 +69,14 @@ int cli_write_out(const char *out, const struct buf *b);
 
 /* Columns of the terminal on fd; 0 when fd is not one. */
 int cli_term_cols(int fd);
+/* The last whole rows of a CSV file f whose header line hdr was just read:
+ * at most cap bytes from its end, the first row dropped when the cut falls
+ * inside it, and the row being written (no newline yet) left out. A
+ * malloc'd string (free it; "" when none), or NULL on a read error. */
+char *cli_csv_tail(FILE *f, const char *hdr, long cap);
+/* handler for SIGINT, SIGTERM and SIGHUP (and SIGQUIT when quit), no flags
+ * (an interrupted wait returns EINTR); SIGPIPE ignored. */
+void cli_on_signals(void (*handler)(int), int quit);
 /* in[0..len) into out for a terminal of cols columns: a line wider than that
  * is broken at spaces, its continuations indented like its text (past the
  * leading spaces and a list marker, "12. " or "- "). Colour escapes take no
@@ -90,6 +98,10 @@ int cli_put_doc(int rc, struct buf *b, const char *err, const char *out);
  * run's business, and `report` on it finishes it later). Returns 0, or the
  * TPF_E* code of the writing. */
 struct rec_recovery;
+/* Claim run_dir for one run (record/rundir.h, rec_rundir_claim): its lock's
+ * fd, or -1 after saying why not in one line (in use, a file of that name,
+ * a run there without force, not writable: shown names it then). */
+int cli_claim_run_dir(const char *run_dir, int force, const char *shown);
 int cli_finish_recovered(const char *dir, const struct rec_recovery *rv, int quiet);
 
 #endif

@@ -209,32 +209,12 @@ int cmd_attach(int argc, char **argv)
             return CLI_USAGE;
         }
     }
-    int lock_fd = rc = rec_rundir_claim(run_dir, force ? REC_CLAIM_FORCE : 0);
-    if (rc == TPF_EBUSY || rc == TPF_EEXIST) {
-        struct stat ost;
-        if (rc == TPF_EBUSY)
-            cli_error("run directory %s is in use by another run", run_dir);
-        else if (stat(run_dir, &ost) == 0 && !S_ISDIR(ost.st_mode))
-            cli_error("--out %s is not a directory (a file of that name is there)", run_dir);
-        else
-            cli_error("run directory %s already holds a run (--force replaces it)", run_dir);
-        return CLI_USAGE;
-    }
-    if (rc < 0) {
-        cli_error("cannot write the run directory %s: %s", run_dir, tpf_strerror(rc));
-        return CLI_USAGE;
-    }
+    int lock_fd = cli_claim_run_dir(run_dir, force, run_dir);
+    if (lock_fd < 0) return CLI_USAGE;
     char absdir[PATH_MAX];
     if (!realpath(run_dir, absdir)) snprintf(absdir, sizeof(absdir), "%s", run_dir);
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    cli_on_signals(on_signal, 0);
 
     /* the Python stacks: listed in run.json's sources beside procfs, sched, nvml */
     astk *stk = NULL;

@@ -433,17 +433,31 @@ static void pass_signals(sup *sv, sig_atomic_t *passed)
     sup_user_signal(sv, (int)run_last_signal);
 }
 
+int cli_claim_run_dir(const char *run_dir, int force, const char *shown)
+{
+    int rc = rec_rundir_claim(run_dir, force ? REC_CLAIM_FORCE : 0);
+    if (rc == TPF_EBUSY || rc == TPF_EEXIST) {
+        struct stat ost;
+        if (rc == TPF_EBUSY)
+            cli_error("run directory %s is in use by another run", run_dir);
+        else if (stat(run_dir, &ost) == 0 && !S_ISDIR(ost.st_mode))
+            cli_error("--out %s is not a directory (a file of that name is there)", run_dir);
+        else if (force)
+            cli_error("run directory %s holds a run that --force could not replace", run_dir);
+        else
+            cli_error("run directory %s already holds a run (--force replaces it)", run_dir);
+        return -1;
+    }
+    if (rc < 0) {
+        cli_error("cannot write the run directory %s: %s", shown, tpf_strerror(rc));
+        return -1;
+    }
+    return rc;
+}
+
 static void install_signals(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    sigaction(SIGQUIT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    cli_on_signals(on_signal, 1);
 }
 
 /* On a terminal the status line lives on the last row, below a scrolling
@@ -834,27 +848,12 @@ int cmd_run(int argc, char **argv)
      * hold memory). */
     rec_sweep_dead_runs(run_swept_run, &a.quiet);
     /* One run per directory, locked for the whole run (rundir.h). */
-    int lock_fd = rc = rec_rundir_claim(run_dir, a.force ? REC_CLAIM_FORCE : 0);
-    if (rc == TPF_EBUSY || rc == TPF_EEXIST) {
-        struct stat ost;
-        if (rc == TPF_EBUSY)
-            cli_error("run directory %s is in use by another run", run_dir);
-        else if (stat(run_dir, &ost) == 0 && !S_ISDIR(ost.st_mode))
-            cli_error("--out %s is not a directory (a file of that name is there)", run_dir);
-        else if (a.force)
-            cli_error("run directory %s holds a run that --force could not replace", run_dir);
-        else
-            cli_error("run directory %s already holds a run (--force replaces it)", run_dir);
+    int lock_fd = cli_claim_run_dir(run_dir, a.force, a.out ? a.out : "under ./trainperf-runs");
+    if (lock_fd < 0) {
         alerts_free(alerts);
         return CLI_USAGE;
     }
-    if (rc > 0) rc = 0;
-    if (rc) {
-        cli_error("cannot write the run directory %s: %s", a.out ? a.out : "under ./trainperf-runs",
-                  tpf_strerror(rc));
-        alerts_free(alerts);
-        return CLI_USAGE;
-    }
+    rc = 0;
     char absdir[PATH_MAX];
     /* The child may chdir: give it an absolute path. */
     if (!realpath(run_dir, absdir)) snprintf(absdir, sizeof(absdir), "%s", run_dir);

@@ -1,4 +1,8 @@
-/* Terminal helpers of the CLI: the terminal's width, and text wrapped to it. */
+/* Terminal helpers of the CLI: the terminal's width, text wrapped to it, and
+ * the signals a command that waits takes from it. */
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -131,4 +135,43 @@ void cli_print_report(const struct buf *text)
     if (cols) cli_wrap(text->data, text->len, cols, &w);
     fprintf(stderr, "\n%s", cols && !w.err && w.data ? w.data : text->data);
     buf_free(&w);
+}
+
+void cli_on_signals(void (*handler)(int), int quit)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    if (quit) sigaction(SIGQUIT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+char *cli_csv_tail(FILE *f, const char *hdr, long cap)
+{
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) return NULL;
+    long hlen = (long)strlen(hdr);
+    long from = st.st_size > cap ? (long)st.st_size - cap : hlen;
+    if (from < hlen) from = hlen;
+    char *tail = malloc((size_t)cap + 1);
+    if (!tail || fseek(f, from, SEEK_SET) != 0) {
+        free(tail);
+        return NULL;
+    }
+    size_t got = fread(tail, 1, (size_t)cap, f);
+    tail[got] = 0;
+    char *p = tail;
+    if (from > hlen) { /* the first line is cut: skip it */
+        p = strchr(p, '\n');
+        p = p ? p + 1 : tail + got;
+    }
+    char *end = strrchr(p, '\n'); /* a row still being written has none */
+    size_t keep = end ? (size_t)(end - p) + 1 : 0;
+    memmove(tail, p, keep);
+    tail[keep] = 0;
+    return tail;
 }

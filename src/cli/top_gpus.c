@@ -54,29 +54,14 @@ static void tree_procs(const char *dir, run_procs *rp)
     FILE *f = afile_fopen_read(path);
     if (!f) return;
     char hdr[512];
-    struct stat st;
-    if (!fgets(hdr, sizeof(hdr), f) || strncmp(hdr, "t,pid,", 6) != 0 || fstat(fileno(f), &st)) {
+    if (!fgets(hdr, sizeof(hdr), f) || strncmp(hdr, "t,pid,", 6) != 0) {
         fclose(f);
         return;
     }
-    long hlen = (long)strlen(hdr);
-    long from = st.st_size > TOP_PROCS_TAIL ? (long)st.st_size - TOP_PROCS_TAIL : hlen;
-    if (from < hlen) from = hlen;
-    char *tail = malloc(TOP_PROCS_TAIL + 1);
-    size_t got = tail && fseek(f, from, SEEK_SET) == 0 ? fread(tail, 1, TOP_PROCS_TAIL, f) : 0;
+    char *tail = cli_csv_tail(f, hdr, TOP_PROCS_TAIL);
     fclose(f);
     if (!tail) return;
-    tail[got] = 0;
-    /* whole lines only: after the first newline when the tail cut one, up
-     * to the last newline (a row being written has none) */
-    char *p = from > hlen ? strchr(tail, '\n') : tail;
-    char *end = strrchr(tail, '\n');
-    if (!p || !end) {
-        free(tail);
-        return;
-    }
-    if (from > hlen) p++;
-    *end = 0;
+    char *p = tail;
     /* t and pid lead every row: the rows of the largest t are the last sample */
     double last = -1;
     for (int pass = 0; pass < 2; pass++) {

@@ -106,8 +106,7 @@ void top_ranks_print(const char *dir, double now_t, int color, top_pids *pids)
     FILE *f = afile_fopen_read(path);
     if (!f) return;
     char hdr[1024];
-    struct stat st;
-    if (!fgets(hdr, sizeof(hdr), f) || fstat(fileno(f), &st) != 0) {
+    if (!fgets(hdr, sizeof(hdr), f)) {
         fclose(f);
         return;
     }
@@ -115,30 +114,15 @@ void top_ranks_print(const char *dir, double now_t, int color, top_pids *pids)
         c_start = col_of(hdr, "start_s"), c_dur = col_of(hdr, "duration_ns"),
         c_iv = col_of(hdr, "interval_ns"), c_data = col_of(hdr, "data_ns"),
         c_samples = col_of(hdr, "samples");
-    if (c_rank < 0 || c_pid < 0 || c_step < 0 || c_iv < 0 || c_start < 0 || c_dur < 0) {
-        fclose(f);
-        return;
-    }
-    long hlen = (long)strlen(hdr);
-    long from = st.st_size > TOP_STEPS_TAIL ? (long)st.st_size - TOP_STEPS_TAIL : hlen;
-    if (from < hlen) from = hlen;
-    char *tail = malloc(TOP_STEPS_TAIL + 1);
+    char *tail = c_rank < 0 || c_pid < 0 || c_step < 0 || c_iv < 0 || c_start < 0 || c_dur < 0
+                     ? NULL
+                     : cli_csv_tail(f, hdr, TOP_STEPS_TAIL);
+    fclose(f);
+    if (!tail) return;
     /* every rank in the tail (bounded by TOP_STEPS_TAIL: a row is one step) */
     rank_row *rows = NULL;
     int nrows = 0, cap = 0;
-    if (!tail || fseek(f, from, SEEK_SET) != 0) {
-        free(tail);
-        fclose(f);
-        return;
-    }
-    size_t got = fread(tail, 1, TOP_STEPS_TAIL, f);
-    fclose(f);
-    tail[got] = 0;
     char *p = tail;
-    if (from > hlen) { /* the first line is cut: skip it */
-        p = strchr(p, '\n');
-        p = p ? p + 1 : tail + got;
-    }
     while (*p) {
         char *nl = strchr(p, '\n');
         if (!nl) break; /* a row still being written */

@@ -339,15 +339,8 @@ static int cmp_pend(const void *a, const void *b)
 /* A row's identity and interval; its figures are gj_figures'. */
 static gpu_step row(int rank, pid_t pid, pid_t tid, uint64_t step, uint64_t end, uint64_t interval)
 {
-    gpu_step g;
-    memset(&g, 0, sizeof(g));
-    g.rank = rank;
-    g.pid = pid;
-    g.tid = tid;
-    g.step = step;
-    g.end_ns = end;
-    g.interval_ns = interval;
-    return g;
+    return (gpu_step){.rank = rank, .pid = pid, .tid = tid, .step = step, .end_ns = end,
+                      .interval_ns = interval};
 }
 
 /* A process with GPU records and no step (a CUDA program with no step

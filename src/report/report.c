@@ -504,15 +504,7 @@ static void md_report(const diag_run *r, const prof *pf, buf *b)
         for (int k = 0; k < PH_COUNT; k++)
             if (f.share[k] > 0.0005)
                 buf_printf(b, "| %s | %.1f%% |\n", diag_phase_names[k], 100 * f.share[k]);
-        if (r->gs.have)
-            buf_printf(b, "\nThe phases are host time. On the GPU a kernel ran %.1f%% of the step "
-                          "(%.0f kernels per step, median %.1f us); the host waited for it %.0f%% "
-                          "of the step.\n",
-                       100 * r->gs.busy_share, r->gs.kernels_per_step, r->gs.kernel_us_p50,
-                       100 * r->gs.sync_share);
-        char note[200];
-        if (r->gs.have && *report_gpu_window_note(note, sizeof(note), &r->gs))
-            buf_printf(b, "%s\n", note);
+        report_gpu_breakdown_note(b, REPORT_MD, &r->gs);
     }
     rr_md(r, b);
     buf_puts(b, "\n## Resources\n\n");

@@ -41,3 +41,17 @@ const char *report_gpu_window_note(char *o, size_t n, const dgpu_steps *g)
              g->steps_in_profiler);
     return o;
 }
+
+void report_gpu_breakdown_note(buf *b, report_format fmt, const dgpu_steps *g)
+{
+    if (!g->have) return;
+    int html = fmt == REPORT_HTML;
+    buf_printf(b, "%sThe phases are host time. On the GPU a kernel ran %s%.1f%%%s of the step "
+                  "(%.0f kernels per step, median %.1f us); the host waited for it %.0f%% of the "
+                  "step.%s\n",
+               html ? "<p>" : "\n", html ? "<b>" : "", 100 * g->busy_share, html ? "</b>" : "",
+               g->kernels_per_step, g->kernel_us_p50, 100 * g->sync_share, html ? "</p>" : "");
+    char note[200];
+    if (*report_gpu_window_note(note, sizeof(note), g))
+        buf_printf(b, html ? "<p>%s</p>\n" : "%s\n", note);
+}

@@ -17,5 +17,8 @@ void report_quantiles(buf *b, report_format fmt, const dfig *f);
 /* The sentence that says some steps have no GPU figures because the
  * script's own torch.profiler held CUPTI over them ("" when none). */
 const char *report_gpu_window_note(char *o, size_t n, const dgpu_steps *g);
+/* Under the step breakdown (md and html): the phases are host time, then what
+ * the GPU did in the step, and the window note; nothing without GPU figures. */
+void report_gpu_breakdown_note(buf *b, report_format fmt, const dgpu_steps *g);
 
 #endif

@@ -775,15 +775,7 @@ void report_html(const diag_run *r, const char *prof_md, buf *b)
     buf_puts(b, "<h2>Throughput and steps</h2>\n");
     chart_throughput(b, r);
     chart_breakdown(b, r);
-    if (r->gs.have)
-        buf_printf(b, "<p>The phases are host time. On the GPU a kernel ran <b>%.1f%%</b> of the "
-                      "step (%.0f kernels per step, median %.1f us); the host waited for it %.0f%% "
-                      "of the step.</p>\n",
-                   100 * r->gs.busy_share, r->gs.kernels_per_step, r->gs.kernel_us_p50,
-                   100 * r->gs.sync_share);
-    char note[200];
-    if (r->gs.have && *report_gpu_window_note(note, sizeof(note), &r->gs))
-        buf_printf(b, "<p>%s</p>\n", note);
+    report_gpu_breakdown_note(b, REPORT_HTML, &r->gs);
     chart_data_hist(b, r);
     rr_html(r, b);
     report_quantiles(b, REPORT_HTML, &f);

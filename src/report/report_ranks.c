@@ -1571,107 +1571,90 @@ static void ranks_text(const diag_run *r, const drank *const *k, int n, buf *b, 
     }
 }
 
-/* ---- markdown ---------------------------------------------------------------- */
-
-static void ranks_md(const diag_run *r, const drank *const *k, int n, buf *b);
-
-void rr_md(const diag_run *r, buf *b)
-{
-    int n;
-    const drank **k = sorted_ranks(r, &n);
-    ranks_md(r, k, n, b);
-    free(k);
-}
-
-static void ranks_md(const diag_run *r, const drank *const *k, int n, buf *b)
-{
-    if (n < 2 && r->nnodes < 2) {
-        rr_job j;
-        rr_job_figures(r, &j);
-        if (j.flops_ranks) {
-            buf_puts(b, "\n## Model FLOPs\n\n");
-            job_words_esc(r, b, TBL_MD);
-            buf_puts(b, ".\n");
-        }
-        return;
-    }
-    buf_printf(b, "\n## Ranks\n\n%d ranks", n);
-    if (r->nnodes > 1) buf_printf(b, " on %d nodes", r->nnodes);
-    buf_puts(b, ". Per step: data = data-loader wait, comm = waiting in collectives, compute = the "
-                "rest.\n");
-    ranks_table(r, k, n, b, TBL_MD);
-    buf_puts(b, "\n**Job**: ");
-    job_words_esc(r, b, TBL_MD);
-    buf_puts(b, ".\n");
-    rr_strag s;
-    if (rr_straggler(r, &s)) {
-        buf_puts(b, "\n**Straggler**: ");
-        strag_words(&s, b);
-        buf_puts(b, ".\n");
-    }
-    slow_lines(r, b, TBL_MD);
-    if (r->ncommops) {
-        tbl_heading(b, TBL_MD, 0, "Communication");
-        comm_section(r, b, TBL_MD, 0);
-    }
-    if (r->nnodes > 1) {
-        buf_puts(b, "\n### Nodes\n");
-        nodes_table(r, b, TBL_MD);
-    }
-}
-
-/* ---- html: table and heatmap -------------------------------------------------- */
+/* ---- markdown and html --------------------------------------------------------- */
 
 static void rr_html_heatmap(const diag_run *r, const drank *const *k, int n, buf *b);
 
-static void ranks_html(const diag_run *r, const drank *const *k, int n, buf *b);
-
-void rr_html(const diag_run *r, buf *b)
+/* A heading of the report's section (## in markdown, h2 in html). */
+static void doc_heading(buf *b, int fmt, const char *title)
 {
-    int n;
-    const drank **k = sorted_ranks(r, &n);
-    ranks_html(r, k, n, b);
-    free(k);
+    if (fmt == TBL_HTML) buf_printf(b, "<h2>%s</h2>\n", title);
+    else buf_printf(b, "\n## %s\n\n", title);
 }
 
-static void ranks_html(const diag_run *r, const drank *const *k, int n, buf *b)
+/* A paragraph that starts with a bold label ("Job", "Straggler"): the words
+ * escaped for the format, then its end. */
+static void doc_label(buf *b, int fmt, const char *label)
 {
-    if (n < 2) {
+    if (fmt == TBL_HTML) buf_printf(b, "<p><b>%s</b>: ", label);
+    else buf_printf(b, "\n**%s**: ", label);
+}
+
+static void doc_end(buf *b, int fmt) { buf_puts(b, fmt == TBL_HTML ? ".</p>\n" : ".\n"); }
+
+/* The ranks' section of report.md and report.html: one writer, two markups
+ * (the html has the heatmap; a one-rank run only its model FLOPs). */
+static void ranks_doc(const diag_run *r, const drank *const *k, int n, buf *b, int fmt)
+{
+    int html = fmt == TBL_HTML;
+    if (n < 2 && (html || r->nnodes < 2)) {
         rr_job j;
         rr_job_figures(r, &j);
         if (j.flops_ranks && r->nnodes < 2) {
-            buf_puts(b, "<h2>Model FLOPs</h2>\n<p>");
-            job_words_esc(r, b, TBL_HTML);
-            buf_puts(b, ".</p>\n");
+            doc_heading(b, fmt, "Model FLOPs");
+            if (html) buf_puts(b, "<p>");
+            job_words_esc(r, b, fmt);
+            doc_end(b, fmt);
         }
         return;
     }
-    buf_puts(b, "<h2>Ranks</h2>\n");
-    ranks_table(r, k, n, b, TBL_HTML);
-    buf_puts(b, "<p><b>Job</b>: ");
-    job_words_esc(r, b, TBL_HTML);
-    buf_puts(b, ".</p>\n");
+    doc_heading(b, fmt, "Ranks");
+    if (!html) {
+        buf_printf(b, "%d ranks", n);
+        if (r->nnodes > 1) buf_printf(b, " on %d nodes", r->nnodes);
+        buf_puts(b, ". Per step: data = data-loader wait, comm = waiting in collectives, compute = "
+                    "the rest.\n");
+    }
+    ranks_table(r, k, n, b, fmt);
+    doc_label(b, fmt, "Job");
+    job_words_esc(r, b, fmt);
+    doc_end(b, fmt);
     rr_strag s;
     if (rr_straggler(r, &s)) {
-        buf b2;
-        buf_init(&b2, 1024);
-        strag_words(&s, &b2);
-        buf_puts(b, "<p><b>Straggler</b>: ");
-        report_html_esc(b, b2.data ? b2.data : "");
-        buf_puts(b, ".</p>\n");
-        buf_free(&b2);
+        buf w;
+        buf_init(&w, 1024);
+        strag_words(&s, &w);
+        doc_label(b, fmt, "Straggler");
+        if (html) report_html_esc(b, w.data ? w.data : "");
+        else buf_puts(b, w.data ? w.data : "");
+        doc_end(b, fmt);
+        buf_free(&w);
     }
-    slow_lines(r, b, TBL_HTML);
-    rr_html_heatmap(r, k, n, b);
+    slow_lines(r, b, fmt);
+    if (html) rr_html_heatmap(r, k, n, b);
     if (r->ncommops) {
-        buf_puts(b, "<h2>Communication</h2>\n");
-        comm_section(r, b, TBL_HTML, 0);
+        if (html) doc_heading(b, fmt, "Communication");
+        else tbl_heading(b, TBL_MD, 0, "Communication");
+        comm_section(r, b, fmt, 0);
     }
     if (r->nnodes > 1) {
-        buf_puts(b, "<h2>Nodes</h2>\n");
-        nodes_table(r, b, TBL_HTML);
+        if (html) doc_heading(b, fmt, "Nodes");
+        else buf_puts(b, "\n### Nodes\n");
+        nodes_table(r, b, fmt);
     }
 }
+
+static void rr_doc(const diag_run *r, buf *b, int fmt)
+{
+    int n;
+    const drank **k = sorted_ranks(r, &n);
+    ranks_doc(r, k, n, b, fmt);
+    free(k);
+}
+
+void rr_md(const diag_run *r, buf *b) { rr_doc(r, b, TBL_MD); }
+
+void rr_html(const diag_run *r, buf *b) { rr_doc(r, b, TBL_HTML); }
 
 /* The heatmap of step time, rows x time: one row per rank, or with more
  * than RR_HEATMAP_RANKS ranks one per node (its ranks' mean), so that a slow

@@ -2033,14 +2033,8 @@ int trace_analyze(const char *const *paths, int n, const trace_opts *opts, trace
     }
     res->opts = *opts;
     res->ranks = calloc((size_t)n, sizeof(tr_rank));
-    pool pl;
-    memset(&pl, 0, sizeof(pl));
-    pl.rs = rs;
-    pl.paths = paths;
-    pl.o = opts;
-    pl.n = n;
-    pl.sel = calloc((size_t)n, sizeof(int));
-    pl.rcs = calloc((size_t)n, sizeof(int));
+    pool pl = {.rs = rs, .paths = paths, .o = opts, .n = n, .sel = calloc((size_t)n, sizeof(int)),
+               .rcs = calloc((size_t)n, sizeof(int))};
     pl.errs = calloc((size_t)n, sizeof(*pl.errs));
     int rc = res->ranks && pl.sel && pl.rcs && pl.errs ? 0 : TPF_ENOMEM;
     int jobs = trace_jobs(opts, n);
