@@ -147,7 +147,7 @@ python: $(STATIC)
 # pytest's exit 5 (nothing selected: e.g. no serial test outside torch under the sanitizers) is
 # not a failure.
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-PYTEST := $(PYTHON) -m pytest tests -q -rfEs
+PYTEST := $(PYTHON) -m pytest tests -q -rfEs --durations=20
 XDIST = $(shell $(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_JOBS) --dist loadfile")
 TEST_MARK ?=
 PAR_MARK = $(if $(TEST_MARK),$(TEST_MARK) and not serial,not serial)

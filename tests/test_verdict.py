@@ -835,6 +835,17 @@ def test_a_step_of_tiny_ops_is_told_to_vectorise(run_cli, tmp_path):
     ev["graph"] = {"probes": [[25, 0.1e6], [25, 0.1e6]]}
     dg = diagnosis(run_cli, make_run(tmp_path / "few", st, quiet_metrics(8), ev))
     assert "tiny-ops" not in ids(dg), ids(dg)
+    # each probe with the machine's floor taken beside it (ns a node of one
+    # number): the same µs a node are tiny ops when the machine was slow (the
+    # floor as high as they), not when it was fast (a floor 3x lower)
+    ev["graph"] = {"probes": [[910, 7.5e6, 8000], [910, 7.4e6, 7900], [910, 7.6e6, 8100]]}
+    dg = diagnosis(run_cli, make_run(tmp_path / "slow", st, quiet_metrics(8), ev))
+    assert dg["primary"]["id"] == "tiny-ops", ids(dg)
+    q = [e for e in dg["primary"]["evidence"] if e["name"] == "node_floor_ratio"]
+    assert q and 0.9 < q[0]["value"] < 1.1, dg["primary"]["evidence"]
+    ev["graph"] = {"probes": [[910, 7.5e6, 2800], [910, 7.4e6, 2700], [910, 7.6e6, 2900]]}
+    dg = diagnosis(run_cli, make_run(tmp_path / "fast", st, quiet_metrics(8), ev))
+    assert "tiny-ops" not in ids(dg), ids(dg)
     # with a GPU the backward returns once its kernels are queued: not judged
     ev["graph"] = {"probes": [[910, 4.6e6], [910, 4.4e6]]}
     d = make_run(tmp_path / "gpu", st, quiet_metrics(8), ev)

@@ -476,7 +476,7 @@ def embedding_facts(torch, held):
 
 GRAPH_PERIOD_S = 4.0    # one backward probed this often (the C backward hook)
 GRAPH_MAX_NODES = 20000  # a larger graph is not counted (~20 ms at most)
-graph = {"probes": []}  # [nodes, backward ns] of each probe (at most _MAX_EVENTS)
+graph = {"probes": []}  # [nodes, backward ns, floor ns a node] of each probe (at most _MAX_EVENTS)
 
 
 def graph_probe(tensors):
@@ -489,11 +489,35 @@ def graph_probe(tensors):
     n = _count_nodes(tensors)
 
     def done(ns):
-        # after the backward, on this thread: the gradients it wrote
+        # after the backward, on this thread: the gradients it wrote, and the
+        # machine's floor at this moment
         scan_grads()
         if n and len(graph["probes"]) < _MAX_EVENTS:
-            graph["probes"].append([n, int(ns)])
+            try:
+                floor = round(_node_floor_ns(sys.modules["torch"]), 1)
+            except Exception:
+                floor = None
+            graph["probes"].append([n, int(ns), floor])
     return done
+
+
+CALIB_NODES = 100  # the floor's graph: a chain of ops on one number
+
+
+def _node_floor_ns(torch):
+    """What a backward node costs on this machine at its smallest, now: one
+    backward of a chain of CALIB_NODES ops on one number (about 0.5 ms),
+    after a probed backward. The CPU's speed changes by 1.7x within seconds
+    on a shared machine (3.3 against 5.5 µs a node, measured here), so the
+    per-op rules (tiny-ops, a batch too small) read each probe against the
+    floor taken beside it, not against a fixed µs."""
+    with torch.enable_grad():
+        y = x = torch.zeros(1, requires_grad=True)
+        for _ in range(CALIB_NODES // 2):
+            y = y * 1.0 + 1.0
+        t0 = time.perf_counter_ns()
+        torch.autograd.grad(y, (x,))  # not the hooked torch.autograd.backward: no phase, no step
+        return (time.perf_counter_ns() - t0) / CALIB_NODES
 
 
 def _count_nodes(tensors):

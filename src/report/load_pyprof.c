@@ -528,10 +528,11 @@ static void load_one(dcause *c, const jr_node *root, double t0)
     if (!isnan(v = jr_pnum(root, "eval.entries"))) c->eval_entries += v;
     const jr_node *gp = jr_get(jr_get(root, "graph"), "probes");
     for (const jr_node *e = gp && gp->type == JR_ARR ? gp->child : NULL; e; e = e->next) {
-        double n = jr_num(jr_at(e, 0)), ns = jr_num(jr_at(e, 1));
+        double n = jr_num(jr_at(e, 0)), ns = jr_num(jr_at(e, 1)), fl = jr_num(jr_at(e, 2));
         if (!(n >= 1) || !(ns > 0) || c->ngraph >= 64) continue;
         c->graph[c->ngraph][0] = n;
         c->graph[c->ngraph][1] = ns;
+        c->graph[c->ngraph][2] = fl > 0 && fl < 1e7 ? fl : 0;
         c->ngraph++;
     }
     const jr_node *ps = jr_get(jr_get(root, "profiler"), "spans");

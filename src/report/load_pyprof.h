@@ -196,7 +196,7 @@ typedef struct dcause {
     int dev_mode, malloc_debug, cuda_blocking, no_cuda_cache;
     /* probes of one backward's graph (events "graph"): nodes, ns */
     int ngraph;
-    double graph[64][2];
+    double graph[64][3]; /* nodes, ns, and the machine's floor beside it (ns a node; 0: none) */
     double sampler_cost_s;
 
     /* steps.csv: eval/checkpoint time taken out of training step time */

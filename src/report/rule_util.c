@@ -578,6 +578,22 @@ int dc_median_probe(const dcause *c, double *nodes, double *us_node)
     return 1;
 }
 
+int dc_probe_floor(const dcause *c, double *ratio, double *floor_us)
+{
+    double q[64], fl[64];
+    for (int i = 0; i < c->ngraph; i++) {
+        if (!(c->graph[i][2] > 0)) return 0;
+        q[i] = c->graph[i][1] / c->graph[i][0] / c->graph[i][2];
+        fl[i] = c->graph[i][2] / 1e3;
+    }
+    if (c->ngraph < 1) return 0;
+    qsort(q, (size_t)c->ngraph, sizeof(double), by_value);
+    qsort(fl, (size_t)c->ngraph, sizeof(double), by_value);
+    *ratio = q[c->ngraph / 2];
+    *floor_us = fl[c->ngraph / 2];
+    return 1;
+}
+
 int dc_small_steps(const diag_run *r, double p50_ms, double *nodes, double *step_us_node)
 {
     double per;

@@ -108,6 +108,12 @@
 #define TINY_MIN_NODES 300        /* autograd nodes of one backward, at least */
 #define TINY_NODE_US 3.3          /* backward µs a node of tiny tensors, on this machine's CPU */
 #define TINY_FACTOR 2             /* at most this many times that: half of it overhead */
+/* With the machine's floor beside each probe (the hook: a backward of a
+ * chain of ops on one number, taken right after the probed one), a node at
+ * most this many times the floor is a tiny op, whatever the CPU's speed at
+ * the time (a shared CPU runs 1.7x slower for seconds): a per-sample loss
+ * loop measured 0.95-1.03x, the same loss on whole tensors 2.5-2.8x */
+#define TINY_FLOOR_RATIO 1.6
 #define CONTEND_WAIT_SHARE 0.20 /* run-queue wait / (wait + CPU used) */
 #define CONTEND_MIN_WAIT 15.0   /* % of one core */
 /* DataLoader workers starved of CPU: their run-queue wait is at least half
@@ -312,6 +318,10 @@ double dc_closure_extra_share(const diag_run *r);
 /* The median probe of one backward's graph (events "graph"): 1 with its
  * nodes and its µs a node, 0 with none. */
 int dc_median_probe(const dcause *c, double *nodes, double *us_node);
+/* The median over the probes of a node's cost against the machine's floor
+ * taken beside it, and the floor's median in µs: 0 when a probe has no
+ * floor (a run recorded before the hook took one). */
+int dc_probe_floor(const dcause *c, double *ratio, double *floor_us);
 /* The words for a kind of host code (dc_func.kind). */
 const char *dc_kind_words(const char *k);
 

@@ -328,23 +328,33 @@ int dr_cand_tiny_ops(const diag_run *r, const dctx *cx, dfinding *d)
      * per node is the launches', not the ops' */
     double per, n;
     if (r->ngpu > 0 || !dc_median_probe(c, &n, &per)) return 0;
-    if (!(n >= TINY_MIN_NODES) || !(per <= TINY_NODE_US * TINY_FACTOR)) return 0;
+    /* against the machine's floor at the time when the probes took it; else
+     * against this machine's fastest (TINY_NODE_US) */
+    double q, fl;
+    int floor = dc_probe_floor(c, &q, &fl);
+    if (!(n >= TINY_MIN_NODES) || !(floor ? q <= TINY_FLOOR_RATIO : per <= TINY_NODE_US * TINY_FACTOR))
+        return 0;
     double sh[PH_COUNT];
     dc_warm_shares(r, sh);
     double model = 0;
     for (int p = PH_FORWARD; p <= PH_BACKWARD; p++)
         if (isfinite(sh[p])) model += sh[p];
-    double over = TINY_NODE_US / per > 1 ? 1 : TINY_NODE_US / per;
+    double over = floor ? 1 / q : TINY_NODE_US / per; /* the share of a node that is overhead */
+    if (over > 1) over = 1;
     double score = model * over;
     diag_head(d, "tiny-ops", "Many tiny ops: per-op overhead bounds the step",
               score > 0.9 ? 0.9 : score,
               "backward runs %.0f autograd ops a step at %.1f µs each: at that size each op "
-              "costs about what torch's own bookkeeping does (%.1f µs a node on a CPU), not "
-              "arithmetic; forward and backward are %.0f%% of step time",
-              n, per, TINY_NODE_US, 100 * model);
+              "costs about what torch's own bookkeeping does (%.1f µs a node of one number on "
+              "this CPU%s), not arithmetic; forward and backward are %.0f%% of step time",
+              n, per, floor ? fl : TINY_NODE_US, floor ? ", measured beside it" : "", 100 * model);
     ev(d, "graph_nodes", n, "%.0f nodes in the backward graph (median of %d probes)", n,
        c->ngraph);
     ev(d, "backward_us_per_node", per, "backward took %.1f µs a node", per);
+    if (floor)
+        ev(d, "node_floor_ratio", q,
+           "%.2fx the machine's floor beside it (a node of one number: %.1f µs; tiny at %.1fx "
+           "or less)", q, fl, TINY_FLOOR_RATIO);
     /* the line that makes the ops: the busiest line of tensor ops outside
      * the model (plain Python lines are host-code's; backward and the
      * optimizer run what the forward built) */
