@@ -248,6 +248,26 @@ def test_damaged_pyprof_is_skipped(run_cli, tmp_path):
     assert dg["primary"]["id"] == "compute-bound"
 
 
+def test_a_data_wait_under_the_line_is_also_found(run_cli, tmp_path):
+    # issue 39 item 2: a wait of 10-20% of the step is an "also found" beside
+    # the verdict, minor (it never leads), with the wait's figures; under 10%
+    # nothing; from 20% input-bound says it, and input-cost does not again
+    seen = {}
+    for name, data_ms in (("under", 1.6), ("minor", 3.0), ("bound", 6.0)):
+        st = steady_steps(100, 20.0, data_ms=data_ms)
+        dg = diagnosis(run_cli, make_run(tmp_path / name, st, quiet_metrics(8),
+                                         events(by_phase={"forward": 150, "backward": 150})))
+        seen[name] = dg
+    assert "input-cost" not in ids(seen["under"]) and "input-bound" not in ids(seen["under"])
+    dg = seen["minor"]
+    assert dg["primary"]["id"] == "compute-bound", ids(dg)
+    [f] = [f for f in dg["secondary"] if f["id"] == "input-cost"]
+    assert f["score"] < 0.1 and "15% of step time" in f["summary"], f
+    assert [e["value"] for e in f["evidence"] if e["name"] == "data_wait_share"] == [0.15]
+    assert f["recommendations"], f
+    assert "input-bound" in ids(seen["bound"]) and "input-cost" not in ids(seen["bound"])
+
+
 def test_a_few_slow_batches_are_not_input_bound(run_cli, tmp_path):
     # 4 batches (epoch starts, a slow read) wait 200 ms: 44% of the run's time
     # in data wait, but no other step waits: not an input-bound run (the

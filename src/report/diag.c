@@ -268,6 +268,7 @@ const drule diag_rules[] = {
     {"input-bound", "storage-io", DN_STEPS | DN_EVENTS, DK_SHORT, dr_cand_input, dr_input_folds},
     {"storage-io", "", DN_STEPS, DK_SHORT, dr_cand_storage_ckpt, NULL},
     {"checkpoint-cost", "", DN_STEPS, DK_SHORT, dr_cand_ckpt_cost, NULL},
+    {"input-cost", "", DN_STEPS | DN_EVENTS, DK_SHORT, dr_cand_input_cost, NULL},
     {"communication", "", DN_STEPS | DN_RANKS, DK_SHORT, dr_cand_comm, dr_comm_folds},
     {"straggler", "", DN_STEPS | DN_RANKS | DN_STACKS, DK_SHORT, dr_cand_straggler,
      dr_straggler_folds},

@@ -22,6 +22,7 @@
 #define MIN_SAMPLES 3
 #define INPUT_SHARE 0.20 /* data wait share of step time */
 #define INPUT_CLOSE 0.08 /* within this of INPUT_SHARE a run reads either way: both named */
+#define INPUT_COST_SHARE 0.10 /* a data wait under INPUT_SHARE that is an "also found" */
 #define FSDP_FITS_SHARE 0.05 /* training state over a rank's memory: DDP would do */
 #define STRAGGLER_LOAD 1.2   /* the straggler's samples (tokens) a step over the others' */
 #define ITER_PER_STEP_MIN 10 /* training iterators before one per step counts */

@@ -60,6 +60,7 @@ int dr_cand_gc(const diag_run *r, const dctx *cx, dfinding *d);
 int dr_cand_input(const diag_run *r, const dctx *c, dfinding *d);
 int dr_cand_storage_ckpt(const diag_run *r, const dctx *c, dfinding *d);
 int dr_cand_ckpt_cost(const diag_run *r, const dctx *c, dfinding *d);
+int dr_cand_input_cost(const diag_run *r, const dctx *c, dfinding *d);
 extern const dfold dr_input_folds[];
 /* rules_hostcode.c */
 int dr_cand_host(const diag_run *r, const dctx *c, dfinding *d);
