@@ -30,6 +30,9 @@
 #define COMM_SHARE 0.20
 #define COMM_TINY_BYTES (64.0 * 1024) /* collectives' bytes per rank and step: latency, not bandwidth */
 #define COMM_MINOR 0.05 /* collectives a wait for a CPU explains: minor, after the contention */
+/* collectives on one host moving less than this (a rank's bytes a step over
+ * their own time) while the ranks wait for CPUs wait for the cores too */
+#define COMM_CPU_STARVED_BPS (200.0 * 1024 * 1024)
 #define CKPT_SHARE 0.15
 #define CKPT_COST_SHARE 0.05 /* checkpoint time that is a finding of its own */
 #define IO_IOWAIT_PCT 10.0

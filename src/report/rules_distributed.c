@@ -493,6 +493,15 @@ static int comm_into_cpu_wait(const dfold_at *x, dfinding *from, dfinding *into)
     double own_ms = NAN, late_ms = NAN, runq_ms = NAN;
     double share = x->c->share[PH_COMM];
     double cpu = comm_cpu_explained(x->r, &own_ms, &late_ms, &runq_ms);
+    /* On one host the collectives run on the same starved cores (gloo
+     * reduces and copies on the CPU, over loopback): their own time moving
+     * far less than loopback carries is the CPU wait too, not the network or
+     * the buckets (two ranks on two cores, 280 KB a step: 31 MB/s, 9 ms a
+     * step; on free cores 5 MB a step went at 370 MB/s and more) */
+    double ops = NAN, bytes = comm_bytes_per_step(x->r, &ops);
+    double bps = own_ms > 0 ? bytes / (own_ms / 1e3) : NAN;
+    int starved = isfinite(cpu) && bps < COMM_CPU_STARVED_BPS && bytes >= COMM_TINY_BYTES;
+    if (starved) cpu = share;
     double own = isfinite(cpu) ? share - cpu : share < 2 * COMM_SHARE ? 0 : share;
     /* a straggler's fold may have left only the collectives' own already */
     if (own > from->score) own = from->score;
@@ -511,10 +520,29 @@ static int comm_into_cpu_wait(const dfold_at *x, dfinding *from, dfinding *into)
            100 * own, into->id, why[0] ? ": " : "", why);
         return DF_KEEP;
     }
-    ev(into, "comm_share", share,
-       "collectives took %.0f%% of step time while the ranks waited for CPUs: ranks that wait "
-       "for one arrive late at each (measure again on free cores before tuning communication)",
-       100 * share);
+    if (starved) {
+        char a[32], b[32];
+        human_bytes(a, sizeof(a), bytes);
+        human_bytes(b, sizeof(b), bps);
+        ev(into, "comm_share", share,
+           "collectives took %.0f%% of step time while the ranks waited for CPUs: %s a rank and "
+           "step at %s/s, far below what loopback carries, so the collectives too wait for the "
+           "cores (bucket_cap_mb or the interconnect cannot help; fewer threads or ranks per "
+           "core can)",
+           100 * share, a, b);
+        /* the fixes that fit: the cores first, not the buckets */
+        from->nrec = 0;
+        rec(from, "Give the ranks the cores first (the %s finding): with fewer busy threads than "
+                  "cores, measure again; tuning buckets or the interconnect cannot help "
+                  "collectives that wait for a CPU.",
+            into->id);
+    } else {
+        ev(into, "comm_share", share,
+           "collectives took %.0f%% of step time while the ranks waited for CPUs: ranks that "
+           "wait for one arrive late at each (measure again on free cores before tuning "
+           "communication)",
+           100 * share);
+    }
     /* it stays, after the contention that explains it */
     ev(from, "cpu_wait", into->score, "the contention comes first: %s",
        why[0] ? why : "the ranks waited for CPUs, and arrive late at each collective");
@@ -576,7 +604,10 @@ static int ddp_into_comm(const dfold_at *x, dfinding *from, dfinding *into)
 
 const dfold dr_comm_folds[] = {
     {5, NULL, {{"straggler"}, waits_in_collectives}, comm_into_straggler},
-    {7, NULL, DR_CPU_WAIT, comm_into_cpu_wait},
+    /* any CPU wait, the run's own threads' too (oversubscription without
+     * other processes): ranks whose threads queue for the cores arrive late
+     * at each collective however their buckets are cut (issue 39 item 5) */
+    {7, NULL, {{"cpu-contention", "oversubscription"}, NULL}, comm_into_cpu_wait},
     {0},
 };
 

@@ -301,6 +301,17 @@ static int into_cpu_wait(const dfold_at *x, dfinding *from, dfinding *into)
     return DF_DROP;
 }
 
+/* The run's own threads queue for the cores (oversubscription without other
+ * processes): at least half a core of run-queue wait makes the steps as
+ * irregular as another job would (two DDP ranks of two threads on two cores:
+ * p99 8x the median, run-queue wait 182% of a core) */
+static int own_threads_wait(const dfinding *d)
+{
+    for (int k = 0; k < d->nev; k++)
+        if (strcmp(d->ev[k].name, "runqueue_wait_pct") == 0) return d->ev[k].value >= 50;
+    return 0;
+}
+
 const dfold dr_unstable_folds[] = {
     {1, variation, {{"input-bound", "storage-io"}, waits_each_batch}, into_input},
     {2, one_off_spikes, {{"input-bound"}, starts_epochs}, into_epochs},
@@ -308,5 +319,6 @@ const dfold dr_unstable_folds[] = {
     {4, variation, {{"gc-pauses"}, NULL}, into_gc},
     {9, variation_unperiodic, {{"gil-contention"}, NULL}, into_gil},
     {10, variation_unperiodic, DR_CPU_WAIT, into_cpu_wait},
+    {11, variation_unperiodic, {{"oversubscription"}, own_threads_wait}, into_cpu_wait},
     {0},
 };
