@@ -524,6 +524,7 @@ _IO = re.compile(r"\bopen\(|\.read\w*\(|\.write\w*\(|np\.load|numpy\.load|torch\
 # str.join(items) always take an argument, and are not waits
 _WAIT = re.compile(r"sleep\(|\.wait\(|\.acquire\(|\.get\(\)|\.get\((?:block|timeout|True)|"
                    r"\.join\(\)|\.join\(timeout")
+_HANDOVER = re.compile(r"\.get\(|\.join\(|\.wait\(")
 _INPUT = re.compile(r"batch|data|load|sample|token|collat|augment|transform|prep|"
                     r"read|fetch|shard|encod|vocab", re.I)
 _IO_FILES = ("/pickle.py", "/json/", "/io.py", "/_pyio.py", "/numpy/lib/_npyio", "/npyio.py",
@@ -585,7 +586,14 @@ def _kind(stack, ui):
         if usrc and _INPUT.search(usrc) or any(_INPUT.search(n) for n in user_names[-3:]):
             # from a pool of worker processes (pool.map, futures) or a thread
             pool = any("/multiprocessing/" in fn or "/concurrent/futures/" in fn for fn in inner)
-            return "input-pool" if pool else "input-wait"
+            if pool:
+                return "input-pool"
+            # a handover from a producer (a queue's get, a thread's join or
+            # event), or a wait the batch function does itself on this thread
+            # (a sleep, a lock: a synchronous fetch, nothing runs ahead)
+            handover = any(fn.endswith("/queue.py") for fn in inner) or \
+                (src and _HANDOVER.search(src))
+            return "input-wait" if handover else "input-block"
         return "wait"
     if any(_INPUT.search(n) for n in user_names[-3:]) or \
             any("/numpy/" in fn or "/tokenizers/" in fn or "/PIL/" in fn for fn in inner):

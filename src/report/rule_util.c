@@ -486,6 +486,9 @@ const char *dc_kind_words(const char *k)
     if (strcmp(k, "wait") == 0) return "waiting (sleep, locks, queues)";
     if (strcmp(k, "input-wait") == 0) return "waiting for batches from a producer (a queue or thread)";
     if (strcmp(k, "input-pool") == 0) return "waiting for a worker pool to prepare the batch";
+    if (strcmp(k, "input-block") == 0)
+        return "a blocking wait inside the batch function, on the training thread (a synchronous "
+               "fetch: nothing prepares the next batch meanwhile)";
     if (strcmp(k, "format") == 0) return "tensors formatted as text (print or an f-string)";
     if (strcmp(k, "pool-start") == 0) return "starting and stopping a pool of processes";
     return "Python code on the host";

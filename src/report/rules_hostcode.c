@@ -167,7 +167,7 @@ int dr_cand_hostcode(const diag_run *r, const dctx *cx, dfinding *d)
     double fshare = f->samples / train;
     /* the kind of the unlabelled time: the kind with the most samples */
     const char *kinds[] = {"input",      "python",     "sync",   "io",        "wait",
-                           "input-wait", "input-pool", "format", "pool-start"};
+                           "input-wait", "input-pool", "format", "pool-start", "input-block"};
     enum { NKINDS = sizeof(kinds) / sizeof(kinds[0]) };
     double ks[NKINDS] = {0};
     for (int i = 0; i < c->nfunc; i++)
@@ -177,8 +177,9 @@ int dr_cand_hostcode(const diag_run *r, const dctx *cx, dfinding *d)
     for (int k = 1; k < NKINDS; k++)
         if (ks[k] > ks[best]) best = k;
     /* waiting for a pool is waiting for input too; its advice differs */
-    int pool = best == 6;
+    int pool = best == 6, block = best == 9;
     if (pool) best = 5, ks[5] += ks[6];
+    if (block) best = 5, ks[5] += ks[9];
     const char *kind = kinds[best];
     int logging = logs_at(c, f);
     /* the line converts host data itself (no Python below it, a C call);
@@ -276,6 +277,19 @@ int dr_cand_hostcode(const diag_run *r, const dctx *cx, dfinding *d)
     } else if (best == 2) {
         rec(d, "Read results back less often: .item()/.cpu()/printing every N steps, not every "
                "step (each one waits for all queued work).");
+    } else if (best == 5 && block) {
+        /* the batch function blocks on the training thread (issue 39: a
+         * synchronous get_batch() was "waiting for batches from a producer") */
+        ev(d, "waits_for_input", ks[5] / train,
+           "%.0f%% of the samples wait inside %s (%s:%d) on the training thread: a blocking "
+           "call (a sleep, a lock, a remote read), and no producer prepares the next batch "
+           "meanwhile",
+           100 * ks[5] / train, f->func, f->file, f->line);
+        rec(d, "Fetch the next batch while the model trains on this one: serve %s from a "
+               "DataLoader with num_workers>0 (its workers prefetch), or call it ahead from a "
+               "thread into a small queue.Queue; the wait then overlaps the step instead of "
+               "adding to it.",
+            f->func);
     } else if (best == 5) {
         ev(d, "waits_for_input", ks[5] / train,
            "%.0f%% of the samples wait for the next batch in %s (%s:%d): its producer is slower "
