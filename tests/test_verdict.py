@@ -1244,6 +1244,15 @@ def test_evaluation_after_every_step_is_named(run_cli, tmp_path):
     assert p["id"] == "eval-often", ids(dg)
     assert "300 evaluations in 300 training steps (one every step)" in p["summary"], p
     assert p["recommendations"][0].startswith("Evaluate less often: every N steps"), p
+    # train and val evaluated back to back every 20 steps: 30 phases at 15
+    # points, one every 20 steps (issue 39 item 4: it read "one every 10")
+    ev["eval"] = {"entries": 30, "points": 15, "time_s": 1.5, "forwards": 300, "forwards_grad": 0}
+    dg = diagnosis(run_cli, make_run(tmp_path / "pairs", st, quiet_metrics(8), ev))
+    p = dg["primary"]
+    assert "15 evaluations in 300 training steps (one every 20 steps)" in p["summary"], p
+    [e] = [e for e in p["evidence"] if e["name"] == "evaluations"]
+    assert e["value"] == 15 and "30 evaluation phases" in e["text"], e
+    ev["eval"] = {"entries": 300, "time_s": 1.5, "forwards": 300, "forwards_grad": 0}
     # an HF Trainer's evaluation is set in its TrainingArguments
     ev["framework"] = "hf"
     dg = diagnosis(run_cli, make_run(tmp_path / "hf", st, quiet_metrics(8), ev))

@@ -764,7 +764,7 @@ def snapshot():
     """The figures as one JSON-ready dict (called from the sampler thread)."""
     d = {"pid": _pid, "rank": os.environ.get("RANK"),
          "clock": "CLOCK_MONOTONIC seconds (time.monotonic)",
-         "eval": {"entries": ev.entries,
+         "eval": {"entries": ev.entries, "points": ev.points,
                   "time_s": round(ev.time_s + ((_now() - ev.t_enter) if ev.active else 0), 6),
                   "forwards": ev.fwd_n, "forwards_grad": ev.fwd_grad,
                   "forward_rows": ev.fwd_rows, "forwards_sized": ev.fwd_sized,

@@ -19,6 +19,7 @@ def _enter_forward(mod, args, grad_on, push):
     if mod.training and grad_on():
         if ev.active:
             _state.training_forward(mod)
+        ev.train_since = True  # the next evaluation is a new point
         push(2)  # TPF_PHASE_FORWARD
     elif getattr(mod, "_trainperf_frozen", False) or (
             mod.training and getattr(mod, "_trainperf_instep", False)):

@@ -176,6 +176,8 @@ EVAL = 6  # TPF_PHASE_EVAL
 class _Ev:
     active = False          # the eval phase is open on the training thread
     entries = 0
+    points = 0              # evaluation points: entries with a training forward since the last
+    train_since = True      # a training forward ran since the last entry
     time_s = 0.0
     t_enter = 0.0
     in_fwd = 0              # forward depth on the training thread
@@ -266,6 +268,9 @@ def eval_enter(opener=None):
     ev.opener = opener
     ev.ep_fwd = 0
     ev.entries += 1
+    if ev.train_since:  # train and val evaluated back to back are one point
+        ev.points += 1
+        ev.train_since = False
     ev.t_enter = now()
     ev.pushed = ev.ranges
     if ev.pushed:
@@ -303,6 +308,7 @@ def training_forward(mod):
     forwards from then on (evaluation calls model.eval(), or runs many
     batches). (The few seen first stay labelled eval.)"""
     short = ev.opener is mod and ev.ep_fwd <= 2 and getattr(mod, "training", False)
+    ev.train_since = True
     eval_leave()
     ev.instep_run = ev.instep_run + 1 if short else 0
     if ev.instep_run >= INSTEP_RUN:

@@ -526,6 +526,7 @@ static void load_one(dcause *c, const jr_node *root, double t0)
     }
     if (!isnan(v = jr_pnum(root, "eval.time_s"))) c->eval_s += v;
     if (!isnan(v = jr_pnum(root, "eval.entries"))) c->eval_entries += v;
+    if (!isnan(v = jr_pnum(root, "eval.points"))) c->eval_points += v;
     const jr_node *gp = jr_get(jr_get(root, "graph"), "probes");
     for (const jr_node *e = gp && gp->type == JR_ARR ? gp->child : NULL; e; e = e->next) {
         double n = jr_num(jr_at(e, 0)), ns = jr_num(jr_at(e, 1)), fl = jr_num(jr_at(e, 2));

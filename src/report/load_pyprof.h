@@ -138,6 +138,7 @@ typedef struct dcause {
     int nepochs;
     dc_event epochs[DC_MAX_EVENTS];
     double eval_s, eval_entries;
+    double eval_points; /* entries with training between them (train and val back to back: one) */
     double torch_threads, cpus_allowed;
     char framework[16];
     int ddp_no_sync; /* a DDP forward ran under no_sync(): the run accumulates gradients */

@@ -403,7 +403,12 @@ int dr_cand_eval_often(const diag_run *r, const dctx *cx, dfinding *d)
     double batch_ms, step_ms, q, floor = dc_eval_floor_share(r, &batch_ms, &step_ms, &q);
     int held = share >= EVAL_OFTEN_SHARE || floor >= EVAL_OFTEN_SHARE;
     if (!held || !(c->eval_entries >= EVAL_OFTEN_MIN) || !(r->steps > 0)) return 0;
-    double every = r->steps / c->eval_entries;
+    /* evaluation points, not phases: a loop that evaluates its train and val
+     * splits back to back every 20 steps evaluates once every 20 (issue 39
+     * read "14 evaluations in 150 steps, one every 11") */
+    double points = c->eval_points > 0 && c->eval_points <= c->eval_entries ? c->eval_points
+                                                                              : c->eval_entries;
+    double every = r->steps / points;
     char how[64];
     if (every < 1.5)
         fmt(how, sizeof(how), "one every step");
@@ -437,13 +442,19 @@ int dr_cand_eval_often(const diag_run *r, const dctx *cx, dfinding *d)
               score > 0.9 ? 0.9 : score,
               "%s is %.0f%% of the loop's time%s: %.0f %s in %.0f training steps (%s)%s",
               seq ? "inference outside training (eval mode or no grad)" : "evaluation",
-              100 * (at[0] ? floor : share), at, c->eval_entries,
+              100 * (at[0] ? floor : share), at, points,
               seq ? "passes" : "evaluations", r->steps, how,
               seq ? ", each a run of forwards of one or two rows" : "");
     ev(d, "eval_share", share, "evaluation is %.0f%% of the run", 100 * share);
     dc_eval_floor_ev(d, floor, batch_ms, step_ms, q);
-    ev(d, "evaluations", c->eval_entries, "%.0f evaluations (model.eval() or forwards without "
-       "grad), %.1f s in all", c->eval_entries, c->eval_s);
+    if (points < c->eval_entries)
+        ev(d, "evaluations", points,
+           "%.0f evaluation points with training between them (%.0f evaluation phases: "
+           "model.eval() or forwards without grad, back to back at a point), %.1f s in all",
+           points, c->eval_entries, c->eval_s);
+    else
+        ev(d, "evaluations", c->eval_entries, "%.0f evaluations (model.eval() or forwards "
+           "without grad), %.1f s in all", c->eval_entries, c->eval_s);
     if (seq) {
         char tb[48] = "";
         if (isfinite(batch)) fmt(tb, sizeof(tb), " (training batches: %.0f)", batch);

@@ -35,7 +35,7 @@ class Net(L.LightningModule):
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    train = TensorDataset(torch.randn(3072, 128), torch.randint(0, 10, (3072,)))
+    train = TensorDataset(torch.randn(12288, 128), torch.randint(0, 10, (12288,)))
     val = TensorDataset(torch.randn(512, 128), torch.randint(0, 10, (512,)))
     root = tempfile.mkdtemp()
     ckpt = L.pytorch.callbacks.ModelCheckpoint(dirpath=root, monitor="val_loss", save_top_k=1)
