@@ -119,7 +119,7 @@ $(BUILD)/bench/%: bench/%.c $(STATIC)
 
 # libFuzzer target for the trace parser (clang from Debian's `clang` package).
 FUZZ_CC ?= clang
-FUZZ_LIB_SRC := src/trace/trace_json.c src/trace/trace_an.c src/trace/trace_out.c src/trace/trace_extra.c \
+FUZZ_LIB_SRC := src/trace/trace_json.c src/trace/trace_an.c src/trace/trace_out.c src/trace/trace_extra.c src/trace/trace_tbl.c \
         src/util/buf.c src/util/jsonw.c src/util/err.c src/util/table.c src/util/human.c src/util/afile.c
 fuzz: $(BUILD)/fuzz/fuzz_trace
 $(BUILD)/fuzz/fuzz_trace: tests/fuzz/fuzz_trace.c $(FUZZ_LIB_SRC)
