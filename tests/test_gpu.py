@@ -179,7 +179,9 @@ def test_gpu_records_in_the_trace_and_the_exporters(cli, tmp_path):
 # verdict the kernel records must give; CPU findings that read host time must
 # not stand in for it.
 VERDICTS = {
-    "healthy": ("gpu-bound", {"busy_share": (0.95, 1.0)}, []),
+    # the fake runs its kernels on the host's clock: under ASan its gaps grow (0.947 busy in
+    # a fresh clone's sanitizer pass); gpu-bound itself needs 0.85
+    "healthy": ("gpu-bound", {"busy_share": (0.9, 1.0)}, []),
     "launch": ("launch-bound", {"busy_share": (0.0, 0.1), "kernels_per_step": (249, 251),
                                 "kernel_us_p50": (3.9, 4.1)}, []),
     "sync": ("gpu-sync", {"sync_idle_share": (0.28, 0.31)}, []),
